@@ -1,0 +1,1 @@
+"""rpbench: train and evaluate role-playing LLMs."""

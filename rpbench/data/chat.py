@@ -1,0 +1,144 @@
+"""Records -> token ids through the tokenizer's chat template, with an assistant-only loss mask.
+
+Every assistant turn is supervised: its rendered content and its end-of-turn token, nothing else
+(not the role header, not the newline a template adds after the end-of-turn token). The text is cut
+at the template's own boundaries and each piece tokenized alone, so the supervised spans decode to
+exactly the assistant contents (checked for every conversation) and a prompt is tokenized exactly
+as it is at generation time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rpbench.data.records import Turn, as_messages
+
+IGNORE_INDEX = -100
+
+
+class TemplateError(ValueError):
+    """The chat template cannot be cut into prompt and supervised pieces for this conversation."""
+
+
+@dataclass(frozen=True)
+class Rendered:
+    input_ids: list[int]
+    labels: list[int]
+    dropped_turns: int = 0
+    truncated: bool = False
+
+    @property
+    def n_supervised(self) -> int:
+        return sum(label != IGNORE_INDEX for label in self.labels)
+
+    def as_sample(self) -> dict[str, list[int]]:
+        return {"input_ids": self.input_ids, "labels": self.labels}
+
+
+class ChatRenderer:
+    """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn."""
+
+    def __init__(self, tokenizer, end_of_turn: str | None = None, max_length: int = 2048):
+        self.tokenizer = tokenizer
+        self.end_of_turn = end_of_turn or tokenizer.eos_token
+        self.max_length = max_length
+
+    # -- text level -------------------------------------------------------------------------------
+    def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
+        return self.tokenizer.apply_chat_template(
+            as_messages(turns), tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    def pieces(self, turns: Sequence[Turn]) -> list[tuple[str, bool]]:
+        """The rendered conversation as (text, supervised) pieces in order."""
+        full = self._template(turns, generation_prompt=False)
+        pieces: list[tuple[str, bool]] = []
+        cursor = 0
+        for i, turn in enumerate(turns):
+            if turn.role != "assistant":
+                continue
+            prefix = self._template(turns[:i], generation_prompt=True)
+            upto = self._template(turns[: i + 1], generation_prompt=False)
+            if not (upto.startswith(prefix) and full.startswith(upto) and len(prefix) >= cursor):
+                raise TemplateError(
+                    f"the chat template does not render turn {i} as a continuation of the turns before it; "
+                    "rendering needs a prefix-stable template (set model.chat_template)"
+                )
+            reply = upto[len(prefix):]
+            end = reply.rfind(self.end_of_turn)
+            if end < 0 or turn.content.strip() not in reply[:end]:
+                raise TemplateError(
+                    f"assistant turn {i} is not rendered as its content followed by {self.end_of_turn!r}"
+                )
+            end += len(self.end_of_turn)
+            pieces.append((full[cursor:len(prefix)], False))
+            pieces.append((reply[:end], True))
+            cursor = len(prefix) + end
+        pieces.append((full[cursor:], False))
+        return [(text, sup) for text, sup in pieces if text]
+
+    # -- token level ------------------------------------------------------------------------------
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _tokenize_pieces(self, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
+        ids: list[int] = []
+        labels: list[int] = []
+        for text, supervised in pieces:
+            piece_ids = self._encode(text)
+            if supervised and self.tokenizer.decode(piece_ids) != text:
+                raise TemplateError(f"supervised span does not round-trip through the tokenizer: {text[:60]!r}")
+            ids += piece_ids
+            labels += piece_ids if supervised else [IGNORE_INDEX] * len(piece_ids)
+        return ids, labels
+
+    def render_conversation(self, turns: Sequence[Turn]) -> Rendered:
+        """All assistant turns supervised. Over-long: drop history turns from the left (the system turn
+        and the final user/assistant exchange are kept), then cut the end. ``n_supervised`` may be 0:
+        the caller reports such samples instead of training on them."""
+        turns = list(turns)
+        if not turns or turns[-1].role != "assistant":
+            raise ValueError("a conversation to train on must end on an assistant turn")
+        dropped = 0
+        while True:
+            ids, labels = self._tokenize_pieces(self.pieces(turns))
+            if len(ids) <= self.max_length:
+                return Rendered(ids, labels, dropped_turns=dropped)
+            first = 1 if turns[0].role == "system" else 0
+            history = len(turns) - first - 2  # turns between the system turn and the final exchange
+            if history <= 0:
+                return Rendered(ids[: self.max_length], labels[: self.max_length], dropped, truncated=True)
+            cut = 2 if history >= 2 else 1
+            turns = turns[:first] + turns[first + cut:]
+            dropped += cut
+
+    def render_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> list[int]:
+        """Token ids of ``prompt`` followed by the assistant generation header, history dropped from the
+        left (system turn and final user turn kept) to fit ``max_length``."""
+        limit = max_length or self.max_length
+        turns = list(prompt)
+        while True:
+            ids = self._encode(self._template(turns, generation_prompt=True))
+            first = 1 if turns and turns[0].role == "system" else 0
+            if len(ids) <= limit or len(turns) - first <= 1:
+                return ids[-limit:]
+            turns = turns[:first] + turns[first + (2 if len(turns) - first > 2 else 1):]
+
+    def render_completion(self, prompt: Sequence[Turn], completion: str) -> Rendered:
+        """``prompt`` plus one supervised assistant reply (DPO chosen/rejected, GRPO completions)."""
+        return self.render_conversation([*prompt, Turn("assistant", completion)])
+
+
+def supervised_texts(tokenizer, rendered: Rendered) -> list[str]:
+    """Decode each contiguous supervised span (used to verify masks)."""
+    spans: list[list[int]] = []
+    previous = False
+    for token, label in zip(rendered.input_ids, rendered.labels):
+        supervised = label != IGNORE_INDEX
+        if supervised and not previous:
+            spans.append([])
+        if supervised:
+            spans[-1].append(token)
+        previous = supervised
+    return [tokenizer.decode(span) for span in spans]

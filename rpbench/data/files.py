@@ -1,0 +1,46 @@
+"""Where a data config's files live: a local path, a file inside rpbench (``pkg://``), or a hub dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+PKG_PREFIX = "pkg://"
+
+
+def resolve_data_file(data_cfg: Mapping[str, Any], split: str) -> Path:
+    """The local path of ``data.files.<split>``, downloading from ``data.hf_dataset`` when needed."""
+    files = data_cfg.get("files") or {}
+    name = files.get(split)
+    if not name:
+        raise ValueError(f"data={data_cfg.get('name')} has no file for split '{split}': set data.files.{split}=<path>")
+    name = str(name)
+    if name.startswith(PKG_PREFIX):
+        package, _, inner = name.removeprefix(PKG_PREFIX).partition("/")
+        path = Path(str(resources.files(package) / inner))
+        if not path.is_file():
+            raise FileNotFoundError(f"data.files.{split}={name}: no such file inside the installed {package}")
+        return path
+    path = Path(name).expanduser()
+    if path.is_file():
+        return path
+    repo = data_cfg.get("hf_dataset")
+    if not repo or path.is_absolute():
+        raise FileNotFoundError(f"data.files.{split}={name}: no such file")
+    return _download(str(repo), name, split)
+
+
+def _download(repo: str, filename: str, split: str) -> Path:
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset"))
+    except Exception as error:  # offline, gated, or missing: all need the same advice
+        raise FileNotFoundError(
+            f"data.files.{split}={filename} is not a local file and could not be fetched from the hub dataset "
+            f"{repo} ({type(error).__name__}: {error}). Offline: download it elsewhere "
+            f"(`hf download {repo} {filename} --repo-type dataset --local-dir <dir>`) and pass "
+            f"data.files.{split}=<dir>/{filename}."
+        ) from error

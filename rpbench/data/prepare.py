@@ -1,0 +1,42 @@
+"""Stage 2a: a data config's raw files -> validated records, with the counts the run reports."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rpbench.data import readers
+from rpbench.data.errors import ReadResult
+from rpbench.data.files import resolve_data_file
+
+# Data-config keys passed to the readers as format options.
+READER_OPTIONS = ("task_dimensions", "image_root", "test_splits")
+MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
+
+
+def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
+    """Read ``data.files.<split>`` with the data config's format, error policy and options."""
+    path = resolve_data_file(data_cfg, split)
+    options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
+    result = readers.read(str(data_cfg["format"]), split, path, on_error=str(data_cfg.get("on_error", "raise")),
+                          **options)
+    limit = data_cfg.get(MAX_SAMPLES[split])
+    if limit is not None:
+        result.examples = result.examples[: int(limit)]
+    return result
+
+
+def _bucket(example_id: str, seed: int) -> float:
+    digest = hashlib.sha256(f"{seed}:{example_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def train_val_split(examples: Sequence, val_fraction: float, seed: int) -> tuple[list, list]:
+    """Deterministic held-out split by record id (stable when records are added or reordered)."""
+    train, val = [], []
+    for example in examples:
+        (val if _bucket(example.id, seed) < val_fraction else train).append(example)
+    if val_fraction > 0 and not val and len(train) > 1:
+        val.append(train.pop())
+    return train, val

@@ -1,0 +1,241 @@
+"""One entry point over the benchmark readers, and the file/record plumbing they share.
+
+``read(format, split, path, on_error=..., **options)`` dispatches to ``rpbench.data.<format>``:
+split ``train`` -> ``read_sft``, ``pairs`` -> ``read_pairs``, ``test`` -> ``read_test``.
+
+Files are JSON Lines (one object per line, blank lines ignored) or one JSON document; a file whose
+first non-blank character is ``[`` is read as a JSON list, anything else as JSON Lines. Records are
+named in errors by 1-based line number (JSON Lines) or by 0-based index and id (JSON lists).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.records import Turn
+
+T = TypeVar("T")
+
+FORMATS: tuple[str, ...] = ("rolemrc", "mmrole", "rpgbench")
+SPLIT_READERS: dict[str, str] = {"train": "read_sft", "pairs": "read_pairs", "test": "read_test"}
+ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
+
+
+def read(format: str, split: str, path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult:
+    """Read ``path`` as ``split`` of benchmark ``format``; see the format module for its options."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown data format {format!r}; choose one of {', '.join(FORMATS)}")
+    if split not in SPLIT_READERS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLIT_READERS)}")
+    module = importlib.import_module(f"rpbench.data.{format}")
+    reader = getattr(module, SPLIT_READERS[split], None)
+    if reader is None:
+        offered = [s for s, fn in SPLIT_READERS.items() if hasattr(module, fn)]
+        raise ValueError(f"format {format!r} has no {split!r} split; choose one of {', '.join(offered)}")
+    return reader(path, on_error=on_error, **options)
+
+
+# -- records and their sources ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """Where a record came from: names it in errors and gives it a fallback id.
+
+    ``record`` is a 1-based line number (JSON Lines) or a position such as ``3`` or ``IDTest[3]``
+    (JSON documents); positions are completed with the record's own id once it is known.
+    """
+
+    path: str
+    record: int | str
+    fallback_id: str
+    positional: bool = False
+
+    def error(self, field: str, problem: str) -> DataFormatError:
+        return DataFormatError(self.path, self.record, field, problem)
+
+    def named(self, record_id: str) -> Source:
+        return replace(self, record=f"{self.record} (id {record_id!r})") if self.positional else self
+
+
+def existing_file(path: str | Path) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        resolved = "" if p.is_absolute() else f" (resolved: {p.resolve()})"
+        raise FileNotFoundError(f"data file not found: {p}{resolved}")
+    return p
+
+
+def check_on_error(on_error: str) -> None:
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
+
+
+def load_document(path: Path) -> Any:
+    """A whole file as one JSON value; a file that is not valid JSON fails as a whole."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFormatError(path, "file", "<document>", f"valid UTF-8 JSON ({exc})") from None
+
+
+def iter_records(path: Path) -> Iterator[tuple[Source, Any]]:
+    """(source, raw record) for each record of a JSON Lines file (streamed) or a JSON list.
+
+    An invalid JSON line is yielded as a DataFormatError in place of the record, so the caller can
+    skip it under ``on_error=skip``.
+    """
+    stem = path.stem
+    if _first_byte(path) == b"[":
+        for index, raw in enumerate(load_document(path)):
+            yield Source(str(path), index, f"{stem}:{index}", positional=True), raw
+        return
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            source = Source(str(path), number, f"{stem}:{number}")
+            try:
+                yield source, json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                yield source, source.error("<line>", f"one valid UTF-8 JSON object per line ({exc})")
+
+
+def _first_byte(path: Path) -> bytes:
+    """The first non-whitespace byte of a file (empty for a blank file)."""
+    with path.open("rb") as f:
+        while chunk := f.read(4096):
+            if stripped := chunk.lstrip():
+                return stripped[:1]
+    return b""
+
+
+def collect(
+    path: Path, records: Iterator[tuple[Source, Any]], parse: Callable[[Any, Source], T], on_error: OnError
+) -> ReadResult[T]:
+    """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped``.
+
+    A file without records is an error. Record ids must be unique within a file (later stages key predictions and judgements by id).
+    """
+    result: ReadResult[T] = ReadResult(str(path))
+    seen: dict[str, int | str] = {}
+    n_records = 0
+    for n_records, (source, raw) in enumerate(records, start=1):
+        try:
+            if isinstance(raw, DataFormatError):
+                raise raw
+            example = parse(raw, source)
+            if example.id in seen:
+                raise source.error("id", f"a unique record id; {example.id!r} is also record {seen[example.id]}")
+            seen[example.id] = source.record
+            result.examples.append(example)
+        except DataFormatError as error:
+            result.add_error(error, on_error)
+    if n_records == 0:
+        raise DataFormatError(path, "file", "<document>", "at least one record (found none)")
+    return result
+
+
+def read_file(path: str | Path, parse: Callable[[Any, Source], T], on_error: OnError) -> ReadResult[T]:
+    """Read a JSON Lines file or JSON list with ``parse`` applied to each record."""
+    check_on_error(on_error)
+    p = existing_file(path)
+    return collect(p, iter_records(p), parse, on_error)
+
+
+# -- field checks -------------------------------------------------------------------------------------
+
+def as_object(raw: Any, source: Source, field: str = "<record>") -> Mapping[str, Any]:
+    if not isinstance(raw, dict):
+        raise source.error(field, f"a JSON object, got {type_name(raw)}")
+    return raw
+
+
+def require(record: Mapping[str, Any], key: str, source: Source, field: str | None = None) -> Any:
+    if key not in record:
+        raise source.error(field or key, "present (missing)")
+    return record[key]
+
+
+def require_str(record: Mapping[str, Any], key: str, source: Source, field: str | None = None,
+                *, allow_empty: bool = False) -> str:
+    value = require(record, key, source, field)
+    if not isinstance(value, str):
+        raise source.error(field or key, f"a string, got {type_name(value)}")
+    if not allow_empty and not value.strip():
+        raise source.error(field or key, "a non-empty string")
+    return value
+
+
+def require_list(record: Mapping[str, Any], key: str, source: Source, field: str | None = None) -> list[Any]:
+    value = require(record, key, source, field)
+    if not isinstance(value, list):
+        raise source.error(field or key, f"a list, got {type_name(value)}")
+    if not value:
+        raise source.error(field or key, "a non-empty list")
+    return value
+
+
+def optional_str(record: Mapping[str, Any], key: str, source: Source, *, allow_empty: bool = False) -> str | None:
+    """The string under ``key``, or None when the key is absent or null."""
+    if record.get(key) is None:
+        return None
+    return require_str(record, key, source, allow_empty=allow_empty)
+
+
+def record_id(record: Mapping[str, Any], key: str, source: Source) -> tuple[str, Source]:
+    """The record's own id under ``key`` if it has one, else the fallback id; plus a source naming it."""
+    if key not in record:
+        return source.fallback_id, source
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
+        raise source.error(key, f"a non-empty string or integer id, got {value!r}")
+    return str(value), source.named(str(value))
+
+
+def type_name(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+# -- conversations -------------------------------------------------------------------------------------
+
+def parse_conversation(
+    items: Sequence[Any], source: Source, field: str, *, last: str, role_key: str, content_key: str,
+    roles: Mapping[str, str],
+) -> tuple[Turn, ...]:
+    """Turns from ``[{role_key: ..., content_key: ...}, ...]``; ``roles`` maps lower-cased raw roles to ours.
+
+    Enforced: every role is known; a system turn only comes first, and an empty one counts as none;
+    every other turn has non-empty content; user and assistant turns alternate (either may open);
+    there is at least one of them; the conversation ends on a ``last`` turn.
+    """
+    turns: list[Turn] = []
+    previous: str | None = None
+    for i, item in enumerate(items):
+        where = f"{field}[{i}]"
+        item = as_object(item, source, where)
+        raw_role = require_str(item, role_key, source, f"{where}.{role_key}")
+        role = roles.get(raw_role.lower())
+        if role is None:
+            raise source.error(f"{where}.{role_key}", f"one of {', '.join(roles)} (any case), got {raw_role!r}")
+        content = require_str(item, content_key, source, f"{where}.{content_key}", allow_empty=role == "system")
+        if role == "system" and i != 0:
+            raise source.error(f"{where}.{role_key}", "a system turn only as the first turn")
+        if role == previous:
+            raise source.error(f"{where}.{role_key}",
+                               f"user and assistant turns alternating (turn {i - 1} is also {role})")
+        previous = role
+        if role != "system" or content.strip():
+            turns.append(Turn(role, content))
+    if not any(t.role != "system" for t in turns):
+        raise source.error(field, "a conversation with at least one user or assistant turn")
+    if turns[-1].role != last:
+        article = "an" if last == "assistant" else "a"
+        raise source.error(field, f"a conversation ending on {article} {last} turn, got {turns[-1].role}")
+    return tuple(turns)

@@ -1,0 +1,87 @@
+"""Typed records shared by every benchmark reader and every later stage.
+
+Readers turn raw files into these; rendering turns them into token tensors. Benchmark-specific
+fields live in ``meta`` so the records stay the same across RoleMRC, MMRole and RPGBench.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message. ``image`` is a path (relative to the benchmark's image root) for multimodal turns."""
+
+    role: Role
+    content: str
+    image: str | None = None
+
+    def as_message(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+def as_messages(turns: tuple[Turn, ...] | list[Turn]) -> list[dict[str, str]]:
+    return [t.as_message() for t in turns]
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """A conversation whose assistant turns are all supervised."""
+
+    id: str
+    turns: tuple[Turn, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreferenceExample:
+    """A prompt (ending on a user turn) with a chosen and a rejected assistant reply."""
+
+    id: str
+    prompt: tuple[Turn, ...]
+    chosen: str
+    rejected: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EvalExample:
+    """A prompt (ending on a user turn) with its reference reply.
+
+    ``task`` is the benchmark's label (RoleMRC task label, MMRole scenario, RPGBench subset tag);
+    ``meta`` holds the rest (judge dimensions, image, character, shift, ...).
+    """
+
+    id: str
+    prompt: tuple[Turn, ...]
+    reference: str
+    task: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+Example = SFTExample | PreferenceExample | EvalExample
+
+
+def content_hash(prompt: tuple[Turn, ...], reference: str) -> str:
+    """Stable hash of a prompt and its reference, used to detect train/test overlap."""
+    payload = json.dumps([[t.role, t.content.strip()] for t in prompt] + [reference.strip()], ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+def split_for_overlap(example: Example) -> tuple[tuple[Turn, ...], str]:
+    """The (prompt, reference) pair an example is identified by for split hygiene.
+
+    An SFT example is identified by its final assistant turn and everything before it.
+    """
+    if isinstance(example, SFTExample):
+        return example.turns[:-1], example.turns[-1].content
+    if isinstance(example, PreferenceExample):
+        return example.prompt, example.chosen
+    return example.prompt, example.reference

@@ -1,0 +1,147 @@
+"""RPGBench readers: persona-grounded role-play dialogues with distribution-shifted test splits.
+
+The file is one JSON object mapping split names to lists of samples: ``IDTrain`` (training) and
+``IDTest``, ``OOD1Test``, ``OOD2Test``, ``OOD3Test`` (test). A sample::
+
+    {"sample_ID": str, "user_persona": str | object, "agent_character": object,
+     "dialogue_context": [{"user_query": str}, {"agent_response": str}, ..., {"user_query": str}],
+     "agent_golden_response": str, "subset_tag": str}
+
+The context alternates user queries and agent responses, starting and ending on a user query. The
+prompt is a system turn built from the character and the persona (``system_prompt``) followed by the
+context as user/assistant turns; the golden response is the reference (test) or the supervised final
+turn (training). ``subset_tag`` gives the distribution shift (SHIFTS; an unknown tag is an error).
+
+Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
+(default TRAIN_SPLITS) for ``read_sft``. Other options are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.readers import (
+    Source,
+    as_object,
+    check_on_error,
+    collect,
+    existing_file,
+    load_document,
+    optional_str,
+    record_id,
+    require,
+    require_list,
+    require_str,
+    type_name,
+)
+from rpbench.data.records import EvalExample, SFTExample, Turn
+
+TEST_SPLITS: tuple[str, ...] = ("IDTest", "OOD1Test", "OOD2Test", "OOD3Test")
+TRAIN_SPLITS: tuple[str, ...] = ("IDTrain",)
+SHIFTS: dict[str, str] = {
+    "english": "in_distribution", "IDTest": "in_distribution",
+    **dict.fromkeys(("german", "spanish", "chinese", "japanese", "korean"), "user"),
+    **dict.fromkeys(("Literature", "Film & Television", "Theater", "Gaming"), "character"),
+    **dict.fromkeys(("TurnLevelComposition", "WordLevelComposition"), "composition"),
+}
+CONTEXT_KEYS = ("user_query", "agent_response")
+
+
+def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+    """Test samples; ``task`` is the subset tag, ``meta`` holds shift, split, character and persona."""
+
+    def parse(raw: tuple[str, Any], source: Source) -> EvalExample:
+        split, sample = raw
+        rid, source, prompt, golden, meta = _sample(sample, source, split)
+        tag = require_str(sample, "subset_tag", source)
+        if tag not in SHIFTS:
+            raise source.error("subset_tag", f"one of {sorted(SHIFTS)}, got {tag!r}")
+        return EvalExample(rid, prompt, golden, tag, {"shift": SHIFTS[tag], **meta})
+
+    return _read(path, options.get("test_splits", TEST_SPLITS), parse, on_error)
+
+
+def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
+    """Training samples: the context followed by the golden response as the supervised turn."""
+
+    def parse(raw: tuple[str, Any], source: Source) -> SFTExample:
+        split, sample = raw
+        rid, source, prompt, golden, meta = _sample(sample, source, split)
+        if (tag := optional_str(sample, "subset_tag", source)) is not None:
+            meta["subset_tag"] = tag
+        return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
+
+    return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)
+
+
+def system_prompt(character: Mapping[str, Any], persona: str | Mapping[str, Any]) -> str:
+    """The system turn: the agent character's fields, then the user persona."""
+    return ("Play the agent character described below in a conversation with the user described below. "
+            "Stay in character and reply to the user's last message.\n\n"
+            f"Agent character:\n{_render(character)}\n\nUser persona:\n{_render(persona)}")
+
+
+def _render(value: str | Mapping[str, Any]) -> str:
+    if isinstance(value, str):
+        return value
+    return "\n".join(f"- {key}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                     for key, v in value.items())
+
+
+def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError) -> ReadResult:
+    check_on_error(on_error)
+    p = existing_file(path)
+    document = load_document(p)
+    if not isinstance(document, dict):
+        raise DataFormatError(p, "file", "<document>", f"an object mapping split names to sample lists, "
+                                                       f"got {type_name(document)}")
+    splits = [splits] if isinstance(splits, str) else list(splits)
+    for split in splits:
+        if not isinstance(document.get(split), list):
+            problem = "missing" if split not in document else f"got {type_name(document[split])}"
+            raise DataFormatError(p, "file", split, f"a list of samples ({problem}; splits in the file: "
+                                                    f"{', '.join(document) or 'none'})")
+    return collect(p, _records(p, document, splits), parse, on_error)
+
+
+def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iterator[tuple[Source, Any]]:
+    for split in splits:
+        for index, sample in enumerate(document[split]):
+            yield Source(str(path), f"{split}[{index}]", f"{path.stem}:{split}:{index}", positional=True), \
+                (split, sample)
+
+
+def _sample(raw: Any, source: Source, split: str):
+    """Common fields: (id, named source, prompt turns, golden response, meta)."""
+    sample = as_object(raw, source)
+    rid, source = record_id(sample, "sample_ID", source)
+    persona = require(sample, "user_persona", source)
+    if not isinstance(persona, (str, dict)) or not persona:
+        raise source.error("user_persona", f"a non-empty string or object, got {persona!r}")
+    character = as_object(require(sample, "agent_character", source), source, "agent_character")
+    if not character:
+        raise source.error("agent_character", "a non-empty object")
+    context = _context(require_list(sample, "dialogue_context", source), source)
+    golden = require_str(sample, "agent_golden_response", source)
+    prompt = (Turn("system", system_prompt(character, persona)), *context)
+    return rid, source, prompt, golden, {"split": split, "character": character, "persona": persona}
+
+
+def _context(items: list[Any], source: Source) -> list[Turn]:
+    turns = []
+    for i, item in enumerate(items):
+        key = CONTEXT_KEYS[i % 2]
+        where = f"dialogue_context[{i}]"
+        item = as_object(item, source, where)
+        if key not in item or CONTEXT_KEYS[(i + 1) % 2] in item:
+            raise source.error(where, f"an object with {key!r} and not the other key (user queries and agent "
+                                      f"responses alternate, starting with a user query), got keys {sorted(item)}")
+        turns.append(Turn("user" if key == "user_query" else "assistant",
+                          require_str(item, key, source, f"{where}.{key}")))
+    if turns[-1].role != "user":
+        raise source.error("dialogue_context", "a context ending on a user query")
+    return turns

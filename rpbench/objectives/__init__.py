@@ -1,0 +1,1 @@
+"""Training objectives: pure loss and reward functions, and one LightningModule per objective."""

@@ -1,0 +1,270 @@
+"""Pure loss functions over tensors for the SFT, DPO and GRPO objectives.
+
+Every function here is stateless and device-agnostic; the LightningModules only wire them together.
+Conventions: ``logits`` are ``(batch, seq, vocab)``; ``labels`` are the input ids with every position
+that is not supervised set to ``ignore_index`` (-100), aligned with ``input_ids`` (not shifted).
+Per-token GRPO tensors are ``(batch, completion_len)`` and aligned with the completion tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+IGNORE_INDEX = -100
+DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
+ADVANTAGE_SCALES = ("group", "batch", "none")
+AGGREGATION_MODES = ("token_mean", "seq_mean", "dr_grpo")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Token log-probabilities
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``log_softmax(logits, -1).gather(-1, index[..., None])[..., 0]`` without the full log-softmax.
+
+    ``logits`` is ``(..., vocab)`` and ``index`` its leading shape. For float32/64 the selected logit minus
+    a row-by-row logsumexp is used (peak memory of one row); half precision falls back to a row-by-row
+    log-softmax, since logsumexp in bfloat16 is too inexact (as in TRL).
+    """
+    if logits.shape[:-1] != index.shape:
+        raise ValueError(
+            f"index shape {tuple(index.shape)} must equal logits shape without vocab "
+            f"{tuple(logits.shape[:-1])}"
+        )
+    if logits.dim() < 2:
+        raise ValueError(
+            f"logits must have a leading dimension and a vocab dimension, got {tuple(logits.shape)}"
+        )
+    if logits.dtype in (torch.float32, torch.float64):
+        selected = torch.gather(logits, dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
+        logsumexp = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
+        return selected - logsumexp
+    rows = [
+        F.log_softmax(row, dim=-1).gather(-1, row_index.unsqueeze(-1)).squeeze(-1)
+        for row, row_index in zip(logits, index, strict=True)
+    ]
+    return torch.stack(rows)
+
+
+def token_logps(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probabilities of the supervised next tokens.
+
+    This function shifts: position ``t`` of the result is ``log p(labels[t + 1] | tokens <= t)``, so pass
+    ``labels`` aligned with ``input_ids``. Returns ``(logps, mask)``, both ``(batch, seq - 1)``; ``logps``
+    is 0 where ``mask`` is False.
+    """
+    if logits.dim() != 3 or labels.shape != logits.shape[:2]:
+        raise ValueError(
+            f"expected logits (batch, seq, vocab) and labels (batch, seq), got "
+            f"{tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    shifted_labels = labels[:, 1:]
+    mask = shifted_labels != ignore_index
+    logps = selective_log_softmax(logits[:, :-1], shifted_labels.masked_fill(~mask, 0))
+    return logps.masked_fill(~mask, 0.0), mask
+
+
+def sequence_logps(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed log-probability of each sequence's supervised tokens and their count, ``(batch,)`` each.
+
+    Shifts like :func:`token_logps` (pass unshifted labels with prompt and padding set to ``ignore_index``).
+    """
+    logps, mask = token_logps(logits, labels, ignore_index)
+    return logps.sum(-1), mask.sum(-1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# SFT
+
+
+def masked_token_mean_nll(
+    logits: torch.Tensor, labels: torch.Tensor, ignore_index: int = IGNORE_INDEX
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood over the supervised tokens and their count (scalars).
+
+    Shifts like :func:`token_logps`. The caller divides by the global token count with
+    :func:`global_token_mean`, which makes the loss the mean over every supervised token of the global
+    batch rather than a mean of per-sample or per-micro-batch means.
+    """
+    logps, mask = token_logps(logits, labels, ignore_index)
+    return -logps.sum(), mask.sum()
+
+
+def global_token_mean(
+    loss_sum: torch.Tensor, global_n_tokens: int | torch.Tensor, world_size: int = 1
+) -> torch.Tensor:
+    """Scale one micro-batch's summed loss so the optimiser step sees the global per-token mean.
+
+    ``global_n_tokens`` counts the supervised tokens of the whole optimiser step: summed over every
+    gradient-accumulation micro-batch and every rank (e.g. ``strategy.reduce(count, reduce_op="sum")``).
+    The factor ``world_size`` undoes the gradient averaging over ranks done by DDP/DeepSpeed, so that the
+    accumulated, rank-averaged gradient equals the gradient of ``sum(all token losses) / global_n_tokens``.
+    A step without supervised tokens gives a zero loss (the count is clamped to 1).
+    """
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    n = torch.as_tensor(global_n_tokens, device=loss_sum.device).clamp(min=1)
+    return loss_sum * world_size / n
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DPO
+
+
+def dpo_loss(
+    policy_chosen_logps: torch.Tensor,
+    policy_rejected_logps: torch.Tensor,
+    ref_chosen_logps: torch.Tensor,
+    ref_rejected_logps: torch.Tensor,
+    *,
+    beta: float = 0.1,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-pair DPO losses and the implicit rewards ``beta * (policy - ref)`` of chosen and rejected.
+
+    Inputs are ``(batch,)`` sequence log-probabilities (:func:`sequence_logps` sums). The formulas are TRL's
+    (``DPOTrainer``, reverse-KL) with ``d = (pc - rc) - (pr - rr)``:
+
+    - ``sigmoid``: ``-(1 - ls) * logsigmoid(beta * d) - ls * logsigmoid(-beta * d)``: DPO, and for
+      ``ls > 0`` conservative DPO (cDPO), as TRL's ``sigmoid`` before 1.0 and its ``aot`` on one pair;
+    - ``hinge``: ``relu(1 - beta * d)``;
+    - ``ipo``: ``(d - 1 / (2 * beta)) ** 2``. TRL divides each log-ratio by its completion's token count;
+      here the caller normalises: pass per-token mean log-probs (``sum_logps / n_tokens``) for policy and
+      reference alike. The returned rewards are then per token too;
+    - ``robust``: ``(-(1 - ls) * logsigmoid(beta * d) + ls * logsigmoid(-beta * d)) / (1 - 2 * ls)``.
+
+    ``label_smoothing`` (``ls``, the assumed label-flip probability, in ``[0, 0.5)``) applies to
+    ``sigmoid`` and ``robust`` only; a non-zero value with ``hinge`` or ``ipo`` is an error. An optional
+    SFT (NLL) term on the chosen responses is the caller's to add.
+    """
+    if loss_type not in DPO_LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {DPO_LOSS_TYPES}, got {loss_type!r}")
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"label_smoothing must lie in [0, 0.5), got {label_smoothing}")
+    if label_smoothing and loss_type not in ("sigmoid", "robust"):
+        raise ValueError(f"label_smoothing applies to 'sigmoid' and 'robust' only, not {loss_type!r}")
+
+    chosen_logratios = policy_chosen_logps - ref_chosen_logps
+    rejected_logratios = policy_rejected_logps - ref_rejected_logps
+    margin = chosen_logratios - rejected_logratios
+    ls = label_smoothing
+    if loss_type == "sigmoid":
+        losses = -(1 - ls) * F.logsigmoid(beta * margin) - ls * F.logsigmoid(-beta * margin)
+    elif loss_type == "hinge":
+        losses = torch.relu(1 - beta * margin)
+    elif loss_type == "ipo":
+        losses = (margin - 1 / (2 * beta)) ** 2
+    else:
+        losses = (-(1 - ls) * F.logsigmoid(beta * margin) + ls * F.logsigmoid(-beta * margin)) / (1 - 2 * ls)
+    return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GRPO
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
+    """Group-relative advantages ``(r - mean_group) / (std + eps)`` for ``(n_prompts * group_size,)`` rewards.
+
+    The completions of one prompt must be contiguous (the repeat sampler's order). ``scale``: ``group``
+    divides by the group's std, ``batch`` by the std of all rewards (as in TRL, both with Bessel's
+    correction), ``none`` does not divide (Dr. GRPO). A group whose rewards are all equal gets exactly zero
+    advantage.
+    """
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
+    if group_size < 2 or rewards.numel() % group_size:
+        raise ValueError(
+            f"group_size must be >= 2 and divide the {rewards.numel()} rewards, got {group_size}"
+        )
+    if not torch.isfinite(rewards).all():
+        raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    groups = rewards.view(-1, group_size)
+    constant = groups.amax(dim=1, keepdim=True) == groups.amin(dim=1, keepdim=True)
+    centred = (groups - groups.mean(dim=1, keepdim=True)).masked_fill(constant, 0.0)
+    if scale != "none":
+        std = groups.std(dim=1, keepdim=True) if scale == "group" else rewards.std().expand_as(constant)
+        centred = centred / (std.masked_fill(constant, 1.0) + eps)
+    return centred.reshape(-1)
+
+
+def clipped_policy_loss(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO/GRPO clipped-ratio surrogate per token, and the fraction of masked tokens that were clipped.
+
+    ``loss = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)`` with ``ratio = exp(logps -
+    old_logps)``; ``advantages`` is ``(batch,)`` (one per completion) or per token. ``eps_high > eps_low``
+    is DAPO's clip-higher (e.g. 0.28). A token counts as clipped when the clipped branch is the active one
+    (``ratio < 1 - eps_low`` with ``A < 0``, or ``ratio > 1 + eps_high`` with ``A > 0``). The loss is not
+    masked; :func:`aggregate_loss` applies the mask.
+    """
+    if eps_low < 0 or eps_high < 0:
+        raise ValueError(f"eps_low and eps_high must be >= 0, got {eps_low} and {eps_high}")
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    ratio = torch.exp(logps - old_logps)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * advantages
+    per_token = -torch.min(unclipped, clipped)
+    is_clipped = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
+    mask = mask.to(per_token.dtype)
+    clip_fraction = (is_clipped.to(per_token.dtype) * mask).sum() / mask.sum().clamp(min=1)
+    return per_token, clip_fraction.detach()
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(policy || reference): ``exp(ref - logp) - (ref - logp) - 1`` (>= 0).
+
+    Add ``beta * k3_kl(...)`` to the per-token policy loss before :func:`aggregate_loss`, as TRL does.
+    """
+    log_ratio = ref_logps - logps
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def aggregate_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str = "token_mean",
+    max_completion_length: int | None = None,
+) -> torch.Tensor:
+    """Reduce a ``(batch, len)`` per-token loss over the masked tokens to a scalar.
+
+    - ``token_mean`` (DAPO, TRL's ``bnpo``): sum over all tokens / number of tokens;
+    - ``seq_mean`` (original GRPO): mean over sequences of each sequence's token mean;
+    - ``dr_grpo``: sum over all tokens / (batch * ``max_completion_length``), a constant normaliser.
+    Empty sequences or batches contribute zero (counts are clamped to 1).
+    """
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(f"mode must be one of {AGGREGATION_MODES}, got {mode!r}")
+    if per_token.shape != mask.shape:
+        raise ValueError(f"per_token {tuple(per_token.shape)} and mask {tuple(mask.shape)} must match")
+    mask = mask.to(per_token.dtype)
+    masked = per_token * mask
+    if mode == "token_mean":
+        return masked.sum() / mask.sum().clamp(min=1)
+    if mode == "seq_mean":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if max_completion_length is None or max_completion_length < 1:
+        raise ValueError(f"mode 'dr_grpo' needs max_completion_length >= 1, got {max_completion_length}")
+    return masked.sum() / (per_token.size(0) * max_completion_length)

@@ -1,0 +1,265 @@
+"""Reward functions for GRPO: a registry of plain callables and a weighted sum.
+
+A reward function is ``fn(prompts, completions, references, **kwargs) -> list[float]``, one float per
+completion; ``kwargs`` come from its config entry. A reward that holds state (an LLM-judge client, a
+reward model) is registered as a class: it is built once with the entry's kwargs and the instance is
+called with ``(prompts, completions, references)``.
+
+Config (``objective.rewards``), one entry per reward::
+
+    - {name: rouge_l, weight: 1.0}
+    - {name: length_penalty, weight: 0.5, kwargs: {min_len: 20, max_len: 200}}
+    - {target: "my_pkg.rewards:politeness", weight: 0.2}      # any importable callable
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Any
+
+import sacrebleu
+from rouge_score import rouge_scorer
+
+RewardCallable = Callable[[Sequence[Any], Sequence[str], Sequence[str | None]], list[float]]
+
+REWARDS: dict[str, Callable[..., Any]] = {}
+
+DEFAULT_ROLE_MARKERS = ("User:", "Human:", "<|im_start|>user", "<|start_header_id|>user", "[INST]")
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+
+
+def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a reward function (or a class whose instances are reward functions) under ``name``."""
+
+    def decorator(obj: Callable[..., Any]) -> Callable[..., Any]:
+        if name in REWARDS:
+            raise ValueError(f"reward {name!r} is already registered (by {REWARDS[name]!r})")
+        REWARDS[name] = obj
+        return obj
+
+    return decorator
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rule rewards
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens; each CJK character is one token (so Chinese text is not one long word)."""
+    return _TOKEN_RE.findall(text.lower())
+
+
+@register("non_empty")
+def non_empty(prompts, completions, references) -> list[float]:
+    """1.0 when the completion has a non-whitespace character, else 0.0."""
+    return [1.0 if c.strip() else 0.0 for c in completions]
+
+
+@register("length_penalty")
+def length_penalty(prompts, completions, references, *, min_len: int, max_len: int, unit: str = "words"):
+    """0.0 inside ``[min_len, max_len]``, else minus the relative distance to the range, floored at -1.
+
+    ``unit``: ``words`` (:func:`word_tokens` tokens) or ``chars`` (characters of the stripped completion).
+    Below the range the penalty is ``(min_len - n) / min_len``, above it ``(n - max_len) / max_len``.
+    """
+    if unit not in ("words", "chars"):
+        raise ValueError(f"length_penalty: unit must be 'words' or 'chars', got {unit!r}")
+    if not 0 <= min_len <= max_len or max_len < 1:
+        raise ValueError(
+            f"length_penalty: need 0 <= min_len <= max_len and max_len >= 1, got {min_len}, {max_len}"
+        )
+    scores = []
+    for c in completions:
+        n = len(word_tokens(c)) if unit == "words" else len(c.strip())
+        if n < min_len:
+            excess = (min_len - n) / min_len
+        elif n > max_len:
+            excess = (n - max_len) / max_len
+        else:
+            excess = 0.0
+        scores.append(-min(excess, 1.0))
+    return scores
+
+
+@register("no_role_break")
+def no_role_break(prompts, completions, references, *, markers: Sequence[str] = DEFAULT_ROLE_MARKERS):
+    """1.0 unless the completion contains a marker of a new user turn (case-sensitive), then 0.0."""
+    if isinstance(markers, str) or not markers:
+        raise ValueError(f"no_role_break: markers must be a non-empty list of strings, got {markers!r}")
+    return [0.0 if any(m in c for m in markers) else 1.0 for c in completions]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reference-overlap rewards
+
+
+def _checked_references(
+    reward: str, completions: Sequence[str], references: Sequence[str | None]
+) -> list[str]:
+    if len(references) != len(completions):
+        raise ValueError(f"{reward}: {len(references)} references for {len(completions)} completions")
+    missing = [i for i, r in enumerate(references) if not isinstance(r, str)]
+    if missing:
+        raise ValueError(
+            f"{reward}: completions {missing} have no reference (golden response) to compare with"
+        )
+    return list(references)
+
+
+class _WordTokenizer:
+    """rouge_score tokenizer: :func:`word_tokens`; equals rouge_score's default (no stemming) on ASCII text."""
+
+    def tokenize(self, text: str) -> list[str]:
+        return word_tokens(text)
+
+
+@register("rouge_l")
+def rouge_l(prompts, completions, references) -> list[float]:
+    """Sentence-level ROUGE-L F1 (``rouge_score``) of each completion against its reference, in [0, 1]."""
+    refs = _checked_references("rouge_l", completions, references)
+    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_WordTokenizer())
+    return [scorer.score(ref, c)["rougeL"].fmeasure for c, ref in zip(completions, refs, strict=True)]
+
+
+@register("bleu")
+def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[float]:
+    """Sentence-level BLEU (``sacrebleu.sentence_bleu``, exp smoothing) against the reference, in [0, 1].
+
+    The default ``zh`` tokenizer splits CJK characters and is sacrebleu's ``13a`` on all other text.
+    """
+    refs = _checked_references("bleu", completions, references)
+    return [
+        sacrebleu.sentence_bleu(c, [ref], tokenize=tokenize).score / 100.0
+        for c, ref in zip(completions, refs, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Building from config and combining
+
+
+@dataclass(frozen=True)
+class RewardFn:
+    """A configured reward: ``fn(prompts, completions, references)`` and its weight in the sum."""
+
+    name: str
+    weight: float
+    fn: RewardCallable
+
+
+def _import_target(target: str, where: str) -> Callable[..., Any]:
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ValueError(f"{where}.target: expected 'module.path:function', got {target!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{where}.target: cannot import module {module_name!r}: {err}") from err
+    for attr in attr_path.split("."):
+        if not hasattr(obj, attr):
+            raise ValueError(f"{where}.target: {module_name!r} has no attribute {attr_path!r}")
+        obj = getattr(obj, attr)
+    if not callable(obj):
+        raise TypeError(f"{where}.target: {target!r} is not callable")
+    return obj
+
+
+def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str) -> RewardCallable:
+    if isinstance(obj, type):
+        try:
+            return obj(**kwargs)
+        except TypeError as err:
+            raise ValueError(f"{where}.kwargs: cannot build {obj.__name__}: {err}") from err
+    try:
+        inspect.signature(obj).bind([], [], [], **kwargs)
+    except TypeError as err:
+        raise ValueError(f"{where}.kwargs: {sorted(kwargs)} do not fit {obj.__name__}: {err}") from err
+    return functools.partial(obj, **kwargs) if kwargs else obj
+
+
+def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
+    """Build the configured rewards from entries ``{name, weight, kwargs}`` or ``{target, weight, kwargs}``.
+
+    ``name`` looks the reward up in the registry; ``target: "module.path:function"`` imports any callable
+    (then ``name`` is an optional label, defaulting to the function's name). ``weight`` defaults to 1.0,
+    ``kwargs`` to none. Names must be unique; errors name the entry and field.
+    """
+    if isinstance(cfg, (str, Mapping)) or not cfg:
+        raise ValueError(f"rewards: expected a non-empty list of reward entries, got {cfg!r}")
+    built: list[RewardFn] = []
+    for i, entry in enumerate(cfg):
+        where = f"rewards[{i}]"
+        if not isinstance(entry, Mapping):
+            raise TypeError(f"{where}: expected a mapping with name/target, weight, kwargs, got {entry!r}")
+        unknown = set(entry) - {"name", "target", "weight", "kwargs"}
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown fields {sorted(unknown)} (allowed: name, target, weight, kwargs)"
+            )
+        if "target" in entry:
+            obj = _import_target(str(entry["target"]), where)
+            name = str(entry.get("name") or obj.__name__)
+        elif "name" in entry:
+            name = str(entry["name"])
+            if name not in REWARDS:
+                raise ValueError(f"{where}.name: unknown reward {name!r}; registered: {sorted(REWARDS)}")
+            obj = REWARDS[name]
+        else:
+            raise ValueError(
+                f"{where}: needs 'name' (a registered reward) or 'target' ('module.path:function')"
+            )
+        weight = entry.get("weight", 1.0)
+        if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
+            raise ValueError(f"{where}.weight: expected a finite number, got {weight!r}")
+        kwargs = entry.get("kwargs") or {}
+        if not isinstance(kwargs, Mapping):
+            raise TypeError(f"{where}.kwargs: expected a mapping, got {kwargs!r}")
+        if any(r.name == name for r in built):
+            raise ValueError(f"{where}.name: reward {name!r} appears twice; give one entry another name")
+        built.append(RewardFn(name=name, weight=float(weight), fn=_bind(obj, dict(kwargs), where)))
+    return built
+
+
+def score_rewards(
+    reward_fns: Sequence[RewardFn],
+    prompts: Sequence[Any],
+    completions: Sequence[str],
+    references: Sequence[str | None],
+) -> dict[str, list[float]]:
+    """Run every reward on the batch; each must return one finite number per completion."""
+    scores: dict[str, list[float]] = {}
+    for reward in reward_fns:
+        values = list(reward.fn(prompts, completions, references))
+        if len(values) != len(completions):
+            raise ValueError(
+                f"reward {reward.name!r} returned {len(values)} values for {len(completions)} completions"
+            )
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
+                raise ValueError(
+                    f"reward {reward.name!r} returned {v!r} for completion {i}; expected a finite number"
+                )
+        scores[reward.name] = [float(v) for v in values]
+    return scores
+
+
+def weighted_sum(rewards: Mapping[str, Sequence[float]], weights: Mapping[str, float]) -> list[float]:
+    """Per completion, ``sum(weights[name] * rewards[name][i])`` over the named rewards."""
+    if set(rewards) != set(weights):
+        raise ValueError(
+            f"rewards {sorted(rewards)} and weights {sorted(weights)} must name the same rewards"
+        )
+    lengths = {name: len(values) for name, values in rewards.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"rewards have different lengths: {lengths}")
+    n = next(iter(lengths.values()), 0)
+    return [sum(weights[name] * rewards[name][i] for name in rewards) for i in range(n)]

@@ -1,0 +1,31 @@
+"""Supervised fine-tuning: the mean NLL over every supervised token of the global batch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.records import SFTExample
+from rpbench.objectives.base import ObjectiveModule
+
+
+class SFTModule(ObjectiveModule):
+    data_split = "train"
+    supports_packing = True
+
+    @staticmethod
+    def render(examples: Sequence[SFTExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+        """Rendered samples, and the ids of samples left with no supervised token (not trained)."""
+        samples, empty = [], []
+        for example in examples:
+            rendered = renderer.render_conversation(example.turns)
+            if rendered.n_supervised:
+                samples.append({**rendered.as_sample(), "id": example.id})
+            else:
+                empty.append(example.id)
+        return samples, empty
+
+    def training_step(self, batch, batch_idx):
+        nll, tokens = self.evaluation_nll(batch)
+        self.log("train/loss", nll.detach() / max(tokens, 1), prog_bar=True, rank_zero_only=True)
+        return nll * batch["loss_scale"]

@@ -1,0 +1,87 @@
+"""The run, in one direction: build -> data -> train -> evaluate -> report (see shared design)."""
+
+from __future__ import annotations
+
+import json
+import os
+import logging
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.hygiene import check_overlap
+from rpbench.data.prepare import read_split, train_val_split
+from rpbench.loggers import build_logger
+from rpbench.models import load
+from rpbench.report import write_report
+
+log = logging.getLogger(__name__)
+
+
+def model_config(cfg: DictConfig) -> dict[str, Any]:
+    """``cfg.model``, pointed at an earlier run's saved model when ``init_from`` is set."""
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    if cfg.get("init_from"):
+        saved = Path(str(cfg.init_from)) / "model"
+        if not saved.is_dir():
+            raise FileNotFoundError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
+        model_cfg["name_or_path"] = str(saved)
+    return model_cfg
+
+
+def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
+    """Records per split, and the read report (counts, skipped records, train/test overlap)."""
+    splits: dict[str, list] = {}
+    report: dict[str, Any] = {}
+    wanted = [s for s in (train_split, "test") if s and (s != "test" or need_test or cfg.data.files.get("test"))]
+    for split in wanted:
+        result = read_split(cfg.data, split)
+        splits[split] = result.examples
+        configured = str(cfg.data.files[split])  # reported as configured: no machine paths in results
+        summary = result.summary()
+        summary["first_skipped"] = [m.replace(str(summary["path"]), configured) for m in summary["first_skipped"]]
+        report[split] = {**summary, "path": configured}
+    if train_split and "test" in splits:
+        report["train_test_overlap"] = check_overlap(
+            splits[train_split], splits["test"], allow_overlap=bool(cfg.data.allow_overlap),
+            train_name=f"data.files.{train_split}", test_name="data.files.test",
+        )
+    return splits, report
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    out_dir = Path(cfg.paths.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    L.seed_everything(int(cfg.seed), workers=True)
+    objective, evaluator = str(cfg.objective.name), str(cfg.evaluator.name)
+    results: dict[str, Any] = {"run_name": cfg.run_name, "model": cfg.model.name, "data": cfg.data.name,
+                               "objective": objective, "evaluator": evaluator}
+
+    model, tokenizer = load(model_config(cfg))  # 1. build
+    train_split = None
+    if objective != "none":
+        from rpbench.objectives.registry import objective_class
+
+        train_split = objective_class(objective).data_split
+    splits, results["records"] = read_data(cfg, train_split, need_test=evaluator != "none")  # 2. data
+
+    logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
+    if objective != "none":  # 3. train
+        from rpbench.training import train
+
+        train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
+        results["train"] = train(cfg, model, tokenizer, train_records, val_records, out_dir, logger)
+
+    if evaluator != "none":  # 4. evaluate
+        from rpbench.eval.evaluate import evaluate
+
+        results["eval"] = evaluate(cfg, model, tokenizer, splits["test"], out_dir, logger)
+
+    if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
+        (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+        write_report(results, out_dir)
+        log.info("run written to %s", os.path.relpath(out_dir))
+    return results

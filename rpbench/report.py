@@ -1,0 +1,45 @@
+"""Stage 5: report.md, a short human summary of metrics.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _data_lines(data: dict[str, Any]) -> list[str]:
+    lines = ["| split | read | skipped |", "| --- | --- | --- |"]
+    for split, summary in data.items():
+        if isinstance(summary, dict) and "read" in summary:
+            lines.append(f"| {split} | {summary['read']} | {summary['skipped']} |")
+    if "train_test_overlap" in data:
+        lines.append(f"\nTraining records also in the test split: {data['train_test_overlap']}")
+    return lines
+
+
+def _train_lines(train: dict[str, Any]) -> list[str]:
+    samples = train["samples"]
+    lines = [f"Trained on {samples['train']} samples ({samples['val']} held out) for "
+             f"{train['optimizer_steps']} optimizer steps."]
+    skipped = samples["no_supervised_tokens"]
+    if skipped["train"] or skipped["val"]:
+        lines.append(f"Not trained (no supervised token left after truncation): {skipped['train']} train, "
+                     f"{skipped['val']} held-out.")
+    held_out = train.get("held_out")
+    if held_out:
+        lines += ["", "| held-out | loss | perplexity |", "| --- | --- | --- |"]
+        for phase in ("before", "after"):
+            lines.append(f"| {phase} training | {held_out[phase]['loss']:.4f} | {held_out[phase]['perplexity']:.2f} |")
+    return lines
+
+
+def write_report(results: dict[str, Any], out_dir: Path) -> Path:
+    lines = [f"# {results['run_name']}", "",
+             f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
+             f"evaluator `{results['evaluator']}`", "", "## Data", "", *_data_lines(results.get("records", {}))]
+    if "train" in results:
+        lines += ["", "## Training", "", *_train_lines(results["train"])]
+    for section in results.get("eval", {}).get("report_sections", []):
+        lines += ["", section]
+    path = out_dir / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,129 @@
+"""Stage 3: Lightning ``Trainer.fit`` of the configured objective on rendered records."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.collate import pack_into_budget, packed_collate
+from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.objectives.registry import objective_class
+
+
+class ValidationHistory(Callback):
+    """Held-out loss before training (the sanity pass over the whole validation set) and after each run."""
+
+    def __init__(self):
+        self.history: list[dict[str, Any]] = []
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if pl_module.last_validation:
+            self.history.append({"step": trainer.global_step, **pl_module.last_validation})
+
+
+def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
+    strategy = trainer_cfg.get("strategy", "auto")
+    if isinstance(strategy, Mapping):
+        if strategy.get("name") != "deepspeed":
+            raise ValueError(f"trainer.strategy: only 'deepspeed' takes a config, got {strategy.get('name')!r}")
+        from lightning.pytorch.strategies import DeepSpeedStrategy
+
+        config = dict(strategy.get("config", {}))
+        config.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)
+        return DeepSpeedStrategy(config=config)
+    return strategy
+
+
+def build_trainer(cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback]) -> L.Trainer:
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    objective = cfg.objective
+    micro_batch = 1 if objective.get("packing") else int(objective.batch_size)
+    grad_accum = int(objective.get("grad_accum", 1))
+    val_every = objective.get("val_every_n_steps")
+    if trainer_cfg.get("accelerator") == "gpu":
+        torch.set_float32_matmul_precision("high")
+    return L.Trainer(
+        accelerator=trainer_cfg["accelerator"], devices=trainer_cfg.get("devices", 1),
+        num_nodes=trainer_cfg.get("num_nodes", 1), strategy=_strategy(trainer_cfg, micro_batch),
+        precision=trainer_cfg.get("precision", "32-true"), deterministic=trainer_cfg.get("deterministic", False),
+        enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
+        max_epochs=int(objective.get("epochs", 1)), max_steps=int(objective.get("max_steps") or -1),
+        accumulate_grad_batches=grad_accum, gradient_clip_val=objective.get("max_grad_norm"),
+        log_every_n_steps=int(objective.get("log_every_n_steps", 10)),
+        val_check_interval=int(val_every) * grad_accum if val_every else None,
+        num_sanity_val_steps=-1, use_distributed_sampler=False, default_root_dir=str(out_dir),
+        logger=logger if logger is not None else False, callbacks=list(callbacks),
+    )
+
+
+def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[dict],
+                     pad_token_id: int) -> PlannedDataModule:
+    """Planned train/val batches; the objective says how samples collate and what each weighs in the mean."""
+    objective = cfg.objective
+    collate = partial(module_cls.collate, pad_token_id=pad_token_id)
+    def weights(samples: list[dict]) -> list[int]:
+        return [module_cls.sample_weight(s) for s in samples]
+
+    if objective.get("packing"):
+        if not module_cls.supports_packing:
+            raise ValueError(f"objective={objective.name} does not support packing: set objective.packing=false")
+        budget = int(objective.max_tokens_per_batch)
+        train_batcher = fixed_order_batcher(pack_into_budget([len(s["input_ids"]) for s in train], budget), cfg.seed)
+        train_collate = packed_collate
+    else:
+        train_batcher = epoch_batcher(len(train), int(objective.batch_size), cfg.seed)
+        train_collate = collate
+    val_batcher = epoch_batcher(len(val), int(objective.batch_size), cfg.seed, shuffle=False)
+    return PlannedDataModule(
+        PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.get("grad_accum", 1))),
+        PlannedBatches(val, collate, val_batcher, weights(val), 1) if val else None,
+        num_workers=int(objective.get("num_workers", 0)),
+    )
+
+
+def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
+    """``last`` -> the run folder's last checkpoint if there is one (resume), else start fresh."""
+    if ckpt_path == "last":
+        last = out_dir / "checkpoints" / "last.ckpt"
+        return str(last) if last.exists() else None
+    return ckpt_path
+
+
+def train(cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path,
+          logger) -> dict[str, Any]:
+    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after)."""
+    module_cls = objective_class(str(cfg.objective.name))
+    renderer = ChatRenderer(tokenizer, cfg.model.get("end_of_turn"), int(cfg.data.max_length))
+    train_samples, train_empty = module_cls.render(train_examples, renderer)
+    val_samples, val_empty = module_cls.render(val_examples, renderer)
+    if not train_samples:
+        raise ValueError(f"no trainable samples: all {len(train_examples)} have no supervised token left "
+                         f"after truncation to data.max_length={cfg.data.max_length}")
+    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
+    module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
+    history = ValidationHistory()
+    checkpoints = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), save_last=True, save_top_k=0)
+    trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints])
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt(cfg.get("ckpt_path"), out_dir))
+    report: dict[str, Any] = {
+        "samples": {"train": len(train_samples), "val": len(val_samples),
+                    "no_supervised_tokens": {"train": len(train_empty), "val": len(val_empty),
+                                             "first_ids": (train_empty + val_empty)[:5]}},
+        "optimizer_steps": trainer.global_step,
+        "epochs": trainer.current_epoch,
+    }
+    if history.history:
+        report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
+    if cfg.get("save_model", True):
+        saved = module.export_hf(out_dir / "model")
+        if saved is not None:
+            report["model_dir"] = "model"
+    return report

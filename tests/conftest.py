@@ -1,0 +1,50 @@
+"""Shared fixtures: offline environment, Hydra composition, tiny models."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def compose(tmp_path):
+    """compose(*overrides) -> resolved DictConfig, as `python run.py <overrides>` would build it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    def _compose(*overrides: str):
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", overrides=[f"hydra.run.dir={tmp_path / 'run'}", *overrides],
+                                return_hydra_config=True)
+            with open_dict(cfg):
+                cfg.hydra.runtime.output_dir = str(tmp_path / "run")
+            HydraConfig.instance().set_config(cfg)
+        return cfg
+
+    yield _compose
+    GlobalHydra.instance().clear()

@@ -1,0 +1,74 @@
+"""Split hygiene: overlap between training and test records is refused unless allowed, and counted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from rpbench.data import readers
+from rpbench.data.hygiene import check_overlap
+from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
+from rpbench.data.sample import SAMPLE_DIR
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def sft(rid: str, question: str, answer: str) -> SFTExample:
+    return SFTExample(rid, (Turn("system", "You are Ann."), Turn("user", question), Turn("assistant", answer)))
+
+
+def evaluated(rid: str, question: str, reference: str) -> EvalExample:
+    return EvalExample(rid, (Turn("system", "You are Ann."), Turn("user", question)), reference, "t")
+
+
+def test_overlap_refused_with_count_and_first_ids():
+    train = [sft(f"tr{i}", f"Q{i}", f"A{i}") for i in range(10)]
+    tests = [evaluated(f"te{i}", f"Q{i}", f"A{i}") for i in range(2, 9)] + [evaluated("other", "Q1", "different")]
+    with pytest.raises(ValueError) as caught:
+        check_overlap(train, tests, allow_overlap=False, train_name="rolemrc train", test_name="rolemrc test")
+    message = str(caught.value)
+    assert message.startswith("7 rolemrc train records also appear in rolemrc test")
+    assert "tr2 (= rolemrc test te2), tr3" in message and "tr6 (= rolemrc test te6)" in message
+    assert "tr7" not in message and "tr1" not in message and "data.allow_overlap=true" in message
+    assert check_overlap(train, tests, allow_overlap=True) == 7
+
+
+def test_overlap_ignores_surrounding_whitespace_but_not_content():
+    train = [sft("a", "  Q  ", "A\n"), sft("b", "Q", "A!"), sft("c", "Q?", "A")]
+    assert check_overlap(train, [evaluated("t", "Q", "A")], allow_overlap=True) == 1
+
+
+def test_pairs_are_checked_by_prompt_and_chosen():
+    pair = PreferenceExample("p", (Turn("system", "You are Ann."), Turn("user", "Q")), "A", "B")
+    assert check_overlap([pair], [evaluated("t", "Q", "A")], allow_overlap=True) == 1
+    assert check_overlap([pair], [evaluated("t", "Q", "B")], allow_overlap=False) == 0
+
+
+def test_sft_matched_on_its_last_turn_only():
+    multi = SFTExample("m", (Turn("user", "Q"), Turn("assistant", "A"), Turn("user", "Q2"), Turn("assistant", "A2")))
+    assert check_overlap([multi], [EvalExample("t", (Turn("user", "Q"),), "A", "x")], allow_overlap=False) == 0
+    assert check_overlap([multi], [EvalExample("t", multi.turns[:-1], "A2", "x")], allow_overlap=True) == 1
+
+
+def test_bundled_samples_do_not_overlap():
+    dims = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").task_dimensions
+    rolemrc_test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", task_dimensions=dims)
+    for split, name in (("train", "train-sft.jsonl"), ("pairs", "train-rl.jsonl")):
+        train = readers.read("rolemrc", split, SAMPLE_DIR / "rolemrc" / name)
+        assert check_overlap(train.examples, rolemrc_test.examples, allow_overlap=False) == 0
+    mm = SAMPLE_DIR / "mmrole"
+    mm_test = [e for s in ("comment", "human-role", "inter-role")
+               for e in readers.read("mmrole", "test", mm / f"{s}_test.json").examples]
+    mm_train = readers.read("mmrole", "train", mm / "train.json").examples
+    assert check_overlap(mm_train, mm_test, allow_overlap=False) == 0
+    rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
+    assert check_overlap(readers.read("rpgbench", "train", rpg).examples, readers.read("rpgbench", "test", rpg).examples,
+                         allow_overlap=False) == 0
+
+
+def test_sample_test_split_against_itself_is_all_overlap():
+    rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
+    examples = readers.read("rpgbench", "test", rpg).examples
+    assert check_overlap(examples, examples, allow_overlap=True) == len(examples)

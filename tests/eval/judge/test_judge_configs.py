@@ -1,0 +1,46 @@
+"""Every option of the Hydra group `judge` composes and yields a usable judge configuration."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from rpbench.eval.judge.client import JudgeConfig
+from rpbench.serve import ServeOptions
+
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+OPTIONS = sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml"))
+
+
+def judge_config(name: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name=None, overrides=["+paths=default", f"+judge={name}"])
+    return OmegaConf.to_container(cfg.judge, resolve=True)
+
+
+def test_the_group_has_the_five_options():
+    assert OPTIONS == ["local", "none", "openai", "rolemrc_published", "vllm"]
+
+
+@pytest.mark.parametrize("name", [n for n in OPTIONS if n != "none"])
+def test_option_builds_a_judge_config(name):
+    cfg = judge_config(name)
+    config = JudgeConfig.from_mapping(cfg)
+    assert cfg["backend"] == ("openai" if name in ("openai", "rolemrc_published") else name)
+    assert config.cache_path.endswith("judge_cache.sqlite")
+    if name == "local":
+        ServeOptions.from_mapping({k: v for k, v in cfg["server"].items() if k != "model"})
+        assert cfg["server"]["model"] == "tiny-qwen2" and config.api_key_env is None
+
+
+def test_published_rolemrc_setup():
+    config = JudgeConfig.from_mapping(judge_config("rolemrc_published"))
+    assert (config.model, config.temperature, config.max_tokens["rolemrc"]) == ("gpt-4-turbo-2024-04-09", 0.7, 4)
+    assert config.base_url is None and config.api_key_env == "OPENAI_API_KEY"
+
+
+def test_none_is_just_a_switch():
+    assert judge_config("none") == {"backend": "none"}

@@ -1,0 +1,48 @@
+"""Strict judge-reply parsers; the score parser is checked on every official MMRole-Eval review."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rpbench.eval.judge.parse import parse_score_pair, parse_verdict
+
+MMROLE = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "mmrole"
+
+
+@pytest.mark.parametrize(("text", "verdict"), [
+    ("1", 1), ("0", 0), (" 1\n", 1), ("Score: 1", 1), ("score:0", 0), ("**0**", 0), ("1.", 1), ("Verdict: 0", 0),
+    ("10", None), ("1 because it follows the rule", None), ("0 or 1", None), ("one", None), ("", None),
+    ("Score:", None), ("2", None),
+])
+def test_verdict_is_exactly_zero_or_one(text, verdict):
+    assert parse_verdict(text) == verdict
+
+
+@pytest.mark.parametrize(("text", "pair"), [
+    ("Both are fine. [Scores]: (8, 10)", (8.0, 10.0)),
+    ("A rambles. [Scores]: (6.5, 9)\nThanks.", (6.5, 9.0)),
+    ("[Scores]: (Model A: 7, Model B: 9)", (7.0, 9.0)),
+    ("No scores given.", None),
+    ("[Scores]: (8, 10) ... [Scores]: (9, 10)", None),  # ambiguous
+    ("[Scores]: (8)", None),
+    ("[Scores]: (0, 10)", None),  # outside 1..10
+    ("[Scores]: (8, 11)", None),
+    ("[Scores]: eight, ten", None),
+])
+def test_score_pair_parsing(text, pair):
+    assert parse_score_pair(text) == pair
+
+
+def test_every_official_review_parses_to_its_recorded_score():
+    files = sorted(MMROLE.glob("in-test_reviews/*/*.json"))
+    assert len(files) == 9
+    checked = 0
+    for path in files:
+        for record in json.loads(path.read_text()):
+            for metric, review in record["rm_review"].items():
+                assert parse_score_pair(review["review"]) == tuple(review["score"]), (path, record["id"], metric)
+                checked += 1
+    assert checked == 9 * 72 * 8

@@ -1,0 +1,129 @@
+"""RoleMRC rubric prompts, and judge_rolemrc against a real local server giving scripted verdicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample, Turn
+from rpbench.eval.judge.client import JudgeClient, JudgeConfig
+from rpbench.eval.judge.rolemrc_rubrics import REASK, RUBRICS, judge_rolemrc, nested_rule, rubric_messages
+from rpbench.serve import load_served_model, serve_in_thread
+
+SYSTEM = ("You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
+          "You speak bluntly and use sailing metaphors.")
+
+
+def example(rid: str, dims: list[str], system: str = SYSTEM, **meta) -> EvalExample:
+    prompt = (Turn("system", system), Turn("user", "Passage: tides follow the moon. How do tides work?"))
+    return EvalExample(rid, prompt, f"reference reply of {rid}", "some_label", {"dimensions": dims, **meta})
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_served_model("tiny-qwen2")
+
+
+def test_rubric_names_are_the_seven_of_the_five_dimensions():
+    assert sorted(RUBRICS) == sorted([
+        "knowledge_boundary.within", "knowledge_boundary.outside", "role_style", "nested",
+        "multi_turn.answerable", "multi_turn.unanswerable", "prioritized"])
+
+
+def test_nested_rule_is_taken_from_the_system_prompt():
+    assert nested_rule(example("a", ["nested"])) == "answer in exactly two sentences"
+    assert nested_rule(example("b", ["nested"], nested_rule="rhyme every line")) == "rhyme every line"
+    with pytest.raises(DataFormatError, match="record c.*system"):
+        nested_rule(example("c", ["nested"], system="You are a pirate"))
+
+
+def test_prompt_holds_setting_dialogue_response_reference_and_criterion():
+    system, user = rubric_messages("nested", example("a", ["nested"]), "THE-MODEL-REPLY")
+    assert system["role"] == "system" and user["role"] == "user"
+    text = user["content"]
+    for part in (SYSTEM, "How do tides work?", "THE-MODEL-REPLY", "reference reply of a",
+                 '"answer in exactly two sentences"'):
+        assert part in text
+    answerable = rubric_messages("multi_turn.answerable", example("a", []), "r")[1]["content"]
+    unanswerable = rubric_messages("multi_turn.unanswerable", example("a", []), "r")[1]["content"]
+    assert "ANSWERABLE" in answerable and "UNANSWERABLE" in unanswerable
+    assert "WITHIN" in rubric_messages("knowledge_boundary.within", example("a", []), "r")[1]["content"]
+    with pytest.raises(ValueError, match="unknown rubric"):
+        rubric_messages("humour", example("a", []), "r")
+
+
+def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3) -> JudgeClient:
+    settings = {"model": server.model_name, "base_url": server.base_url, "api_key_env": None, "progress": False,
+                "parse_tries": parse_tries, "cache_path": str(tmp_path / "judge.sqlite")}
+    return JudgeClient(JudgeConfig.from_mapping(settings))
+
+
+# The judge answers by what the model reply says: a real server, a scripted judge.
+VERDICTS = [{"match": "REPLY-GOOD", "reply": "1"}, {"match": "REPLY-BAD", "reply": "Score: 0"},
+            {"match": "REPLY-MUDDLED", "reply": "I think it is fine"}, {"match": REASK, "reply": "fine, I guess"}]
+RECORDS = [
+    (example("r1", ["knowledge_boundary.within", "role_style"]), "REPLY-GOOD"),
+    (example("r2", ["nested"]), "REPLY-BAD"),
+    (example("r3", ["multi_turn.answerable"]), "REPLY-MUDDLED"),
+    (example("r4", ["prioritized"]), "REPLY-GOOD"),
+    (example("r5", ["knowledge_boundary.outside"]), "REPLY-BAD"),
+]
+
+
+def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
+    examples = [e for e, _ in RECORDS]
+    predictions = {e.id: reply for e, reply in RECORDS}
+    with serve_in_thread(tiny, {"scripted": VERDICTS}) as server:
+        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+        # 6 judgements, then 2 re-asks of the muddled one (3 tries in all)
+        assert server.stats.requests == 6 + 2
+        again = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+        assert server.stats.requests == 8  # the re-run is served from the cache
+    assert again["rubrics"] == result["rubrics"]
+
+    rubrics = result["rubrics"]
+    assert rubrics["knowledge_boundary.within"] == {"n": 1, "judged": 1, "correct": 1, "parse_failures": 0,
+                                                    "request_failures": 0, "accuracy": 1.0}
+    assert rubrics["nested"]["accuracy"] == 0.0 and rubrics["nested"]["correct"] == 0
+    assert rubrics["multi_turn.answerable"] == {"n": 1, "judged": 0, "correct": 0, "parse_failures": 1,
+                                                "request_failures": 0, "accuracy": None}
+    assert result["dimensions"]["knowledge_boundary"] == {"n": 2, "judged": 2, "correct": 1, "parse_failures": 0,
+                                                          "request_failures": 0, "accuracy": 0.5}
+    assert list(result["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
+    assert result["overall"] == {"n": 6, "judged": 5, "correct": 3, "parse_failures": 1, "request_failures": 0,
+                                 "accuracy": 0.6}
+    r1, _, r3 = result["records"][:3]
+    assert r1["verdicts"] == {"knowledge_boundary.within": 1, "role_style": 1}
+    assert r3["verdicts"] == {"multi_turn.answerable": None}
+    assert r3["status"] == {"multi_turn.answerable": "parse_failure"}
+    assert r3["attempts"] == {"multi_turn.answerable": 3} and r3["replies"]["multi_turn.answerable"] == "fine, I guess"
+
+
+def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
+    scripted = [*VERDICTS[:3], {"match": REASK, "reply": "1"}]
+    examples = [RECORDS[2][0]]
+    with serve_in_thread(tiny, {"scripted": scripted}) as server:
+        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, scripted_judge(tiny, server, tmp_path))
+    assert result["overall"]["accuracy"] == 1.0 and result["overall"]["parse_failures"] == 0
+    assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
+
+
+def test_judge_config_opens_the_local_server_itself(tmp_path):
+    judge = {"backend": "local", "model": "local", "api_key_env": None, "progress": False, "parse_tries": 1,
+             "cache_path": str(tmp_path / "judge.sqlite"),
+             "server": {"model": {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"},
+                        "scripted": [{"match": "REPLY-GOOD", "reply": "1"}]}}
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge)
+    assert result["judge_model"] == "tiny:qwen2"
+    assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
+
+
+def test_bad_inputs_are_named():
+    client = JudgeClient(JudgeConfig.from_mapping({"model": "m", "base_url": "http://127.0.0.1:9/v1",
+                                                   "api_key_env": None, "progress": False}))
+    with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):
+        judge_rolemrc([RECORDS[1][0]], {}, client)
+    with pytest.raises(DataFormatError, match="record x.*meta.dimensions"):
+        judge_rolemrc([example("x", ["humour"])], {"x": "r"}, client)
+    with pytest.raises(DataFormatError, match="record y.*meta.dimensions"):
+        judge_rolemrc([example("y", [])], {"y": "r"}, client)

@@ -1,0 +1,303 @@
+"""Batched generation on a real tiny model; resumable predictions files; the OpenAI-compatible backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import torch
+
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample, Turn, as_messages
+from rpbench.eval.generate import (
+    GenerationOptions,
+    generate_predictions,
+    generate_texts,
+    generate_via_endpoint,
+    shard_path,
+)
+
+MAX_NEW = 10
+# initializer_range 0.2: random weights whose greedy continuations vary from token to token
+MODEL_CFG = {"name_or_path": "tiny:qwen2", "tiny": {"initializer_range": 0.2}}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from rpbench.models import load
+
+    return load(MODEL_CFG)
+
+
+def make_examples(n: int = 7) -> list[EvalExample]:
+    examples = []
+    for i in range(n):
+        turns = [Turn("user", "Hello there " * (1 + 3 * (i % 4)) + f"what is your name, traveller {i}?")]
+        if i % 2:
+            turns.insert(0, Turn("system", f"You are Captain {i}, a pirate."))
+        examples.append(EvalExample(id=f"ex{i}", prompt=tuple(turns), reference=f"I am Captain {i}.",
+                                    task=["role_style", "knowledge"][i % 2], meta={"dimension": [f"d{i % 3}"]}))
+    return examples
+
+
+def read_jsonl(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def greedy_reference(model, tok, conversation, stop_ids) -> str:
+    """model.generate on one unpadded prompt, cut at the first stop id."""
+    ids = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                  return_tensors="pt")
+    out = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1]:].tolist()
+    cut = next((i for i, t in enumerate(out) if t in stop_ids), len(out))
+    return tok.decode(out[:cut], skip_special_tokens=True).strip()
+
+
+def test_greedy_equals_model_generate(tiny):
+    model, tok = tiny
+    conversation = as_messages(make_examples()[3].prompt)
+    [text] = generate_texts(model, tok, [conversation], max_new_tokens=MAX_NEW)
+    assert text == greedy_reference(model, tok, conversation, model.generation_config.eos_token_id)
+    assert len(text) > 5
+
+
+def test_left_padded_batches_equal_unbatched(tiny):
+    model, tok = tiny
+    conversations = [as_messages(ex.prompt) for ex in make_examples()]
+    lengths = {len(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False)) for c in conversations}
+    assert len(lengths) > 3  # prompts of different lengths are padded within one batch
+    batched = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, batch_size=len(conversations))
+    single = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, batch_size=1)
+    assert batched == single
+    assert len(set(batched)) == len(batched)
+
+
+def test_stops_at_given_stop_id(tiny):
+    model, tok = tiny
+    conversation = as_messages(make_examples()[0].prompt)
+    ids = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                  return_tensors="pt")
+    free = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1]:].tolist()
+    stop = free[4]
+    first = free.index(stop)
+    [text] = generate_texts(model, tok, [conversation], max_new_tokens=MAX_NEW, stop_ids=[stop])
+    assert text == tok.decode(free[:first], skip_special_tokens=True).strip()
+
+
+def test_sampling_is_seeded(tiny):
+    model, tok = tiny
+    conversations = [as_messages(ex.prompt) for ex in make_examples(3)]
+    a = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, temperature=1.0, seed=1)
+    b = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, temperature=1.0, seed=1)
+    c = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, temperature=1.0, seed=2)
+    greedy = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW)
+    assert a == b
+    assert a != c and a != greedy
+
+
+def test_options_validated():
+    with pytest.raises(ValueError, match="unknown generation options.*max_tokens"):
+        GenerationOptions.from_cfg({"max_tokens": 5})
+    with pytest.raises(ValueError, match="top_p"):
+        GenerationOptions(top_p=0)
+
+
+def test_predictions_file_resumes(tiny, tmp_path):
+    model, tok = tiny
+    examples = make_examples()
+    cfg = {"max_new_tokens": MAX_NEW, "batch_size": 3, "progress": False}
+    expected = generate_texts(model, tok, [as_messages(ex.prompt) for ex in examples], max_new_tokens=MAX_NEW)
+
+    first = tmp_path / "first" / "predictions.jsonl"
+    report = generate_predictions(model, tok, examples, first, cfg)
+    records = read_jsonl(first)
+    assert [r["id"] for r in records] == [ex.id for ex in examples]
+    assert [r["prediction"] for r in records] == expected
+    assert records[1]["reference"] == "I am Captain 1." and records[1]["task"] == "knowledge"
+    assert records[1]["prompt"][0] == {"role": "system", "content": "You are Captain 1, a pirate."}
+    assert records[1]["meta"] == {"dimension": ["d1"]}
+    assert (report.n_generated, report.n_resumed) == (len(examples), 0)
+
+    # A killed run: two complete lines (marked so a regeneration would show) and a cut-off third.
+    out = tmp_path / "second" / "predictions.jsonl"
+    out.parent.mkdir()
+    kept = [dict(records[5], prediction="FROM THE EARLIER RUN"), dict(records[2], prediction="EARLIER TOO")]
+    cut_off = json.dumps(records[0])[:25]
+    out.write_text("".join(json.dumps(r) + "\n" for r in kept) + cut_off, encoding="utf-8")
+    report = generate_predictions(model, tok, examples, out, cfg)
+    assert (report.n_generated, report.n_resumed) == (len(examples) - 2, 2)
+    assert "incomplete last line" in report.truncated_line
+    resumed = read_jsonl(out)
+    assert [r["id"] for r in resumed] == [ex.id for ex in examples]
+    assert resumed[5]["prediction"] == "FROM THE EARLIER RUN" and resumed[2]["prediction"] == "EARLIER TOO"
+    assert [r["prediction"] for i, r in enumerate(resumed) if i not in (2, 5)] == \
+        [t for i, t in enumerate(expected) if i not in (2, 5)]
+
+    again = generate_predictions(model, tok, examples, out, cfg)
+    assert (again.n_generated, again.n_resumed, again.truncated_line) == (0, len(examples), None)
+    assert read_jsonl(out) == resumed
+
+
+def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
+    model, tok = tiny
+    examples = make_examples(3)
+    out = tmp_path / "predictions.jsonl"
+    record = {"id": "ex1", "prompt": [{"role": "user", "content": "something else"}], "prediction": "x"}
+    out.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="record ex1: field 'prompt'"):
+        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+    out.write_text(json.dumps({"id": "zz", "prompt": []}) + "\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match="record zz: field 'id': not in the evaluation set"):
+        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+    out.write_text('{"id": "ex0"\n{"id": "ex1"}\n', encoding="utf-8")
+    with pytest.raises(DataFormatError, match="record line 1: field 'json'"):
+        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+
+
+def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
+    model, tok = tiny
+    examples = make_examples()  # 7 records: rank 0 takes 4, rank 1 takes 3
+    cfg = {"max_new_tokens": MAX_NEW, "batch_size": 2, "progress": False}
+    single = tmp_path / "single" / "predictions.jsonl"
+    generate_predictions(model, tok, examples, single, cfg)
+
+    out = tmp_path / "ddp" / "predictions.jsonl"
+    r1 = generate_predictions(model, tok, examples, out, cfg, rank=1, world_size=2)
+    assert r1.n_generated == 3 and not out.exists()
+    assert {r["id"] for r in read_jsonl(shard_path(out, 1, 2))} == {"ex1", "ex3", "ex5"}
+    r0 = generate_predictions(model, tok, examples, out, cfg, rank=0, world_size=2)
+    assert r0.n_generated == 4
+    assert read_jsonl(out) == read_jsonl(single)
+    assert not shard_path(out, 0, 2).exists() and not shard_path(out, 1, 2).exists()
+
+
+def test_rank_zero_reports_a_missing_shard(tiny, tmp_path):
+    model, tok = tiny
+    cfg = {"max_new_tokens": 2, "progress": False, "merge_timeout_s": 0.2}
+    with pytest.raises(TimeoutError, match="3 of 7 predictions still missing"):
+        generate_predictions(model, tok, make_examples(), tmp_path / "p.jsonl", cfg, rank=0, world_size=2)
+
+
+def _synced_worker(rank: int, world_size: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
+    from rpbench.models import load
+
+    model, tok = load(MODEL_CFG)
+    cfg = {"max_new_tokens": 6, "batch_size": 1, "synced_gpus": True, "progress": False, "merge_timeout_s": 60}
+    generate_predictions(model, tok, make_examples(5), out, cfg, rank=rank, world_size=world_size)
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
+    """Under synced_gpus every rank makes the same number of generate calls, even with nothing to do."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    model, tok = tiny
+    out = tmp_path / "predictions.jsonl"
+    examples = make_examples(5)
+    # rank 1's share (ex1, ex3) is already done: it has 0 real batches, rank 0 has 3
+    generate_predictions(model, tok, examples[1::2], shard_path(out, 1, 2), {"max_new_tokens": 6, "progress": False})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    context = mp.start_processes(_synced_worker, args=(2, port, str(out)), nprocs=2, join=False,
+                                 start_method="spawn")
+    finished = False
+    for _ in range(120):
+        if context.join(timeout=1):
+            finished = True
+            break
+    if not finished:
+        for process in context.processes:
+            process.kill()
+    assert finished, "ranks hung"
+    assert [r["id"] for r in read_jsonl(out)] == [ex.id for ex in examples]
+
+
+# ------------------------------------------------------------------------------------ endpoint
+
+
+class CompletionServer(ThreadingHTTPServer):
+    """A minimal OpenAI-compatible chat-completions server: the reply is the last user message reversed.
+
+    A message containing "FAIL" gets HTTP 500.
+    """
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.requests.append(body)
+        last = body["messages"][-1]["content"]
+        if "FAIL" in last:
+            self.send_response(500)
+            self.end_headers()
+            return
+        payload = json.dumps({
+            "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": " " + last[::-1] + " "}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@pytest.fixture
+def server():
+    srv = CompletionServer()
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def test_endpoint_backend_writes_and_resumes(server, tmp_path):
+    examples = make_examples()
+    out = tmp_path / "predictions.jsonl"
+    cfg = {"max_new_tokens": 33, "progress": False}
+    report = generate_via_endpoint(server.url, "served-model", examples, out, cfg, concurrency=3)
+    records = read_jsonl(out)
+    assert [r["id"] for r in records] == [ex.id for ex in examples]
+    assert [r["prediction"] for r in records] == [ex.prompt[-1].content[::-1] for ex in examples]
+    assert report.n_generated == len(examples)
+    request = server.requests[0]
+    assert request["model"] == "served-model" and request["max_tokens"] == 33 and request["temperature"] == 0
+    assert {tuple(m.items()) for m in request["messages"]} <= \
+        {tuple(m.items()) for ex in examples for m in as_messages(ex.prompt)}
+
+    again = generate_via_endpoint(server.url, "served-model", examples, out, cfg)
+    assert again.n_generated == 0 and len(server.requests) == len(examples)
+
+
+def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_path):
+    examples = make_examples(4)
+    examples[2] = EvalExample(id="bad", prompt=(Turn("user", "please FAIL"),), reference="r", task="t")
+    out = tmp_path / "predictions.jsonl"
+    with pytest.raises(RuntimeError, match=r"1 of 4 endpoint requests failed \(first: record 'bad'"):
+        generate_via_endpoint(server.url, "m", examples, out, {"progress": False}, max_retries=0)
+    assert sorted(r["id"] for r in read_jsonl(out)) == ["ex0", "ex1", "ex3"]

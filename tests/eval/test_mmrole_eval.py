@@ -1,0 +1,192 @@
+"""MMRole-Eval: the golden reproduction of every official results CSV, and judging via a real local server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rpbench.data.errors import DataFormatError
+from rpbench.eval.judge.client import JudgeClient, JudgeConfig
+from rpbench.eval.judge.mmrole_prompts import METRICS, REASK
+from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
+from rpbench.serve import load_served_model, serve_in_thread
+
+MMROLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mmrole"
+MODELS = ("gpt-4-turbo", "mmrole-agent", "qwen-vl-chat")
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_official_results_csvs_are_reproduced_byte_for_byte(model, tmp_path):
+    results = aggregate_reviews(MMROLE / "in-test_reviews" / model)
+    written = write_results_csvs(results, tmp_path)
+    official = sorted((MMROLE / "in-test_results" / model).glob("*.csv"))
+    assert [p.name for p in written] == [p.name for p in official] == [
+        "comment_test.csv", "human-role_test.csv", "inter-role_test.csv"]
+    for mine, theirs in zip(written, official):
+        assert mine.read_bytes() == theirs.read_bytes(), mine.name
+    assert all(s["count"] == 72 and s["unreviewed"] == 0 and sum(s["parse_failures"].values()) == 0
+               for s in results["files"].values())
+
+
+def review(scores: dict[str, list | dict]) -> dict:
+    return {m: {"review": f"text [Scores]: {s}", "score": s} for m, s in scores.items()}
+
+
+def write_reviews(folder: Path, name: str, records: list) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(json.dumps(records))
+    return folder
+
+
+def all_metrics(score) -> dict:
+    return {m: score for m in METRICS}
+
+
+def test_aggregation_by_hand_with_parse_failures_and_unreviewed_records(tmp_path):
+    records = [
+        {"id": "s1", "rm_review": review({**all_metrics([8, 10]), "Fluency": [6, 8]})},
+        {"id": "s2", "rm_review": review({**all_metrics([10, 10]), "Fluency": {}})},
+        {"id": "s3", "rm_review": review(all_metrics([9, 6]))},
+        {"id": "s4"},
+    ]
+    results = aggregate_reviews(write_reviews(tmp_path / "r", "comment_test.json", records))
+    summary = results["files"]["comment_test"]
+    assert summary["count"] == 3 and summary["unreviewed"] == 1
+    assert summary["means"]["Fluency"] == pytest.approx((0.75 + 1.5) / 2)
+    assert summary["n"]["Fluency"] == 2 and summary["parse_failures"]["Fluency"] == 1
+    assert summary["means"]["Tone Consistency"] == pytest.approx((0.8 + 1.0 + 1.5) / 3)
+    assert summary["overall"] == pytest.approx((1.125 + 7 * 1.1) / 8)
+    csv_text = write_results_csvs(results, tmp_path / "out")[0].read_text()
+    assert csv_text.splitlines()[1].startswith("3,")
+
+
+def test_pooled_results_over_files(tmp_path):
+    folder = write_reviews(tmp_path / "r", "a_test.json", [{"id": "a", "rm_review": review(all_metrics([5, 10]))}])
+    write_reviews(folder, "b_test.json", [{"id": "b", "rm_review": review(all_metrics([10, 10]))},
+                                          {"id": "c", "rm_review": review(all_metrics([10, 10]))}])
+    pooled = aggregate_reviews(folder)["all"]
+    assert pooled["count"] == 3 and pooled["means"]["Coherency"] == pytest.approx(2.5 / 3)
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    ({"id": "x1", "rm_review": review({**all_metrics([8, 10]), "Fluency": "8/10"})}, r"record x1.*rm_review.Fluency.score"),
+    ({"id": "x2", "rm_review": review({**all_metrics([8, 10]), "Fluency": [8, 0]})}, r"record x2.*positive"),
+    ({"id": "x3", "rm_review": {m: {"review": "r", "score": [8, 10]} for m in METRICS[:-1]}},
+     r"record x3.*rm_review.Tone Consistency"),
+    ({"id": "x4", "rm_review": ["not", "a", "mapping"]}, r"record x4.*rm_review"),
+])
+def test_malformed_reviews_name_file_record_and_field(tmp_path, record, message):
+    folder = write_reviews(tmp_path / "r", "comment_test.json", [record])
+    with pytest.raises(DataFormatError, match=r"comment_test\.json: " + message):
+        aggregate_reviews(folder)
+
+
+def test_malformed_files_are_named(tmp_path):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "broken_test.json").write_text("[{")
+    with pytest.raises(DataFormatError, match=r"broken_test\.json.*valid JSON"):
+        aggregate_reviews(folder)
+    (folder / "broken_test.json").write_text('{"id": 1}')
+    with pytest.raises(DataFormatError, match=r"broken_test\.json.*JSON list"):
+        aggregate_reviews(folder)
+    with pytest.raises(FileNotFoundError):
+        aggregate_reviews(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------- judging through a real local server
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_served_model("tiny-qwen2")
+
+
+def answers_folder(tmp_path: Path, records: list) -> Path:
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    (folder / "comment_test.json").write_text(json.dumps(records, ensure_ascii=False))
+    return folder
+
+
+def official_answers(n: int) -> list:
+    return json.loads((MMROLE / "in-test_answers" / "gpt-4-turbo" / "comment_test.json").read_text())[:n]
+
+
+def judge(server, tmp_path, **overrides) -> JudgeClient:
+    settings = {"model": server.model_name, "base_url": server.base_url, "api_key_env": None, "progress": False,
+                "parse_tries": 2, "cache_path": str(tmp_path / "judge.sqlite"), **overrides}
+    return JudgeClient(JudgeConfig.from_mapping(settings))
+
+
+def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny, tmp_path):
+    scripted = [
+        {"match": "Fluency: Are the responses", "reply": "A is a bit stiff. [Scores]: (8, 10)"},
+        {"match": "Tone Consistency: Do the responses", "reply": "Both sound right."},  # no scores
+        {"match": REASK, "reply": "Still no numbers."},
+        {"match": "## **[Instruction]**", "reply": "Close call. [Scores]: (9, 10)"},
+    ]
+    answers = answers_folder(tmp_path, official_answers(2))
+    with serve_in_thread(tiny, {"scripted": scripted}) as server:
+        results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews")
+        assert server.stats.requests == 2 * 8 + 2  # one call per metric per record, one re-ask per Tone review
+    summary = results["files"]["comment_test"]
+    assert summary["count"] == 2
+    assert summary["means"]["Fluency"] == pytest.approx(0.8)
+    assert summary["means"]["Coherency"] == pytest.approx(0.9)
+    assert summary["means"]["Tone Consistency"] is None
+    assert summary["parse_failures"]["Tone Consistency"] == 2 and summary["n"]["Tone Consistency"] == 0
+    assert summary["overall"] == pytest.approx((0.8 + 6 * 0.9) / 7)
+
+    written = json.loads((tmp_path / "reviews" / "comment_test.json").read_text())
+    assert [r["id"] for r in written] == [r["id"] for r in official_answers(2)]
+    assert list(written[0]["rm_review"]) == list(METRICS)
+    assert written[0]["rm_review"]["Fluency"] == {"review": "A is a bit stiff. [Scores]: (8, 10)", "score": [8.0, 10.0]}
+    assert written[0]["rm_review"]["Tone Consistency"]["score"] == {}
+    assert aggregate_reviews(tmp_path / "reviews")["files"] == results["files"]
+    csv_row = write_results_csvs(results, tmp_path / "results")[0].read_text().splitlines()[1].split(",")
+    assert csv_row[0] == "2" and csv_row[-1] == "" and float(csv_row[2]) == pytest.approx(0.8)
+
+
+def test_position_swap_measures_bias(tiny, tmp_path):
+    record = official_answers(1)[0]
+    record["conversations"][1]["value"] = "TRUTH-TEXT"
+    record["conversations"][1]["answer"] = "ANSWER-TEXT"
+    first = "## **[Model A's Response Start]**\n\n"
+    scripted = [{"match": first + "ANSWER-TEXT", "reply": "[Scores]: (8, 10)"},
+                {"match": first + "TRUTH-TEXT", "reply": "[Scores]: (10, 6)"}]
+    with serve_in_thread(tiny, {"scripted": scripted}) as server:
+        results = judge_answers(answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews",
+                                swap=True)
+        assert server.stats.requests == 16
+    summary = results["files"]["comment_test"]
+    assert summary["means"]["Fluency"] == pytest.approx(0.8)
+    assert summary["swapped"]["means"]["Fluency"] == pytest.approx(0.6)
+    assert summary["position_bias"]["Fluency"] == pytest.approx(0.2)
+    written = json.loads((tmp_path / "reviews" / "comment_test.json").read_text())[0]
+    assert written["rm_review_swapped"]["Fluency"]["score"] == [10.0, 6.0]
+
+
+def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path):
+    with_image, without = official_answers(2)
+    with_image["image"] = "The_Avengers/30.jpg"  # shipped with the shared data; COCO images are not
+    with serve_in_thread(tiny, {"scripted": [{"match": "[Instruction]", "reply": "[Scores]: (9, 10)"}]}) as server:
+        results = judge_answers(answers_folder(tmp_path, [with_image, without]),
+                                judge(server, tmp_path, multimodal=True), tmp_path / "reviews",
+                                image_root=MMROLE / "images")
+    assert results["images"] == {"attached": 1, "missing": 1}
+    summary = results["files"]["comment_test"]
+    # the text-only local server refuses image parts (HTTP 400): those reviews are request failures
+    assert summary["request_failures"]["Fluency"] == 1 and summary["n"]["Fluency"] == 1
+    assert summary["means"]["Fluency"] == pytest.approx(0.9)
+
+
+def test_malformed_answers_are_named(tiny, tmp_path):
+    record = official_answers(1)[0]
+    del record["conversations"][1]["answer"]
+    client = JudgeClient(JudgeConfig.from_mapping({"model": "m", "base_url": "http://127.0.0.1:9/v1",
+                                                   "api_key_env": None, "progress": False}))
+    with pytest.raises(DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"):
+        judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews")

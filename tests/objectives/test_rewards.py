@@ -1,0 +1,228 @@
+"""Reward functions on hand-checked strings, and the registry built from config entries."""
+
+import math
+
+import pytest
+from rouge_score import rouge_scorer
+
+from rpbench.objectives import rewards
+from rpbench.objectives.rewards import (
+    RewardFn,
+    bleu,
+    build_reward_fns,
+    length_penalty,
+    no_role_break,
+    non_empty,
+    register,
+    rouge_l,
+    score_rewards,
+    weighted_sum,
+    word_tokens,
+)
+
+
+def test_non_empty():
+    assert non_empty([], ["", " \n\t", "hi"], []) == [0.0, 0.0, 1.0]
+
+
+def test_word_tokens_split_cjk_characters_and_words():
+    assert word_tokens("Hello, World! 我喜欢猫 don't") == [
+        "hello",
+        "world",
+        "我",
+        "喜",
+        "欢",
+        "猫",
+        "don",
+        "t",
+    ]
+
+
+def test_length_penalty_words():
+    completions = ["a", "a b c", "a b c d e f", "", " ".join("x" * 12), "我喜欢猫"]
+    # below 2: (2 - n) / 2; above 4: (n - 4) / 4, floored at -1; CJK characters count one each
+    assert length_penalty([], completions, [], min_len=2, max_len=4) == [-0.5, 0.0, -0.5, -1.0, -1.0, 0.0]
+
+
+def test_length_penalty_chars():
+    assert length_penalty([], ["  abc  ", "abcdefgh"], [], min_len=4, max_len=6, unit="chars") == [
+        -0.25,
+        -1 / 3,
+    ]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"min_len": 5, "max_len": 4},
+        {"min_len": 0, "max_len": 0},
+        {"min_len": 1, "max_len": 2, "unit": "bytes"},
+    ],
+)
+def test_length_penalty_rejects_bad_range(kwargs):
+    with pytest.raises(ValueError, match="length_penalty"):
+        length_penalty([], ["a"], [], **kwargs)
+
+
+def test_no_role_break():
+    completions = ["I draw my sword.", "Fine.\nUser: and then?", "ok<|im_start|>user\nhi", "The user: field"]
+    assert no_role_break([], completions, []) == [1.0, 0.0, 0.0, 1.0]
+    assert no_role_break([], ["Harry: hello", "hello"], [], markers=["Harry:"]) == [0.0, 1.0]
+    with pytest.raises(ValueError, match="markers"):
+        no_role_break([], ["x"], [], markers="User:")
+
+
+def test_rouge_l_hand_computed():
+    # LCS("the cat on the mat", "the cat sat on the mat") = 5: P = 5/5, R = 5/6, F = 10/11
+    # CJK: one token per character, LCS 3 of 4 each way: F = 0.75
+    got = rouge_l(
+        [], ["the cat on the mat", "我喜欢狗", "dogs"], ["the cat sat on the mat", "我喜欢猫", "cats"]
+    )
+    assert got == pytest.approx([10 / 11, 0.75, 0.0])
+
+
+def test_rouge_l_equals_rouge_score_default_on_ascii():
+    default = rouge_scorer.RougeScorer(["rougeL"])
+    pairs = [
+        ("Well, I'd say: it's 42!", "It is 42, I'd say."),
+        ("The_quick brown FOX", "the quick brown fox jumps"),
+    ]
+    got = rouge_l([], [h for h, _ in pairs], [r for _, r in pairs])
+    assert got == pytest.approx([default.score(r, h)["rougeL"].fmeasure for h, r in pairs])
+
+
+def test_bleu_hand_computed():
+    # n-gram precisions 5/6, 3/5, 2/4, 1/3; equal lengths so no brevity penalty: BLEU = (1/12) ** (1/4)
+    # CJK: 3/4, 2/3, 1/2 and a zero 4-gram count smoothed to 1 / (2 * 1): BLEU = (1/8) ** (1/4)
+    got = bleu(
+        [], ["the cat sat on a mat", "我喜欢狗", "the cat"], ["the cat sat on the mat", "我喜欢猫", "the cat"]
+    )
+    assert got == pytest.approx([(1 / 12) ** 0.25, (1 / 8) ** 0.25, 1.0])
+
+
+def test_reference_rewards_need_a_reference_per_completion():
+    with pytest.raises(ValueError, match=r"rouge_l: completions \[1\] have no reference"):
+        rouge_l([], ["a", "b"], ["a", None])
+    with pytest.raises(ValueError, match="bleu: 1 references for 2 completions"):
+        bleu([], ["a", "b"], ["a"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Registry and config
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    """A copy of the registry, so rewards registered by a test do not leak into others."""
+    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+    return rewards.REWARDS
+
+
+class KeywordCount:
+    """A stateful reward registered as a class: built once from kwargs, then called per batch."""
+
+    def __init__(self, keyword):
+        self.keyword = keyword
+
+    def __call__(self, prompts, completions, references):
+        return [float(c.count(self.keyword)) for c in completions]
+
+
+def test_build_reward_fns_from_names_targets_and_classes(registry):
+    register("keyword_count")(KeywordCount)
+    fns = build_reward_fns(
+        [
+            {"name": "non_empty"},
+            {"name": "length_penalty", "weight": 0.5, "kwargs": {"min_len": 1, "max_len": 1}},
+            {"target": "rpbench.objectives.rewards:no_role_break", "name": "no_break", "weight": 2},
+            {"name": "keyword_count", "weight": -1.0, "kwargs": {"keyword": "ha"}},
+        ]
+    )
+    assert [(f.name, f.weight) for f in fns] == [
+        ("non_empty", 1.0),
+        ("length_penalty", 0.5),
+        ("no_break", 2.0),
+        ("keyword_count", -1.0),
+    ]
+    completions = ["haha", "", "ok User: ha"]
+    scores = score_rewards(fns, ["p"] * 3, completions, [None] * 3)
+    assert scores == {
+        "non_empty": [1.0, 0.0, 1.0],
+        "length_penalty": [0.0, -1.0, -1.0],
+        "no_break": [1.0, 1.0, 0.0],
+        "keyword_count": [2.0, 0.0, 1.0],
+    }
+    total = weighted_sum(scores, {f.name: f.weight for f in fns})
+    assert total == pytest.approx([1 + 0 + 2 - 2, 0 - 0.5 + 2 - 0, 1 - 0.5 + 0 - 1])
+
+
+def test_target_name_defaults_to_the_function_name():
+    (fn,) = build_reward_fns([{"target": "rpbench.objectives.rewards:rouge_l"}])
+    assert fn.name == "rouge_l" and fn.fn(["p"], ["a b"], ["a b"]) == [1.0]
+
+
+def test_register_rejects_a_taken_name(registry):
+    with pytest.raises(ValueError, match="already registered"):
+        register("bleu")(KeywordCount)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        ([], "non-empty list"),
+        ({"name": "bleu"}, "non-empty list"),
+        ([{"weight": 1.0}], r"rewards\[0\]: needs 'name'"),
+        ([{"name": "bleu"}, {"name": "blue"}], r"rewards\[1\]\.name: unknown reward 'blue'"),
+        ([{"name": "bleu", "wieght": 1}], r"unknown fields \['wieght'\]"),
+        ([{"name": "bleu", "weight": "1"}], r"rewards\[0\]\.weight"),
+        ([{"name": "bleu", "weight": math.nan}], r"rewards\[0\]\.weight"),
+        ([{"name": "bleu", "kwargs": {"tokenise": "zh"}}], r"rewards\[0\]\.kwargs"),
+        ([{"name": "length_penalty", "kwargs": {"min_len": 1}}], r"rewards\[0\]\.kwargs"),
+        ([{"name": "bleu"}, {"name": "bleu"}], r"rewards\[1\]\.name: reward 'bleu' appears twice"),
+        (
+            [{"target": "rpbench.objectives.rewards.rouge_l"}],
+            r"rewards\[0\]\.target: expected 'module.path:function'",
+        ),
+        ([{"target": "rpbench.no_such_module:f"}], r"rewards\[0\]\.target: cannot import"),
+        (
+            [{"target": "rpbench.objectives.rewards:nope"}],
+            r"rewards\[0\]\.target: .* has no attribute 'nope'",
+        ),
+    ],
+)
+def test_build_reward_fns_rejects_bad_config(cfg, match):
+    with pytest.raises(ValueError, match=match):
+        build_reward_fns(cfg)
+
+
+@pytest.mark.parametrize(
+    ("cfg", "match"),
+    [
+        (["bleu"], r"rewards\[0\]: expected a mapping"),
+        ([{"name": "bleu", "kwargs": ["zh"]}], r"rewards\[0\]\.kwargs: expected a mapping"),
+        (
+            [{"target": "rpbench.objectives.rewards:DEFAULT_ROLE_MARKERS"}],
+            r"rewards\[0\]\.target: .* is not callable",
+        ),
+    ],
+)
+def test_build_reward_fns_rejects_wrong_types(cfg, match):
+    with pytest.raises(TypeError, match=match):
+        build_reward_fns(cfg)
+
+
+def test_score_rewards_rejects_bad_outputs():
+    short = RewardFn("short", 1.0, lambda p, c, r: [1.0])
+    nan = RewardFn("nan", 1.0, lambda p, c, r: [1.0, math.nan])
+    with pytest.raises(ValueError, match="reward 'short' returned 1 values for 2 completions"):
+        score_rewards([short], ["p", "p"], ["a", "b"], [None, None])
+    with pytest.raises(ValueError, match="reward 'nan' returned nan for completion 1"):
+        score_rewards([nan], ["p", "p"], ["a", "b"], [None, None])
+
+
+def test_weighted_sum_checks_names_and_lengths():
+    assert weighted_sum({"a": [1.0, 2.0], "b": [3.0, -1.0]}, {"a": 0.5, "b": 2.0}) == [6.5, -1.0]
+    with pytest.raises(ValueError, match="same rewards"):
+        weighted_sum({"a": [1.0]}, {"b": 1.0})
+    with pytest.raises(ValueError, match="different lengths"):
+        weighted_sum({"a": [1.0], "b": [1.0, 2.0]}, {"a": 1.0, "b": 1.0})

@@ -1,0 +1,125 @@
+"""D_l, neuron rankings, heatmaps and tables for two runs; stats files; probe configs."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+from probe_fixtures import pad_batch, random_sequences, tiny_model
+
+from rpbench.probes import (
+    FrequencyStats,
+    ProbeSettings,
+    collect_frequencies,
+    compare_runs,
+    load_stats,
+    most_changed_neurons,
+    save_stats,
+)
+from rpbench.probes.compare import bin_neurons
+
+CONF = Path(__file__).parents[2] / "conf" / "probe"
+
+
+def hand_stats(counts: dict[str, list[list[int]]], totals: dict[str, int]) -> FrequencyStats:
+    stats = FrequencyStats(["L0", "L1"], ProbeSettings())
+    stats.counts = {d: torch.tensor(c) for d, c in counts.items()}
+    stats.totals = {d: torch.tensor([n, n]) for d, n in totals.items()}
+    return stats
+
+
+def test_layer_differences_and_rankings_by_hand(tmp_path):
+    # f_a = counts / 4, f_b = counts / 2.
+    a = hand_stats(
+        {"style": [[4, 0, 2, 1], [0, 0, 0, 0]], "only_a": [[1, 1, 1, 1]] * 2}, {"style": 4, "only_a": 1}
+    )
+    b = hand_stats({"style": [[1, 1, 1, 0], [0, 2, 0, 1]]}, {"style": 2})
+    # layer 0: f_a = [1, 0, .5, .25], f_b = [.5, .5, .5, 0] -> |d| = [.5, .5, 0, .25], D = 1.25 / 4
+    # layer 1: f_a = 0, f_b = [0, 1, 0, .5] -> D = 1.5 / 4
+    result = compare_runs(a, b, tmp_path, labels=("sft", "dpo"), top_n=2, bins=2)
+    assert result["dims"] == ["style"]
+    assert result["missing_dims"] == {"sft": ["only_a"], "dpo": []}
+    assert result["D_l"]["style"] == [0.3125, 0.375]
+    assert result["observations"] == {"style": [4, 2]}
+    assert result["top_neurons"]["style"]["L0"] == [(0, -0.5), (1, 0.5)]
+    assert result["top_neurons"]["style"]["L1"] == [(1, 1.0), (3, 0.5)]
+    table = (tmp_path / "probe_compare.md").read_text()
+    assert "| 0 | L0 | 0.3125 |" in table and "| 1 | L1 | 0.3750 |" in table
+    assert "| mean | | 0.3438 |" in table
+    assert "| 1 | 1 (+1.000), 3 (+0.500) |" in table
+    assert "only in sft: only_a" in table
+    assert json.loads((tmp_path / "probe_compare.json").read_text())["D_l"] == result["D_l"]
+    assert most_changed_neurons(a, b, top_k=1) == {"L0": [0], "L1": [1]}
+
+
+def test_bin_neurons_means_consecutive_groups():
+    matrix = torch.tensor([[1.0, 3.0, 5.0, 7.0, 9.0]])
+    assert bin_neurons(matrix, 2).tolist() == [[3.0, 8.0]]
+    assert bin_neurons(matrix, 10).tolist() == [[1.0, 3.0, 5.0, 7.0, 9.0]]
+
+
+def test_incomparable_runs_are_rejected(tmp_path):
+    a = hand_stats({"s": [[1, 0], [0, 1]]}, {"s": 1})
+    b = FrequencyStats(["L0", "L1"], ProbeSettings(top_percent=10))
+    b.counts, b.totals = a.counts, a.totals
+    with pytest.raises(ValueError, match="different probe settings"):
+        compare_runs(a, b, tmp_path)
+    c = hand_stats({"t": [[1, 0], [0, 1]]}, {"t": 1})
+    with pytest.raises(ValueError, match="share no evaluation dimension"):
+        compare_runs(a, c, tmp_path)
+
+
+def test_two_tiny_runs_end_to_end(tmp_path):
+    batches = [pad_batch(random_sequences(4, seed=s), "left") for s in (20, 21)]
+    dims = [["style", ["style", "knowledge"], "knowledge", "nested"], ["nested"] * 4]
+    cfg = OmegaConf.load(CONF / "topk_freq.yaml")
+    for name, seed in (("sft", 0), ("dpo", 1)):
+        save_stats(
+            collect_frequencies(tiny_model("qwen2", seed=seed, layers=3), batches, dims, cfg), tmp_path / name
+        )
+    sft, dpo = load_stats(tmp_path / "sft"), load_stats(tmp_path / "dpo")
+    out = tmp_path / "compare"
+    result = compare_runs(sft, dpo, out, labels=("sft", "dpo"))
+
+    assert result["dims"] == ["knowledge", "nested", "style"]
+    for dim in result["dims"]:
+        f_a = sft.counts[dim].numpy() / sft.num_observations(dim)
+        f_b = dpo.counts[dim].numpy() / dpo.num_observations(dim)
+        np.testing.assert_allclose(result["D_l"][dim], np.abs(f_b - f_a).mean(axis=1))
+        png = out / result["heatmaps"][dim]
+        with Image.open(png) as image:
+            image.verify()
+        with Image.open(png) as image:
+            assert image.format == "PNG" and image.size[0] > 500
+    table = (out / result["table"]).read_text()
+    assert table.count("## Most changed neurons") == 3
+    assert "model.layers.2.self_attn.o_proj" in table
+    summary = json.loads((tmp_path / "sft" / "probe_stats.json").read_text())
+    assert summary["observations"] == {"knowledge": 2, "nested": 5, "style": 2}
+    assert summary["settings"]["top_percent"] == 20
+
+
+def test_stats_round_trip(tmp_path):
+    stats = collect_frequencies(
+        tiny_model(), [pad_batch(random_sequences(3), "right")], [["a", "b", ["a", "b"]]], {"by": "magnitude"}
+    )
+    save_stats(stats, tmp_path)
+    loaded = load_stats(tmp_path)
+    assert loaded.layers == stats.layers and loaded.settings == stats.settings
+    assert all(torch.equal(loaded.counts[d], stats.counts[d]) for d in stats.dims)
+    assert all(torch.equal(loaded.totals[d], stats.totals[d]) for d in stats.dims)
+    with pytest.raises(FileNotFoundError, match="no probe statistics"):
+        load_stats(tmp_path / "missing")
+
+
+def test_probe_configs_are_valid():
+    names = sorted(p.stem for p in CONF.glob("*.yaml"))
+    assert names == ["compare", "none", "restraint", "topk_freq"]
+    cfgs = {n: OmegaConf.load(CONF / f"{n}.yaml") for n in names}
+    assert all(cfgs[n].name == n for n in names)
+    assert ProbeSettings.from_cfg(cfgs["topk_freq"]) == ProbeSettings()
+    assert list(cfgs["compare"].runs) == [] and cfgs["compare"].bins > 0
+    assert cfgs["restraint"].factor == pytest.approx(1 - 1e-6)

@@ -1,0 +1,64 @@
+"""`python run.py` end to end in a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+FAST = ["objective.epochs=1", "trainer.enable_progress_bar=false", "data.max_train_samples=48"]
+
+
+def run(*overrides: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    return subprocess.run([sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_default_run_trains_and_reports_held_out_loss(tmp_path):
+    out = tmp_path / "run"
+    result = run(f"hydra.run.dir={out}", *FAST)
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    held_out = metrics["train"]["held_out"]
+    assert held_out["after"]["loss"] < held_out["before"]["loss"]
+    assert metrics["records"]["train"]["read"] == 48 and metrics["records"]["train_test_overlap"] == 0
+    report = (out / "report.md").read_text()
+    assert f"{held_out['after']['loss']:.4f}" in report and f"{held_out['before']['loss']:.4f}" in report
+    assert yaml.safe_load((out / "config.yaml").read_text())["objective"]["name"] == "sft"
+    assert (out / "model" / "config.json").exists() and (out / "metrics.csv").exists()
+    assert "/work/" not in (out / "metrics.json").read_text() and str(REPO_ROOT) not in (out / "metrics.json").read_text()
+
+
+@pytest.mark.slow
+def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    first = run(f"hydra.run.dir={out}", *FAST, "logger=none")
+    assert first.returncode == 0, first.stderr[-3000:]
+    steps = json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"]
+    second = run(f"hydra.run.dir={out}", *FAST, "logger=none", "objective.epochs=2")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "Restoring states from the checkpoint" in second.stdout + second.stderr
+    assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2 * steps
+
+
+def test_cfg_job_prints_the_resolved_config():
+    result = run("--cfg", "job", "objective=none")
+    assert result.returncode == 0, result.stderr[-2000:]
+    cfg = yaml.safe_load(result.stdout)
+    assert cfg["model"]["name_or_path"] == "tiny:qwen2" and cfg["objective"]["name"] == "none"
+
+
+def test_bad_data_file_fails_with_a_clear_message(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"conversations": [{"role": "User", "content": "hi"}]}\n')
+    result = run(f"hydra.run.dir={tmp_path / 'run'}", f"data.files.train={bad}", *FAST)
+    assert result.returncode != 0
+    assert "bad.jsonl" in result.stderr and "record 1" in result.stderr

@@ -31,11 +31,22 @@ def model_config(cfg: DictConfig) -> dict[str, Any]:
     return model_cfg
 
 
+def evaluation_needs_records(cfg: DictConfig) -> bool:
+    """False when the evaluator only aggregates or judges files given on the command line."""
+    ev = cfg.evaluator
+    return str(ev.name) != "none" and not (ev.get("reviews") or ev.get("answers"))
+
+
+def needs_model(cfg: DictConfig) -> bool:
+    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
+    return str(cfg.objective.name) != "none" or local_generation
+
+
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
     """Records per split, and the read report (counts, skipped records, train/test overlap)."""
     splits: dict[str, list] = {}
     report: dict[str, Any] = {}
-    wanted = [s for s in (train_split, "test") if s and (s != "test" or need_test or cfg.data.files.get("test"))]
+    wanted = [s for s in (train_split, "test") if s and (s != "test" or need_test or (train_split and cfg.data.files.get("test")))]
     for split in wanted:
         result = read_split(cfg.data, split)
         splits[split] = result.examples
@@ -60,13 +71,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"run_name": cfg.run_name, "model": cfg.model.name, "data": cfg.data.name,
                                "objective": objective, "evaluator": evaluator}
 
-    model, tokenizer = load(model_config(cfg))  # 1. build
+    model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 1. build
+    if model is None:
+        results["model"] = "not loaded"
     train_split = None
     if objective != "none":
         from rpbench.objectives.registry import objective_class
 
         train_split = objective_class(objective).data_split
-    splits, results["records"] = read_data(cfg, train_split, need_test=evaluator != "none")  # 2. data
+    splits, results["records"] = read_data(cfg, train_split, need_test=evaluation_needs_records(cfg))  # 2. data
 
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
     if objective != "none":  # 3. train
@@ -78,7 +91,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if evaluator != "none":  # 4. evaluate
         from rpbench.eval.evaluate import evaluate
 
-        results["eval"] = evaluate(cfg, model, tokenizer, splits["test"], out_dir, logger)
+        results["eval"] = evaluate(cfg, model, tokenizer, splits.get("test", []), out_dir, logger)
 
     if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))

@@ -7,6 +7,8 @@ from typing import Any
 
 
 def _data_lines(data: dict[str, Any]) -> list[str]:
+    if not data:
+        return ["No records read (nothing in this run needed them)."]
     lines = ["| split | read | skipped |", "| --- | --- | --- |"]
     for split, summary in data.items():
         if isinstance(summary, dict) and "read" in summary:

@@ -177,7 +177,7 @@ class ChatServer:
                 return _error(int(fault), f"injected fault for request {index}", kind)
             try:
                 conversation, params = self._parse(await request.json())
-            except (BadRequest, ValueError) as error:
+            except (BadRequest, ValueError, TypeError) as error:
                 return _error(400, str(error), "invalid_request_error")
             if fault == "slow":
                 await asyncio.sleep(self.options.slow_s)

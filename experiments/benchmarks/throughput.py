@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
 from rpbench.data.chat import IGNORE_INDEX
-from rpbench.data.collate import TokenBudgetBatchSampler, packed_collate, pad_collate
+from rpbench.data.collate import pack_into_budget, packed_collate, pad_collate
 from rpbench.models import is_tiny, load
 from rpbench.models.forward import supervised_nll_sum
 
@@ -181,8 +181,8 @@ def main() -> None:
     samples = synthetic_samples(n_samples, max_len, vocab_size, args.seed)
     padded = [pad_collate(samples[i:i + args.batch_size], pad_id) for i in range(0, n_samples, args.batch_size)]
     budget = args.budget or args.batch_size * max_len
-    sampler = TokenBudgetBatchSampler([len(s["input_ids"]) for s in samples], budget, seed=args.seed)
-    packed = [packed_collate([samples[i] for i in batch]) for batch in sampler]
+    plan = pack_into_budget([len(s["input_ids"]) for s in samples], budget, seed=args.seed)
+    packed = [packed_collate([samples[i] for i in batch]) for batch in plan]
     peak = peak_flops(device, dtype, args.peak_tflops)
 
     where = torch.cuda.get_device_name(device) if on_cuda else "cpu"

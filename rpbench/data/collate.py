@@ -20,11 +20,10 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import torch
-from torch.utils.data import Dataset, Sampler
 
 from rpbench.data.chat import IGNORE_INDEX
 
@@ -134,65 +133,3 @@ def pack_into_budget(lengths: Sequence[int], max_tokens_per_batch: int, seed: in
     if seed is not None:
         rng.shuffle(batches)
     return [sorted(batch) for batch in batches]
-
-
-class LossFreeIndex(int):
-    """A dataset index repeated only so that every rank runs the same number of batches: no loss."""
-
-    def __repr__(self) -> str:
-        return f"LossFreeIndex({int(self)})"
-
-
-class RenderedSamples(Dataset):
-    """Rendered samples by index; a ``LossFreeIndex`` gets its sample back with every label -100."""
-
-    def __init__(self, samples: Sequence[Sample]):
-        self.samples = list(samples)
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> Sample:
-        sample = self.samples[index]
-        if isinstance(index, LossFreeIndex):
-            return {**sample, "labels": [IGNORE_INDEX] * len(sample["labels"])}
-        return sample
-
-    def lengths(self) -> list[int]:
-        return [len(sample["input_ids"]) for sample in self.samples]
-
-
-class TokenBudgetBatchSampler(Sampler[list[int]]):
-    """Token-budget batches (``pack_into_budget``), split across DDP ranks with equal batch counts.
-
-    Every rank plans the same batches from ``seed + epoch`` (call ``set_epoch`` each epoch; Lightning
-    does) and takes every ``num_replicas``-th one. When the count does not divide evenly, ranks that
-    fall short repeat earlier batches as ``LossFreeIndex`` indices, which ``RenderedSamples`` serves
-    without labels: every rank runs the same number of forward calls and each sample counts once.
-    """
-
-    def __init__(self, lengths: Sequence[int], max_tokens_per_batch: int, shuffle: bool = True, seed: int = 0,
-                 num_replicas: int | None = None, rank: int | None = None):
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        self.num_replicas = num_replicas if num_replicas is not None else (
-            torch.distributed.get_world_size() if distributed else 1)
-        self.rank = rank if rank is not None else (torch.distributed.get_rank() if distributed else 0)
-        if not 0 <= self.rank < self.num_replicas:
-            raise ValueError(f"rank {self.rank} is outside 0..{self.num_replicas - 1}")
-        self.lengths = list(lengths)
-        self.max_tokens_per_batch = max_tokens_per_batch
-        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
-        self._plan = pack_into_budget(self.lengths, max_tokens_per_batch)  # validates; fixes the batch count
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return math.ceil(len(self._plan) / self.num_replicas)
-
-    def __iter__(self) -> Iterator[list[int]]:
-        plan = (pack_into_budget(self.lengths, self.max_tokens_per_batch, seed=self.seed + self.epoch)
-                if self.shuffle else self._plan)
-        total = len(self) * self.num_replicas
-        repeats = [[LossFreeIndex(i) for i in plan[k % len(plan)]] for k in range(total - len(plan))]
-        yield from (plan + repeats)[self.rank::self.num_replicas]

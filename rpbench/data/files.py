@@ -18,10 +18,9 @@ def resolve_data_file(data_cfg: Mapping[str, Any], split: str) -> Path:
         raise ValueError(f"data={data_cfg.get('name')} has no file for split '{split}': set data.files.{split}=<path>")
     name = str(name)
     if name.startswith(PKG_PREFIX):
-        package, _, inner = name.removeprefix(PKG_PREFIX).partition("/")
-        path = Path(str(resources.files(package) / inner))
+        path = package_path(name)
         if not path.is_file():
-            raise FileNotFoundError(f"data.files.{split}={name}: no such file inside the installed {package}")
+            raise FileNotFoundError(f"data.files.{split}={name}: no such file inside the installed package")
         return path
     path = Path(name).expanduser()
     if path.is_file():
@@ -30,6 +29,14 @@ def resolve_data_file(data_cfg: Mapping[str, Any], split: str) -> Path:
     if not repo or path.is_absolute():
         raise FileNotFoundError(f"data.files.{split}={name}: no such file")
     return _download(str(repo), name, split)
+
+
+def package_path(name: str) -> Path:
+    """``pkg://<package>/<path inside it>`` -> where that is on this machine; other names unchanged."""
+    if not name.startswith(PKG_PREFIX):
+        return Path(name).expanduser()
+    package, _, inner = name.removeprefix(PKG_PREFIX).partition("/")
+    return Path(str(resources.files(package) / inner))
 
 
 def _download(repo: str, filename: str, split: str) -> Path:

@@ -157,7 +157,7 @@ def generate_batches(
     were made (ranks under ``synced_gpus`` must make the same number). Sampling reseeds torch with
     ``seed + batch number`` before each batch.
     """
-    pad_id = tokenizer.pad_token_id
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     config = hf_generation_config(opts, stop_ids, pad_id)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     batches = [order[s: s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]

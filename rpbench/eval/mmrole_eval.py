@@ -102,6 +102,7 @@ class _Tally:
     def __init__(self) -> None:
         self.count = self.unreviewed = 0
         self.original, self.swapped, self.bias = _MetricSums(), _MetricSums(), _MetricSums()
+        self.has_swapped = False
 
     def add(self, path: Path, index: int, record: Any) -> None:
         if not isinstance(record, Mapping):
@@ -116,6 +117,7 @@ class _Tally:
             ratio, failure = _ratio(path, rid, REVIEW_KEY, review, metric)
             self.original.add(metric, ratio, failure)
             if swapped:
+                self.has_swapped = True
                 swapped_ratio, swapped_failure = _ratio(path, rid, SWAPPED_KEY, swapped, metric)
                 self.swapped.add(metric, swapped_ratio, swapped_failure)
                 if ratio is not None and swapped_ratio is not None:
@@ -123,7 +125,7 @@ class _Tally:
 
     def summary(self) -> dict[str, Any]:
         summary = {"count": self.count, "unreviewed": self.unreviewed, **self.original.summary()}
-        if any(self.swapped.n.values()) or any(any(f.values()) for f in self.swapped.failures.values()):
+        if self.has_swapped:
             summary["swapped"] = self.swapped.summary()
             summary["position_bias"] = self.bias.summary()["means"]
         return summary

@@ -1,19 +1,11 @@
-"""Padding, packing, token-budget planning and the DDP batch sampler."""
+"""Padding, packing and token-budget planning."""
 
 import random
 
 import pytest
 import torch
-from torch.utils.data import DataLoader
 
-from rpbench.data.collate import (
-    LossFreeIndex,
-    RenderedSamples,
-    TokenBudgetBatchSampler,
-    pack_into_budget,
-    packed_collate,
-    pad_collate,
-)
+from rpbench.data.collate import pack_into_budget, packed_collate, pad_collate
 
 X = -100
 SAMPLES = [
@@ -104,45 +96,3 @@ def test_pack_into_budget_rejects_a_too_long_sample():
         pack_into_budget([3, 10, 11, 2], 10)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 7])
-def test_sampler_gives_every_rank_the_same_count_and_each_sample_once(world_size):
-    lengths = _random_lengths(5, 101, 64)
-    real = []
-    for epoch in (0, 1):
-        per_rank = []
-        for rank in range(world_size):
-            sampler = TokenBudgetBatchSampler(lengths, 64, seed=3, num_replicas=world_size, rank=rank)
-            sampler.set_epoch(epoch)
-            per_rank.append(list(sampler))
-            assert len(per_rank[-1]) == len(sampler)
-        assert len({len(batches) for batches in per_rank}) == 1
-        indices = [i for batches in per_rank for batch in batches for i in batch]
-        real.append(sorted(i for i in indices if not isinstance(i, LossFreeIndex)))
-        assert real[-1] == list(range(len(lengths)))
-        repeated = [batch for batches in per_rank for batch in batches if isinstance(batch[0], LossFreeIndex)]
-        assert all(isinstance(i, LossFreeIndex) for batch in repeated for i in batch)
-        assert len(repeated) == len(per_rank[0]) * world_size - len(pack_into_budget(lengths, 64))
-
-
-def test_sampler_epochs_reshuffle_deterministically():
-    lengths = _random_lengths(6, 80, 64)
-
-    def epoch_batches(epoch):
-        sampler = TokenBudgetBatchSampler(lengths, 64, seed=0)
-        sampler.set_epoch(epoch)
-        return list(sampler)
-
-    assert epoch_batches(0) == epoch_batches(0)
-    assert epoch_batches(0) != epoch_batches(1)
-
-
-def test_loss_free_repeats_carry_no_labels_through_a_dataloader():
-    samples = [{"input_ids": list(range(1, n + 1)), "labels": list(range(1, n + 1)), "id": n} for n in (5, 6, 7)]
-    dataset = RenderedSamples(samples)
-    # 3 samples of 5-7 tokens, budget 8 -> 3 batches; 2 ranks -> rank 1 gets one repeat.
-    sampler = TokenBudgetBatchSampler(dataset.lengths(), 8, shuffle=False, num_replicas=2, rank=1)
-    batches = list(DataLoader(dataset, batch_sampler=sampler, collate_fn=packed_collate))
-    assert len(batches) == 2
-    assert (batches[0]["labels"] != X).any()
-    assert (batches[1]["labels"] == X).all()
-    assert batches[1]["input_ids"].numel() > 0

@@ -62,6 +62,17 @@ def test_aggregation_by_hand_with_parse_failures_and_unreviewed_records(tmp_path
     assert csv_text.splitlines()[1].startswith("3,")
 
 
+def test_swapped_reviews_give_position_bias_and_their_own_failure_counts(tmp_path):
+    record = {"id": "s1", "rm_review": review(all_metrics([8, 10])),
+              "rm_review_swapped": review({**all_metrics([10, 5]), "Fluency": {}})}
+    summary = aggregate_reviews(write_reviews(tmp_path / "r", "comment_test.json", [record]))["files"]["comment_test"]
+    assert summary["swapped"]["means"]["Coherency"] == pytest.approx(0.5)
+    assert summary["swapped"]["parse_failures"]["Fluency"] == 1 and summary["swapped"]["means"]["Fluency"] is None
+    assert summary["position_bias"]["Coherency"] == pytest.approx(0.3)
+    assert summary["position_bias"]["Fluency"] is None
+    assert summary["means"]["Fluency"] == pytest.approx(0.8)
+
+
 def test_pooled_results_over_files(tmp_path):
     folder = write_reviews(tmp_path / "r", "a_test.json", [{"id": "a", "rm_review": review(all_metrics([5, 10]))}])
     write_reviews(folder, "b_test.json", [{"id": "b", "rm_review": review(all_metrics([10, 10]))},

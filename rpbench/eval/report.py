@@ -1,0 +1,136 @@
+"""Evaluation tables (RoleMRC Tables 3 and 9, MMRole Table 5 style), radar chart, logger output."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+SCALE_100 = {"bleu"}  # reported on their own 0-100 scale; the rest are shown x100 like the papers
+
+
+def _pct(value: float | None, metric: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.2f}" if metric in SCALE_100 else f"{100 * value:.2f}"
+
+
+def _cell(summary: Mapping[str, Any], metric: str, with_ci: bool) -> str:
+    text = f"{_pct(summary['mean'], metric)} ± {_pct(summary['std'], metric)}"
+    if with_ci and summary.get("ci_low") is not None:
+        text += f" [{_pct(summary['ci_low'], metric)}, {_pct(summary['ci_high'], metric)}]"
+    return text
+
+
+def metric_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, with_ci: bool = False) -> str:
+    metrics = list(next(iter(groups.values())))
+    lines = [f"| {title} | n | " + " | ".join(metrics) + " |", "| --- | --- |" + " --- |" * len(metrics)]
+    for group, summaries in groups.items():
+        n = next(iter(summaries.values()))["n"]
+        lines.append(f"| {group} | {n} | " + " | ".join(_cell(summaries[m], m, with_ci) for m in metrics) + " |")
+    return "\n".join(lines)
+
+
+def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
+    lines = [f"| {title} | accuracy [95% CI] | judged / n | parse failures | request failures |",
+             "| --- | --- | --- | --- | --- |"]
+    for group, tally in groups.items():
+        ci = f" [{_pct(tally.get('ci_low'))}, {_pct(tally.get('ci_high'))}]" if tally.get("ci_low") is not None else ""
+        lines.append(f"| {group} | {_pct(tally['accuracy'])}{ci} | {tally['judged']} / {tally['n']} | "
+                     f"{tally['parse_failures']} | {tally['request_failures']} |")
+    return "\n".join(lines)
+
+
+def radar_chart(values: Mapping[str, float], title: str, path: Path) -> Path | None:
+    """One polygon over the dimensions (at least three are needed for a radar)."""
+    values = {k: v for k, v in values.items() if v is not None}
+    if len(values) < 3:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(values)
+    angles = [2 * math.pi * i / len(names) for i in range(len(names))]
+    closed = [*values.values(), next(iter(values.values()))]
+    fig, ax = plt.subplots(figsize=(5, 5), subplot_kw={"polar": True})
+    ax.plot([*angles, angles[0]], closed, marker="o")
+    ax.fill([*angles, angles[0]], closed, alpha=0.2)
+    ax.set_xticks(angles, names, fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
+    metrics = results["metrics"]
+    lines = ["## MMRole-Eval (score = evaluated / ground truth)", "",
+             "| file | n | " + " | ".join(metrics) + " | overall |", "| --- | --- |" + " --- |" * (len(metrics) + 1)]
+    for name, entry in results["files"].items():
+        means = entry["means"]
+        lines.append(f"| {name} | {entry['count']} | " + " | ".join(f"{means[m]:.4f}" if means[m] is not None else "–"
+                                                                      for m in metrics) + f" | {entry['overall']:.4f} |")
+    failures = sum(sum(e["parse_failures"].values()) + sum(e["request_failures"].values())
+                   for e in results["files"].values())
+    lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
+    return ["\n".join(lines)]
+
+
+def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> list[str]:
+    metrics = results["metrics"]
+    generation = results["generation"]
+    out = ["## Evaluation\n\n"
+           f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
+           f"{generation['n_resumed']}" + (f"; images dropped {results['images_dropped']}" if results["images_dropped"]
+                                           else "") + ". Scores x100 except BLEU; mean ± std [95% bootstrap CI]."]
+    out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
+    if "bertscore_backbone" in results:
+        backbone = results["bertscore_backbone"]
+        out.append(f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}"
+                   + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else ""))
+    for grouping in ("dimension", "shift", "task"):
+        if metrics.get(grouping):
+            out.append(metric_table(metrics[grouping], grouping))
+    radar_values = {}
+    if "judge" in results:
+        judge = results["judge"]
+        out.append(f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
+                   + judge_table(judge["rubrics"], "rubric") + "\n\n" + judge_table(judge["dimensions"], "dimension")
+                   + "\n\n" + judge_table({"overall": judge["overall"]}, "all"))
+        radar_values = {k: v["accuracy"] for k, v in judge["rubrics"].items()}
+    elif metrics.get("dimension") or metrics.get("shift"):
+        groups = metrics.get("dimension") or metrics["shift"]
+        radar_values = {k: v[radar_metric]["mean"] for k, v in groups.items() if radar_metric in v}
+    chart = radar_chart(radar_values, "judge accuracy" if "judge" in results else radar_metric, out_dir / "radar.png")
+    if chart is not None:
+        out.append(f"![radar]({chart.name})")
+    if "mmrole_eval" in results:
+        out += mmrole_sections(results["mmrole_eval"])
+    if "compare" in results:
+        cmp = results["compare"]
+        rows = [f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | {v['p_value']:.4f} |"
+                for m, v in cmp.items() if isinstance(v, dict)]
+        out.append(f"### Paired bootstrap against `{cmp['run']}` ({cmp['shared_records']} shared records)\n\n"
+                   "| metric | delta (this - other) | 95% CI | p |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
+    return out
+
+
+def log_to(logger, results: Mapping[str, Any], examples: Sequence, predictions: Mapping[str, str],
+           scores: Sequence[Mapping[str, Any]]) -> None:
+    """Overall numbers to any Lightning logger; the per-record table to W&B."""
+    if logger is None:
+        return
+    flat = {f"eval/{m}": s["mean"] for m, s in results["metrics"]["overall"].items() if s["mean"] is not None}
+    if "judge" in results:
+        flat.update({f"eval/judge/{d}": t["accuracy"] for d, t in results["judge"]["dimensions"].items()
+                     if t["accuracy"] is not None})
+    logger.log_metrics(flat)
+    if hasattr(logger, "log_table"):
+        columns = ["id", "task", "prompt", "prediction", "reference", "metrics", "verdicts"]
+        rows = [[e.id, e.task, e.prompt[-1].content, predictions[e.id], e.reference, str(s["metrics"]),
+                 str(s.get("verdicts", {}))] for e, s in zip(examples, scores)]
+        logger.log_table(key="eval/predictions", columns=columns, data=rows)

@@ -1,0 +1,100 @@
+"""`python run.py evaluator=...` end to end: generation, metrics, judge, resume, MMRole files, comparison."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO_ROOT, SHARED_DATA
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
+
+
+def run(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
+    out = tmp_path / "run"
+    result = run(f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc", "judge=local", "data.max_test_samples=8",
+                 "evaluator.generation.max_new_tokens=8", f"paths.output_root={tmp_path}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    predictions = lines(out / "predictions.jsonl")
+    assert len(predictions) == 8 and all("prediction" in p for p in predictions)
+    metrics = json.loads((out / "metrics.json").read_text())["eval"]
+    overall = metrics["metrics"]["overall"]
+    assert set(overall) == {"bleu", "rougeL", "meteor"} and overall["bleu"]["n"] == 8
+    judge = metrics["judge"]["overall"]
+    assert judge["n"] == judge["judged"] + judge["parse_failures"] + judge["request_failures"] > 0
+    assert len(lines(out / "judgements.jsonl")) == 8
+    report = (out / "report.md").read_text()
+    assert "### Judge" in report and "| overall | 8 |" in report
+    assert (tmp_path / "judge_cache.sqlite").exists()
+
+
+@pytest.mark.slow
+def test_killed_generation_resumes_where_it_stopped(tmp_path):
+    out = tmp_path / "run"
+    args = [f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc", "evaluator.generation.batch_size=1",
+            "evaluator.generation.max_new_tokens=128", "evaluator.metrics=[bleu]"]
+    process = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO_ROOT, env=ENV,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    predictions = out / "predictions.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not predictions.exists() or len(predictions.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    done_before = len(lines(predictions))
+    assert 3 <= done_before < 72, "the run must be killed mid-generation"
+    result = run(*args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    generation = json.loads((out / "metrics.json").read_text())["eval"]["generation"]
+    assert generation["n_resumed"] >= done_before - 1  # a line cut by the kill is regenerated
+    assert generation["n_resumed"] + generation["n_generated"] == generation["n_total"] == 72
+    ids = [p["id"] for p in lines(predictions)]
+    assert len(ids) == len(set(ids)) == 72
+
+
+@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data")
+def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
+    out = tmp_path / "run"
+    reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
+    result = run(f"hydra.run.dir={out}", "objective=none", "evaluator=mmrole", "data=mmrole",
+                 f"evaluator.reviews={reviews}", "model.name_or_path=does/not-exist")
+    assert result.returncode == 0, result.stderr[-3000:]
+    official = SHARED_DATA / "mmrole" / "in-test_results" / "qwen-vl-chat"
+    for name in ("comment_test.csv", "human-role_test.csv", "inter-role_test.csv"):
+        ours = list(csv.reader((out / "results" / name).open()))
+        theirs = list(csv.reader((official / name).open()))
+        assert ours[0] == theirs[0]
+        assert [float(x) for x in ours[1]] == pytest.approx([float(x) for x in theirs[1]], abs=1e-9)
+    assert "MMRole-Eval" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
+    common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=8"]
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert run(f"hydra.run.dir={first}", *common).returncode == 0
+    result = run(f"hydra.run.dir={second}", *common, "model.init_seed=1", f"evaluator.compare_to={first}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    comparison = json.loads((second / "metrics.json").read_text())["eval"]["compare"]
+    assert comparison["shared_records"] == 6
+    ours = [r["metrics"]["bleu"] for r in lines(second / "scores.jsonl")]
+    theirs = [r["metrics"]["bleu"] for r in lines(first / "scores.jsonl")]
+    assert comparison["bleu"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)

@@ -162,17 +162,24 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
 
 
 def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Paired bootstrap of every metric and judge verdict against another run on the shared records."""
-    other_path = Path(str(cfg.evaluator.compare_to)) / "scores.jsonl"
-    if not other_path.is_file():
+    """Paired bootstrap of every metric and judge rubric against another run on the shared records
+    (judge verdicts: only pairs both runs could judge)."""
+    other_dir = Path(str(cfg.evaluator.compare_to))
+    if not (other_dir / "scores.jsonl").is_file():
         raise FileNotFoundError(f"evaluator.compare_to={cfg.evaluator.compare_to}: no scores.jsonl in it")
-    other = {row["id"]: row for row in read_jsonl(other_path)}
+    other = {row["id"]: row for row in read_jsonl(other_dir / "scores.jsonl")}
     shared = [row for row in scores if row["id"] in other]
     bootstrap = _container(cfg.evaluator.bootstrap)
-    result: dict[str, Any] = {"run": Path(str(cfg.evaluator.compare_to)).name, "shared_records": len(shared)}
+    result: dict[str, Any] = {"run": other_dir.name, "shared_records": len(shared)}
     for metric in scores[0]["metrics"] if scores else []:
         result[metric] = paired_bootstrap([other[r["id"]]["metrics"][metric] for r in shared],
                                           [r["metrics"][metric] for r in shared], **bootstrap)
+    rubrics = dict.fromkeys(rubric for row in shared for rubric in row.get("verdicts", {}))
+    for rubric in rubrics:
+        pairs = [(other[r["id"]].get("verdicts", {}).get(rubric), r["verdicts"].get(rubric)) for r in shared]
+        pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
+        if pairs:
+            result[f"judge/{rubric}"] = paired_bootstrap([a for a, _ in pairs], [b for _, b in pairs], **bootstrap)
     return result
 
 

@@ -112,10 +112,10 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         out += mmrole_sections(results["mmrole_eval"])
     if "compare" in results:
         cmp = results["compare"]
-        rows = [f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | {v['p_value']:.4f} |"
-                for m, v in cmp.items() if isinstance(v, dict)]
+        rows = [f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | "
+                f"{v['p_value']:.4f} | {v['n']} |" for m, v in cmp.items() if isinstance(v, dict)]
         out.append(f"### Paired bootstrap against `{cmp['run']}` ({cmp['shared_records']} shared records)\n\n"
-                   "| metric | delta (this - other) | 95% CI | p |\n| --- | --- | --- | --- |\n" + "\n".join(rows))
+                   "| metric | delta (this - other) | 95% CI | p | n |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows))
     return out
 
 

@@ -98,3 +98,39 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     ours = [r["metrics"]["bleu"] for r in lines(second / "scores.jsonl")]
     theirs = [r["metrics"]["bleu"] for r in lines(first / "scores.jsonl")]
     assert comparison["bleu"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
+
+
+@pytest.mark.slow
+def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
+    server = subprocess.Popen([sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"], cwd=REPO_ROOT,
+                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("rpbench.serve: "), line
+        name, url = line.removeprefix("rpbench.serve: ").strip().rsplit(" at ", 1)
+        common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=12",
+                  "evaluator.metrics=[bleu]"]
+        remote = run(f"hydra.run.dir={tmp_path / 'remote'}", *common, "evaluator.backend=endpoint",
+                     f"evaluator.endpoint.base_url={url}", f"evaluator.endpoint.model={name}")
+        assert remote.returncode == 0, remote.stderr[-3000:]
+        local = run(f"hydra.run.dir={tmp_path / 'local'}", *common)
+        assert local.returncode == 0, local.stderr[-3000:]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    by_id = lambda d: {p["id"]: p["prediction"] for p in lines(tmp_path / d / "predictions.jsonl")}
+    assert by_id("remote") == by_id("local") and len(by_id("local")) == 6
+
+
+@pytest.mark.slow
+def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
+    out = tmp_path / "run"
+    env = {**ENV, "WANDB_MODE": "offline"}
+    result = subprocess.run([sys.executable, "run.py", f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc",
+                             "logger=wandb", "data.max_test_samples=4", "evaluator.generation.max_new_tokens=8",
+                             "evaluator.metrics=[bleu]"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (table,) = out.glob("wandb/offline-run-*/files/media/table/eval/predictions_*.table.json")
+    content = json.loads(table.read_text())
+    assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 4

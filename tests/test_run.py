@@ -12,7 +12,7 @@ import yaml
 
 from conftest import REPO_ROOT
 
-FAST = ["objective.epochs=1", "trainer.enable_progress_bar=false", "data.max_train_samples=48"]
+FAST = ["objective.epochs=1", "trainer.enable_progress_bar=false", "data.max_train_samples=48", "objective.log_every_n_steps=1"]
 
 
 def run(*overrides: str) -> subprocess.CompletedProcess:
@@ -33,7 +33,9 @@ def test_default_run_trains_and_reports_held_out_loss(tmp_path):
     report = (out / "report.md").read_text()
     assert f"{held_out['after']['loss']:.4f}" in report and f"{held_out['before']['loss']:.4f}" in report
     assert yaml.safe_load((out / "config.yaml").read_text())["objective"]["name"] == "sft"
-    assert (out / "model" / "config.json").exists() and (out / "metrics.csv").exists()
+    assert (out / "model" / "config.json").exists()
+    columns = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss"} <= set(columns)
     assert "/work/" not in (out / "metrics.json").read_text() and str(REPO_ROOT) not in (out / "metrics.json").read_text()
 
 

@@ -175,7 +175,7 @@ def main() -> None:
     checkpointing = cfg.get("gradient_checkpointing", False) if args.gradient_checkpointing is None \
         else args.gradient_checkpointing
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
 
     samples = synthetic_samples(n_samples, max_len, vocab_size, args.seed)

@@ -89,7 +89,7 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
     model.generation_config.eos_token_id = eot
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     if cfg.get("gradient_checkpointing"):
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if cfg.get("lora"):
         model = apply_lora(model, cfg["lora"], gradient_checkpointing=bool(cfg.get("gradient_checkpointing")))

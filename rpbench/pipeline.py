@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +13,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
+from rpbench.eval.evaluate import evaluate
 from rpbench.loggers import build_logger
 from rpbench.models import load
+from rpbench.objectives.registry import objective_class
+from rpbench.probes.stage import needs_model as probe_needs_model
+from rpbench.probes.stage import run_probe
 from rpbench.report import write_report
+from rpbench.training import train
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +44,16 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
 
 def needs_model(cfg: DictConfig) -> bool:
     local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
-    return str(cfg.objective.name) != "none" or local_generation
+    return str(cfg.objective.name) != "none" or local_generation or probe_needs_model(cfg.probe)
 
 
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
     """Records per split, and the read report (counts, skipped records, train/test overlap)."""
     splits: dict[str, list] = {}
     report: dict[str, Any] = {}
-    wanted = [s for s in (train_split, "test") if s and (s != "test" or need_test or (train_split and cfg.data.files.get("test")))]
+    # The test split is read for evaluation, and for the train/test overlap check whenever it is configured.
+    with_test = need_test or bool(train_split and cfg.data.files.get("test"))
+    wanted = [split for split in (train_split, "test" if with_test else None) if split]
     for split in wanted:
         result = read_split(cfg.data, split)
         splits[split] = result.examples
@@ -67,31 +74,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(int(cfg.seed), workers=True)
-    objective, evaluator = str(cfg.objective.name), str(cfg.evaluator.name)
+    objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     results: dict[str, Any] = {"run_name": cfg.run_name, "model": cfg.model.name, "data": cfg.data.name,
                                "objective": objective, "evaluator": evaluator}
 
     model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 1. build
     if model is None:
         results["model"] = "not loaded"
-    train_split = None
-    if objective != "none":
-        from rpbench.objectives.registry import objective_class
 
-        train_split = objective_class(objective).data_split
-    splits, results["records"] = read_data(cfg, train_split, need_test=evaluation_needs_records(cfg))  # 2. data
+    train_split = objective_class(objective).data_split if objective != "none" else None  # 2. data
+    need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
+    splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
 
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
-    if objective != "none":  # 3. train
-        from rpbench.training import train
-
+    if train_split:  # 3. train
         train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
         results["train"] = train(cfg, model, tokenizer, train_records, val_records, out_dir, logger)
 
-    if evaluator != "none":  # 4. evaluate
-        from rpbench.eval.evaluate import evaluate
-
+    if evaluator != "none":  # 4. evaluate, then probe
         results["eval"] = evaluate(cfg, model, tokenizer, splits.get("test", []), out_dir, logger)
+    if probe != "none":
+        results["probe"] = run_probe(cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate,
+                                     results.get("eval"))
 
     if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))

@@ -35,13 +35,14 @@ def _train_lines(train: dict[str, Any]) -> list[str]:
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    lines = [f"# {results['run_name']}", "",
-             f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
-             f"evaluator `{results['evaluator']}`", "", "## Data", "", *_data_lines(results.get("records", {}))]
+    header = (f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
+              f"evaluator `{results['evaluator']}`, probe `{results.get('probe', {}).get('name', 'none')}`")
+    lines = [f"# {results['run_name']}", "", header, "", "## Data", "", *_data_lines(results.get("records", {}))]
     if "train" in results:
         lines += ["", "## Training", "", *_train_lines(results["train"])]
-    for section in results.get("eval", {}).get("report_sections", []):
-        lines += ["", section]
+    for stage in ("eval", "probe"):
+        for section in results.get(stage, {}).get("report_sections", []):
+            lines += ["", section]
     path = out_dir / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

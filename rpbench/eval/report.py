@@ -72,8 +72,8 @@ def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
              "| file | n | " + " | ".join(metrics) + " | overall |", "| --- | --- |" + " --- |" * (len(metrics) + 1)]
     for name, entry in results["files"].items():
         means = entry["means"]
-        lines.append(f"| {name} | {entry['count']} | " + " | ".join(f"{means[m]:.4f}" if means[m] is not None else "–"
-                                                                      for m in metrics) + f" | {entry['overall']:.4f} |")
+        cells = [means[m] for m in metrics] + [entry["overall"]]
+        lines.append(f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |")
     failures = sum(sum(e["parse_failures"].values()) + sum(e["request_failures"].values())
                    for e in results["files"].values())
     lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]

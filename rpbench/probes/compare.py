@@ -56,7 +56,7 @@ def most_changed_neurons(
         raise ValueError("the two runs share no evaluation dimension")
     score = sum((stats_b.frequencies(d) - stats_a.frequencies(d)).abs() for d in dims)
     ranked = rank_changed_neurons(score, top_k)
-    return {layer: [i for i, _ in row] for layer, row in zip(stats_a.layers, ranked)}
+    return {layer: [i for i, _ in row] for layer, row in zip(stats_a.layers, ranked, strict=True)}
 
 
 def bin_neurons(matrix: torch.Tensor, bins: int) -> torch.Tensor:
@@ -80,7 +80,7 @@ def plot_heatmap(
         (b, f"{labels[1]}: frequency", "viridis", 0.0, top),
         (diff, f"{labels[1]} - {labels[0]}", "bwr", -limit, limit),
     ]
-    for ax, (matrix, name, cmap, lo, hi) in zip(axes, panels):
+    for ax, (matrix, name, cmap, lo, hi) in zip(axes, panels, strict=True):
         image = ax.imshow(matrix.numpy(), aspect="auto", cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
         ax.set_title(name, fontsize=10)
         ax.set_ylabel("layer")
@@ -92,17 +92,17 @@ def plot_heatmap(
 
 
 def markdown_table(result: dict) -> str:
-    """D_l per layer and dimension, then the most changed neurons per layer."""
+    """D_l per layer and dimension, the heatmaps, then the most changed neurons per layer."""
     dims, labels = result["dims"], result["labels"]
     lines = [
-        f"# Activation frequency change: {labels[1]} vs {labels[0]}",
+        f"## Probe: activation frequency change, {labels[1]} vs {labels[0]}",
         "",
         f"Settings: {result['settings']}",
         "",
         "Observations per dimension: "
         + ", ".join(f"{d}: {n[0]} / {n[1]}" for d, n in result["observations"].items()),
         "",
-        "## D_l (mean |f_b - f_a| per layer)",
+        "### D_l (mean |f_b - f_a| per layer)",
         "",
         "| layer | module | " + " | ".join(dims) + " |",
         "|---|---|" + "---|" * len(dims),
@@ -114,8 +114,10 @@ def markdown_table(result: dict) -> str:
     for side, names in result["missing_dims"].items():
         if names:
             lines += ["", f"Dimensions observed only in {side}: {', '.join(names)}"]
+    lines += ["", "### Heatmaps (layer x neuron bins)", ""]
+    lines += [f"![{d}]({result['heatmaps'][d]})" for d in dims]
     for d in dims:
-        lines += ["", f"## Most changed neurons: {d}", "", "| layer | neuron (f_b - f_a) |", "|---|---|"]
+        lines += ["", f"### Most changed neurons: {d}", "", "| layer | neuron (f_b - f_a) |", "|---|---|"]
         for i, layer in enumerate(result["layers"]):
             cells = ", ".join(f"{idx} ({delta:+.3f})" for idx, delta in result["top_neurons"][d][layer])
             lines.append(f"| {i} | {cells} |")
@@ -161,7 +163,7 @@ def compare_runs(
         freq_a, freq_b = stats_a.frequencies(d), stats_b.frequencies(d)
         result["D_l"][d] = layer_mean_abs_diff(freq_a, freq_b).tolist()
         ranked = rank_changed_neurons(freq_b - freq_a, top_n)
-        result["top_neurons"][d] = dict(zip(stats_a.layers, ranked))
+        result["top_neurons"][d] = dict(zip(stats_a.layers, ranked, strict=True))
         name = f"heatmap_{_file_safe(d)}.png"
         plot_heatmap(freq_a, freq_b, d, labels, out_dir / name, bins)
         result["heatmaps"][d] = name

@@ -45,7 +45,7 @@ def test_padded_batches_count_like_single_unpadded_samples(family, position):
             assert torch.equal(stats.counts[dim], reference.counts[dim]), (side, dim)
             assert torch.equal(stats.totals[dim], reference.totals[dim])
     for dim in DIMS:
-        members = [s for s, d in zip(seqs, dims) if dim in d]
+        members = [s for s, d in zip(seqs, dims, strict=True) if dim in d]
         expected = len(members) if position == "last_prompt" else sum(len(s) for s in members)
         assert reference.num_observations(dim) == expected
 
@@ -56,7 +56,7 @@ def test_each_dimension_counts_its_own_samples():
     dims = dims_for(6)
     stats = collect_frequencies(model, [pad_batch(seqs, "left")], [dims], {"position": "all"})
     for dim in DIMS:
-        members = [s for s, d in zip(seqs, dims) if dim in d]
+        members = [s for s, d in zip(seqs, dims, strict=True) if dim in d]
         alone = collect_frequencies(
             model, [pad_batch(members, "left")], [[["x"]] * len(members)], {"position": "all"}
         )

@@ -44,7 +44,7 @@ def test_peft_wrapped_model_has_the_same_keys_and_counts():
     wrapped = get_peft_model(model, LoraConfig(r=4, target_modules=["o_proj", "down_proj"]))
     assert any(n.startswith("base_model.model.") for n, _ in wrapped.named_modules())
     # LoRA B starts at zero, so the wrapped model computes the same activations.
-    for preset, expected in zip(presets, plain):
+    for preset, expected in zip(presets, plain, strict=True):
         stats = collect_frequencies(wrapped, [batch], dims, {"modules": preset, "position": "all"})
         assert stats.layers == expected.layers
         assert torch.equal(stats.counts["d"], expected.counts["d"])

@@ -84,9 +84,9 @@ def test_generation_matches_a_weight_edited_peer():
             restrained = model.generate(**batch, **gen)
         edited = peer.generate(**batch, **gen)
     assert torch.equal(restrained.sequences, edited.sequences)
-    for got, want in zip(restrained.logits, edited.logits):
+    for got, want in zip(restrained.logits, edited.logits, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    assert not all(torch.allclose(a, b) for a, b in zip(plain.logits, restrained.logits))
+    assert not all(torch.allclose(a, b) for a, b in zip(plain.logits, restrained.logits, strict=True))
 
 
 def test_bad_neuron_lists_are_rejected():

@@ -1,0 +1,73 @@
+"""Test records -> the padded prompt batches a probe forwards, as generation first sees them.
+
+A prompt is rendered exactly as for generation (chat template, generation header, history cut to
+``data.max_prompt_length``), so its last token is the position where the model first reads the
+whole instruction. Each record is counted under its ``meta["dimensions"]``, or its task label when
+it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.collate import pad_collate
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample
+
+FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def record_dimensions(example: EvalExample) -> list[str]:
+    """The evaluation dimensions a record is counted under: meta["dimensions"], else [task]."""
+    dims = example.meta.get("dimensions")
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        return [example.task]
+    if not isinstance(dims, (list, tuple)) or not all(isinstance(d, str) and d for d in dims):
+        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
+                              f"a list of dimension names, got {dims!r}")
+    return list(dims)
+
+
+@dataclass
+class PromptBatches:
+    """Lazily rendered batches and, per batch, each record's dimensions (for collect_frequencies)."""
+
+    batches: Iterator[dict[str, torch.Tensor]]
+    dims: list[list[list[str]]]
+    n_records: int
+    images_dropped: int
+
+
+def prompt_batches(examples: Sequence[EvalExample], tokenizer, renderer: ChatRenderer, max_prompt_length: int,
+                   batch_size: int, images: str = "error") -> PromptBatches:
+    """Batches of rendered prompts, padded on the tokenizer's padding side.
+
+    Probes see text only: a record with an image is an error unless ``images="drop"`` (the
+    evaluator's policy), under which its image is left out and counted.
+    """
+    if batch_size < 1:
+        raise ValueError(f"probe.batch_size: expected a positive integer, got {batch_size}")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token; probes pad batches of prompts")
+    with_image = [e.id for e in examples if any(t.image for t in e.prompt)]
+    if with_image and images != "drop":
+        raise ValueError(f"{len(with_image)} test records have images (first: {with_image[:3]}); probes render "
+                         "text only: set evaluator.images=drop to probe them without their images")
+    side = getattr(tokenizer, "padding_side", "left")
+    groups = [list(examples[i:i + batch_size]) for i in range(0, len(examples), batch_size)]
+
+    def batches() -> Iterator[dict[str, torch.Tensor]]:
+        for group in groups:
+            samples = []
+            for example in group:
+                ids = renderer.render_prompt(example.prompt, max_prompt_length)
+                samples.append({"input_ids": ids, "labels": ids})
+            batch = pad_collate(samples, tokenizer.pad_token_id, padding_side=side)
+            yield {key: batch[key] for key in FORWARD_KEYS}
+
+    dims = [[record_dimensions(e) for e in group] for group in groups]
+    return PromptBatches(batches(), dims, len(examples), len(with_image))

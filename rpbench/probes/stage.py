@@ -1,0 +1,232 @@
+"""The probe step of stage 4, as the pipeline calls it after evaluation (``probe=<name>``).
+
+- ``topk_freq``: top-p% activation frequencies per evaluation dimension over the test prompts,
+  saved to the run folder (probe_stats.pt, probe_stats.json).
+- ``compare``: two probed runs (``probe.runs=[a, b]``) -> D_l table, heatmaps, most changed neurons;
+  needs no model.
+- ``restraint``: evaluate again with chosen neurons scaled (into ``<run>/restrained``) and compare with
+  the normal evaluation per dimension (RoleMRC Table 6).
+
+Only rank zero probes and writes; under restraint every rank generates (the evaluation shards records).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+from omegaconf import OmegaConf
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.records import EvalExample
+from rpbench.probes import before_after
+from rpbench.probes.collect import collect_frequencies
+from rpbench.probes.compare import compare_runs
+from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
+from rpbench.probes.prompts import prompt_batches
+from rpbench.probes.restraint import DEFAULT_FACTOR, restrain, select_neurons
+from rpbench.probes.stats import ProbeSettings
+
+log = logging.getLogger(__name__)
+
+PROBES = ("none", "topk_freq", "compare", "restraint")
+MODEL_PROBES = ("topk_freq", "restraint")
+RESTRAINED_DIR = "restrained"
+RESTRAINT_FILE = "restraint.json"
+
+Evaluate = Callable[..., dict]
+
+
+def _probe_name(probe_cfg: Mapping) -> str:
+    name = str(probe_cfg.get("name", "none"))
+    if name not in PROBES:
+        raise ValueError(f"probe={name}: unknown probe; choose one of {PROBES}")
+    return name
+
+
+def needs_model(probe_cfg: Mapping) -> bool:
+    """Whether the probe forwards the run's model (compare works from saved statistics alone)."""
+    return _probe_name(probe_cfg) in MODEL_PROBES
+
+
+def run_probe(cfg, model, tokenizer, test_examples: Sequence[EvalExample] | None, out_dir: str | Path,
+              evaluate: Evaluate, baseline_eval: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run ``cfg.probe`` and return its numbers plus ``report_sections`` (markdown for report.md).
+
+    ``evaluate`` is rpbench.eval.evaluate.evaluate; ``baseline_eval`` the result of the run's normal
+    evaluation (required by restraint).
+    """
+    name = _probe_name(cfg.probe)
+    out_dir = Path(out_dir)
+    if name == "none":
+        return {"name": name, "report_sections": []}
+    if name in MODEL_PROBES and (model is None or tokenizer is None or test_examples is None):
+        raise ValueError(f"probe={name} needs the run's model, tokenizer and test records")
+    if name == "restraint":
+        return restraint_probe(cfg, model, tokenizer, test_examples, out_dir, evaluate, baseline_eval)
+    if rank_zero_only.rank != 0:
+        return {"name": name, "report_sections": []}
+    if name == "topk_freq":
+        return frequency_probe(cfg, model, tokenizer, test_examples, out_dir)
+    return compare_probe(cfg.probe, out_dir)
+
+
+# -- topk_freq ----------------------------------------------------------------------------------------
+def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path) -> dict[str, Any]:
+    """Top-p% frequencies per dimension over the test prompts, saved into ``out_dir``."""
+    probe = cfg.probe
+    settings = ProbeSettings.from_cfg(OmegaConf.to_container(probe, resolve=True))
+    if not examples:
+        raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
+    renderer = ChatRenderer(tokenizer, cfg.model.end_of_turn, int(cfg.data.max_length))
+    evaluator = cfg.get("evaluator") or {}
+    inputs = prompt_batches(examples, tokenizer, renderer, int(cfg.data.max_prompt_length),
+                            int(probe.get("batch_size", 8)), images=str(evaluator.get("images", "error")))
+    stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
+    save_stats(stats, out_dir)
+    result = {
+        "name": "topk_freq",
+        "settings": asdict(settings),
+        "records": inputs.n_records,
+        "images_dropped": inputs.images_dropped,
+        "layers": stats.layers,
+        "width": stats.width,
+        "observations": {d: stats.num_observations(d) for d in stats.dims},
+        "files": [STATS_FILE, SUMMARY_FILE],
+    }
+    result["report_sections"] = [_frequency_section(result)]
+    return result
+
+
+def _frequency_section(result: Mapping[str, Any]) -> str:
+    s = result["settings"]
+    where = "the last prompt token" if s["position"] == "last_prompt" else "every real prompt token"
+    lines = [
+        "## Probe: top-p% activation frequencies",
+        "",
+        f"{result['records']} test records, activations at {where} of modules `{', '.join(s['modules'])}` "
+        f"({len(result['layers'])} hook points x {result['width']} neurons); per observation the neurons at or "
+        f"above its top {s['top_percent']}% threshold by {s['by']} are counted. Statistics: "
+        f"`{STATS_FILE}` (compare two runs with `probe=compare probe.runs=[A,B]`).",
+    ]
+    if result["images_dropped"]:
+        lines.append(f"Images left out of {result['images_dropped']} prompts (evaluator.images=drop).")
+    lines += ["", "| dimension | observations |", "| --- | --- |"]
+    lines += [f"| {d} | {n} |" for d, n in result["observations"].items()]
+    return "\n".join(lines)
+
+
+# -- compare ------------------------------------------------------------------------------------------
+def run_label(run_dir: Path) -> str:
+    """A run's ``run_name`` from its config.yaml, else its folder name."""
+    config = run_dir / "config.yaml"
+    if config.is_file():
+        name = OmegaConf.load(config).get("run_name")
+        if name:
+            return str(name)
+    return run_dir.name
+
+
+def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
+    labels = probe.get("labels")
+    if labels:
+        if len(labels) != 2 or labels[0] == labels[1]:
+            raise ValueError(f"probe.labels: expected two different labels [a, b], got {list(labels)!r}")
+        return str(labels[0]), str(labels[1])
+    a, b = run_label(runs[0]), run_label(runs[1])
+    return (a, b) if a != b else (f"{a} (a)", f"{b} (b)")
+
+
+def compare_probe(probe: Mapping, out_dir: Path) -> dict[str, Any]:
+    """D_l, heatmaps and most changed neurons of ``probe.runs[1]`` against ``probe.runs[0]``."""
+    runs = [Path(str(r)) for r in (probe.get("runs") or [])]
+    if len(runs) != 2:
+        raise ValueError(f"probe.runs: expected two probed run folders [a, b], got {[str(r) for r in runs]}")
+    labels = compare_labels(probe, runs)
+    result = compare_runs(load_stats(runs[0]), load_stats(runs[1]), out_dir, labels=labels,
+                          top_n=int(probe.get("top_n", 10)), bins=int(probe.get("bins", 256)))
+    result = {"name": "compare", **result,
+              "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
+    result["report_sections"] = [(out_dir / result["table"]).read_text().rstrip("\n")]
+    return result
+
+
+# -- restraint ----------------------------------------------------------------------------------------
+def _factor(probe: Mapping) -> float:
+    factor = probe.get("factor", DEFAULT_FACTOR)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
+        raise ValueError(f"probe.factor: expected a finite number, got {factor!r}")
+    return float(factor)
+
+
+def _model_dtype(model) -> torch.dtype:
+    return next(p.dtype for p in model.parameters() if p.is_floating_point())
+
+
+def _claim_folder(folder: Path, setting: Mapping[str, Any]) -> None:
+    """Record the restraint in ``folder``; refuse a folder holding predictions of another restraint."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / RESTRAINT_FILE
+    if path.is_file() and json.loads(path.read_text()) != setting:
+        raise ValueError(f"{path}: this run folder holds predictions under another restraint; "
+                         "use a new run folder or remove it")
+    path.write_text(json.dumps(setting, indent=2))
+
+
+def restraint_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path,
+                    evaluate: Evaluate, baseline_eval: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Evaluate with the chosen neurons scaled; compare with ``baseline_eval`` per dimension."""
+    if baseline_eval is None:
+        raise ValueError("probe=restraint compares the normal evaluation with a restrained one: "
+                         "choose an evaluator (e.g. evaluator=rolemrc)")
+    probe = OmegaConf.to_container(cfg.probe, resolve=True)
+    neurons = select_neurons(probe)
+    factor = _factor(probe)
+    dtype = _model_dtype(model)
+    identity = torch.tensor(factor, dtype=dtype).item() == 1.0
+    if identity:
+        log.warning("probe.factor=%s rounds to 1 in %s: the restraint leaves activations unchanged", factor, dtype)
+    source = "explicit" if probe.get("neurons") else "most changed between probe.runs"
+    setting = {"factor": factor, "source": source, "neurons": neurons}
+    folder = out_dir / RESTRAINED_DIR
+    if rank_zero_only.rank == 0:
+        _claim_folder(folder, setting)
+    with restrain(model, neurons, factor):
+        restrained = evaluate(cfg, model, tokenizer, examples, folder, logger=None)
+    if rank_zero_only.rank != 0:
+        return {"name": "restraint", "report_sections": []}
+    table = before_after.before_after(baseline_eval, restrained)
+    result = {
+        "name": "restraint",
+        **setting,
+        "n_neurons": sum(len(v) for v in neurons.values()),
+        "factor_is_identity_in_model_dtype": identity,
+        "model_dtype": str(dtype).removeprefix("torch."),
+        "folder": RESTRAINED_DIR,
+        "before_after": table,
+        "restrained_eval": {k: restrained[k] for k in ("n_records", "generation", "metrics", "judge")
+                            if k in restrained},
+    }
+    result["report_sections"] = [_restraint_section(result)]
+    return result
+
+
+def _restraint_section(result: Mapping[str, Any]) -> str:
+    layers = result["neurons"]
+    lines = [
+        "## Probe: neuron restraint",
+        "",
+        f"{result['n_neurons']} neurons in {len(layers)} hook points ({result['source']}) scaled by "
+        f"{result['factor']!r} during generation; restrained predictions and scores in `{result['folder']}/`.",
+    ]
+    if result["factor_is_identity_in_model_dtype"]:
+        lines.append(f"**Warning:** the factor rounds to 1 in {result['model_dtype']}: activations are unchanged.")
+    lines += ["", before_after.markdown(result["before_after"])]
+    return "\n".join(lines)

@@ -1,0 +1,161 @@
+"""The probe stage's parts: which probes need a model, prompt batches, labels, the before/after table."""
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.errors import DataFormatError
+from rpbench.data.records import EvalExample, Turn, as_messages
+from rpbench.eval.stats import aggregate
+from rpbench.models import load
+from rpbench.probes import before_after
+from rpbench.probes.prompts import prompt_batches, record_dimensions
+from rpbench.probes.stage import RESTRAINED_DIR, RESTRAINT_FILE, compare_labels, needs_model, run_probe
+
+
+def record(rid: str, question: str, dims=None, image=None) -> EvalExample:
+    prompt = (Turn("system", "You are Sherlock Holmes."), Turn("user", question, image))
+    return EvalExample(rid, prompt, "Elementary.", f"label_{rid}", {} if dims is None else {"dimensions": dims})
+
+
+RECORDS = [record("a", "Who are you?", ["style"]), record("b", "Where do you live, and with whom?"),
+           record("c", "What is your method?", ["style", "knowledge"])]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load({"name_or_path": "tiny:qwen2"})
+
+
+def test_which_probes_need_a_model():
+    assert needs_model({"name": "topk_freq"}) and needs_model({"name": "restraint"})
+    assert not needs_model({"name": "compare"}) and not needs_model({"name": "none"})
+    with pytest.raises(ValueError, match="probe=bogus: unknown probe"):
+        needs_model({"name": "bogus"})
+
+
+def test_record_dimensions_fall_back_to_the_task_label():
+    assert record_dimensions(RECORDS[0]) == ["style"]
+    assert record_dimensions(RECORDS[1]) == ["label_b"]
+    assert record_dimensions(record("d", "q", [])) == ["label_d"]
+    with pytest.raises(DataFormatError, match="record e: field 'meta.dimensions'"):
+        record_dimensions(record("e", "q", "style"))
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_prompt_batches_hold_the_generation_prompts(tiny, side):
+    _, tokenizer = tiny
+    tokenizer.padding_side = side
+    renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
+    inputs = prompt_batches(RECORDS, tokenizer, renderer, 384, batch_size=2)
+    assert inputs.dims == [[["style"], ["label_b"]], [["style", "knowledge"]]]
+    assert inputs.n_records == 3 and inputs.images_dropped == 0
+    batches = list(inputs.batches)
+    assert [b["input_ids"].shape[0] for b in batches] == [2, 1]
+    rows = [(b, i) for b in batches for i in range(b["input_ids"].shape[0])]
+    for example, (batch, row) in zip(RECORDS, rows, strict=True):
+        text = tokenizer.apply_chat_template(as_messages(example.prompt), tokenize=False, add_generation_prompt=True)
+        expected = tokenizer(text, add_special_tokens=False)["input_ids"]
+        mask = batch["attention_mask"][row].bool()
+        assert batch["input_ids"][row][mask].tolist() == expected
+        assert bool(mask[-1] if side == "left" else mask[0])
+        assert batch["position_ids"][row][mask].tolist() == list(range(len(expected)))
+    assert set(batches[0]) == {"input_ids", "attention_mask", "position_ids"}
+
+
+def test_records_with_images_are_refused_unless_dropped(tiny):
+    _, tokenizer = tiny
+    renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
+    pictured = [*RECORDS, record("p", "What is in the picture?", image="x.jpg")]
+    with pytest.raises(ValueError, match=r"1 test records have images \(first: \['p'\]\).*evaluator.images=drop"):
+        prompt_batches(pictured, tokenizer, renderer, 384, batch_size=2)
+    assert prompt_batches(pictured, tokenizer, renderer, 384, 2, images="drop").images_dropped == 1
+
+
+def evaluation(per_sample: dict, dims: list, judge: dict | None = None) -> dict:
+    """An evaluate()-shaped result built by the real aggregation code."""
+    result = {"metrics": aggregate(per_sample, {"task": ["t"] * len(dims), "dimension": dims}, n_resamples=10)}
+    if judge is not None:
+        result["judge"] = judge
+    return result
+
+
+def tally(correct: int, judged: int, n: int) -> dict:
+    return {"n": n, "judged": judged, "correct": correct, "accuracy": correct / judged if judged else None}
+
+
+def test_before_after_table_by_hand():
+    dims = [["style"], ["style", "knowledge"], ["knowledge"]]
+    base = evaluation({"bleu": [10.0, 20.0, 30.0], "rougeL": [0.5, 0.25, 0.0]}, dims,
+                      {"dimensions": {"style": tally(1, 2, 2), "knowledge": tally(0, 1, 2)}, "overall": tally(1, 4, 4)})
+    restrained = evaluation({"bleu": [0.0, 20.0, 60.0], "rougeL": [0.5, 0.75, 0.5]}, dims,
+                            {"dimensions": {"style": tally(2, 2, 2), "knowledge": tally(1, 2, 2)},
+                             "overall": tally(3, 4, 4)})
+    table = before_after.before_after(base, restrained)
+    metrics = table["metrics"]
+    assert list(metrics) == ["overall", "knowledge", "style"]
+    assert metrics["overall"]["bleu"] == {"n": 3, "before": 20.0, "after": pytest.approx(80 / 3),
+                                          "delta": pytest.approx(20 / 3)}
+    assert metrics["style"]["bleu"] == {"n": 2, "before": 15.0, "after": 10.0, "delta": -5.0}
+    assert metrics["knowledge"]["rougeL"] == {"n": 2, "before": 0.125, "after": 0.625, "delta": 0.5}
+    judge = table["judge"]
+    assert judge["knowledge"] == {"n": 2, "judged_before": 1, "judged_after": 2, "before": 0.0, "after": 0.5,
+                                  "delta": 0.5}
+    assert judge["overall"]["before"] == 0.25 and judge["overall"]["delta"] == 0.5
+    text = before_after.markdown(table)
+    assert "| judge | style | knowledge | overall |" in text
+    assert "| accuracy baseline | 50.00 | 0.00 | 25.00 |" in text
+    assert "| accuracy Δ | +50.00 | +50.00 | +50.00 |" in text
+    assert "| metric | overall | knowledge | style |" in text
+    assert "| bleu baseline | 20.00 | 25.00 | 15.00 |" in text  # BLEU keeps its own 0-100 scale
+    assert "| rougeL restrained | 58.33 | 62.50 | 62.50 |" in text
+    assert "knowledge 1 / 2 of 2" in text
+    without_judge = before_after.before_after(base, {"metrics": restrained["metrics"]})
+    assert "judge" not in without_judge and "judge" not in before_after.markdown(without_judge)
+
+
+def test_labels_come_from_the_runs_config(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "config.yaml").write_text("run_name: sft-qwen\n")
+    assert compare_labels({}, [a, b]) == ("sft-qwen", "b")
+    (b / "config.yaml").write_text("run_name: sft-qwen\n")
+    assert compare_labels({}, [a, b]) == ("sft-qwen (a)", "sft-qwen (b)")
+    assert compare_labels({"labels": ["SFT", "DPO"]}, [a, b]) == ("SFT", "DPO")
+    with pytest.raises(ValueError, match="two different labels"):
+        compare_labels({"labels": ["x", "x"]}, [a, b])
+
+
+def probe_cfg(**probe) -> OmegaConf:
+    return OmegaConf.create({"probe": probe})
+
+
+def test_compare_needs_two_probed_runs(tmp_path):
+    with pytest.raises(ValueError, match="expected two probed run folders"):
+        run_probe(probe_cfg(name="compare", runs=[str(tmp_path)]), None, None, None, tmp_path, None)
+    with pytest.raises(FileNotFoundError, match="no probe statistics"):
+        run_probe(probe_cfg(name="compare", runs=[str(tmp_path / "x"), str(tmp_path / "y")]), None, None, None,
+                  tmp_path, None)
+
+
+def test_restraint_needs_a_model_and_a_baseline_evaluation(tiny, tmp_path):
+    model, tokenizer = tiny
+    cfg = probe_cfg(name="restraint", neurons={"model.layers.0.self_attn.o_proj": [1]})
+    with pytest.raises(ValueError, match="needs the run's model"):
+        run_probe(cfg, None, None, RECORDS, tmp_path, None, None)
+    with pytest.raises(ValueError, match="choose an evaluator"):
+        run_probe(cfg, model, tokenizer, RECORDS, tmp_path, None, None)
+
+
+def test_a_folder_restrained_differently_is_refused(tiny, tmp_path):
+    model, tokenizer = tiny
+    folder = tmp_path / RESTRAINED_DIR
+    folder.mkdir()
+    (folder / RESTRAINT_FILE).write_text(json.dumps({"factor": 0.5, "source": "explicit", "neurons": {"k": [1]}}))
+    cfg = probe_cfg(name="restraint", neurons={"model.layers.0.self_attn.o_proj": [1]}, factor=0.5)
+    with pytest.raises(ValueError, match="holds predictions under another restraint"):
+        run_probe(cfg, model, tokenizer, RECORDS, tmp_path, None, {"metrics": {}})
+    assert json.loads((folder / RESTRAINT_FILE).read_text())["neurons"] == {"k": [1]}  # left as it was

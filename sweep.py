@@ -1,6 +1,6 @@
 """Multirun sweeps, locally or on Slurm, with a summary table of every run at the end:
 
-    python sweep.py objective=sft,dpo seed=1,2,3 hydra/launcher=slurm
+python sweep.py objective=sft,dpo seed=1,2,3 hydra/launcher=slurm
 """
 
 import sys

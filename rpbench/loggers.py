@@ -21,7 +21,12 @@ def build_logger(cfg: Mapping[str, Any], out_dir: Path, run_name: str, config: M
         if mode == "auto":
             mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
         return WandbLogger(
-            project=cfg.get("project", "rpbench"), entity=cfg.get("entity"), name=run_name, save_dir=str(out_dir),
-            mode=mode, tags=list(cfg.get("tags", [])), config=dict(config),
+            project=cfg.get("project", "rpbench"),
+            entity=cfg.get("entity"),
+            name=run_name,
+            save_dir=str(out_dir),
+            mode=mode,
+            tags=list(cfg.get("tags", [])),
+            config=dict(config),
         )
     raise ValueError(f"logger={name!r}: choose none, csv or wandb")

@@ -15,7 +15,7 @@ from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
 from rpbench.loggers import build_logger
-from rpbench.models import load
+from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
@@ -63,8 +63,11 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
         report[split] = {**summary, "path": configured}
     if train_split and "test" in splits:
         report["train_test_overlap"] = check_overlap(
-            splits[train_split], splits["test"], allow_overlap=bool(cfg.data.allow_overlap),
-            train_name=f"data.files.{train_split}", test_name="data.files.test",
+            splits[train_split],
+            splits["test"],
+            allow_overlap=bool(cfg.data.allow_overlap),
+            train_name=f"data.files.{train_split}",
+            test_name="data.files.test",
         )
     return splits, report
 
@@ -75,14 +78,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     L.seed_everything(int(cfg.seed), workers=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
-    results: dict[str, Any] = {"run_name": cfg.run_name, "model": cfg.model.name, "data": cfg.data.name,
-                               "objective": objective, "evaluator": evaluator}
+    results: dict[str, Any] = {
+        "run_name": cfg.run_name,
+        "model": cfg.model.name,
+        "data": cfg.data.name,
+        "objective": objective,
+        "evaluator": evaluator,
+    }
 
     model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 1. build
     if model is None:
         results["model"] = "not loaded"
 
-    train_split = objective_class(objective).data_split if objective != "none" else None  # 2. data
+    train_split = None  # 2. data
+    if objective != "none":
+        train_split = cfg.objective.get("data_split") or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
 
@@ -91,11 +101,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
         results["train"] = train(cfg, model, tokenizer, train_records, val_records, out_dir, logger)
 
-    if evaluator != "none":  # 4. evaluate, then probe
+    if model is not None and (evaluator != "none" or probe != "none"):  # 4. evaluate, then probe
+        saved = out_dir / "model" if "train" in results else None
+        model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, saved)
+    if evaluator != "none":
         results["eval"] = evaluate(cfg, model, tokenizer, splits.get("test", []), out_dir, logger)
     if probe != "none":
-        results["probe"] = run_probe(cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate,
-                                     results.get("eval"))
+        results["probe"] = run_probe(
+            cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate, results.get("eval")
+        )
 
     if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))

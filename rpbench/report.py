@@ -20,23 +20,31 @@ def _data_lines(data: dict[str, Any]) -> list[str]:
 
 def _train_lines(train: dict[str, Any]) -> list[str]:
     samples = train["samples"]
-    lines = [f"Trained on {samples['train']} samples ({samples['val']} held out) for "
-             f"{train['optimizer_steps']} optimizer steps."]
+    lines = [
+        f"Trained on {samples['train']} samples ({samples['val']} held out) for "
+        f"{train['optimizer_steps']} optimizer steps."
+    ]
     skipped = samples["no_supervised_tokens"]
     if skipped["train"] or skipped["val"]:
-        lines.append(f"Not trained (no supervised token left after truncation): {skipped['train']} train, "
-                     f"{skipped['val']} held-out.")
+        lines.append(
+            f"Not trained (no supervised token left after truncation): {skipped['train']} train, "
+            f"{skipped['val']} held-out."
+        )
     held_out = train.get("held_out")
     if held_out:
-        lines += ["", "| held-out | loss | perplexity |", "| --- | --- | --- |"]
+        names = [k for k in held_out["after"] if k not in ("step", "tokens")]
+        lines += ["", "| held-out | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
         for phase in ("before", "after"):
-            lines.append(f"| {phase} training | {held_out[phase]['loss']:.4f} | {held_out[phase]['perplexity']:.2f} |")
+            values = [held_out[phase].get(name) for name in names]
+            lines.append(f"| {phase} training | " + " | ".join("–" if v is None else f"{v:.4f}" for v in values) + " |")
     return lines
 
 
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
-    header = (f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
-              f"evaluator `{results['evaluator']}`, probe `{results.get('probe', {}).get('name', 'none')}`")
+    header = (
+        f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
+        f"evaluator `{results['evaluator']}`, probe `{results.get('probe', {}).get('name', 'none')}`"
+    )
     lines = [f"# {results['run_name']}", "", header, "", "## Data", "", *_data_lines(results.get("records", {}))]
     if "train" in results:
         lines += ["", "## Training", "", *_train_lines(results["train"])]

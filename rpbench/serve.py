@@ -120,8 +120,10 @@ def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, 
         cfg = compose(config_name=None, overrides=overrides)
     else:
         if not (CONF_DIR / "model").is_dir():
-            raise FileNotFoundError("rpbench's config tree (conf/model) is not next to the package; "
-                                    "pass a model config mapping instead of a name")
+            raise FileNotFoundError(
+                "rpbench's config tree (conf/model) is not next to the package; "
+                "pass a model config mapping instead of a name"
+            )
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name=None, overrides=overrides)
     return OmegaConf.to_container(cfg.model, resolve=True)  # type: ignore[return-value]
@@ -160,8 +162,9 @@ class ChatServer:
         return web.json_response({"status": "ok", "model": self.name, "requests": self.stats.requests})
 
     async def _models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [
-            {"id": self.name, "object": "model", "created": 0, "owned_by": "rpbench"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.name, "object": "model", "created": 0, "owned_by": "rpbench"}]}
+        )
 
     async def _chat(self, request: web.Request) -> web.Response:
         index = self.stats.requests
@@ -206,8 +209,11 @@ class ChatServer:
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.options.max_tokens
         temperature = body.get("temperature")
         top_p = body.get("top_p")
-        params = (int(max_tokens), 1.0 if temperature is None else float(temperature),
-                  1.0 if top_p is None else float(top_p))
+        params = (
+            int(max_tokens),
+            1.0 if temperature is None else float(temperature),
+            1.0 if top_p is None else float(top_p),
+        )
         if params[0] < 1 or params[1] < 0 or not 0 < params[2] <= 1:
             raise BadRequest("need max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1")
         return conversation, params
@@ -219,8 +225,9 @@ class ChatServer:
         if isinstance(content, list):
             if any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
                 raise BadRequest(f"messages[{index}]: images are not supported ({self.name} is served text-only)")
-            if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                       for p in content):
+            if not all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+            ):
                 raise BadRequest(f"messages[{index}].content: parts must be {{type: text, text: str}}")
             content = "".join(p["text"] for p in content)
         if not isinstance(content, str):
@@ -268,12 +275,20 @@ class ChatServer:
 
         max_tokens, temperature, top_p = params
         tok = self.served.tokenizer
-        texts = generate_texts(self.served.model, tok, conversations, max_new_tokens=max_tokens,
-                               temperature=temperature, top_p=top_p, batch_size=len(conversations),
-                               stop_ids=self.served.stop_ids)
+        texts = generate_texts(
+            self.served.model,
+            tok,
+            conversations,
+            max_new_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            batch_size=len(conversations),
+            stop_ids=self.served.stop_ids,
+        )
         prompt_lengths = [len(ids) for ids in render_prompts(tok, conversations)]
-        return [(text, n, len(tok(text, add_special_tokens=False)["input_ids"]))
-                for text, n in zip(texts, prompt_lengths)]
+        return [
+            (text, n, len(tok(text, add_special_tokens=False)["input_ids"])) for text, n in zip(texts, prompt_lengths)
+        ]
 
     def _completion(self, text: str, prompt_tokens: int, completion_tokens: int, max_tokens: int) -> dict[str, Any]:
         return {
@@ -281,10 +296,18 @@ class ChatServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "length" if completion_tokens >= max_tokens else "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "length" if completion_tokens >= max_tokens else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }
 
 
@@ -324,8 +347,9 @@ async def _start(server: ChatServer, options: ServeOptions) -> tuple[web.AppRunn
 
 
 @contextmanager
-def serve_in_thread(model: ServedModel | Mapping[str, Any] | str,
-                    options: ServeOptions | Mapping[str, Any] | None = None) -> Iterator[RunningServer]:
+def serve_in_thread(
+    model: ServedModel | Mapping[str, Any] | str, options: ServeOptions | Mapping[str, Any] | None = None
+) -> Iterator[RunningServer]:
     """Serve ``model`` (loaded, a model config, or a conf/model name) from a background thread."""
     served = model if isinstance(model, ServedModel) else load_served_model(model)
     options = options if isinstance(options, ServeOptions) else ServeOptions.from_mapping(options or {})

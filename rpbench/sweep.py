@@ -29,8 +29,13 @@ def summarize(sweep_dir: Path) -> list[dict[str, Any]]:
     for metrics in sorted(sweep_dir.glob("*/metrics.json")):
         overrides_file = metrics.parent / ".hydra" / "overrides.yaml"
         overrides = overrides_file.read_text().strip() if overrides_file.exists() else ""
-        rows.append({"run": metrics.parent.name, "overrides": overrides.replace("\n", " "),
-                     **flatten(json.loads(metrics.read_text()))})
+        rows.append(
+            {
+                "run": metrics.parent.name,
+                "overrides": overrides.replace("\n", " "),
+                **flatten(json.loads(metrics.read_text())),
+            }
+        )
     if not rows:
         return rows
     columns = list(dict.fromkeys(key for row in rows for key in row))

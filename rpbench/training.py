@@ -51,24 +51,34 @@ def build_trainer(cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Ca
     if trainer_cfg.get("accelerator") == "gpu":
         torch.set_float32_matmul_precision("high")
     return L.Trainer(
-        accelerator=trainer_cfg["accelerator"], devices=trainer_cfg.get("devices", 1),
-        num_nodes=trainer_cfg.get("num_nodes", 1), strategy=_strategy(trainer_cfg, micro_batch),
-        precision=trainer_cfg.get("precision", "32-true"), deterministic=trainer_cfg.get("deterministic", False),
+        accelerator=trainer_cfg["accelerator"],
+        devices=trainer_cfg.get("devices", 1),
+        num_nodes=trainer_cfg.get("num_nodes", 1),
+        strategy=_strategy(trainer_cfg, micro_batch),
+        precision=trainer_cfg.get("precision", "32-true"),
+        deterministic=trainer_cfg.get("deterministic", False),
         enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
-        max_epochs=int(objective.get("epochs", 1)), max_steps=int(objective.get("max_steps") or -1),
-        accumulate_grad_batches=grad_accum, gradient_clip_val=objective.get("max_grad_norm"),
+        max_epochs=int(objective.get("epochs", 1)),
+        max_steps=int(objective.get("max_steps") or -1),
+        accumulate_grad_batches=grad_accum,
+        gradient_clip_val=objective.get("max_grad_norm"),
         log_every_n_steps=int(objective.get("log_every_n_steps", 10)),
         val_check_interval=int(val_every) * grad_accum if val_every else None,
-        num_sanity_val_steps=-1, use_distributed_sampler=False, default_root_dir=str(out_dir),
-        logger=logger if logger is not None else False, callbacks=list(callbacks),
+        num_sanity_val_steps=-1,
+        use_distributed_sampler=False,
+        default_root_dir=str(out_dir),
+        logger=logger if logger is not None else False,
+        callbacks=list(callbacks),
     )
 
 
-def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[dict],
-                     pad_token_id: int) -> PlannedDataModule:
+def build_datamodule(
+    cfg: DictConfig, module_cls, train: list[dict], val: list[dict], pad_token_id: int
+) -> PlannedDataModule:
     """Planned train/val batches; the objective says how samples collate and what each weighs in the mean."""
     objective = cfg.objective
     collate = partial(module_cls.collate, pad_token_id=pad_token_id)
+
     def weights(samples: list[dict]) -> list[int]:
         return [module_cls.sample_weight(s) for s in samples]
 
@@ -97,16 +107,19 @@ def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
     return ckpt_path
 
 
-def train(cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path,
-          logger) -> dict[str, Any]:
+def train(
+    cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
+) -> dict[str, Any]:
     """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after)."""
     module_cls = objective_class(str(cfg.objective.name))
     renderer = ChatRenderer(tokenizer, cfg.model.get("end_of_turn"), int(cfg.data.max_length))
     train_samples, train_empty = module_cls.render(train_examples, renderer)
     val_samples, val_empty = module_cls.render(val_examples, renderer)
     if not train_samples:
-        raise ValueError(f"no trainable samples: all {len(train_examples)} have no supervised token left "
-                         f"after truncation to data.max_length={cfg.data.max_length}")
+        raise ValueError(
+            f"no trainable samples: all {len(train_examples)} have no supervised token left "
+            f"after truncation to data.max_length={cfg.data.max_length}"
+        )
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
     module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
     history = ValidationHistory()
@@ -114,9 +127,15 @@ def train(cfg: DictConfig, model, tokenizer, train_examples: list, val_examples:
     trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints])
     trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt(cfg.get("ckpt_path"), out_dir))
     report: dict[str, Any] = {
-        "samples": {"train": len(train_samples), "val": len(val_samples),
-                    "no_supervised_tokens": {"train": len(train_empty), "val": len(val_empty),
-                                             "first_ids": (train_empty + val_empty)[:5]}},
+        "samples": {
+            "train": len(train_samples),
+            "val": len(val_samples),
+            "no_supervised_tokens": {
+                "train": len(train_empty),
+                "val": len(val_empty),
+                "first_ids": (train_empty + val_empty)[:5],
+            },
+        },
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }

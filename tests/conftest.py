@@ -39,8 +39,9 @@ def compose(tmp_path):
     def _compose(*overrides: str):
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=[f"hydra.run.dir={tmp_path / 'run'}", *overrides],
-                                return_hydra_config=True)
+            cfg = hydra_compose(
+                "config", overrides=[f"hydra.run.dir={tmp_path / 'run'}", *overrides], return_hydra_config=True
+            )
             with open_dict(cfg):
                 cfg.hydra.runtime.output_dir = str(tmp_path / "run")
             HydraConfig.instance().set_config(cfg)

@@ -22,8 +22,11 @@ OPTIONS = list(group_options())
 
 
 def check(cfg) -> None:
-    resolved = {k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-                for k in cfg if k != "hydra"}
+    resolved = {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in cfg
+        if k != "hydra"
+    }
     assert resolved["model"]["dtype"] in DTYPES
     assert resolved["objective"]["name"] in {"none", "sft", "dpo", "grpo", "corl"}
     for split in ("train", "pairs", "test"):
@@ -39,8 +42,11 @@ def test_every_option_composes(compose, group, option):
         check(compose(f"{group}={option}"))
 
 
-@pytest.mark.parametrize(("group", "option"), [o for o in OPTIONS if o[0] != "experiment"],
-                         ids=[f"{g}={o}" for g, o in OPTIONS if g != "experiment"])
+@pytest.mark.parametrize(
+    ("group", "option"),
+    [o for o in OPTIONS if o[0] != "experiment"],
+    ids=[f"{g}={o}" for g, o in OPTIONS if g != "experiment"],
+)
 def test_every_option_composes_inside_the_experiment(compose, group, option):
     check(compose("experiment=rolemrc_sft_qwen2.5-7b", f"{group}={option}"))
 
@@ -59,5 +65,7 @@ def test_tiny_models_get_their_tuning_and_real_models_the_paper_defaults(compose
 
 def test_every_data_file_is_overridable_from_the_command_line(compose):
     for data in ("sample", "rolemrc", "rolemrc_mix", "mmrole", "rpgbench"):
-        cfg = compose(f"data={data}", "data.files.train=my.jsonl", "data.files.pairs=p.jsonl", "data.files.test=t.jsonl")
+        cfg = compose(
+            f"data={data}", "data.files.train=my.jsonl", "data.files.pairs=p.jsonl", "data.files.test=t.jsonl"
+        )
         assert (cfg.data.files.train, cfg.data.files.pairs, cfg.data.files.test) == ("my.jsonl", "p.jsonl", "t.jsonl")

@@ -21,13 +21,24 @@ from rpbench.probes.prompts import record_dimensions
 from rpbench.probes.stage import run_probe
 
 BASE = ["objective=none", "logger=none", "data.max_test_samples=8"]
-FAST = [*BASE, "evaluator=rolemrc", "evaluator.generation.max_new_tokens=4", "evaluator.generation.batch_size=8",
-        "evaluator.metrics=[bleu,rougeL]", "evaluator.bootstrap.n_resamples=20"]
+FAST = [
+    *BASE,
+    "evaluator=rolemrc",
+    "evaluator.generation.max_new_tokens=4",
+    "evaluator.generation.batch_size=8",
+    "evaluator.metrics=[bleu,rougeL]",
+    "evaluator.bootstrap.n_resamples=20",
+]
 # Scripted judge (first match wins): a blank reply fails; otherwise every rubric of a dimension gets one fixed
 # verdict, matched on the rubric's criterion text.
-VERDICTS = {"[Model reply to check]\n\n\n[Reference": "0", "Knowledge boundary (question": "0",
-            "Role style. The reply must": "1", "Nested instruction.": "1", "Multi-turn instruction (final": "0",
-            "Instruction priority.": "1"}
+VERDICTS = {
+    "[Model reply to check]\n\n\n[Reference": "0",
+    "Knowledge boundary (question": "0",
+    "Role style. The reply must": "1",
+    "Nested instruction.": "1",
+    "Multi-turn instruction (final": "0",
+    "Instruction priority.": "1",
+}
 EXPECTED_ACCURACY = {"knowledge_boundary": 0.0, "role_style": 1.0, "nested": 1.0, "multi_turn": 0.0, "prioritized": 1.0}
 
 
@@ -55,8 +66,10 @@ def last_prompt_counts(cfg, examples) -> dict[str, np.ndarray]:
     model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
     layers = model.model.layers
     seen: dict[int, torch.Tensor] = {}
-    handles = [layer.self_attn.o_proj.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out))
-               for i, layer in enumerate(layers)]
+    handles = [
+        layer.self_attn.o_proj.register_forward_hook(lambda m, a, out, i=i: seen.__setitem__(i, out))
+        for i, layer in enumerate(layers)
+    ]
     counts: dict[str, np.ndarray] = {}
     with torch.no_grad():
         for example in examples:
@@ -97,8 +110,10 @@ def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, mon
     # Restrain the 4 most changed neurons per layer between the two runs (score: sum over dims of |f_b - f_a|).
     restrained = tmp_path / "restrained_run"
     run_in(compose, restrained, *FAST, "probe=restraint", f"probe.runs=[{a},{b}]", "probe.top_k=4")
-    score = sum(np.abs(stats["init1"].frequencies(d).numpy() - stats["init0"].frequencies(d).numpy())
-                for d in stats["init0"].dims)
+    score = sum(
+        np.abs(stats["init1"].frequencies(d).numpy() - stats["init0"].frequencies(d).numpy())
+        for d in stats["init0"].dims
+    )
     layers = stats["init0"].layers
     expected = {layer: np.argsort(-score[i], kind="stable")[:4].tolist() for i, layer in enumerate(layers)}
     chosen = metrics_of(restrained)["probe"]
@@ -142,11 +157,21 @@ def dimension_means(scores_file: Path, examples, metric: str) -> dict[str, float
 def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
     # The untrained tiny model replies with blank lines; every attention output scaled x20 makes it speak.
     run = tmp_path / "restraint"
-    neurons = "{" + ",".join(f"model.layers.{i}.self_attn.o_proj:[{','.join(map(str, range(64)))}]"
-                             for i in range(2)) + "}"
-    cfg = job_config(compose, run, *FAST, "judge=local", f"judge.cache_path={tmp_path / 'judge.sqlite'}",
-                     "judge.progress=false", "probe=restraint", f"probe.neurons={neurons}", "probe.factor=20.0",
-                     "evaluator.metrics=[bleu,rougeL,bertscore]")
+    neurons = (
+        "{" + ",".join(f"model.layers.{i}.self_attn.o_proj:[{','.join(map(str, range(64)))}]" for i in range(2)) + "}"
+    )
+    cfg = job_config(
+        compose,
+        run,
+        *FAST,
+        "judge=local",
+        f"judge.cache_path={tmp_path / 'judge.sqlite'}",
+        "judge.progress=false",
+        "probe=restraint",
+        f"probe.neurons={neurons}",
+        "probe.factor=20.0",
+        "evaluator.metrics=[bleu,rougeL,bertscore]",
+    )
     with open_dict(cfg):
         cfg.judge.server.scripted = [{"match": m, "reply": r} for m, r in VERDICTS.items()]
     pipeline.run(cfg)
@@ -155,8 +180,9 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
     probe = metrics["probe"]
     assert probe["n_neurons"] == 128 and probe["factor"] == 20.0 and not probe["factor_is_identity_in_model_dtype"]
     baseline = [json.loads(line)["prediction"] for line in (run / "predictions.jsonl").read_text().splitlines()]
-    restrained = [json.loads(line)["prediction"] for line in
-                  (run / "restrained" / "predictions.jsonl").read_text().splitlines()]
+    restrained = [
+        json.loads(line)["prediction"] for line in (run / "restrained" / "predictions.jsonl").read_text().splitlines()
+    ]
     assert len(baseline) == len(restrained) == 8 and baseline != restrained and all(restrained)
 
     examples = read_split(cfg.data, "test").examples
@@ -180,8 +206,15 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
 
 @pytest.mark.slow
 def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
-    cfg = job_config(compose, tmp_path, *FAST, "model.dtype=bfloat16", "data.max_test_samples=2", "probe=restraint",
-                     "probe.neurons={model.layers.0.self_attn.o_proj:[0,1,2,3]}")
+    cfg = job_config(
+        compose,
+        tmp_path,
+        *FAST,
+        "model.dtype=bfloat16",
+        "data.max_test_samples=2",
+        "probe=restraint",
+        "probe.neurons={model.layers.0.self_attn.o_proj:[0,1,2,3]}",
+    )
     model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
     examples = read_split(cfg.data, "test").examples
     baseline = evaluate(cfg, model, tokenizer, examples, tmp_path)

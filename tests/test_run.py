@@ -12,13 +12,19 @@ import yaml
 
 from conftest import REPO_ROOT
 
-FAST = ["objective.epochs=1", "trainer.enable_progress_bar=false", "data.max_train_samples=48", "objective.log_every_n_steps=1"]
+FAST = [
+    "objective.epochs=1",
+    "trainer.enable_progress_bar=false",
+    "data.max_train_samples=48",
+    "objective.log_every_n_steps=1",
+]
 
 
 def run(*overrides: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run([sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -36,7 +42,9 @@ def test_default_run_trains_and_reports_held_out_loss(tmp_path):
     assert (out / "model" / "config.json").exists()
     columns = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss"} <= set(columns)
-    assert "/work/" not in (out / "metrics.json").read_text() and str(REPO_ROOT) not in (out / "metrics.json").read_text()
+    assert (
+        "/work/" not in (out / "metrics.json").read_text() and str(REPO_ROOT) not in (out / "metrics.json").read_text()
+    )
 
 
 @pytest.mark.slow

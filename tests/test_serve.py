@@ -25,8 +25,9 @@ def tiny():
 
 
 def post(url: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
-    request = urllib.request.Request(f"{url}/chat/completions", data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.load(response)
@@ -65,6 +66,7 @@ def test_concurrent_requests_are_batched(tiny):
     options = {"max_batch_size": 4, "batch_wait_ms": 1000}
     statuses = []
     with serve_in_thread(tiny, options) as server:
+
         def call(i: int) -> None:
             messages = [{"role": "user", "content": f"Question number {i}?"}]
             statuses.append(post(server.base_url, {"messages": messages, "max_tokens": 4, "temperature": 0})[0])
@@ -79,15 +81,29 @@ def test_concurrent_requests_are_batched(tiny):
     assert sum(sizes) == 6 and max(sizes) == 4
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    ({"messages": []}, "messages"),
-    ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
-    ({"messages": HELLO, "stream": True}, "stream"),
-    ({"messages": HELLO, "n": 2}, "n=1"),
-    ({"messages": [{"role": "user", "content": [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-        {"type": "text", "text": "What is this?"}]}]}, "images"),
-])
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
+        ({"messages": HELLO, "stream": True}, "stream"),
+        ({"messages": HELLO, "n": 2}, "n=1"),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                            {"type": "text", "text": "What is this?"},
+                        ],
+                    }
+                ]
+            },
+            "images",
+        ),
+    ],
+)
 def test_bad_requests_get_a_400_that_says_why(tiny, body, fragment):
     with serve_in_thread(tiny) as server:
         status, reply = post(server.base_url, body)
@@ -124,8 +140,14 @@ def test_options_are_validated():
 @pytest.mark.slow
 def test_command_line_serves_on_a_free_port():
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"],
-                               cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = process.stdout.readline()
         assert line.startswith("rpbench.serve: tiny:qwen2 at http://127.0.0.1:"), (line, process.stderr.read())

@@ -1,6 +1,6 @@
 """Throughput of the reference metrics and of bootstrap aggregation; prints one line per measurement.
 
-    python experiments/benchmarks/metrics_speed.py [--n 500] [--resamples 1000]
+python experiments/benchmarks/metrics_speed.py [--n 500] [--resamples 1000]
 """
 
 from __future__ import annotations
@@ -12,9 +12,37 @@ import time
 from rpbench.eval.metrics import compute_metrics, load_bertscorer
 from rpbench.eval.stats import aggregate
 
-WORDS = ["the", "knight", "queen", "castle", "sword", "dragon", "cannot", "answer", "that", "question", "because",
-         "it", "lies", "outside", "my", "knowledge", "as", "a", "humble", "servant", "of", "realm", "I", "would",
-         "gladly", "tell", "you", "about", "harvest"]
+WORDS = [
+    "the",
+    "knight",
+    "queen",
+    "castle",
+    "sword",
+    "dragon",
+    "cannot",
+    "answer",
+    "that",
+    "question",
+    "because",
+    "it",
+    "lies",
+    "outside",
+    "my",
+    "knowledge",
+    "as",
+    "a",
+    "humble",
+    "servant",
+    "of",
+    "realm",
+    "I",
+    "would",
+    "gladly",
+    "tell",
+    "you",
+    "about",
+    "harvest",
+]
 
 
 def sentence(rng: random.Random) -> str:

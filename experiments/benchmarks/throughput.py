@@ -37,20 +37,61 @@ from rpbench.models import is_tiny, load
 from rpbench.models.forward import supervised_nll_sum
 
 MODEL_CONFIGS = Path(__file__).resolve().parents[2] / "conf" / "model"
-QWEN25_SMALL = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "vocab_size": 151936,
-                "tie_word_embeddings": True}
+QWEN25_SMALL = {
+    "rope_theta": 1e6,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 32768,
+    "vocab_size": 151936,
+    "tie_word_embeddings": True,
+}
 QWEN25_7B = {**QWEN25_SMALL, "vocab_size": 152064, "tie_word_embeddings": False}
-LLAMA31_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "vocab_size": 128256, "rope_theta": 5e5, "rms_norm_eps": 1e-5,
-              "max_position_embeddings": 131072, "tie_word_embeddings": False}
+LLAMA31_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "rope_theta": 5e5,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+}
 # Published config.json shapes, so that real models need no download to be benchmarked.
 ARCHITECTURES = {
-    "Qwen/Qwen2.5-0.5B": (Qwen2Config, {**QWEN25_SMALL, "hidden_size": 896, "intermediate_size": 4864,
-                                        "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2}),
-    "Qwen/Qwen2.5-1.5B": (Qwen2Config, {**QWEN25_SMALL, "hidden_size": 1536, "intermediate_size": 8960,
-                                        "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2}),
-    "Qwen/Qwen2.5-7B": (Qwen2Config, {**QWEN25_7B, "hidden_size": 3584, "intermediate_size": 18944,
-                                      "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4}),
+    "Qwen/Qwen2.5-0.5B": (
+        Qwen2Config,
+        {
+            **QWEN25_SMALL,
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+        },
+    ),
+    "Qwen/Qwen2.5-1.5B": (
+        Qwen2Config,
+        {
+            **QWEN25_SMALL,
+            "hidden_size": 1536,
+            "intermediate_size": 8960,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 12,
+            "num_key_value_heads": 2,
+        },
+    ),
+    "Qwen/Qwen2.5-7B": (
+        Qwen2Config,
+        {
+            **QWEN25_7B,
+            "hidden_size": 3584,
+            "intermediate_size": 18944,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+        },
+    ),
     "meta-llama/Llama-3.1-8B": (LlamaConfig, LLAMA31_8B),
 }
 ARCHITECTURES["Qwen/Qwen2.5-7B-Instruct"] = ARCHITECTURES["Qwen/Qwen2.5-7B"]
@@ -100,7 +141,9 @@ def matmul_params(model) -> int:
 def step_flops(model, sample_lengths: torch.Tensor) -> float:
     config = model.config
     s = sample_lengths.double()
-    return float(6 * matmul_params(model) * s.sum() + 12 * config.num_hidden_layers * config.hidden_size * (s * s).sum())
+    return float(
+        6 * matmul_params(model) * s.sum() + 12 * config.num_hidden_layers * config.hidden_size * (s * s).sum()
+    )
 
 
 def train_steps(model, batches: list[dict], device: torch.device, warmup: int) -> dict:
@@ -129,8 +172,15 @@ def train_steps(model, batches: list[dict], device: torch.device, warmup: int) -
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else float("nan")
-    return {"steps": len(batches) - warmup, "tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
-            "padding": 1 - tokens / slots, "flops_per_s": flops / seconds, "peak_gib": peak}
+    return {
+        "steps": len(batches) - warmup,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds,
+        "padding": 1 - tokens / slots,
+        "flops_per_s": flops / seconds,
+        "peak_gib": peak,
+    }
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype, override_tflops: float | None) -> float | None:
@@ -152,8 +202,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per mode")
     parser.add_argument("--attn", help="default: flash_attention_2 where installed on CUDA, else the config's (sdpa)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], help="default: bfloat16 on CUDA, float32 on CPU")
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction,
-                        help="default: the model config's setting")
+    parser.add_argument(
+        "--gradient-checkpointing", action=argparse.BooleanOptionalAction, help="default: the model config's setting"
+    )
     parser.add_argument("--peak-tflops", type=float, help="device peak for MFU where it is not in the table")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -166,29 +217,34 @@ def main() -> None:
     if args.attn is None and on_cuda:
         try:
             import flash_attn  # noqa: F401
+
             attn = "flash_attention_2"
         except ImportError:
             pass
     n_samples, max_len = args.samples or (256 if on_cuda else 160), args.max_len or (2048 if on_cuda else 256)
 
     model, vocab_size, pad_id = build_model(cfg, attn, dtype, device)
-    checkpointing = cfg.get("gradient_checkpointing", False) if args.gradient_checkpointing is None \
-        else args.gradient_checkpointing
+    checkpointing = (
+        cfg.get("gradient_checkpointing", False) if args.gradient_checkpointing is None else args.gradient_checkpointing
+    )
     if checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     model.train()
 
     samples = synthetic_samples(n_samples, max_len, vocab_size, args.seed)
-    padded = [pad_collate(samples[i:i + args.batch_size], pad_id) for i in range(0, n_samples, args.batch_size)]
+    padded = [pad_collate(samples[i : i + args.batch_size], pad_id) for i in range(0, n_samples, args.batch_size)]
     budget = args.budget or args.batch_size * max_len
     plan = pack_into_budget([len(s["input_ids"]) for s in samples], budget, seed=args.seed)
     packed = [packed_collate([samples[i] for i in batch]) for batch in plan]
     peak = peak_flops(device, dtype, args.peak_tflops)
 
     where = torch.cuda.get_device_name(device) if on_cuda else "cpu"
-    print(f"device={where} model={args.model} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
-          f"attn={attn} dtype={str(dtype).removeprefix('torch.')} checkpointing={bool(checkpointing)} samples={n_samples} "
-          f"max_len={max_len} batch_size={args.batch_size} budget={budget}")
+    print(
+        f"device={where} model={args.model} params={sum(p.numel() for p in model.parameters()) / 1e6:.1f}M "
+        f"attn={attn} dtype={str(dtype).removeprefix('torch.')} checkpointing={bool(checkpointing)} "
+        f"samples={n_samples} "
+        f"max_len={max_len} batch_size={args.batch_size} budget={budget}"
+    )
     print(f"{'mode':<7} {'steps':>5} {'tokens':>9} {'padding':>8} {'tokens/s':>10} {'MFU':>6} {'peak GiB':>9}")
     results = {}
     for mode, batches in (("padded", padded), ("packed", packed)):
@@ -196,8 +252,10 @@ def main() -> None:
             raise SystemExit(f"{mode}: only {len(batches)} batches for {args.warmup} warm-up steps; raise --samples")
         r = results[mode] = train_steps(model, batches, device, args.warmup)
         mfu = f"{r['flops_per_s'] / peak:6.1%}" if peak else "   n/a"
-        print(f"{mode:<7} {r['steps']:>5} {r['tokens']:>9} {r['padding']:>8.1%} {r['tokens_per_s']:>10.0f} {mfu} "
-              f"{r['peak_gib']:>9.1f}")
+        print(
+            f"{mode:<7} {r['steps']:>5} {r['tokens']:>9} {r['padding']:>8.1%} {r['tokens_per_s']:>10.0f} {mfu} "
+            f"{r['peak_gib']:>9.1f}"
+        )
     print(f"packed/padded tokens/s: {results['packed']['tokens_per_s'] / results['padded']['tokens_per_s']:.2f}x")
     if on_cuda and not peak:
         print("MFU n/a: device not in the peak table; pass --peak-tflops")

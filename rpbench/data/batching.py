@@ -27,11 +27,12 @@ def shuffled_chunks(n: int, batch_size: int, seed: int, shuffle: bool = True) ->
     order = list(range(n))
     if shuffle:
         random.Random(seed).shuffle(order)
-    return [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
 
 
-def plan_steps(batches: Sequence[Sequence[int]], tokens: Sequence[int], *, world_size: int, grad_accum: int,
-               rank: int) -> list[MicroBatch]:
+def plan_steps(
+    batches: Sequence[Sequence[int]], tokens: Sequence[int], *, world_size: int, grad_accum: int, rank: int
+) -> list[MicroBatch]:
     """This rank's micro-batches, in order, for the global batch list ``batches``.
 
     ``tokens[i]`` is the number of supervised tokens of sample ``i``.
@@ -44,7 +45,7 @@ def plan_steps(batches: Sequence[Sequence[int]], tokens: Sequence[int], *, world
     padded += [(padded[i % len(batches)][0], 0.0) for i in range(shortfall)]
     plan: list[MicroBatch] = []
     for start in range(0, len(padded), per_step):
-        step = padded[start:start + per_step]
+        step = padded[start : start + per_step]
         step_tokens = sum(weight * sum(tokens[i] for i in b) for b, weight in step)
         scale = per_step / step_tokens if step_tokens else 0.0
         for indices, weight in step[rank::world_size]:

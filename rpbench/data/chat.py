@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rpbench.data.records import Turn, as_messages
 
 IGNORE_INDEX = -100
+REPLY_MARKER = "\u2063rpbench-reply\u2063"  # stands in for an assistant reply to locate where replies start
 
 
 class TemplateError(ValueError):
@@ -51,28 +52,37 @@ class ChatRenderer:
         )
 
     def pieces(self, turns: Sequence[Turn]) -> list[tuple[str, bool]]:
-        """The rendered conversation as (text, supervised) pieces in order."""
+        """The rendered conversation as (text, supervised) pieces in order.
+
+        Where an assistant reply starts is found by rendering the conversation up to that turn with a
+        marker as the reply: this works for any turn, the first one included.
+        """
         full = self._template(turns, generation_prompt=False)
         pieces: list[tuple[str, bool]] = []
         cursor = 0
         for i, turn in enumerate(turns):
             if turn.role != "assistant":
                 continue
-            prefix = self._template(turns[:i], generation_prompt=True)
+            marked = self._template([*turns[:i], Turn("assistant", REPLY_MARKER)], generation_prompt=False)
+            prefix = marked[: marked.find(REPLY_MARKER)]
             upto = self._template(turns[: i + 1], generation_prompt=False)
-            if not (upto.startswith(prefix) and full.startswith(upto) and len(prefix) >= cursor):
+            if (
+                REPLY_MARKER not in marked
+                or not (upto.startswith(prefix) and full.startswith(upto))
+                or len(prefix) < cursor
+            ):
                 raise TemplateError(
                     f"the chat template does not render turn {i} as a continuation of the turns before it; "
                     "rendering needs a prefix-stable template (set model.chat_template)"
                 )
-            reply = upto[len(prefix):]
+            reply = upto[len(prefix) :]
             end = reply.rfind(self.end_of_turn)
             if end < 0 or turn.content.strip() not in reply[:end]:
                 raise TemplateError(
                     f"assistant turn {i} is not rendered as its content followed by {self.end_of_turn!r}"
                 )
             end += len(self.end_of_turn)
-            pieces.append((full[cursor:len(prefix)], False))
+            pieces.append((full[cursor : len(prefix)], False))
             pieces.append((reply[:end], True))
             cursor = len(prefix) + end
         pieces.append((full[cursor:], False))
@@ -110,7 +120,7 @@ class ChatRenderer:
             if history <= 0:
                 return Rendered(ids[: self.max_length], labels[: self.max_length], dropped, truncated=True)
             cut = 2 if history >= 2 else 1
-            turns = turns[:first] + turns[first + cut:]
+            turns = turns[:first] + turns[first + cut :]
             dropped += cut
 
     def render_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> list[int]:
@@ -123,7 +133,7 @@ class ChatRenderer:
             first = 1 if turns and turns[0].role == "system" else 0
             if len(ids) <= limit or len(turns) - first <= 1:
                 return ids[-limit:]
-            turns = turns[:first] + turns[first + (2 if len(turns) - first > 2 else 1):]
+            turns = turns[:first] + turns[first + (2 if len(turns) - first > 2 else 1) :]
 
     def render_completion(self, prompt: Sequence[Turn], completion: str) -> Rendered:
         """``prompt`` plus one supervised assistant reply (DPO chosen/rejected, GRPO completions)."""

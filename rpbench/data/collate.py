@@ -43,8 +43,10 @@ def _lengths(samples: Sequence[Sample]) -> list[int]:
     for index, sample in enumerate(samples):
         n_ids, n_labels = len(sample["input_ids"]), len(sample["labels"])
         if n_ids == 0 or n_ids != n_labels:
-            raise ValueError(f"{_sample_name(index, sample)}: field 'labels': expected one label per input id "
-                             f"and at least one token, got {n_ids} input ids and {n_labels} labels")
+            raise ValueError(
+                f"{_sample_name(index, sample)}: field 'labels': expected one label per input id "
+                f"and at least one token, got {n_ids} input ids and {n_labels} labels"
+            )
         lengths.append(n_ids)
     return lengths
 
@@ -54,9 +56,12 @@ def _extra_fields(samples: Sequence[Sample]) -> dict[str, list[Any]]:
     return {key: [sample.get(key) for sample in samples] for key in keys}
 
 
-def pad_collate(samples: Sequence[Sample], pad_token_id: int,
-                padding_side: Literal["right", "left"] = "right",
-                pad_to_multiple_of: int | None = None) -> dict[str, Any]:
+def pad_collate(
+    samples: Sequence[Sample],
+    pad_token_id: int,
+    padding_side: Literal["right", "left"] = "right",
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, Any]:
     """Pad to the longest sample: ``input_ids``, ``attention_mask``, ``labels``, ``position_ids`` [B, T].
 
     Position ids count real tokens only (0 at each sample's first token), so left padding does not
@@ -78,8 +83,13 @@ def pad_collate(samples: Sequence[Sample], pad_token_id: int,
         labels[row, span.start] = IGNORE_INDEX
         attention_mask[row, span] = 1
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
-            "position_ids": position_ids, **_extra_fields(samples)}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "labels": labels,
+        "position_ids": position_ids,
+        **_extra_fields(samples),
+    }
 
 
 def packed_collate(samples: Sequence[Sample]) -> dict[str, Any]:
@@ -96,8 +106,14 @@ def packed_collate(samples: Sequence[Sample]) -> dict[str, Any]:
     cu_seqlens = torch.tensor([0, *lengths], dtype=torch.int32).cumsum(0, dtype=torch.int32)
     labels[cu_seqlens[:-1].long()] = IGNORE_INDEX
     position_ids = torch.cat([torch.arange(n) for n in lengths])
-    return {"input_ids": input_ids[None], "labels": labels[None], "position_ids": position_ids[None],
-            "cu_seqlens": cu_seqlens, "max_seqlen": max(lengths), **_extra_fields(samples)}
+    return {
+        "input_ids": input_ids[None],
+        "labels": labels[None],
+        "position_ids": position_ids[None],
+        "cu_seqlens": cu_seqlens,
+        "max_seqlen": max(lengths),
+        **_extra_fields(samples),
+    }
 
 
 def pack_into_budget(lengths: Sequence[int], max_tokens_per_batch: int, seed: int | None = None) -> list[list[int]]:
@@ -111,8 +127,10 @@ def pack_into_budget(lengths: Sequence[int], max_tokens_per_batch: int, seed: in
         raise ValueError(f"max_tokens_per_batch must be positive, got {max_tokens_per_batch}")
     for index, n in enumerate(lengths):
         if not 0 < n <= max_tokens_per_batch:
-            raise ValueError(f"sample {index} has {n} tokens; every sample needs 1 to "
-                             f"max_tokens_per_batch={max_tokens_per_batch} tokens (truncate it or raise the budget)")
+            raise ValueError(
+                f"sample {index} has {n} tokens; every sample needs 1 to "
+                f"max_tokens_per_batch={max_tokens_per_batch} tokens (truncate it or raise the budget)"
+            )
     rng = random.Random(seed)
     order = list(range(len(lengths)))
     if seed is not None:

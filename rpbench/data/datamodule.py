@@ -19,8 +19,14 @@ Batcher = Callable[[int], list[list[int]]]  # epoch -> global list of micro-batc
 class PlannedBatches(Dataset):
     """Item k is this rank's k-th micro-batch of the current epoch, collated, with its ``loss_scale``."""
 
-    def __init__(self, samples: Sequence[dict[str, Any]], collate: Collate, batcher: Batcher,
-                 tokens: Sequence[int], grad_accum: int):
+    def __init__(
+        self,
+        samples: Sequence[dict[str, Any]],
+        collate: Collate,
+        batcher: Batcher,
+        tokens: Sequence[int],
+        grad_accum: int,
+    ):
         self.samples, self.collate, self.batcher, self.tokens = samples, collate, batcher, tokens
         self.grad_accum = grad_accum
         self.rank, self.world_size = 0, 1
@@ -28,8 +34,9 @@ class PlannedBatches(Dataset):
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
-        self.plan = plan_steps(self.batcher(epoch), self.tokens, world_size=self.world_size,
-                               grad_accum=self.grad_accum, rank=self.rank)
+        self.plan = plan_steps(
+            self.batcher(epoch), self.tokens, world_size=self.world_size, grad_accum=self.grad_accum, rank=self.rank
+        )
 
     def shard(self, rank: int, world_size: int) -> None:
         self.rank, self.world_size = rank, world_size
@@ -91,6 +98,7 @@ def epoch_batcher(n: int, batch_size: int, seed: int, shuffle: bool = True) -> B
 
 def fixed_order_batcher(batches: list[list[int]], seed: int, shuffle: bool = True) -> Batcher:
     """Pre-built micro-batches (e.g. packed token budgets) in a per-epoch shuffled order."""
+
     def batcher(epoch: int) -> list[list[int]]:
         order = list(batches)
         if shuffle:

@@ -34,5 +34,9 @@ class ReadResult(Generic[T]):
         self.skipped.append(str(error))
 
     def summary(self) -> dict[str, object]:
-        return {"path": self.path, "read": len(self.examples), "skipped": len(self.skipped),
-                "first_skipped": self.skipped[:3]}
+        return {
+            "path": self.path,
+            "read": len(self.examples),
+            "skipped": len(self.skipped),
+            "first_skipped": self.skipped[:3],
+        }

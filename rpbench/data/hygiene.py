@@ -13,8 +13,14 @@ from rpbench.data.records import Example, content_hash, split_for_overlap
 SHOWN_IDS = 5
 
 
-def check_overlap(train: Iterable[Example], test: Iterable[Example], *, allow_overlap: bool,
-                  train_name: str = "train", test_name: str = "test") -> int:
+def check_overlap(
+    train: Iterable[Example],
+    test: Iterable[Example],
+    *,
+    allow_overlap: bool,
+    train_name: str = "train",
+    test_name: str = "test",
+) -> int:
     """The number of ``train`` records whose (prompt, reference) also occurs in ``test``.
 
     Raises ValueError with the count and the first ids unless ``allow_overlap`` (then the caller
@@ -23,8 +29,9 @@ def check_overlap(train: Iterable[Example], test: Iterable[Example], *, allow_ov
     test_ids: dict[str, str] = {}
     for example in test:
         test_ids.setdefault(content_hash(*split_for_overlap(example)), example.id)
-    overlapping = [(example.id, test_ids[h]) for example in train
-                   if (h := content_hash(*split_for_overlap(example))) in test_ids]
+    overlapping = [
+        (example.id, test_ids[h]) for example in train if (h := content_hash(*split_for_overlap(example))) in test_ids
+    ]
     if overlapping and not allow_overlap:
         shown = ", ".join(f"{train_id} (= {test_name} {test_id})" for train_id, test_id in overlapping[:SHOWN_IDS])
         raise ValueError(

@@ -83,10 +83,14 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
     return read_file(path, parse, on_error)
 
 
-def _conversation(items: list[Any], source: Source, system: str, image: str,
-                  image_root: str | Path | None) -> tuple[Turn, ...]:
-    turns = list(parse_conversation(items, source, "conversations", last="assistant", role_key="from",
-                                    content_key="value", roles=ROLES))
+def _conversation(
+    items: list[Any], source: Source, system: str, image: str, image_root: str | Path | None
+) -> tuple[Turn, ...]:
+    turns = list(
+        parse_conversation(
+            items, source, "conversations", last="assistant", role_key="from", content_key="value", roles=ROLES
+        )
+    )
     first_user = next((i for i, t in enumerate(turns) if t.role == "user"), None)
     if first_user is None:
         raise source.error("conversations", "a user turn to carry the image")
@@ -104,6 +108,7 @@ def _scenario(path: str | Path, scenario: Any) -> str:
     for candidate in SCENARIOS:
         if name.startswith(candidate):
             return candidate
-    raise ValueError(f"cannot tell the MMRole scenario from the file name {name!r}: name it "
-                     f"<scenario>_test.json or pass options['scenario'] (one of {', '.join(SCENARIOS)})")
-
+    raise ValueError(
+        f"cannot tell the MMRole scenario from the file name {name!r}: name it "
+        f"<scenario>_test.json or pass options['scenario'] (one of {', '.join(SCENARIOS)})"
+    )

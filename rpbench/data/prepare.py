@@ -21,8 +21,9 @@ def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
     options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = package_path(str(options["image_root"]))
-    result = readers.read(str(data_cfg["format"]), split, path, on_error=str(data_cfg.get("on_error", "raise")),
-                          **options)
+    result = readers.read(
+        str(data_cfg["format"]), split, path, on_error=str(data_cfg.get("on_error", "raise")), **options
+    )
     limit = data_cfg.get(MAX_SAMPLES[split])
     if limit is not None:
         result.examples = result.examples[: int(limit)]

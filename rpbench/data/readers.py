@@ -43,6 +43,7 @@ def read(format: str, split: str, path: str | Path, *, on_error: OnError = "rais
 
 # -- records and their sources ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Source:
     """Where a record came from: names it in errors and gives it a fallback id.
@@ -120,12 +121,14 @@ def collect(
 ) -> ReadResult[T]:
     """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped``.
 
-    A file without records is an error. Record ids must be unique within a file (later stages key predictions and judgements by id).
+    A file without records is an error. Record ids must be unique within a file (later stages key
+    predictions and judgements by id).
     """
     result: ReadResult[T] = ReadResult(str(path))
     seen: dict[str, int | str] = {}
     n_records = 0
-    for n_records, (source, raw) in enumerate(records, start=1):
+    for source, raw in records:
+        n_records += 1
         try:
             if isinstance(raw, DataFormatError):
                 raise raw
@@ -150,6 +153,7 @@ def read_file(path: str | Path, parse: Callable[[Any, Source], T], on_error: OnE
 
 # -- field checks -------------------------------------------------------------------------------------
 
+
 def as_object(raw: Any, source: Source, field: str = "<record>") -> Mapping[str, Any]:
     if not isinstance(raw, dict):
         raise source.error(field, f"a JSON object, got {type_name(raw)}")
@@ -162,8 +166,9 @@ def require(record: Mapping[str, Any], key: str, source: Source, field: str | No
     return record[key]
 
 
-def require_str(record: Mapping[str, Any], key: str, source: Source, field: str | None = None,
-                *, allow_empty: bool = False) -> str:
+def require_str(
+    record: Mapping[str, Any], key: str, source: Source, field: str | None = None, *, allow_empty: bool = False
+) -> str:
     value = require(record, key, source, field)
     if not isinstance(value, str):
         raise source.error(field or key, f"a string, got {type_name(value)}")
@@ -199,14 +204,28 @@ def record_id(record: Mapping[str, Any], key: str, source: Source) -> tuple[str,
 
 
 def type_name(value: Any) -> str:
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
-            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
 
 
 # -- conversations -------------------------------------------------------------------------------------
 
+
 def parse_conversation(
-    items: Sequence[Any], source: Source, field: str, *, last: str, role_key: str, content_key: str,
+    items: Sequence[Any],
+    source: Source,
+    field: str,
+    *,
+    last: str,
+    role_key: str,
+    content_key: str,
     roles: Mapping[str, str],
 ) -> tuple[Turn, ...]:
     """Turns from ``[{role_key: ..., content_key: ...}, ...]``; ``roles`` maps lower-cased raw roles to ours.
@@ -228,8 +247,9 @@ def parse_conversation(
         if role == "system" and i != 0:
             raise source.error(f"{where}.{role_key}", "a system turn only as the first turn")
         if role == previous:
-            raise source.error(f"{where}.{role_key}",
-                               f"user and assistant turns alternating (turn {i - 1} is also {role})")
+            raise source.error(
+                f"{where}.{role_key}", f"user and assistant turns alternating (turn {i - 1} is also {role})"
+            )
         previous = role
         if role != "system" or content.strip():
             turns.append(Turn(role, content))

@@ -93,8 +93,11 @@ def parse_label(label: str, source: Source) -> dict[str, Any]:
     if LABEL_SEPARATOR in label:
         parts = label.split(LABEL_SEPARATOR)
         if len(parts) != len(LABEL_PARTS) or not all(parts):
-            raise source.error(LABEL_KEY, f"{len(LABEL_PARTS)} non-empty parts ({', '.join(LABEL_PARTS)}) "
-                                          f"separated by '{LABEL_SEPARATOR}', got {label!r}")
+            raise source.error(
+                LABEL_KEY,
+                f"{len(LABEL_PARTS)} non-empty parts ({', '.join(LABEL_PARTS)}) "
+                f"separated by '{LABEL_SEPARATOR}', got {label!r}",
+            )
         meta["label_parts"] = dict(zip(LABEL_PARTS, parts, strict=True))
     return meta
 
@@ -112,8 +115,10 @@ def _turns(record: Mapping[str, Any], key: str, source: Source, *, last: str):
 def _task_dimensions(options: Mapping[str, Any]) -> dict[str, list[str]]:
     table = options.get("task_dimensions")
     if not isinstance(table, Mapping) or not table:
-        raise ValueError("rolemrc.read_test needs options['task_dimensions']: a mapping from each test label "
-                         "to its judge rubric names (the data config's task_dimensions table)")
+        raise ValueError(
+            "rolemrc.read_test needs options['task_dimensions']: a mapping from each test label "
+            "to its judge rubric names (the data config's task_dimensions table)"
+        )
     out: dict[str, list[str]] = {}
     for label, dims in table.items():
         if isinstance(dims, str) or not isinstance(dims, Sequence) or not all(isinstance(d, str) for d in dims):

@@ -43,7 +43,8 @@ from rpbench.data.records import EvalExample, SFTExample, Turn
 TEST_SPLITS: tuple[str, ...] = ("IDTest", "OOD1Test", "OOD2Test", "OOD3Test")
 TRAIN_SPLITS: tuple[str, ...] = ("IDTrain",)
 SHIFTS: dict[str, str] = {
-    "english": "in_distribution", "IDTest": "in_distribution",
+    "english": "in_distribution",
+    "IDTest": "in_distribution",
     **dict.fromkeys(("german", "spanish", "chinese", "japanese", "korean"), "user"),
     **dict.fromkeys(("Literature", "Film & Television", "Theater", "Gaming"), "character"),
     **dict.fromkeys(("TurnLevelComposition", "WordLevelComposition"), "composition"),
@@ -80,16 +81,19 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
 
 def system_prompt(character: Mapping[str, Any], persona: str | Mapping[str, Any]) -> str:
     """The system turn: the agent character's fields, then the user persona."""
-    return ("Play the agent character described below in a conversation with the user described below. "
-            "Stay in character and reply to the user's last message.\n\n"
-            f"Agent character:\n{_render(character)}\n\nUser persona:\n{_render(persona)}")
+    return (
+        "Play the agent character described below in a conversation with the user described below. "
+        "Stay in character and reply to the user's last message.\n\n"
+        f"Agent character:\n{_render(character)}\n\nUser persona:\n{_render(persona)}"
+    )
 
 
 def _render(value: str | Mapping[str, Any]) -> str:
     if isinstance(value, str):
         return value
-    return "\n".join(f"- {key}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
-                     for key, v in value.items())
+    return "\n".join(
+        f"- {key}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for key, v in value.items()
+    )
 
 
 def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError) -> ReadResult:
@@ -97,22 +101,26 @@ def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnErro
     p = existing_file(path)
     document = load_document(p)
     if not isinstance(document, dict):
-        raise DataFormatError(p, "file", "<document>", f"an object mapping split names to sample lists, "
-                                                       f"got {type_name(document)}")
+        raise DataFormatError(
+            p, "file", "<document>", f"an object mapping split names to sample lists, got {type_name(document)}"
+        )
     splits = [splits] if isinstance(splits, str) else list(splits)
     for split in splits:
         if not isinstance(document.get(split), list):
             problem = "missing" if split not in document else f"got {type_name(document[split])}"
-            raise DataFormatError(p, "file", split, f"a list of samples ({problem}; splits in the file: "
-                                                    f"{', '.join(document) or 'none'})")
+            raise DataFormatError(
+                p, "file", split, f"a list of samples ({problem}; splits in the file: {', '.join(document) or 'none'})"
+            )
     return collect(p, _records(p, document, splits), parse, on_error)
 
 
 def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iterator[tuple[Source, Any]]:
     for split in splits:
         for index, sample in enumerate(document[split]):
-            yield Source(str(path), f"{split}[{index}]", f"{path.stem}:{split}:{index}", positional=True), \
-                (split, sample)
+            yield (
+                Source(str(path), f"{split}[{index}]", f"{path.stem}:{split}:{index}", positional=True),
+                (split, sample),
+            )
 
 
 def _sample(raw: Any, source: Source, split: str):
@@ -138,10 +146,14 @@ def _context(items: list[Any], source: Source) -> list[Turn]:
         where = f"dialogue_context[{i}]"
         item = as_object(item, source, where)
         if key not in item or CONTEXT_KEYS[(i + 1) % 2] in item:
-            raise source.error(where, f"an object with {key!r} and not the other key (user queries and agent "
-                                      f"responses alternate, starting with a user query), got keys {sorted(item)}")
-        turns.append(Turn("user" if key == "user_query" else "assistant",
-                          require_str(item, key, source, f"{where}.{key}")))
+            raise source.error(
+                where,
+                f"an object with {key!r} and not the other key (user queries and agent "
+                f"responses alternate, starting with a user query), got keys {sorted(item)}",
+            )
+        turns.append(
+            Turn("user" if key == "user_query" else "assistant", require_str(item, key, source, f"{where}.{key}"))
+        )
     if turns[-1].role != "user":
         raise source.error("dialogue_context", "a context ending on a user query")
     return turns

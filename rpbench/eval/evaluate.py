@@ -21,7 +21,7 @@ from rpbench.data.files import package_path
 from rpbench.data.records import EvalExample
 from rpbench.eval import report
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
-from rpbench.eval.metrics import corpus_bleu, compute_metrics, load_bertscorer
+from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap, summarize
 
 JUDGED = {"rolemrc", "mmrole"}
@@ -55,15 +55,22 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
             raise ValueError("evaluator.backend=endpoint needs evaluator.endpoint.base_url and .model")
         image_root = cfg.data.get("image_root")
         return generate_via_endpoint(
-            str(endpoint.base_url), str(endpoint.model), examples, path, options,
-            concurrency=int(endpoint.concurrency), api_key_env=str(endpoint.api_key_env),
-            timeout_s=float(endpoint.timeout_s), image_root=package_path(str(image_root)) if image_root else None,
+            str(endpoint.base_url),
+            str(endpoint.model),
+            examples,
+            path,
+            options,
+            concurrency=int(endpoint.concurrency),
+            api_key_env=str(endpoint.api_key_env),
+            timeout_s=float(endpoint.timeout_s),
+            image_root=package_path(str(image_root)) if image_root else None,
         ).as_dict()
     if ev.backend != "local":
         raise ValueError(f"evaluator.backend={ev.backend!r}: choose local or endpoint")
     if model is None:
         raise ValueError("evaluator.backend=local needs a model")
     rank, world = _rank_world()
+    options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
     return generate_predictions(model, tokenizer, examples, path, options, rank=rank, world_size=world).as_dict()
 
 
@@ -106,8 +113,9 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
     return result
 
 
-def judge_rolemrc_records(cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str],
-                          out_dir: Path) -> dict[str, Any]:
+def judge_rolemrc_records(
+    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path
+) -> dict[str, Any]:
     """The five binary rubrics; accuracies get bootstrap CIs; replies go to judgements.jsonl."""
     from rpbench.eval.judge import judge_rolemrc
     from rpbench.eval.judge.rolemrc_rubrics import dimension_of
@@ -132,12 +140,20 @@ def write_mmrole_answers(examples: Sequence[EvalExample], predictions: Mapping[s
     for e in examples:
         user = e.prompt[-1].content
         system = e.prompt[0].content if e.prompt[0].role == "system" else ""
-        by_file.setdefault(f"{e.task}_test.json", []).append({
-            "id": e.id, "system": system, "image": e.meta.get("image"), "role": e.meta.get("role"),
-            "script": e.meta.get("script"), "other_role": e.meta.get("other_role"),
-            "conversations": [{"from": "user", "value": user},
-                              {"from": "assistant", "value": e.reference, "answer": predictions[e.id]}],
-        })
+        by_file.setdefault(f"{e.task}_test.json", []).append(
+            {
+                "id": e.id,
+                "system": system,
+                "image": e.meta.get("image"),
+                "role": e.meta.get("role"),
+                "script": e.meta.get("script"),
+                "other_role": e.meta.get("other_role"),
+                "conversations": [
+                    {"from": "user", "value": user},
+                    {"from": "assistant", "value": e.reference, "answer": predictions[e.id]},
+                ],
+            }
+        )
     for name, records in by_file.items():
         (answers / name).write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
     return answers
@@ -155,8 +171,13 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
 
         image_root = cfg.data.get("image_root")
         with open_judge(_container(cfg.judge)) as client:
-            results = judge_answers(answers, client, out_dir / "reviews", swap=bool(ev.swap),
-                                    image_root=package_path(str(image_root)) if image_root else None)
+            results = judge_answers(
+                answers,
+                client,
+                out_dir / "reviews",
+                swap=bool(ev.swap),
+                image_root=package_path(str(image_root)) if image_root else None,
+            )
     results["csv_files"] = [p.name for p in write_results_csvs(results, out_dir / "results")]
     return results
 
@@ -172,8 +193,9 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
     bootstrap = _container(cfg.evaluator.bootstrap)
     result: dict[str, Any] = {"run": other_dir.name, "shared_records": len(shared)}
     for metric in scores[0]["metrics"] if scores else []:
-        result[metric] = paired_bootstrap([other[r["id"]]["metrics"][metric] for r in shared],
-                                          [r["metrics"][metric] for r in shared], **bootstrap)
+        result[metric] = paired_bootstrap(
+            [other[r["id"]]["metrics"][metric] for r in shared], [r["metrics"][metric] for r in shared], **bootstrap
+        )
     rubrics = dict.fromkeys(rubric for row in shared for rubric in row.get("verdicts", {}))
     for rubric in rubrics:
         pairs = [(other[r["id"]].get("verdicts", {}).get(rubric), r["verdicts"].get(rubric)) for r in shared]
@@ -183,8 +205,9 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
     return result
 
 
-def evaluate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path,
-             logger=None) -> dict[str, Any]:
+def evaluate(
+    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, logger=None
+) -> dict[str, Any]:
     ev = cfg.evaluator
     name = str(ev.name)
     out_dir = Path(out_dir)
@@ -198,8 +221,11 @@ def evaluate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
         return results
 
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
-    results: dict[str, Any] = {"n_records": len(examples), "images_dropped": images_dropped,
-                               "generation": generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")}
+    results: dict[str, Any] = {
+        "n_records": len(examples),
+        "images_dropped": images_dropped,
+        "generation": generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl"),
+    }
     if _rank_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
@@ -207,8 +233,10 @@ def evaluate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
     per_sample = scored.pop("per_sample")
     results["metrics"] = scored.pop("summary")
     results.update(scored)
-    scores = [{"id": e.id, "task": e.task, "metrics": {m: v[i] for m, v in per_sample.items()}}
-              for i, e in enumerate(examples)]
+    scores = [
+        {"id": e.id, "task": e.task, "metrics": {m: v[i] for m, v in per_sample.items()}}
+        for i, e in enumerate(examples)
+    ]
     if judging and name == "rolemrc":
         results["judge"] = judge_rolemrc_records(cfg, examples, predictions, out_dir)
         for row in scores:

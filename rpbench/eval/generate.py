@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from rpbench.data.chat import ChatRenderer
 from rpbench.data.errors import DataFormatError
-from rpbench.data.records import EvalExample, as_messages
+from rpbench.data.records import EvalExample
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class GenerationOptions:
     """
 
     max_new_tokens: int = 256
+    # Longer prompts lose history turns from the left (the system turn and the last user turn stay).
+    max_prompt_length: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -99,8 +102,7 @@ class GenerationReport:
 
 def render_prompts(tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
     """Token ids of each conversation in the chat template, ending with the assistant header."""
-    texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True)
-             for c in conversations]
+    texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in conversations]
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
@@ -115,10 +117,19 @@ def default_stop_ids(model, tokenizer) -> list[int]:
 def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_id: int):
     from transformers import GenerationConfig
 
-    sampling = {"temperature": opts.temperature, "top_p": opts.top_p, "top_k": opts.top_k} if opts.sampling \
-        else {"temperature": 1.0, "top_p": 1.0, "top_k": 50}  # neutral values: no warpers, no warnings
-    return GenerationConfig(max_new_tokens=opts.max_new_tokens, do_sample=opts.sampling, repetition_penalty=1.0,
-                            eos_token_id=list(stop_ids), pad_token_id=pad_id, **sampling)
+    sampling = (
+        {"temperature": opts.temperature, "top_p": opts.top_p, "top_k": opts.top_k}
+        if opts.sampling
+        else {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
+    )  # neutral values: no warpers, no warnings
+    return GenerationConfig(
+        max_new_tokens=opts.max_new_tokens,
+        do_sample=opts.sampling,
+        repetition_penalty=1.0,
+        eos_token_id=list(stop_ids),
+        pad_token_id=pad_id,
+        **sampling,
+    )
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,8 +137,8 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row) :] = 1
     return ids, mask
 
 
@@ -148,8 +159,15 @@ def synced_gpus_needed(model, opts: GenerationOptions, world_size: int) -> bool:
 
 
 def generate_batches(
-    model, tokenizer, prompts: Sequence[Sequence[int]], opts: GenerationOptions, stop_ids: Sequence[int], *,
-    min_batches: int = 0, synced_gpus: bool = False, desc: str = "generate",
+    model,
+    tokenizer,
+    prompts: Sequence[Sequence[int]],
+    opts: GenerationOptions,
+    stop_ids: Sequence[int],
+    *,
+    min_batches: int = 0,
+    synced_gpus: bool = False,
+    desc: str = "generate",
 ) -> Iterator[tuple[list[int], list[str]]]:
     """Yield (prompt indices, completions) batch by batch, longest prompts first.
 
@@ -160,7 +178,7 @@ def generate_batches(
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     config = hf_generation_config(opts, stop_ids, pad_id)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    batches = [order[s: s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]
+    batches = [order[s : s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]
     filler = [list(prompts[order[-1]]) if prompts else tokenizer("hi", add_special_tokens=False)["input_ids"]]
     device = next(model.parameters()).device
     was_training = model.training
@@ -173,9 +191,13 @@ def generate_batches(
                 if opts.sampling:
                     torch.manual_seed(opts.seed + number)
                 with torch.no_grad():
-                    out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
-                                         generation_config=config, synced_gpus=synced_gpus)
-                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, ids.shape[1]:].tolist()]
+                    out = model.generate(
+                        input_ids=ids.to(device),
+                        attention_mask=mask.to(device),
+                        generation_config=config,
+                        synced_gpus=synced_gpus,
+                    )
+                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, ids.shape[1] :].tolist()]
                 if batch:
                     bar.update(len(batch))
                     yield batch, completions[: len(batch)]
@@ -184,17 +206,34 @@ def generate_batches(
 
 
 def generate_texts(
-    model, tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]], *, max_new_tokens: int = 256,
-    temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, batch_size: int = 8, seed: int = 0,
-    stop_ids: Sequence[int] | None = None, progress: bool = False,
+    model,
+    tokenizer,
+    conversations: Sequence[Sequence[Mapping[str, str]]],
+    *,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    batch_size: int = 8,
+    seed: int = 0,
+    stop_ids: Sequence[int] | None = None,
+    progress: bool = False,
 ) -> list[str]:
     """The assistant reply to each conversation (list of {"role", "content"} messages), in input order."""
-    opts = GenerationOptions(max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
-                             batch_size=batch_size, seed=seed, progress=progress)
+    opts = GenerationOptions(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+    )
     stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
     texts: list[str] = [""] * len(conversations)
-    for batch, completions in generate_batches(model, tokenizer, render_prompts(tokenizer, conversations),
-                                               opts, stop_ids):
+    for batch, completions in generate_batches(
+        model, tokenizer, render_prompts(tokenizer, conversations), opts, stop_ids
+    ):
         for i, text in zip(batch, completions):
             texts[i] = text
     return texts
@@ -205,8 +244,14 @@ def generate_texts(
 
 def prediction_record(example: EvalExample, prediction: str) -> dict[str, Any]:
     prompt = [t.as_message() | ({"image": t.image} if t.image else {}) for t in example.prompt]
-    return {"id": example.id, "task": example.task, "prompt": prompt, "prediction": prediction,
-            "reference": example.reference, "meta": example.meta}
+    return {
+        "id": example.id,
+        "task": example.task,
+        "prompt": prompt,
+        "prediction": prediction,
+        "reference": example.reference,
+        "meta": example.meta,
+    }
 
 
 def dumps(record: Mapping[str, Any]) -> str:
@@ -259,11 +304,21 @@ def read_predictions(
         if rid in records:
             raise DataFormatError(path, rid, "id", f"appears twice (line {number})")
         if rid not in examples:
-            raise DataFormatError(path, rid, "id", f"not in the evaluation set ({len(examples)} records): the "
-                                  "file belongs to another run; use a fresh output directory")
+            raise DataFormatError(
+                path,
+                rid,
+                "id",
+                f"not in the evaluation set ({len(examples)} records): the "
+                "file belongs to another run; use a fresh output directory",
+            )
         if record.get("prompt") != prediction_record(examples[rid], "")["prompt"]:
-            raise DataFormatError(path, rid, "prompt", "differs from the evaluation record's prompt: the file "
-                                  "belongs to another run; use a fresh output directory")
+            raise DataFormatError(
+                path,
+                rid,
+                "prompt",
+                "differs from the evaluation record's prompt: the file "
+                "belongs to another run; use a fresh output directory",
+            )
         records[rid] = record
     return records, truncated
 
@@ -313,13 +368,20 @@ def merge_predictions(
 def _check_text_only(examples: Sequence[EvalExample]) -> None:
     for example in examples:
         if any(t.image for t in example.prompt):
-            raise ValueError(f"record {example.id!r} has an image: in-process generation is text-only; "
-                             "serve the multimodal model and use generate_via_endpoint(image_root=...)")
+            raise ValueError(
+                f"record {example.id!r} has an image: in-process generation is text-only; "
+                "serve the multimodal model and use generate_via_endpoint(image_root=...)"
+            )
 
 
 def generate_predictions(
-    model, tokenizer, examples: Sequence[EvalExample], out_path: str | Path,
-    cfg: Mapping[str, Any] | GenerationOptions | None = None, rank: int = 0, world_size: int = 1,
+    model,
+    tokenizer,
+    examples: Sequence[EvalExample],
+    out_path: str | Path,
+    cfg: Mapping[str, Any] | GenerationOptions | None = None,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> GenerationReport:
     """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
 
@@ -345,17 +407,27 @@ def generate_predictions(
     synced = synced_gpus_needed(model, opts, world_size)
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
     stop_ids = default_stop_ids(model, tokenizer)
-    prompts = render_prompts(tokenizer, [as_messages(ex.prompt) for ex in todo])
+    renderer = ChatRenderer(tokenizer, max_length=opts.max_prompt_length or tokenizer.model_max_length)
+    prompts = [renderer.render_prompt(ex.prompt) for ex in todo]
     with own.open("a", encoding="utf-8") as f:
-        for batch, completions in generate_batches(model, tokenizer, prompts, opts, stop_ids, min_batches=min_batches,
-                                                   synced_gpus=synced, desc=f"generate (rank {rank})"):
+        for batch, completions in generate_batches(
+            model,
+            tokenizer,
+            prompts,
+            opts,
+            stop_ids,
+            min_batches=min_batches,
+            synced_gpus=synced,
+            desc=f"generate (rank {rank})",
+        ):
             for i, text in zip(batch, completions):
                 f.write(dumps(prediction_record(todo[i], text)))
             f.flush()
     if rank == 0:
         merge_predictions(out_path, examples, world_size, opts.merge_timeout_s)
-    return GenerationReport(str(out_path if rank == 0 else own), len(examples), len(todo),
-                            len(share) - len(todo), truncated)
+    return GenerationReport(
+        str(out_path if rank == 0 else own), len(examples), len(todo), len(share) - len(todo), truncated
+    )
 
 
 # ------------------------------------------------------------------------------------ endpoint
@@ -380,14 +452,23 @@ def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dic
         path = image_root / turn.image
         mime = mimetypes.guess_type(path.name)[0] or "image/png"
         url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
-        messages.append({"role": turn.role, "content": [{"type": "image_url", "image_url": {"url": url}},
-                                                        {"type": "text", "text": turn.content}]})
+        messages.append(
+            {
+                "role": turn.role,
+                "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": turn.content}],
+            }
+        )
     return messages
 
 
 async def _complete_all(
-    client, model_name: str, todo: Sequence[EvalExample], opts: GenerationOptions, concurrency: int,
-    image_root: Path | None, sink,
+    client,
+    model_name: str,
+    todo: Sequence[EvalExample],
+    opts: GenerationOptions,
+    concurrency: int,
+    image_root: Path | None,
+    sink,
 ) -> list[tuple[str, BaseException]]:
     gate = asyncio.Semaphore(concurrency)
     failures: list[tuple[str, BaseException]] = []
@@ -398,14 +479,17 @@ async def _complete_all(
         async with gate:
             try:
                 response = await client.chat.completions.create(
-                    model=model_name, messages=endpoint_messages(example, image_root),
-                    max_tokens=opts.max_new_tokens, temperature=opts.temperature,
-                    top_p=opts.top_p if opts.sampling else 1.0, seed=opts.seed, extra_body=extra,
+                    model=model_name,
+                    messages=endpoint_messages(example, image_root),
+                    max_tokens=opts.max_new_tokens,
+                    temperature=opts.temperature,
+                    top_p=opts.top_p if opts.sampling else 1.0,
+                    seed=opts.seed,
+                    extra_body=extra,
                 )
                 text = response.choices[0].message.content
                 if text is None:
-                    raise ValueError(f"endpoint returned no text (finish_reason "
-                                     f"{response.choices[0].finish_reason!r})")
+                    raise ValueError(f"endpoint returned no text (finish_reason {response.choices[0].finish_reason!r})")
             except Exception as error:  # noqa: BLE001 - reported below, the rest goes on
                 failures.append((example.id, error))
                 return
@@ -420,9 +504,16 @@ async def _complete_all(
 
 
 def generate_via_endpoint(
-    base_url: str, model_name: str, examples: Sequence[EvalExample], out_path: str | Path,
-    cfg: Mapping[str, Any] | GenerationOptions | None = None, *, concurrency: int = 16,
-    api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 600.0, max_retries: int = 3,
+    base_url: str,
+    model_name: str,
+    examples: Sequence[EvalExample],
+    out_path: str | Path,
+    cfg: Mapping[str, Any] | GenerationOptions | None = None,
+    *,
+    concurrency: int = 16,
+    api_key_env: str = "OPENAI_API_KEY",
+    timeout_s: float = 600.0,
+    max_retries: int = 3,
     image_root: str | Path | None = None,
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
@@ -449,12 +540,17 @@ def generate_via_endpoint(
     check_images(todo, root)
 
     async def run(sink) -> list[tuple[str, BaseException]]:
-        client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY",
-                             timeout=timeout_s, max_retries=max_retries)
+        client = AsyncOpenAI(
+            base_url=base_url,
+            api_key=os.environ.get(api_key_env) or "EMPTY",
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
         async with client:
             return await _complete_all(client, model_name, todo, opts, concurrency, root, sink)
 
     with out_path.open("a", encoding="utf-8") as f:
+
         def sink(record: dict[str, Any]) -> None:
             f.write(dumps(record))
             f.flush()

@@ -165,12 +165,17 @@ class BERTScorer:
     batch_size: int = 32
 
     def describe(self) -> dict[str, Any]:
-        return {"backbone": self.backbone, "layer": self.layer, "fell_back": self.fell_back,
-                "fallback_reason": self.fallback_reason}
+        return {
+            "backbone": self.backbone,
+            "layer": self.layer,
+            "fell_back": self.fell_back,
+            "fallback_reason": self.fallback_reason,
+        }
 
     def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text.strip(), add_special_tokens=True, truncation=True,
-                                     max_length=self.tokenizer.model_max_length)
+        return self.tokenizer.encode(
+            text.strip(), add_special_tokens=True, truncation=True, max_length=self.tokenizer.model_max_length
+        )
 
     @torch.no_grad()
     def embed(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -209,8 +214,11 @@ class BERTScorer:
 
 @functools.lru_cache(maxsize=4)
 def load_bertscorer(
-    model_name: str = DEFAULT_BERTSCORE_MODEL, layer: int | None = None, fallback: bool = True,
-    device: str | None = None, batch_size: int = 32,
+    model_name: str = DEFAULT_BERTSCORE_MODEL,
+    layer: int | None = None,
+    fallback: bool = True,
+    device: str | None = None,
+    batch_size: int = 32,
 ) -> BERTScorer:
     """A BERTScorer on ``model_name`` from the local Hugging Face cache (never downloads).
 
@@ -227,8 +235,10 @@ def load_bertscorer(
         backbone = model_name
     except OSError as error:
         if not fallback:
-            raise OSError(f"BERTScore backbone {model_name!r} is not in the local Hugging Face cache "
-                          f"(download it with `hf download {model_name}`): {error}") from error
+            raise OSError(
+                f"BERTScore backbone {model_name!r} is not in the local Hugging Face cache "
+                f"(download it with `hf download {model_name}`): {error}"
+            ) from error
         reason = f"{model_name!r} not in the local Hugging Face cache"
         log.warning("BERTScore: %s; falling back to the packaged all-MiniLM-L6-v2", reason)
         path = fallback_model_path()
@@ -246,16 +256,27 @@ def load_bertscorer(
     encoder = getattr(model, "encoder", None)
     if encoder is not None and hasattr(encoder, "layer"):  # layers above ``layer`` are never used
         encoder.layer = encoder.layer[:layer]
-    return BERTScorer(model.eval().to(device), tokenizer, backbone, layer, fell_back=reason is not None,
-                      fallback_reason=reason, batch_size=batch_size)
+    return BERTScorer(
+        model.eval().to(device),
+        tokenizer,
+        backbone,
+        layer,
+        fell_back=reason is not None,
+        fallback_reason=reason,
+        batch_size=batch_size,
+    )
 
 
 # ------------------------------------------------------------------------------------------ together
 
 
 def compute_metrics(
-    predictions: Sequence[str], references: Sequence[str], names: Sequence[str] = METRICS, *,
-    bleu_tokenize: str = "13a", bertscorer: BERTScorer | None = None,
+    predictions: Sequence[str],
+    references: Sequence[str],
+    names: Sequence[str] = METRICS,
+    *,
+    bleu_tokenize: str = "13a",
+    bertscorer: BERTScorer | None = None,
 ) -> dict[str, list[float]]:
     """Per-sample values of each named metric (see ``METRICS``).
 

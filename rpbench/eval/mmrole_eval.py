@@ -67,8 +67,9 @@ def write_results_csvs(results: Mapping[str, Any], out_dir: str | Path) -> list[
         with open(path, "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["count", *METRICS])
-            writer.writerow([summary["count"], *("" if summary["means"][m] is None else summary["means"][m]
-                                                  for m in METRICS)])
+            writer.writerow(
+                [summary["count"], *("" if summary["means"][m] is None else summary["means"][m] for m in METRICS)]
+            )
         written.append(path)
     return written
 
@@ -91,9 +92,13 @@ class _MetricSums:
     def summary(self) -> dict[str, Any]:
         means = {m: self.sums[m] / self.n[m] if self.n[m] else None for m in METRICS}
         values = [v for v in means.values() if v is not None]
-        return {"means": means, "n": dict(self.n), "parse_failures": dict(self.failures["parse"]),
-                "request_failures": dict(self.failures["request"]),
-                "overall": sum(values) / len(values) if values else None}
+        return {
+            "means": means,
+            "n": dict(self.n),
+            "parse_failures": dict(self.failures["parse"]),
+            "request_failures": dict(self.failures["request"]),
+            "overall": sum(values) / len(values) if values else None,
+        }
 
 
 class _Tally:
@@ -143,9 +148,14 @@ def _ratio(path: Path, rid: Any, key: str, review: Any, metric: str) -> tuple[fl
     score = entry["score"]
     if score in ({}, [], None):
         return None, "request" if entry.get("error") else "parse"
-    if (not isinstance(score, list) or len(score) != 2
-            or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in score)):
-        raise DataFormatError(path, rid, f"{field}.score", f"a pair of numbers [a, b] (or {{}} if unparsed), got {score!r}")
+    if (
+        not isinstance(score, list)
+        or len(score) != 2
+        or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in score)
+    ):
+        raise DataFormatError(
+            path, rid, f"{field}.score", f"a pair of numbers [a, b] (or {{}} if unparsed), got {score!r}"
+        )
     answer, reference = (score[1], score[0]) if key == SWAPPED_KEY else (score[0], score[1])
     if reference <= 0:
         raise DataFormatError(path, rid, f"{field}.score", f"a positive ground-truth score, got {score!r}")
@@ -155,8 +165,14 @@ def _ratio(path: Path, rid: Any, key: str, review: Any, metric: str) -> tuple[fl
 # ---------------------------------------------------------------- judging
 
 
-def judge_answers(answers_dir: str | Path, client: JudgeClient, reviews_dir: str | Path, *,
-                  image_root: str | Path | None = None, swap: bool = False) -> dict[str, Any]:
+def judge_answers(
+    answers_dir: str | Path,
+    client: JudgeClient,
+    reviews_dir: str | Path,
+    *,
+    image_root: str | Path | None = None,
+    swap: bool = False,
+) -> dict[str, Any]:
     """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate.
 
     One judge call per metric per record (two with ``swap``); the image is attached as a data URL when
@@ -187,13 +203,20 @@ def judge_answers(answers_dir: str | Path, client: JudgeClient, reviews_dir: str
     return results
 
 
-def _request(record: Mapping[str, Any], metric: str, flipped: bool, image: dict | None,
-             client: JudgeClient) -> JudgeRequest:
+def _request(
+    record: Mapping[str, Any], metric: str, flipped: bool, image: dict | None, client: JudgeClient
+) -> JudgeRequest:
     turn = record["conversations"][1]
     answer, truth = turn["answer"], turn["value"]
-    text = review_prompt(metric, question=record["conversations"][0]["value"],
-                         answer_a=truth if flipped else answer, answer_b=answer if flipped else truth,
-                         role=record["role"], script=record["script"], other_role=record["other_role"])
+    text = review_prompt(
+        metric,
+        question=record["conversations"][0]["value"],
+        answer_a=truth if flipped else answer,
+        answer_b=answer if flipped else truth,
+        role=record["role"],
+        script=record["script"],
+        other_role=record["other_role"],
+    )
     content: Any = [image, {"type": "text", "text": text}] if image else text
     messages = ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": content})
     return JudgeRequest(messages, client.config.max_tokens_for(TASK), PROMPT_VERSION)
@@ -206,8 +229,9 @@ def _review_entry(reply: ParsedReply) -> dict[str, Any]:
     return entry
 
 
-def _image_part(record: Mapping[str, Any], client: JudgeClient, image_root: str | Path | None,
-                counts: dict[str, int]) -> dict | None:
+def _image_part(
+    record: Mapping[str, Any], client: JudgeClient, image_root: str | Path | None, counts: dict[str, int]
+) -> dict | None:
     if not client.config.multimodal:
         return None
     path = Path(image_root) / record["image"] if image_root is not None else None

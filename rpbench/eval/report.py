@@ -33,12 +33,16 @@ def metric_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: s
 
 
 def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
-    lines = [f"| {title} | accuracy [95% CI] | judged / n | parse failures | request failures |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"| {title} | accuracy [95% CI] | judged / n | parse failures | request failures |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for group, tally in groups.items():
         ci = f" [{_pct(tally.get('ci_low'))}, {_pct(tally.get('ci_high'))}]" if tally.get("ci_low") is not None else ""
-        lines.append(f"| {group} | {_pct(tally['accuracy'])}{ci} | {tally['judged']} / {tally['n']} | "
-                     f"{tally['parse_failures']} | {tally['request_failures']} |")
+        lines.append(
+            f"| {group} | {_pct(tally['accuracy'])}{ci} | {tally['judged']} / {tally['n']} | "
+            f"{tally['parse_failures']} | {tally['request_failures']} |"
+        )
     return "\n".join(lines)
 
 
@@ -68,14 +72,21 @@ def radar_chart(values: Mapping[str, float], title: str, path: Path) -> Path | N
 
 def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
     metrics = results["metrics"]
-    lines = ["## MMRole-Eval (score = evaluated / ground truth)", "",
-             "| file | n | " + " | ".join(metrics) + " | overall |", "| --- | --- |" + " --- |" * (len(metrics) + 1)]
+    lines = [
+        "## MMRole-Eval (score = evaluated / ground truth)",
+        "",
+        "| file | n | " + " | ".join(metrics) + " | overall |",
+        "| --- | --- |" + " --- |" * (len(metrics) + 1),
+    ]
     for name, entry in results["files"].items():
         means = entry["means"]
         cells = [means[m] for m in metrics] + [entry["overall"]]
-        lines.append(f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |")
-    failures = sum(sum(e["parse_failures"].values()) + sum(e["request_failures"].values())
-                   for e in results["files"].values())
+        lines.append(
+            f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
+        )
+    failures = sum(
+        sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in results["files"].values()
+    )
     lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
     return ["\n".join(lines)]
 
@@ -83,24 +94,34 @@ def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
 def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> list[str]:
     metrics = results["metrics"]
     generation = results["generation"]
-    out = ["## Evaluation\n\n"
-           f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
-           f"{generation['n_resumed']}" + (f"; images dropped {results['images_dropped']}" if results["images_dropped"]
-                                           else "") + ". Scores x100 except BLEU; mean ± std [95% bootstrap CI]."]
+    out = [
+        "## Evaluation\n\n"
+        f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
+        f"{generation['n_resumed']}"
+        + (f"; images dropped {results['images_dropped']}" if results["images_dropped"] else "")
+        + ". Scores x100 except BLEU; mean ± std [95% bootstrap CI]."
+    ]
     out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
     if "bertscore_backbone" in results:
         backbone = results["bertscore_backbone"]
-        out.append(f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}"
-                   + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else ""))
+        out.append(
+            f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}"
+            + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else "")
+        )
     for grouping in ("dimension", "shift", "task"):
         if metrics.get(grouping):
             out.append(metric_table(metrics[grouping], grouping))
     radar_values = {}
     if "judge" in results:
         judge = results["judge"]
-        out.append(f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
-                   + judge_table(judge["rubrics"], "rubric") + "\n\n" + judge_table(judge["dimensions"], "dimension")
-                   + "\n\n" + judge_table({"overall": judge["overall"]}, "all"))
+        out.append(
+            f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
+            + judge_table(judge["rubrics"], "rubric")
+            + "\n\n"
+            + judge_table(judge["dimensions"], "dimension")
+            + "\n\n"
+            + judge_table({"overall": judge["overall"]}, "all")
+        )
         radar_values = {k: v["accuracy"] for k, v in judge["rubrics"].items()}
     elif metrics.get("dimension") or metrics.get("shift"):
         groups = metrics.get("dimension") or metrics["shift"]
@@ -112,25 +133,51 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         out += mmrole_sections(results["mmrole_eval"])
     if "compare" in results:
         cmp = results["compare"]
-        rows = [f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | "
-                f"{v['p_value']:.4f} | {v['n']} |" for m, v in cmp.items() if isinstance(v, dict)]
-        out.append(f"### Paired bootstrap against `{cmp['run']}` ({cmp['shared_records']} shared records)\n\n"
-                   "| metric | delta (this - other) | 95% CI | p | n |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows))
+        rows = [
+            f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | "
+            f"{v['p_value']:.4f} | {v['n']} |"
+            for m, v in cmp.items()
+            if isinstance(v, dict)
+        ]
+        out.append(
+            f"### Paired bootstrap against `{cmp['run']}` ({cmp['shared_records']} shared records)\n\n"
+            "| metric | delta (this - other) | 95% CI | p | n |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows)
+        )
     return out
 
 
-def log_to(logger, results: Mapping[str, Any], examples: Sequence, predictions: Mapping[str, str],
-           scores: Sequence[Mapping[str, Any]]) -> None:
+def log_to(
+    logger,
+    results: Mapping[str, Any],
+    examples: Sequence,
+    predictions: Mapping[str, str],
+    scores: Sequence[Mapping[str, Any]],
+) -> None:
     """Overall numbers to any Lightning logger; the per-record table to W&B."""
     if logger is None:
         return
     flat = {f"eval/{m}": s["mean"] for m, s in results["metrics"]["overall"].items() if s["mean"] is not None}
     if "judge" in results:
-        flat.update({f"eval/judge/{d}": t["accuracy"] for d, t in results["judge"]["dimensions"].items()
-                     if t["accuracy"] is not None})
+        flat.update(
+            {
+                f"eval/judge/{d}": t["accuracy"]
+                for d, t in results["judge"]["dimensions"].items()
+                if t["accuracy"] is not None
+            }
+        )
     logger.log_metrics(flat)
     if hasattr(logger, "log_table"):
         columns = ["id", "task", "prompt", "prediction", "reference", "metrics", "verdicts"]
-        rows = [[e.id, e.task, e.prompt[-1].content, predictions[e.id], e.reference, str(s["metrics"]),
-                 str(s.get("verdicts", {}))] for e, s in zip(examples, scores)]
+        rows = [
+            [
+                e.id,
+                e.task,
+                e.prompt[-1].content,
+                predictions[e.id],
+                e.reference,
+                str(s["metrics"]),
+                str(s.get("verdicts", {})),
+            ]
+            for e, s in zip(examples, scores)
+        ]
         logger.log_table(key="eval/predictions", columns=columns, data=rows)

@@ -41,8 +41,12 @@ def bootstrap_distribution(
 
 
 def bootstrap_ci(
-    values: Sequence[float], statistic: Statistic = np.mean, *, n_resamples: int = 1000,
-    confidence: float = 0.95, seed: int = 0,
+    values: Sequence[float],
+    statistic: Statistic = np.mean,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> tuple[float, float]:
     """Percentile bootstrap confidence interval of ``statistic(values)``."""
     sample = np.asarray(values, dtype=float)
@@ -60,19 +64,31 @@ def summarize(
     """n, n_missing, mean, std (sample, ddof=1), and the bootstrap CI of the mean."""
     sample = present(values)
     n = int(sample.size)
-    summary: dict[str, Any] = {"n": n, "n_missing": len(values) - n, "mean": None, "std": None,
-                               "ci_low": None, "ci_high": None}
+    summary: dict[str, Any] = {
+        "n": n,
+        "n_missing": len(values) - n,
+        "mean": None,
+        "std": None,
+        "ci_low": None,
+        "ci_high": None,
+    }
     if n == 0:
         return summary
     low, high = bootstrap_ci(sample, n_resamples=n_resamples, confidence=confidence, seed=seed)
-    summary.update(mean=float(sample.mean()), std=float(sample.std(ddof=1)) if n > 1 else None,
-                   ci_low=low, ci_high=high)
+    summary.update(
+        mean=float(sample.mean()), std=float(sample.std(ddof=1)) if n > 1 else None, ci_low=low, ci_high=high
+    )
     return summary
 
 
 def paired_bootstrap(
-    baseline: Sequence[float | None], candidate: Sequence[float | None], *, statistic: Statistic = np.mean,
-    n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
+    baseline: Sequence[float | None],
+    candidate: Sequence[float | None],
+    *,
+    statistic: Statistic = np.mean,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Paired bootstrap test of two runs scored on the same records (aligned by position).
 
@@ -90,14 +106,18 @@ def paired_bootstrap(
     if a.size == 0:
         raise ValueError("paired_bootstrap: no record has a score in both runs")
     delta = float(statistic(b, axis=-1) - statistic(a, axis=-1))
-    dist = bootstrap_distribution(
-        [a, b], lambda x, y: statistic(y, axis=-1) - statistic(x, axis=-1), n_resamples, seed
-    )
+    dist = bootstrap_distribution([a, b], lambda x, y: statistic(y, axis=-1) - statistic(x, axis=-1), n_resamples, seed)
     alpha = (1 - confidence) / 2
     low, high = np.quantile(dist, [alpha, 1 - alpha])
     extreme = int(np.count_nonzero(np.abs(dist - delta) >= abs(delta)))
-    return {"n": int(a.size), "n_missing": int((~keep).sum()), "delta": delta, "ci_low": float(low),
-            "ci_high": float(high), "p_value": (1 + extreme) / (n_resamples + 1)}
+    return {
+        "n": int(a.size),
+        "n_missing": int((~keep).sum()),
+        "delta": delta,
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "p_value": (1 + extreme) / (n_resamples + 1),
+    }
 
 
 def _memberships(labels: Sequence[str | Sequence[str]], grouping: str) -> list[tuple[str, ...]]:
@@ -108,15 +128,17 @@ def _memberships(labels: Sequence[str | Sequence[str]], grouping: str) -> list[t
         elif isinstance(label, Sequence) and all(isinstance(x, str) for x in label):
             out.append(tuple(label))
         else:
-            raise ValueError(f"grouping {grouping!r}, sample {i}: expected a label or a list of labels, "
-                             f"got {label!r}")
+            raise ValueError(f"grouping {grouping!r}, sample {i}: expected a label or a list of labels, got {label!r}")
     return out
 
 
 def aggregate(
     per_sample: Mapping[str, Sequence[float | None]],
-    groupings: Mapping[str, Sequence[str | Sequence[str]]] | None = None, *,
-    n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0,
+    groupings: Mapping[str, Sequence[str | Sequence[str]]] | None = None,
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Summaries (see ``summarize``) of every metric overall and per group.
 
@@ -131,8 +153,12 @@ def aggregate(
 
     def summaries(rows: Sequence[int] | None) -> dict[str, Any]:
         return {
-            metric: summarize(values if rows is None else [values[i] for i in rows],
-                              n_resamples=n_resamples, confidence=confidence, seed=seed)
+            metric: summarize(
+                values if rows is None else [values[i] for i in rows],
+                n_resamples=n_resamples,
+                confidence=confidence,
+                seed=seed,
+            )
             for metric, values in per_sample.items()
         }
 

@@ -1,5 +1,13 @@
 """Model factory: ``load(cfg) -> (model, tokenizer)`` for tiny offline models and real HF models."""
 
-from rpbench.models.loading import end_of_turn_ids, is_tiny, load, load_model, load_tokenizer, save_hf
+from rpbench.models.loading import (
+    end_of_turn_ids,
+    for_inference,
+    is_tiny,
+    load,
+    load_model,
+    load_tokenizer,
+    save_hf,
+)
 
-__all__ = ["end_of_turn_ids", "is_tiny", "load", "load_model", "load_tokenizer", "save_hf"]
+__all__ = ["end_of_turn_ids", "for_inference", "is_tiny", "load", "load_model", "load_tokenizer", "save_hf"]

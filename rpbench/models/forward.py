@@ -41,8 +41,9 @@ def block_causal_mask(cu_seqlens: torch.Tensor, total: int, device: torch.device
     return allowed[None, None]
 
 
-def model_inputs(batch: Mapping[str, Any], attn_implementation: str,
-                 dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def model_inputs(
+    batch: Mapping[str, Any], attn_implementation: str, dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
     """Keyword arguments for the model (or its backbone) for a padded or packed batch.
 
     Padded: the 2D attention mask and position ids. Packed with a flash-attention backend
@@ -61,17 +62,21 @@ def model_inputs(batch: Mapping[str, Any], attn_implementation: str,
     if uses_varlen_kernel(attn_implementation):
         cu_seqlens = batch["cu_seqlens"].to(device=device, dtype=torch.int32)
         max_seqlen = int(batch["max_seqlen"])
-        inputs.update(cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=max_seqlen,
-                      max_length_k=max_seqlen)
+        inputs.update(
+            cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=max_seqlen, max_length_k=max_seqlen
+        )
     elif attn_implementation == "sdpa":
         inputs["attention_mask"] = block_causal_mask(batch["cu_seqlens"], total, device)
     elif attn_implementation == "eager":
         allowed = block_causal_mask(batch["cu_seqlens"], total, device)
         inputs["attention_mask"] = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
-            ~allowed, torch.finfo(dtype).min)
+            ~allowed, torch.finfo(dtype).min
+        )
     else:
-        raise ValueError(f"packed batches need attn_implementation flash_attention_2 (or another flash "
-                         f"backend), sdpa or eager; got {attn_implementation!r}. Use padded batches instead.")
+        raise ValueError(
+            f"packed batches need attn_implementation flash_attention_2 (or another flash "
+            f"backend), sdpa or eager; got {attn_implementation!r}. Use padded batches instead."
+        )
     return inputs
 
 
@@ -120,8 +125,10 @@ def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int =
     causal_lm = _causal_lm(model)
     for name in UNSUPPORTED_LOGIT_TRANSFORMS:
         if getattr(causal_lm.config, name, None) not in (None, 1.0):
-            raise ValueError(f"{type(causal_lm).__name__} applies {name}={getattr(causal_lm.config, name)} to its "
-                             "logits; labelled_logps supports plain linear output layers only")
+            raise ValueError(
+                f"{type(causal_lm).__name__} applies {name}={getattr(causal_lm.config, name)} to its "
+                "logits; labelled_logps supports plain linear output layers only"
+            )
     inputs = model_inputs(batch, causal_lm.config._attn_implementation, dtype=causal_lm.dtype)
     hidden = causal_lm.base_model(**inputs).last_hidden_state
     targets = batch["labels"][:, 1:].to(hidden.device)
@@ -137,8 +144,9 @@ def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int =
     return LabelledLogps(torch.cat(pieces), sequence_index, n_sequences, int(targets.numel()))
 
 
-def sequence_logps(model: nn.Module, batch: Mapping[str, Any],
-                   chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_logps(
+    model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per sequence (collation order): sum of labelled-token log-probs [S] and labelled-token count [S]."""
     out = labelled_logps(model, batch, chunk_size)
     sums = out.token_logps.new_zeros(out.n_sequences).index_add(0, out.sequence_index, out.token_logps)
@@ -146,8 +154,9 @@ def sequence_logps(model: nn.Module, batch: Mapping[str, Any],
     return sums, counts
 
 
-def supervised_nll_sum(model: nn.Module, batch: Mapping[str, Any],
-                       chunk_size: int = DEFAULT_CHUNK_SIZE) -> tuple[torch.Tensor, int]:
+def supervised_nll_sum(
+    model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> tuple[torch.Tensor, int]:
     """Summed negative log-likelihood of the labelled tokens, and their count (divide globally)."""
     out = labelled_logps(model, batch, chunk_size)
     return -out.token_logps.sum(), out.n_tokens

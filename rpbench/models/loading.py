@@ -7,6 +7,7 @@ tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -75,12 +76,20 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
     attn = str(cfg.get("attn_implementation", "sdpa"))
     if is_tiny(cfg):
         overrides = {k: v for k, v in dict(cfg.get("tiny", {})).items() if k != "vocab_size"}
-        model = build_tiny_model(name.removeprefix(TINY_PREFIX), tokenizer, overrides,
-                                 seed=int(cfg.get("init_seed", 0)), attn_implementation=attn).to(dtype)
+        model = build_tiny_model(
+            name.removeprefix(TINY_PREFIX),
+            tokenizer,
+            overrides,
+            seed=int(cfg.get("init_seed", 0)),
+            attn_implementation=attn,
+        ).to(dtype)
     else:
         try:
             model = AutoModelForCausalLM.from_pretrained(
-                name, dtype=dtype, attn_implementation=attn, revision=cfg.get("revision"),
+                name,
+                dtype=dtype,
+                attn_implementation=attn,
+                revision=cfg.get("revision"),
                 trust_remote_code=bool(cfg.get("trust_remote_code", False)),
             )
         except (OSError, ValueError) as error:
@@ -101,7 +110,9 @@ def apply_lora(model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpo
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
-        r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), lora_dropout=float(lora.get("dropout", 0.05)),
+        r=int(lora.get("r", 16)),
+        lora_alpha=int(lora.get("alpha", 32)),
+        lora_dropout=float(lora.get("dropout", 0.05)),
         target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
         task_type="CAUSAL_LM",
     )
@@ -114,6 +125,26 @@ def load(cfg: Mapping[str, Any]):
     """(model, tokenizer) for a model config."""
     tokenizer = load_tokenizer(cfg)
     return load_model(cfg, tokenizer), tokenizer
+
+
+def inference_device(trainer_cfg: Mapping[str, Any]) -> torch.device:
+    """This process's GPU when the trainer config uses GPUs and one is present, else the CPU."""
+    if trainer_cfg.get("accelerator") in ("gpu", "cuda", "auto") and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+    return torch.device("cpu")
+
+
+def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: Mapping[str, Any], saved: Path | None):
+    """The model ready for generation and probing on this process's device.
+
+    Lightning leaves a trained model on the CPU; ZeRO-3 leaves it partitioned, so it is reloaded whole
+    from the Hugging Face export ``saved`` of the run.
+    """
+    if any(hasattr(p, "ds_id") for p in model.parameters()):
+        if saved is None or not saved.is_dir():
+            raise ValueError("evaluating a ZeRO-3-trained model needs its export: set save_model=true")
+        model = load_model({**model_cfg, "name_or_path": str(saved), "lora": None}, tokenizer)
+    return model.to(inference_device(trainer_cfg)).eval()
 
 
 def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True) -> Path:

@@ -10,13 +10,19 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Co
 
 TINY_ARCHITECTURES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
 TINY_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "max_position_embeddings": 2048, "tie_word_embeddings": True,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
 }
 
 
-def build_tiny_model(family: str, tokenizer, overrides: Mapping[str, Any] | None = None, seed: int = 0,
-                     attn_implementation: str = "sdpa") -> PreTrainedModel:
+def build_tiny_model(
+    family: str, tokenizer, overrides: Mapping[str, Any] | None = None, seed: int = 0, attn_implementation: str = "sdpa"
+) -> PreTrainedModel:
     """A randomly initialised ``family`` model sized by ``overrides`` over TINY_DEFAULTS."""
     if family not in TINY_ARCHITECTURES:
         raise ValueError(f"unknown tiny model family {family!r}; choose one of {sorted(TINY_ARCHITECTURES)}")

@@ -32,12 +32,25 @@ class TokenizerFamily:
 FAMILIES: dict[str, TokenizerFamily] = {
     "qwen2": TokenizerFamily(
         special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-        bos=None, eos="<|im_end|>", pad="<|endoftext|>", chat_template="qwen2.5", add_bos=False,
+        bos=None,
+        eos="<|im_end|>",
+        pad="<|endoftext|>",
+        chat_template="qwen2.5",
+        add_bos=False,
     ),
     "llama": TokenizerFamily(
-        special_tokens=("<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
-                        "<|eot_id|>", "<|finetune_right_pad_id|>"),
-        bos="<|begin_of_text|>", eos="<|eot_id|>", pad="<|finetune_right_pad_id|>", chat_template="llama3",
+        special_tokens=(
+            "<|begin_of_text|>",
+            "<|end_of_text|>",
+            "<|start_header_id|>",
+            "<|end_header_id|>",
+            "<|eot_id|>",
+            "<|finetune_right_pad_id|>",
+        ),
+        bos="<|begin_of_text|>",
+        eos="<|eot_id|>",
+        pad="<|finetune_right_pad_id|>",
+        chat_template="llama3",
         add_bos=True,
     ),
 }
@@ -53,8 +66,11 @@ def bundled_texts() -> Iterator[str]:
             stack.extend(sorted(node.iterdir(), key=lambda p: p.name))
         elif node.name.endswith((".json", ".jsonl")):
             text = node.read_text(encoding="utf-8")
-            docs = [json.loads(line) for line in text.splitlines() if line.strip()] if node.name.endswith(
-                ".jsonl") else [json.loads(text)]
+            docs = (
+                [json.loads(line) for line in text.splitlines() if line.strip()]
+                if node.name.endswith(".jsonl")
+                else [json.loads(text)]
+            )
             for doc in docs:
                 yield from _strings(doc)
 
@@ -79,7 +95,9 @@ def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 4096) -
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=list(spec.special_tokens), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=list(spec.special_tokens),
+        show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(texts, trainer)
@@ -89,7 +107,10 @@ def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 4096) -
             single=f"{spec.bos} $A", pair=f"{spec.bos} $A {spec.bos} $B", special_tokens=[(spec.bos, bos_id)]
         )
     hf = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=spec.bos, eos_token=spec.eos, pad_token=spec.pad,
+        tokenizer_object=tok,
+        bos_token=spec.bos,
+        eos_token=spec.eos,
+        pad_token=spec.pad,
         additional_special_tokens=[t for t in spec.special_tokens if t not in {spec.bos, spec.eos, spec.pad}],
         model_max_length=8192,
     )

@@ -62,14 +62,20 @@ class ObjectiveModule(L.LightningModule):
             if param.requires_grad:
                 (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": float(cfg.get("weight_decay", 0.0))},
-             {"params": no_decay, "weight_decay": 0.0}],
-            lr=float(cfg["lr"]), betas=tuple(cfg.get("adam_betas", (0.9, 0.999))), eps=float(cfg.get("adam_eps", 1e-8)),
+            [
+                {"params": decay, "weight_decay": float(cfg.get("weight_decay", 0.0))},
+                {"params": no_decay, "weight_decay": 0.0},
+            ],
+            lr=float(cfg["lr"]),
+            betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
+            eps=float(cfg.get("adam_eps", 1e-8)),
         )
         total = int(self.trainer.estimated_stepping_batches)
         scheduler = get_scheduler(
-            str(cfg.get("scheduler", "cosine")), optimizer,
-            num_warmup_steps=math.ceil(float(cfg.get("warmup_ratio", 0.0)) * total), num_training_steps=total,
+            str(cfg.get("scheduler", "cosine")),
+            optimizer,
+            num_warmup_steps=math.ceil(float(cfg.get("warmup_ratio", 0.0)) * total),
+            num_training_steps=total,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

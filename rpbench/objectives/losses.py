@@ -30,13 +30,10 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Te
     """
     if logits.shape[:-1] != index.shape:
         raise ValueError(
-            f"index shape {tuple(index.shape)} must equal logits shape without vocab "
-            f"{tuple(logits.shape[:-1])}"
+            f"index shape {tuple(index.shape)} must equal logits shape without vocab {tuple(logits.shape[:-1])}"
         )
     if logits.dim() < 2:
-        raise ValueError(
-            f"logits must have a leading dimension and a vocab dimension, got {tuple(logits.shape)}"
-        )
+        raise ValueError(f"logits must have a leading dimension and a vocab dimension, got {tuple(logits.shape)}")
     if logits.dtype in (torch.float32, torch.float64):
         selected = torch.gather(logits, dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
         logsumexp = torch.stack([torch.logsumexp(row, dim=-1) for row in logits])
@@ -96,9 +93,7 @@ def masked_token_mean_nll(
     return -logps.sum(), mask.sum()
 
 
-def global_token_mean(
-    loss_sum: torch.Tensor, global_n_tokens: int | torch.Tensor, world_size: int = 1
-) -> torch.Tensor:
+def global_token_mean(loss_sum: torch.Tensor, global_n_tokens: int | torch.Tensor, world_size: int = 1) -> torch.Tensor:
     """Scale one micro-batch's summed loss so the optimiser step sees the global per-token mean.
 
     ``global_n_tokens`` counts the supervised tokens of the whole optimiser step: summed over every
@@ -172,9 +167,7 @@ def dpo_loss(
 # GRPO
 
 
-def group_advantages(
-    rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4
-) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
     """Group-relative advantages ``(r - mean_group) / (std + eps)`` for ``(n_prompts * group_size,)`` rewards.
 
     The completions of one prompt must be contiguous (the repeat sampler's order). ``scale``: ``group``
@@ -187,9 +180,7 @@ def group_advantages(
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
     if group_size < 2 or rewards.numel() % group_size:
-        raise ValueError(
-            f"group_size must be >= 2 and divide the {rewards.numel()} rewards, got {group_size}"
-        )
+        raise ValueError(f"group_size must be >= 2 and divide the {rewards.numel()} rewards, got {group_size}")
     if not torch.isfinite(rewards).all():
         raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
     if eps < 0:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from importlib import import_module
 
-OBJECTIVES = {"sft": "rpbench.objectives.sft:SFTModule"}
+OBJECTIVES = {
+    "sft": "rpbench.objectives.sft:SFTModule",
+    "dpo": "rpbench.objectives.dpo:DPOModule",
+    "grpo": "rpbench.objectives.grpo:GRPOModule",
+}
 
 
 def objective_class(name: str):

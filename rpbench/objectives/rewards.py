@@ -17,15 +17,16 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import logging
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-import sacrebleu
-from rouge_score import rouge_scorer
+from rpbench.eval.metrics import CJKRougeTokenizer, rouge, sentence_bleu
+
+log = logging.getLogger(__name__)
 
 RewardCallable = Callable[[Sequence[Any], Sequence[str], Sequence[str | None]], list[float]]
 
@@ -33,8 +34,7 @@ REWARDS: dict[str, Callable[..., Any]] = {}
 
 DEFAULT_ROLE_MARKERS = ("User:", "Human:", "<|im_start|>user", "<|start_header_id|>user", "[INST]")
 
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_TOKEN_RE = re.compile(rf"[{_CJK}]|[^\W_{_CJK}]+")
+_WORDS = CJKRougeTokenizer(use_stemmer=False)
 
 
 def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -55,7 +55,7 @@ def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def word_tokens(text: str) -> list[str]:
     """Lower-cased word tokens; each CJK character is one token (so Chinese text is not one long word)."""
-    return _TOKEN_RE.findall(text.lower())
+    return _WORDS.tokenize(text)
 
 
 @register("non_empty")
@@ -74,9 +74,7 @@ def length_penalty(prompts, completions, references, *, min_len: int, max_len: i
     if unit not in ("words", "chars"):
         raise ValueError(f"length_penalty: unit must be 'words' or 'chars', got {unit!r}")
     if not 0 <= min_len <= max_len or max_len < 1:
-        raise ValueError(
-            f"length_penalty: need 0 <= min_len <= max_len and max_len >= 1, got {min_len}, {max_len}"
-        )
+        raise ValueError(f"length_penalty: need 0 <= min_len <= max_len and max_len >= 1, got {min_len}, {max_len}")
     scores = []
     for c in completions:
         n = len(word_tokens(c)) if unit == "words" else len(c.strip())
@@ -102,45 +100,115 @@ def no_role_break(prompts, completions, references, *, markers: Sequence[str] = 
 # Reference-overlap rewards
 
 
-def _checked_references(
-    reward: str, completions: Sequence[str], references: Sequence[str | None]
-) -> list[str]:
+def _checked_references(reward: str, completions: Sequence[str], references: Sequence[str | None]) -> list[str]:
     if len(references) != len(completions):
         raise ValueError(f"{reward}: {len(references)} references for {len(completions)} completions")
     missing = [i for i, r in enumerate(references) if not isinstance(r, str)]
     if missing:
-        raise ValueError(
-            f"{reward}: completions {missing} have no reference (golden response) to compare with"
-        )
+        raise ValueError(f"{reward}: completions {missing} have no reference (golden response) to compare with")
     return list(references)
-
-
-class _WordTokenizer:
-    """rouge_score tokenizer: :func:`word_tokens`; equals rouge_score's default (no stemming) on ASCII text."""
-
-    def tokenize(self, text: str) -> list[str]:
-        return word_tokens(text)
 
 
 @register("rouge_l")
 def rouge_l(prompts, completions, references) -> list[float]:
-    """Sentence-level ROUGE-L F1 (``rouge_score``) of each completion against its reference, in [0, 1]."""
-    refs = _checked_references("rouge_l", completions, references)
-    scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_WordTokenizer())
-    return [scorer.score(ref, c)["rougeL"].fmeasure for c, ref in zip(completions, refs, strict=True)]
+    """ROUGE-L F1 of each completion against its reference, in [0, 1]: the evaluation's own ROUGE-L."""
+    return rouge(completions, _checked_references("rouge_l", completions, references), ["rougeL"])["rougeL"]
 
 
 @register("bleu")
 def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[float]:
-    """Sentence-level BLEU (``sacrebleu.sentence_bleu``, exp smoothing) against the reference, in [0, 1].
+    """Sentence-level BLEU against the reference, in [0, 1]: the evaluation's own BLEU divided by 100.
 
     The default ``zh`` tokenizer splits CJK characters and is sacrebleu's ``13a`` on all other text.
     """
     refs = _checked_references("bleu", completions, references)
-    return [
-        sacrebleu.sentence_bleu(c, [ref], tokenize=tokenize).score / 100.0
-        for c, ref in zip(completions, refs, strict=True)
-    ]
+    return [score / 100.0 for score in sentence_bleu(completions, refs, tokenize=tokenize)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Model rewards: an LLM judge through the judge client, a sequence-classification reward model
+
+
+@register("judge")
+class JudgeReward:
+    """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
+
+    ``judge`` is a ``judge`` config (e.g. ``${judge}``); with ``backend: local`` rpbench.serve is started
+    once and kept for the run. A verdict still unparseable after the client's re-asks gets
+    ``failure_reward`` and is counted in ``failures`` (the objective logs it).
+    """
+
+    def __init__(self, judge: Mapping[str, Any], rubric: str = "role_style", failure_reward: float = 0.0):
+        from contextlib import ExitStack
+
+        from rpbench.eval.judge import RUBRICS, open_judge
+
+        if rubric not in RUBRICS:
+            raise ValueError(f"judge reward: rubric must be one of {sorted(RUBRICS)}, got {rubric!r}")
+        self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
+        self._stack = ExitStack()
+        self.client = self._stack.enter_context(open_judge(dict(judge)))
+
+    def __call__(self, prompts, completions, references) -> list[float]:
+        from rpbench.data.records import EvalExample, Turn
+        from rpbench.eval.judge import JudgeRequest, parse_verdict
+        from rpbench.eval.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, TASK, rubric_messages
+
+        max_tokens = self.client.config.max_tokens_for(TASK)
+        requests = []
+        for i, (prompt, completion, reference) in enumerate(zip(prompts, completions, references, strict=True)):
+            turns = tuple(Turn(m["role"], m["content"]) for m in prompt)
+            example = EvalExample(f"completion {i}", turns, reference or "", "grpo", {"dimensions": [self.rubric]})
+            requests.append(JudgeRequest(rubric_messages(self.rubric, example, completion), max_tokens, PROMPT_VERSION))
+        replies = self.client.judge_parsed(requests, parse_verdict, REASK, desc=f"judge reward ({self.rubric})")
+        failed = sum(r.status != "ok" for r in replies)
+        if failed:
+            log.warning(
+                "judge reward: %d of %d verdicts unparseable or failed; scored %s",
+                failed,
+                len(replies),
+                self.failure_reward,
+            )
+        self.failures += failed
+        return [float(r.value) if r.status == "ok" else self.failure_reward for r in replies]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@register("reward_model")
+class RewardModelReward:
+    """The scalar output of a sequence-classification reward model (one label) on prompt + completion,
+    rendered with the reward model's own chat template."""
+
+    def __init__(self, name_or_path: str, batch_size: int = 8, dtype: str = "float32"):
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            name_or_path, dtype=getattr(torch, dtype)
+        ).eval()
+        if self.model.config.num_labels != 1:
+            raise ValueError(f"reward model {name_or_path!r} has {self.model.config.num_labels} labels, expected 1")
+        self.batch_size = int(batch_size)
+
+    def __call__(self, prompts, completions, references) -> list[float]:
+        import torch
+
+        texts = [
+            self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": completion}], tokenize=False)
+            for prompt, completion in zip(prompts, completions, strict=True)
+        ]
+        scores: list[float] = []
+        device = next(self.model.parameters()).device
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(
+                texts[start : start + self.batch_size], add_special_tokens=False, padding=True, return_tensors="pt"
+            ).to(device)
+            with torch.no_grad():
+                scores += self.model(**batch).logits[:, 0].float().tolist()
+        return scores
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -202,9 +270,7 @@ def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
             raise TypeError(f"{where}: expected a mapping with name/target, weight, kwargs, got {entry!r}")
         unknown = set(entry) - {"name", "target", "weight", "kwargs"}
         if unknown:
-            raise ValueError(
-                f"{where}: unknown fields {sorted(unknown)} (allowed: name, target, weight, kwargs)"
-            )
+            raise ValueError(f"{where}: unknown fields {sorted(unknown)} (allowed: name, target, weight, kwargs)")
         if "target" in entry:
             obj = _import_target(str(entry["target"]), where)
             name = str(entry.get("name") or obj.__name__)
@@ -214,9 +280,7 @@ def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
                 raise ValueError(f"{where}.name: unknown reward {name!r}; registered: {sorted(REWARDS)}")
             obj = REWARDS[name]
         else:
-            raise ValueError(
-                f"{where}: needs 'name' (a registered reward) or 'target' ('module.path:function')"
-            )
+            raise ValueError(f"{where}: needs 'name' (a registered reward) or 'target' ('module.path:function')")
         weight = entry.get("weight", 1.0)
         if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
             raise ValueError(f"{where}.weight: expected a finite number, got {weight!r}")
@@ -240,14 +304,10 @@ def score_rewards(
     for reward in reward_fns:
         values = list(reward.fn(prompts, completions, references))
         if len(values) != len(completions):
-            raise ValueError(
-                f"reward {reward.name!r} returned {len(values)} values for {len(completions)} completions"
-            )
+            raise ValueError(f"reward {reward.name!r} returned {len(values)} values for {len(completions)} completions")
         for i, v in enumerate(values):
             if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v):
-                raise ValueError(
-                    f"reward {reward.name!r} returned {v!r} for completion {i}; expected a finite number"
-                )
+                raise ValueError(f"reward {reward.name!r} returned {v!r} for completion {i}; expected a finite number")
         scores[reward.name] = [float(v) for v in values]
     return scores
 
@@ -255,9 +315,7 @@ def score_rewards(
 def weighted_sum(rewards: Mapping[str, Sequence[float]], weights: Mapping[str, float]) -> list[float]:
     """Per completion, ``sum(weights[name] * rewards[name][i])`` over the named rewards."""
     if set(rewards) != set(weights):
-        raise ValueError(
-            f"rewards {sorted(rewards)} and weights {sorted(weights)} must name the same rewards"
-        )
+        raise ValueError(f"rewards {sorted(rewards)} and weights {sorted(weights)} must name the same rewards")
     lengths = {name: len(values) for name, values in rewards.items()}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"rewards have different lengths: {lengths}")

@@ -36,8 +36,12 @@ def compare_metrics(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict
         table[group] = {}
         for metric, summary in summaries.items():
             after_summary = after_groups[group][metric]
-            table[group][metric] = {"n": summary["n"], "before": summary["mean"], "after": after_summary["mean"],
-                                    "delta": _delta(summary["mean"], after_summary["mean"])}
+            table[group][metric] = {
+                "n": summary["n"],
+                "before": summary["mean"],
+                "after": after_summary["mean"],
+                "delta": _delta(summary["mean"], after_summary["mean"]),
+            }
     return table
 
 
@@ -45,10 +49,17 @@ def compare_judge(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[s
     """{dimension: {n, judged_before, judged_after, before, after, delta}} of judge accuracy, then overall."""
     groups = {**before["dimensions"], "overall": before["overall"]}
     after_groups = {**after["dimensions"], "overall": after["overall"]}
-    return {g: {"n": t["n"], "judged_before": t["judged"], "judged_after": after_groups[g]["judged"],
-                "before": t["accuracy"], "after": after_groups[g]["accuracy"],
-                "delta": _delta(t["accuracy"], after_groups[g]["accuracy"])}
-            for g, t in groups.items()}
+    return {
+        g: {
+            "n": t["n"],
+            "judged_before": t["judged"],
+            "judged_after": after_groups[g]["judged"],
+            "before": t["accuracy"],
+            "after": after_groups[g]["accuracy"],
+            "delta": _delta(t["accuracy"], after_groups[g]["accuracy"]),
+        }
+        for g, t in groups.items()
+    }
 
 
 def before_after(baseline: Mapping[str, Any], restrained: Mapping[str, Any]) -> dict[str, Any]:
@@ -67,9 +78,11 @@ def _fmt(value: float | None, metric: str = "", signed: bool = False) -> str:
 
 
 def _rows(groups: Mapping[str, Mapping[str, Any]], label: str, metric: str = "") -> list[str]:
-    return [f"| {label} baseline | " + " | ".join(_fmt(g["before"], metric) for g in groups.values()) + " |",
-            f"| {label} restrained | " + " | ".join(_fmt(g["after"], metric) for g in groups.values()) + " |",
-            f"| {label} Δ | " + " | ".join(_fmt(g["delta"], metric, signed=True) for g in groups.values()) + " |"]
+    return [
+        f"| {label} baseline | " + " | ".join(_fmt(g["before"], metric) for g in groups.values()) + " |",
+        f"| {label} restrained | " + " | ".join(_fmt(g["after"], metric) for g in groups.values()) + " |",
+        f"| {label} Δ | " + " | ".join(_fmt(g["delta"], metric, signed=True) for g in groups.values()) + " |",
+    ]
 
 
 def markdown(table: Mapping[str, Any]) -> str:
@@ -77,15 +90,25 @@ def markdown(table: Mapping[str, Any]) -> str:
     lines: list[str] = []
     if "judge" in table:
         judge = table["judge"]
-        lines += ["Judge accuracy (x100); judged before / after: "
-                  + ", ".join(f"{g} {t['judged_before']} / {t['judged_after']} of {t['n']}" for g, t in judge.items()),
-                  "", "| judge | " + " | ".join(judge) + " |", "| --- |" + " --- |" * len(judge),
-                  *_rows(judge, "accuracy"), ""]
+        lines += [
+            "Judge accuracy (x100); judged before / after: "
+            + ", ".join(f"{g} {t['judged_before']} / {t['judged_after']} of {t['n']}" for g, t in judge.items()),
+            "",
+            "| judge | " + " | ".join(judge) + " |",
+            "| --- |" + " --- |" * len(judge),
+            *_rows(judge, "accuracy"),
+            "",
+        ]
     by_group = table["metrics"]
     groups = list(by_group)
-    lines += ["Reference metrics (mean x100 except BLEU; n per group: "
-              + ", ".join(f"{g} {next(iter(by_group[g].values()))['n']}" for g in groups) + ")", "",
-              "| metric | " + " | ".join(groups) + " |", "| --- |" + " --- |" * len(groups)]
+    lines += [
+        "Reference metrics (mean x100 except BLEU; n per group: "
+        + ", ".join(f"{g} {next(iter(by_group[g].values()))['n']}" for g in groups)
+        + ")",
+        "",
+        "| metric | " + " | ".join(groups) + " |",
+        "| --- |" + " --- |" * len(groups),
+    ]
     for metric in by_group["overall"]:
         lines += _rows({g: by_group[g][metric] for g in groups}, metric, metric)
     return "\n".join(lines)

@@ -55,9 +55,7 @@ def _normalise_dims(batch_dims: Sequence, batch_index: int, batch_size: int) -> 
     for b, entry in enumerate(batch_dims):
         names = (entry,) if isinstance(entry, str) else tuple(entry)
         if not names or not all(isinstance(n, str) and n for n in names):
-            raise ValueError(
-                f"batch {batch_index}, sample {b}: expected one or more dimension names, got {entry!r}"
-            )
+            raise ValueError(f"batch {batch_index}, sample {b}: expected one or more dimension names, got {entry!r}")
         out.append(names)
     return out
 

@@ -99,8 +99,7 @@ def markdown_table(result: dict) -> str:
         "",
         f"Settings: {result['settings']}",
         "",
-        "Observations per dimension: "
-        + ", ".join(f"{d}: {n[0]} / {n[1]}" for d, n in result["observations"].items()),
+        "Observations per dimension: " + ", ".join(f"{d}: {n[0]} / {n[1]}" for d, n in result["observations"].items()),
         "",
         "### D_l (mean |f_b - f_a| per layer)",
         "",

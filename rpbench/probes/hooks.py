@@ -114,9 +114,7 @@ def primary_tensor(value, where: str) -> torch.Tensor:
     if isinstance(value, (tuple, list)) and value:
         value = value[0]
     if not isinstance(value, torch.Tensor):
-        raise TypeError(
-            f"{where}: expected a tensor or a tuple starting with one, got {type(value).__name__}"
-        )
+        raise TypeError(f"{where}: expected a tensor or a tuple starting with one, got {type(value).__name__}")
     return value
 
 

@@ -34,9 +34,7 @@ def load_stats(run_dir: str | Path) -> FrequencyStats:
     """FrequencyStats from a run directory written by `save_stats`."""
     path = Path(run_dir) / STATS_FILE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"{path}: no probe statistics (run the evaluation with probe=topk_freq first)"
-        )
+        raise FileNotFoundError(f"{path}: no probe statistics (run the evaluation with probe=topk_freq first)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
         return FrequencyStats.from_state_dict(state)

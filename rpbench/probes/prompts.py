@@ -27,8 +27,12 @@ def record_dimensions(example: EvalExample) -> list[str]:
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return [example.task]
     if not isinstance(dims, (list, tuple)) or not all(isinstance(d, str) and d for d in dims):
-        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
-                              f"a list of dimension names, got {dims!r}")
+        raise DataFormatError(
+            example.meta.get("path", "test records"),
+            example.id,
+            "meta.dimensions",
+            f"a list of dimension names, got {dims!r}",
+        )
     return list(dims)
 
 
@@ -42,8 +46,14 @@ class PromptBatches:
     images_dropped: int
 
 
-def prompt_batches(examples: Sequence[EvalExample], tokenizer, renderer: ChatRenderer, max_prompt_length: int,
-                   batch_size: int, images: str = "error") -> PromptBatches:
+def prompt_batches(
+    examples: Sequence[EvalExample],
+    tokenizer,
+    renderer: ChatRenderer,
+    max_prompt_length: int,
+    batch_size: int,
+    images: str = "error",
+) -> PromptBatches:
     """Batches of rendered prompts, padded on the tokenizer's padding side.
 
     Probes see text only: a record with an image is an error unless ``images="drop"`` (the
@@ -55,10 +65,12 @@ def prompt_batches(examples: Sequence[EvalExample], tokenizer, renderer: ChatRen
         raise ValueError("the tokenizer has no pad token; probes pad batches of prompts")
     with_image = [e.id for e in examples if any(t.image for t in e.prompt)]
     if with_image and images != "drop":
-        raise ValueError(f"{len(with_image)} test records have images (first: {with_image[:3]}); probes render "
-                         "text only: set evaluator.images=drop to probe them without their images")
+        raise ValueError(
+            f"{len(with_image)} test records have images (first: {with_image[:3]}); probes render "
+            "text only: set evaluator.images=drop to probe them without their images"
+        )
     side = getattr(tokenizer, "padding_side", "left")
-    groups = [list(examples[i:i + batch_size]) for i in range(0, len(examples), batch_size)]
+    groups = [list(examples[i : i + batch_size]) for i in range(0, len(examples), batch_size)]
 
     def batches() -> Iterator[dict[str, torch.Tensor]]:
         for group in groups:

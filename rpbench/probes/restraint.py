@@ -33,9 +33,7 @@ def _validated(neurons: Mapping[str, Sequence[int]]) -> dict[str, torch.Tensor]:
 
 
 @contextmanager
-def restrain(
-    model: nn.Module, neurons: Mapping[str, Sequence[int]], factor: float = DEFAULT_FACTOR
-) -> Iterator[None]:
+def restrain(model: nn.Module, neurons: Mapping[str, Sequence[int]], factor: float = DEFAULT_FACTOR) -> Iterator[None]:
     """Within the block, every forward multiplies the chosen neurons of each hooked tensor by `factor`."""
     index = _validated(neurons)
     points = find_hook_points(model, index)

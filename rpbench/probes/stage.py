@@ -56,8 +56,15 @@ def needs_model(probe_cfg: Mapping) -> bool:
     return _probe_name(probe_cfg) in MODEL_PROBES
 
 
-def run_probe(cfg, model, tokenizer, test_examples: Sequence[EvalExample] | None, out_dir: str | Path,
-              evaluate: Evaluate, baseline_eval: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_probe(
+    cfg,
+    model,
+    tokenizer,
+    test_examples: Sequence[EvalExample] | None,
+    out_dir: str | Path,
+    evaluate: Evaluate,
+    baseline_eval: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run ``cfg.probe`` and return its numbers plus ``report_sections`` (markdown for report.md).
 
     ``evaluate`` is rpbench.eval.evaluate.evaluate; ``baseline_eval`` the result of the run's normal
@@ -87,8 +94,14 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
         raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
     renderer = ChatRenderer(tokenizer, cfg.model.end_of_turn, int(cfg.data.max_length))
     evaluator = cfg.get("evaluator") or {}
-    inputs = prompt_batches(examples, tokenizer, renderer, int(cfg.data.max_prompt_length),
-                            int(probe.get("batch_size", 8)), images=str(evaluator.get("images", "error")))
+    inputs = prompt_batches(
+        examples,
+        tokenizer,
+        renderer,
+        int(cfg.data.max_prompt_length),
+        int(probe.get("batch_size", 8)),
+        images=str(evaluator.get("images", "error")),
+    )
     stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
     save_stats(stats, out_dir)
     result = {
@@ -150,10 +163,15 @@ def compare_probe(probe: Mapping, out_dir: Path) -> dict[str, Any]:
     if len(runs) != 2:
         raise ValueError(f"probe.runs: expected two probed run folders [a, b], got {[str(r) for r in runs]}")
     labels = compare_labels(probe, runs)
-    result = compare_runs(load_stats(runs[0]), load_stats(runs[1]), out_dir, labels=labels,
-                          top_n=int(probe.get("top_n", 10)), bins=int(probe.get("bins", 256)))
-    result = {"name": "compare", **result,
-              "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
+    result = compare_runs(
+        load_stats(runs[0]),
+        load_stats(runs[1]),
+        out_dir,
+        labels=labels,
+        top_n=int(probe.get("top_n", 10)),
+        bins=int(probe.get("bins", 256)),
+    )
+    result = {"name": "compare", **result, "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
     result["report_sections"] = [(out_dir / result["table"]).read_text().rstrip("\n")]
     return result
 
@@ -175,17 +193,27 @@ def _claim_folder(folder: Path, setting: Mapping[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / RESTRAINT_FILE
     if path.is_file() and json.loads(path.read_text()) != setting:
-        raise ValueError(f"{path}: this run folder holds predictions under another restraint; "
-                         "use a new run folder or remove it")
+        raise ValueError(
+            f"{path}: this run folder holds predictions under another restraint; use a new run folder or remove it"
+        )
     path.write_text(json.dumps(setting, indent=2))
 
 
-def restraint_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path,
-                    evaluate: Evaluate, baseline_eval: Mapping[str, Any] | None) -> dict[str, Any]:
+def restraint_probe(
+    cfg,
+    model,
+    tokenizer,
+    examples: Sequence[EvalExample],
+    out_dir: Path,
+    evaluate: Evaluate,
+    baseline_eval: Mapping[str, Any] | None,
+) -> dict[str, Any]:
     """Evaluate with the chosen neurons scaled; compare with ``baseline_eval`` per dimension."""
     if baseline_eval is None:
-        raise ValueError("probe=restraint compares the normal evaluation with a restrained one: "
-                         "choose an evaluator (e.g. evaluator=rolemrc)")
+        raise ValueError(
+            "probe=restraint compares the normal evaluation with a restrained one: "
+            "choose an evaluator (e.g. evaluator=rolemrc)"
+        )
     probe = OmegaConf.to_container(cfg.probe, resolve=True)
     neurons = select_neurons(probe)
     factor = _factor(probe)
@@ -211,8 +239,9 @@ def restraint_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
         "model_dtype": str(dtype).removeprefix("torch."),
         "folder": RESTRAINED_DIR,
         "before_after": table,
-        "restrained_eval": {k: restrained[k] for k in ("n_records", "generation", "metrics", "judge")
-                            if k in restrained},
+        "restrained_eval": {
+            k: restrained[k] for k in ("n_records", "generation", "metrics", "judge") if k in restrained
+        },
     }
     result["report_sections"] = [_restraint_section(result)]
     return result

@@ -37,9 +37,7 @@ class ProbeSettings:
         if self.position not in POSITION_CHOICES:
             raise ValueError(f"probe.position: expected one of {POSITION_CHOICES}, got {self.position!r}")
         if not self.modules or not all(isinstance(m, str) for m in self.modules):
-            raise ValueError(
-                f"probe.modules: expected a preset name or a list of patterns, got {self.modules!r}"
-            )
+            raise ValueError(f"probe.modules: expected a preset name or a list of patterns, got {self.modules!r}")
 
     @classmethod
     def from_cfg(cls, cfg: Mapping) -> ProbeSettings:

@@ -38,12 +38,12 @@ def test_planned_gradient_equals_the_global_token_mean_gradient():
     steps = -(-len(batches) // per_step)
     plans = [plan_steps(batches, lengths, world_size=world, grad_accum=accum, rank=r) for r in range(world)]
     for step in range(steps):
-        step_batches = batches[step * per_step:(step + 1) * per_step]
+        step_batches = batches[step * per_step : (step + 1) * per_step]
         target = torch.cat([nll(i) for b in step_batches for i in b]).mean()
         (expected,) = torch.autograd.grad(target, weight)
         grads = []
         for plan in plans:
-            micro = plan[step * accum:(step + 1) * accum]
+            micro = plan[step * accum : (step + 1) * accum]
             loss = sum(torch.cat([nll(i) for i in m.indices]).sum() * m.loss_scale / accum for m in micro)
             grads.append(torch.autograd.grad(loss, weight)[0])
         assert torch.allclose(torch.stack(grads).mean(0), expected, atol=1e-6)

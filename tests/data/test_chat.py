@@ -15,13 +15,16 @@ SPECIAL = ("<|", "|>")
 
 text = st.text(
     alphabet=st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="<|>") | st.sampled_from("\n \t"),
-    min_size=1, max_size=40,
+    min_size=1,
+    max_size=40,
 ).filter(lambda s: s.strip())
 
 
 @st.composite
 def conversations(draw):
     turns = [Turn("system", draw(text))] if draw(st.booleans()) else []
+    if draw(st.booleans()):  # RoleMRC has dialogues the character opens
+        turns.append(Turn("assistant", draw(text)))
     for _ in range(draw(st.integers(1, 4))):
         turns += [Turn("user", draw(text)), Turn("assistant", draw(text))]
     return turns
@@ -54,13 +57,14 @@ def test_supervised_spans_are_exactly_the_assistant_turns(renderer, turns):
 def test_prompt_tokens_match_the_generation_prompt(renderer, turns):
     prompt = turns[:-1]
     ids = renderer.render_prompt(prompt, max_length=100_000)
-    text = renderer.tokenizer.apply_chat_template([t.as_message() for t in prompt], tokenize=False,
-                                                  add_generation_prompt=True)
+    text = renderer.tokenizer.apply_chat_template(
+        [t.as_message() for t in prompt], tokenize=False, add_generation_prompt=True
+    )
     assert renderer.tokenizer.decode(ids) == text
     # A prompt renders as the unsupervised prefix of its conversation: training and generation agree.
     full = renderer.render_conversation(turns)
-    first_supervised = next(i for i, label in enumerate(full.labels[len(ids):], len(ids)) if label != IGNORE_INDEX)
-    assert full.input_ids[:len(ids)] == ids and first_supervised == len(ids)
+    first_supervised = next(i for i, label in enumerate(full.labels[len(ids) :], len(ids)) if label != IGNORE_INDEX)
+    assert full.input_ids[: len(ids)] == ids and first_supervised == len(ids)
 
 
 def test_over_long_history_is_dropped_from_the_left_keeping_system_and_final_exchange(renderer):

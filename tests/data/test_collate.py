@@ -51,8 +51,12 @@ def test_packed_targets_never_cross_samples():
     samples = []
     for _ in range(20):
         n = rng.randint(1, 9)
-        samples.append({"input_ids": [rng.randint(1, 50) for _ in range(n)],
-                        "labels": [rng.choice([X, rng.randint(1, 50)]) for _ in range(n)]})
+        samples.append(
+            {
+                "input_ids": [rng.randint(1, 50) for _ in range(n)],
+                "labels": [rng.choice([X, rng.randint(1, 50)]) for _ in range(n)],
+            }
+        )
     batch = packed_collate(samples)
     sample_of = torch.repeat_interleave(torch.arange(len(samples)), torch.diff(batch["cu_seqlens"]).long())
     targets = batch["labels"][0, 1:]
@@ -94,5 +98,3 @@ def test_pack_into_budget_seed_changes_the_order():
 def test_pack_into_budget_rejects_a_too_long_sample():
     with pytest.raises(ValueError, match=r"sample 2 has 11 tokens.*max_tokens_per_batch=10"):
         pack_into_budget([3, 10, 11, 2], 10)
-
-

@@ -59,13 +59,22 @@ def test_bundled_samples_do_not_overlap():
         train = readers.read("rolemrc", split, SAMPLE_DIR / "rolemrc" / name)
         assert check_overlap(train.examples, rolemrc_test.examples, allow_overlap=False) == 0
     mm = SAMPLE_DIR / "mmrole"
-    mm_test = [e for s in ("comment", "human-role", "inter-role")
-               for e in readers.read("mmrole", "test", mm / f"{s}_test.json").examples]
+    mm_test = [
+        e
+        for s in ("comment", "human-role", "inter-role")
+        for e in readers.read("mmrole", "test", mm / f"{s}_test.json").examples
+    ]
     mm_train = readers.read("mmrole", "train", mm / "train.json").examples
     assert check_overlap(mm_train, mm_test, allow_overlap=False) == 0
     rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
-    assert check_overlap(readers.read("rpgbench", "train", rpg).examples, readers.read("rpgbench", "test", rpg).examples,
-                         allow_overlap=False) == 0
+    assert (
+        check_overlap(
+            readers.read("rpgbench", "train", rpg).examples,
+            readers.read("rpgbench", "test", rpg).examples,
+            allow_overlap=False,
+        )
+        == 0
+    )
 
 
 def test_sample_test_split_against_itself_is_all_overlap():

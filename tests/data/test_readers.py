@@ -27,30 +27,47 @@ def turns(*pairs: tuple[str, str]) -> list[dict[str, str]]:
     return [{"role": role, "content": content} for role, content in pairs]
 
 
-GOOD_SFT = {"task": "role_related_dialogue---user_first---no_narration---answer",
-            "conversations": turns(("System", "You are Ann."), ("User", "Hi"), ("Assistant", "Hello."))}
+GOOD_SFT = {
+    "task": "role_related_dialogue---user_first---no_narration---answer",
+    "conversations": turns(("System", "You are Ann."), ("User", "Hi"), ("Assistant", "Hello.")),
+}
 GOOD_PAIR = {"prompt": turns(("System", "You are Ann."), ("User", "Hi")), "chosen": "Hello.", "rejected": "Go away."}
-GOOD_TEST = {"task": "role_related_mrc_answer_no_narration", "question": turns(("System", "S"), ("User", "Q?")),
-             "reference": "A."}
+GOOD_TEST = {
+    "task": "role_related_mrc_answer_no_narration",
+    "question": turns(("System", "S"), ("User", "Q?")),
+    "reference": "A.",
+}
 
 
 def mmrole_record(**changes) -> dict:
-    record = {"id": "Ann_comment_1", "system": "Stay in character.", "image": "COCO/x.jpg", "role": "Ann",
-              "script": "Tales", "other_role": "a curious human",
-              "conversations": [{"from": "user", "value": "Look!"}, {"from": "assistant", "value": "Lovely."}]}
+    record = {
+        "id": "Ann_comment_1",
+        "system": "Stay in character.",
+        "image": "COCO/x.jpg",
+        "role": "Ann",
+        "script": "Tales",
+        "other_role": "a curious human",
+        "conversations": [{"from": "user", "value": "Look!"}, {"from": "assistant", "value": "Lovely."}],
+    }
     record.update(changes)
     return record
 
 
 def rpg_sample(**changes) -> dict:
-    sample = {"sample_ID": "IDTest-1", "user_persona": "Bo, a farmer.", "agent_character": {"name": "Cy"},
-              "dialogue_context": [{"user_query": "Hi"}, {"agent_response": "Hello, Bo."}, {"user_query": "Bye"}],
-              "agent_golden_response": "Farewell, Bo.", "subset_tag": "german"}
+    sample = {
+        "sample_ID": "IDTest-1",
+        "user_persona": "Bo, a farmer.",
+        "agent_character": {"name": "Cy"},
+        "dialogue_context": [{"user_query": "Hi"}, {"agent_response": "Hello, Bo."}, {"user_query": "Bye"}],
+        "agent_golden_response": "Farewell, Bo.",
+        "subset_tag": "german",
+    }
     sample.update(changes)
     return sample
 
 
 # -- good files -----------------------------------------------------------------------------------------
+
 
 def test_rolemrc_sample_files_read_completely():
     sft = readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl")
@@ -71,15 +88,24 @@ def test_rolemrc_sample_files_read_completely():
 
 
 def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
-    record = {"task": "role_related_dialogue---role_first---with_narration---answer",
-              "conversations": turns(("SYSTEM", "You are Ann."), ("assistant", "*waves* Hi!"), ("User", "Hi"),
-                                     ("Assistant", "How are you?"))}
+    record = {
+        "task": "role_related_dialogue---role_first---with_narration---answer",
+        "conversations": turns(
+            ("SYSTEM", "You are Ann."), ("assistant", "*waves* Hi!"), ("User", "Hi"), ("Assistant", "How are you?")
+        ),
+    }
     [example] = rolemrc.read_sft(write_jsonl(tmp_path / "a.jsonl", ["", record])).examples
     assert [t.role for t in example.turns] == ["system", "assistant", "user", "assistant"]
     assert example.id == "a:2"  # blank line 1 is not a record, but lines keep their numbers
-    assert example.meta == {"task": record["task"], "label_parts": {
-        "family": "role_related_dialogue", "first_speaker": "role_first", "narration": "with_narration",
-        "outcome": "answer"}}
+    assert example.meta == {
+        "task": record["task"],
+        "label_parts": {
+            "family": "role_related_dialogue",
+            "first_speaker": "role_first",
+            "narration": "with_narration",
+            "outcome": "answer",
+        },
+    }
 
 
 def test_rolemrc_accepts_json_list_and_own_ids(tmp_path):
@@ -88,8 +114,11 @@ def test_rolemrc_accepts_json_list_and_own_ids(tmp_path):
     assert [e.id for e in rolemrc.read_sft(path).examples] == ["x1", "list:1"]
 
 
-@pytest.mark.parametrize("path", sorted(SHARED_MMROLE.glob("*-test_*/*/*.json")) or [None],
-                         ids=lambda p: str(p.relative_to(SHARED_MMROLE)) if p else "missing")
+@pytest.mark.parametrize(
+    "path",
+    sorted(SHARED_MMROLE.glob("*-test_*/*/*.json")) or [None],
+    ids=lambda p: str(p.relative_to(SHARED_MMROLE)) if p else "missing",
+)
 def test_mmrole_real_files(path):
     if path is None:
         pytest.skip(f"shared MMRole data not found at {SHARED_MMROLE}")
@@ -112,8 +141,9 @@ def test_mmrole_sample_files():
     train = readers.read("mmrole", "train", root / "train.json", image_root=root / "images")
     assert len(train.examples) == 40 and train.skipped == []
     multi = [e for e in train.examples if sum(t.role == "assistant" for t in e.turns) > 1]
-    assert multi and all([t.image is not None for t in e.turns] == [False, True] + [False] * (len(e.turns) - 2)
-                         for e in train.examples)
+    assert multi and all(
+        [t.image is not None for t in e.turns] == [False, True] + [False] * (len(e.turns) - 2) for e in train.examples
+    )
     for scenario in mmrole.SCENARIOS:
         test = readers.read("mmrole", "test", root / f"{scenario}_test.json", image_root=root / "images")
         assert len(test.examples) == 8 and {e.task for e in test.examples} == {scenario}
@@ -128,13 +158,23 @@ def test_mmrole_scenario_option_and_multi_turn_training(tmp_path):
     [example] = mmrole.read_test(path, scenario="inter-role").examples
     assert example.task == "inter-role" and [t.role for t in example.prompt] == ["user"]  # empty system dropped
     assert example.prompt[0].image == "COCO/x.jpg" and "answer" not in example.meta
-    long = mmrole_record(conversations=[{"from": "user", "value": "a"}, {"from": "assistant", "value": "b"},
-                                        {"from": "user", "value": "c"}, {"from": "assistant", "value": "d"}])
+    long = mmrole_record(
+        conversations=[
+            {"from": "user", "value": "a"},
+            {"from": "assistant", "value": "b"},
+            {"from": "user", "value": "c"},
+            {"from": "assistant", "value": "d"},
+        ]
+    )
     del long["system"], long["script"]
     path.write_text(json.dumps([long]), encoding="utf-8")
     [sft] = mmrole.read_sft(path, image_root="imgs").examples
-    assert [(t.role, t.image) for t in sft.turns] == [("user", str(Path("imgs") / "COCO/x.jpg")), ("assistant", None),
-                                                      ("user", None), ("assistant", None)]
+    assert [(t.role, t.image) for t in sft.turns] == [
+        ("user", str(Path("imgs") / "COCO/x.jpg")),
+        ("assistant", None),
+        ("user", None),
+        ("assistant", None),
+    ]
     assert sft.meta == {"image": "COCO/x.jpg", "role": "Ann", "other_role": "a curious human"}
 
 
@@ -144,8 +184,12 @@ def test_rpgbench_sample_file():
     test = readers.read("rpgbench", "test", path)
     assert test.skipped == [] and len(test.examples) == sum(len(raw[s]) for s in rpgbench.TEST_SPLITS)
     shifts = {(e.meta["split"], e.meta["shift"]) for e in test.examples}
-    assert shifts == {("IDTest", "in_distribution"), ("OOD1Test", "user"), ("OOD2Test", "character"),
-                      ("OOD3Test", "composition")}
+    assert shifts == {
+        ("IDTest", "in_distribution"),
+        ("OOD1Test", "user"),
+        ("OOD2Test", "character"),
+        ("OOD3Test", "composition"),
+    }
     example = next(e for e in test.examples if e.id == raw["OOD1Test"][0]["sample_ID"])
     source = raw["OOD1Test"][0]
     assert example.task == source["subset_tag"] and example.reference == source["agent_golden_response"]
@@ -197,37 +241,78 @@ BAD_ROLEMRC = [
     ("train", {"conversations": "hi"}, 2, "conversations", "a list"),
     ("train", {"conversations": []}, 2, "conversations", "non-empty list"),
     ("train", {"conversations": turns(("System", "S"))}, 2, "conversations", "at least one user or assistant"),
-    ("train", {"conversations": turns(("Narrator", "x"), ("Assistant", "y"))}, 2, "conversations[0].role",
-     "one of system, user, assistant (any case), got 'Narrator'"),
+    (
+        "train",
+        {"conversations": turns(("Narrator", "x"), ("Assistant", "y"))},
+        2,
+        "conversations[0].role",
+        "one of system, user, assistant (any case), got 'Narrator'",
+    ),
     ("train", {"conversations": turns(("User", "Hi"))}, 2, "conversations", "ending on an assistant turn"),
-    ("train", {"conversations": turns(("User", "Hi"), ("User", "Hey"), ("Assistant", "Yo"))}, 2,
-     "conversations[1].role", "alternating"),
-    ("train", {"conversations": turns(("User", "Hi"), ("System", "S"), ("Assistant", "Yo"))}, 2,
-     "conversations[1].role", "only as the first turn"),
-    ("train", {"conversations": turns(("User", " "), ("Assistant", "Yo"))}, 2, "conversations[0].content",
-     "non-empty string"),
-    ("train", {"conversations": [{"role": "User", "content": 3}, {"role": "Assistant", "content": "y"}]}, 2,
-     "conversations[0].content", "a string, got an integer"),
+    (
+        "train",
+        {"conversations": turns(("User", "Hi"), ("User", "Hey"), ("Assistant", "Yo"))},
+        2,
+        "conversations[1].role",
+        "alternating",
+    ),
+    (
+        "train",
+        {"conversations": turns(("User", "Hi"), ("System", "S"), ("Assistant", "Yo"))},
+        2,
+        "conversations[1].role",
+        "only as the first turn",
+    ),
+    (
+        "train",
+        {"conversations": turns(("User", " "), ("Assistant", "Yo"))},
+        2,
+        "conversations[0].content",
+        "non-empty string",
+    ),
+    (
+        "train",
+        {"conversations": [{"role": "User", "content": 3}, {"role": "Assistant", "content": "y"}]},
+        2,
+        "conversations[0].content",
+        "a string, got an integer",
+    ),
     ("train", {"conversations": ["Hi", "Yo"]}, 2, "conversations[0]", "a JSON object"),
     ("train", [1, 2], 2, "<record>", "a JSON object, got a list"),
     ("train", {**GOOD_SFT, "task": "role_related_dialogue---user_first"}, 2, "task", "4 non-empty parts"),
     ("train", {**GOOD_SFT, "task": 7}, 2, "task", "a string"),
     ("train", {**GOOD_SFT, "id": "train-1"}, 2, "id", "unique"),
-    ("pairs", {**GOOD_PAIR, "prompt": turns(("User", "Hi"), ("Assistant", "Yo"))}, 2, "prompt",
-     "ending on a user turn"),
+    (
+        "pairs",
+        {**GOOD_PAIR, "prompt": turns(("User", "Hi"), ("Assistant", "Yo"))},
+        2,
+        "prompt",
+        "ending on a user turn",
+    ),
     ("pairs", {"prompt": GOOD_PAIR["prompt"], "chosen": "Hello."}, 2, "rejected", "missing"),
     ("pairs", {**GOOD_PAIR, "chosen": ""}, 2, "chosen", "non-empty"),
-    ("test", {**GOOD_TEST, "task": "role_related_dialogue---user_first---no_narration---answer"}, 2, "task",
-     "listed in task_dimensions"),
+    (
+        "test",
+        {**GOOD_TEST, "task": "role_related_dialogue---user_first---no_narration---answer"},
+        2,
+        "task",
+        "listed in task_dimensions",
+    ),
     ("test", {k: v for k, v in GOOD_TEST.items() if k != "task"}, 2, "task", "missing"),
-    ("test", {**GOOD_TEST, "question": turns(("User", "Q?"), ("Assistant", "A."))}, 2, "question",
-     "ending on a user turn"),
+    (
+        "test",
+        {**GOOD_TEST, "question": turns(("User", "Q?"), ("Assistant", "A."))},
+        2,
+        "question",
+        "ending on a user turn",
+    ),
     ("test", {**GOOD_TEST, "reference": None}, 2, "reference", "a string, got null"),
 ]
 
 
-@pytest.mark.parametrize("split,bad,record,field,problem", BAD_ROLEMRC,
-                         ids=[f"{c[0]}-{c[3]}-{c[4][:20]}" for c in BAD_ROLEMRC])
+@pytest.mark.parametrize(
+    "split,bad,record,field,problem", BAD_ROLEMRC, ids=[f"{c[0]}-{c[3]}-{c[4][:20]}" for c in BAD_ROLEMRC]
+)
 def test_rolemrc_bad_record_named_by_file_line_and_field(tmp_path, split, bad, record, field, problem):
     good = {"train": {**GOOD_SFT, "id": "train-1"}, "pairs": GOOD_PAIR, "test": GOOD_TEST}[split]
     path = write_jsonl(tmp_path / f"{split}.jsonl", [good, bad, good if split != "train" else GOOD_SFT])
@@ -257,8 +342,11 @@ BAD_MMROLE = [
     ({"conversations": [{"from": "gpt", "value": "x"}]}, "conversations[0].from", "one of user, assistant"),
     ({"conversations": [{"from": "user", "value": "x"}]}, "conversations", "ending on an assistant turn"),
     ({"conversations": [{"from": "assistant", "value": "x"}]}, "conversations", "a user turn to carry the image"),
-    ({"conversations": [{"from": "user", "value": "x"}, {"from": "assistant", "value": "y", "answer": 1}]},
-     "conversations[1].answer", "a string"),
+    (
+        {"conversations": [{"from": "user", "value": "x"}, {"from": "assistant", "value": "y", "answer": 1}]},
+        "conversations[1].answer",
+        "a string",
+    ),
     ({"id": ""}, "id", "non-empty string or integer id"),
 ]
 
@@ -276,8 +364,14 @@ def test_mmrole_bad_record_named_by_index_id_and_field(tmp_path, change, field, 
     assert [e.id for e in result.examples] == ["a"] and len(result.skipped) == 1
 
 
-@pytest.mark.parametrize("fmt,content", [("rolemrc", "\n  \n"), ("mmrole", "[]"),
-                                         ("rpgbench", '{"IDTest": [], "OOD1Test": [], "OOD2Test": [], "OOD3Test": []}')])
+@pytest.mark.parametrize(
+    "fmt,content",
+    [
+        ("rolemrc", "\n  \n"),
+        ("mmrole", "[]"),
+        ("rpgbench", '{"IDTest": [], "OOD1Test": [], "OOD2Test": [], "OOD3Test": []}'),
+    ],
+)
 def test_file_without_records_is_an_error(tmp_path, fmt, content):
     path = tmp_path / "comment_test.json"
     path.write_text(content, encoding="utf-8")
@@ -294,8 +388,11 @@ def test_mmrole_invalid_json_document_fails_whole_file(tmp_path):
 
 BAD_RPG = [
     ({"subset_tag": "french"}, "subset_tag", "one of"),
-    ({"dialogue_context": [{"user_query": "Hi"}, {"agent_response": "Hello"}]}, "dialogue_context",
-     "ending on a user query"),
+    (
+        {"dialogue_context": [{"user_query": "Hi"}, {"agent_response": "Hello"}]},
+        "dialogue_context",
+        "ending on a user query",
+    ),
     ({"dialogue_context": [{"agent_response": "Hello"}]}, "dialogue_context[0]", "'user_query'"),
     ({"dialogue_context": [{"user_query": "Hi", "agent_response": "Yo"}]}, "dialogue_context[0]", "not the other key"),
     ({"dialogue_context": []}, "dialogue_context", "non-empty list"),
@@ -308,8 +405,12 @@ BAD_RPG = [
 @pytest.mark.parametrize("change,field,problem", BAD_RPG, ids=[c[1] + "-" + c[2][:15] for c in BAD_RPG])
 def test_rpgbench_bad_sample_named_by_split_id_and_field(tmp_path, change, field, problem):
     path = tmp_path / "rpg.json"
-    document = {"IDTest": [rpg_sample()], "OOD1Test": [rpg_sample(sample_ID="b", **change)], "OOD2Test": [],
-                "OOD3Test": []}
+    document = {
+        "IDTest": [rpg_sample()],
+        "OOD1Test": [rpg_sample(sample_ID="b", **change)],
+        "OOD2Test": [],
+        "OOD3Test": [],
+    }
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(DataFormatError) as caught:
         rpgbench.read_test(path)

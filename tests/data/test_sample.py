@@ -43,8 +43,9 @@ def test_rolemrc_covers_every_label():
     train_labels = {r["task"] for r in train}
     assert set(FREE_CHAT) | set(ON_SCENE) | set(TASK_DIMENSIONS) <= train_labels
     assert {"user_first", "role_first"} == {label.split("---")[1] for label in train_labels if "---" in label}
-    n_assistant = Counter(sum(t["role"] == "Assistant" or t["role"] == "assistant" for t in r["conversations"])
-                          for r in train)
+    n_assistant = Counter(
+        sum(t["role"] == "Assistant" or t["role"] == "assistant" for t in r["conversations"]) for r in train
+    )
     assert n_assistant[1] > 50 and sum(v for k, v in n_assistant.items() if k > 1) > 30
     systems = [r["conversations"][0]["content"] for r in train]
     assert any("You must not answer any question about a passage" in s for s in systems)  # prioritized rule
@@ -56,7 +57,9 @@ def test_rolemrc_covers_every_label():
 def test_rolemrc_responses_are_learnable():
     records = jsonl("test.jsonl") + [
         {"task": r["task"], "question": r["conversations"][:-1], "reference": r["conversations"][-1]["content"]}
-        for r in jsonl("train-sft.jsonl") if "---" not in r["task"]]
+        for r in jsonl("train-sft.jsonl")
+        if "---" not in r["task"]
+    ]
     for record in records:
         label, reference = record["task"], record["reference"]
         if "_with_narration" in label:
@@ -102,8 +105,12 @@ def test_rpgbench_covers_every_split_and_tag():
     assert set(tags) == set(rpgbench.SHIFTS) and min(tags.values()) >= 3
     test = readers.read("rpgbench", "test", SAMPLE_DIR / "rpgbench" / "rpgbench.json").examples
     by_split = {e.meta["split"]: e.meta["shift"] for e in test}
-    assert by_split == {"IDTest": "in_distribution", "OOD1Test": "user", "OOD2Test": "character",
-                        "OOD3Test": "composition"}
+    assert by_split == {
+        "IDTest": "in_distribution",
+        "OOD1Test": "user",
+        "OOD2Test": "character",
+        "OOD3Test": "composition",
+    }
 
 
 @pytest.mark.parametrize("name", ["train-sft.jsonl", "train-rl.jsonl", "test.jsonl"])

@@ -19,8 +19,9 @@ SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metri
 
 
 def run(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def lines(path) -> list[dict]:
@@ -30,8 +31,15 @@ def lines(path) -> list[dict]:
 @pytest.mark.slow
 def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
     out = tmp_path / "run"
-    result = run(f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc", "judge=local", "data.max_test_samples=8",
-                 "evaluator.generation.max_new_tokens=8", f"paths.output_root={tmp_path}")
+    result = run(
+        f"hydra.run.dir={out}",
+        *SMALL,
+        "evaluator=rolemrc",
+        "judge=local",
+        "data.max_test_samples=8",
+        "evaluator.generation.max_new_tokens=8",
+        f"paths.output_root={tmp_path}",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     predictions = lines(out / "predictions.jsonl")
     assert len(predictions) == 8 and all("prediction" in p for p in predictions)
@@ -49,10 +57,22 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
 @pytest.mark.slow
 def test_killed_generation_resumes_where_it_stopped(tmp_path):
     out = tmp_path / "run"
-    args = [f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc", "evaluator.generation.batch_size=1",
-            "evaluator.generation.max_new_tokens=128", "evaluator.metrics=[bleu]"]
-    process = subprocess.Popen([sys.executable, "run.py", *args], cwd=REPO_ROOT, env=ENV,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    args = [
+        f"hydra.run.dir={out}",
+        *SMALL,
+        "evaluator=rolemrc",
+        "evaluator.generation.batch_size=1",
+        "evaluator.generation.max_new_tokens=128",
+        "evaluator.metrics=[bleu]",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     predictions = out / "predictions.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not predictions.exists() or len(predictions.read_text().splitlines()) < 3):
@@ -74,8 +94,14 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
 def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
     out = tmp_path / "run"
     reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
-    result = run(f"hydra.run.dir={out}", "objective=none", "evaluator=mmrole", "data=mmrole",
-                 f"evaluator.reviews={reviews}", "model.name_or_path=does/not-exist")
+    result = run(
+        f"hydra.run.dir={out}",
+        "objective=none",
+        "evaluator=mmrole",
+        "data=mmrole",
+        f"evaluator.reviews={reviews}",
+        "model.name_or_path=does/not-exist",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     official = SHARED_DATA / "mmrole" / "in-test_results" / "qwen-vl-chat"
     for name in ("comment_test.csv", "human-role_test.csv", "inter-role_test.csv"):
@@ -102,16 +128,32 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
 
 @pytest.mark.slow
 def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
-    server = subprocess.Popen([sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"], cwd=REPO_ROOT,
-                              env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"],
+        cwd=REPO_ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         line = server.stdout.readline()
         assert line.startswith("rpbench.serve: "), line
         name, url = line.removeprefix("rpbench.serve: ").strip().rsplit(" at ", 1)
-        common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=12",
-                  "evaluator.metrics=[bleu]"]
-        remote = run(f"hydra.run.dir={tmp_path / 'remote'}", *common, "evaluator.backend=endpoint",
-                     f"evaluator.endpoint.base_url={url}", f"evaluator.endpoint.model={name}")
+        common = [
+            *SMALL,
+            "evaluator=rolemrc",
+            "data.max_test_samples=6",
+            "evaluator.generation.max_new_tokens=12",
+            "evaluator.metrics=[bleu]",
+        ]
+        remote = run(
+            f"hydra.run.dir={tmp_path / 'remote'}",
+            *common,
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={url}",
+            f"evaluator.endpoint.model={name}",
+        )
         assert remote.returncode == 0, remote.stderr[-3000:]
         local = run(f"hydra.run.dir={tmp_path / 'local'}", *common)
         assert local.returncode == 0, local.stderr[-3000:]
@@ -126,10 +168,24 @@ def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_pat
 def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
     out = tmp_path / "run"
     env = {**ENV, "WANDB_MODE": "offline"}
-    result = subprocess.run([sys.executable, "run.py", f"hydra.run.dir={out}", *SMALL, "evaluator=rolemrc",
-                             "logger=wandb", "data.max_test_samples=4", "evaluator.generation.max_new_tokens=8",
-                             "evaluator.metrics=[bleu]"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "run.py",
+            f"hydra.run.dir={out}",
+            *SMALL,
+            "evaluator=rolemrc",
+            "logger=wandb",
+            "data.max_test_samples=4",
+            "evaluator.generation.max_new_tokens=8",
+            "evaluator.metrics=[bleu]",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (table,) = out.glob("wandb/offline-run-*/files/media/table/eval/predictions_*.table.json")
     content = json.loads(table.read_text())

@@ -38,8 +38,15 @@ def make_examples(n: int = 7) -> list[EvalExample]:
         turns = [Turn("user", "Hello there " * (1 + 3 * (i % 4)) + f"what is your name, traveller {i}?")]
         if i % 2:
             turns.insert(0, Turn("system", f"You are Captain {i}, a pirate."))
-        examples.append(EvalExample(id=f"ex{i}", prompt=tuple(turns), reference=f"I am Captain {i}.",
-                                    task=["role_style", "knowledge"][i % 2], meta={"dimension": [f"d{i % 3}"]}))
+        examples.append(
+            EvalExample(
+                id=f"ex{i}",
+                prompt=tuple(turns),
+                reference=f"I am Captain {i}.",
+                task=["role_style", "knowledge"][i % 2],
+                meta={"dimension": [f"d{i % 3}"]},
+            )
+        )
     return examples
 
 
@@ -49,9 +56,10 @@ def read_jsonl(path) -> list[dict]:
 
 def greedy_reference(model, tok, conversation, stop_ids) -> str:
     """model.generate on one unpadded prompt, cut at the first stop id."""
-    ids = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True,
-                                  return_tensors="pt")
-    out = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1]:].tolist()
+    ids = tok.apply_chat_template(
+        conversation, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    out = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1] :].tolist()
     cut = next((i for i, t in enumerate(out) if t in stop_ids), len(out))
     return tok.decode(out[:cut], skip_special_tokens=True).strip()
 
@@ -78,9 +86,10 @@ def test_left_padded_batches_equal_unbatched(tiny):
 def test_stops_at_given_stop_id(tiny):
     model, tok = tiny
     conversation = as_messages(make_examples()[0].prompt)
-    ids = tok.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True,
-                                  return_tensors="pt")
-    free = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1]:].tolist()
+    ids = tok.apply_chat_template(
+        conversation, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    free = model.generate(**ids, max_new_tokens=MAX_NEW, do_sample=False)[0, ids["input_ids"].shape[1] :].tolist()
     stop = free[4]
     first = free.index(stop)
     [text] = generate_texts(model, tok, [conversation], max_new_tokens=MAX_NEW, stop_ids=[stop])
@@ -133,8 +142,9 @@ def test_predictions_file_resumes(tiny, tmp_path):
     resumed = read_jsonl(out)
     assert [r["id"] for r in resumed] == [ex.id for ex in examples]
     assert resumed[5]["prediction"] == "FROM THE EARLIER RUN" and resumed[2]["prediction"] == "EARLIER TOO"
-    assert [r["prediction"] for i, r in enumerate(resumed) if i not in (2, 5)] == \
-        [t for i, t in enumerate(expected) if i not in (2, 5)]
+    assert [r["prediction"] for i, r in enumerate(resumed) if i not in (2, 5)] == [
+        t for i, t in enumerate(expected) if i not in (2, 5)
+    ]
 
     again = generate_predictions(model, tok, examples, out, cfg)
     assert (again.n_generated, again.n_resumed, again.truncated_line) == (0, len(examples), None)
@@ -207,8 +217,7 @@ def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    context = mp.start_processes(_synced_worker, args=(2, port, str(out)), nprocs=2, join=False,
-                                 start_method="spawn")
+    context = mp.start_processes(_synced_worker, args=(2, port, str(out)), nprocs=2, join=False, start_method="spawn")
     finished = False
     for _ in range(120):
         if context.join(timeout=1):
@@ -253,12 +262,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(500)
             self.end_headers()
             return
-        payload = json.dumps({
-            "id": "c1", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": " " + last[::-1] + " "}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }).encode()
+        payload = json.dumps(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": " " + last[::-1] + " "},
+                    }
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -287,8 +306,9 @@ def test_endpoint_backend_writes_and_resumes(server, tmp_path):
     assert report.n_generated == len(examples)
     request = server.requests[0]
     assert request["model"] == "served-model" and request["max_tokens"] == 33 and request["temperature"] == 0
-    assert {tuple(m.items()) for m in request["messages"]} <= \
-        {tuple(m.items()) for ex in examples for m in as_messages(ex.prompt)}
+    assert {tuple(m.items()) for m in request["messages"]} <= {
+        tuple(m.items()) for ex in examples for m in as_messages(ex.prompt)
+    }
 
     again = generate_via_endpoint(server.url, "served-model", examples, out, cfg)
     assert again.n_generated == 0 and len(server.requests) == len(examples)

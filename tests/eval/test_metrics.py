@@ -96,8 +96,19 @@ def test_rouge_scores_cjk_text():
 
 
 def test_word_tokenize_without_punkt():
-    assert word_tokenize("Hello there. How are you? I'm fine.") == \
-        ["Hello", "there", ".", "How", "are", "you", "?", "I", "'m", "fine", "."]
+    assert word_tokenize("Hello there. How are you? I'm fine.") == [
+        "Hello",
+        "there",
+        ".",
+        "How",
+        "are",
+        "you",
+        "?",
+        "I",
+        "'m",
+        "fine",
+        ".",
+    ]
     assert word_tokenize("我很好。") == ["我", "很", "好", "。"]
 
 
@@ -148,8 +159,12 @@ def test_bertscore_equals_bert_score_library(minilm):
     refs = [r for _, r in ENGLISH[:3]] + ["他爱吃苹果", "identical words here"]
     _, _, expected = bert_score.score(preds, refs, model_type=fallback_model_path(), num_layers=4)
     assert minilm.f1(preds, refs) == pytest.approx(expected.tolist(), abs=1e-5)
-    assert minilm.describe() == {"backbone": fallback_model_path(), "layer": 4, "fell_back": False,
-                                 "fallback_reason": None}
+    assert minilm.describe() == {
+        "backbone": fallback_model_path(),
+        "layer": 4,
+        "fell_back": False,
+        "fallback_reason": None,
+    }
 
 
 @pytest.mark.slow
@@ -163,7 +178,9 @@ def test_bertscore_identical_and_empty(minilm):
 def test_bertscore_falls_back_to_packaged_model_and_says_so():
     scorer = load_bertscorer("rpbench-test/not-a-cached-model")
     assert scorer.describe() == {
-        "backbone": "sentence-transformers/all-MiniLM-L6-v2", "layer": 6, "fell_back": True,
+        "backbone": "sentence-transformers/all-MiniLM-L6-v2",
+        "layer": 6,
+        "fell_back": True,
         "fallback_reason": "'rpbench-test/not-a-cached-model' not in the local Hugging Face cache",
     }
     with pytest.raises(OSError, match="not in the local Hugging Face cache"):

@@ -22,12 +22,17 @@ def test_official_results_csvs_are_reproduced_byte_for_byte(model, tmp_path):
     results = aggregate_reviews(MMROLE / "in-test_reviews" / model)
     written = write_results_csvs(results, tmp_path)
     official = sorted((MMROLE / "in-test_results" / model).glob("*.csv"))
-    assert [p.name for p in written] == [p.name for p in official] == [
-        "comment_test.csv", "human-role_test.csv", "inter-role_test.csv"]
+    assert (
+        [p.name for p in written]
+        == [p.name for p in official]
+        == ["comment_test.csv", "human-role_test.csv", "inter-role_test.csv"]
+    )
     for mine, theirs in zip(written, official):
         assert mine.read_bytes() == theirs.read_bytes(), mine.name
-    assert all(s["count"] == 72 and s["unreviewed"] == 0 and sum(s["parse_failures"].values()) == 0
-               for s in results["files"].values())
+    assert all(
+        s["count"] == 72 and s["unreviewed"] == 0 and sum(s["parse_failures"].values()) == 0
+        for s in results["files"].values()
+    )
 
 
 def review(scores: dict[str, list | dict]) -> dict:
@@ -63,8 +68,11 @@ def test_aggregation_by_hand_with_parse_failures_and_unreviewed_records(tmp_path
 
 
 def test_swapped_reviews_give_position_bias_and_their_own_failure_counts(tmp_path):
-    record = {"id": "s1", "rm_review": review(all_metrics([8, 10])),
-              "rm_review_swapped": review({**all_metrics([10, 5]), "Fluency": {}})}
+    record = {
+        "id": "s1",
+        "rm_review": review(all_metrics([8, 10])),
+        "rm_review_swapped": review({**all_metrics([10, 5]), "Fluency": {}}),
+    }
     summary = aggregate_reviews(write_reviews(tmp_path / "r", "comment_test.json", [record]))["files"]["comment_test"]
     assert summary["swapped"]["means"]["Coherency"] == pytest.approx(0.5)
     assert summary["swapped"]["parse_failures"]["Fluency"] == 1 and summary["swapped"]["means"]["Fluency"] is None
@@ -75,19 +83,33 @@ def test_swapped_reviews_give_position_bias_and_their_own_failure_counts(tmp_pat
 
 def test_pooled_results_over_files(tmp_path):
     folder = write_reviews(tmp_path / "r", "a_test.json", [{"id": "a", "rm_review": review(all_metrics([5, 10]))}])
-    write_reviews(folder, "b_test.json", [{"id": "b", "rm_review": review(all_metrics([10, 10]))},
-                                          {"id": "c", "rm_review": review(all_metrics([10, 10]))}])
+    write_reviews(
+        folder,
+        "b_test.json",
+        [
+            {"id": "b", "rm_review": review(all_metrics([10, 10]))},
+            {"id": "c", "rm_review": review(all_metrics([10, 10]))},
+        ],
+    )
     pooled = aggregate_reviews(folder)["all"]
     assert pooled["count"] == 3 and pooled["means"]["Coherency"] == pytest.approx(2.5 / 3)
 
 
-@pytest.mark.parametrize(("record", "message"), [
-    ({"id": "x1", "rm_review": review({**all_metrics([8, 10]), "Fluency": "8/10"})}, r"record x1.*rm_review.Fluency.score"),
-    ({"id": "x2", "rm_review": review({**all_metrics([8, 10]), "Fluency": [8, 0]})}, r"record x2.*positive"),
-    ({"id": "x3", "rm_review": {m: {"review": "r", "score": [8, 10]} for m in METRICS[:-1]}},
-     r"record x3.*rm_review.Tone Consistency"),
-    ({"id": "x4", "rm_review": ["not", "a", "mapping"]}, r"record x4.*rm_review"),
-])
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        (
+            {"id": "x1", "rm_review": review({**all_metrics([8, 10]), "Fluency": "8/10"})},
+            r"record x1.*rm_review.Fluency.score",
+        ),
+        ({"id": "x2", "rm_review": review({**all_metrics([8, 10]), "Fluency": [8, 0]})}, r"record x2.*positive"),
+        (
+            {"id": "x3", "rm_review": {m: {"review": "r", "score": [8, 10]} for m in METRICS[:-1]}},
+            r"record x3.*rm_review.Tone Consistency",
+        ),
+        ({"id": "x4", "rm_review": ["not", "a", "mapping"]}, r"record x4.*rm_review"),
+    ],
+)
 def test_malformed_reviews_name_file_record_and_field(tmp_path, record, message):
     folder = write_reviews(tmp_path / "r", "comment_test.json", [record])
     with pytest.raises(DataFormatError, match=r"comment_test\.json: " + message):
@@ -127,8 +149,15 @@ def official_answers(n: int) -> list:
 
 
 def judge(server, tmp_path, **overrides) -> JudgeClient:
-    settings = {"model": server.model_name, "base_url": server.base_url, "api_key_env": None, "progress": False,
-                "parse_tries": 2, "cache_path": str(tmp_path / "judge.sqlite"), **overrides}
+    settings = {
+        "model": server.model_name,
+        "base_url": server.base_url,
+        "api_key_env": None,
+        "progress": False,
+        "parse_tries": 2,
+        "cache_path": str(tmp_path / "judge.sqlite"),
+        **overrides,
+    }
     return JudgeClient(JudgeConfig.from_mapping(settings))
 
 
@@ -166,11 +195,14 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     record["conversations"][1]["value"] = "TRUTH-TEXT"
     record["conversations"][1]["answer"] = "ANSWER-TEXT"
     first = "## **[Model A's Response Start]**\n\n"
-    scripted = [{"match": first + "ANSWER-TEXT", "reply": "[Scores]: (8, 10)"},
-                {"match": first + "TRUTH-TEXT", "reply": "[Scores]: (10, 6)"}]
+    scripted = [
+        {"match": first + "ANSWER-TEXT", "reply": "[Scores]: (8, 10)"},
+        {"match": first + "TRUTH-TEXT", "reply": "[Scores]: (10, 6)"},
+    ]
     with serve_in_thread(tiny, {"scripted": scripted}) as server:
-        results = judge_answers(answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews",
-                                swap=True)
+        results = judge_answers(
+            answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", swap=True
+        )
         assert server.stats.requests == 16
     summary = results["files"]["comment_test"]
     assert summary["means"]["Fluency"] == pytest.approx(0.8)
@@ -184,9 +216,12 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
     with_image, without = official_answers(2)
     with_image["image"] = "The_Avengers/30.jpg"  # shipped with the shared data; COCO images are not
     with serve_in_thread(tiny, {"scripted": [{"match": "[Instruction]", "reply": "[Scores]: (9, 10)"}]}) as server:
-        results = judge_answers(answers_folder(tmp_path, [with_image, without]),
-                                judge(server, tmp_path, multimodal=True), tmp_path / "reviews",
-                                image_root=MMROLE / "images")
+        results = judge_answers(
+            answers_folder(tmp_path, [with_image, without]),
+            judge(server, tmp_path, multimodal=True),
+            tmp_path / "reviews",
+            image_root=MMROLE / "images",
+        )
     assert results["images"] == {"attached": 1, "missing": 1}
     summary = results["files"]["comment_test"]
     # the text-only local server refuses image parts (HTTP 400): those reviews are request failures
@@ -197,7 +232,12 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
 def test_malformed_answers_are_named(tiny, tmp_path):
     record = official_answers(1)[0]
     del record["conversations"][1]["answer"]
-    client = JudgeClient(JudgeConfig.from_mapping({"model": "m", "base_url": "http://127.0.0.1:9/v1",
-                                                   "api_key_env": None, "progress": False}))
-    with pytest.raises(DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"):
+    client = JudgeClient(
+        JudgeConfig.from_mapping(
+            {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False}
+        )
+    )
+    with pytest.raises(
+        DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"
+    ):
         judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews")

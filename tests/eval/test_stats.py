@@ -19,8 +19,7 @@ def test_summary_by_hand():
     assert s["mean"] == 2.5
     assert s["std"] == pytest.approx(math.sqrt(5 / 3))  # sample std, ddof 1
     assert 1.0 <= s["ci_low"] < 2.5 < s["ci_high"] <= 4.0
-    assert summarize([None]) == {"n": 0, "n_missing": 1, "mean": None, "std": None, "ci_low": None,
-                                 "ci_high": None}
+    assert summarize([None]) == {"n": 0, "n_missing": 1, "mean": None, "std": None, "ci_low": None, "ci_high": None}
 
 
 def test_bootstrap_ci_small_cases_by_hand():
@@ -36,8 +35,9 @@ def test_bootstrap_ci_small_cases_by_hand():
 def test_bootstrap_ci_equals_scipy(statistic):
     x = np.random.default_rng(5).normal(size=40)
     ours = bootstrap_ci(x, statistic, n_resamples=3000, confidence=0.9, seed=3)
-    ref = scipy_stats.bootstrap((x,), statistic, method="percentile", n_resamples=3000, confidence_level=0.9,
-                                rng=np.random.default_rng(3)).confidence_interval
+    ref = scipy_stats.bootstrap(
+        (x,), statistic, method="percentile", n_resamples=3000, confidence_level=0.9, rng=np.random.default_rng(3)
+    ).confidence_interval
     assert ours == pytest.approx((ref.low, ref.high), abs=1e-12)
 
 
@@ -69,8 +69,14 @@ def test_paired_bootstrap_ci_equals_scipy_and_skips_missing():
     a = rng.normal(size=30)
     b = a + 0.3 + rng.normal(size=30) * 0.5
     ours = paired_bootstrap(list(a) + [None], list(b) + [1.0], n_resamples=2000, seed=4)
-    ref = scipy_stats.bootstrap((a, b), lambda x, y, axis: y.mean(axis) - x.mean(axis), paired=True,
-                                method="percentile", n_resamples=2000, rng=np.random.default_rng(4))
+    ref = scipy_stats.bootstrap(
+        (a, b),
+        lambda x, y, axis: y.mean(axis) - x.mean(axis),
+        paired=True,
+        method="percentile",
+        n_resamples=2000,
+        rng=np.random.default_rng(4),
+    )
     assert (ours["ci_low"], ours["ci_high"]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
     assert (ours["n"], ours["n_missing"]) == (30, 1)
     assert ours["delta"] == pytest.approx(b.mean() - a.mean())
@@ -81,8 +87,7 @@ def test_paired_bootstrap_ci_equals_scipy_and_skips_missing():
 
 def test_aggregate_per_task_dimension_and_overall():
     per_sample = {"rouge1": [0.1, 0.2, 0.3, 0.4, 0.5], "judge": [1, 0, None, 1, 1]}
-    groupings = {"task": ["a", "b", "a", "b", "a"],
-                 "dimension": [["x", "y"], ["y"], [], "x", ["x", "x"]]}
+    groupings = {"task": ["a", "b", "a", "b", "a"], "dimension": [["x", "y"], ["y"], [], "x", ["x", "x"]]}
     result = aggregate(per_sample, groupings, n_resamples=200)
     assert set(result) == {"overall", "task", "dimension"}
     assert result["overall"]["rouge1"]["mean"] == pytest.approx(0.3)

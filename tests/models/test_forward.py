@@ -165,8 +165,20 @@ def test_packed_batch_rejects_a_backend_without_isolation():
         model_inputs(packed_collate(random_samples(100)), "flex_attention")
 
 
-def varlen_reference_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                               cu_seq_lens_q=None, cu_seq_lens_k=None, max_length_q=None, max_length_k=None, **kwargs):
+def varlen_reference_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    cu_seq_lens_q=None,
+    cu_seq_lens_k=None,
+    max_length_q=None,
+    max_length_k=None,
+    **kwargs,
+):
     """Peer of flash-attention's varlen kernel for CPU: causal attention within each cu_seq_lens segment.
 
     Takes [B, H, T, D] like every transformers attention function and returns [B, T, H, D].
@@ -179,11 +191,15 @@ def varlen_reference_attention(module, query, key, value, attention_mask, scalin
         assert max_length_q == max_length_k == max(e - s for s, e in itertools.pairwise(bounds))
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    out = torch.cat([
-        torch.nn.functional.scaled_dot_product_attention(
-            query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True, scale=scaling)
-        for s, e in itertools.pairwise(bounds)
-    ], dim=2)
+    out = torch.cat(
+        [
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True, scale=scaling
+            )
+            for s, e in itertools.pairwise(bounds)
+        ],
+        dim=2,
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -225,8 +241,9 @@ def _flash_attn_available() -> bool:
 @pytest.mark.skipif(not _flash_attn_available(), reason="needs CUDA and the flash-attn package")
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 def test_flash_attention_varlen_packed_equals_separate(family):
-    model, tokenizer = load({"name_or_path": f"tiny:{family}", "attn_implementation": "flash_attention_2",
-                             "dtype": "bfloat16"})
+    model, tokenizer = load(
+        {"name_or_path": f"tiny:{family}", "attn_implementation": "flash_attention_2", "dtype": "bfloat16"}
+    )
     model = model.cuda().eval()
     samples = random_samples(len(tokenizer), seed=4, labelled=1.0)
 
@@ -235,8 +252,9 @@ def test_flash_attention_varlen_packed_equals_separate(family):
 
     with torch.no_grad():
         packed = labelled_logps(model, on_cuda(packed_collate(samples)))
-        alone = torch.cat([labelled_logps(model, on_cuda(pad_collate([s], tokenizer.pad_token_id))).token_logps
-                           for s in samples])
+        alone = torch.cat(
+            [labelled_logps(model, on_cuda(pad_collate([s], tokenizer.pad_token_id))).token_logps for s in samples]
+        )
     assert "attention_mask" not in model_inputs(packed_collate(samples), "flash_attention_2")
     torch.testing.assert_close(packed.token_logps, alone, atol=2e-2, rtol=0)
 

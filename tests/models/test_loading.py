@@ -53,8 +53,9 @@ def test_lora_trains_only_the_adapters_and_exports_a_merged_model(tmp_path):
 def test_gradient_checkpointing_gives_the_same_gradients():
     grads = []
     for checkpointing in (False, True):
-        model, tokenizer = load({"name_or_path": "tiny:llama", "end_of_turn": "<|eot_id|>",
-                                 "gradient_checkpointing": checkpointing})
+        model, tokenizer = load(
+            {"name_or_path": "tiny:llama", "end_of_turn": "<|eot_id|>", "gradient_checkpointing": checkpointing}
+        )
         model.train()
         nll, _ = supervised_nll_sum(model, batch_for(tokenizer, "<|eot_id|>"))
         nll.backward()

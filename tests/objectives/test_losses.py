@@ -361,9 +361,7 @@ def test_clipped_policy_loss_hand_computed(eps_high, expected_loss, expected_cli
     logps = RATIOS.log().requires_grad_()
     old = torch.zeros_like(RATIOS)
     for advantages in (ADVANTAGES, ADVANTAGES[:, None].expand(2, 4)):  # per sequence and per token
-        per_token, clip_fraction = clipped_policy_loss(
-            logps, old, advantages, MASK, eps_low=0.2, eps_high=eps_high
-        )
+        per_token, clip_fraction = clipped_policy_loss(logps, old, advantages, MASK, eps_low=0.2, eps_high=eps_high)
         torch.testing.assert_close(per_token, torch.tensor(expected_loss, dtype=torch.float64))
         assert clip_fraction.item() == pytest.approx(expected_clip)
         (grad,) = torch.autograd.grad(per_token.sum(), logps)  # d(-r A)/d logp = -r A when unclipped

@@ -75,17 +75,16 @@ def test_no_role_break():
 def test_rouge_l_hand_computed():
     # LCS("the cat on the mat", "the cat sat on the mat") = 5: P = 5/5, R = 5/6, F = 10/11
     # CJK: one token per character, LCS 3 of 4 each way: F = 0.75
-    got = rouge_l(
-        [], ["the cat on the mat", "我喜欢狗", "dogs"], ["the cat sat on the mat", "我喜欢猫", "cats"]
-    )
+    got = rouge_l([], ["the cat on the mat", "我喜欢狗", "dogs"], ["the cat sat on the mat", "我喜欢猫", "cats"])
     assert got == pytest.approx([10 / 11, 0.75, 0.0])
 
 
-def test_rouge_l_equals_rouge_score_default_on_ascii():
-    default = rouge_scorer.RougeScorer(["rougeL"])
+def test_rouge_l_equals_rouge_score_with_stemming_on_ascii():
+    default = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
     pairs = [
         ("Well, I'd say: it's 42!", "It is 42, I'd say."),
         ("The_quick brown FOX", "the quick brown fox jumps"),
+        ("the foxes were jumping", "a fox jumped"),
     ]
     got = rouge_l([], [h for h, _ in pairs], [r for _, r in pairs])
     assert got == pytest.approx([default.score(r, h)["rougeL"].fmeasure for h, r in pairs])
@@ -94,9 +93,7 @@ def test_rouge_l_equals_rouge_score_default_on_ascii():
 def test_bleu_hand_computed():
     # n-gram precisions 5/6, 3/5, 2/4, 1/3; equal lengths so no brevity penalty: BLEU = (1/12) ** (1/4)
     # CJK: 3/4, 2/3, 1/2 and a zero 4-gram count smoothed to 1 / (2 * 1): BLEU = (1/8) ** (1/4)
-    got = bleu(
-        [], ["the cat sat on a mat", "我喜欢狗", "the cat"], ["the cat sat on the mat", "我喜欢猫", "the cat"]
-    )
+    got = bleu([], ["the cat sat on a mat", "我喜欢狗", "the cat"], ["the cat sat on the mat", "我喜欢猫", "the cat"])
     assert got == pytest.approx([(1 / 12) ** 0.25, (1 / 8) ** 0.25, 1.0])
 
 
@@ -226,3 +223,73 @@ def test_weighted_sum_checks_names_and_lengths():
         weighted_sum({"a": [1.0]}, {"b": 1.0})
     with pytest.raises(ValueError, match="different lengths"):
         weighted_sum({"a": [1.0], "b": [1.0, 2.0]}, {"a": 1.0, "b": 1.0})
+
+
+def test_judge_reward_scores_each_completion_through_a_real_judge_server():
+    from rpbench.eval.judge.rolemrc_rubrics import REASK
+    from rpbench.serve import load_served_model, serve_in_thread
+
+    scripted = [
+        {"match": "GOOD-REPLY", "reply": "1"},
+        {"match": "BAD-REPLY", "reply": "0"},
+        {"match": "ODD-REPLY", "reply": "maybe"},
+        {"match": REASK, "reply": "still not sure"},
+    ]
+    prompts = [[{"role": "system", "content": "You are Ada, a sailor."}, {"role": "user", "content": "Hi?"}]] * 3
+    with serve_in_thread(load_served_model("tiny-qwen2"), {"scripted": scripted}) as server:
+        (fn,) = build_reward_fns(
+            [
+                {
+                    "name": "judge",
+                    "kwargs": {
+                        "judge": {
+                            "backend": "vllm",
+                            "base_url": server.base_url,
+                            "model": server.model_name,
+                            "api_key_env": None,
+                            "parse_tries": 2,
+                            "progress": False,
+                        },
+                        "rubric": "role_style",
+                        "failure_reward": -1.0,
+                    },
+                }
+            ]
+        )
+        scores = fn.fn(prompts, ["GOOD-REPLY", "BAD-REPLY", "ODD-REPLY"], [None] * 3)
+        fn.fn.close()
+    assert scores == [1.0, 0.0, -1.0]
+    assert fn.fn.failures == 1
+
+
+def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(tmp_path):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+    from rpbench.models import load_tokenizer
+
+    tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2"})
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(0)
+    Qwen2ForSequenceClassification(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    (fn,) = build_reward_fns([{"name": "reward_model", "kwargs": {"name_or_path": str(tmp_path), "batch_size": 2}}])
+    prompts = [[{"role": "user", "content": "Who are you?"}]] * 3
+    completions = ["A sailor.", "I am Ada, captain of the Gull, and I have sailed far.", "Hm."]
+    got = fn.fn(prompts, completions, [None] * 3)
+    model = Qwen2ForSequenceClassification.from_pretrained(tmp_path).eval()
+    for prompt, completion, score in zip(prompts, completions, got):
+        text = tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": completion}], tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")
+        with torch.no_grad():
+            assert score == pytest.approx(model(**ids).logits[0, 0].item(), abs=1e-5)
+    assert len(set(got)) == 3

@@ -9,20 +9,34 @@ from rpbench.models import load
 from rpbench.training import train
 
 EXAMPLES = [
-    SFTExample(f"ex{i}", (Turn("system", "You are Sherlock Holmes."), Turn("user", question), Turn("assistant", answer)))
-    for i, (question, answer) in enumerate([
-        ("Who are you?", "I am Sherlock Holmes, consulting detective."),
-        ("Where do you live?", "At 221B Baker Street, London."),
-        ("Who is your friend?", "Doctor John Watson, my loyal companion."),
-        ("What is your method?", "Observation, deduction, and patience."),
-    ])
+    SFTExample(
+        f"ex{i}", (Turn("system", "You are Sherlock Holmes."), Turn("user", question), Turn("assistant", answer))
+    )
+    for i, (question, answer) in enumerate(
+        [
+            ("Who are you?", "I am Sherlock Holmes, consulting detective."),
+            ("Where do you live?", "At 221B Baker Street, London."),
+            ("Who is your friend?", "Doctor John Watson, my loyal companion."),
+            ("What is your method?", "Observation, deduction, and patience."),
+        ]
+    )
 ]
 
 
 def overfit(compose, tmp_path, model_name: str, *overrides: str) -> dict:
-    cfg = compose(f"model={model_name}", "logger=none", "trainer.enable_progress_bar=false", "objective.epochs=40",
-                  "objective.lr=1e-2", "objective.batch_size=2", "objective.grad_accum=2", "objective.warmup_ratio=0",
-                  "objective.scheduler=constant", "save_model=false", *overrides)
+    cfg = compose(
+        f"model={model_name}",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        "objective.epochs=40",
+        "objective.lr=1e-2",
+        "objective.batch_size=2",
+        "objective.grad_accum=2",
+        "objective.warmup_ratio=0",
+        "objective.scheduler=constant",
+        "save_model=false",
+        *overrides,
+    )
     model, tokenizer = load(cfg.model)
     return train(cfg, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path / model_name, logger=None)
 

@@ -30,9 +30,7 @@ def test_padded_batches_count_like_single_unpadded_samples(family, position):
     dims = dims_for(6)
     cfg = {"modules": "attn_out", "position": position, "top_percent": 20}
 
-    singles = [
-        {**pad_batch([s], "right"), "prompt_lengths": prompt_lengths[i : i + 1]} for i, s in enumerate(seqs)
-    ]
+    singles = [{**pad_batch([s], "right"), "prompt_lengths": prompt_lengths[i : i + 1]} for i, s in enumerate(seqs)]
     reference = collect_frequencies(model, singles, [[d] for d in dims], cfg)
     for side in ("left", "right"):
         batches = [
@@ -57,9 +55,7 @@ def test_each_dimension_counts_its_own_samples():
     stats = collect_frequencies(model, [pad_batch(seqs, "left")], [dims], {"position": "all"})
     for dim in DIMS:
         members = [s for s, d in zip(seqs, dims, strict=True) if dim in d]
-        alone = collect_frequencies(
-            model, [pad_batch(members, "left")], [[["x"]] * len(members)], {"position": "all"}
-        )
+        alone = collect_frequencies(model, [pad_batch(members, "left")], [[["x"]] * len(members)], {"position": "all"})
         assert torch.equal(stats.counts[dim], alone.counts["x"])
         assert stats.num_observations(dim) == sum(len(s) for s in members)
 
@@ -69,9 +65,7 @@ def test_memory_is_independent_of_the_number_of_samples():
 
     def stored_elements(n_batches: int) -> tuple[int, int]:
         batches = [pad_batch(random_sequences(4, seed=i), "left") for i in range(n_batches)]
-        stats = collect_frequencies(
-            model, batches, [dims_for(4, i) for i in range(n_batches)], {"position": "all"}
-        )
+        stats = collect_frequencies(model, batches, [dims_for(4, i) for i in range(n_batches)], {"position": "all"})
         state = stats.state_dict()
         elements = sum(t.numel() for group in ("counts", "totals") for t in state[group].values())
         return elements, sum(stats.num_observations(d) for d in stats.dims)

@@ -33,9 +33,7 @@ def hand_stats(counts: dict[str, list[list[int]]], totals: dict[str, int]) -> Fr
 
 def test_layer_differences_and_rankings_by_hand(tmp_path):
     # f_a = counts / 4, f_b = counts / 2.
-    a = hand_stats(
-        {"style": [[4, 0, 2, 1], [0, 0, 0, 0]], "only_a": [[1, 1, 1, 1]] * 2}, {"style": 4, "only_a": 1}
-    )
+    a = hand_stats({"style": [[4, 0, 2, 1], [0, 0, 0, 0]], "only_a": [[1, 1, 1, 1]] * 2}, {"style": 4, "only_a": 1})
     b = hand_stats({"style": [[1, 1, 1, 0], [0, 2, 0, 1]]}, {"style": 2})
     # layer 0: f_a = [1, 0, .5, .25], f_b = [.5, .5, .5, 0] -> |d| = [.5, .5, 0, .25], D = 1.25 / 4
     # layer 1: f_a = 0, f_b = [0, 1, 0, .5] -> D = 1.5 / 4
@@ -77,9 +75,7 @@ def test_two_tiny_runs_end_to_end(tmp_path):
     dims = [["style", ["style", "knowledge"], "knowledge", "nested"], ["nested"] * 4]
     cfg = OmegaConf.load(CONF / "topk_freq.yaml")
     for name, seed in (("sft", 0), ("dpo", 1)):
-        save_stats(
-            collect_frequencies(tiny_model("qwen2", seed=seed, layers=3), batches, dims, cfg), tmp_path / name
-        )
+        save_stats(collect_frequencies(tiny_model("qwen2", seed=seed, layers=3), batches, dims, cfg), tmp_path / name)
     sft, dpo = load_stats(tmp_path / "sft"), load_stats(tmp_path / "dpo")
     out = tmp_path / "compare"
     result = compare_runs(sft, dpo, out, labels=("sft", "dpo"))

@@ -66,9 +66,7 @@ def test_hooks_are_removed_on_exit_and_on_error():
         model(**batch)
     assert hook_count(model) == 0
     assert seen == [
-        f"model.layers.{i}{suffix}"
-        for i in range(2)
-        for suffix in (".self_attn.o_proj", ".mlp.down_proj:input", "")
+        f"model.layers.{i}{suffix}" for i in range(2) for suffix in (".self_attn.o_proj", ".mlp.down_proj:input", "")
     ]
     with pytest.raises(RuntimeError, match="boom"), attach(points, lambda key, t: None):
         raise RuntimeError("boom")

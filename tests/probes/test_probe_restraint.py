@@ -114,9 +114,7 @@ def test_select_neurons_from_two_probed_runs(tmp_path):
     batches = [pad_batch(random_sequences(4, seed=11), "left")]
     dims = [["style", "style", "knowledge", "knowledge"]]
     for name, seed in (("sft", 0), ("dpo", 1)):
-        save_stats(
-            collect_frequencies(tiny_model(seed=seed), batches, dims, {"position": "all"}), tmp_path / name
-        )
+        save_stats(collect_frequencies(tiny_model(seed=seed), batches, dims, {"position": "all"}), tmp_path / name)
     cfg = {"runs": [str(tmp_path / "sft"), str(tmp_path / "dpo")], "top_k": 3, "dims": ["style"]}
     neurons = select_neurons(cfg)
     assert list(neurons) == ["model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj"]

@@ -20,8 +20,11 @@ def record(rid: str, question: str, dims=None, image=None) -> EvalExample:
     return EvalExample(rid, prompt, "Elementary.", f"label_{rid}", {} if dims is None else {"dimensions": dims})
 
 
-RECORDS = [record("a", "Who are you?", ["style"]), record("b", "Where do you live, and with whom?"),
-           record("c", "What is your method?", ["style", "knowledge"])]
+RECORDS = [
+    record("a", "Who are you?", ["style"]),
+    record("b", "Where do you live, and with whom?"),
+    record("c", "What is your method?", ["style", "knowledge"]),
+]
 
 
 @pytest.fixture(scope="module")
@@ -88,21 +91,36 @@ def tally(correct: int, judged: int, n: int) -> dict:
 
 def test_before_after_table_by_hand():
     dims = [["style"], ["style", "knowledge"], ["knowledge"]]
-    base = evaluation({"bleu": [10.0, 20.0, 30.0], "rougeL": [0.5, 0.25, 0.0]}, dims,
-                      {"dimensions": {"style": tally(1, 2, 2), "knowledge": tally(0, 1, 2)}, "overall": tally(1, 4, 4)})
-    restrained = evaluation({"bleu": [0.0, 20.0, 60.0], "rougeL": [0.5, 0.75, 0.5]}, dims,
-                            {"dimensions": {"style": tally(2, 2, 2), "knowledge": tally(1, 2, 2)},
-                             "overall": tally(3, 4, 4)})
+    base = evaluation(
+        {"bleu": [10.0, 20.0, 30.0], "rougeL": [0.5, 0.25, 0.0]},
+        dims,
+        {"dimensions": {"style": tally(1, 2, 2), "knowledge": tally(0, 1, 2)}, "overall": tally(1, 4, 4)},
+    )
+    restrained = evaluation(
+        {"bleu": [0.0, 20.0, 60.0], "rougeL": [0.5, 0.75, 0.5]},
+        dims,
+        {"dimensions": {"style": tally(2, 2, 2), "knowledge": tally(1, 2, 2)}, "overall": tally(3, 4, 4)},
+    )
     table = before_after.before_after(base, restrained)
     metrics = table["metrics"]
     assert list(metrics) == ["overall", "knowledge", "style"]
-    assert metrics["overall"]["bleu"] == {"n": 3, "before": 20.0, "after": pytest.approx(80 / 3),
-                                          "delta": pytest.approx(20 / 3)}
+    assert metrics["overall"]["bleu"] == {
+        "n": 3,
+        "before": 20.0,
+        "after": pytest.approx(80 / 3),
+        "delta": pytest.approx(20 / 3),
+    }
     assert metrics["style"]["bleu"] == {"n": 2, "before": 15.0, "after": 10.0, "delta": -5.0}
     assert metrics["knowledge"]["rougeL"] == {"n": 2, "before": 0.125, "after": 0.625, "delta": 0.5}
     judge = table["judge"]
-    assert judge["knowledge"] == {"n": 2, "judged_before": 1, "judged_after": 2, "before": 0.0, "after": 0.5,
-                                  "delta": 0.5}
+    assert judge["knowledge"] == {
+        "n": 2,
+        "judged_before": 1,
+        "judged_after": 2,
+        "before": 0.0,
+        "after": 0.5,
+        "delta": 0.5,
+    }
     assert judge["overall"]["before"] == 0.25 and judge["overall"]["delta"] == 0.5
     text = before_after.markdown(table)
     assert "| judge | style | knowledge | overall |" in text
@@ -137,8 +155,9 @@ def test_compare_needs_two_probed_runs(tmp_path):
     with pytest.raises(ValueError, match="expected two probed run folders"):
         run_probe(probe_cfg(name="compare", runs=[str(tmp_path)]), None, None, None, tmp_path, None)
     with pytest.raises(FileNotFoundError, match="no probe statistics"):
-        run_probe(probe_cfg(name="compare", runs=[str(tmp_path / "x"), str(tmp_path / "y")]), None, None, None,
-                  tmp_path, None)
+        run_probe(
+            probe_cfg(name="compare", runs=[str(tmp_path / "x"), str(tmp_path / "y")]), None, None, None, tmp_path, None
+        )
 
 
 def test_restraint_needs_a_model_and_a_baseline_evaluation(tiny, tmp_path):

@@ -1,8 +1,8 @@
 """LLM-as-a-judge: an OpenAI-compatible client (async, retried, cached), rubric prompts and strict parsers.
 
-    with open_judge(cfg.judge) as client:        # judge=local starts rpbench.serve for the run
-        rolemrc = judge_rolemrc(examples, predictions, client)
-        mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
+with open_judge(cfg.judge) as client:        # judge=local starts rpbench.serve for the run
+    rolemrc = judge_rolemrc(examples, predictions, client)
+    mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
 """
 
 from rpbench.eval.judge.client import (
@@ -19,6 +19,16 @@ from rpbench.eval.judge.parse import parse_score_pair, parse_verdict
 from rpbench.eval.judge.rolemrc_rubrics import RUBRICS, judge_rolemrc
 
 __all__ = [
-    "RUBRICS", "JudgeClient", "JudgeConfig", "JudgeConfigError", "JudgeRequest", "JudgeResult", "JudgeStats",
-    "ParsedReply", "judge_rolemrc", "open_judge", "parse_score_pair", "parse_verdict",
+    "RUBRICS",
+    "JudgeClient",
+    "JudgeConfig",
+    "JudgeConfigError",
+    "JudgeRequest",
+    "JudgeResult",
+    "JudgeStats",
+    "ParsedReply",
+    "judge_rolemrc",
+    "open_judge",
+    "parse_score_pair",
+    "parse_verdict",
 ]

@@ -29,11 +29,11 @@ CREATE TABLE IF NOT EXISTS replies (
 """
 
 
-def cache_key(model: str, prompt_version: str, messages: Sequence[Mapping[str, Any]],
-              sampling: Mapping[str, Any]) -> str:
+def cache_key(
+    model: str, prompt_version: str, messages: Sequence[Mapping[str, Any]], sampling: Mapping[str, Any]
+) -> str:
     """Stable hex digest of everything that determines a judge reply."""
-    payload = {"model": model, "prompt_version": prompt_version, "messages": list(messages),
-               "sampling": dict(sampling)}
+    payload = {"model": model, "prompt_version": prompt_version, "messages": list(messages), "sampling": dict(sampling)}
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -146,8 +146,9 @@ class JudgeClient:
         return asyncio.run(self.ajudge_many(requests, desc))
 
     async def ajudge_many(self, requests: Sequence[JudgeRequest], desc: str = "judge") -> list[JudgeResult]:
-        api = openai.AsyncOpenAI(api_key=self._api_key, base_url=self.config.base_url,
-                                 timeout=self.config.timeout_s, max_retries=0)
+        api = openai.AsyncOpenAI(
+            api_key=self._api_key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
+        )
         limit = asyncio.Semaphore(self.config.concurrency)
         bar = tqdm(total=len(requests), desc=desc, disable=not self.config.progress)
 
@@ -162,8 +163,9 @@ class JudgeClient:
             bar.close()
             await api.close()
 
-    def judge_parsed(self, requests: Sequence[JudgeRequest], parse: Callable[[str], Any], reask: str,
-                     desc: str = "judge") -> list[ParsedReply]:
+    def judge_parsed(
+        self, requests: Sequence[JudgeRequest], parse: Callable[[str], Any], reask: str, desc: str = "judge"
+    ) -> list[ParsedReply]:
         """Ask, parse strictly, and re-ask unreadable replies (the reply and ``reask`` appended) up to
         ``parse_tries`` attempts in all. A reply still unreadable then is a parse failure (value None)."""
         current = list(requests)
@@ -180,7 +182,10 @@ class JudgeClient:
                 value = parse(result.text or "")
                 out[i] = ParsedReply(value, result.text, attempt)
                 if value is None:
-                    follow_up = ({"role": "assistant", "content": result.text or ""}, {"role": "user", "content": reask})
+                    follow_up = (
+                        {"role": "assistant", "content": result.text or ""},
+                        {"role": "user", "content": reask},
+                    )
                     current[i] = replace(current[i], messages=(*current[i].messages, *follow_up))
                     retry.append(i)
             pending = retry
@@ -193,8 +198,9 @@ class JudgeClient:
         key = cache_key(self.config.model, request.prompt_version, request.messages, sampling)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             self.stats.cache_hits += 1
-            return JudgeResult(hit.text, cached=True, prompt_tokens=hit.prompt_tokens,
-                               completion_tokens=hit.completion_tokens)
+            return JudgeResult(
+                hit.text, cached=True, prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens
+            )
         async with limit:
             result = await self._request_with_retries(api, request, sampling)
         if result.error is None:
@@ -206,16 +212,20 @@ class JudgeClient:
             self.stats.failures += 1
         return result
 
-    async def _request_with_retries(self, api: openai.AsyncOpenAI, request: JudgeRequest,
-                                    sampling: Mapping[str, Any]) -> JudgeResult:
+    async def _request_with_retries(
+        self, api: openai.AsyncOpenAI, request: JudgeRequest, sampling: Mapping[str, Any]
+    ) -> JudgeResult:
         for attempt in range(self.config.max_retries + 1):
             self.stats.requests += 1
             try:
                 completion = await api.chat.completions.create(
-                    model=self.config.model, messages=list(request.messages), n=1, **sampling)
+                    model=self.config.model, messages=list(request.messages), n=1, **sampling
+                )
             except FATAL_ERRORS as error:
-                raise JudgeConfigError(f"judge endpoint refused the request ({type(error).__name__}, "
-                                       f"status {error.status_code}): check judge.model and the API key") from None
+                raise JudgeConfigError(
+                    f"judge endpoint refused the request ({type(error).__name__}, "
+                    f"status {error.status_code}): check judge.model and the API key"
+                ) from None
             except (openai.APIConnectionError, openai.APIStatusError) as error:
                 reason = _describe(error)
                 if not _retryable(error) or attempt == self.config.max_retries:
@@ -239,8 +249,10 @@ class JudgeClient:
     def _count_usage(self, result: JudgeResult) -> None:
         self.stats.prompt_tokens += result.prompt_tokens
         self.stats.completion_tokens += result.completion_tokens
-        self.stats.cost_usd += (result.prompt_tokens * self.config.price_input_per_1m
-                                + result.completion_tokens * self.config.price_output_per_1m) / 1e6
+        self.stats.cost_usd += (
+            result.prompt_tokens * self.config.price_input_per_1m
+            + result.completion_tokens * self.config.price_output_per_1m
+        ) / 1e6
 
     def close(self) -> None:
         if self.cache is not None:
@@ -286,8 +298,10 @@ def _api_key(config: JudgeConfig) -> str:
     if value:
         return value
     if config.base_url is None:
-        raise JudgeConfigError(f"the OpenAI API judge needs an API key: set the environment variable "
-                               f"{config.api_key_env or 'named by judge.api_key_env'}")
+        raise JudgeConfigError(
+            f"the OpenAI API judge needs an API key: set the environment variable "
+            f"{config.api_key_env or 'named by judge.api_key_env'}"
+        )
     return "EMPTY"
 
 

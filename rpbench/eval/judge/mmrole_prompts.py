@@ -12,14 +12,24 @@ PROMPT_VERSION = "mmrole-eval-v1"
 TASK = "mmrole"
 
 METRICS: tuple[str, ...] = (
-    "Instruction Adherence", "Fluency", "Coherency", "Image-Text Relevance", "Response Accuracy",
-    "Personality Consistency", "Knowledge Consistency", "Tone Consistency",
+    "Instruction Adherence",
+    "Fluency",
+    "Coherency",
+    "Image-Text Relevance",
+    "Response Accuracy",
+    "Personality Consistency",
+    "Knowledge Consistency",
+    "Tone Consistency",
 )
 
-JUDGE_SYSTEM = ("You are an objective and precise evaluator, specializing in rigorously assessing the "
-                "role-playing and multimodal understanding abilities of various models.")
-REASK = ("That evaluation could not be read. Give it again, ending with exactly one line of the form "
-         "[Scores]: (score of Model A, score of Model B), each from 1 to 10.")
+JUDGE_SYSTEM = (
+    "You are an objective and precise evaluator, specializing in rigorously assessing the "
+    "role-playing and multimodal understanding abilities of various models."
+)
+REASK = (
+    "That evaluation could not be read. Give it again, ending with exactly one line of the form "
+    "[Scores]: (score of Model A, score of Model B), each from 1 to 10."
+)
 
 HYPOTHETICAL = "Hypothetical Characters"
 CURIOUS_HUMAN = "a curious human"
@@ -34,36 +44,49 @@ def _with_script(name: str, script: str) -> str:
 
 
 def task_instruction(role: str, script: str, other_role: str) -> str:
-    return (f"The task instruction of the two models is to directly role-play as {_with_script(role, script)} "
-            f"and talk with {_with_script(other_role, script)} about the given image using the distinctive "
-            f"tone, manner and vocabulary of {role}.")
+    return (
+        f"The task instruction of the two models is to directly role-play as {_with_script(role, script)} "
+        f"and talk with {_with_script(other_role, script)} about the given image using the distinctive "
+        f"tone, manner and vocabulary of {role}."
+    )
 
 
 def metric_question(metric: str, role: str, other_role: str) -> str:
     """The question the judge answers for one metric."""
     other = "the curious human" if other_role == CURIOUS_HUMAN else other_role
     questions = {
-        "Instruction Adherence": (f"Do the responses accurately adhere to the task instruction, directly "
-                                  f"role-playing as {role} and only including words that {role} should say, "
-                                  f"without any additional explanatory prefixes or suffixes?"),
+        "Instruction Adherence": (
+            f"Do the responses accurately adhere to the task instruction, directly "
+            f"role-playing as {role} and only including words that {role} should say, "
+            f"without any additional explanatory prefixes or suffixes?"
+        ),
         "Fluency": "Are the responses grammatically correct and smoothly articulated?",
-        "Coherency": ("Do the responses maintain a coherent thread of dialogue without contradicting earlier "
-                      "parts of the conversation or previously established facts?"),
+        "Coherency": (
+            "Do the responses maintain a coherent thread of dialogue without contradicting earlier "
+            "parts of the conversation or previously established facts?"
+        ),
         "Image-Text Relevance": "Are the responses closely related to the visual content of the image?",
-        "Response Accuracy": (f"Do the responses accurately answer {other}'s words or appropriately initiate a "
-                              f"conversation based on the image?"),
+        "Response Accuracy": (
+            f"Do the responses accurately answer {other}'s words or appropriately initiate a "
+            f"conversation based on the image?"
+        ),
         "Personality Consistency": f"Do the responses accurately and sufficiently reflect the personality of {role}?",
-        "Knowledge Consistency": (f"Are the responses consistent with the factual knowledge that {role} should "
-                                  f"possess, including experiences, abilities, and relationships?"),
-        "Tone Consistency": (f"Do the responses maintain a consistent tone that aligns with {role}'s typical "
-                             f"manner of speaking and catchphrases, rather than resembling the style of AI "
-                             f"assistants?"),
+        "Knowledge Consistency": (
+            f"Are the responses consistent with the factual knowledge that {role} should "
+            f"possess, including experiences, abilities, and relationships?"
+        ),
+        "Tone Consistency": (
+            f"Do the responses maintain a consistent tone that aligns with {role}'s typical "
+            f"manner of speaking and catchphrases, rather than resembling the style of AI "
+            f"assistants?"
+        ),
     }
     return f"{metric}: {questions[metric]}"
 
 
-def review_prompt(metric: str, *, question: str, answer_a: str, answer_b: str, role: str, script: str,
-                  other_role: str) -> str:
+def review_prompt(
+    metric: str, *, question: str, answer_a: str, answer_b: str, role: str, script: str, other_role: str
+) -> str:
     """The judge's user message for one metric: A and B are the two responses in presentation order."""
     if metric not in METRICS:
         raise ValueError(f"unknown MMRole-Eval metric {metric!r}; known: {METRICS}")
@@ -75,7 +98,8 @@ def review_prompt(metric: str, *, question: str, answer_a: str, answer_b: str, r
     body = "".join(f"## **[{name} Start]**\n\n{text}\n\n## **[{name} End]**\n\n\n" for name, text in sections)
     return (
         f"{body}## **[Instruction]**\n\n{task_instruction(role, script, other_role)}\n\n"
-        f"Please evaluate the following aspect of each model's response:\n{metric_question(metric, role, other_role)}\n\n"
+        "Please evaluate the following aspect of each model's response:\n"
+        f"{metric_question(metric, role, other_role)}\n\n"
         "Please provide a brief qualitative evaluation for the relative performance of the two models, followed by "
         "paired quantitative scores from 1 to 10, where 1 indicates poor performance and 10 indicates excellent "
         "performance.\n\n"

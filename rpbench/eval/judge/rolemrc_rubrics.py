@@ -23,8 +23,10 @@ from rpbench.eval.judge.parse import parse_verdict
 PROMPT_VERSION = "rpbench-rolemrc-rubrics-v1"
 TASK = "rolemrc"
 
-JUDGE_SYSTEM = ("You are a strict and impartial examiner of role-playing language models. You check one "
-                "criterion at a time and answer with a single digit.")
+JUDGE_SYSTEM = (
+    "You are a strict and impartial examiner of role-playing language models. You check one "
+    "criterion at a time and answer with a single digit."
+)
 REASK = "That reply could not be read as a verdict. Reply with the single digit 1 or 0 and nothing else."
 
 _KNOWLEDGE_WITHIN = (
@@ -49,7 +51,7 @@ _ROLE_STYLE = (
 )
 _NESTED = (
     "Nested instruction. Besides the role, the setting imposes this extra rule on every answer: "
-    "\"{rule}\". The reply must follow this rule while staying in role. The reply FAILS if it ignores the "
+    '"{rule}". The reply must follow this rule while staying in role. The reply FAILS if it ignores the '
     "rule or follows it only in part."
 )
 _MULTI_TURN = {
@@ -103,8 +105,16 @@ TEMPLATE = """You are checking one reply written by a language model that plays 
 Reply with one digit only: 1 if the model reply meets the criterion, 0 if it does not."""
 
 # Lead-ins of the nested rule sentence in RoleMRC system prompts, removed to leave the rule itself.
-RULE_LEAD_INS = ("You are in the habit of", "You would like to", "You are used to", "You prefer to",
-                 "You love to", "You should", "You must", "You will")
+RULE_LEAD_INS = (
+    "You are in the habit of",
+    "You would like to",
+    "You are used to",
+    "You prefer to",
+    "You love to",
+    "You should",
+    "You must",
+    "You will",
+)
 
 
 def dimension_of(rubric: str) -> str:
@@ -128,13 +138,17 @@ def nested_rule(example: EvalExample) -> str:
         return str(example.meta["nested_rule"])
     sentences = system_prompt(example).split(". ")
     if len(sentences) < 2 or not sentences[1].strip():
-        raise DataFormatError(example.meta.get("path", "test records"), example.id, "prompt[0] (system)",
-                              "a nested-instruction record needs a system prompt whose second sentence is the "
-                              "nested rule (or meta['nested_rule'])")
+        raise DataFormatError(
+            example.meta.get("path", "test records"),
+            example.id,
+            "prompt[0] (system)",
+            "a nested-instruction record needs a system prompt whose second sentence is the "
+            "nested rule (or meta['nested_rule'])",
+        )
     rule = sentences[1].strip()
     for lead in RULE_LEAD_INS:
         if rule.startswith(lead):
-            rule = rule[len(lead):].strip()
+            rule = rule[len(lead) :].strip()
             break
     return rule.rstrip(".").strip()
 
@@ -144,13 +158,19 @@ def rubric_messages(rubric: str, example: EvalExample, response: str) -> tuple[d
     if rubric not in RUBRICS:
         raise ValueError(f"record {example.id}: unknown rubric {rubric!r}; known: {sorted(RUBRICS)}")
     criterion = RUBRICS[rubric].format(rule=nested_rule(example)) if rubric == "nested" else RUBRICS[rubric]
-    prompt = TEMPLATE.format(system=system_prompt(example) or "(none)", dialogue=render_dialogue(example.prompt),
-                             response=response, reference=example.reference, criterion=criterion)
+    prompt = TEMPLATE.format(
+        system=system_prompt(example) or "(none)",
+        dialogue=render_dialogue(example.prompt),
+        response=response,
+        reference=example.reference,
+        criterion=criterion,
+    )
     return ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt})
 
 
-def judge_rolemrc(examples: Sequence[EvalExample], predictions: Mapping[str, str],
-                  judge: JudgeClient | Mapping[str, Any]) -> dict[str, Any]:
+def judge_rolemrc(
+    examples: Sequence[EvalExample], predictions: Mapping[str, str], judge: JudgeClient | Mapping[str, Any]
+) -> dict[str, Any]:
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
@@ -163,8 +183,9 @@ def judge_rolemrc(examples: Sequence[EvalExample], predictions: Mapping[str, str
     pairs = [(e, rubric) for e in examples for rubric in _rubrics_of(e)]
     with nullcontext(judge) if isinstance(judge, JudgeClient) else open_judge(judge) as client:
         max_tokens = client.config.max_tokens_for(TASK)
-        requests = [JudgeRequest(rubric_messages(r, e, predictions[e.id]), max_tokens, PROMPT_VERSION)
-                    for e, r in pairs]
+        requests = [
+            JudgeRequest(rubric_messages(r, e, predictions[e.id]), max_tokens, PROMPT_VERSION) for e, r in pairs
+        ]
         replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
         stats, model = client.stats.as_dict(), client.config.model
     records = _per_record(examples, pairs, replies)
@@ -183,17 +204,23 @@ def judge_rolemrc(examples: Sequence[EvalExample], predictions: Mapping[str, str
 def _rubrics_of(example: EvalExample) -> list[str]:
     rubrics = example.meta.get("dimensions")
     if not isinstance(rubrics, list) or not rubrics:
-        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
-                              "a non-empty list of rubric names")
+        raise DataFormatError(
+            example.meta.get("path", "test records"), example.id, "meta.dimensions", "a non-empty list of rubric names"
+        )
     unknown = [r for r in rubrics if r not in RUBRICS]
     if unknown:
-        raise DataFormatError(example.meta.get("path", "test records"), example.id, "meta.dimensions",
-                              f"rubric names from {sorted(RUBRICS)}, got {unknown}")
+        raise DataFormatError(
+            example.meta.get("path", "test records"),
+            example.id,
+            "meta.dimensions",
+            f"rubric names from {sorted(RUBRICS)}, got {unknown}",
+        )
     return rubrics
 
 
-def _per_record(examples: Sequence[EvalExample], pairs: list[tuple[EvalExample, str]],
-                replies: list[ParsedReply]) -> list[dict[str, Any]]:
+def _per_record(
+    examples: Sequence[EvalExample], pairs: list[tuple[EvalExample, str]], replies: list[ParsedReply]
+) -> list[dict[str, Any]]:
     by_id: dict[str, dict[str, Any]] = {
         e.id: {"id": e.id, "task": e.task, "verdicts": {}, "status": {}, "replies": {}, "attempts": {}}
         for e in examples

@@ -19,9 +19,17 @@ def requests_for(*questions: str, version: str = "test-v1") -> list[JudgeRequest
 
 
 def client_for(server, tmp_path=None, **overrides) -> JudgeClient:
-    settings = {"model": server.model_name, "base_url": server.base_url, "api_key_env": None,
-                "backoff_initial_s": 0.01, "backoff_max_s": 0.05, "progress": False, "timeout_s": 30,
-                "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None, **overrides}
+    settings = {
+        "model": server.model_name,
+        "base_url": server.base_url,
+        "api_key_env": None,
+        "backoff_initial_s": 0.01,
+        "backoff_max_s": 0.05,
+        "progress": False,
+        "timeout_s": 30,
+        "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None,
+        **overrides,
+    }
     return JudgeClient(JudgeConfig.from_mapping(settings))
 
 
@@ -91,8 +99,13 @@ def test_concurrency_limit_is_respected(tiny, limit):
 
 def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
     reask = "Please answer with one digit."
-    options = {"scripted": [{"match": "good?", "reply": "1"}, {"match": "hopeless?", "reply": "no idea"},
-                            {"match": reask, "reply": "still no idea"}]}
+    options = {
+        "scripted": [
+            {"match": "good?", "reply": "1"},
+            {"match": "hopeless?", "reply": "no idea"},
+            {"match": reask, "reply": "still no idea"},
+        ]
+    }
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, parse_tries=3)
         parsed = client.judge_parsed(requests_for("good?", "hopeless?"), parse_verdict, reask)

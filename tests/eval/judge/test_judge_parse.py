@@ -12,26 +12,44 @@ from rpbench.eval.judge.parse import parse_score_pair, parse_verdict
 MMROLE = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "mmrole"
 
 
-@pytest.mark.parametrize(("text", "verdict"), [
-    ("1", 1), ("0", 0), (" 1\n", 1), ("Score: 1", 1), ("score:0", 0), ("**0**", 0), ("1.", 1), ("Verdict: 0", 0),
-    ("10", None), ("1 because it follows the rule", None), ("0 or 1", None), ("one", None), ("", None),
-    ("Score:", None), ("2", None),
-])
+@pytest.mark.parametrize(
+    ("text", "verdict"),
+    [
+        ("1", 1),
+        ("0", 0),
+        (" 1\n", 1),
+        ("Score: 1", 1),
+        ("score:0", 0),
+        ("**0**", 0),
+        ("1.", 1),
+        ("Verdict: 0", 0),
+        ("10", None),
+        ("1 because it follows the rule", None),
+        ("0 or 1", None),
+        ("one", None),
+        ("", None),
+        ("Score:", None),
+        ("2", None),
+    ],
+)
 def test_verdict_is_exactly_zero_or_one(text, verdict):
     assert parse_verdict(text) == verdict
 
 
-@pytest.mark.parametrize(("text", "pair"), [
-    ("Both are fine. [Scores]: (8, 10)", (8.0, 10.0)),
-    ("A rambles. [Scores]: (6.5, 9)\nThanks.", (6.5, 9.0)),
-    ("[Scores]: (Model A: 7, Model B: 9)", (7.0, 9.0)),
-    ("No scores given.", None),
-    ("[Scores]: (8, 10) ... [Scores]: (9, 10)", None),  # ambiguous
-    ("[Scores]: (8)", None),
-    ("[Scores]: (0, 10)", None),  # outside 1..10
-    ("[Scores]: (8, 11)", None),
-    ("[Scores]: eight, ten", None),
-])
+@pytest.mark.parametrize(
+    ("text", "pair"),
+    [
+        ("Both are fine. [Scores]: (8, 10)", (8.0, 10.0)),
+        ("A rambles. [Scores]: (6.5, 9)\nThanks.", (6.5, 9.0)),
+        ("[Scores]: (Model A: 7, Model B: 9)", (7.0, 9.0)),
+        ("No scores given.", None),
+        ("[Scores]: (8, 10) ... [Scores]: (9, 10)", None),  # ambiguous
+        ("[Scores]: (8)", None),
+        ("[Scores]: (0, 10)", None),  # outside 1..10
+        ("[Scores]: (8, 11)", None),
+        ("[Scores]: eight, ten", None),
+    ],
+)
 def test_score_pair_parsing(text, pair):
     assert parse_score_pair(text) == pair
 

@@ -10,8 +10,10 @@ from rpbench.eval.judge.client import JudgeClient, JudgeConfig
 from rpbench.eval.judge.rolemrc_rubrics import REASK, RUBRICS, judge_rolemrc, nested_rule, rubric_messages
 from rpbench.serve import load_served_model, serve_in_thread
 
-SYSTEM = ("You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
-          "You speak bluntly and use sailing metaphors.")
+SYSTEM = (
+    "You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
+    "You speak bluntly and use sailing metaphors."
+)
 
 
 def example(rid: str, dims: list[str], system: str = SYSTEM, **meta) -> EvalExample:
@@ -25,9 +27,17 @@ def tiny():
 
 
 def test_rubric_names_are_the_seven_of_the_five_dimensions():
-    assert sorted(RUBRICS) == sorted([
-        "knowledge_boundary.within", "knowledge_boundary.outside", "role_style", "nested",
-        "multi_turn.answerable", "multi_turn.unanswerable", "prioritized"])
+    assert sorted(RUBRICS) == sorted(
+        [
+            "knowledge_boundary.within",
+            "knowledge_boundary.outside",
+            "role_style",
+            "nested",
+            "multi_turn.answerable",
+            "multi_turn.unanswerable",
+            "prioritized",
+        ]
+    )
 
 
 def test_nested_rule_is_taken_from_the_system_prompt():
@@ -41,8 +51,13 @@ def test_prompt_holds_setting_dialogue_response_reference_and_criterion():
     system, user = rubric_messages("nested", example("a", ["nested"]), "THE-MODEL-REPLY")
     assert system["role"] == "system" and user["role"] == "user"
     text = user["content"]
-    for part in (SYSTEM, "How do tides work?", "THE-MODEL-REPLY", "reference reply of a",
-                 '"answer in exactly two sentences"'):
+    for part in (
+        SYSTEM,
+        "How do tides work?",
+        "THE-MODEL-REPLY",
+        "reference reply of a",
+        '"answer in exactly two sentences"',
+    ):
         assert part in text
     answerable = rubric_messages("multi_turn.answerable", example("a", []), "r")[1]["content"]
     unanswerable = rubric_messages("multi_turn.unanswerable", example("a", []), "r")[1]["content"]
@@ -53,14 +68,24 @@ def test_prompt_holds_setting_dialogue_response_reference_and_criterion():
 
 
 def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3) -> JudgeClient:
-    settings = {"model": server.model_name, "base_url": server.base_url, "api_key_env": None, "progress": False,
-                "parse_tries": parse_tries, "cache_path": str(tmp_path / "judge.sqlite")}
+    settings = {
+        "model": server.model_name,
+        "base_url": server.base_url,
+        "api_key_env": None,
+        "progress": False,
+        "parse_tries": parse_tries,
+        "cache_path": str(tmp_path / "judge.sqlite"),
+    }
     return JudgeClient(JudgeConfig.from_mapping(settings))
 
 
 # The judge answers by what the model reply says: a real server, a scripted judge.
-VERDICTS = [{"match": "REPLY-GOOD", "reply": "1"}, {"match": "REPLY-BAD", "reply": "Score: 0"},
-            {"match": "REPLY-MUDDLED", "reply": "I think it is fine"}, {"match": REASK, "reply": "fine, I guess"}]
+VERDICTS = [
+    {"match": "REPLY-GOOD", "reply": "1"},
+    {"match": "REPLY-BAD", "reply": "Score: 0"},
+    {"match": "REPLY-MUDDLED", "reply": "I think it is fine"},
+    {"match": REASK, "reply": "fine, I guess"},
+]
 RECORDS = [
     (example("r1", ["knowledge_boundary.within", "role_style"]), "REPLY-GOOD"),
     (example("r2", ["nested"]), "REPLY-BAD"),
@@ -82,16 +107,40 @@ def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
     assert again["rubrics"] == result["rubrics"]
 
     rubrics = result["rubrics"]
-    assert rubrics["knowledge_boundary.within"] == {"n": 1, "judged": 1, "correct": 1, "parse_failures": 0,
-                                                    "request_failures": 0, "accuracy": 1.0}
+    assert rubrics["knowledge_boundary.within"] == {
+        "n": 1,
+        "judged": 1,
+        "correct": 1,
+        "parse_failures": 0,
+        "request_failures": 0,
+        "accuracy": 1.0,
+    }
     assert rubrics["nested"]["accuracy"] == 0.0 and rubrics["nested"]["correct"] == 0
-    assert rubrics["multi_turn.answerable"] == {"n": 1, "judged": 0, "correct": 0, "parse_failures": 1,
-                                                "request_failures": 0, "accuracy": None}
-    assert result["dimensions"]["knowledge_boundary"] == {"n": 2, "judged": 2, "correct": 1, "parse_failures": 0,
-                                                          "request_failures": 0, "accuracy": 0.5}
+    assert rubrics["multi_turn.answerable"] == {
+        "n": 1,
+        "judged": 0,
+        "correct": 0,
+        "parse_failures": 1,
+        "request_failures": 0,
+        "accuracy": None,
+    }
+    assert result["dimensions"]["knowledge_boundary"] == {
+        "n": 2,
+        "judged": 2,
+        "correct": 1,
+        "parse_failures": 0,
+        "request_failures": 0,
+        "accuracy": 0.5,
+    }
     assert list(result["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
-    assert result["overall"] == {"n": 6, "judged": 5, "correct": 3, "parse_failures": 1, "request_failures": 0,
-                                 "accuracy": 0.6}
+    assert result["overall"] == {
+        "n": 6,
+        "judged": 5,
+        "correct": 3,
+        "parse_failures": 1,
+        "request_failures": 0,
+        "accuracy": 0.6,
+    }
     r1, _, r3 = result["records"][:3]
     assert r1["verdicts"] == {"knowledge_boundary.within": 1, "role_style": 1}
     assert r3["verdicts"] == {"multi_turn.answerable": None}
@@ -109,18 +158,29 @@ def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
 
 
 def test_judge_config_opens_the_local_server_itself(tmp_path):
-    judge = {"backend": "local", "model": "local", "api_key_env": None, "progress": False, "parse_tries": 1,
-             "cache_path": str(tmp_path / "judge.sqlite"),
-             "server": {"model": {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"},
-                        "scripted": [{"match": "REPLY-GOOD", "reply": "1"}]}}
+    judge = {
+        "backend": "local",
+        "model": "local",
+        "api_key_env": None,
+        "progress": False,
+        "parse_tries": 1,
+        "cache_path": str(tmp_path / "judge.sqlite"),
+        "server": {
+            "model": {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"},
+            "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
+        },
+    }
     result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge)
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 
 
 def test_bad_inputs_are_named():
-    client = JudgeClient(JudgeConfig.from_mapping({"model": "m", "base_url": "http://127.0.0.1:9/v1",
-                                                   "api_key_env": None, "progress": False}))
+    client = JudgeClient(
+        JudgeConfig.from_mapping(
+            {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False}
+        )
+    )
     with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):
         judge_rolemrc([RECORDS[1][0]], {}, client)
     with pytest.raises(DataFormatError, match="record x.*meta.dimensions"):

@@ -1,0 +1,223 @@
+"""Direct preference optimisation on chosen/rejected pairs rendered through the chat template.
+
+A micro-batch of B pairs is one padded forward of 2B rows (the chosen rows, then the rejected rows); only
+the reply tokens (content and end-of-turn) are labelled. The loss is the mean over every pair of the global
+batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the chosen reply's per-token NLL). The reference is a
+frozen copy, the LoRA-disabled base, or log-probs precomputed once (``precompute_ref``; see reference.py).
+
+Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
+chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out ``perplexity``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.collate import pad_collate
+from rpbench.data.records import PreferenceExample
+from rpbench.models.forward import sequence_logps
+from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.losses import DPO_LOSS_TYPES, dpo_loss
+from rpbench.objectives.reference import (
+    PrecomputedReference,
+    drop_reference_weights,
+    live_reference,
+    restore_reference_weights,
+    sample_fingerprint,
+)
+
+REFERENCE_CACHE_NAME = "reference_logps.json"
+VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")
+
+
+class DPOModule(ObjectiveModule):
+    data_split = "pairs"
+    supports_packing = False
+
+    @staticmethod
+    def render(examples: Sequence[PreferenceExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+        """One sample per pair; pairs whose chosen or rejected reply has no token left are reported."""
+        samples, empty = [], []
+        for example in examples:
+            chosen = renderer.render_completion(example.prompt, example.chosen)
+            rejected = renderer.render_completion(example.prompt, example.rejected)
+            if not (chosen.n_supervised and rejected.n_supervised):
+                empty.append(example.id)
+                continue
+            samples.append(
+                {
+                    "id": example.id,
+                    "chosen_input_ids": chosen.input_ids,
+                    "chosen_labels": chosen.labels,
+                    "rejected_input_ids": rejected.input_ids,
+                    "rejected_labels": rejected.labels,
+                    "fingerprint": sample_fingerprint(
+                        chosen.input_ids, chosen.labels, rejected.input_ids, rejected.labels
+                    ),
+                }
+            )
+        return samples, empty
+
+    @staticmethod
+    def collate(samples: list[dict], pad_token_id: int) -> dict:
+        """One padded batch: rows ``0..B-1`` the chosen replies, rows ``B..2B-1`` the rejected ones."""
+        rows = [
+            {"input_ids": s[f"{side}_input_ids"], "labels": s[f"{side}_labels"]}
+            for side in ("chosen", "rejected")
+            for s in samples
+        ]
+        batch = pad_collate(rows, pad_token_id)
+        batch["id"] = [s["id"] for s in samples]
+        batch["fingerprint"] = [s["fingerprint"] for s in samples]
+        return batch
+
+    @staticmethod
+    def sample_weight(sample: dict) -> int:
+        """Every pair weighs the same in the global-batch mean."""
+        return 1
+
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any]):
+        super().__init__(model, tokenizer, cfg)
+        self.beta = float(self.cfg.get("beta", 0.1))
+        self.loss_type = str(self.cfg.get("loss_type", "sigmoid"))
+        self.label_smoothing = float(self.cfg.get("label_smoothing", 0.0))
+        self.sft_weight = float(self.cfg.get("sft_weight", 0.0))
+        if self.loss_type not in DPO_LOSS_TYPES:
+            raise ValueError(f"objective.loss_type={self.loss_type!r}: choose one of {DPO_LOSS_TYPES}")
+        if self.sft_weight < 0:
+            raise ValueError(f"objective.sft_weight must be >= 0, got {self.sft_weight}")
+        dpo_loss(
+            torch.zeros(1),
+            torch.zeros(1),
+            torch.zeros(1),
+            torch.zeros(1),
+            beta=self.beta,
+            loss_type=self.loss_type,
+            label_smoothing=self.label_smoothing,
+        )  # checks the settings now
+        self.precompute_ref = bool(self.cfg.get("precompute_ref", False))
+        # built in setup() from the data when precomputed; a live reference must copy the initial weights now
+        self.reference = None if self.precompute_ref else live_reference(model)
+        self._val_sums: torch.Tensor | None = None
+
+    # -- reference --------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        if not self.precompute_ref or self.reference is not None:
+            return
+        datamodule = self.trainer.datamodule
+        if datamodule is None:
+            raise ValueError("precompute_ref needs the trainer's datamodule (rpbench.training builds one)")
+        loaders = [datamodule.train_dataloader()]
+        if datamodule.val is not None:
+            loaders.append(datamodule.val_dataloader())
+        path = Path(self.cfg.get("ref_cache") or Path(self.trainer.default_root_dir) / REFERENCE_CACHE_NAME)
+        self.reference = PrecomputedReference.build(
+            self.model,
+            loaders,
+            path,
+            device=self.trainer.strategy.root_device,
+            precision=str(self.trainer.precision),
+            forward_context=self.trainer.precision_plugin.forward_context,
+        )
+        rank_zero_info(
+            f"reference log-probs: {self.reference.computed} pairs computed, {self.reference.reused} read from {path}"
+        )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        drop_reference_weights(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_reference_weights(self, checkpoint)
+
+    # -- loss -------------------------------------------------------------------------------------
+    def pair_terms(self, batch) -> dict[str, torch.Tensor]:
+        """Per pair: DPO loss, implicit rewards, summed log-probs, and the chosen reply's per-token NLL."""
+        n = len(batch["id"])
+        logps, counts = sequence_logps(self.model, batch)
+        ref_logps = self.reference.sequence_logps(batch).to(logps.dtype)
+        policy, reference = logps, ref_logps
+        if self.loss_type == "ipo":  # IPO compares per-token mean log-probs
+            policy, reference = logps / counts.clamp(min=1), ref_logps / counts.clamp(min=1)
+        losses, chosen_rewards, rejected_rewards = dpo_loss(
+            policy[:n],
+            policy[n:],
+            reference[:n],
+            reference[n:],
+            beta=self.beta,
+            loss_type=self.loss_type,
+            label_smoothing=self.label_smoothing,
+        )
+        return {
+            "losses": losses,
+            "chosen_rewards": chosen_rewards,
+            "rejected_rewards": rejected_rewards,
+            "chosen_logps": logps[:n],
+            "rejected_logps": logps[n:],
+            "chosen_nll": -logps[:n] / counts[:n].clamp(min=1),
+        }
+
+    def training_step(self, batch, batch_idx):
+        terms = self.pair_terms(batch)
+        per_pair = terms["losses"] + self.sft_weight * terms["chosen_nll"] if self.sft_weight else terms["losses"]
+        if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
+            self._log_pairs(terms, per_pair)
+        return per_pair.sum() * batch["loss_scale"]
+
+    def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
+        chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]
+        metrics = {
+            "train/dpo_loss": terms["losses"].detach().mean(),
+            "train/rewards/chosen": chosen.mean(),
+            "train/rewards/rejected": rejected.mean(),
+            "train/rewards/accuracy": (chosen > rejected).float().mean(),
+            "train/rewards/margin": (chosen - rejected).mean(),
+            "train/logps/chosen": terms["chosen_logps"].detach().mean(),
+            "train/logps/rejected": terms["rejected_logps"].detach().mean(),
+        }
+        if self.sft_weight:
+            metrics["train/chosen_nll"] = terms["chosen_nll"].detach().mean()
+        self.log("train/loss", per_pair.detach().mean(), prog_bar=True, rank_zero_only=True)
+        self.log_dict(metrics, rank_zero_only=True)
+
+    # -- held-out pairs ---------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(len(VALIDATION_SUMS), device=self.device, dtype=torch.float64)
+
+    def validation_step(self, batch, batch_idx) -> None:
+        terms = self.pair_terms(batch)
+        live = float(batch["loss_scale"] > 0)
+        margin = terms["chosen_rewards"] - terms["rejected_rewards"]
+        sums = torch.stack(
+            [
+                terms["losses"].sum(),
+                (margin > 0).sum(),
+                margin.sum(),
+                terms["chosen_nll"].sum(),
+                torch.tensor(float(len(batch["id"])), device=margin.device),
+            ]
+        )
+        self._val_sums += sums.detach().double() * live
+
+    def on_validation_epoch_end(self) -> None:
+        totals = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum").tolist()
+        sums = dict(zip(VALIDATION_SUMS, totals, strict=True))
+        pairs = sums.pop("pairs")
+        if pairs > 0:
+            means = {key: value / pairs for key, value in sums.items()}
+            self.last_validation = {
+                "loss": means["loss"],
+                "reward_accuracy": means["correct"],
+                "reward_margin": means["margin"],
+                "chosen_nll": means["chosen_nll"],
+                "perplexity": math.exp(min(means["chosen_nll"], 50.0)),
+                "pairs": int(pairs),
+            }
+            for key in ("loss", "reward_accuracy", "reward_margin", "chosen_nll"):
+                self.log(f"val/{key}", self.last_validation[key], sync_dist=False)

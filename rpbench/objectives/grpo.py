@@ -1,0 +1,347 @@
+"""Group relative policy optimisation with rewards from the registry (rewards.py).
+
+Each training step takes a micro-batch of prompts (``batch_size`` per rank), samples ``num_generations``
+(G) completions per prompt, scores them with the weighted sum of the configured rewards, turns the
+rewards into group-normalised advantages, and then makes ``mu`` optimiser steps over that generation
+batch with the clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3
+KL to the reference (``beta: 0`` loads no reference). Optimisation is manual: each optimiser step
+accumulates the backward of ``backward_chunk_size`` completions at a time, clips the gradient norm to
+``clip_grad_norm`` and steps; the learning-rate schedule advances once per generation batch.
+
+The loss of an optimiser step is the configured aggregation (token_mean / seq_mean / dr_grpo) over every
+completion of the step on every rank: each chunk's aggregate is weighted by its share of the global token
+(or completion) count, times the world size that DDP/DeepSpeed average over. Repeated micro-batches that
+only even out ranks (``loss_scale`` 0) run the same calls with weight 0.
+
+Prompts come from any record type: an SFT conversation up to its last assistant turn (reference: that
+turn), a preference pair (reference: the chosen reply), a test record (its reference). Validation reports
+the held-out NLL of those references.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
+from rpbench.data.collate import pad_collate
+from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
+from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.forward import labelled_logps
+from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.losses import (
+    ADVANTAGE_SCALES,
+    AGGREGATION_MODES,
+    aggregate_loss,
+    clipped_policy_loss,
+    group_advantages,
+    k3_kl,
+)
+from rpbench.objectives.reference import (
+    all_gather_objects,
+    drop_reference_weights,
+    live_reference,
+    rank_and_world,
+    restore_reference_weights,
+)
+from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
+from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sampling_seed
+
+
+def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
+    """The turns to generate from and the golden reply, for any record type."""
+    if isinstance(example, SFTExample):
+        last = max(i for i, turn in enumerate(example.turns) if turn.role == "assistant")
+        return example.turns[:last], example.turns[last].content
+    if isinstance(example, PreferenceExample):
+        return example.prompt, example.chosen
+    if isinstance(example, EvalExample):
+        return example.prompt, example.reference
+    raise TypeError(f"GRPO takes SFT, preference or evaluation records, got {type(example).__name__}")
+
+
+def rank_slice_of_batch_advantages(parts: Sequence[Sequence[float]], rank: int, group_size: int) -> torch.Tensor:
+    """``rank``'s share of the batch-std advantages of every rank's rewards (``parts``, in rank order; a rank
+    whose micro-batch only evens out the step contributes an empty part)."""
+    offset = sum(len(p) for p in parts[:rank])
+    everything = group_advantages(torch.tensor([r for p in parts for r in p]), group_size, "batch")
+    return everything[offset : offset + len(parts[rank])]
+
+
+def completion_logps(model, batch: Mapping[str, Any], lengths: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token log-probs of each row's completion, ``[rows, longest]``, and the mask of real tokens."""
+    out = labelled_logps(model, batch)
+    if out.n_tokens != sum(lengths):
+        raise RuntimeError(f"{out.n_tokens} labelled tokens for completions of {sum(lengths)} tokens")
+    values = pad_sequence(list(out.token_logps.split(list(lengths))), batch_first=True)
+    mask = pad_sequence([torch.ones(n, dtype=torch.bool, device=values.device) for n in lengths], batch_first=True)
+    return values, mask
+
+
+def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int) -> dict[str, Any]:
+    """Padded prompt + completion rows with only the completion tokens labelled."""
+    return pad_collate(
+        [
+            {
+                "input_ids": rollouts.prompt_ids[i] + rollouts.completion_ids[i],
+                "labels": [IGNORE_INDEX] * len(rollouts.prompt_ids[i]) + rollouts.completion_ids[i],
+            }
+            for i in rows
+        ],
+        pad_token_id,
+    )
+
+
+class GRPOModule(ObjectiveModule):
+    data_split = "train"
+    supports_packing = False
+
+    @staticmethod
+    def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+        """One prompt per record (plus its reference rendered for the held-out NLL); records without a
+        prompt turn are reported."""
+        samples, empty = [], []
+        for example in examples:
+            prompt, reference = prompt_and_reference(example)
+            if not prompt:
+                empty.append(example.id)
+                continue
+            samples.append(
+                {
+                    **renderer.render_completion(prompt, reference).as_sample(),
+                    "id": example.id,
+                    "prompt_ids": renderer.render_prompt(prompt),
+                    "messages": as_messages(prompt),
+                    "reference": reference,
+                }
+            )
+        return samples, empty
+
+    @staticmethod
+    def sample_weight(sample: dict) -> int:
+        """Every prompt weighs the same (the loss is normalised over completions or tokens globally)."""
+        return 1
+
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any]):
+        super().__init__(model, tokenizer, cfg)
+        cfg = self.cfg
+        if int(cfg.get("grad_accum", 1)) != 1 or cfg.get("max_grad_norm"):
+            raise ValueError(
+                "GRPO optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
+                "use objective.backward_chunk_size and objective.clip_grad_norm instead"
+            )
+        if cfg.get("precompute_ref"):
+            raise ValueError("precompute_ref applies to DPO; GRPO's completions are generated during training")
+        self.automatic_optimization = False
+        self.num_generations = int(cfg["num_generations"])
+        self.mu = int(cfg.get("mu", 1))
+        self.beta = float(cfg.get("beta", 0.0))
+        self.eps_low, self.eps_high = float(cfg.get("epsilon_low", 0.2)), float(cfg.get("epsilon_high", 0.2))
+        self.aggregation = str(cfg.get("loss_aggregation", "token_mean"))
+        self.advantage_scale = str(cfg.get("advantage_scale", "group"))
+        self.mask_truncated = bool(cfg.get("mask_truncated", False))
+        self.chunk_size = cfg.get("backward_chunk_size")
+        self.clip_grad_norm = cfg.get("clip_grad_norm")
+        self.generation = GenerationOptions(
+            max_new_tokens=int(cfg["max_completion_length"]),
+            temperature=float(cfg.get("temperature", 1.0)),
+            top_p=float(cfg.get("top_p", 1.0)),
+            top_k=int(cfg.get("top_k", 0)),
+            progress=False,
+        )
+        problems = []
+        if self.num_generations < 2:
+            problems.append(
+                f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}"
+            )
+        if self.mu < 1:
+            problems.append(f"mu must be >= 1, got {self.mu}")
+        if self.beta < 0:
+            problems.append(f"beta must be >= 0, got {self.beta}")
+        if self.aggregation not in AGGREGATION_MODES:
+            problems.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.aggregation!r}")
+        if self.advantage_scale not in ADVANTAGE_SCALES:
+            problems.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
+        if not self.generation.sampling:
+            problems.append("temperature must be > 0: a group of greedy completions is identical")
+        if self.chunk_size is not None and int(self.chunk_size) < 1:
+            problems.append(f"backward_chunk_size must be >= 1 or null, got {self.chunk_size}")
+        if problems:
+            raise ValueError("objective (grpo): " + "; ".join(problems))
+        self.reward_fns = build_reward_fns(cfg["rewards"])
+        self.reward_weights = {r.name: r.weight for r in self.reward_fns}
+        self.reference = live_reference(model) if self.beta > 0 else None
+        self.stop_ids = default_stop_ids(model, tokenizer)
+        self.seed = int(cfg.get("generation_seed", 0))
+        self._step_tokens = 0
+
+    def on_fit_start(self) -> None:
+        if "deepspeed" in type(self.trainer.strategy).__name__.lower():
+            if self.chunk_size is not None:
+                raise ValueError(
+                    "under DeepSpeed each GRPO optimiser step must be one backward: set "
+                    "objective.backward_chunk_size=null"
+                )
+            if self.clip_grad_norm:
+                raise ValueError(
+                    "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
+                    "trainer.strategy.config.gradient_clipping instead"
+                )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        drop_reference_weights(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        restore_reference_weights(self, checkpoint)
+
+    # -- rollouts and rewards ---------------------------------------------------------------------
+    def rollouts(self, batch) -> Rollouts:
+        rank, world_size = rank_and_world()
+        return sample_completions(
+            self.model,
+            batch["prompt_ids"],
+            self.num_generations,
+            self.generation,
+            self.stop_ids,
+            self.tokenizer.pad_token_id,
+            seed=sampling_seed(self.seed, self.global_step // self.mu, rank, world_size),
+            synced_gpus=synced_gpus_needed(self.model, self.generation, world_size),
+        )
+
+    def score(self, batch, rollouts: Rollouts) -> tuple[dict[str, list[float]], torch.Tensor]:
+        """Every reward's scores of the decoded completions, and their weighted sum."""
+        texts = [decode_completion(self.tokenizer, ids, self.stop_ids) for ids in rollouts.completion_ids]
+        scores = score_rewards(
+            self.reward_fns,
+            repeat_each(batch["messages"], self.num_generations),
+            texts,
+            repeat_each(batch["reference"], self.num_generations),
+        )
+        return scores, torch.tensor(weighted_sum(scores, self.reward_weights), dtype=torch.float32)
+
+    def advantages(self, rewards: torch.Tensor, live: bool) -> torch.Tensor:
+        """Group-normalised advantages; the ``batch`` scale takes the std over every rank's live rewards."""
+        rank, world_size = rank_and_world()
+        if self.advantage_scale != "batch" or world_size == 1:
+            return group_advantages(rewards, self.num_generations, self.advantage_scale)
+        parts = all_gather_objects(rewards.tolist() if live else [])
+        return rank_slice_of_batch_advantages(parts, rank, self.num_generations) if live else torch.zeros_like(rewards)
+
+    # -- optimisation -----------------------------------------------------------------------------
+    def training_step(self, batch, batch_idx):
+        live = bool(batch["loss_scale"] > 0)
+        rollouts = self.rollouts(batch)
+        if live:
+            scores, rewards = self.score(batch, rollouts)
+        else:  # a repeated micro-batch that only evens out ranks: weight 0, so no reward calls (judges cost)
+            scores, rewards = {}, torch.zeros(len(rollouts.completion_ids))
+        advantages = self.advantages(rewards, live).to(self.device)
+        stats = self.optimise(rollouts, advantages, live)
+        self.lr_schedulers().step()
+        self._step_tokens = sum(len(p) for p in rollouts.prompt_ids) + rollouts.n_tokens
+        if live:
+            self._log_step(rollouts, scores, rewards, advantages, stats)
+
+    def optimise(self, rollouts: Rollouts, advantages: torch.Tensor, live: bool) -> dict[str, float]:
+        """``mu`` optimiser steps over the generation batch, ``backward_chunk_size`` completions per backward."""
+        lengths = [len(c) for c in rollouts.completion_ids]
+        size = int(self.chunk_size or len(lengths))
+        chunks = [list(range(start, min(start + size, len(lengths)))) for start in range(0, len(lengths), size)]
+        batches = [
+            self.transfer_batch_to_device(completion_batch(rollouts, rows, self.tokenizer.pad_token_id), self.device, 0)
+            for rows in chunks
+        ]
+        keep = torch.tensor([not (self.mask_truncated and t) for t in rollouts.truncated], device=self.device)
+
+        def logps_of(model, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+            values, mask = completion_logps(model, batches[k], [lengths[i] for i in chunks[k]])
+            return values, mask & keep[chunks[k], None]
+
+        def units(mask: torch.Tensor) -> float:  # what the aggregation divides by: tokens or completions
+            return float(mask.sum()) if self.aggregation == "token_mean" else float(mask.shape[0])
+
+        old = ref = None
+        if self.mu > 1:  # with one step the ratio is 1 and old log-probs are the current ones, detached
+            with torch.no_grad():
+                old = [logps_of(self.model, k)[0] for k in range(len(chunks))]
+        if self.reference is not None:
+            with self.reference.forward_model() as reference_model:
+                ref = [logps_of(reference_model, k)[0] for k in range(len(chunks))]
+        # each chunk's aggregate weighs its share of the step's tokens (or completions) over all ranks,
+        # times the world size that DDP/DeepSpeed average gradients over
+        kept = [n for n, k in zip(lengths, keep.tolist(), strict=True) if k]
+        local_units = float(sum(kept)) if self.aggregation == "token_mean" else float(len(lengths))
+        total = self.trainer.strategy.reduce(torch.tensor(local_units * live, device=self.device), reduce_op="sum")
+        share = rank_and_world()[1] * live / float(total.clamp(min=1))
+        stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "first_tokens": 0.0, "units": local_units}
+        optimizer = self.optimizers()
+        for iteration in range(self.mu):
+            optimizer.zero_grad()
+            for k, rows in enumerate(chunks):
+                logps, mask = logps_of(self.model, k)
+                old_logps = logps.detach() if old is None else old[k]
+                per_token, clip_fraction = clipped_policy_loss(
+                    logps, old_logps, advantages[rows], mask, self.eps_low, self.eps_high
+                )
+                kl = k3_kl(logps, ref[k]) if ref is not None else None
+                if kl is not None:
+                    per_token = per_token + self.beta * kl
+                loss = aggregate_loss(per_token, mask, self.aggregation, self.generation.max_new_tokens)
+                self.manual_backward(loss * (units(mask) * share))
+                tokens = float(mask.sum())
+                stats["clipped"] += float(clip_fraction) * tokens
+                stats["tokens"] += tokens
+                if iteration == 0:
+                    stats["loss"] += float(loss.detach()) * units(mask)
+                    stats["first_tokens"] += tokens
+                    if kl is not None:
+                        stats["kl"] += float((kl.detach() * mask).sum())
+            optimizer.step()
+        return stats
+
+    def on_before_optimizer_step(self, optimizer) -> None:
+        super().on_before_optimizer_step(optimizer)  # logs the norm before clipping, as in automatic mode
+        if self.clip_grad_norm:
+            self.clip_gradients(optimizer, gradient_clip_val=float(self.clip_grad_norm), gradient_clip_algorithm="norm")
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        elapsed = time.perf_counter() - self._batch_started
+        if elapsed > 0:
+            self.log("train/tokens_per_s", self._step_tokens / elapsed, rank_zero_only=True)
+
+    def _log_step(
+        self,
+        rollouts: Rollouts,
+        scores: Mapping[str, Sequence[float]],
+        rewards: torch.Tensor,
+        advantages: torch.Tensor,
+        stats: Mapping[str, float],
+    ) -> None:
+        groups = rewards.view(-1, self.num_generations)
+        lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
+        metrics = {
+            "train/reward/std": rewards.std(),
+            "train/advantages/mean": advantages.mean(),
+            "train/advantages/std": advantages.std(),
+            "train/advantages/abs_mean": advantages.abs().mean(),
+            "train/zero_std_groups": (groups.amax(1) == groups.amin(1)).float().mean(),
+            "train/clip_fraction": stats["clipped"] / max(stats["tokens"], 1.0),
+            "train/completion_length/mean": lengths.mean(),
+            "train/completion_length/min": lengths.min(),
+            "train/completion_length/max": lengths.max(),
+            "train/truncated_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
+            "train/generation_tokens_per_s": rollouts.n_tokens / max(rollouts.seconds, 1e-9),
+        }
+        for name, values in scores.items():
+            values_t = torch.tensor(values)
+            metrics[f"train/rewards/{name}/mean"] = values_t.mean()
+            metrics[f"train/rewards/{name}/std"] = values_t.std()
+        if self.reference is not None:
+            metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
+        self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)
+        self.log("train/reward", rewards.mean(), prog_bar=True, rank_zero_only=True)
+        self.log_dict({k: float(v) for k, v in metrics.items()}, rank_zero_only=True)

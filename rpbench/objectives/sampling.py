@@ -1,0 +1,107 @@
+"""GRPO rollouts: each prompt repeated G times, sampled with the KV cache under no_grad.
+
+The repeat is local to a rank: the data plan gives every rank whole prompts (never the same prompt to two
+ranks in a step), and each prompt's G completions are contiguous rows on that rank, so group statistics
+need no communication. Sampling is seeded from ``(seed, step, rank)`` inside a forked RNG, so a resumed run
+draws the same completions and the global RNG stream (dropout, shuffling) is untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from rpbench.eval.generate import GenerationOptions, hf_generation_config, left_pad
+
+T = TypeVar("T")
+
+
+def repeat_each(items: Sequence[T], times: int) -> list[T]:
+    """``[a, b] -> [a, a, b, b]`` for ``times`` 2: the G completions of a prompt stay contiguous."""
+    if times < 1:
+        raise ValueError(f"times must be >= 1, got {times}")
+    return [item for item in items for _ in range(times)]
+
+
+def sampling_seed(seed: int, step: int, rank: int, world_size: int) -> int:
+    """A distinct seed per (step, rank): ranks never draw the same stream, and a resumed run redraws it."""
+    return seed + step * world_size + rank
+
+
+@contextmanager
+def generation_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode, no gradients, activation checkpointing off; everything restored afterwards.
+
+    Checkpointing is switched off by clearing the ``gradient_checkpointing`` flag of the layers that have
+    it set, so the configured checkpoint function (use_reentrant, offload, ...) is kept for training.
+    """
+    checkpointed = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True]
+    was_training = model.training
+    for module in checkpointed:
+        module.gradient_checkpointing = False
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+        for module in checkpointed:
+            module.gradient_checkpointing = True
+
+
+@dataclass
+class Rollouts:
+    """Completions of a generation batch, row ``i * G + j`` being completion ``j`` of prompt ``i``."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]  # up to and including the first stop token
+    truncated: list[bool]  # no stop token within max_new_tokens
+    seconds: float
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(c) for c in self.completion_ids)
+
+
+def cut_at_stop(row: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int], bool]:
+    """The generated tokens up to and including the first stop token, and whether none was found."""
+    for i, token in enumerate(row):
+        if token in stop_ids:
+            return list(row[: i + 1]), False
+    return list(row), True
+
+
+def sample_completions(
+    model: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    num_generations: int,
+    options: GenerationOptions,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    seed: int,
+    synced_gpus: bool = False,
+) -> Rollouts:
+    """``num_generations`` sampled completions of each prompt (token ids, without padding)."""
+    if not options.sampling:
+        raise ValueError("GRPO needs sampled completions: set objective.temperature > 0")
+    rows = repeat_each([list(p) for p in prompt_ids], num_generations)
+    device = next(model.parameters()).device
+    ids, mask = left_pad(rows, pad_id)
+    config = hf_generation_config(options, stop_ids, pad_id)
+    config.use_cache = True  # the KV cache, whatever the training config says (checkpointing turns it off)
+    started = time.perf_counter()
+    fork_devices: list[Any] = [device] if device.type == "cuda" else []
+    with generation_mode(model), torch.random.fork_rng(devices=fork_devices):
+        torch.manual_seed(seed)
+        out = model.generate(
+            input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, synced_gpus=synced_gpus
+        )
+    seconds = time.perf_counter() - started
+    cut = [cut_at_stop(row, stop_ids) for row in out[:, ids.shape[1] :].tolist()]
+    return Rollouts(rows, [c for c, _ in cut], [t for _, t in cut], seconds)

@@ -1,0 +1,249 @@
+"""DPO through real Lightning Trainer runs on the tiny models and the bundled RoleMRC-format pairs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import open_dict
+
+from conftest import CONF_DIR
+from rpbench.data import readers
+from rpbench.data.chat import ChatRenderer
+from rpbench.models import load
+from rpbench.objectives import losses
+from rpbench.objectives.dpo import DPOModule
+from rpbench.training import train
+
+PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
+PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE).examples
+TRAIN, VAL = PAIRS[:32], PAIRS[48:]
+QUIET = ("logger=none", "trainer.enable_progress_bar=false", "save_model=false")
+
+
+def run_dpo(compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2"):
+    """(report, trained model, logged rows) of a DPO run."""
+    cfg = compose(
+        "objective=dpo",
+        f"model={model_name}",
+        *QUIET,
+        "objective.batch_size=4",
+        "objective.grad_accum=2",
+        "objective.log_every_n_steps=1",
+        *overrides,
+    )
+    model, tokenizer = load(cfg.model)
+    logger = CSVLogger(str(out_dir), name="csv", version=0)
+    report = train(cfg, model, tokenizer, TRAIN, VAL, out_dir, logger=logger)
+    with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
+    return report, model, rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama"])
+def test_reward_margin_grows_on_the_sample_pairs(compose, tmp_path, model_name):
+    report, _, rows = run_dpo(compose, tmp_path, model_name=model_name)
+    before, after = report["held_out"]["before"], report["held_out"]["after"]
+    assert before["loss"] == pytest.approx(torch.log(torch.tensor(2.0)).item(), abs=1e-6)  # policy == reference
+    assert before["reward_margin"] == 0.0
+    assert after["reward_margin"] > 0.05 and after["reward_accuracy"] >= 0.75 and after["loss"] < before["loss"]
+    margins = [float(r["train/rewards/margin"]) for r in rows]
+    assert sum(margins[-3:]) / 3 > sum(margins[:3]) / 3 + 0.05, margins
+    assert report["optimizer_steps"] == 8  # 32 pairs / (4 x 2) x 2 epochs (tiny tuning)
+    for key in ("rewards/chosen", "rewards/rejected", "rewards/accuracy", "logps/chosen", "logps/rejected"):
+        assert rows[-1][f"train/{key}"]
+
+
+@pytest.mark.slow
+def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path):
+    live_report, _, live = run_dpo(compose, tmp_path / "live", "objective.label_smoothing=0.1")
+    cached_report, _, cached = run_dpo(
+        compose, tmp_path / "cached", "objective.label_smoothing=0.1", "objective.precompute_ref=true"
+    )
+    assert (tmp_path / "cached" / "reference_logps.json").is_file()
+    assert len(live) == len(cached) == 8
+    for a, b in zip(live, cached, strict=True):
+        assert float(a["train/loss"]) == pytest.approx(float(b["train/loss"]), rel=1e-5, abs=1e-6)
+        assert float(a["train/rewards/margin"]) == pytest.approx(float(b["train/rewards/margin"]), rel=1e-4, abs=1e-6)
+    after = live_report["held_out"]["after"]["loss"], cached_report["held_out"]["after"]["loss"]
+    assert after[0] == pytest.approx(after[1], rel=1e-5)
+
+
+def naive_sequence_logps(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Peer computation from full-vocabulary logits (rpbench.objectives.losses.sequence_logps)."""
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits
+    return losses.sequence_logps(logits.float(), batch["labels"])
+
+
+@pytest.mark.parametrize(("loss_type", "sft_weight"), [("sigmoid", 0.0), ("ipo", 0.5), ("robust", 1.0)])
+def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight):
+    model, tokenizer = load({"name_or_path": "tiny:llama"})
+    smoothing = 0.2 if loss_type == "robust" else 0.0
+    module = DPOModule(
+        model,
+        tokenizer,
+        {"lr": 1e-3, "beta": 0.3, "loss_type": loss_type, "sft_weight": sft_weight, "label_smoothing": smoothing},
+    )
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
+        torch.manual_seed(3)
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    samples, _ = DPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
+    batch = DPOModule.collate(samples, tokenizer.pad_token_id)
+    batch["loss_scale"] = torch.tensor(1.0)
+    with torch.no_grad():
+        policy, counts = naive_sequence_logps(model, batch)
+        reference, _ = naive_sequence_logps(module.reference.model, batch)
+        if loss_type == "ipo":
+            policy, reference = policy / counts, reference / counts
+        expected, _, _ = losses.dpo_loss(
+            policy[:3],
+            policy[3:],
+            reference[:3],
+            reference[3:],
+            beta=0.3,
+            loss_type=loss_type,
+            label_smoothing=smoothing,
+        )
+        nll = -naive_sequence_logps(model, batch)[0][:3] / counts[:3]
+        expected = expected + sft_weight * nll
+        got = module.training_step(batch, 0)
+    assert got.item() == pytest.approx(expected.sum().item(), rel=1e-5)
+
+
+def test_render_collates_chosen_then_rejected_and_reports_empty_pairs():
+    _, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
+    samples, empty = DPOModule.render(PAIRS[:2], renderer)
+    assert empty == []
+    batch = DPOModule.collate(samples, tokenizer.pad_token_id)
+    assert batch["input_ids"].shape[0] == 4 and batch["id"] == [p.id for p in PAIRS[:2]]
+    for row, text in enumerate([PAIRS[0].chosen, PAIRS[1].chosen, PAIRS[0].rejected, PAIRS[1].rejected]):
+        labelled = batch["labels"][row][batch["labels"][row] != -100]
+        assert tokenizer.decode(labelled) == text + "<|im_end|>"
+    short, empty = DPOModule.render(PAIRS[:1], ChatRenderer(tokenizer, "<|im_end|>", 20))
+    assert short == [] and empty == [PAIRS[0].id]  # truncation left no reply token
+    assert DPOModule.sample_weight(samples[0]) == 1
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
+    constant = ("objective.scheduler=constant", "objective.precompute_ref=true")
+    _, straight, _ = run_dpo(compose, tmp_path / "straight", *constant, "objective.epochs=2")
+    run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=1")
+    report, resumed, rows = run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=2")
+    assert report["optimizer_steps"] == 8 and len(rows) == 4  # only the second epoch ran again
+    for (name, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_invalid_settings_fail_at_construction():
+    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    with pytest.raises(ValueError, match="loss_type='kto'"):
+        DPOModule(model, tokenizer, {"lr": 1.0, "loss_type": "kto"})
+    with pytest.raises(ValueError, match="label_smoothing applies to 'sigmoid' and 'robust' only"):
+        DPOModule(model, tokenizer, {"lr": 1.0, "loss_type": "hinge", "label_smoothing": 0.1})
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        DPOModule(model, tokenizer, {"lr": 1.0, "beta": 0.0})
+
+
+@pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama", "qwen2.5-7b", "llama3.1-8b"])
+def test_dpo_composes_with_each_model_family(compose, model_name):
+    cfg = compose("objective=dpo", f"model={model_name}")
+    assert cfg.objective.name == "dpo" and cfg.objective.beta == pytest.approx(0.1)
+    assert cfg.objective.loss_type == "sigmoid"
+    tiny = model_name.startswith("tiny")
+    assert cfg.objective.lr == pytest.approx(1e-3 if tiny else 4e-7)  # tiny tuning vs the RoleMRC run
+
+
+def compose_experiment(name: str):
+    """An experiment as `python run.py experiment=<name>` builds it (its own hydra.run.dir included)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            return hydra_compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.mark.parametrize("model_name", ["qwen2.5-7b", "llama3.1-8b"])
+def test_rolemrc_dpo_experiments_start_from_the_sft_run(model_name):
+    dpo = compose_experiment(f"rolemrc_dpo_{model_name}")
+    assert dpo.objective.name == "dpo" and dpo.model.name == model_name and dpo.data.name == "rolemrc_mix"
+    assert (dpo.objective.beta, dpo.objective.lr, dpo.objective.loss_type) == (0.1, 4e-7, "sigmoid")
+    # Root keys of an experiment (run_name, init_from, hydra.run.dir) need `experiment` after `_self_`
+    # in conf/config.yaml's defaults list; with `_self_` last, config.yaml's own values win.
+    assert dpo.run_name == f"rolemrc-dpo-{model_name}", "conf/config.yaml: list `experiment` after `_self_`"
+    assert dpo.init_from == f"outputs/rolemrc-sft-{model_name}"
+    assert dpo.hydra.run.dir == f"outputs/rolemrc-dpo-{model_name}"  # a fixed folder: a re-run resumes
+
+
+def test_llama_sft_experiment_writes_where_the_dpo_experiment_reads():
+    sft, dpo = compose_experiment("rolemrc_sft_llama3.1-8b"), compose_experiment("rolemrc_dpo_llama3.1-8b")
+    assert (sft.objective.name, sft.model.name) == ("sft", "llama3.1-8b")
+    assert (sft.objective.lr, sft.objective.batch_size, sft.objective.grad_accum) == (1e-5, 8, 2)
+    assert sft.hydra.run.dir == dpo.init_from, "conf/config.yaml: list `experiment` after `_self_`"
+
+
+def run_pipeline(compose, folder: Path, *overrides: str) -> dict:
+    """What `python run.py <overrides> hydra.run.dir=<folder>` runs, in-process."""
+    from rpbench.pipeline import run
+
+    cfg = compose(*overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.output_dir = str(folder)
+    run(cfg)
+    return json.loads((folder / "metrics.json").read_text())
+
+
+@pytest.mark.slow
+def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
+    """The RoleMRC pipeline (experiments/rolemrc/README.md) on the tiny model and the bundled data."""
+    common = ("model=tiny-llama", "logger=none", "trainer.enable_progress_bar=false")
+    sft = run_pipeline(
+        compose,
+        tmp_path / "sft",
+        "objective=sft",
+        *common,
+        "data.max_train_samples=24",
+        "objective.epochs=4",
+        "objective.lr=1e-2",
+        "objective.batch_size=4",
+        "objective.grad_accum=1",
+    )
+    dpo = run_pipeline(
+        compose,
+        tmp_path / "dpo",
+        "objective=dpo",
+        *common,
+        f"init_from={tmp_path / 'sft'}",
+        "objective.precompute_ref=true",
+        "evaluator=rolemrc",
+        "data.max_test_samples=6",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.metrics=[bleu,rougeL]",
+        "evaluator.bootstrap.n_resamples=20",
+    )
+    assert (sft["objective"], dpo["objective"]) == ("sft", "dpo")
+    assert dpo["train"]["samples"]["train"] + dpo["train"]["samples"]["val"] == len(PAIRS)
+    before, after = dpo["train"]["held_out"]["before"], dpo["train"]["held_out"]["after"]
+    # the DPO run starts from the SFT model: its chosen-reply NLL is the SFT model's, far below a random model's
+    assert before["chosen_nll"] < 0.9 * math.log(4096)
+    assert before["loss"] == pytest.approx(math.log(2)) and after["loss"] != pytest.approx(math.log(2))
+    assert dpo["train"]["optimizer_steps"] == 8  # 55 training pairs, 16 per step, 2 epochs (tiny tuning)
+    assert (tmp_path / "dpo" / "reference_logps.json").is_file() and (tmp_path / "dpo" / "model").is_dir()
+    assert (tmp_path / "dpo" / "predictions.jsonl").read_text().count("\n") == 6
+    assert "eval" in dpo

@@ -1,0 +1,272 @@
+"""GRPO: rollouts, record handling, and real Lightning Trainer runs on the tiny models."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
+
+from rpbench.data import readers
+from rpbench.data.chat import ChatRenderer
+from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
+from rpbench.eval.generate import GenerationOptions
+from rpbench.models import load
+from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
+from rpbench.objectives.losses import group_advantages
+from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
+from rpbench.objectives.rewards import register
+from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
+from rpbench.training import train
+
+SAMPLE_DIR = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc"
+RECORDS = readers.read("rolemrc", "train", SAMPLE_DIR / "train-sft.jsonl").examples
+TRAIN, VAL = RECORDS[:16], RECORDS[16:20]
+TARGET_LETTER = "e"
+
+
+@register("test_letter_fraction")
+def letter_fraction(prompts, completions, references) -> list[float]:
+    """Toy rule reward: the share of the completion's characters that are the target letter."""
+    return [c.count(TARGET_LETTER) / max(len(c), 1) for c in completions]
+
+
+def run_grpo(compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0):
+    """(report, trained model, logged training rows) of a GRPO run on 16 prompts with the toy reward.
+
+    ``extra_stop_ids`` more token ids end a completion, so that a random model's completions vary in length.
+    """
+    cfg = compose(
+        "objective=grpo",
+        f"model={model_name}",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        "save_model=false",
+        "objective.rewards=[{name: test_letter_fraction}]",
+        *overrides,
+    )
+    model, tokenizer = load(cfg.model)
+    model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 100 + extra_stop_ids)]
+    report = train(cfg, model, tokenizer, TRAIN, VAL, out_dir, logger=CSVLogger(str(out_dir), name="csv", version=0))
+    with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
+    return report, model, rows
+
+
+# -- rollouts -------------------------------------------------------------------------------------------
+
+
+def test_repeat_each_keeps_a_prompts_completions_contiguous():
+    assert repeat_each(["a", "b"], 3) == ["a", "a", "a", "b", "b", "b"]
+    with pytest.raises(ValueError):
+        repeat_each(["a"], 0)
+
+
+def test_cut_at_stop_keeps_the_stop_token_and_flags_truncation():
+    assert cut_at_stop([5, 6, 2, 0, 0], [2, 9]) == ([5, 6, 2], False)
+    assert cut_at_stop([5, 9, 2], [2, 9]) == ([5, 9], False)
+    assert cut_at_stop([5, 6, 7], [2]) == ([5, 6, 7], True)
+
+
+def test_sample_completions_gives_g_seeded_completions_per_prompt():
+    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
+    prompts = [renderer.render_prompt(prompt_and_reference(r)[0]) for r in TRAIN[:2]]
+    options = GenerationOptions(max_new_tokens=6, temperature=1.0, progress=False)
+    first = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=7)
+    assert first.prompt_ids == [prompts[0]] * 3 + [prompts[1]] * 3
+    assert len(first.completion_ids) == 6 and all(1 <= len(c) <= 6 for c in first.completion_ids)
+    assert all(t == (len(c) == 6 and 2 not in c) for c, t in zip(first.completion_ids, first.truncated, strict=True))
+    assert len({tuple(c) for c in first.completion_ids}) > 1  # sampled, not greedy
+    again = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=7)
+    other = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=8)
+    assert again.completion_ids == first.completion_ids and other.completion_ids != first.completion_ids
+    with pytest.raises(ValueError, match="temperature > 0"):
+        sample_completions(model, prompts, 3, GenerationOptions(temperature=0.0), [2], tokenizer.pad_token_id, seed=7)
+
+
+def test_generation_mode_switches_checkpointing_off_and_restores_it():
+    model, _ = load({"name_or_path": "tiny:llama", "gradient_checkpointing": True})
+    model.train()
+    flagged = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
+    assert flagged
+    with generation_mode(model):
+        assert not any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        assert not model.training and not torch.is_grad_enabled()
+    assert model.training and torch.is_grad_enabled()
+    assert [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)] == flagged
+
+
+def test_batch_scaled_advantages_use_the_std_of_every_ranks_rewards():
+    parts = [[1.0, 0.0, 2.0, 2.0], [], [5.0, 1.0, 0.0, 3.0]]  # rank 1 only evens out the step
+    everything = group_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0, 5.0, 1.0, 0.0, 3.0]), 2, "batch")
+    assert torch.equal(rank_slice_of_batch_advantages(parts, 0, 2), everything[:4])
+    assert torch.equal(rank_slice_of_batch_advantages(parts, 2, 2), everything[4:])
+    assert rank_slice_of_batch_advantages(parts, 1, 2).numel() == 0
+    std = torch.tensor([1.0, 0.0, 2.0, 2.0, 5.0, 1.0, 0.0, 3.0]).std()
+    assert rank_slice_of_batch_advantages(parts, 2, 2)[0].item() == pytest.approx(2.0 / (std.item() + 1e-4))
+
+
+# -- records --------------------------------------------------------------------------------------------
+
+
+def test_prompts_and_references_come_from_every_record_type():
+    system, user, reply = Turn("system", "You are a knight."), Turn("user", "Who are you?"), Turn("assistant", "Rowan.")
+    later = (Turn("user", "And your castle?"), Turn("assistant", "Highmoor."))
+    sft = SFTExample("s", (system, user, reply, *later))
+    assert prompt_and_reference(sft) == ((system, user, reply, later[0]), "Highmoor.")
+    pair = PreferenceExample("p", (system, user), chosen="Rowan.", rejected="Nobody.")
+    assert prompt_and_reference(pair) == ((system, user), "Rowan.")
+    test = EvalExample("t", (system, user), reference="Rowan.", task="role_related_mrc_answer_no_narration")
+    assert prompt_and_reference(test) == ((system, user), "Rowan.")
+
+    _, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
+    no_prompt = SFTExample("n", (Turn("assistant", "Hail!"),))
+    samples, empty = GRPOModule.render([sft, pair, test, no_prompt], renderer)
+    assert [s["id"] for s in samples] == ["s", "p", "t"] and empty == ["n"]
+    assert samples[0]["prompt_ids"] == renderer.render_prompt(sft.turns[:4])
+    assert samples[1]["reference"] == "Rowan."
+    assert samples[1]["messages"][-1] == {"role": "user", "content": "Who are you?"}
+    assert GRPOModule.sample_weight(samples[0]) == 1
+
+
+# -- training -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_few_steps_raise_a_rule_based_reward(compose, tmp_path):
+    report, _, rows = run_grpo(
+        compose, tmp_path, "objective.epochs=4", "objective.lr=3e-2", "objective.num_generations=8"
+    )
+    rewards = [float(r["train/reward"]) for r in rows]
+    assert len(rewards) == report["optimizer_steps"] == 16  # 16 prompts / 4 per step x 4 epochs
+    assert sum(rewards[-3:]) / 3 > 2 * sum(rewards[:3]) / 3, rewards
+    last = rows[-1]
+    assert float(last["train/rewards/test_letter_fraction/mean"]) == pytest.approx(rewards[-1], rel=1e-6)
+    for key in (
+        "reward/std",
+        "advantages/std",
+        "clip_fraction",
+        "completion_length/mean",
+        "generation_tokens_per_s",
+        "zero_std_groups",
+        "grad_norm",
+    ):
+        assert last[f"train/{key}"], key
+    assert report["held_out"]["after"]["tokens"] > 0  # validation: NLL of the references
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
+def test_backward_chunks_give_the_same_update_as_one_pass(compose, tmp_path, aggregation):
+    """Chunks weighted by their share of the step's tokens / completions sum to the one-pass gradient.
+
+    adam_eps 1 makes Adam's step proportional to the gradient, so weights compare gradients (with the
+    default eps, Adam would blow float noise in near-zero gradients up to full-size steps).
+    """
+    common = (
+        "objective.epochs=1",
+        "objective.mu=2",
+        "objective.beta=0.04",
+        "objective.lr=1.0",
+        "objective.adam_eps=1.0",
+        f"objective.loss_aggregation={aggregation}",
+    )
+    _, whole, whole_rows = run_grpo(compose, tmp_path / "whole", *common, extra_stop_ids=300)
+    _, chunked, chunked_rows = run_grpo(
+        compose, tmp_path / "chunked", *common, "objective.backward_chunk_size=3", extra_stop_ids=300
+    )
+    lengths = [float(r["train/completion_length/min"]) for r in whole_rows]
+    assert min(lengths) < 16  # completions differ in length, so the three aggregations differ
+    for (name, a), (_, b) in zip(whole.named_parameters(), chunked.named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+    assert float(whole_rows[-1]["train/kl"]) > 0  # the second optimiser step moved away from the reference
+    for a, b in zip(whole_rows, chunked_rows, strict=True):
+        assert float(a["train/loss"]) == pytest.approx(float(b["train/loss"]), rel=1e-4, abs=1e-7)
+        assert float(a["train/grad_norm"]) == pytest.approx(float(b["train/grad_norm"]), rel=1e-5)
+        assert float(a["train/clip_fraction"]) == pytest.approx(float(b["train/clip_fraction"]), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_the_three_aggregations_weigh_tokens_differently(compose, tmp_path):
+    norms = {}
+    for aggregation in ("token_mean", "seq_mean", "dr_grpo"):
+        _, _, rows = run_grpo(
+            compose,
+            tmp_path / aggregation,
+            "+objective.max_steps=1",
+            f"objective.loss_aggregation={aggregation}",
+            extra_stop_ids=300,
+        )
+        norms[aggregation] = float(rows[0]["train/grad_norm"])
+    assert len({round(v, 6) for v in norms.values()}) == 3, norms
+    assert norms["dr_grpo"] < norms["token_mean"]  # dr_grpo divides by G x max length >= the token count
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
+    _, straight, _ = run_grpo(compose, tmp_path / "straight", "objective.epochs=2", "objective.beta=0.04")
+    run_grpo(compose, tmp_path / "resumed", "objective.epochs=1", "objective.beta=0.04")
+    report, resumed, rows = run_grpo(compose, tmp_path / "resumed", "objective.epochs=2", "objective.beta=0.04")
+    assert report["optimizer_steps"] == 8 and len(rows) == 4  # only the second epoch ran again
+    for (name, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slow
+def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path):
+    _, model, rows = run_grpo(
+        compose,
+        tmp_path,
+        "objective.epochs=1",
+        "objective.beta=0.1",
+        "objective.mu=2",
+        "objective.lr=5e-2",
+        "model.lora={r: 4, alpha: 8, dropout: 0.0}",
+    )
+    assert hasattr(model, "disable_adapter")
+    assert float(rows[0]["train/kl"]) == 0.0  # first step: the adapter is still zero
+    assert float(rows[-1]["train/kl"]) > 0.0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("objective.grad_accum=2", "GRPO optimises manually"),
+        ("objective.max_grad_norm=1.0", "GRPO optimises manually"),
+        ("objective.temperature=0", "temperature must be > 0"),
+        ("objective.num_generations=1", "num_generations must be >= 2"),
+        ("objective.loss_aggregation=sum", "loss_aggregation must be one of"),
+        ("objective.advantage_scale=rank", "advantage_scale must be one of"),
+        ("+objective.precompute_ref=true", "precompute_ref applies to DPO"),
+    ],
+)
+def test_invalid_settings_fail_at_construction(compose, override, message):
+    cfg = compose("objective=grpo", override)
+    model, tokenizer = load(cfg.model)
+    with pytest.raises(ValueError, match=message):
+        GRPOModule(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
+
+
+def test_beta_zero_loads_no_reference_model(compose):
+    cfg = compose("objective=grpo")
+    objective = OmegaConf.to_container(cfg.objective, resolve=True)
+    model, tokenizer = load(cfg.model)
+    assert GRPOModule(model, tokenizer, {**objective, "beta": 0.0}).reference is None
+    assert isinstance(GRPOModule(model, tokenizer, {**objective, "beta": 0.04}).reference, FrozenCopy)
+    lora, _ = load({**cfg.model, "lora": {"r": 4, "alpha": 8}})
+    assert isinstance(GRPOModule(lora, tokenizer, {**objective, "beta": 0.04}).reference, DisabledAdapter)
+
+
+@pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama", "qwen2.5-7b", "llama3.1-8b"])
+def test_grpo_composes_with_each_model_family(compose, model_name):
+    cfg = compose("objective=grpo", f"model={model_name}", "seed=5")
+    assert cfg.objective.name == "grpo" and cfg.objective.generation_seed == 5
+    assert [r.name for r in cfg.objective.rewards] == ["rouge_l", "no_role_break", "length_penalty"]
+    tiny = model_name.startswith("tiny")
+    assert cfg.objective.num_generations == (4 if tiny else 8)
+    assert cfg.objective.lr == pytest.approx(5e-3 if tiny else 1e-6)

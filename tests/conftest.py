@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,28 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@contextmanager
+def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
+    """`python -m rpbench.serve <options> port=0` in a subprocess: yields (served model name, base URL)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rpbench.serve", *options, "port=0"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("rpbench.serve: "), f"the server printed {line!r} instead of its address"
+        name, url = line.removeprefix("rpbench.serve: ").strip().rsplit(" at ", 1)
+        yield name, url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def pytest_collection_modifyitems(config, items):

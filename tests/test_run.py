@@ -12,12 +12,14 @@ import yaml
 
 from conftest import REPO_ROOT
 
-FAST = [
+SHORT_TRAINING = [
     "objective.epochs=1",
     "trainer.enable_progress_bar=false",
     "data.max_train_samples=48",
     "objective.log_every_n_steps=1",
 ]
+SMALL_EVAL = ["data.max_test_samples=8", "evaluator.generation.max_new_tokens=16"]  # the default also evaluates
+FAST = [*SHORT_TRAINING, "evaluator=none"]
 
 
 def run(*overrides: str) -> subprocess.CompletedProcess:
@@ -28,9 +30,9 @@ def run(*overrides: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_default_run_trains_and_reports_held_out_loss(tmp_path):
+def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     out = tmp_path / "run"
-    result = run(f"hydra.run.dir={out}", *FAST)
+    result = run(f"hydra.run.dir={out}", *SHORT_TRAINING, *SMALL_EVAL)
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     held_out = metrics["train"]["held_out"]

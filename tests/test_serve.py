@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -13,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import served_from_command_line
 from rpbench.serve import GARBAGE_REPLY, ServeOptions, load_served_model, serve_in_thread
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -139,25 +137,11 @@ def test_options_are_validated():
 
 @pytest.mark.slow
 def test_command_line_serves_on_a_free_port():
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = process.stdout.readline()
-        assert line.startswith("rpbench.serve: tiny:qwen2 at http://127.0.0.1:"), (line, process.stderr.read())
-        base_url = line.split(" at ", 1)[1].strip()
+    with served_from_command_line("model=tiny-qwen2") as (name, base_url):
+        assert name == "tiny:qwen2" and base_url.startswith("http://127.0.0.1:")
         assert base_url.endswith("/v1") and not base_url.endswith(":0/v1")
         status, body = post(base_url, {"messages": HELLO, "max_tokens": 4, "temperature": 0})
         assert status == 200 and body["model"] == "tiny:qwen2"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def test_served_name_hides_local_folders(tmp_path):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import REPO_ROOT, SHARED_DATA, served_from_command_line
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
@@ -128,25 +128,14 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
 
 @pytest.mark.slow
 def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
-    server = subprocess.Popen(
-        [sys.executable, "-m", "rpbench.serve", "model=tiny-qwen2", "port=0"],
-        cwd=REPO_ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("rpbench.serve: "), line
-        name, url = line.removeprefix("rpbench.serve: ").strip().rsplit(" at ", 1)
-        common = [
-            *SMALL,
-            "evaluator=rolemrc",
-            "data.max_test_samples=6",
-            "evaluator.generation.max_new_tokens=12",
-            "evaluator.metrics=[bleu]",
-        ]
+    common = [
+        *SMALL,
+        "evaluator=rolemrc",
+        "data.max_test_samples=6",
+        "evaluator.generation.max_new_tokens=12",
+        "evaluator.metrics=[bleu]",
+    ]
+    with served_from_command_line("model=tiny-qwen2") as (name, url):
         remote = run(
             f"hydra.run.dir={tmp_path / 'remote'}",
             *common,
@@ -154,12 +143,9 @@ def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_pat
             f"evaluator.endpoint.base_url={url}",
             f"evaluator.endpoint.model={name}",
         )
-        assert remote.returncode == 0, remote.stderr[-3000:]
-        local = run(f"hydra.run.dir={tmp_path / 'local'}", *common)
-        assert local.returncode == 0, local.stderr[-3000:]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    local = run(f"hydra.run.dir={tmp_path / 'local'}", *common)
+    assert local.returncode == 0, local.stderr[-3000:]
     by_id = lambda d: {p["id"]: p["prediction"] for p in lines(tmp_path / d / "predictions.jsonl")}
     assert by_id("remote") == by_id("local") and len(by_id("local")) == 6
 

@@ -218,6 +218,7 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
         tmp_path / "sft",
         "objective=sft",
         *common,
+        "evaluator=none",
         "data.max_train_samples=24",
         "objective.epochs=4",
         "objective.lr=1e-2",

@@ -6,14 +6,12 @@ import json
 import threading
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from conftest import served_from_command_line
 from rpbench.serve import GARBAGE_REPLY, ServeOptions, load_served_model, serve_in_thread
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 HELLO = [{"role": "user", "content": "Hello there, who are you?"}]
 
 

@@ -58,7 +58,7 @@ def test_slurm_launcher_composes(compose):
 
 
 def test_tiny_models_get_their_tuning_and_real_models_the_paper_defaults(compose):
-    assert compose().objective.lr == pytest.approx(3e-3)
+    assert compose().objective.lr == pytest.approx(5e-3)
     assert compose("model=qwen2.5-7b").objective.lr == pytest.approx(1e-5)
     assert compose("model=qwen2.5-7b").objective.warmup_ratio == pytest.approx(0.04)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from test_run import FAST, run
 
 pytestmark = pytest.mark.gpu

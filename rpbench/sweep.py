@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -28,11 +29,11 @@ def summarize(sweep_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for metrics in sorted(sweep_dir.glob("*/metrics.json")):
         overrides_file = metrics.parent / ".hydra" / "overrides.yaml"
-        overrides = overrides_file.read_text().strip() if overrides_file.exists() else ""
+        overrides = yaml.safe_load(overrides_file.read_text()) if overrides_file.exists() else []
         rows.append(
             {
                 "run": metrics.parent.name,
-                "overrides": overrides.replace("\n", " "),
+                "overrides": " ".join(overrides or []),
                 **flatten(json.loads(metrics.read_text())),
             }
         )

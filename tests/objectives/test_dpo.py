@@ -76,11 +76,14 @@ def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path):
 
 
 def naive_sequence_logps(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Peer computation from full-vocabulary logits (rpbench.objectives.losses.sequence_logps)."""
+    """Peer computation from full-vocabulary logits: log_softmax, shift, gather, sum."""
     logits = model(
         input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-    ).logits
-    return losses.sequence_logps(logits.float(), batch["labels"])
+    ).logits.float()
+    targets = batch["labels"][:, 1:]
+    mask = targets != -100
+    logps = logits[:, :-1].log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (logps * mask).sum(-1), mask.sum(-1)
 
 
 @pytest.mark.parametrize(("loss_type", "sft_weight"), [("sigmoid", 0.0), ("ipo", 0.5), ("robust", 1.0)])

@@ -5,142 +5,9 @@ from collections import defaultdict
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from rpbench.objectives.losses import (
-    aggregate_loss,
-    clipped_policy_loss,
-    dpo_loss,
-    global_token_mean,
-    group_advantages,
-    k3_kl,
-    masked_token_mean_nll,
-    selective_log_softmax,
-    sequence_logps,
-    token_logps,
-)
-
-
-def naive_logps(logits, index):
-    return torch.gather(logits.log_softmax(-1), dim=-1, index=index.unsqueeze(-1)).squeeze(-1)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Token log-probabilities
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_selective_log_softmax_matches_naive_in_value_and_gradient(dtype):
-    torch.manual_seed(0)
-    logits = torch.randn(3, 5, 11, dtype=dtype, requires_grad=True)
-    index = torch.randint(0, 11, (3, 5))
-    ours = selective_log_softmax(logits, index)
-    (grad_ours,) = torch.autograd.grad((ours * torch.arange(15.0, dtype=dtype).view(3, 5)).sum(), logits)
-    ref = naive_logps(logits, index)
-    (grad_ref,) = torch.autograd.grad((ref * torch.arange(15.0, dtype=dtype).view(3, 5)).sum(), logits)
-    torch.testing.assert_close(ours, ref)
-    torch.testing.assert_close(grad_ours, grad_ref)
-
-
-def test_selective_log_softmax_half_precision_path():
-    torch.manual_seed(0)
-    logits = torch.randn(2, 4, 9).to(torch.bfloat16)
-    index = torch.randint(0, 9, (2, 4))
-    ours = selective_log_softmax(logits, index)
-    assert ours.dtype == torch.bfloat16
-    torch.testing.assert_close(ours, naive_logps(logits, index))
-
-
-def test_selective_log_softmax_rejects_mismatched_index():
-    with pytest.raises(ValueError, match="index shape"):
-        selective_log_softmax(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
-
-
-def test_sequence_logps_equals_naive_shifted_gather_with_gradient():
-    torch.manual_seed(1)
-    logits = torch.randn(2, 6, 7, dtype=torch.float64, requires_grad=True)
-    input_ids = torch.randint(0, 7, (2, 6))
-    labels = input_ids.clone()
-    labels[0, :2] = -100  # prompt
-    labels[1, :3] = -100  # longer prompt
-    labels[1, 5] = -100  # right padding
-    total, n_tokens = sequence_logps(logits, labels)
-
-    naive = torch.zeros(2, dtype=torch.float64)
-    for b in range(2):
-        for t in range(5):  # logits at t predict the token at t + 1
-            if labels[b, t + 1] != -100:
-                naive[b] = naive[b] + logits[b, t].log_softmax(-1)[labels[b, t + 1]]
-    assert n_tokens.tolist() == [4, 2]
-    torch.testing.assert_close(total, naive)
-    weights = torch.tensor([0.3, -1.7], dtype=torch.float64)
-    (g_ours,) = torch.autograd.grad((total * weights).sum(), logits)
-    (g_naive,) = torch.autograd.grad((naive * weights).sum(), logits)
-    torch.testing.assert_close(g_ours, g_naive)
-
-
-def test_token_logps_are_zero_off_the_mask():
-    logits = torch.randn(1, 4, 5)
-    labels = torch.tensor([[-100, 2, -100, 3]])
-    logps, mask = token_logps(logits, labels)
-    assert mask.tolist() == [[True, False, True]]
-    assert logps[0, 1] == 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# SFT: the global token mean under padding, gradient accumulation and data parallelism
-
-
-def test_global_token_mean_gives_gradient_of_mean_over_all_tokens_of_the_global_batch():
-    torch.manual_seed(2)
-    vocab, dim = 6, 4
-    weight = torch.randn(dim, vocab, dtype=torch.float64, requires_grad=True)
-
-    def micro_batch(batch, seq, n_supervised):
-        feats = torch.randn(batch, seq, dim, dtype=torch.float64)
-        labels = torch.randint(0, vocab, (batch, seq))
-        for b, n in enumerate(n_supervised):  # the last n tokens of each row are supervised
-            labels[b, : seq - n] = -100
-        return feats, labels
-
-    # two ranks, two accumulation micro-batches each, unequal lengths and padding
-    ranks = [
-        [micro_batch(2, 5, [4, 1]), micro_batch(1, 3, [2])],
-        [micro_batch(3, 4, [3, 3, 1]), micro_batch(2, 6, [5, 2])],
-    ]
-    world_size = len(ranks)
-    global_n = sum(int((labels[:, 1:] != -100).sum()) for rank in ranks for _, labels in rank)
-
-    grads = []
-    for rank in ranks:
-        rank_grad = torch.zeros_like(weight)
-        for feats, labels in rank:
-            loss_sum, _ = masked_token_mean_nll(feats @ weight, labels)
-            (g,) = torch.autograd.grad(global_token_mean(loss_sum, global_n, world_size), weight)
-            rank_grad += g
-        grads.append(rank_grad)
-    ddp_grad = sum(grads) / world_size  # DDP averages gradients over ranks
-
-    flat_logits = torch.cat([(f @ weight)[:, :-1].reshape(-1, vocab) for rank in ranks for f, _ in rank])
-    flat_labels = torch.cat([labels[:, 1:].reshape(-1) for rank in ranks for _, labels in rank])
-    (reference,) = torch.autograd.grad(F.cross_entropy(flat_logits, flat_labels, ignore_index=-100), weight)
-    torch.testing.assert_close(ddp_grad, reference)
-
-    mean_of_means = (
-        sum(
-            masked_token_mean_nll(f @ weight, labels)[0] / masked_token_mean_nll(f @ weight, labels)[1]
-            for rank in ranks
-            for f, labels in rank
-        )
-        / 4
-    )
-    (naive_grad,) = torch.autograd.grad(mean_of_means, weight)
-    assert not torch.allclose(naive_grad, reference)  # the test can tell the two apart
-
-
-def test_global_token_mean_of_a_step_without_tokens_is_zero():
-    assert global_token_mean(torch.tensor(0.0), 0).item() == 0.0
-
+from rpbench.models.forward import sequence_logps
+from rpbench.objectives.losses import aggregate_loss, clipped_policy_loss, dpo_loss, group_advantages, k3_kl
 
 # ---------------------------------------------------------------------------------------------------------
 # DPO
@@ -204,8 +71,15 @@ def trl_setup():
     for row in range(2 * n_pairs):
         completion_mask[row, prompt_len[row] : end[row]] = 1
         attention_mask[row, : end[row]] = 1
-    with torch.no_grad():
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
+    labels = input_ids.masked_fill(completion_mask == 0, -100)
+    with torch.no_grad():  # our side: the production log-prob path, before TRL patches the output layer
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "labels": labels,
+            "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        }
+        logps, n_tokens = sequence_logps(model, batch)
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "mean_logits", "is_top1"))
 
     trainer = DPOTrainer.__new__(DPOTrainer)
@@ -225,7 +99,8 @@ def trl_setup():
         "input_ids": input_ids,
         "attention_mask": attention_mask,
         "completion_mask": completion_mask,
-        "logits": logits,
+        "logps": logps,
+        "n_tokens": n_tokens,
         "ref_logps": ref_logps,
         "n_pairs": n_pairs,
     }
@@ -272,9 +147,7 @@ DPO_CASES = [
 @pytest.mark.parametrize(("loss_type", "beta", "label_smoothing", "trl_loss_type"), DPO_CASES)
 def test_dpo_loss_matches_trl(trl_setup, loss_type, beta, label_smoothing, trl_loss_type):
     setup, n = trl_setup, trl_setup["n_pairs"]
-    labels = setup["input_ids"].masked_fill(setup["completion_mask"] == 0, -100)
-    logps, n_tokens = sequence_logps(setup["logits"], labels)
-    ref = setup["ref_logps"]
+    logps, n_tokens, ref = setup["logps"], setup["n_tokens"], setup["ref_logps"]
     if loss_type == "ipo":  # the caller length-normalises policy and reference log-probs for IPO
         logps, ref = logps / n_tokens, ref / n_tokens
     losses, chosen_rewards, rejected_rewards = dpo_loss(

@@ -1,8 +1,7 @@
-"""Pure loss functions over tensors for the SFT, DPO and GRPO objectives.
+"""Pure loss functions over log-probabilities for the DPO and GRPO objectives.
 
-Every function here is stateless and device-agnostic; the LightningModules only wire them together.
-Conventions: ``logits`` are ``(batch, seq, vocab)``; ``labels`` are the input ids with every position
-that is not supervised set to ``ignore_index`` (-100), aligned with ``input_ids`` (not shifted).
+Every function here is stateless and device-agnostic; the LightningModules only wire them together, and
+the log-probabilities come from ``rpbench.models.forward`` (the SFT loss is its ``supervised_nll_sum``).
 Per-token GRPO tensors are ``(batch, completion_len)`` and aligned with the completion tokens.
 """
 
@@ -11,7 +10,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-IGNORE_INDEX = -100
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
 ADVANTAGE_SCALES = ("group", "batch", "none")
 AGGREGATION_MODES = ("token_mean", "seq_mean", "dr_grpo")

@@ -20,6 +20,22 @@ CONF_DIR = REPO_ROOT / "conf"
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+
+
+def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
+    """`python <script> <overrides>` from the repository root, offline, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, script, *overrides],
+        cwd=REPO_ROOT,
+        env={**os.environ, **OFFLINE_ENV, **env},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
 @contextmanager
 def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
     """`python -m rpbench.serve <options> port=0` in a subprocess: yields (served model name, base URL)."""

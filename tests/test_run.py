@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, run_script
 
 SHORT_TRAINING = [
     "objective.epochs=1",
@@ -22,11 +19,8 @@ SMALL_EVAL = ["data.max_test_samples=8", "evaluator.generation.max_new_tokens=16
 FAST = [*SHORT_TRAINING, "evaluator=none"]
 
 
-def run(*overrides: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run(
-        [sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
-    )
+def run(*overrides: str):
+    return run_script("run.py", *overrides)
 
 
 @pytest.mark.slow

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import csv
-import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import run_script
 from rpbench.sweep import flatten
 from test_run import FAST
 
@@ -20,23 +17,14 @@ def test_flatten_keeps_scalars_and_drops_lists():
 
 @pytest.mark.slow
 def test_sweep_runs_every_combination_and_writes_a_summary(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "sweep.py",
-            f"hydra.sweep.dir={tmp_path}",
-            *FAST,
-            "logger=none",
-            "save_model=false",
-            "data.max_train_samples=24",
-            "seed=1,2",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_script(
+        "sweep.py",
+        f"hydra.sweep.dir={tmp_path}",
+        *FAST,
+        "logger=none",
+        "save_model=false",
+        "data.max_train_samples=24",
+        "seed=1,2",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = list(csv.DictReader((tmp_path / "summary.csv").open()))

@@ -12,16 +12,13 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA, served_from_command_line
+from conftest import OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
 
 
-def run(*overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "run.py", *overrides], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
-    )
+def run(*overrides: str):
+    return run_script("run.py", *overrides)
 
 
 def lines(path) -> list[dict]:
@@ -68,7 +65,7 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "run.py", *args],
         cwd=REPO_ROOT,
-        env=ENV,
+        env={**os.environ, **OFFLINE_ENV},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -153,24 +150,16 @@ def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_pat
 @pytest.mark.slow
 def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
     out = tmp_path / "run"
-    env = {**ENV, "WANDB_MODE": "offline"}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "run.py",
-            f"hydra.run.dir={out}",
-            *SMALL,
-            "evaluator=rolemrc",
-            "logger=wandb",
-            "data.max_test_samples=4",
-            "evaluator.generation.max_new_tokens=8",
-            "evaluator.metrics=[bleu]",
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        *SMALL,
+        "evaluator=rolemrc",
+        "logger=wandb",
+        "data.max_test_samples=4",
+        "evaluator.generation.max_new_tokens=8",
+        "evaluator.metrics=[bleu]",
+        WANDB_MODE="offline",
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (table,) = out.glob("wandb/offline-run-*/files/media/table/eval/predictions_*.table.json")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -44,13 +45,17 @@ def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
 @pytest.mark.slow
 def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path):
     out = tmp_path / "run"
-    first = run(f"hydra.run.dir={out}", *FAST, "logger=none")
+    first = run(f"hydra.run.dir={out}", *FAST)
     assert first.returncode == 0, first.stderr[-3000:]
     steps = json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"]
-    second = run(f"hydra.run.dir={out}", *FAST, "logger=none", "objective.epochs=2")
+    first_curve = (out / "metrics.csv").read_text()
+    second = run(f"hydra.run.dir={out}", *FAST, "objective.epochs=2")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "Restoring states from the checkpoint" in second.stdout + second.stderr
     assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2 * steps
+    assert (out / "metrics.1.csv").read_text() == first_curve  # the resumed run kept the earlier curve
+    logged_steps = [int(row["step"]) for row in csv.DictReader((out / "metrics.csv").open())]
+    assert min(logged_steps) >= steps - 1 and max(logged_steps) == 2 * steps - 1  # only the resumed epoch
 
 
 def test_cfg_job_prints_the_resolved_config():

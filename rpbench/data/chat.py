@@ -138,17 +138,3 @@ class ChatRenderer:
     def render_completion(self, prompt: Sequence[Turn], completion: str) -> Rendered:
         """``prompt`` plus one supervised assistant reply (DPO chosen/rejected, GRPO completions)."""
         return self.render_conversation([*prompt, Turn("assistant", completion)])
-
-
-def supervised_texts(tokenizer, rendered: Rendered) -> list[str]:
-    """Decode each contiguous supervised span (used to verify masks)."""
-    spans: list[list[int]] = []
-    previous = False
-    for token, label in zip(rendered.input_ids, rendered.labels):
-        supervised = label != IGNORE_INDEX
-        if supervised and not previous:
-            spans.append([])
-        if supervised:
-            spans[-1].append(token)
-        previous = supervised
-    return [tokenizer.decode(span) for span in spans]

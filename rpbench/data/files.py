@@ -39,6 +39,12 @@ def package_path(name: str) -> Path:
     return Path(str(resources.files(package) / inner))
 
 
+def image_root(data_cfg: Mapping[str, Any]) -> Path | None:
+    """Where ``data.image_root`` is on this machine (None when unset)."""
+    root = data_cfg.get("image_root")
+    return package_path(str(root)) if root else None
+
+
 def _download(repo: str, filename: str, split: str) -> Path:
     from huggingface_hub import hf_hub_download
 

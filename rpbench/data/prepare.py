@@ -8,7 +8,7 @@ from typing import Any
 
 from rpbench.data import readers
 from rpbench.data.errors import ReadResult
-from rpbench.data.files import package_path, resolve_data_file
+from rpbench.data.files import image_root, resolve_data_file
 
 # Data-config keys passed to the readers as format options.
 READER_OPTIONS = ("task_dimensions", "image_root", "test_splits")
@@ -20,7 +20,7 @@ def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
     path = resolve_data_file(data_cfg, split)
     options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
-        options["image_root"] = package_path(str(options["image_root"]))
+        options["image_root"] = image_root(data_cfg)
     result = readers.read(
         str(data_cfg["format"]), split, path, on_error=str(data_cfg.get("on_error", "raise")), **options
     )

@@ -14,23 +14,17 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.files import package_path
+from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
+from rpbench.distributed import rank_and_world
 from rpbench.eval import report
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap, summarize
 
 JUDGED = {"rolemrc", "mmrole"}
-
-
-def _rank_world() -> tuple[int, int]:
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 def _container(node) -> Any:
@@ -53,7 +47,6 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
         endpoint = ev.endpoint
         if not endpoint.base_url or not endpoint.model:
             raise ValueError("evaluator.backend=endpoint needs evaluator.endpoint.base_url and .model")
-        image_root = cfg.data.get("image_root")
         return generate_via_endpoint(
             str(endpoint.base_url),
             str(endpoint.model),
@@ -63,13 +56,13 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
             concurrency=int(endpoint.concurrency),
             api_key_env=str(endpoint.api_key_env),
             timeout_s=float(endpoint.timeout_s),
-            image_root=package_path(str(image_root)) if image_root else None,
+            image_root=image_root(cfg.data),
         ).as_dict()
     if ev.backend != "local":
         raise ValueError(f"evaluator.backend={ev.backend!r}: choose local or endpoint")
     if model is None:
         raise ValueError("evaluator.backend=local needs a model")
-    rank, world = _rank_world()
+    rank, world = rank_and_world()
     options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
     return generate_predictions(model, tokenizer, examples, path, options, rank=rank, world_size=world).as_dict()
 
@@ -115,8 +108,9 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
 
 def judge_rolemrc_records(
     cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path
-) -> dict[str, Any]:
-    """The five binary rubrics; accuracies get bootstrap CIs; replies go to judgements.jsonl."""
+) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
+    """The five binary rubrics (accuracies with bootstrap CIs), and each record's verdicts by rubric;
+    the judge's replies go to judgements.jsonl."""
     from rpbench.eval.judge import judge_rolemrc
     from rpbench.eval.judge.rolemrc_rubrics import dimension_of
 
@@ -128,8 +122,7 @@ def judge_rolemrc_records(
         for group, tally in judged[level].items():
             verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
             tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
-    judged["verdicts"] = {rec["id"]: rec["verdicts"] for rec in records}
-    return judged
+    return judged, {rec["id"]: rec["verdicts"] for rec in records}
 
 
 def write_mmrole_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path) -> Path:
@@ -169,14 +162,13 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
     else:
         from rpbench.eval.judge import open_judge
 
-        image_root = cfg.data.get("image_root")
         with open_judge(_container(cfg.judge)) as client:
             results = judge_answers(
                 answers,
                 client,
                 out_dir / "reviews",
                 swap=bool(ev.swap),
-                image_root=package_path(str(image_root)) if image_root else None,
+                image_root=image_root(cfg.data),
             )
     results["csv_files"] = [p.name for p in write_results_csvs(results, out_dir / "results")]
     return results
@@ -226,7 +218,7 @@ def evaluate(
         "images_dropped": images_dropped,
         "generation": generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl"),
     }
-    if _rank_world()[0] != 0:
+    if rank_and_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
     scored = reference_metrics(cfg, examples, predictions)
@@ -238,10 +230,9 @@ def evaluate(
         for i, e in enumerate(examples)
     ]
     if judging and name == "rolemrc":
-        results["judge"] = judge_rolemrc_records(cfg, examples, predictions, out_dir)
+        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir)
         for row in scores:
-            row["verdicts"] = results["judge"]["verdicts"][row["id"]]
-        del results["judge"]["verdicts"]
+            row["verdicts"] = verdicts[row["id"]]
     if judging and name == "mmrole":
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_mmrole_answers(examples, predictions, out_dir))
     write_jsonl(out_dir / "scores.jsonl", scores)

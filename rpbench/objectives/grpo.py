@@ -30,6 +30,7 @@ from torch.nn.utils.rnn import pad_sequence
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
+from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.forward import labelled_logps
 from rpbench.objectives.base import ObjectiveModule
@@ -41,13 +42,7 @@ from rpbench.objectives.losses import (
     group_advantages,
     k3_kl,
 )
-from rpbench.objectives.reference import (
-    all_gather_objects,
-    drop_reference_weights,
-    live_reference,
-    rank_and_world,
-    restore_reference_weights,
-)
+from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sampling_seed
 

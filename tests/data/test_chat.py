@@ -6,9 +6,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rpbench.data.chat import IGNORE_INDEX, ChatRenderer, supervised_texts
+from rpbench.data.chat import IGNORE_INDEX, ChatRenderer, Rendered
 from rpbench.data.records import Turn
 from rpbench.models import load_tokenizer
+
+
+def supervised_texts(tokenizer, rendered: Rendered) -> list[str]:
+    """Decode each contiguous supervised span: what the loss trains on, as text."""
+    spans: list[list[int]] = []
+    previous = False
+    for token, label in zip(rendered.input_ids, rendered.labels):
+        supervised = label != IGNORE_INDEX
+        if supervised and not previous:
+            spans.append([])
+        if supervised:
+            spans[-1].append(token)
+        previous = supervised
+    return [tokenizer.decode(span) for span in spans]
+
 
 FAMILIES = {"qwen2": "<|im_end|>", "llama": "<|eot_id|>"}
 SPECIAL = ("<|", "|>")

@@ -13,12 +13,9 @@ import time
 import pytest
 
 from conftest import OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
+from test_run import run
 
 SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
-
-
-def run(*overrides: str):
-    return run_script("run.py", *overrides)
 
 
 def lines(path) -> list[dict]:

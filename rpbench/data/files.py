@@ -1,11 +1,14 @@
-"""Where a data config's files live: a local path, a file inside rpbench (``pkg://``), or a hub dataset."""
+"""Where a data config's files live (a local path, a file inside rpbench (``pkg://``), or a hub dataset),
+and the one rule for files a record names: they stay inside their root."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
+
+from rpbench.data.errors import DataFormatError
 
 PKG_PREFIX = "pkg://"
 
@@ -43,6 +46,35 @@ def image_root(data_cfg: Mapping[str, Any]) -> Path | None:
     """Where ``data.image_root`` is on this machine (None when unset)."""
     root = data_cfg.get("image_root")
     return package_path(str(root)) if root else None
+
+
+def confined_path(root: str | Path | None, name: str, *, file: str | Path, record: str | int, field: str) -> Path:
+    """``root / name`` with symlinks resolved, provided it stays inside ``root``.
+
+    Every file a record names (an image) goes through here, so no record makes rpbench read, or send
+    to an endpoint, a file outside its data: an absolute name, ``..`` or a symlink that leads out of
+    ``root`` is a DataFormatError naming ``file``, ``record`` and ``field``. The file need not exist.
+    Without a root, only a relative name without ``..`` is accepted, and returned as it is.
+    """
+
+    if root is None:
+        if PurePath(name).is_absolute() or ".." in PurePath(name).parts:
+            raise DataFormatError(file, record, field, f"a relative path without '..' (no root is set), got {name!r}")
+        return Path(name)
+    try:
+        base = Path(root).resolve()
+        path = (base / name).resolve()
+    except (OSError, RuntimeError, ValueError) as error:  # a symlink loop, a NUL byte
+        raise DataFormatError(file, record, field, f"a path inside {root}, got {name!r} ({error})") from None
+    if not path.is_relative_to(base):
+        raise DataFormatError(
+            file,
+            record,
+            field,
+            f"a path inside {base}; {name!r} leads to {path}, outside it "
+            "(absolute paths, '..' and symlinks may not leave the root)",
+        )
+    return path
 
 
 def _download(repo: str, filename: str, split: str) -> Path:

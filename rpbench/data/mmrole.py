@@ -13,9 +13,11 @@ non-empty) and the turns before the last; the last assistant ``value`` is the re
 (possibly multi-turn; ``system``, ``role``, ``script``, ``other_role`` optional) and give SFTExamples.
 The image is attached to the first user turn.
 
-Options: ``image_root`` (images are resolved relative to it; a missing image file is not an error
-here, MMRole's COCO images are not shipped with it) and, for test files, ``scenario`` (one of
-SCENARIOS; inferred from a file name starting with it otherwise). Other options are ignored.
+Options: ``image_root`` (images are resolved relative to it and must stay inside it, see
+``files.confined_path``; without it an image must be a relative path without ``..``; a missing image
+file is not an error here, MMRole's COCO images are not shipped with it) and, for test files,
+``scenario`` (one of SCENARIOS; inferred from a file name starting with it otherwise). Other options
+are ignored.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import OnError, ReadResult
+from rpbench.data.files import confined_path
 from rpbench.data.readers import (
     Source,
     as_object,
@@ -94,7 +97,7 @@ def _conversation(
     first_user = next((i for i, t in enumerate(turns) if t.role == "user"), None)
     if first_user is None:
         raise source.error("conversations", "a user turn to carry the image")
-    resolved = str(Path(image_root) / image) if image_root else image
+    resolved = str(confined_path(image_root or None, image, file=source.path, record=source.record, field="image"))
     turns[first_user] = Turn("user", turns[first_user].content, image=resolved)
     return tuple(([Turn("system", system)] if system.strip() else []) + turns)
 

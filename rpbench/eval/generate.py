@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.errors import DataFormatError
+from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 
 log = logging.getLogger(__name__)
@@ -433,23 +434,29 @@ def generate_predictions(
 # ------------------------------------------------------------------------------------ endpoint
 
 
+def image_path(example: EvalExample, index: int, image_root: Path | None) -> Path:
+    """Where the image of prompt turn ``index`` is: a file inside ``image_root`` (``confined_path``)."""
+    image = example.prompt[index].image
+    if image_root is None:
+        raise ValueError(f"record {example.id!r} has an image ({image}); pass image_root")
+    return confined_path(image_root, image, file="evaluation set", record=example.id, field=f"prompt[{index}].image")
+
+
 def check_images(examples: Sequence[EvalExample], image_root: Path | None) -> None:
     for example in examples:
-        for turn in example.prompt:
-            if turn.image and image_root is None:
-                raise ValueError(f"record {example.id!r} has an image ({turn.image}); pass image_root")
-            if turn.image and not (image_root / turn.image).is_file():
-                raise FileNotFoundError(f"record {example.id!r}: image {image_root / turn.image} not found")
+        for i, turn in enumerate(example.prompt):
+            if turn.image and not (path := image_path(example, i, image_root)).is_file():
+                raise FileNotFoundError(f"record {example.id!r}: image {path} not found")
 
 
 def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dict[str, Any]]:
     """OpenAI chat messages; a turn's image becomes a base64 ``image_url`` part before its text."""
     messages: list[dict[str, Any]] = []
-    for turn in example.prompt:
+    for i, turn in enumerate(example.prompt):
         if not turn.image:
             messages.append(turn.as_message())
             continue
-        path = image_root / turn.image
+        path = image_path(example, i, image_root)
         mime = mimetypes.guess_type(path.name)[0] or "image/png"
         url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
         messages.append(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import DataFormatError
+from rpbench.data.files import confined_path
 from rpbench.eval.judge.client import JudgeClient, JudgeRequest, ParsedReply
 from rpbench.eval.judge.mmrole_prompts import (
     JUDGE_SYSTEM,
@@ -176,9 +177,10 @@ def judge_answers(
     """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate.
 
     One judge call per metric per record (two with ``swap``); the image is attached as a data URL when
-    the judge is multimodal and ``image_root / record["image"]`` exists. Unreadable scores are re-asked
-    (``parse_tries``) and then stored as ``score: {}`` (parse failure). Returns ``aggregate_reviews``
-    plus ``images`` (attached / missing) and ``judge_stats``.
+    the judge is multimodal and ``image_root / record["image"]`` exists. An image path that leaves
+    ``image_root`` (``confined_path``) is a DataFormatError before the file's first judge call. Unreadable
+    scores are re-asked (``parse_tries``) and then stored as ``score: {}`` (parse failure). Returns
+    ``aggregate_reviews`` plus ``images`` (attached / missing) and ``judge_stats``.
     """
     paths = sorted(Path(answers_dir).glob("*.json"))
     if not paths:
@@ -189,7 +191,7 @@ def judge_answers(
     for path in paths:
         records = [_validated_answer(path, i, r) for i, r in enumerate(_read_list(path))]
         orders = [False, True] if swap else [False]
-        parts = [_image_part(record, client, image_root, images) for record in records]
+        parts = [_image_part(path, record, client, image_root, images) for record in records]
         jobs = [(i, metric, flipped) for i in range(len(records)) for metric in METRICS for flipped in orders]
         requests = [_request(records[i], metric, flipped, parts[i], client) for i, metric, flipped in jobs]
         replies = client.judge_parsed(requests, parse_score_pair, REASK, desc=f"MMRole-Eval {path.stem}")
@@ -230,12 +232,12 @@ def _review_entry(reply: ParsedReply) -> dict[str, Any]:
 
 
 def _image_part(
-    record: Mapping[str, Any], client: JudgeClient, image_root: str | Path | None, counts: dict[str, int]
+    answers: Path, record: Mapping[str, Any], client: JudgeClient, image_root: str | Path | None, counts: dict[str, int]
 ) -> dict | None:
+    path = confined_path(image_root, record["image"], file=answers, record=record["id"], field="image")
     if not client.config.multimodal:
         return None
-    path = Path(image_root) / record["image"] if image_root is not None else None
-    if path is None or not path.is_file():
+    if image_root is None or not path.is_file():
         counts["missing"] += 1
         return None
     counts["attached"] += 1

@@ -6,12 +6,20 @@ split ``train`` -> ``read_sft``, ``pairs`` -> ``read_pairs``, ``test`` -> ``read
 Files are JSON Lines (one object per line, blank lines ignored) or one JSON document; a file whose
 first non-blank character is ``[`` is read as a JSON list, anything else as JSON Lines. Records are
 named in errors by 1-based line number (JSON Lines) or by 0-based index and id (JSON lists).
+
+Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
+``"\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
+so its id, and the train/validation split, survive renaming the file or adding lines; two records of
+identical content then share an id, which is an error like any repeated id (under ``on_error=skip``
+the repeat is skipped and counted).
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +33,8 @@ T = TypeVar("T")
 FORMATS: tuple[str, ...] = ("rolemrc", "mmrole", "rpgbench")
 SPLIT_READERS: dict[str, str] = {"train": "read_sft", "pairs": "read_pairs", "test": "read_test"}
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+CONTENT_ID_CHARS = 16
 
 
 def read(format: str, split: str, path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult:
@@ -46,7 +56,7 @@ def read(format: str, split: str, path: str | Path, *, on_error: OnError = "rais
 
 @dataclass(frozen=True)
 class Source:
-    """Where a record came from: names it in errors and gives it a fallback id.
+    """Where a record came from: names it in errors.
 
     ``record`` is a 1-based line number (JSON Lines) or a position such as ``3`` or ``IDTest[3]``
     (JSON documents); positions are completed with the record's own id once it is known.
@@ -54,7 +64,6 @@ class Source:
 
     path: str
     record: int | str
-    fallback_id: str
     positional: bool = False
 
     def error(self, field: str, problem: str) -> DataFormatError:
@@ -88,23 +97,53 @@ def load_document(path: Path) -> Any:
 def iter_records(path: Path) -> Iterator[tuple[Source, Any]]:
     """(source, raw record) for each record of a JSON Lines file (streamed) or a JSON list.
 
-    An invalid JSON line is yielded as a DataFormatError in place of the record, so the caller can
-    skip it under ``on_error=skip``.
+    An invalid JSON line or invalid text (``checked_text``) is yielded as a DataFormatError in place
+    of the record, so the caller can skip it under ``on_error=skip``.
     """
-    stem = path.stem
     if _first_byte(path) == b"[":
         for index, raw in enumerate(load_document(path)):
-            yield Source(str(path), index, f"{stem}:{index}", positional=True), raw
+            source = Source(str(path), index, positional=True)
+            yield source, checked_text(raw, source)
         return
     with path.open("rb") as lines:
         for number, line in enumerate(lines, start=1):
             if not line.strip():
                 continue
-            source = Source(str(path), number, f"{stem}:{number}")
+            source = Source(str(path), number)
             try:
-                yield source, json.loads(line.decode("utf-8"))
+                raw = json.loads(line.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 yield source, source.error("<line>", f"one valid UTF-8 JSON object per line ({exc})")
+                continue
+            yield source, checked_text(raw, source)
+
+
+def checked_text(raw: Any, source: Source) -> Any:
+    """``raw``, or a DataFormatError naming its first string (value or key) that is not valid Unicode.
+
+    JSON's ``\\uXXXX`` escapes can spell a lone UTF-16 surrogate, which Python accepts but cannot
+    encode; caught here, it would otherwise fail far downstream without naming the record.
+    """
+    try:
+        json.dumps(raw, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return source.error(_surrogate_at(raw, "") or "<record>", "valid Unicode text, got a lone UTF-16 surrogate")
+    return raw
+
+
+def _surrogate_at(value: Any, where: str) -> str | None:
+    """The field path of a string under ``value`` holding a lone surrogate (such a key shown escaped)."""
+    if isinstance(value, str):
+        return where if LONE_SURROGATE.search(value) else None
+    if isinstance(value, list):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    elif isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else key, item) for key, item in value.items()]
+        if bad := next((key for key in value if LONE_SURROGATE.search(key)), None):
+            return f"{where}.{bad!a}" if where else ascii(bad)
+    else:
+        return None
+    return next((found for name, item in items if (found := _surrogate_at(item, name))), None)
 
 
 def _first_byte(path: Path) -> bytes:
@@ -122,7 +161,8 @@ def collect(
     """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped``.
 
     A file without records is an error. Record ids must be unique within a file (later stages key
-    predictions and judgements by id).
+    predictions and judgements by id); a record without an id repeats another when their contents are
+    identical.
     """
     result: ReadResult[T] = ReadResult(str(path))
     seen: dict[str, int | str] = {}
@@ -134,7 +174,11 @@ def collect(
                 raise raw
             example = parse(raw, source)
             if example.id in seen:
-                raise source.error("id", f"a unique record id; {example.id!r} is also record {seen[example.id]}")
+                raise source.error(
+                    "id",
+                    f"a unique record id; {example.id!r} is also record {seen[example.id]} (records without an "
+                    "id are identified by their content: identical records repeat one id)",
+                )
             seen[example.id] = source.record
             result.examples.append(example)
         except DataFormatError as error:
@@ -194,13 +238,20 @@ def optional_str(record: Mapping[str, Any], key: str, source: Source, *, allow_e
 
 
 def record_id(record: Mapping[str, Any], key: str, source: Source) -> tuple[str, Source]:
-    """The record's own id under ``key`` if it has one, else the fallback id; plus a source naming it."""
+    """The record's own id under ``key`` if it has one, else its ``content_id``; plus a source naming it."""
     if key not in record:
-        return source.fallback_id, source
+        return content_id(record), source
     value = record[key]
     if isinstance(value, bool) or not isinstance(value, (str, int)) or not str(value).strip():
         raise source.error(key, f"a non-empty string or integer id, got {value!r}")
     return str(value), source.named(str(value))
+
+
+def content_id(record: Mapping[str, Any]) -> str:
+    """A stable id from a record's content: a hash of its canonical JSON (key order and spacing do not
+    count), the same wherever the record sits and whatever the file is called."""
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:CONTENT_ID_CHARS]
 
 
 def type_name(value: Any) -> str:

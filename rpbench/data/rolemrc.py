@@ -12,7 +12,8 @@ Formats, one JSON object per line (a JSON list is accepted too):
 Roles are matched case-insensitively. Turn order rules: see ``readers.parse_conversation``. The label
 is optional in training files (the ``_mix`` files add records from other datasets); free-chat labels
 such as ``role_related_dialogue---user_first---no_narration---answer`` are split into ``label_parts``.
-Records carry no id in the published files: ids are ``<file stem>:<line>`` unless a record has ``id``.
+Records carry no id in the published files: ids are ``readers.content_id`` unless a record has ``id``.
+A pair whose chosen and rejected replies are the same (up to surrounding whitespace) is an error.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
         prompt = _turns(record, "prompt", source, last="user")
         chosen = require_str(record, "chosen", source)
         rejected = require_str(record, "rejected", source)
+        if rejected.strip() == chosen.strip():
+            raise source.error("rejected", "a reply different from 'chosen' (an identical pair teaches nothing)")
         return PreferenceExample(rid, prompt, chosen, rejected, _label_meta(record, source))
 
     return read_file(path, parse, on_error)

@@ -28,6 +28,7 @@ from rpbench.data.readers import (
     Source,
     as_object,
     check_on_error,
+    checked_text,
     collect,
     existing_file,
     load_document,
@@ -117,10 +118,9 @@ def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnErro
 def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iterator[tuple[Source, Any]]:
     for split in splits:
         for index, sample in enumerate(document[split]):
-            yield (
-                Source(str(path), f"{split}[{index}]", f"{path.stem}:{split}:{index}", positional=True),
-                (split, sample),
-            )
+            source = Source(str(path), f"{split}[{index}]", positional=True)
+            sample = checked_text(sample, source)
+            yield source, sample if isinstance(sample, DataFormatError) else (split, sample)
 
 
 def _sample(raw: Any, source: Source, split: str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -21,6 +22,12 @@ TASK_DIMENSIONS = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").t
 def write_jsonl(path: Path, records: list) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in records), encoding="utf-8")
     return path
+
+
+def content_id(record: dict) -> str:
+    """The documented id of a record without one: sha256 of its canonical JSON, first 16 hex digits."""
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
 def turns(*pairs: tuple[str, str]) -> list[dict[str, str]]:
@@ -79,7 +86,8 @@ def test_rolemrc_sample_files_read_completely():
     assert all(isinstance(e, SFTExample) and e.turns[-1].role == "assistant" for e in sft.examples)
     assert all(isinstance(e, PreferenceExample) and e.prompt[-1].role == "user" for e in pairs.examples)
     assert all(isinstance(e, EvalExample) and e.prompt[-1].role == "user" for e in test.examples)
-    assert sft.examples[0].id == "train-sft:1" and test.examples[4].id == "test:5"
+    first_sft = json.loads((SAMPLE_DIR / "rolemrc" / "train-sft.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert sft.examples[0].id == content_id(first_sft)
     free_chat = [e for e in sft.examples if "label_parts" in e.meta]
     assert free_chat and all(set(e.meta["label_parts"]) == set(rolemrc.LABEL_PARTS) for e in free_chat)
     dims = {e.task: e.meta["dimensions"] for e in test.examples}
@@ -96,7 +104,7 @@ def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
     }
     [example] = rolemrc.read_sft(write_jsonl(tmp_path / "a.jsonl", ["", record])).examples
     assert [t.role for t in example.turns] == ["system", "assistant", "user", "assistant"]
-    assert example.id == "a:2"  # blank line 1 is not a record, but lines keep their numbers
+    assert example.id == content_id(record)
     assert example.meta == {
         "task": record["task"],
         "label_parts": {
@@ -111,7 +119,7 @@ def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
 def test_rolemrc_accepts_json_list_and_own_ids(tmp_path):
     path = tmp_path / "list.json"
     path.write_text(json.dumps([{**GOOD_SFT, "id": "x1"}, GOOD_SFT]), encoding="utf-8")
-    assert [e.id for e in rolemrc.read_sft(path).examples] == ["x1", "list:1"]
+    assert [e.id for e in rolemrc.read_sft(path).examples] == ["x1", content_id(GOOD_SFT)]
 
 
 @pytest.mark.parametrize(
@@ -170,7 +178,7 @@ def test_mmrole_scenario_option_and_multi_turn_training(tmp_path):
     path.write_text(json.dumps([long]), encoding="utf-8")
     [sft] = mmrole.read_sft(path, image_root="imgs").examples
     assert [(t.role, t.image) for t in sft.turns] == [
-        ("user", str(Path("imgs") / "COCO/x.jpg")),
+        ("user", str(Path("imgs").resolve() / "COCO/x.jpg")),  # resolved: checked to stay inside the root
         ("assistant", None),
         ("user", None),
         ("assistant", None),
@@ -315,7 +323,7 @@ BAD_ROLEMRC = [
 )
 def test_rolemrc_bad_record_named_by_file_line_and_field(tmp_path, split, bad, record, field, problem):
     good = {"train": {**GOOD_SFT, "id": "train-1"}, "pairs": GOOD_PAIR, "test": GOOD_TEST}[split]
-    path = write_jsonl(tmp_path / f"{split}.jsonl", [good, bad, good if split != "train" else GOOD_SFT])
+    path = write_jsonl(tmp_path / f"{split}.jsonl", [good, bad, {**good, "id": "last"}])
     options = {"task_dimensions": TASK_DIMENSIONS}
     with pytest.raises(DataFormatError) as caught:
         readers.read("rolemrc", split, path, **options)

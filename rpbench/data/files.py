@@ -56,7 +56,6 @@ def confined_path(root: str | Path | None, name: str, *, file: str | Path, recor
     ``root`` is a DataFormatError naming ``file``, ``record`` and ``field``. The file need not exist.
     Without a root, only a relative name without ``..`` is accepted, and returned as it is.
     """
-
     if root is None:
         if PurePath(name).is_absolute() or ".." in PurePath(name).parts:
             raise DataFormatError(file, record, field, f"a relative path without '..' (no root is set), got {name!r}")

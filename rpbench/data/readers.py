@@ -8,7 +8,7 @@ first non-blank character is ``[`` is read as a JSON list, anything else as JSON
 named in errors by 1-based line number (JSON Lines) or by 0-based index and id (JSON lists).
 
 Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
-``"\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
+``"\\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
 so its id, and the train/validation split, survive renaming the file or adding lines; two records of
 identical content then share an id, which is an error like any repeated id (under ``on_error=skip``
 the repeat is skipped and counted).
@@ -33,7 +33,7 @@ T = TypeVar("T")
 FORMATS: tuple[str, ...] = ("rolemrc", "mmrole", "rpgbench")
 SPLIT_READERS: dict[str, str] = {"train": "read_sft", "pairs": "read_pairs", "test": "read_test"}
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
 
 

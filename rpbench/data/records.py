@@ -17,7 +17,8 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant")
 
 @dataclass(frozen=True)
 class Turn:
-    """One message. ``image`` is a path (relative to the benchmark's image root) for multimodal turns."""
+    """One message. ``image`` is the image of a multimodal turn: a path inside the benchmark's image root
+    (resolved, when the reader was given the root; ``files.confined_path``)."""
 
     role: Role
     content: str

@@ -38,7 +38,7 @@ def get(url: str) -> dict:
 
 def test_chat_completion_models_and_health(tiny):
     with serve_in_thread(tiny) as server:
-        status, body = post(server.base_url, {"model": "x", "messages": HELLO, "max_tokens": 8, "temperature": 0})
+        status, body = post(server.base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 8, "temperature": 0})
         assert status == 200
         assert body["object"] == "chat.completion"
         choice = body["choices"][0]

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -371,9 +372,10 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
         seconds = float(value)
     except ValueError:
         try:
-            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+            when = parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
+        seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() - time.time()
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 

@@ -4,9 +4,9 @@ Requests run concurrently under a limit, are retried with exponential backoff an
 timeouts, connection errors and bad replies (an HTTP 200 whose body is not a chat completion: cut-off JSON,
 a wrong shape, an HTML page), waiting at least what a ``Retry-After`` header asks (up to
 ``retry_after_max_s``); a request still failing then is a counted failure, never a verdict. Replies are
-cached in SQLite so a re-run makes no requests. Tokens and cost are
-counted. The API key is read from the environment variable the config names, handed to the ``openai``
-client and nowhere else: it is not part of the config object, the cache key, logs or results.
+cached in SQLite so a re-run makes no requests. Tokens and cost are counted. The API key is read from the
+environment variable the config names, handed to the ``openai`` client and nowhere else: it is not part
+of the config object, the cache key, logs or results.
 """
 
 from __future__ import annotations
@@ -356,15 +356,7 @@ def read_completion(body: str, content_type: str | None) -> JudgeResult:
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """Seconds a reply asks to wait: ``retry-after-ms``, or ``Retry-After`` as seconds or an HTTP date."""
-    value = headers.get("retry-after-ms")
-    if value is not None:
-        try:
-            seconds = float(value) / 1000
-        except ValueError:
-            seconds = math.nan
-        if math.isfinite(seconds) and seconds >= 0:
-            return seconds
+    """Seconds a reply's ``Retry-After`` header asks to wait (seconds or an HTTP date); None without one."""
     value = headers.get("retry-after")
     if value is None:
         return None

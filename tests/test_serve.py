@@ -265,6 +265,7 @@ def test_a_request_that_left_while_queued_is_not_generated(tiny):
         assert len(server.stats.stopped_after_tokens) == 1
 
 
+@pytest.mark.slow
 def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
     replies: dict[str, tuple[int, dict]] = {}
     finished: list[str] = []
@@ -274,7 +275,7 @@ def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
         finished.append(name)
 
     with serve_in_thread(tiny, {"batch_wait_ms": 0, "max_queue": 1}) as server:
-        long = threading.Thread(target=call, args=("long", 600))
+        long = threading.Thread(target=call, args=("long", 1000))
         long.start()
         wait_until(lambda: server.stats.batch_sizes == [1])  # generating
         normal = threading.Thread(target=call, args=("normal", 4))
@@ -294,7 +295,7 @@ def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
     assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
     assert "busy" in json.load(refused.value)["error"]["message"]
     assert finished == ["long", "normal"]
-    assert replies["long"][1]["usage"]["completion_tokens"] == 600
+    assert replies["long"][1]["usage"]["completion_tokens"] == 1000
     assert replies["normal"][0] == 200 and replies["normal"][1]["usage"]["completion_tokens"] == 4
 
 

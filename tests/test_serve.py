@@ -204,7 +204,7 @@ def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment):
 
 
 def test_the_context_bound_counts_the_prompt(tiny):
-    with serve_in_thread(tiny, {"scripted": []}) as server:
+    with serve_in_thread(tiny) as server:
         prompt = post(server.base_url, {"messages": HELLO, "max_tokens": 1})[1]["usage"]["prompt_tokens"]
         status, reply = post(server.base_url, {"messages": HELLO, "max_tokens": 2048 - prompt + 1})
         assert status == 400
@@ -212,6 +212,15 @@ def test_the_context_bound_counts_the_prompt(tiny):
         long = [{"role": "user", "content": "word " * 3000}]
         status, reply = post(server.base_url, {"messages": long})  # no max_tokens: the prompt alone is too long
         assert status == 400 and "maximum context length" in reply["error"]["message"]
+        near = [{"role": "user", "content": "word " * 1990}]  # no max_tokens: the default 256 does not fit
+        status, reply = post(server.base_url, {"messages": near, "temperature": 0})
+        usage = reply["usage"]
+        assert status == 200 and usage["prompt_tokens"] > 2048 - 256
+        assert (
+            usage["completion_tokens"]
+            == 2048 - usage["prompt_tokens"]
+            == usage["total_tokens"] - usage["prompt_tokens"]
+        )
 
 
 def test_an_unknown_model_name_gets_a_404(tiny):

@@ -71,6 +71,8 @@ class ServeOptions:
         bad = [f for f in faults if f not in FAULTS]
         if bad:
             raise ValueError(f"serve option faults: each entry must be one of {FAULTS}, got {bad}")
+        if values.get("retry_after") is not None:  # a command line gives 1 as a number
+            values["retry_after"] = str(values["retry_after"])
         scripted = tuple(values.pop("scripted", ()) or ())
         if not all(isinstance(s, Mapping) and {"match", "reply"} <= set(s) for s in scripted):
             raise ValueError("serve option scripted: a list of {match: str, reply: str}")

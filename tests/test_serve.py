@@ -137,6 +137,7 @@ def test_options_are_validated():
         ServeOptions.from_mapping({"faults": ["404"]})
     with pytest.raises(ValueError, match="scripted"):
         ServeOptions.from_mapping({"scripted": [{"match": "x"}]})
+    assert ServeOptions.from_mapping({"retry_after": 1}).retry_after == "1"  # the header value
 
 
 @pytest.mark.slow

@@ -3,25 +3,32 @@
     python -m rpbench.serve model=tiny-qwen2 port=0          # port 0: a free port; the URL is printed
     python -m rpbench.serve model=qwen2.5-7b-instruct model.dtype=bfloat16 max_batch_size=16
 
-Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Concurrent requests are
-batched: the first waiting request opens a window of ``batch_wait_ms`` during which up to
-``max_batch_size`` requests are collected, and each group with the same sampling settings becomes one
-``generate_texts`` call. ``serve_in_thread`` runs it inside the current process (tests, ``judge=local``).
+Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Requests are checked as
+OpenAI checks them (400 for bad values, prompt + max_tokens beyond the model's context included; 404 for
+another model name) and queue first in, first out: at most ``max_queue`` wait (then 503 with Retry-After).
+The first waiting request opens a window of ``batch_wait_ms`` during which up to ``max_batch_size``
+requests are collected, and each group with the same sampling settings becomes one ``generate`` call.
+A request whose client has disconnected is dropped from the queue, or its row stops generating at the
+next token. ``serve_in_thread`` runs the server inside the current process (tests, ``judge=local``).
 
-For tests, ``faults`` makes the i-th request fail on purpose (``429``, ``500``, ``garbage`` = a reply
-no judge parser accepts, ``slow`` = answer after ``slow_s`` seconds, ``ok`` = no fault), and ``scripted``
-answers requests whose last user message contains ``match`` with a fixed ``reply`` instead of the model.
+For tests, ``faults`` makes the i-th request fail on purpose (``429``, ``500``, ``503``; ``garbage`` = a
+reply no judge parser accepts; ``truncated_json``, ``wrong_shape``, ``html`` = an HTTP 200 that is no chat
+completion; ``slow`` = answer after ``slow_s`` seconds; ``ok`` = no fault), ``retry_after`` is sent as the
+Retry-After header of the 429/503 faults, and ``scripted`` answers requests whose last user message
+contains ``match`` with a fixed ``reply`` instead of the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import math
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -32,8 +39,10 @@ from aiohttp import web
 from omegaconf import OmegaConf
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
-FAULTS = ("ok", "429", "500", "garbage", "slow")
+FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
+# Seconds a client is asked to wait (Retry-After) when the queue is full.
+BUSY_RETRY_AFTER_S = 1
 
 
 @dataclass(frozen=True)
@@ -42,9 +51,13 @@ class ServeOptions:
     port: int = 0
     max_batch_size: int = 8
     batch_wait_ms: float = 5.0
+    # Reply length when a request names none (less when the prompt leaves less room in the context).
     max_tokens: int = 256
+    # Requests waiting for generation beyond this many are answered 503 with Retry-After.
+    max_queue: int = 64
     faults: tuple[str, ...] = ()
     slow_s: float = 5.0
+    retry_after: str | None = None
     scripted: tuple[Mapping[str, str], ...] = ()
     served_name: str | None = None
 
@@ -58,12 +71,16 @@ class ServeOptions:
         bad = [f for f in faults if f not in FAULTS]
         if bad:
             raise ValueError(f"serve option faults: each entry must be one of {FAULTS}, got {bad}")
+        if values.get("retry_after") is not None:  # a command line gives 1 as a number
+            values["retry_after"] = str(values["retry_after"])
         scripted = tuple(values.pop("scripted", ()) or ())
         if not all(isinstance(s, Mapping) and {"match", "reply"} <= set(s) for s in scripted):
             raise ValueError("serve option scripted: a list of {match: str, reply: str}")
         options = cls(faults=faults, scripted=scripted, **values)
-        if options.max_batch_size < 1 or options.batch_wait_ms < 0:
-            raise ValueError("serve options: max_batch_size must be >= 1 and batch_wait_ms >= 0")
+        if options.max_batch_size < 1 or options.batch_wait_ms < 0 or options.max_queue < 1:
+            raise ValueError("serve options: max_batch_size and max_queue must be >= 1, batch_wait_ms >= 0")
+        if options.max_tokens < 1:
+            raise ValueError(f"serve options: max_tokens must be >= 1, got {options.max_tokens}")
         return options
 
 
@@ -77,17 +94,53 @@ class ServedModel:
 
 @dataclass
 class ServerStats:
-    """What the server saw: chat requests (faulted ones included), concurrency, batch sizes."""
+    """What the server saw: chat requests (faulted ones included) and their arrival times (``time.time``),
+    concurrency, batch sizes, requests refused for a full queue, requests whose client left before the
+    reply (``disconnected``) and, for those cut off mid-generation, the tokens generated by then."""
 
     requests: int = 0
+    arrivals: list[float] = field(default_factory=list)
     in_flight: int = 0
     max_in_flight: int = 0
     faults_served: int = 0
     batch_sizes: list[int] = field(default_factory=list)
+    queue_full: int = 0
+    disconnected: int = 0
+    stopped_after_tokens: list[int] = field(default_factory=list)
 
 
 class BadRequest(Exception):
     pass
+
+
+class UnknownModel(Exception):
+    pass
+
+
+class ClientLeft(Exception):
+    """The client disconnected before its reply; ``tokens`` were generated by then (None: none started)."""
+
+    def __init__(self, tokens: int | None = None):
+        super().__init__("the client disconnected")
+        self.tokens = tokens
+
+
+@dataclass(frozen=True)
+class Sampling:
+    max_tokens: int
+    temperature: float
+    top_p: float
+
+
+@dataclass
+class Pending:
+    """A request waiting for generation: its prompt ids and sampling, a check whether its client left,
+    its reply."""
+
+    prompt_ids: list[int]
+    sampling: Sampling
+    gone: Callable[[], bool]
+    future: asyncio.Future
 
 
 def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
@@ -135,7 +188,9 @@ class ChatServer:
     def __init__(self, served: ServedModel, options: ServeOptions):
         self.served, self.options = served, options
         self.name = options.served_name or served.name
+        self.context = context_length(served.model)
         self.stats = ServerStats()
+        self._tokenizer_lock = threading.Lock()  # the handlers and the generation thread share it
         self._queue: asyncio.Queue | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpbench-generate")
         self._batcher: asyncio.Task | None = None
@@ -150,7 +205,7 @@ class ChatServer:
         return app
 
     async def _start_batcher(self, _app: web.Application) -> None:
-        self._queue = asyncio.Queue()
+        self._queue = asyncio.Queue(maxsize=self.options.max_queue)
         self._batcher = asyncio.create_task(self._batch_loop())
 
     async def _stop_batcher(self, _app: web.Application) -> None:
@@ -169,33 +224,59 @@ class ChatServer:
     async def _chat(self, request: web.Request) -> web.Response:
         index = self.stats.requests
         self.stats.requests += 1
+        self.stats.arrivals.append(time.time())
         self.stats.in_flight += 1
         self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
         try:
             fault = self.options.faults[index] if index < len(self.options.faults) else "ok"
             if fault != "ok":
                 self.stats.faults_served += 1
-            if fault in ("429", "500"):
+            if fault in ("429", "500", "503"):
                 kind = "rate_limit_error" if fault == "429" else "server_error"
-                return _error(int(fault), f"injected fault for request {index}", kind)
+                wait = self.options.retry_after if fault != "500" else None
+                headers = {"Retry-After": wait} if wait else {}
+                return _error(int(fault), f"injected fault for request {index}", kind, headers)
             try:
-                conversation, params = self._parse(await request.json())
+                conversation, sampling = self._parse(await request.json())
+            except UnknownModel as error:
+                return _error(404, str(error), "invalid_request_error", code="model_not_found")
             except (BadRequest, ValueError, TypeError) as error:
                 return _error(400, str(error), "invalid_request_error")
             if fault == "slow":
                 await asyncio.sleep(self.options.slow_s)
+            if fault in ("truncated_json", "wrong_shape", "html"):
+                return _bad_reply(fault, self._completion("1", 0, 0, "stop"))
             text = GARBAGE_REPLY if fault == "garbage" else self._scripted(conversation)
-            if text is None:
-                text, prompt_tokens, completion_tokens = await self._generate(conversation, params)
-            else:
-                prompt_tokens, completion_tokens = 0, 0
-            return web.json_response(self._completion(text, prompt_tokens, completion_tokens, params[0]))
+            if text is not None:
+                return web.json_response(self._completion(text, 0, 0, "stop"))
+            try:
+                prompt_ids, sampling = self._fit(conversation, sampling)
+            except BadRequest as error:
+                return _error(400, str(error), "invalid_request_error", code="context_length_exceeded")
+            future = asyncio.get_running_loop().create_future()
+            pending = Pending(prompt_ids, sampling, lambda: _client_gone(request), future)
+            try:
+                self._queue.put_nowait(pending)
+            except asyncio.QueueFull:
+                self.stats.queue_full += 1
+                message = f"the server is busy ({self.options.max_queue} requests are waiting): retry later"
+                return _error(503, message, "server_error", {"Retry-After": str(BUSY_RETRY_AFTER_S)})
+            try:
+                text, completion_tokens, finish = await future
+            except ClientLeft:
+                return web.Response(status=499)  # nobody reads it: "client closed request"
+            return web.json_response(self._completion(text, len(prompt_ids), completion_tokens, finish))
         finally:
             self.stats.in_flight -= 1
 
-    def _parse(self, body: Any) -> tuple[list[dict[str, str]], tuple[int, float, float]]:
+    def _parse(self, body: Any) -> tuple[list[dict[str, str]], Sampling]:
+        """The conversation and sampling settings of a request body, checked as OpenAI checks them;
+        ``max_tokens`` 0 when the request names none (set by ``_fit``)."""
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model != self.name:
+            raise UnknownModel(f"The model {model!r} does not exist: this server serves {self.name!r}")
         if body.get("stream"):
             raise BadRequest("stream=true is not supported")
         if body.get("n", 1) != 1:
@@ -206,17 +287,34 @@ class ChatServer:
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
         conversation = [self._message(i, m) for i, m in enumerate(messages)]
-        max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or self.options.max_tokens
-        temperature = body.get("temperature")
-        top_p = body.get("top_p")
-        params = (
-            int(max_tokens),
-            1.0 if temperature is None else float(temperature),
-            1.0 if top_p is None else float(top_p),
-        )
-        if params[0] < 1 or params[1] < 0 or not 0 < params[2] <= 1:
-            raise BadRequest("need max_tokens >= 1, temperature >= 0 and 0 < top_p <= 1")
-        return conversation, params
+        key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+        max_tokens = body.get(key)
+        if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
+            raise BadRequest(f"{key} must be an integer >= 1, got {max_tokens!r}")
+        temperature = _number(body, "temperature", 1.0)
+        top_p = _number(body, "top_p", 1.0)
+        if not 0 <= temperature <= 2:
+            raise BadRequest(f"temperature must be between 0 and 2, got {temperature!r}")
+        if not 0 < top_p <= 1:
+            raise BadRequest(f"top_p must be in (0, 1], got {top_p!r}")
+        return conversation, Sampling(max_tokens or 0, temperature, top_p)
+
+    def _fit(self, conversation: list[dict[str, str]], sampling: Sampling) -> tuple[list[int], Sampling]:
+        """The prompt's token ids, and the sampling with max_tokens set; BadRequest when prompt and reply
+        do not fit in the model's context."""
+        from rpbench.eval.generate import render_prompts
+
+        with self._tokenizer_lock:
+            [prompt_ids] = render_prompts(self.served.tokenizer, [conversation])
+        room = self.context - len(prompt_ids)
+        asked = sampling.max_tokens or min(self.options.max_tokens, room)
+        if asked > room or room < 1:
+            raise BadRequest(
+                f"This model's maximum context length is {self.context} tokens. However, you requested "
+                f"{len(prompt_ids) + asked} tokens ({len(prompt_ids)} in the messages, {asked} in the "
+                f"completion). Please reduce the length of the messages or completion."
+            )
+        return prompt_ids, Sampling(asked, sampling.temperature, sampling.top_p)
 
     def _message(self, index: int, message: Any) -> dict[str, str]:
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
@@ -238,11 +336,6 @@ class ChatServer:
         last_user = next((m["content"] for m in reversed(conversation) if m["role"] == "user"), "")
         return next((s["reply"] for s in self.options.scripted if s["match"] in last_user), None)
 
-    async def _generate(self, conversation: list[dict[str, str]], params: tuple) -> tuple[str, int, int]:
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put((conversation, params, future))
-        return await future
-
     async def _batch_loop(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
@@ -254,43 +347,73 @@ class ChatServer:
                 except TimeoutError:
                     break
             self.stats.batch_sizes.append(len(batch))
-            groups: dict[tuple, list] = {}
-            for item in batch:
-                groups.setdefault(item[1], []).append(item)
-            for params, group in groups.items():
+            groups: dict[Sampling, list[Pending]] = {}
+            for pending in batch:
+                groups.setdefault(pending.sampling, []).append(pending)
+            for sampling, group in groups.items():
+                left = [p for p in group if p.gone()]
+                for pending in left:
+                    pending.future.set_exception(ClientLeft())
+                self.stats.disconnected += len(left)
+                group = [p for p in group if p not in left]
+                if not group:
+                    continue
                 try:
-                    outputs = await loop.run_in_executor(self._executor, self._run, [c for c, _, _ in group], params)
+                    outputs = await loop.run_in_executor(self._executor, self._run, group, sampling)
                 except Exception as error:  # noqa: BLE001 - each waiting request gets it (a 500)
                     outputs = [error] * len(group)
-                for (_, _, future), output in zip(group, outputs):
-                    if future.done():
+                for pending, output in zip(group, outputs):
+                    if isinstance(output, ClientLeft):
+                        self.stats.disconnected += 1
+                        self.stats.stopped_after_tokens.append(output.tokens)
+                    if pending.future.done():
                         continue
                     if isinstance(output, Exception):
-                        future.set_exception(output)
+                        pending.future.set_exception(output)
                     else:
-                        future.set_result(output)
+                        pending.future.set_result(output)
 
-    def _run(self, conversations: list[list[dict[str, str]]], params: tuple) -> list[tuple[str, int, int]]:
-        from rpbench.eval.generate import generate_texts, render_prompts
+    def _run(self, group: list[Pending], sampling: Sampling) -> list[tuple[str, int, str] | Exception]:
+        """Generate for one group: per request the text, the generated tokens before the stop token, and
+        the finish reason; a request whose client left stops at the next token (ClientLeft)."""
+        import torch
+        from transformers import StoppingCriteriaList
 
-        max_tokens, temperature, top_p = params
-        tok = self.served.tokenizer
-        texts = generate_texts(
-            self.served.model,
-            tok,
-            conversations,
-            max_new_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            batch_size=len(conversations),
-            stop_ids=self.served.stop_ids,
+        from rpbench.eval.generate import GenerationOptions, decode_completion, hf_generation_config, left_pad
+
+        model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
+        opts = GenerationOptions(
+            max_new_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            batch_size=len(group),
+            progress=False,
         )
-        prompt_lengths = [len(ids) for ids in render_prompts(tok, conversations)]
-        return [
-            (text, n, len(tok(text, add_special_tokens=False)["input_ids"])) for text, n in zip(texts, prompt_lengths)
-        ]
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
+        ids, mask = left_pad([p.prompt_ids for p in group], pad_id)
+        watch = ClientGone([p.gone for p in group], ids.shape[1])
+        device = next(model.parameters()).device
+        if opts.sampling:
+            torch.manual_seed(opts.seed)
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids.to(device),
+                attention_mask=mask.to(device),
+                generation_config=hf_generation_config(opts, stop_ids, pad_id),
+                stopping_criteria=StoppingCriteriaList([watch]),
+            )
+        results: list[tuple[str, int, str] | Exception] = []
+        for row, stopped in zip(out[:, ids.shape[1] :].tolist(), watch.stopped_after):
+            if stopped is not None:
+                results.append(ClientLeft(stopped))
+                continue
+            generated = next((i for i, t in enumerate(row) if t in stop_ids), len(row))
+            with self._tokenizer_lock:
+                text = decode_completion(tok, row, stop_ids)
+            results.append((text, generated, "stop" if generated < len(row) else "length"))
+        return results
 
-    def _completion(self, text: str, prompt_tokens: int, completion_tokens: int, max_tokens: int) -> dict[str, Any]:
+    def _completion(self, text: str, prompt_tokens: int, completion_tokens: int, finish: str) -> dict[str, Any]:
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -300,7 +423,7 @@ class ChatServer:
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "finish_reason": "length" if completion_tokens >= max_tokens else "stop",
+                    "finish_reason": finish,
                 }
             ],
             "usage": {
@@ -311,8 +434,66 @@ class ChatServer:
         }
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
+def _error(
+    status: int, message: str, kind: str, headers: Mapping[str, str] | None = None, code: str | int | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "code": status if code is None else code}}
+    return web.json_response(body, status=status, headers=dict(headers or {}))
+
+
+def _bad_reply(fault: str, completion: dict[str, Any]) -> web.Response:
+    """An HTTP 200 that is no chat completion (the injected faults ``truncated_json``, ``wrong_shape``, ``html``)."""
+    if fault == "truncated_json":
+        body = json.dumps(completion)
+        return web.Response(text=body[: len(body) // 2], content_type="application/json")
+    if fault == "wrong_shape":
+        return web.json_response({**completion, "choices": {"text": "1"}})
+    return web.Response(text="<html><body><h1>502 Bad Gateway</h1></body></html>", content_type="text/html")
+
+
+class ClientGone:
+    """A per-row stopping criterion: a row stops at the next token once its client has disconnected;
+    ``stopped_after`` holds, per row, the tokens generated by then (None: not stopped for that)."""
+
+    def __init__(self, gone: Sequence[Callable[[], bool]], prompt_width: int):
+        self.gone, self.prompt_width = list(gone), prompt_width
+        self.stopped_after: list[int | None] = [None] * len(self.gone)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        for i, gone in enumerate(self.gone):
+            if self.stopped_after[i] is None and gone():
+                self.stopped_after[i] = input_ids.shape[1] - self.prompt_width
+        stopped = [s is not None for s in self.stopped_after]
+        return torch.tensor(stopped, dtype=torch.bool, device=input_ids.device)
+
+
+def _client_gone(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing()
+
+
+def context_length(model) -> int:
+    """The model's maximum positions (prompt plus reply)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    value = getattr(config, "max_position_embeddings", None)
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{type(model).__name__}: its config has no max_position_embeddings to bound replies by")
+    return value
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(body: Mapping[str, Any], key: str, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise BadRequest(f"{key} must be a finite number, got {value!r}")
+    return float(value)
 
 
 @dataclass

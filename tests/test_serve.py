@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import math
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 
 import pytest
+import torch
 
 from conftest import served_from_command_line
 from rpbench.serve import GARBAGE_REPLY, ServeOptions, load_served_model, serve_in_thread
@@ -38,7 +42,9 @@ def get(url: str) -> dict:
 
 def test_chat_completion_models_and_health(tiny):
     with serve_in_thread(tiny) as server:
-        status, body = post(server.base_url, {"model": "x", "messages": HELLO, "max_tokens": 8, "temperature": 0})
+        status, body = post(
+            server.base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 8, "temperature": 0}
+        )
         assert status == 200
         assert body["object"] == "chat.completion"
         choice = body["choices"][0]
@@ -131,6 +137,7 @@ def test_options_are_validated():
         ServeOptions.from_mapping({"faults": ["404"]})
     with pytest.raises(ValueError, match="scripted"):
         ServeOptions.from_mapping({"scripted": [{"match": "x"}]})
+    assert ServeOptions.from_mapping({"retry_after": 1}).retry_after == "1"  # the header value
 
 
 @pytest.mark.slow
@@ -151,3 +158,168 @@ def test_served_name_hides_local_folders(tmp_path):
     names = {served_name({"name_or_path": str(p)}) for p in (first, second)}
     assert len(names) == 2 and all(n.startswith("local/model-") and str(tmp_path) not in n for n in names)
     assert served_name({"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}) == "Qwen/Qwen2.5-7B-Instruct"
+
+
+def wait_until(condition, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < end, "the server did not get there in time"
+        time.sleep(0.02)
+
+
+def raw_post(url: str, body: dict) -> socket.socket:
+    """Send a chat request on a raw socket (closing the socket later is a client disconnecting)."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=60)
+    data = json.dumps(body).encode()
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    sock.sendall(f"{head}Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"max_tokens": 10**9}, "maximum context length is 2048 tokens"),
+        ({"max_tokens": 2048 - 10}, "maximum context length is 2048 tokens"),
+        ({"max_tokens": 1e30}, "max_tokens must be an integer"),
+        ({"max_tokens": 0}, "max_tokens must be an integer >= 1, got 0"),
+        ({"max_tokens": -5}, "max_tokens must be an integer >= 1, got -5"),
+        ({"max_tokens": 2.5}, "max_tokens must be an integer"),
+        ({"max_tokens": "8"}, "max_tokens must be an integer"),
+        ({"max_completion_tokens": 0, "max_tokens": 4}, "max_completion_tokens must be an integer"),
+        ({"temperature": math.nan}, "temperature must be a finite number, got nan"),
+        ({"temperature": math.inf}, "temperature must be a finite number"),
+        ({"temperature": -0.5}, "temperature must be between 0 and 2"),
+        ({"temperature": "hot"}, "temperature must be a finite number"),
+        ({"top_p": math.nan}, "top_p must be a finite number"),
+        ({"top_p": 0}, "top_p must be in (0, 1]"),
+    ],
+)
+def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment):
+    with serve_in_thread(tiny) as server:
+        status, reply = post(server.base_url, {"messages": HELLO, **body})
+        assert server.stats.batch_sizes == []  # nothing reached the model
+    assert status == 400
+    assert fragment in reply["error"]["message"]
+
+
+def test_the_context_bound_counts_the_prompt(tiny):
+    with serve_in_thread(tiny) as server:
+        prompt = post(server.base_url, {"messages": HELLO, "max_tokens": 1})[1]["usage"]["prompt_tokens"]
+        status, reply = post(server.base_url, {"messages": HELLO, "max_tokens": 2048 - prompt + 1})
+        assert status == 400
+        assert f"({prompt} in the messages, {2048 - prompt + 1} in the completion)" in reply["error"]["message"]
+        long = [{"role": "user", "content": "word " * 3000}]
+        status, reply = post(server.base_url, {"messages": long})  # no max_tokens: the prompt alone is too long
+        assert status == 400 and "maximum context length" in reply["error"]["message"]
+        near = [{"role": "user", "content": "word " * 1990}]  # no max_tokens: the default 256 does not fit
+        status, reply = post(server.base_url, {"messages": near, "temperature": 0})
+        usage = reply["usage"]
+        assert status == 200 and usage["prompt_tokens"] > 2048 - 256
+        assert (
+            usage["completion_tokens"]
+            == 2048 - usage["prompt_tokens"]
+            == usage["total_tokens"] - usage["prompt_tokens"]
+        )
+
+
+def test_an_unknown_model_name_gets_a_404(tiny):
+    with serve_in_thread(tiny) as server:
+        status, reply = post(server.base_url, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 4})
+    assert status == 404 and reply["error"]["code"] == "model_not_found"
+    assert "'gpt-4o'" in reply["error"]["message"] and "tiny:qwen2" in reply["error"]["message"]
+
+
+def test_completion_tokens_count_the_generated_tokens(tiny):
+    """The tiny model's greedy reply is 20 newline tokens: the text strips to "", the usage says 20."""
+    from rpbench.eval.generate import render_prompts
+
+    ids = torch.tensor(render_prompts(tiny.tokenizer, [HELLO]))
+    with torch.no_grad():
+        out = tiny.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False, eos_token_id=[2]
+        )
+    reference = out[0, ids.shape[1] :].tolist()
+    expected = next((i for i, t in enumerate(reference) if t in tiny.stop_ids), len(reference))
+    with serve_in_thread(tiny) as server:
+        status, body = post(server.base_url, {"messages": HELLO, "max_tokens": 20, "temperature": 0})
+    assert status == 200 and expected == 20
+    assert body["usage"]["completion_tokens"] == expected and body["usage"]["prompt_tokens"] == ids.shape[1]
+    assert body["choices"][0]["finish_reason"] == "length"
+
+
+def test_generation_stops_when_the_client_disconnects(tiny):
+    with serve_in_thread(tiny, {"batch_wait_ms": 0}) as server:
+        sock = raw_post(server.url, {"messages": HELLO, "max_tokens": 1900, "temperature": 0})
+        wait_until(lambda: server.stats.batch_sizes == [1])  # generating
+        time.sleep(0.2)
+        sock.close()
+        wait_until(lambda: server.stats.disconnected == 1)
+        [tokens] = server.stats.stopped_after_tokens
+        status, body = post(server.base_url, {"messages": HELLO, "max_tokens": 4, "temperature": 0})
+    assert 0 < tokens < 1900
+    assert status == 200 and body["usage"]["completion_tokens"] == 4
+
+
+def test_a_request_that_left_while_queued_is_not_generated(tiny):
+    with serve_in_thread(tiny, {"batch_wait_ms": 0}) as server:
+        first = raw_post(server.url, {"messages": HELLO, "max_tokens": 1000, "temperature": 0})
+        wait_until(lambda: server.stats.batch_sizes == [1])
+        queued = raw_post(server.url, {"messages": HELLO, "max_tokens": 8, "temperature": 0})
+        wait_until(lambda: server.stats.requests == 2)
+        queued.close()
+        first.close()
+        wait_until(lambda: server.stats.disconnected == 2)
+        assert server.stats.batch_sizes == [1, 1]  # the second batch held only the departed request
+        assert len(server.stats.stopped_after_tokens) == 1
+
+
+@pytest.mark.slow
+def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
+    replies: dict[str, tuple[int, dict]] = {}
+    finished: list[str] = []
+
+    def call(name: str, max_tokens: int) -> None:
+        replies[name] = post(server.base_url, {"messages": HELLO, "max_tokens": max_tokens, "temperature": 0})
+        finished.append(name)
+
+    with serve_in_thread(tiny, {"batch_wait_ms": 0, "max_queue": 1}) as server:
+        long = threading.Thread(target=call, args=("long", 1000))
+        long.start()
+        wait_until(lambda: server.stats.batch_sizes == [1])  # generating
+        normal = threading.Thread(target=call, args=("normal", 4))
+        normal.start()
+        wait_until(lambda: server.stats.requests == 2)
+        time.sleep(0.1)  # the normal request is queued
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions",
+            data=json.dumps({"messages": HELLO, "max_tokens": 4}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        long.join()
+        normal.join()
+        assert server.stats.queue_full == 1
+    assert refused.value.code == 503 and refused.value.headers["Retry-After"] == "1"
+    assert "busy" in json.load(refused.value)["error"]["message"]
+    assert finished == ["long", "normal"]
+    assert replies["long"][1]["usage"]["completion_tokens"] == 1000
+    assert replies["normal"][0] == 200 and replies["normal"][1]["usage"]["completion_tokens"] == 4
+
+
+@pytest.mark.slow
+def test_command_line_server_refuses_abuse_and_keeps_serving():
+    abuse = [
+        ({"max_tokens": 1e30}, 400),
+        ({"max_tokens": 10**9}, 400),
+        ({"max_tokens": 0}, 400),
+        ({"temperature": math.nan}, 400),
+        ({"model": "no-such-model"}, 404),
+    ]
+    with served_from_command_line("model=tiny-qwen2") as (_name, base_url):
+        for body, code in abuse:
+            assert post(base_url, {"messages": HELLO, **body})[0] == code, body
+        status, reply = post(base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 4, "temperature": 0})
+    assert status == 200 and reply["usage"]["completion_tokens"] == 4

@@ -1,19 +1,27 @@
 """One judge client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ``rpbench.serve``).
 
 Requests run concurrently under a limit, are retried with exponential backoff and jitter on 429, 5xx,
-timeouts and connection errors, and are cached in SQLite so a re-run makes no requests. Tokens and cost are
-counted. The API key is read from the environment variable the config names, handed to the ``openai``
-client and nowhere else: it is not part of the config object, the cache key, logs or results.
+timeouts, connection errors and bad replies (an HTTP 200 whose body is not a chat completion: cut-off JSON,
+a wrong shape, an HTML page), waiting at least what a ``Retry-After`` header asks (up to
+``retry_after_max_s``); a request still failing then is a counted failure, never a verdict. Replies are
+cached in SQLite so a re-run makes no requests. Tokens and cost are counted. The API key is read from the
+environment variable the config names, handed to the ``openai`` client and nowhere else: it is not part
+of the config object, the cache key, logs or results.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import os
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import openai
@@ -30,6 +38,10 @@ class JudgeConfigError(RuntimeError):
     """The judge cannot be used at all (no key, bad credentials, unknown model): stop, do not retry."""
 
 
+class BadReply(Exception):
+    """An HTTP 200 whose body is not a chat completion; retried like a 5xx."""
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     """Judge settings (the ``judge`` config group without ``backend`` and ``server``)."""
@@ -43,6 +55,8 @@ class JudgeConfig:
     max_retries: int = 6
     backoff_initial_s: float = 1.0
     backoff_max_s: float = 60.0
+    # The longest wait a Retry-After header (on a 429/503) is honoured for; longer requests wait this long.
+    retry_after_max_s: float = 120.0
     temperature: float = 0.0
     top_p: float | None = None
     max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
@@ -64,6 +78,8 @@ class JudgeConfig:
         config = cls(**values)
         if config.concurrency < 1 or config.parse_tries < 1 or config.max_retries < 0:
             raise ValueError("judge config: concurrency and parse_tries must be >= 1, max_retries >= 0")
+        if not config.retry_after_max_s >= 0:
+            raise ValueError(f"judge config: retry_after_max_s must be >= 0, got {config.retry_after_max_s}")
         return config
 
     def max_tokens_for(self, task: str) -> int:
@@ -110,13 +126,17 @@ class ParsedReply:
 
 @dataclass
 class JudgeStats:
-    """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included); tokens
+    """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included),
+    ``bad_replies`` the attempts answered by an HTTP 200 that was no chat completion, ``retry_wait_s`` the
+    seconds waited before retries, ``failures`` the requests that got no reply after all retries; tokens
     and cost count fresh replies only (a cache hit costs nothing)."""
 
     requests: int = 0
     replies: int = 0
     cache_hits: int = 0
     retries: int = 0
+    bad_replies: int = 0
+    retry_wait_s: float = 0.0
     failures: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -218,33 +238,41 @@ class JudgeClient:
         for attempt in range(self.config.max_retries + 1):
             self.stats.requests += 1
             try:
-                completion = await api.chat.completions.create(
+                raw = await api.chat.completions.with_raw_response.create(
                     model=self.config.model, messages=list(request.messages), n=1, **sampling
                 )
+                result = read_completion(raw.text, raw.headers.get("content-type"))
             except FATAL_ERRORS as error:
                 raise JudgeConfigError(
                     f"judge endpoint refused the request ({type(error).__name__}, "
                     f"status {error.status_code}): check judge.model and the API key"
                 ) from None
-            except (openai.APIConnectionError, openai.APIStatusError) as error:
-                reason = _describe(error)
+            except (openai.APIConnectionError, openai.APIStatusError, BadReply) as error:
+                if isinstance(error, BadReply):
+                    self.stats.bad_replies += 1
                 if not _retryable(error) or attempt == self.config.max_retries:
-                    return JudgeResult(None, error=reason)
+                    return JudgeResult(None, error=_describe(error))
                 self.stats.retries += 1
-                await asyncio.sleep(self._backoff(attempt))
+                await self._wait(self._delay(attempt, error))
                 continue
             self.stats.replies += 1
-            usage = completion.usage
-            return JudgeResult(
-                completion.choices[0].message.content or "",
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-            )
+            return result
         raise AssertionError("unreachable")
 
-    def _backoff(self, attempt: int) -> float:
+    def _delay(self, attempt: int, error: Exception) -> float:
+        """Exponential backoff with jitter, or longer when the reply's Retry-After asks (up to the cap)."""
         ceiling = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2**attempt)
-        return ceiling * (0.5 + random.random() / 2)
+        backoff = ceiling * (0.5 + random.random() / 2)
+        asked = retry_after_s(error.response.headers) if isinstance(error, openai.APIStatusError) else None
+        return backoff if asked is None else max(backoff, min(asked, self.config.retry_after_max_s))
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep at least ``seconds`` by the monotonic clock (a timer may fire a little early)."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + seconds
+        while (left := end - loop.time()) > 0:
+            await asyncio.sleep(left)
+        self.stats.retry_wait_s += seconds
 
     def _count_usage(self, result: JudgeResult) -> None:
         self.stats.prompt_tokens += result.prompt_tokens
@@ -305,8 +333,46 @@ def _api_key(config: JudgeConfig) -> str:
     return "EMPTY"
 
 
+def read_completion(body: str, content_type: str | None) -> JudgeResult:
+    """The reply text and token usage of a chat-completion body; BadReply when it is not one."""
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as error:
+        kind = content_type.split(";")[0].strip() if content_type else "no content type"
+        raise BadReply(f"bad reply: body is not JSON ({kind}; {error.msg} at char {error.pos})") from None
+    try:
+        content = data["choices"][0]["message"]["content"]
+    except (TypeError, KeyError, IndexError):
+        raise BadReply("bad reply: JSON without choices[0].message.content") from None
+    if content is not None and not isinstance(content, str):
+        raise BadReply(f"bad reply: choices[0].message.content is a {type(content).__name__}, not a string")
+    usage = data.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise BadReply(f"bad reply: usage is a {type(usage).__name__}, not an object")
+    tokens = [usage.get(k) or 0 for k in ("prompt_tokens", "completion_tokens")]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
+        raise BadReply(f"bad reply: usage token counts are not counts ({tokens})")
+    return JudgeResult(content or "", prompt_tokens=tokens[0], completion_tokens=tokens[1])
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds a reply's ``Retry-After`` header asks to wait (seconds or an HTTP date); None without one."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
 def _retryable(error: Exception) -> bool:
-    if isinstance(error, openai.APIConnectionError):  # includes timeouts
+    if isinstance(error, (openai.APIConnectionError, BadReply)):  # includes timeouts
         return True
     return isinstance(error, openai.APIStatusError) and (error.status_code in RETRY_STATUS or error.status_code >= 500)
 
@@ -316,4 +382,6 @@ def _describe(error: Exception) -> str:
         return "timeout"
     if isinstance(error, openai.APIStatusError):
         return f"HTTP {error.status_code}"
+    if isinstance(error, BadReply):
+        return str(error)
     return type(error).__name__

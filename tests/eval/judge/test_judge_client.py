@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import time
+from email.utils import formatdate, parsedate_to_datetime
+
 import pytest
 
 from rpbench.eval.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest
 from rpbench.eval.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, serve_in_thread
+from test_run import run
 
 
 @pytest.fixture(scope="module")
@@ -137,3 +142,98 @@ def test_openai_endpoint_without_a_key_fails_fast_naming_the_variable(monkeypatc
 def test_config_rejects_unknown_keys():
     with pytest.raises(ValueError, match="unknown keys.*temprature"):
         JudgeConfig.from_mapping({"model": "m", "temprature": 0.7})
+
+
+BAD_REPLIES = [
+    ("truncated_json", "bad reply: body is not JSON (application/json"),
+    ("wrong_shape", "bad reply: JSON without choices[0].message.content"),
+    ("html", "bad reply: body is not JSON (text/html"),
+]
+
+
+def test_bad_replies_are_retried_like_server_errors(tiny):
+    faults = [fault for fault, _ in BAD_REPLIES]
+    with serve_in_thread(tiny, {"faults": faults, "scripted": [{"match": "?", "reply": "1"}]}) as server:
+        client = client_for(server, max_retries=3)
+        [reply] = client.judge_many(requests_for("a?"))
+        assert server.stats.requests == 4
+    assert reply.text == "1" and reply.error is None
+    stats = client.stats
+    assert (stats.bad_replies, stats.retries, stats.replies, stats.failures) == (3, 3, 1, 0)
+
+
+@pytest.mark.parametrize(("fault", "reason"), BAD_REPLIES)
+def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault, reason):
+    options = {"faults": [fault, fault], "scripted": [{"match": "?", "reply": "1"}]}
+    with serve_in_thread(tiny, options) as server:
+        client = client_for(server, max_retries=1, concurrency=1)
+        parsed = client.judge_parsed(requests_for("a?", "b?"), parse_verdict, "Answer 0 or 1.")
+        assert server.stats.requests == 3
+    assert [p.status for p in parsed] == ["request_failure", "ok"]
+    assert parsed[0].value is None and parsed[0].error.startswith(reason)
+    assert parsed[1].value == 1
+    assert (client.stats.bad_replies, client.stats.failures) == (2, 1)
+
+
+def test_retry_after_in_seconds_is_waited_for(tiny):
+    options = {"faults": ["429"], "retry_after": "1", "scripted": [{"match": "?", "reply": "1"}]}
+    with serve_in_thread(tiny, options) as server:
+        client = client_for(server, max_retries=2)  # backoff alone would wait 0.005-0.01 s
+        [reply] = client.judge_many(requests_for("a?"))
+        first, second = server.stats.arrivals
+    assert reply.text == "1" and client.stats.retries == 1
+    assert second - first >= 1.0 and client.stats.retry_wait_s >= 1.0
+
+
+def test_retry_after_as_an_http_date_is_waited_for(tiny):
+    not_before = time.time() + 2
+    when = formatdate(not_before, usegmt=True)  # whole seconds: 1-2 s from now
+    options = {"faults": ["503"], "retry_after": when, "scripted": [{"match": "?", "reply": "1"}]}
+    with serve_in_thread(tiny, options) as server:
+        client = client_for(server, max_retries=2)
+        [reply] = client.judge_many(requests_for("a?"))
+        first, second = server.stats.arrivals
+    assert reply.text == "1"
+    assert second >= parsedate_to_datetime(when).timestamp() > first
+
+
+def test_retry_after_is_capped_by_the_configured_maximum(tiny):
+    options = {"faults": ["429"], "retry_after": "3600", "scripted": [{"match": "?", "reply": "1"}]}
+    with serve_in_thread(tiny, options) as server:
+        client = client_for(server, max_retries=2, retry_after_max_s=0.2)
+        [reply] = client.judge_many(requests_for("a?"))
+    assert reply.text == "1" and client.stats.retry_wait_s == pytest.approx(0.2)
+
+
+@pytest.mark.slow
+def test_evaluation_with_a_judge_sending_bad_replies_completes_and_counts_them(tmp_path):
+    """run.py end to end: the judge's first three requests get bad replies twice (max_retries=1)."""
+    out = tmp_path / "run"
+    faults = ["html", "html", "truncated_json", "truncated_json", "wrong_shape", "wrong_shape"]
+    result = run(
+        f"hydra.run.dir={out}",
+        "objective=none",
+        "trainer.enable_progress_bar=false",
+        "evaluator=rolemrc",
+        "evaluator.metrics=[bleu]",
+        "data.max_test_samples=3",
+        "evaluator.generation.max_new_tokens=4",
+        "judge=local",
+        "judge.concurrency=1",
+        "judge.max_retries=1",
+        "judge.backoff_initial_s=0.01",
+        "judge.progress=false",
+        f"+judge.server.faults=[{','.join(faults)}]",
+        "+judge.server.scripted=[{match:'',reply:'1'}]",
+        f"paths.output_root={tmp_path}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    judge = json.loads((out / "metrics.json").read_text())["eval"]["judge"]
+    overall = judge["overall"]
+    assert overall["request_failures"] == 3 and overall["parse_failures"] == 0
+    assert overall["judged"] == overall["n"] - 3 > 0 and overall["accuracy"] == 1.0
+    stats = judge["judge_stats"]
+    assert (stats["bad_replies"], stats["failures"], stats["retries"]) == (6, 3, 3)
+    records = [json.loads(line) for line in (out / "judgements.jsonl").read_text().splitlines()]
+    failed = [r["replies"][k] for r in records for k, s in r["status"].items() if s == "request_failure"]
+    assert len(failed) == 3 and all(reason.startswith("bad reply: ") for reason in failed)

@@ -76,10 +76,18 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def groupings(name: str, examples: Sequence[EvalExample]) -> dict[str, list]:
-    """How results are broken down per benchmark (a record may sit in several dimensions)."""
+    """How results are broken down per benchmark (a record may sit in several dimensions).
+
+    RoleMRC: ``dimension`` is the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,
+    Prioritized), ``rubric`` the finer split a record is judged on (``meta["dimensions"]``).
+    """
+    from rpbench.eval.judge.rolemrc_rubrics import dimensions_of
+
     groups: dict[str, list] = {"task": [e.task for e in examples]}
     if name == "rolemrc":
-        groups["dimension"] = [list(e.meta.get("dimensions", [])) for e in examples]
+        rubrics = [list(e.meta.get("dimensions", [])) for e in examples]
+        groups["dimension"] = [dimensions_of(r) for r in rubrics]
+        groups["rubric"] = rubrics
     if name == "rpgbench":
         groups["shift"] = [e.meta["shift"] for e in examples]
     return groups
@@ -94,13 +102,13 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
     if "bertscore" in names:
         b = ev.bertscore
         scorer = load_bertscorer(str(b.model), layer=b.layer, fallback=bool(b.fallback), batch_size=int(b.batch_size))
-    per_sample = compute_metrics(preds, refs, names, bleu_tokenize=str(ev.bleu_tokenize), bertscorer=scorer)
+    per_sample = compute_metrics(preds, refs, names, bertscorer=scorer)
     result = {
         "per_sample": per_sample,
         "summary": aggregate(per_sample, groupings(str(ev.name), examples), **_container(ev.bootstrap)),
     }
-    if "bleu" in names:
-        result["corpus_bleu"] = corpus_bleu(preds, refs, tokenize=str(ev.bleu_tokenize))
+    if {"bleu", "bleu_smoothed"} & set(names):
+        result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
     if scorer is not None:
         result["bertscore_backbone"] = scorer.describe()
     return result

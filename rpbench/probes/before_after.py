@@ -1,17 +1,17 @@
 """Evaluation before and after neuron restraint, per dimension (RoleMRC Table 6).
 
 Both inputs are results of ``rpbench.eval.evaluate.evaluate``. Reference metrics are compared per
-``dimension`` group (RoleMRC), else per ``shift`` (RPGBench), else per task label, plus overall;
-judge accuracy per judge dimension plus overall, when both evaluations were judged.
+``dimension`` (RoleMRC: the paper's five), else per ``shift`` (RPGBench), else per task label, plus
+overall; judge accuracy per dimension (the five) plus overall, when both evaluations were judged.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from rpbench.eval.report import SCALE_100
+from rpbench.eval.judge.rolemrc_rubrics import in_paper_order
+from rpbench.eval.report import fmt_metric, fmt_percent
 
 GROUPINGS = ("dimension", "shift", "task")
 
@@ -23,7 +23,7 @@ def _delta(before: float | None, after: float | None) -> float | None:
 def metric_groups(metrics: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """{group: {metric: summary}}: overall first, then the finest breakdown the evaluation has."""
     grouping = next((g for g in GROUPINGS if metrics.get(g)), None)
-    return {"overall": metrics["overall"], **(metrics[grouping] if grouping else {})}
+    return {"overall": metrics["overall"], **(in_paper_order(metrics[grouping]) if grouping else {})}
 
 
 def compare_metrics(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
@@ -47,7 +47,7 @@ def compare_metrics(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict
 
 def compare_judge(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, dict]:
     """{dimension: {n, judged_before, judged_after, before, after, delta}} of judge accuracy, then overall."""
-    groups = {**before["dimensions"], "overall": before["overall"]}
+    groups = {**in_paper_order(before["dimensions"]), "overall": before["overall"]}
     after_groups = {**after["dimensions"], "overall": after["overall"]}
     return {
         g: {
@@ -70,28 +70,26 @@ def before_after(baseline: Mapping[str, Any], restrained: Mapping[str, Any]) -> 
     return table
 
 
-def _fmt(value: float | None, metric: str = "", signed: bool = False) -> str:
-    if value is None or math.isnan(value):
-        return "–"
-    scaled = value if metric in SCALE_100 else 100 * value
-    return f"{scaled:+.2f}" if signed else f"{scaled:.2f}"
+def _rows(groups: Mapping[str, Mapping[str, Any]], label: str, metric: str | None = None) -> list[str]:
+    """Baseline / restrained / Δ rows: judge accuracy in % (``metric`` None), metrics as RoleMRC prints them."""
 
+    def fmt(value, signed=False):
+        return fmt_percent(value, signed) if metric is None else fmt_metric(value, metric, signed)
 
-def _rows(groups: Mapping[str, Mapping[str, Any]], label: str, metric: str = "") -> list[str]:
     return [
-        f"| {label} baseline | " + " | ".join(_fmt(g["before"], metric) for g in groups.values()) + " |",
-        f"| {label} restrained | " + " | ".join(_fmt(g["after"], metric) for g in groups.values()) + " |",
-        f"| {label} Δ | " + " | ".join(_fmt(g["delta"], metric, signed=True) for g in groups.values()) + " |",
+        f"| {label} baseline | " + " | ".join(fmt(g["before"]) for g in groups.values()) + " |",
+        f"| {label} restrained | " + " | ".join(fmt(g["after"]) for g in groups.values()) + " |",
+        f"| {label} Δ | " + " | ".join(fmt(g["delta"], signed=True) for g in groups.values()) + " |",
     ]
 
 
 def markdown(table: Mapping[str, Any]) -> str:
-    """Rows baseline / restrained / Δ, one column per dimension (scores x100 except BLEU)."""
+    """Rows baseline / restrained / Δ, one column per dimension (metrics 0-1, judge accuracy in %)."""
     lines: list[str] = []
     if "judge" in table:
         judge = table["judge"]
         lines += [
-            "Judge accuracy (x100); judged before / after: "
+            "Judge accuracy; judged before / after: "
             + ", ".join(f"{g} {t['judged_before']} / {t['judged_after']} of {t['n']}" for g, t in judge.items()),
             "",
             "| judge | " + " | ".join(judge) + " |",
@@ -102,7 +100,7 @@ def markdown(table: Mapping[str, Any]) -> str:
     by_group = table["metrics"]
     groups = list(by_group)
     lines += [
-        "Reference metrics (mean x100 except BLEU; n per group: "
+        "Reference metrics (mean; n per group: "
         + ", ".join(f"{g} {next(iter(by_group[g].values()))['n']}" for g in groups)
         + ")",
         "",

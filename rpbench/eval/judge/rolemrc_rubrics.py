@@ -117,9 +117,30 @@ RULE_LEAD_INS = (
 )
 
 
+# The paper's five dimensions (Sec. 4.3, Table 9), in its order, with the names it prints.
+DIMENSIONS = {
+    "knowledge_boundary": "Knowledge Boundary",
+    "role_style": "Role Style",
+    "multi_turn": "Multi-turn",
+    "nested": "Nested",
+    "prioritized": "Prioritized",
+}
+
+
 def dimension_of(rubric: str) -> str:
-    """The paper's dimension a rubric belongs to (``knowledge_boundary.within`` -> ``knowledge_boundary``)."""
+    """The dimension a rubric belongs to: the part before the first dot
+    (``knowledge_boundary.within`` -> ``knowledge_boundary``; ``role_style`` -> ``role_style``)."""
     return rubric.split(".", 1)[0]
+
+
+def dimensions_of(rubrics: Iterable[str]) -> list[str]:
+    """The dimensions of a record's rubrics, each once, in the order first met."""
+    return list(dict.fromkeys(dimension_of(r) for r in rubrics))
+
+
+def in_paper_order(groups: Mapping[str, Any]) -> dict[str, Any]:
+    """``groups`` keyed by dimension, the paper's five first in its order, then any others."""
+    return {**{d: groups[d] for d in DIMENSIONS if d in groups}, **{d: v for d, v in groups.items() if d not in DIMENSIONS}}
 
 
 def system_prompt(example: EvalExample) -> str:

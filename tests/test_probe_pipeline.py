@@ -32,7 +32,7 @@ FAST = [
 # Scripted judge (first match wins): a blank reply fails; otherwise every rubric of a dimension gets one fixed
 # verdict, matched on the rubric's criterion text.
 VERDICTS = {
-    "[Model reply to check]\n\n\n[Reference": "0",
+    "[Model reply to check]\n\n\n[Criterion]": "0",
     "Knowledge boundary (question": "0",
     "Role style. The reply must": "1",
     "Nested instruction.": "1",

@@ -114,15 +114,23 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
     return result
 
 
+def judge_prompts(cfg: DictConfig):
+    """rpbench's reference-free rubrics, or the templates of ``evaluator.judge_prompt_file`` (checked)."""
+    from rpbench.eval.judge.rolemrc_rubrics import DEFAULT_PROMPTS, load_prompts
+
+    path = cfg.evaluator.judge_prompt_file
+    return DEFAULT_PROMPTS if path is None else load_prompts(str(path))
+
+
 def judge_rolemrc_records(
-    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path
+    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path, prompts
 ) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
-    """The five binary rubrics (accuracies with bootstrap CIs), and each record's verdicts by rubric;
-    the judge's replies go to judgements.jsonl."""
+    """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
+    CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
     from rpbench.eval.judge import judge_rolemrc
     from rpbench.eval.judge.rolemrc_rubrics import dimension_of
 
-    judged = judge_rolemrc(examples, predictions, _container(cfg.judge))
+    judged = judge_rolemrc(examples, predictions, _container(cfg.judge), prompts)
     records = judged.pop("records")
     write_jsonl(out_dir / "judgements.jsonl", records)
     bootstrap = _container(cfg.evaluator.bootstrap)
@@ -220,6 +228,7 @@ def evaluate(
         results["report_sections"] = report.mmrole_sections(results["mmrole_eval"])
         return results
 
+    prompts = judge_prompts(cfg) if judging and name == "rolemrc" else None  # a bad prompt file fails before generating
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
     results: dict[str, Any] = {
         "n_records": len(examples),
@@ -238,7 +247,7 @@ def evaluate(
         for i, e in enumerate(examples)
     ]
     if judging and name == "rolemrc":
-        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir)
+        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir, prompts)
         for row in scores:
             row["verdicts"] = verdicts[row["id"]]
     if judging and name == "mmrole":

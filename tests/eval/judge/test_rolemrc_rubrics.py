@@ -52,6 +52,42 @@ def test_rubric_names_are_the_seven_of_the_five_dimensions():
     )
 
 
+# The RoleMRC authors' test label -> dimension table (interpretation/interpret.py, evaluation/llm_judge.py),
+# in the paper's dimension names (Sec. 4.3, Table 9).
+AUTHORS_DIMENSIONS = {
+    "role_related_mrc_answer_with_narration": ["Knowledge Boundary", "Role Style"],
+    "role_related_mrc_answer_no_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_refused_with_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_refused_no_narration": ["Knowledge Boundary", "Role Style"],
+    "role_related_mrc_refused_with_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_answer_with_narration": ["Knowledge Boundary"],
+    "role_related_mrc_refused_no_narration": ["Role Style"],
+    "role_unrelated_mrc_answer_no_narration": ["Role Style"],
+    "role_related_mrc_answer_with_narration-special-content": ["Nested"],
+    "role_related_mrc_answer_with_narration-special-format": ["Nested"],
+    "role_related_mrc_answer_no_narration-special-content": ["Nested"],
+    "role_related_mrc_answer_no_narration-special-format": ["Nested"],
+    "role_related_mrc_refused_with_narration-2ndrefused": ["Multi-turn"],
+    "role_related_mrc_refused_no_narration-2ndrefused": ["Multi-turn"],
+    "role_unrelated_mrc_refused_with_narration-2ndanswer": ["Multi-turn"],
+    "role_unrelated_mrc_refused_no_narration-2ndanswer": ["Multi-turn"],
+    "role_related_mrc_answer_with_narration-refused": ["Prioritized"],
+    "role_related_mrc_answer_no_narration-refused": ["Prioritized"],
+}
+
+
+def test_five_dimensions_of_every_test_label_are_the_authors():
+    from omegaconf import OmegaConf
+
+    from conftest import CONF_DIR
+    from rpbench.eval.judge.rolemrc_rubrics import DIMENSIONS, dimensions_of
+
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    ours = {label: [DIMENSIONS[d] for d in dimensions_of(rubrics)] for label, rubrics in table.items()}
+    assert ours == AUTHORS_DIMENSIONS
+    assert list(DIMENSIONS.values()) == ["Knowledge Boundary", "Role Style", "Multi-turn", "Nested", "Prioritized"]
+
+
 def test_nested_rule_is_taken_from_the_system_prompt():
     assert nested_rule(example("a", ["nested"])) == "answer in exactly two sentences"
     assert nested_rule(example("b", ["nested"], nested_rule="rhyme every line")) == "rhyme every line"

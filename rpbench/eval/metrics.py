@@ -25,9 +25,9 @@ from typing import Any
 
 import sacrebleu
 import torch
-from nltk.tokenize.punkt import PunktSentenceTokenizer
 from nltk.stem.porter import PorterStemmer
 from nltk.tokenize import NLTKWordTokenizer
+from nltk.tokenize.punkt import PunktSentenceTokenizer
 from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
 from rouge_score import rouge_scorer, tokenizers
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a

@@ -152,7 +152,18 @@ def test_word_tokenize_without_punkt():
     ]
     assert word_tokenize("我很好。") == ["我", "很", "好", "。"]
     # nltk.word_tokenize's output (punkt splits after a closing quote, which a split on ". " misses)
-    assert word_tokenize('He said "hi." Then he left.') == ["He", "said", "``", "hi", ".", "''", "Then", "he", "left", "."]
+    assert word_tokenize('He said "hi." Then he left.') == [
+        "He",
+        "said",
+        "``",
+        "hi",
+        ".",
+        "''",
+        "Then",
+        "he",
+        "left",
+        ".",
+    ]
     # a known difference: without the English punkt model's abbreviations nltk's "Dr." becomes "Dr", "."
     assert word_tokenize("Dr. Smith sat.") == ["Dr", ".", "Smith", "sat", "."]
 

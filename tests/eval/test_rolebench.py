@@ -84,7 +84,9 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
     run.mkdir()
     (run / "predictions.jsonl").write_text("".join(dumps(prediction_record(e, r)) for e, r in zip(examples, replies)))
     pipeline.run(cfg)
-    predictions = {json.loads(line)["id"]: json.loads(line)["prediction"] for line in (run / "predictions.jsonl").open()}
+    predictions = {
+        json.loads(line)["id"]: json.loads(line)["prediction"] for line in (run / "predictions.jsonl").open()
+    }
     assert sorted(predictions.values()) == sorted(replies)
     overall = json.loads((run / "metrics.json").read_text())["eval"]["metrics"]["overall"]
     assert set(overall) == {"rouge1", "rouge2", "rougeL", "rougeLsum"}

@@ -143,7 +143,9 @@ def _template_fields(template: str, where: str) -> set[str]:
     try:
         fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
     except ValueError as error:
-        raise JudgePromptError(f"{where}: not a valid format string ({error}); write a literal brace as {{{{ or }}}}")
+        raise JudgePromptError(
+            f"{where}: not a valid format string ({error}); write a literal brace as {{{{ or }}}}"
+        ) from error
     for name, spec, conv in fields:
         if name == "reference":
             raise JudgePromptError(
@@ -222,7 +224,10 @@ def dimensions_of(rubrics: Iterable[str]) -> list[str]:
 
 def in_paper_order(groups: Mapping[str, Any]) -> dict[str, Any]:
     """``groups`` keyed by dimension, the paper's five first in its order, then any others."""
-    return {**{d: groups[d] for d in DIMENSIONS if d in groups}, **{d: v for d, v in groups.items() if d not in DIMENSIONS}}
+    return {
+        **{d: groups[d] for d in DIMENSIONS if d in groups},
+        **{d: v for d, v in groups.items() if d not in DIMENSIONS},
+    }
 
 
 def system_prompt(example: EvalExample) -> str:
@@ -290,8 +295,9 @@ def judge_rolemrc(
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
-    closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record verdicts and, per rubric, per dimension and overall: n, judged,
-    correct, parse_failures, request_failures and accuracy = correct / judged (None when nothing was judged).
+    closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record
+    verdicts and, per rubric, per dimension and overall: n, judged, correct, parse_failures,
+    request_failures and accuracy = correct / judged (None when nothing was judged).
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -117,7 +115,7 @@ def write_prompt_file(tmp_path, rubrics: dict, system=None, name="prompts.yaml")
 
 
 AUTHORS_STYLE = {rubric: 'Judge "{response}" ({transcript})' for rubric in RUBRICS}
-AUTHORS_STYLE["nested"] = "Rule **{rule}**:\n{transcript}# Response:\n\"{response}\"\nScore:"
+AUTHORS_STYLE["nested"] = 'Rule **{rule}**:\n{transcript}# Response:\n"{response}"\nScore:'
 
 
 def test_prompt_file_templates_are_used_verbatim(tmp_path):
@@ -132,14 +130,20 @@ def test_prompt_file_templates_are_used_verbatim(tmp_path):
         '# Response:\n"Aye."\nScore:',
     }
     with_system = load_prompts(write_prompt_file(tmp_path, AUTHORS_STYLE, system="Be fair.", name="b.json"))
-    assert rubric_messages("role_style", example("a", []), "x", with_system)[0] == {"role": "system", "content": "Be fair."}
+    assert rubric_messages("role_style", example("a", []), "x", with_system)[0] == {
+        "role": "system",
+        "content": "Be fair.",
+    }
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"nested": "{response} vs {reference}"}, r"rubrics.nested: \{reference\} is not available: .*reference-free"),
-        ({"role_style": "{response} {character}"}, r"rubrics.role_style: unknown placeholder \{character\}; use system"),
+        (
+            {"role_style": "{response} {character}"},
+            r"rubrics.role_style: unknown placeholder \{character\}; use system",
+        ),
         ({"prioritized": "no reply shown"}, r"rubrics.prioritized: the template must show the reply judged"),
         ({"nested": "{response} {rule"}, r"rubrics.nested: not a valid format string"),
         ({"nested": "{response!r}"}, r"rubrics.nested: unknown placeholder"),

@@ -34,6 +34,11 @@ def _cell(summary: Mapping[str, Any], metric: str, with_ci: bool) -> str:
     return text
 
 
+def paper_named(groups: Mapping[str, Any]) -> dict[str, Any]:
+    """Groups keyed by dimension, in the paper's order and with its names (Knowledge Boundary, ...)."""
+    return {DIMENSIONS.get(k, k): v for k, v in in_paper_order(groups).items()}
+
+
 def metric_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, with_ci: bool = False) -> str:
     metrics = list(next(iter(groups.values())))
     lines = [f"| {title} | n | " + " | ".join(metrics) + " |", "| --- | --- |" + " --- |" * len(metrics)]
@@ -125,7 +130,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
             + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else "")
         )
     if metrics.get("dimension"):
-        out.append(metric_table(in_paper_order(metrics["dimension"]), "dimension (paper's five)"))
+        out.append(metric_table(paper_named(metrics["dimension"]), "dimension (paper's five)"))
     for grouping in ("rubric", "shift", "task"):
         if metrics.get(grouping):
             out.append(metric_table(metrics[grouping], grouping))
@@ -134,16 +139,16 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         judge = results["judge"]
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
-            + judge_table(in_paper_order(judge["dimensions"]), "dimension (paper's five)")
+            + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")
             + "\n\nFiner split:\n\n"
             + judge_table(judge["rubrics"], "rubric")
         )
-        radar_values = {DIMENSIONS.get(k, k): v["accuracy"] for k, v in in_paper_order(judge["dimensions"]).items()}
+        radar_values = {k: v["accuracy"] for k, v in paper_named(judge["dimensions"]).items()}
     elif metrics.get("dimension") or metrics.get("shift"):
-        groups = in_paper_order(metrics["dimension"]) if metrics.get("dimension") else metrics["shift"]
-        radar_values = {DIMENSIONS.get(k, k): v[radar_metric]["mean"] for k, v in groups.items() if radar_metric in v}
+        groups = paper_named(metrics["dimension"]) if metrics.get("dimension") else metrics["shift"]
+        radar_values = {k: v[radar_metric]["mean"] for k, v in groups.items() if radar_metric in v}
     chart = radar_chart(radar_values, "judge accuracy" if "judge" in results else radar_metric, out_dir / "radar.png")
     if chart is not None:
         out.append(f"![radar]({chart.name})")

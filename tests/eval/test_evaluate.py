@@ -275,3 +275,6 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     judged = json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]["judge"]
     assert judged["overall"]["accuracy"] == 1.0
     assert list(judged["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| Knowledge Boundary | 100.00% [100.00%, 100.00%] | 24 / 24 | 0 | 0 |" in report  # 6 labels x 4 records
+    assert (tmp_path / "run" / "radar.png").is_file()

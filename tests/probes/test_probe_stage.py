@@ -138,6 +138,43 @@ def test_before_after_table_by_hand():
     assert "judge" not in without_judge and "judge" not in before_after.markdown(without_judge)
 
 
+def test_before_after_has_the_rubric_split_as_a_second_table():
+    rubrics = [["knowledge_boundary.within", "role_style"], ["knowledge_boundary.outside"], ["role_style"]]
+    dims = [["knowledge_boundary", "role_style"], ["knowledge_boundary"], ["role_style"]]
+
+    def judged(evaluation: dict, within: int, outside: int, style: int) -> dict:
+        evaluation["judge"] = {
+            "dimensions": {"knowledge_boundary": tally(within + outside, 2, 2), "role_style": tally(style, 2, 2)},
+            "rubrics": {
+                "knowledge_boundary.within": tally(within, 1, 1),
+                "knowledge_boundary.outside": tally(outside, 1, 1),
+                "role_style": tally(style, 2, 2),
+            },
+            "overall": tally(within + outside + style, 4, 4),
+        }
+        return evaluation
+
+    def evaluation(values):
+        groupings = {"task": ["t"] * 3, "dimension": dims, "rubric": rubrics}
+        return {"metrics": aggregate({"rougeL": values}, groupings, n_resamples=10)}
+
+    base = judged(evaluation([0.2, 0.4, 0.6]), 0, 1, 1)
+    restrained = judged(evaluation([0.3, 0.4, 0.9]), 1, 1, 2)
+    table = before_after.before_after(base, restrained)
+    assert list(table["metrics"]) == ["overall", "knowledge_boundary", "role_style"]
+    assert table["metrics"]["knowledge_boundary"]["rougeL"] == pytest.approx(
+        {"n": 2, "before": 0.3, "after": 0.35, "delta": 0.05}
+    )
+    assert table["metrics_by_rubric"]["knowledge_boundary.within"]["rougeL"] == pytest.approx(
+        {"n": 1, "before": 0.2, "after": 0.3, "delta": 0.1}
+    )
+    assert table["judge_by_rubric"]["knowledge_boundary.within"]["delta"] == 1.0
+    assert "overall" not in table["judge_by_rubric"]
+    text = before_after.markdown(table)
+    assert text.index("| judge | knowledge_boundary | role_style | overall |") < text.index("Finer split (rubrics):")
+    assert "| rougeL baseline | 0.4000 | 0.2000 | 0.4000 |" in text  # outside 0.4, within 0.2, style (0.2 + 0.6) / 2
+
+
 def test_labels_come_from_the_runs_config(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()

@@ -34,12 +34,43 @@ def check(cfg) -> None:
     _strategy(resolved["trainer"], micro_batch_size=1)
 
 
+def leaves(node, prefix=()):
+    """(path, value) of every scalar or list in a nested mapping."""
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def file_values(path) -> dict:
+    """A config file's own settings, read without Hydra (no defaults list, no interpolations)."""
+    content = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else {}
+    content.pop("defaults", None)
+    return {p: v for p, v in leaves(content) if not (isinstance(v, str) and "${" in v)}
+
+
+def assert_option_in_effect(cfg, group: str, option: str, *later_files) -> None:
+    """Every value the option's file sets is in the composed config, unless a later file (tuning,
+    experiment) sets the same key."""
+    composed = dict(leaves(OmegaConf.to_container(cfg[group], resolve=False)))
+    overridden = {p for f in later_files for p in file_values(f)}
+    expected = {p: v for p, v in file_values(CONF_DIR / group / f"{option}.yaml").items() if p not in overridden}
+    assert expected, f"{group}/{option}.yaml sets nothing to check"
+    assert {p: composed.get(p) for p in expected} == expected
+
+
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes(compose, group, option):
     if group == "experiment":
-        check(compose(f"experiment={option}"))
-    else:
-        check(compose(f"{group}={option}"))
+        cfg = compose(f"experiment={option}")
+        check(cfg)
+        assert cfg.run_name == OmegaConf.load(CONF_DIR / "experiment" / f"{option}.yaml").run_name
+        return
+    cfg = compose(f"{group}={option}")
+    check(cfg)
+    tuning = CONF_DIR / "tuning" / f"{cfg.model.name}_{cfg.objective.name}.yaml"  # the tiny default model's
+    assert_option_in_effect(cfg, group, option, *([tuning] if group == "objective" else []))
 
 
 @pytest.mark.parametrize(
@@ -47,8 +78,13 @@ def test_every_option_composes(compose, group, option):
     [o for o in OPTIONS if o[0] != "experiment"],
     ids=[f"{g}={o}" for g, o in OPTIONS if g != "experiment"],
 )
-def test_every_option_composes_inside_the_experiment(compose, group, option):
-    check(compose("experiment=rolemrc_sft_qwen2.5-7b", f"{group}={option}"))
+def test_every_option_composes_inside_the_experiment(compose, group, option, tmp_path):
+    cfg = compose("experiment=rolemrc_sft_qwen2.5-7b", f"{group}={option}")
+    check(cfg)
+    experiment = tmp_path / "experiment_part.yaml"
+    OmegaConf.save(OmegaConf.load(CONF_DIR / "experiment" / "rolemrc_sft_qwen2.5-7b.yaml").get(group) or {}, experiment)
+    tuning = CONF_DIR / "tuning" / f"{cfg.model.name}_{cfg.objective.name}.yaml"
+    assert_option_in_effect(cfg, group, option, experiment, *([tuning] if group == "objective" else []))
 
 
 def test_slurm_launcher_composes(compose):

@@ -32,7 +32,7 @@ FAST = [
 # Scripted judge (first match wins): a blank reply fails; otherwise every rubric of a dimension gets one fixed
 # verdict, matched on the rubric's criterion text.
 VERDICTS = {
-    "[Model reply to check]\n\n\n[Reference": "0",
+    "[Model reply to check]\n\n\n[Criterion]": "0",
     "Knowledge boundary (question": "0",
     "Role style. The reply must": "1",
     "Nested instruction.": "1",
@@ -90,7 +90,7 @@ def last_prompt_counts(cfg, examples) -> dict[str, np.ndarray]:
 def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, monkeypatch):
     a, b = tmp_path / "init0", tmp_path / "init1"
     cfg_a = run_in(compose, a, *FAST, "probe=topk_freq", "++model.init_seed=0", "run_name=init0")
-    run_in(compose, b, *BASE, "evaluator=none", "probe=topk_freq", "++model.init_seed=1", "run_name=init1")
+    cfg_b = run_in(compose, b, *BASE, "evaluator=none", "probe=topk_freq", "++model.init_seed=1", "run_name=init1")
 
     examples = read_split(cfg_a.data, "test").examples
     assert len(examples) == 8
@@ -128,9 +128,10 @@ def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, mon
     run_in(compose, out, "objective=none", "evaluator=none", "logger=none", "probe=compare", f"probe.runs=[{a},{b}]")
     result = metrics_of(out)["probe"]
     assert result["labels"] == ["init0", "init1"] and result["dims"] == stats["init0"].dims
+    peer_b = last_prompt_counts(cfg_b, examples)  # D_l from counts the plain-torch peer made for both runs
     for dim in result["dims"]:
-        f_a = stats["init0"].counts[dim].numpy() / stats["init0"].num_observations(dim)
-        f_b = stats["init1"].counts[dim].numpy() / stats["init1"].num_observations(dim)
+        n = sum(dim in record_dimensions(e) for e in examples)
+        f_a, f_b = peer[dim] / n, peer_b[dim] / n
         np.testing.assert_allclose(result["D_l"][dim], np.abs(f_b - f_a).mean(axis=1))
         assert result["D_l_mean"][dim] == pytest.approx(np.abs(f_b - f_a).mean())
         with Image.open(out / result["heatmaps"][dim]) as image:
@@ -144,11 +145,12 @@ def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, mon
 
 
 def dimension_means(scores_file: Path, examples, metric: str) -> dict[str, float]:
-    """Peer: per-dimension means of a metric from an evaluation's per-record scores.jsonl."""
+    """Peer: per-dimension means of a metric from an evaluation's per-record scores.jsonl; a record counts once
+    under each of the paper's dimensions its rubrics belong to (knowledge_boundary.within -> knowledge_boundary)."""
     rows = {json.loads(line)["id"]: json.loads(line) for line in scores_file.read_text().splitlines()}
     values: dict[str, list[float]] = {}
     for example in examples:
-        for dim in example.meta["dimensions"]:
+        for dim in {rubric.split(".")[0] for rubric in example.meta["dimensions"]}:
             values.setdefault(dim, []).append(rows[example.id]["metrics"][metric])
     return {dim: float(np.mean(v)) for dim, v in values.items()}
 

@@ -72,19 +72,24 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
     """Test prompts with references; ``meta["dimensions"]`` lists the judge rubrics of the label.
 
-    Options: ``task_dimensions`` (required): test label -> rubric names (the data config's table).
-    Other options are ignored.
+    Options: ``task_dimensions``: test label -> rubric names (the data config's table); every record
+    needs a listed label. Without it (files in the same layout but unlabelled, e.g. the RoleBench test
+    files the RoleMRC authors scored) the label is optional, defaults to the file's stem, and records
+    have no rubrics. Other options are ignored.
     """
-    dimensions = _task_dimensions(options)
+    dimensions = _task_dimensions(options) if options.get("task_dimensions") is not None else None
 
     def parse(raw: Any, source: Source) -> EvalExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
+        prompt = _turns(record, "question", source, last="user")
+        reference = require_str(record, "reference", source)
+        if dimensions is None:
+            task = optional_str(record, LABEL_KEY, source) or Path(path).stem
+            return EvalExample(rid, prompt, reference, task, {"dimensions": []})
         task = require_str(record, LABEL_KEY, source)
         if task not in dimensions:
             raise source.error(LABEL_KEY, f"a test label listed in task_dimensions, got {task!r}")
-        prompt = _turns(record, "question", source, last="user")
-        reference = require_str(record, "reference", source)
         return EvalExample(rid, prompt, reference, task, {"dimensions": list(dimensions[task])})
 
     return read_file(path, parse, on_error)

@@ -76,10 +76,18 @@ def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 
 
 def groupings(name: str, examples: Sequence[EvalExample]) -> dict[str, list]:
-    """How results are broken down per benchmark (a record may sit in several dimensions)."""
+    """How results are broken down per benchmark (a record may sit in several dimensions).
+
+    RoleMRC: ``dimension`` is the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,
+    Prioritized), ``rubric`` the finer split a record is judged on (``meta["dimensions"]``).
+    """
+    from rpbench.eval.judge.rolemrc_rubrics import dimensions_of
+
     groups: dict[str, list] = {"task": [e.task for e in examples]}
     if name == "rolemrc":
-        groups["dimension"] = [list(e.meta.get("dimensions", [])) for e in examples]
+        rubrics = [list(e.meta.get("dimensions", [])) for e in examples]
+        groups["dimension"] = [dimensions_of(r) for r in rubrics]
+        groups["rubric"] = rubrics
     if name == "rpgbench":
         groups["shift"] = [e.meta["shift"] for e in examples]
     return groups
@@ -94,27 +102,35 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
     if "bertscore" in names:
         b = ev.bertscore
         scorer = load_bertscorer(str(b.model), layer=b.layer, fallback=bool(b.fallback), batch_size=int(b.batch_size))
-    per_sample = compute_metrics(preds, refs, names, bleu_tokenize=str(ev.bleu_tokenize), bertscorer=scorer)
+    per_sample = compute_metrics(preds, refs, names, bertscorer=scorer)
     result = {
         "per_sample": per_sample,
         "summary": aggregate(per_sample, groupings(str(ev.name), examples), **_container(ev.bootstrap)),
     }
-    if "bleu" in names:
-        result["corpus_bleu"] = corpus_bleu(preds, refs, tokenize=str(ev.bleu_tokenize))
+    if {"bleu", "bleu_smoothed"} & set(names):
+        result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
     if scorer is not None:
         result["bertscore_backbone"] = scorer.describe()
     return result
 
 
+def judge_prompts(cfg: DictConfig):
+    """rpbench's reference-free rubrics, or the templates of ``evaluator.judge_prompt_file`` (checked)."""
+    from rpbench.eval.judge.rolemrc_rubrics import DEFAULT_PROMPTS, load_prompts
+
+    path = cfg.evaluator.judge_prompt_file
+    return DEFAULT_PROMPTS if path is None else load_prompts(str(path))
+
+
 def judge_rolemrc_records(
-    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path
+    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path, prompts
 ) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
-    """The five binary rubrics (accuracies with bootstrap CIs), and each record's verdicts by rubric;
-    the judge's replies go to judgements.jsonl."""
+    """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
+    CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
     from rpbench.eval.judge import judge_rolemrc
     from rpbench.eval.judge.rolemrc_rubrics import dimension_of
 
-    judged = judge_rolemrc(examples, predictions, _container(cfg.judge))
+    judged = judge_rolemrc(examples, predictions, _container(cfg.judge), prompts)
     records = judged.pop("records")
     write_jsonl(out_dir / "judgements.jsonl", records)
     bootstrap = _container(cfg.evaluator.bootstrap)
@@ -212,6 +228,7 @@ def evaluate(
         results["report_sections"] = report.mmrole_sections(results["mmrole_eval"])
         return results
 
+    prompts = judge_prompts(cfg) if judging and name == "rolemrc" else None  # a bad prompt file fails before generating
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
     results: dict[str, Any] = {
         "n_records": len(examples),
@@ -230,7 +247,7 @@ def evaluate(
         for i, e in enumerate(examples)
     ]
     if judging and name == "rolemrc":
-        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir)
+        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir, prompts)
         for row in scores:
             row["verdicts"] = verdicts[row["id"]]
     if judging and name == "mmrole":

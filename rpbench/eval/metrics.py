@@ -2,14 +2,23 @@
 
 Every function takes ``predictions`` and ``references`` (equal-length lists of strings) and returns
 per-sample values, so callers aggregate them (``rpbench.eval.stats``) per task, dimension or overall.
-Scales: BLEU is 0-100 (sacrebleu's), every other metric 0-1.
+
+- ``bleu``: RoleMRC's BLEU (Hugging Face ``evaluate``'s bleu per sample: 13a tokens, no smoothing,
+  0-1, so a sample without a 4-gram match scores 0), the mean of which the paper reports.
+- ``bleu_smoothed``: sacrebleu sentence BLEU with exp smoothing and effective order, 0-100.
+- every other metric 0-1.
+
+Chinese, Japanese and Korean are tokenised alike by BLEU, ROUGE and METEOR: every Han, kana and Hangul
+character is a token of its own (``space_cjk``); text without such characters is unaffected.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,25 +27,26 @@ import sacrebleu
 import torch
 from nltk.stem.porter import PorterStemmer
 from nltk.tokenize import NLTKWordTokenizer
+from nltk.tokenize.punkt import PunktSentenceTokenizer
 from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
 from rouge_score import rouge_scorer, tokenizers
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from rpbench.eval.wordnet import load_wordnet
 
 log = logging.getLogger(__name__)
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-METRICS = ("bleu", *ROUGE_TYPES, "meteor", "bertscore")
+METRICS = ("bleu", "bleu_smoothed", *ROUGE_TYPES, "meteor", "bertscore")
 
 # Han (with extensions and compatibility ideographs), kana, Hangul: scripts written without spaces
-# between words, so each character is a token.
+# between words, so each character is a token; so are CJK punctuation (。、「」) and full/half-width forms.
 _CJK = (
-    "\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003134f"
+    "\u1100-\u11ff\u3001-\u303f\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
+    "\uac00-\ud7af\uf900-\ufaff\uff01-\uffef\U00020000-\U0003134f"
 )
 _CJK_CHAR = re.compile(f"([{_CJK}])")
 _WORD = re.compile(r"[^\W_]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def check_pairs(predictions: Sequence[str], references: Sequence[str]) -> None:
@@ -57,20 +67,61 @@ def space_cjk(text: str) -> str:
 # ---------------------------------------------------------------------------------------------- BLEU
 
 
-def sentence_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> list[float]:
-    """sacrebleu sentence BLEU (exp smoothing, effective order) per sample; RoleMRC reports their mean.
+_TOKENIZE_13A = Tokenizer13a()
 
-    ``tokenize`` is sacrebleu's: ``13a`` (default), ``zh`` for Chinese, ``char``, ``intl``, ...
+
+def bleu_tokens(text: str) -> list[str]:
+    """sacrebleu's 13a tokens (what Hugging Face ``evaluate``'s bleu uses), each CJK character its own token."""
+    return _TOKENIZE_13A(space_cjk(text)).split()
+
+
+def _ngrams(tokens: Sequence[str], max_order: int) -> Counter:
+    return Counter(tuple(tokens[i : i + n]) for n in range(1, max_order + 1) for i in range(len(tokens) - n + 1))
+
+
+def bleu_of(prediction: Sequence[str], reference: Sequence[str], max_order: int = 4) -> float:
+    """BLEU of one tokenised prediction against one reference, as Hugging Face ``evaluate`` computes it.
+
+    Clipped n-gram precisions for n = 1..max_order, no smoothing: 0 when any order has no match (or the
+    prediction is shorter than max_order); brevity penalty exp(1 - r/c) when c <= r. An empty prediction
+    or reference scores 0 (``evaluate`` raises ZeroDivisionError there).
+    """
+    if not prediction or not reference:
+        return 0.0
+    overlap = _ngrams(prediction, max_order) & _ngrams(reference, max_order)
+    matches = [0] * max_order
+    for gram, count in overlap.items():
+        matches[len(gram) - 1] += count
+    possible = [len(prediction) - n + 1 for n in range(1, max_order + 1)]
+    if min(matches) == 0 or min(possible) <= 0:
+        return 0.0
+    log_precision = sum(math.log(m / p) for m, p in zip(matches, possible)) / max_order
+    ratio = len(prediction) / len(reference)
+    brevity = 1.0 if ratio > 1.0 else math.exp(1 - 1 / ratio)
+    return math.exp(log_precision) * brevity
+
+
+def paper_bleu(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+    """RoleMRC's BLEU per sample (0-1; see ``bleu_of``); the paper reports the mean."""
+    check_pairs(predictions, references)
+    return [bleu_of(bleu_tokens(p), bleu_tokens(r)) for p, r in zip(predictions, references)]
+
+
+def sentence_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> list[float]:
+    """sacrebleu sentence BLEU (exp smoothing, effective order) per sample, 0-100.
+
+    ``tokenize`` is sacrebleu's (``13a`` default, ``zh``, ``intl``, ...), applied after ``space_cjk``.
     """
     check_pairs(predictions, references)
     bleu = sacrebleu.BLEU(tokenize=tokenize, effective_order=True)
-    return [bleu.sentence_score(p, [r]).score for p, r in zip(predictions, references)]
+    return [bleu.sentence_score(space_cjk(p), [space_cjk(r)]).score for p, r in zip(predictions, references)]
 
 
 def corpus_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> float:
-    """sacrebleu corpus BLEU over all samples (one reference each)."""
+    """sacrebleu corpus BLEU over all samples (one reference each, ``space_cjk`` first), 0-100."""
     check_pairs(predictions, references)
-    return sacrebleu.corpus_bleu(list(predictions), [list(references)], tokenize=tokenize).score
+    spaced = [space_cjk(p) for p in predictions], [[space_cjk(r) for r in references]]
+    return sacrebleu.corpus_bleu(*spaced, tokenize=tokenize).score
 
 
 # --------------------------------------------------------------------------------------------- ROUGE
@@ -110,12 +161,19 @@ def rouge(
 # -------------------------------------------------------------------------------------------- METEOR
 
 _TREEBANK = NLTKWordTokenizer()
+_SENTENCES = PunktSentenceTokenizer()
 
 
 def word_tokenize(text: str) -> list[str]:
-    """nltk's ``word_tokenize`` without its punkt model: sentences split after . ! ? and whitespace,
-    then the Treebank word tokenizer; CJK characters are separate tokens."""
-    return [tok for sentence in _SENTENCE_END.split(space_cjk(text)) for tok in _TREEBANK.tokenize(sentence)]
+    """nltk's ``word_tokenize`` (what Hugging Face ``evaluate``'s meteor uses), offline.
+
+    nltk splits sentences with its trained English punkt model, then tokenises each with the Treebank
+    word tokenizer. The punkt model cannot be downloaded here, so sentences are split by an untrained
+    punkt tokenizer (the same algorithm without the English model's learned abbreviations, collocations
+    and sentence starters: "Dr. Smith" becomes two sentences, so "Dr" and "." are two tokens where
+    nltk keeps "Dr."). CJK characters are separate tokens (nltk keeps CJK runs whole).
+    """
+    return [tok for sentence in _SENTENCES.tokenize(space_cjk(text)) for tok in _TREEBANK.tokenize(sentence)]
 
 
 def meteor(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
@@ -275,7 +333,6 @@ def compute_metrics(
     references: Sequence[str],
     names: Sequence[str] = METRICS,
     *,
-    bleu_tokenize: str = "13a",
     bertscorer: BERTScorer | None = None,
 ) -> dict[str, list[float]]:
     """Per-sample values of each named metric (see ``METRICS``).
@@ -289,7 +346,9 @@ def compute_metrics(
     check_pairs(predictions, references)
     results: dict[str, list[float]] = {}
     if "bleu" in names:
-        results["bleu"] = sentence_bleu(predictions, references, tokenize=bleu_tokenize)
+        results["bleu"] = paper_bleu(predictions, references)
+    if "bleu_smoothed" in names:
+        results["bleu_smoothed"] = sentence_bleu(predictions, references)
     rouge_types = [n for n in names if n in ROUGE_TYPES]
     if rouge_types:
         results.update(rouge(predictions, references, rouge_types))

@@ -7,20 +7,36 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCALE_100 = {"bleu"}  # reported on their own 0-100 scale; the rest are shown x100 like the papers
+from rpbench.eval.judge.rolemrc_rubrics import DIMENSIONS, in_paper_order
+
+SCALE_100 = {"bleu_smoothed"}  # sacrebleu's 0-100 scale; every other metric is 0-1, shown as the papers do
 
 
-def _pct(value: float | None, metric: str = "") -> str:
+def fmt_metric(value: float | None, metric: str = "", signed: bool = False) -> str:
+    """A metric value as RoleMRC prints it: 0-1 with four decimals (0-100 metrics with two)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "–"
-    return f"{value:.2f}" if metric in SCALE_100 else f"{100 * value:.2f}"
+    spec = ".2f" if metric in SCALE_100 else ".4f"
+    return format(value, ("+" if signed else "") + spec)
+
+
+def fmt_percent(value: float | None, signed: bool = False) -> str:
+    """An accuracy in percent with two decimals (RoleMRC Table 9: 74.67%)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return format(100 * value, "+.2f" if signed else ".2f") + "%"
 
 
 def _cell(summary: Mapping[str, Any], metric: str, with_ci: bool) -> str:
-    text = f"{_pct(summary['mean'], metric)} ± {_pct(summary['std'], metric)}"
+    text = f"{fmt_metric(summary['mean'], metric)} ± {fmt_metric(summary['std'], metric)}"
     if with_ci and summary.get("ci_low") is not None:
-        text += f" [{_pct(summary['ci_low'], metric)}, {_pct(summary['ci_high'], metric)}]"
+        text += f" [{fmt_metric(summary['ci_low'], metric)}, {fmt_metric(summary['ci_high'], metric)}]"
     return text
+
+
+def paper_named(groups: Mapping[str, Any]) -> dict[str, Any]:
+    """Groups keyed by dimension, in the paper's order and with its names (Knowledge Boundary, ...)."""
+    return {DIMENSIONS.get(k, k): v for k, v in in_paper_order(groups).items()}
 
 
 def metric_table(groups: Mapping[str, Mapping[str, Mapping[str, Any]]], title: str, with_ci: bool = False) -> str:
@@ -38,9 +54,13 @@ def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     for group, tally in groups.items():
-        ci = f" [{_pct(tally.get('ci_low'))}, {_pct(tally.get('ci_high'))}]" if tally.get("ci_low") is not None else ""
+        ci = (
+            f" [{fmt_percent(tally.get('ci_low'))}, {fmt_percent(tally.get('ci_high'))}]"
+            if tally.get("ci_low") is not None
+            else ""
+        )
         lines.append(
-            f"| {group} | {_pct(tally['accuracy'])}{ci} | {tally['judged']} / {tally['n']} | "
+            f"| {group} | {fmt_percent(tally['accuracy'])}{ci} | {tally['judged']} / {tally['n']} | "
             f"{tally['parse_failures']} | {tally['request_failures']} |"
         )
     return "\n".join(lines)
@@ -99,7 +119,8 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
         f"{generation['n_resumed']}"
         + (f"; images dropped {results['images_dropped']}" if results["images_dropped"] else "")
-        + ". Scores x100 except BLEU; mean ± std [95% bootstrap CI]."
+        + ". Metrics 0-1 as RoleMRC reports them (bleu_smoothed 0-100), judge accuracy in %; "
+        "mean ± std [95% bootstrap CI]."
     ]
     out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
     if "bertscore_backbone" in results:
@@ -108,7 +129,9 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
             f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}"
             + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else "")
         )
-    for grouping in ("dimension", "shift", "task"):
+    if metrics.get("dimension"):
+        out.append(metric_table(paper_named(metrics["dimension"]), "dimension (paper's five)"))
+    for grouping in ("rubric", "shift", "task"):
         if metrics.get(grouping):
             out.append(metric_table(metrics[grouping], grouping))
     radar_values = {}
@@ -116,15 +139,15 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         judge = results["judge"]
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
-            + judge_table(judge["rubrics"], "rubric")
-            + "\n\n"
-            + judge_table(judge["dimensions"], "dimension")
+            + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")
+            + "\n\nFiner split:\n\n"
+            + judge_table(judge["rubrics"], "rubric")
         )
-        radar_values = {k: v["accuracy"] for k, v in judge["rubrics"].items()}
+        radar_values = {k: v["accuracy"] for k, v in paper_named(judge["dimensions"]).items()}
     elif metrics.get("dimension") or metrics.get("shift"):
-        groups = metrics.get("dimension") or metrics["shift"]
+        groups = paper_named(metrics["dimension"]) if metrics.get("dimension") else metrics["shift"]
         radar_values = {k: v[radar_metric]["mean"] for k, v in groups.items() if radar_metric in v}
     chart = radar_chart(radar_values, "judge accuracy" if "judge" in results else radar_metric, out_dir / "radar.png")
     if chart is not None:
@@ -134,7 +157,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
     if "compare" in results:
         cmp = results["compare"]
         rows = [
-            f"| {m} | {_pct(v['delta'], m)} | [{_pct(v['ci_low'], m)}, {_pct(v['ci_high'], m)}] | "
+            f"| {m} | {fmt_metric(v['delta'], m)} | [{fmt_metric(v['ci_low'], m)}, {fmt_metric(v['ci_high'], m)}] | "
             f"{v['p_value']:.4f} | {v['n']} |"
             for m, v in cmp.items()
             if isinstance(v, dict)

@@ -2,8 +2,9 @@
 
 A prompt is rendered exactly as for generation (chat template, generation header, history cut to
 ``data.max_prompt_length``), so its last token is the position where the model first reads the
-whole instruction. Each record is counted under its ``meta["dimensions"]``, or its task label when
-it has none.
+whole instruction. Each record is counted under the dimensions of its ``meta["dimensions"]`` (RoleMRC:
+the paper's five, ``knowledge_boundary.within`` -> ``knowledge_boundary``), or its task label when it
+has none.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
+from rpbench.eval.judge.rolemrc_rubrics import dimensions_of
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 
 
 def record_dimensions(example: EvalExample) -> list[str]:
-    """The evaluation dimensions a record is counted under: meta["dimensions"], else [task]."""
+    """The evaluation dimensions a record is counted under: those of meta["dimensions"], else [task]."""
     dims = example.meta.get("dimensions")
     if dims is None or (isinstance(dims, (list, tuple)) and not dims):
         return [example.task]
@@ -33,7 +35,7 @@ def record_dimensions(example: EvalExample) -> list[str]:
             "meta.dimensions",
             f"a list of dimension names, got {dims!r}",
         )
-    return list(dims)
+    return dimensions_of(dims)
 
 
 @dataclass

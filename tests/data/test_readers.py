@@ -230,7 +230,7 @@ def test_read_rejects_unknown_format_split_and_option():
     with pytest.raises(ValueError, match="on_error must be one of raise, skip"):
         readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", on_error="ignore")
     with pytest.raises(ValueError, match="task_dimensions"):
-        readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl")
+        readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", task_dimensions=[])
 
 
 def test_missing_file_names_the_path(tmp_path):

@@ -8,12 +8,27 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from omegaconf import OmegaConf, open_dict
 
-from conftest import OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
+from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
 from test_run import run
+
+RUBRIC_NAMES = [
+    "knowledge_boundary.within",
+    "knowledge_boundary.outside",
+    "role_style",
+    "nested",
+    "multi_turn.answerable",
+    "multi_turn.unanswerable",
+    "prioritized",
+]
+SAMPLE_TEST = REPO_ROOT / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
 
 SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
 
@@ -40,9 +55,12 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
     metrics = json.loads((out / "metrics.json").read_text())["eval"]
     overall = metrics["metrics"]["overall"]
     assert set(overall) == {"bleu", "rougeL", "meteor"} and overall["bleu"]["n"] == 8
-    judge = metrics["judge"]["overall"]
-    assert judge["n"] == judge["judged"] + judge["parse_failures"] + judge["request_failures"] > 0
-    assert len(lines(out / "judgements.jsonl")) == 8
+    # one judgement per rubric of each record's label, counted from the raw file and the data config's table
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    raw = lines(SAMPLE_TEST)[:8]
+    assert metrics["judge"]["overall"]["n"] == sum(len(table[r["task"]]) for r in raw)
+    judgements = lines(out / "judgements.jsonl")
+    assert [sorted(j["verdicts"]) for j in judgements] == [sorted(table[r["task"]]) for r in raw]
     report = (out / "report.md").read_text()
     assert "### Judge" in report and "| overall | 8 |" in report
     assert (tmp_path / "judge_cache.sqlite").exists()
@@ -162,3 +180,101 @@ def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
     (table,) = out.glob("wandb/offline-run-*/files/media/table/eval/predictions_*.table.json")
     content = json.loads(table.read_text())
     assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 4
+
+
+class CapturingJudge(ThreadingHTTPServer):
+    """An OpenAI-compatible judge on 127.0.0.1 that keeps every request body and answers "1"."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), _JudgeHandler)
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+
+class _JudgeHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        with self.server.lock:
+            self.server.requests.append(body)
+        payload = json.dumps(
+            {
+                "id": "j",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "1"}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@contextmanager
+def capturing_judge():
+    server = CapturingJudge()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt_file", [False, True], ids=["rpbench_rubrics", "prompt_file"])
+def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
+    import rpbench.pipeline as pipeline
+
+    overrides = [
+        "objective=none",
+        "logger=none",
+        "evaluator=rolemrc",
+        "evaluator.metrics=[rougeL]",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.bootstrap.n_resamples=10",
+        "judge=openai",
+        "judge.api_key_env=null",
+        "judge.progress=false",
+        f"judge.cache_path={tmp_path / 'judge.sqlite'}",
+    ]
+    if prompt_file:
+        templates = {r: "{transcript}\n[reply] {response}\n[rule-free]" for r in RUBRIC_NAMES}
+        templates["nested"] = "{transcript}\n[reply] {response}\n[rule] {rule}"
+        (tmp_path / "prompts.yaml").write_text(json.dumps({"system": None, "rubrics": templates}))
+        overrides.append(f"evaluator.judge_prompt_file={tmp_path / 'prompts.yaml'}")
+    # each reference marked (the sample reuses some reference texts as earlier turns of other records' prompts)
+    raw = lines(SAMPLE_TEST)
+    marked = [{**r, "reference": f"{r['reference']} REFERENCE-{i}-ONLY"} for i, r in enumerate(raw)]
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in marked))
+    overrides.append(f"data.files.test={tmp_path / 'test.jsonl'}")
+    with capturing_judge() as judge:
+        cfg = compose(*overrides, f"judge.base_url={judge.url}")
+        with open_dict(cfg):
+            del cfg["hydra"]
+            cfg.paths.output_dir = str(tmp_path / "run")
+        pipeline.run(cfg)
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    assert len(judge.requests) == sum(len(table[r["task"]]) for r in raw) == 80
+    sent = "\n".join(m["content"] for body in judge.requests for m in body["messages"])
+    assert "REFERENCE-" not in sent
+    for record in raw:  # control: what the judge should see does reach it
+        assert record["question"][0]["content"] in sent and record["question"][-1]["content"] in sent
+    assert all(len(body["messages"]) == (1 if prompt_file else 2) for body in judge.requests)
+    judged = json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]["judge"]
+    assert judged["overall"]["accuracy"] == 1.0
+    assert list(judged["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "| Knowledge Boundary | 100.00% [100.00%, 100.00%] | 24 / 24 | 0 | 0 |" in report  # 6 labels x 4 records
+    assert (tmp_path / "run" / "radar.png").is_file()

@@ -12,11 +12,13 @@ from rpbench.eval import wordnet
 from rpbench.eval.metrics import (
     METRICS,
     CJKRougeTokenizer,
+    bleu_tokens,
     compute_metrics,
     corpus_bleu,
     fallback_model_path,
     load_bertscorer,
     meteor,
+    paper_bleu,
     rouge,
     sentence_bleu,
     word_tokenize,
@@ -48,10 +50,49 @@ def test_corpus_bleu_by_hand():
     assert value == pytest.approx(100 * math.exp(1 - 8 / 7) * (6 / 7 * 4 / 5 * 2 / 3 * 1 / 2) ** 0.25)
 
 
-def test_bleu_equals_sacrebleu():
-    preds, refs = zip(*ENGLISH)
-    assert sentence_bleu(preds, refs) == [sacrebleu.sentence_bleu(p, [r]).score for p, r in ENGLISH]
-    assert corpus_bleu(preds, refs) == sacrebleu.corpus_bleu(list(preds), [list(refs)]).score
+def test_paper_bleu_by_hand():
+    # 13a tokens; precisions 5/6, 3/5, 2/4, 1/3 ("the cat sat on"); equal lengths: BP = 1
+    [value] = paper_bleu(["the cat sat on the mat"], ["the cat sat on a mat"])
+    assert value == pytest.approx((5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25)
+    # no smoothing: a 3-token prediction has no 4-gram, so BLEU is 0 (the smoothed one is not)
+    assert paper_bleu(["a dog ran"], ["a dog ran fast"]) == [0.0]
+    # all precisions 1, 5 tokens against 7 ("mat." is two 13a tokens): BP = exp(1 - 7/5)
+    [value] = paper_bleu(["the cat sat on the"], ["the cat sat on the mat."])
+    assert value == pytest.approx(math.exp(1 - 7 / 5))
+    assert paper_bleu(["", "x"], ["a reference", ""]) == [0.0, 0.0]
+
+
+PEER_PAIRS = [
+    *ENGLISH[:3],
+    ("The cat sat on the mat (quietly), didn't it?", "The cat sat on the mat, didn't it? Quietly."),
+    ("In 1750 the ship -- a brig -- sailed west.", "In 1750 the ship, a brig, sailed to the west."),
+    ("Yes! Yes! Yes! I will do it.", "Yes, I will do it, I promise."),
+]
+
+
+def test_paper_bleu_equals_unsmoothed_sacrebleu_and_nltk():
+    from nltk.translate.bleu_score import sentence_bleu as nltk_sentence_bleu
+
+    preds, refs = zip(*PEER_PAIRS)
+    ours = paper_bleu(preds, refs)
+    unsmoothed = sacrebleu.BLEU(smooth_method="none", tokenize="13a")
+    assert ours == pytest.approx([unsmoothed.sentence_score(p, [r]).score / 100 for p, r in PEER_PAIRS], abs=1e-12)
+    nltk_values = [nltk_sentence_bleu([bleu_tokens(r)], bleu_tokens(p)) for p, r in PEER_PAIRS]
+    assert ours == pytest.approx(nltk_values, abs=1e-12)
+    assert sum(v > 0 for v in ours) >= 3 and 0.0 in ours  # the pairs exercise both cases
+
+
+def test_japanese_bleu_and_rouge_split_every_character_alike():
+    # sacrebleu's zh tokenizer would keep the kana run "が" / "きです" whole; here every character is a token
+    text = "猫が大好きです。ＡＩ、안녕"
+    assert bleu_tokens(text) == list("猫が大好きです。ＡＩ、안녕")
+    assert CJKRougeTokenizer().tokenize(text) == [t.lower() for t in "猫が大好きですＡＩ안녕"]  # ROUGE drops 。、
+    # prediction 猫が好きです (6 tokens) against 猫が大好きです (7): matches 6/6, 4/5, 2/4, 1/3; BP exp(1 - 7/6)
+    [bleu] = paper_bleu(["猫が好きです"], ["猫が大好きです"])
+    assert bleu == pytest.approx(math.exp(1 - 7 / 6) * (1 * 4 / 5 * 2 / 4 * 1 / 3) ** 0.25)
+    scores = rouge(["猫が好きです"], ["猫が大好きです"], ["rouge1", "rouge2"])
+    assert scores["rouge1"] == [pytest.approx(12 / 13)]  # P 6/6, R 6/7
+    assert scores["rouge2"] == [pytest.approx(8 / 11)]  # P 4/5, R 4/6
 
 
 # --------------------------------------------------------------------------------------------- ROUGE
@@ -110,6 +151,21 @@ def test_word_tokenize_without_punkt():
         ".",
     ]
     assert word_tokenize("我很好。") == ["我", "很", "好", "。"]
+    # nltk.word_tokenize's output (punkt splits after a closing quote, which a split on ". " misses)
+    assert word_tokenize('He said "hi." Then he left.') == [
+        "He",
+        "said",
+        "``",
+        "hi",
+        ".",
+        "''",
+        "Then",
+        "he",
+        "left",
+        ".",
+    ]
+    # a known difference: without the English punkt model's abbreviations nltk's "Dr." becomes "Dr", "."
+    assert word_tokenize("Dr. Smith sat.") == ["Dr", ".", "Smith", "sat", "."]
 
 
 def test_meteor_by_hand():
@@ -190,16 +246,22 @@ def test_bertscore_falls_back_to_packaged_model_and_says_so():
 # ------------------------------------------------------------------------------------------ together
 
 
-def test_compute_metrics_per_sample(minilm):
-    preds, refs = ["the cats sat", "他喜欢吃苹果"], ["the cat sat on", "他爱吃苹果"]
-    names = ["rouge1", "bleu", "meteor", "bertscore"]
-    scores = compute_metrics(preds, refs, names, bertscorer=minilm)
+def test_compute_metrics_per_sample_by_hand():
+    preds, refs = ["the black cat sat down", "猫が好きです"], ["the cat sat down quietly", "猫が大好きです"]
+    names = ["bleu", "bleu_smoothed", "rouge1", "rouge2", "meteor"]
+    scores = compute_metrics(preds, refs, names)
     assert list(scores) == names
-    assert all(len(v) == 2 for v in scores.values())
-    assert scores["rouge1"] == rouge(preds, refs, ["rouge1"])["rouge1"]
-    assert scores["bleu"] == sentence_bleu(preds, refs)
-    assert set(compute_metrics(preds, refs, ["bleu"])) == {"bleu"}
-    assert set(METRICS) == {"bleu", "rouge1", "rouge2", "rougeL", "rougeLsum", "meteor", "bertscore"}
+    # English: matches 4/5, 2/4, 1/3, 0/2; BP 1. Unsmoothed BLEU 0; exp smoothing turns 0/2 into 1/(2*2)
+    assert scores["bleu"][0] == 0.0
+    assert scores["bleu_smoothed"][0] == pytest.approx(100 * (4 / 5 * 2 / 4 * 1 / 3 * 1 / 4) ** 0.25)
+    assert scores["bleu"][1] == pytest.approx(math.exp(1 - 7 / 6) * (4 / 5 * 2 / 4 * 1 / 3) ** 0.25)
+    assert scores["rouge1"] == pytest.approx([4 / 5, 12 / 13])
+    assert scores["rouge2"] == pytest.approx([2 / 4, 8 / 11])
+    # METEOR: English 4 matches in 2 chunks (the | cat sat down): Fmean 0.8, penalty 0.5 (2/4)^3;
+    # Japanese P 1, R 6/7, 2 chunks of 6 matches
+    fmean = (6 / 7) / (0.9 + 0.1 * 6 / 7)
+    assert scores["meteor"] == pytest.approx([0.8 * (1 - 0.5 * 0.5**3), fmean * (1 - 0.5 * (1 / 3) ** 3)])
+    assert set(METRICS) == {"bleu", "bleu_smoothed", "rouge1", "rouge2", "rougeL", "rougeLsum", "meteor", "bertscore"}
 
 
 def test_bad_inputs_are_named():

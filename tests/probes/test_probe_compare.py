@@ -3,7 +3,6 @@
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -71,30 +70,36 @@ def test_incomparable_runs_are_rejected(tmp_path):
 
 
 def test_two_tiny_runs_end_to_end(tmp_path):
+    # Run b is run a's model with the last layer's attention output negated. The hook points before it see the
+    # same activations (D_l = 0 exactly); at the last one each observation's top 20% (6 of 32 neurons) turns into
+    # its bottom 20%, so a dimension probed on a single prompt differs in 12 of 32 neurons: D_l = 12/32.
     batches = [pad_batch(random_sequences(4, seed=s), "left") for s in (20, 21)]
-    dims = [["style", ["style", "knowledge"], "knowledge", "nested"], ["nested"] * 4]
+    dims = [["solo", ["style", "knowledge"], "style", "nested"], ["nested"] * 4]
     cfg = OmegaConf.load(CONF / "topk_freq.yaml")
-    for name, seed in (("sft", 0), ("dpo", 1)):
-        save_stats(collect_frequencies(tiny_model("qwen2", seed=seed, layers=3), batches, dims, cfg), tmp_path / name)
-    sft, dpo = load_stats(tmp_path / "sft"), load_stats(tmp_path / "dpo")
+    sft, dpo = tiny_model("qwen2", seed=0, layers=3), tiny_model("qwen2", seed=0, layers=3)
+    with torch.no_grad():
+        dpo.model.layers[-1].self_attn.o_proj.weight.neg_()
+    for name, model in (("sft", sft), ("dpo", dpo)):
+        save_stats(collect_frequencies(model, batches, dims, cfg), tmp_path / name)
     out = tmp_path / "compare"
-    result = compare_runs(sft, dpo, out, labels=("sft", "dpo"))
+    result = compare_runs(load_stats(tmp_path / "sft"), load_stats(tmp_path / "dpo"), out, labels=("sft", "dpo"))
 
-    assert result["dims"] == ["knowledge", "nested", "style"]
+    assert result["dims"] == ["knowledge", "nested", "solo", "style"]
+    for dim in ("knowledge", "solo"):  # one prompt each
+        assert result["D_l"][dim] == [0.0, 0.0, 12 / 32]
+    for dim in ("nested", "style"):  # several prompts: overlaps between prompts can only lower the last layer's D_l
+        assert result["D_l"][dim][:2] == [0.0, 0.0] and 0 < result["D_l"][dim][2] <= 12 / 32
     for dim in result["dims"]:
-        f_a = sft.counts[dim].numpy() / sft.num_observations(dim)
-        f_b = dpo.counts[dim].numpy() / dpo.num_observations(dim)
-        np.testing.assert_allclose(result["D_l"][dim], np.abs(f_b - f_a).mean(axis=1))
         png = out / result["heatmaps"][dim]
         with Image.open(png) as image:
             image.verify()
         with Image.open(png) as image:
             assert image.format == "PNG" and image.size[0] > 500
     table = (out / result["table"]).read_text()
-    assert table.count("## Most changed neurons") == 3
+    assert table.count("## Most changed neurons") == 4
     assert "model.layers.2.self_attn.o_proj" in table
     summary = json.loads((tmp_path / "sft" / "probe_stats.json").read_text())
-    assert summary["observations"] == {"knowledge": 2, "nested": 5, "style": 2}
+    assert summary["observations"] == {"knowledge": 1, "nested": 5, "solo": 1, "style": 2}
     assert summary["settings"]["top_percent"] == 20
 
 

@@ -43,6 +43,10 @@ def test_record_dimensions_fall_back_to_the_task_label():
     assert record_dimensions(RECORDS[0]) == ["style"]
     assert record_dimensions(RECORDS[1]) == ["label_b"]
     assert record_dimensions(record("d", "q", [])) == ["label_d"]
+    # RoleMRC rubrics count under the paper's five dimensions, each once
+    rubrics = ["knowledge_boundary.outside", "role_style", "knowledge_boundary.within"]
+    assert record_dimensions(record("f", "q", rubrics)) == ["knowledge_boundary", "role_style"]
+    assert record_dimensions(record("g", "q", ["multi_turn.unanswerable"])) == ["multi_turn"]
     with pytest.raises(DataFormatError, match="record e: field 'meta.dimensions'"):
         record_dimensions(record("e", "q", "style"))
 
@@ -92,12 +96,12 @@ def tally(correct: int, judged: int, n: int) -> dict:
 def test_before_after_table_by_hand():
     dims = [["style"], ["style", "knowledge"], ["knowledge"]]
     base = evaluation(
-        {"bleu": [10.0, 20.0, 30.0], "rougeL": [0.5, 0.25, 0.0]},
+        {"bleu": [0.1, 0.2, 0.3], "rougeL": [0.5, 0.25, 0.0]},
         dims,
         {"dimensions": {"style": tally(1, 2, 2), "knowledge": tally(0, 1, 2)}, "overall": tally(1, 4, 4)},
     )
     restrained = evaluation(
-        {"bleu": [0.0, 20.0, 60.0], "rougeL": [0.5, 0.75, 0.5]},
+        {"bleu": [0.0, 0.2, 0.6], "rougeL": [0.5, 0.75, 0.5]},
         dims,
         {"dimensions": {"style": tally(2, 2, 2), "knowledge": tally(1, 2, 2)}, "overall": tally(3, 4, 4)},
     )
@@ -106,11 +110,11 @@ def test_before_after_table_by_hand():
     assert list(metrics) == ["overall", "knowledge", "style"]
     assert metrics["overall"]["bleu"] == {
         "n": 3,
-        "before": 20.0,
-        "after": pytest.approx(80 / 3),
-        "delta": pytest.approx(20 / 3),
+        "before": pytest.approx(0.2),
+        "after": pytest.approx(0.8 / 3),
+        "delta": pytest.approx(0.2 / 3),
     }
-    assert metrics["style"]["bleu"] == {"n": 2, "before": 15.0, "after": 10.0, "delta": -5.0}
+    assert metrics["style"]["bleu"] == pytest.approx({"n": 2, "before": 0.15, "after": 0.1, "delta": -0.05})
     assert metrics["knowledge"]["rougeL"] == {"n": 2, "before": 0.125, "after": 0.625, "delta": 0.5}
     judge = table["judge"]
     assert judge["knowledge"] == {
@@ -124,14 +128,51 @@ def test_before_after_table_by_hand():
     assert judge["overall"]["before"] == 0.25 and judge["overall"]["delta"] == 0.5
     text = before_after.markdown(table)
     assert "| judge | style | knowledge | overall |" in text
-    assert "| accuracy baseline | 50.00 | 0.00 | 25.00 |" in text
-    assert "| accuracy Δ | +50.00 | +50.00 | +50.00 |" in text
+    assert "| accuracy baseline | 50.00% | 0.00% | 25.00% |" in text  # judge accuracy in % (paper Table 6)
+    assert "| accuracy Δ | +50.00% | +50.00% | +50.00% |" in text
     assert "| metric | overall | knowledge | style |" in text
-    assert "| bleu baseline | 20.00 | 25.00 | 15.00 |" in text  # BLEU keeps its own 0-100 scale
-    assert "| rougeL restrained | 58.33 | 62.50 | 62.50 |" in text
+    assert "| bleu baseline | 0.2000 | 0.2500 | 0.1500 |" in text  # metrics 0-1, four decimals (paper Table 6)
+    assert "| rougeL restrained | 0.5833 | 0.6250 | 0.6250 |" in text
     assert "knowledge 1 / 2 of 2" in text
     without_judge = before_after.before_after(base, {"metrics": restrained["metrics"]})
     assert "judge" not in without_judge and "judge" not in before_after.markdown(without_judge)
+
+
+def test_before_after_has_the_rubric_split_as_a_second_table():
+    rubrics = [["knowledge_boundary.within", "role_style"], ["knowledge_boundary.outside"], ["role_style"]]
+    dims = [["knowledge_boundary", "role_style"], ["knowledge_boundary"], ["role_style"]]
+
+    def judged(evaluation: dict, within: int, outside: int, style: int) -> dict:
+        evaluation["judge"] = {
+            "dimensions": {"knowledge_boundary": tally(within + outside, 2, 2), "role_style": tally(style, 2, 2)},
+            "rubrics": {
+                "knowledge_boundary.within": tally(within, 1, 1),
+                "knowledge_boundary.outside": tally(outside, 1, 1),
+                "role_style": tally(style, 2, 2),
+            },
+            "overall": tally(within + outside + style, 4, 4),
+        }
+        return evaluation
+
+    def evaluation(values):
+        groupings = {"task": ["t"] * 3, "dimension": dims, "rubric": rubrics}
+        return {"metrics": aggregate({"rougeL": values}, groupings, n_resamples=10)}
+
+    base = judged(evaluation([0.2, 0.4, 0.6]), 0, 1, 1)
+    restrained = judged(evaluation([0.3, 0.4, 0.9]), 1, 1, 2)
+    table = before_after.before_after(base, restrained)
+    assert list(table["metrics"]) == ["overall", "knowledge_boundary", "role_style"]
+    assert table["metrics"]["knowledge_boundary"]["rougeL"] == pytest.approx(
+        {"n": 2, "before": 0.3, "after": 0.35, "delta": 0.05}
+    )
+    assert table["metrics_by_rubric"]["knowledge_boundary.within"]["rougeL"] == pytest.approx(
+        {"n": 1, "before": 0.2, "after": 0.3, "delta": 0.1}
+    )
+    assert table["judge_by_rubric"]["knowledge_boundary.within"]["delta"] == 1.0
+    assert "overall" not in table["judge_by_rubric"]
+    text = before_after.markdown(table)
+    assert text.index("| judge | knowledge_boundary | role_style | overall |") < text.index("Finer split (rubrics):")
+    assert "| rougeL baseline | 0.4000 | 0.2000 | 0.4000 |" in text  # outside 0.4, within 0.2, style (0.2 + 0.6) / 2
 
 
 def test_labels_come_from_the_runs_config(tmp_path):

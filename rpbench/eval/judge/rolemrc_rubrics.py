@@ -1,26 +1,41 @@
 """RoleMRC's five binary judge dimensions as seven rubrics, and the judging run over test records.
 
-The rubrics are written for rpbench from the paper's description of its reference-free evaluation
-(Lu et al., 2025, Sec. 5): Knowledge Boundary (question within / outside the character's knowledge),
-Role Style, Nested instruction, Multi-turn instruction (final question answerable / unanswerable) and
-Prioritized instruction. A test record lists its rubrics in ``meta["dimensions"]``; each rubric prompt
-shows the character setting (the system prompt), the dialogue, the model's reply and the reference reply,
-and asks for a single digit. Verdicts are parsed strictly; an unreadable one is re-asked and then counted
-as a parse failure, apart from the accuracy (never as a 0).
+The judge is reference-free, as in the paper (Lu et al., 2025, Sec. 4.3, Fig. 11; the authors'
+``evaluation/llm_judge.py``): it sees the character setting (the system prompt), the dialogue and the
+model's reply, never the reference answer. The rubrics are written for rpbench after the paper's
+criteria: Knowledge Boundary (question within / outside the character's knowledge), Role Style, Nested
+instruction, Multi-turn instruction (final question answerable / unanswerable) and Prioritized
+instruction. A test record lists its rubrics in ``meta["dimensions"]``; each prompt asks for a single
+digit. Verdicts are parsed strictly; an unreadable one is re-asked and then counted as a parse failure,
+apart from the accuracy (never as a 0).
+
+Another judge setup (e.g. the authors' exact prompts) is reproduced with a prompt file (``load_prompts``,
+config ``evaluator.judge_prompt_file``): YAML or JSON ``{"system": str | null, "rubrics": {rubric:
+template}}`` naming all seven rubrics. Templates use ``str.format`` placeholders: ``{system}`` (the
+character setting), ``{dialogue}`` (the turns before the reply, "User:" / "Character:"),
+``{transcript}`` (every prompt turn, system included, one per line as ``System Instruction: "..."``,
+``User Query: "..."``, ``LLM Response: "..."``, the authors' layout), ``{response}`` (the reply judged,
+required) and ``{rule}`` (the nested rule). ``system: null`` sends the template as the only message.
 """
 
 from __future__ import annotations
 
+import hashlib
+import string
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
 from rpbench.eval.judge.parse import parse_verdict
 
-PROMPT_VERSION = "rpbench-rolemrc-rubrics-v1"
+PROMPT_VERSION = "rpbench-rolemrc-rubrics-v2"  # v2: reference-free
 TASK = "rolemrc"
 
 JUDGE_SYSTEM = (
@@ -96,13 +111,82 @@ TEMPLATE = """You are checking one reply written by a language model that plays 
 [Model reply to check]
 {response}
 
-[Reference reply from the benchmark: a guide to the expected behaviour, not a text to match]
-{reference}
-
 [Criterion]
 {criterion}
 
 Reply with one digit only: 1 if the model reply meets the criterion, 0 if it does not."""
+
+PLACEHOLDERS = ("system", "dialogue", "transcript", "response", "rule")
+
+
+class JudgePromptError(ValueError):
+    """A judge prompt file that cannot be used; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class JudgePrompts:
+    """The judge's system message (None: none) and one user-message template per rubric."""
+
+    system: str | None
+    templates: Mapping[str, str]
+    version: str
+
+
+DEFAULT_PROMPTS = JudgePrompts(
+    JUDGE_SYSTEM,
+    {rubric: TEMPLATE.replace("{criterion}", criterion) for rubric, criterion in RUBRICS.items()},
+    PROMPT_VERSION,
+)
+
+
+def _template_fields(template: str, where: str) -> set[str]:
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as error:
+        raise JudgePromptError(
+            f"{where}: not a valid format string ({error}); write a literal brace as {{{{ or }}}}"
+        ) from error
+    for name, spec, conv in fields:
+        if name == "reference":
+            raise JudgePromptError(
+                f"{where}: {{reference}} is not available: the RoleMRC judge is reference-free (paper Sec. 4.3)"
+            )
+        if name not in PLACEHOLDERS or spec or conv:
+            raise JudgePromptError(f"{where}: unknown placeholder {{{name}}}; use {', '.join(PLACEHOLDERS)}")
+    names = {name for name, _, _ in fields}
+    if "response" not in names:
+        raise JudgePromptError(f"{where}: the template must show the reply judged ({{response}})")
+    return names
+
+
+def load_prompts(path: str | Path) -> JudgePrompts:
+    """Judge prompts from a YAML/JSON file (format: module docstring), every template checked."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"judge prompt file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    try:
+        content = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise JudgePromptError(f"{path}: not YAML/JSON: {error}") from error
+    if not isinstance(content, Mapping) or "rubrics" not in content or set(content) - {"system", "rubrics"}:
+        raise JudgePromptError(f"{path}: expected a mapping with keys 'rubrics' and optionally 'system'")
+    system = content.get("system")
+    if system is not None and not isinstance(system, str):
+        raise JudgePromptError(f"{path}: system: expected a string or null, got {type(system).__name__}")
+    templates = content["rubrics"]
+    if not isinstance(templates, Mapping):
+        raise JudgePromptError(f"{path}: rubrics: expected a mapping rubric -> template")
+    missing, unknown = sorted(set(RUBRICS) - set(templates)), sorted(set(templates) - set(RUBRICS))
+    if missing or unknown:
+        raise JudgePromptError(f"{path}: rubrics: missing {missing}, unknown {unknown}; name each of {sorted(RUBRICS)}")
+    for rubric, template in templates.items():
+        if not isinstance(template, str) or not template.strip():
+            raise JudgePromptError(f"{path}: rubrics.{rubric}: expected a non-empty string")
+        _template_fields(template, f"{path}: rubrics.{rubric}")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+    return JudgePrompts(system, dict(templates), f"file:{path.name}:{digest}")
+
 
 # Lead-ins of the nested rule sentence in RoleMRC system prompts, removed to leave the rule itself.
 RULE_LEAD_INS = (
@@ -117,9 +201,33 @@ RULE_LEAD_INS = (
 )
 
 
+# The paper's five dimensions (Sec. 4.3, Table 9), in its order, with the names it prints.
+DIMENSIONS = {
+    "knowledge_boundary": "Knowledge Boundary",
+    "role_style": "Role Style",
+    "multi_turn": "Multi-turn",
+    "nested": "Nested",
+    "prioritized": "Prioritized",
+}
+
+
 def dimension_of(rubric: str) -> str:
-    """The paper's dimension a rubric belongs to (``knowledge_boundary.within`` -> ``knowledge_boundary``)."""
+    """The dimension a rubric belongs to: the part before the first dot
+    (``knowledge_boundary.within`` -> ``knowledge_boundary``; ``role_style`` -> ``role_style``)."""
     return rubric.split(".", 1)[0]
+
+
+def dimensions_of(rubrics: Iterable[str]) -> list[str]:
+    """The dimensions of a record's rubrics, each once, in the order first met."""
+    return list(dict.fromkeys(dimension_of(r) for r in rubrics))
+
+
+def in_paper_order(groups: Mapping[str, Any]) -> dict[str, Any]:
+    """``groups`` keyed by dimension, the paper's five first in its order, then any others."""
+    return {
+        **{d: groups[d] for d in DIMENSIONS if d in groups},
+        **{d: v for d, v in groups.items() if d not in DIMENSIONS},
+    }
 
 
 def system_prompt(example: EvalExample) -> str:
@@ -153,29 +261,43 @@ def nested_rule(example: EvalExample) -> str:
     return rule.rstrip(".").strip()
 
 
-def rubric_messages(rubric: str, example: EvalExample, response: str) -> tuple[dict[str, str], ...]:
-    """The judge conversation for one rubric of one record."""
-    if rubric not in RUBRICS:
-        raise ValueError(f"record {example.id}: unknown rubric {rubric!r}; known: {sorted(RUBRICS)}")
-    criterion = RUBRICS[rubric].format(rule=nested_rule(example)) if rubric == "nested" else RUBRICS[rubric]
-    prompt = TEMPLATE.format(
-        system=system_prompt(example) or "(none)",
-        dialogue=render_dialogue(example.prompt),
-        response=response,
-        reference=example.reference,
-        criterion=criterion,
-    )
-    return ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": prompt})
+def transcript(turns: Iterable[Turn]) -> str:
+    """Every turn, system included, one per line (the authors' llm_judge.py layout)."""
+    labels = {"system": "System Instruction", "user": "User Query", "assistant": "LLM Response"}
+    return "".join(f'{labels[t.role]}: "{t.content}"\n' for t in turns)
+
+
+def rubric_messages(
+    rubric: str, example: EvalExample, response: str, prompts: JudgePrompts = DEFAULT_PROMPTS
+) -> tuple[dict[str, str], ...]:
+    """The judge conversation for one rubric of one record (the reference answer is never part of it)."""
+    if rubric not in prompts.templates:
+        raise ValueError(f"record {example.id}: unknown rubric {rubric!r}; known: {sorted(prompts.templates)}")
+    template = prompts.templates[rubric]
+    values = {
+        "system": system_prompt(example) or "(none)",
+        "dialogue": render_dialogue(example.prompt),
+        "transcript": transcript(example.prompt),
+        "response": response,
+    }
+    if "rule" in _template_fields(template, f"rubric {rubric}"):
+        values["rule"] = nested_rule(example)
+    user = {"role": "user", "content": template.format(**values)}
+    return (user,) if prompts.system is None else ({"role": "system", "content": prompts.system}, user)
 
 
 def judge_rolemrc(
-    examples: Sequence[EvalExample], predictions: Mapping[str, str], judge: JudgeClient | Mapping[str, Any]
+    examples: Sequence[EvalExample],
+    predictions: Mapping[str, str],
+    judge: JudgeClient | Mapping[str, Any],
+    prompts: JudgePrompts = DEFAULT_PROMPTS,
 ) -> dict[str, Any]:
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
-    closed here). Returns per-record verdicts and, per rubric, per dimension and overall: n, judged,
-    correct, parse_failures, request_failures and accuracy = correct / judged (None when nothing was judged).
+    closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record
+    verdicts and, per rubric, per dimension and overall: n, judged, correct, parse_failures,
+    request_failures and accuracy = correct / judged (None when nothing was judged).
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:
@@ -184,14 +306,15 @@ def judge_rolemrc(
     with nullcontext(judge) if isinstance(judge, JudgeClient) else open_judge(judge) as client:
         max_tokens = client.config.max_tokens_for(TASK)
         requests = [
-            JudgeRequest(rubric_messages(r, e, predictions[e.id]), max_tokens, PROMPT_VERSION) for e, r in pairs
+            JudgeRequest(rubric_messages(r, e, predictions[e.id], prompts), max_tokens, prompts.version)
+            for e, r in pairs
         ]
         replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
         stats, model = client.stats.as_dict(), client.config.model
     records = _per_record(examples, pairs, replies)
     rubric_names = [r for _, r in pairs]
     return {
-        "prompt_version": PROMPT_VERSION,
+        "prompt_version": prompts.version,
         "judge_model": model,
         "records": records,
         "rubrics": _group(rubric_names, replies, key=lambda r: r),

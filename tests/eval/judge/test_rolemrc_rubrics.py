@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.judge.client import JudgeClient, JudgeConfig
-from rpbench.eval.judge.rolemrc_rubrics import REASK, RUBRICS, judge_rolemrc, nested_rule, rubric_messages
+from rpbench.eval.judge.rolemrc_rubrics import (
+    REASK,
+    RUBRICS,
+    JudgePromptError,
+    judge_rolemrc,
+    load_prompts,
+    nested_rule,
+    rubric_messages,
+)
 from rpbench.serve import load_served_model, serve_in_thread
 
 SYSTEM = (
@@ -40,6 +50,42 @@ def test_rubric_names_are_the_seven_of_the_five_dimensions():
     )
 
 
+# The RoleMRC authors' test label -> dimension table (interpretation/interpret.py, evaluation/llm_judge.py),
+# in the paper's dimension names (Sec. 4.3, Table 9).
+AUTHORS_DIMENSIONS = {
+    "role_related_mrc_answer_with_narration": ["Knowledge Boundary", "Role Style"],
+    "role_related_mrc_answer_no_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_refused_with_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_refused_no_narration": ["Knowledge Boundary", "Role Style"],
+    "role_related_mrc_refused_with_narration": ["Knowledge Boundary"],
+    "role_unrelated_mrc_answer_with_narration": ["Knowledge Boundary"],
+    "role_related_mrc_refused_no_narration": ["Role Style"],
+    "role_unrelated_mrc_answer_no_narration": ["Role Style"],
+    "role_related_mrc_answer_with_narration-special-content": ["Nested"],
+    "role_related_mrc_answer_with_narration-special-format": ["Nested"],
+    "role_related_mrc_answer_no_narration-special-content": ["Nested"],
+    "role_related_mrc_answer_no_narration-special-format": ["Nested"],
+    "role_related_mrc_refused_with_narration-2ndrefused": ["Multi-turn"],
+    "role_related_mrc_refused_no_narration-2ndrefused": ["Multi-turn"],
+    "role_unrelated_mrc_refused_with_narration-2ndanswer": ["Multi-turn"],
+    "role_unrelated_mrc_refused_no_narration-2ndanswer": ["Multi-turn"],
+    "role_related_mrc_answer_with_narration-refused": ["Prioritized"],
+    "role_related_mrc_answer_no_narration-refused": ["Prioritized"],
+}
+
+
+def test_five_dimensions_of_every_test_label_are_the_authors():
+    from omegaconf import OmegaConf
+
+    from conftest import CONF_DIR
+    from rpbench.eval.judge.rolemrc_rubrics import DIMENSIONS, dimensions_of
+
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    ours = {label: [DIMENSIONS[d] for d in dimensions_of(rubrics)] for label, rubrics in table.items()}
+    assert ours == AUTHORS_DIMENSIONS
+    assert list(DIMENSIONS.values()) == ["Knowledge Boundary", "Role Style", "Multi-turn", "Nested", "Prioritized"]
+
+
 def test_nested_rule_is_taken_from_the_system_prompt():
     assert nested_rule(example("a", ["nested"])) == "answer in exactly two sentences"
     assert nested_rule(example("b", ["nested"], nested_rule="rhyme every line")) == "rhyme every line"
@@ -47,24 +93,78 @@ def test_nested_rule_is_taken_from_the_system_prompt():
         nested_rule(example("c", ["nested"], system="You are a pirate"))
 
 
-def test_prompt_holds_setting_dialogue_response_reference_and_criterion():
+def test_prompt_holds_setting_dialogue_response_and_criterion_but_no_reference():
     system, user = rubric_messages("nested", example("a", ["nested"]), "THE-MODEL-REPLY")
     assert system["role"] == "system" and user["role"] == "user"
     text = user["content"]
-    for part in (
-        SYSTEM,
-        "How do tides work?",
-        "THE-MODEL-REPLY",
-        "reference reply of a",
-        '"answer in exactly two sentences"',
-    ):
+    for part in (SYSTEM, "How do tides work?", "THE-MODEL-REPLY", '"answer in exactly two sentences"'):
         assert part in text
+    assert "reference" not in text.lower()  # reference-free, as the paper's judge (Sec. 4.3)
     answerable = rubric_messages("multi_turn.answerable", example("a", []), "r")[1]["content"]
     unanswerable = rubric_messages("multi_turn.unanswerable", example("a", []), "r")[1]["content"]
     assert "ANSWERABLE" in answerable and "UNANSWERABLE" in unanswerable
     assert "WITHIN" in rubric_messages("knowledge_boundary.within", example("a", []), "r")[1]["content"]
     with pytest.raises(ValueError, match="unknown rubric"):
         rubric_messages("humour", example("a", []), "r")
+
+
+def write_prompt_file(tmp_path, rubrics: dict, system=None, name="prompts.yaml"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"system": system, "rubrics": rubrics}))
+    return path
+
+
+AUTHORS_STYLE = {rubric: 'Judge "{response}" ({transcript})' for rubric in RUBRICS}
+AUTHORS_STYLE["nested"] = 'Rule **{rule}**:\n{transcript}# Response:\n"{response}"\nScore:'
+
+
+def test_prompt_file_templates_are_used_verbatim(tmp_path):
+    prompts = load_prompts(write_prompt_file(tmp_path, AUTHORS_STYLE))
+    assert prompts.system is None and prompts.version.startswith("file:prompts.yaml:")
+    (user,) = rubric_messages("nested", example("a", ["nested"]), "Aye.", prompts)
+    assert user == {
+        "role": "user",
+        "content": "Rule **answer in exactly two sentences**:\n"
+        f'System Instruction: "{SYSTEM}"\n'
+        'User Query: "Passage: tides follow the moon. How do tides work?"\n'
+        '# Response:\n"Aye."\nScore:',
+    }
+    with_system = load_prompts(write_prompt_file(tmp_path, AUTHORS_STYLE, system="Be fair.", name="b.json"))
+    assert rubric_messages("role_style", example("a", []), "x", with_system)[0] == {
+        "role": "system",
+        "content": "Be fair.",
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"nested": "{response} vs {reference}"}, r"rubrics.nested: \{reference\} is not available: .*reference-free"),
+        (
+            {"role_style": "{response} {character}"},
+            r"rubrics.role_style: unknown placeholder \{character\}; use system",
+        ),
+        ({"prioritized": "no reply shown"}, r"rubrics.prioritized: the template must show the reply judged"),
+        ({"nested": "{response} {rule"}, r"rubrics.nested: not a valid format string"),
+        ({"nested": "{response!r}"}, r"rubrics.nested: unknown placeholder"),
+        ({"humour": "{response}"}, r"missing \[\], unknown \['humour'\]"),
+    ],
+)
+def test_bad_prompt_files_are_named(tmp_path, change, message):
+    path = write_prompt_file(tmp_path, {**AUTHORS_STYLE, **change})
+    with pytest.raises(JudgePromptError, match=f"{tmp_path}.*{message}"):
+        load_prompts(path)
+
+
+def test_prompt_file_must_name_every_rubric_and_exist(tmp_path):
+    rubrics = {k: v for k, v in AUTHORS_STYLE.items() if k != "role_style"}
+    with pytest.raises(JudgePromptError, match=r"missing \['role_style'\]"):
+        load_prompts(write_prompt_file(tmp_path, rubrics))
+    (tmp_path / "list.yaml").write_text("- a\n- b\n")
+    with pytest.raises(JudgePromptError, match="list.yaml: expected a mapping with keys 'rubrics'"):
+        load_prompts(tmp_path / "list.yaml")
+    with pytest.raises(FileNotFoundError, match="judge prompt file not found"):
+        load_prompts(tmp_path / "absent.yaml")
 
 
 def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3) -> JudgeClient:

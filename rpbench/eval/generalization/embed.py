@@ -1,0 +1,87 @@
+"""Texts -> unit-norm sentence embeddings from one hidden layer of a local encoder, for the RJSD terms.
+
+The default encoder is the packaged all-MiniLM-L6-v2 (the model BERTScore falls back to, located the
+same way). ``layer`` indexes ``hidden_states``: 0 is the embedding layer (what the EMID code uses,
+with xlm-roberta-base), -1 the last layer, which is what MiniLM's sentence embedding is trained on;
+with layer -1 and the default length the vectors equal sentence-transformers' ``encode`` of MiniLM.
+Pooling is the mean over all non-padding tokens ([CLS]/[SEP] included, as sentence-transformers
+pools; the EMID code leaves out the first token), then L2 normalisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rpbench.eval.metrics import fallback_model_path
+
+PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@dataclass(frozen=True)
+class Embedded:
+    vectors: torch.Tensor  # [n, d] float32, unit rows
+    n_truncated: int  # texts longer than max_length tokens, embedded from their first max_length tokens
+
+
+@dataclass
+class TextEmbedder:
+    model: Any
+    tokenizer: Any
+    encoder: str
+    layer: int
+    max_length: int
+    batch_size: int
+
+    def describe(self) -> dict[str, Any]:
+        return {"encoder": self.encoder, "layer": self.layer, "max_length": self.max_length, "pooling": "mean"}
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], name: str = "texts") -> Embedded:
+        """Unit-norm embeddings of ``texts`` in order; an empty or non-string text is an error naming it."""
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"{name}[{i}]: expected a non-empty string to embed, got {text!r}")
+        if not texts:
+            raise ValueError(f"{name}: nothing to embed")
+        device = next(self.model.parameters()).device
+        vectors, truncated = [], 0
+        for start in range(0, len(texts), self.batch_size):
+            chunk = list(texts[start : start + self.batch_size])
+            full = self.tokenizer(chunk, add_special_tokens=True)["input_ids"]
+            truncated += sum(len(ids) > self.max_length for ids in full)
+            batch = self.tokenizer(
+                chunk, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+            ).to(device)
+            hidden = self.model(**batch, output_hidden_states=True).hidden_states[self.layer].float()
+            mask = batch["attention_mask"][..., None].float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            vectors.append(torch.nn.functional.normalize(pooled, dim=-1).cpu())
+        return Embedded(torch.cat(vectors), truncated)
+
+
+def load_text_embedder(
+    encoder: str | None = None,
+    layer: int = -1,
+    max_length: int = 256,
+    device: str | None = None,
+    batch_size: int = 32,
+) -> TextEmbedder:
+    """An embedder on ``encoder`` (a name in the local Hugging Face cache or a folder; never downloads),
+    or on the packaged all-MiniLM-L6-v2 when ``encoder`` is None."""
+    from transformers import AutoModel, AutoTokenizer
+
+    path, name = (fallback_model_path(), PACKAGED_ENCODER) if encoder is None else (encoder, encoder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True)
+    except OSError as error:
+        raise OSError(f"encoder {name!r} is not available locally (download it with `hf download {name}`)") from error
+    n_layers = model.config.num_hidden_layers
+    if not -(n_layers + 1) <= layer <= n_layers:
+        raise ValueError(f"layer {layer} outside hidden_states of {name!r} (0..{n_layers}, or negative from the end)")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return TextEmbedder(model.eval().to(device), tokenizer, name, layer, max_length, batch_size)

@@ -5,12 +5,15 @@ The file is one JSON object mapping split names to lists of samples: ``IDTrain``
 
     {"sample_ID": str, "user_persona": str | object, "agent_character": object,
      "dialogue_context": [{"user_query": str}, {"agent_response": str}, ..., {"user_query": str}],
-     "agent_golden_response": str, "subset_tag": str}
+     "agent_golden_response": str, "subset_tag": str, "reasoning": str (optional)}
 
 The context alternates user queries and agent responses, starting and ending on a user query. The
 prompt is a system turn built from the character and the persona (``system_prompt``) followed by the
 context as user/assistant turns; the golden response is the reference (test) or the supervised final
 turn (training). ``subset_tag`` gives the distribution shift (SHIFTS; an unknown tag is an error).
+``reasoning`` (optional) is a reasoning text r for the sample, inferred from its input alone (R-EMI
+conditions on it); the authors' CoRL data calls it ``thought_policy_generation``, read as the same
+field (a sample with both is an error). It goes to ``meta["reasoning"]`` when present.
 
 Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
 (default TRAIN_SPLITS) for ``read_sft``. Other options are ignored.
@@ -51,6 +54,7 @@ SHIFTS: dict[str, str] = {
     **dict.fromkeys(("TurnLevelComposition", "WordLevelComposition"), "composition"),
 }
 CONTEXT_KEYS = ("user_query", "agent_response")
+REASONING_KEYS = ("reasoning", "thought_policy_generation")  # ours, the authors' CoRL data's
 
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
@@ -136,7 +140,17 @@ def _sample(raw: Any, source: Source, split: str):
     context = _context(require_list(sample, "dialogue_context", source), source)
     golden = require_str(sample, "agent_golden_response", source)
     prompt = (Turn("system", system_prompt(character, persona)), *context)
-    return rid, source, prompt, golden, {"split": split, "character": character, "persona": persona}
+    meta = {"split": split, "character": character, "persona": persona}
+    if (reasoning := _reasoning(sample, source)) is not None:
+        meta["reasoning"] = reasoning
+    return rid, source, prompt, golden, meta
+
+
+def _reasoning(sample: Mapping[str, Any], source: Source) -> str | None:
+    present = [key for key in REASONING_KEYS if sample.get(key) is not None]
+    if len(present) > 1:
+        raise source.error(present[1], f"one reasoning field, got both {present[0]!r} and {present[1]!r}")
+    return require_str(sample, present[0], source) if present else None
 
 
 def _context(items: list[Any], source: Source) -> list[Turn]:

@@ -32,8 +32,13 @@ class ConvergencePoint:
     severity: ShiftSeverity
 
     def as_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "repeat": self.repeat, "bound": self.bound.as_dict(), "empirical": self.empirical,
-                "severity": self.severity.as_dict()}
+        return {
+            "n": self.n,
+            "repeat": self.repeat,
+            "bound": self.bound.as_dict(),
+            "empirical": self.empirical,
+            "severity": self.severity.as_dict(),
+        }
 
 
 def remid_from_matrices(
@@ -79,6 +84,8 @@ def bound_convergence(
             id_rows, ood_rows = id_order[:n].tolist(), ood_order[:n].tolist()
             severity = shift_severity(id_split.subset(id_rows), ood_split.subset(ood_rows), weighting)
             points.append(
-                ConvergencePoint(n, repeat, bound_of(severity, entropy, delta_form), empirical(id_rows, ood_rows), severity)
+                ConvergencePoint(
+                    n, repeat, bound_of(severity, entropy, delta_form), empirical(id_rows, ood_rows), severity
+                )
             )
     return points

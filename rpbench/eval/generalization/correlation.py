@@ -31,15 +31,17 @@ def correlate(metric: Mapping[Hashable, float], judge: Mapping[Hashable, float])
     """Correlations of ``metric[k]`` with ``judge[k]`` over their common keys, which must be all keys of both."""
     if set(metric) != set(judge):
         only_metric, only_judge = set(metric) - set(judge), set(judge) - set(metric)
-        raise ValueError(f"keys differ: only in metric {sorted(map(str, only_metric))}, "
-                         f"only in judge {sorted(map(str, only_judge))}")
+        raise ValueError(
+            f"keys differ: only in metric {sorted(map(str, only_metric))}, only in judge {sorted(map(str, only_judge))}"
+        )
     if len(metric) < 3:
         raise ValueError(f"a correlation needs at least 3 pairs, got {len(metric)}")
     keys = list(metric)
     x, y = [float(metric[k]) for k in keys], [float(judge[k]) for k in keys]
     pearson, spearman = stats.pearsonr(x, y), stats.spearmanr(x, y)
-    return Correlation(float(pearson.statistic), float(pearson.pvalue), float(spearman.statistic),
-                       float(spearman.pvalue), len(keys))
+    return Correlation(
+        float(pearson.statistic), float(pearson.pvalue), float(spearman.statistic), float(spearman.pvalue), len(keys)
+    )
 
 
 def winrate_drop(id_winrate: float, shifted_winrate: float) -> float:

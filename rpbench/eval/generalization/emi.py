@@ -38,7 +38,9 @@ def negative_pairs(n: int, n_negatives: int, seed: int) -> list[tuple[int, int]]
 def club_mi(positive: torch.Tensor, negative: torch.Tensor) -> float:
     """mean(positive ℓ(y_i | x_i)) - mean(negative ℓ(y_j | x_i)); both 1-D and non-empty."""
     if positive.ndim != 1 or negative.ndim != 1 or not positive.numel() or not negative.numel():
-        raise ValueError(f"expected non-empty 1-D log-probs, got shapes {tuple(positive.shape)}, {tuple(negative.shape)}")
+        raise ValueError(
+            f"expected non-empty 1-D log-probs, got shapes {tuple(positive.shape)}, {tuple(negative.shape)}"
+        )
     return float(positive.double().mean() - negative.double().mean())
 
 

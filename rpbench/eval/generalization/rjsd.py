@@ -65,4 +65,3 @@ def representation_jsd(p: torch.Tensor, q: torch.Tensor, weighting: Weighting = 
     elif weighting != "trace":
         raise ValueError(f"weighting must be 'trace' or 'equal', got {weighting!r}")
     return von_neumann_entropy((c_p + c_q) / 2) - (von_neumann_entropy(c_p) + von_neumann_entropy(c_q)) / 2
-

@@ -174,7 +174,9 @@ def perplexity(
 ) -> float:
     """exp(token-weighted mean NLL) of ``responses`` (e.g. golden ones) given their prompts [and reasoning]."""
     _check_lengths(prompts, responses=responses)
-    scored = pair_logps(model, renderer, prompts, responses, [(i, i) for i in range(len(prompts))], reasoning, batch_size)
+    scored = pair_logps(
+        model, renderer, prompts, responses, [(i, i) for i in range(len(prompts))], reasoning, batch_size
+    )
     return math.exp(-float((scored.mean_logp * scored.n_tokens).sum() / scored.n_tokens.sum()))
 
 

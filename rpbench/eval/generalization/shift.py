@@ -115,9 +115,14 @@ class ShiftSeverity:
         return asdict(self)
 
 
-def shift_severity(id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting = "trace") -> ShiftSeverity:
+def shift_severity(
+    id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting = "trace"
+) -> ShiftSeverity:
     return ShiftSeverity(
-        **{name: representation_jsd(getattr(id_split, name), getattr(ood_split, name), weighting) for name in INPUT_FIELDS},
+        **{
+            name: representation_jsd(getattr(id_split, name), getattr(ood_split, name), weighting)
+            for name in INPUT_FIELDS
+        },
         delta_p=representation_jsd(id_split.model_response, id_split.golden_response, weighting),
         delta_q=representation_jsd(ood_split.model_response, ood_split.golden_response, weighting),
         n_id=len(id_split),

@@ -60,7 +60,9 @@ def test_shift_severity_on_the_bundled_sample():
     id_examples, composition = by_shift["in_distribution"], by_shift["composition"]
     assert len(id_examples) == len(composition) == 6
     long_dialogue = next(e for e in composition if len(e.prompt) > 4)
-    assert dialogue_text(long_dialogue).startswith(f"User Query 1: {long_dialogue.prompt[1].content}\nAgent Response 1: ")
+    assert dialogue_text(long_dialogue).startswith(
+        f"User Query 1: {long_dialogue.prompt[1].content}\nAgent Response 1: "
+    )
     assert input_field_texts(id_examples)["user"][0] == id_examples[0].meta["persona"]
 
     e = embedder()

@@ -60,7 +60,7 @@ class SplitEmbeddings:
     dialogue: torch.Tensor
     model_response: torch.Tensor
     golden_response: torch.Tensor
-    n_truncated: int = 0
+    n_truncated: int = 0  # texts cut at the encoder's max_length when the whole split was embedded
 
     def __post_init__(self):
         sizes = {name: len(getattr(self, name)) for name in (*INPUT_FIELDS, "model_response", "golden_response")}

@@ -43,6 +43,11 @@ class ObjectiveModule(L.LightningModule):
         return pad_collate(samples, pad_token_id)
 
     @staticmethod
+    def supervised_tokens(samples: Sequence[dict]) -> dict[str, int]:
+        """Labelled tokens of rendered samples, as the run reports them (the first label is never one)."""
+        return {"all": sum(label != IGNORE_INDEX for s in samples for label in s["labels"][1:])}
+
+    @staticmethod
     def sample_weight(sample: dict) -> int:
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])

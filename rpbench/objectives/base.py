@@ -75,7 +75,7 @@ class ObjectiveModule(L.LightningModule):
             betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
             eps=float(cfg.get("adam_eps", 1e-8)),
         )
-        total = int(self.trainer.estimated_stepping_batches)
+        total = self.planned_optimizer_steps()
         scheduler = get_scheduler(
             str(cfg.get("scheduler", "cosine")),
             optimizer,
@@ -83,6 +83,10 @@ class ObjectiveModule(L.LightningModule):
             num_training_steps=total,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def planned_optimizer_steps(self) -> int:
+        """The optimiser steps the learning-rate schedule spans."""
+        return int(self.trainer.estimated_stepping_batches)
 
     def on_before_optimizer_step(self, optimizer) -> None:
         if "deepspeed" not in type(self.trainer.strategy).__name__.lower():  # ZeRO shards the gradients

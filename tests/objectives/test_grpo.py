@@ -270,3 +270,22 @@ def test_grpo_composes_with_each_model_family(compose, model_name):
     tiny = model_name.startswith("tiny")
     assert cfg.objective.num_generations == (4 if tiny else 8)
     assert cfg.objective.lr == pytest.approx(5e-3 if tiny else 1e-6)
+
+
+@pytest.mark.slow
+def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(compose, tmp_path):
+    """16 prompts / 4 per batch x 2 epochs x mu 2 = 16 optimiser steps planned; max_steps 5 stops after 5,
+    inside the third generation batch, and a linear schedule sized to 5 decays over exactly those steps."""
+    report, _, rows = run_grpo(
+        compose,
+        tmp_path,
+        "objective.epochs=2",
+        "objective.mu=2",
+        "+objective.max_steps=5",
+        "objective.scheduler=linear",
+        "objective.lr=1e-2",
+    )
+    assert report["optimizer_steps"] == 5
+    assert [float(r["train/optimizer_step"]) for r in rows] == [2.0, 4.0, 5.0]
+    # lr before optimiser step i (0-based) = 1e-2 * (5 - i) / 5; a row holds its batch's last step's lr
+    assert [float(r["train/lr"]) for r in rows] == pytest.approx([1e-2 * 4 / 5, 1e-2 * 2 / 5, 1e-2 * 1 / 5])

@@ -176,7 +176,7 @@ class DPOModule(ObjectiveModule):
         per_pair = terms["losses"] + self.sft_weight * terms["chosen_nll"] if self.sft_weight else terms["losses"]
         if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
             self._log_pairs(terms, per_pair)
-        return per_pair.sum() * batch["loss_scale"]
+        return per_pair.sum() * batch["loss_scale"] * self.backward_factor
 
     def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
         chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]

@@ -35,7 +35,7 @@ from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Tur
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.forward import labelled_logps
-from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
     AGGREGATION_MODES,
@@ -177,7 +177,8 @@ class GRPOModule(ObjectiveModule):
         self._step_tokens = 0
 
     def on_fit_start(self) -> None:
-        if "deepspeed" in type(self.trainer.strategy).__name__.lower():
+        super().on_fit_start()
+        if is_deepspeed(type(self.trainer.strategy).__name__):
             if self.chunk_size is not None:
                 raise ValueError(
                     "under DeepSpeed each GRPO optimiser step must be one backward: set "

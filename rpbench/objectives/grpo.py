@@ -171,6 +171,7 @@ class GRPOModule(ObjectiveModule):
             raise ValueError("objective (grpo): " + "; ".join(problems))
         self.reward_fns = build_reward_fns(cfg["rewards"])
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
+        self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.reference = live_reference(model) if self.beta > 0 else None
         self.stop_ids = default_stop_ids(model, tokenizer)
         self.seed = int(cfg.get("generation_seed", 0))
@@ -233,15 +234,33 @@ class GRPOModule(ObjectiveModule):
     def training_step(self, batch, batch_idx):
         live = bool(batch["loss_scale"] > 0)
         rollouts = self.rollouts(batch)
+        failures_before = self.reward_failures()
         if live:
             scores, rewards = self.score(batch, rollouts)
         else:  # a repeated micro-batch that only evens out ranks: weight 0, so no reward calls (judges cost)
             scores, rewards = {}, torch.zeros(len(rollouts.completion_ids))
+        failed = self._sum_over_ranks(self.reward_failures() - failures_before) if self.counts_failures else None
         advantages = self.advantages(rewards, live).to(self.device)
         stats = self.optimise(rollouts, advantages, live)
+        if failed is not None:
+            stats["reward_failures"] = failed
         self._step_tokens = sum(len(p) for p in rollouts.prompt_ids) + rollouts.n_tokens
         if live:
             self._log_step(rollouts, scores, rewards, advantages, stats)
+
+    def reward_failures(self) -> int:
+        """Scores the rewards could not give so far on this rank (an LLM judge's unparseable verdicts)."""
+        return sum(int(getattr(reward.fn, "failures", 0)) for reward in self.reward_fns)
+
+    def _sum_over_ranks(self, value: float) -> float:
+        return float(self.trainer.strategy.reduce(torch.tensor(float(value), device=self.device), reduce_op="sum"))
+
+    def teardown(self, stage: str) -> None:
+        """Close the rewards that hold resources (a judge client, a judge server) when training ends."""
+        if stage == "fit":
+            for reward in self.reward_fns:
+                if callable(getattr(reward.fn, "close", None)):
+                    reward.fn.close()
 
     def optimise(self, rollouts: Rollouts, advantages: torch.Tensor, live: bool) -> dict[str, float]:
         """``mu`` optimiser steps over the generation batch, ``backward_chunk_size`` completions per backward."""
@@ -357,6 +376,8 @@ class GRPOModule(ObjectiveModule):
         if self.reference is not None:
             metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
         metrics["train/optimizer_step"] = float(self.global_step)
+        if "reward_failures" in stats:  # this step's, summed over ranks
+            metrics["train/reward_failures"] = stats["reward_failures"]
         self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)
         self.log("train/reward", rewards.mean(), prog_bar=True, rank_zero_only=True)
         self.log_dict({k: float(v) for k, v in metrics.items()}, rank_zero_only=True)

@@ -18,7 +18,7 @@ from rpbench.models import load
 from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
-from rpbench.objectives.rewards import register
+from rpbench.objectives.rewards import JudgeReward, register
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
 from rpbench.training import train
 
@@ -289,3 +289,34 @@ def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(com
     assert [float(r["train/optimizer_step"]) for r in rows] == [2.0, 4.0, 5.0]
     # lr before optimiser step i (0-based) = 1e-2 * (5 - i) / 5; a row holds its batch's last step's lr
     assert [float(r["train/lr"]) for r in rows] == pytest.approx([1e-2 * 4 / 5, 1e-2 * 2 / 5, 1e-2 * 1 / 5])
+
+
+@register("test_kept_judge")
+class KeptJudge(JudgeReward):
+    """The judge reward, keeping its instances so that a test can reach the judge after training."""
+
+    instances: list[JudgeReward] = []
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        KeptJudge.instances.append(self)
+
+
+@pytest.mark.slow
+def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tmp_path):
+    """A local judge server that answers every verdict request with "maybe": all 16 verdicts of each step
+    (4 prompts x 4 completions) fail, are logged, and the server is stopped when training ends."""
+    import httpx
+
+    judge = (
+        "{backend: local, server: {model: tiny-qwen2, scripted: [{match: '', reply: maybe}]}, "
+        "parse_tries: 1, progress: false, api_key_env: null}"
+    )
+    rewards = f"objective.rewards=[{{name: test_kept_judge, kwargs: {{judge: {judge}, failure_reward: 0.5}}}}]"
+    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards)
+    assert report["optimizer_steps"] == len(rows) == 4
+    assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4
+    assert [float(r["train/reward"]) for r in rows] == [0.5] * 4  # every completion got the failure reward
+    (kept,) = KeptJudge.instances
+    with pytest.raises(httpx.TransportError):  # the judge server is gone
+        httpx.get(kept.client.config.base_url.rstrip("/") + "/models", timeout=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from test_run import FAST, run
 
@@ -21,7 +22,7 @@ def test_sft_trains_on_one_gpu(tmp_path, trainer):
     assert (out / "model" / "config.json").exists()
 
 
-def _weights(model) -> dict[str, "torch.Tensor"]:
+def _weights(model) -> dict[str, torch.Tensor]:
     return {name: param.detach().float().cpu() for name, param in model.named_parameters()}
 
 
@@ -29,7 +30,6 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
     """One optimiser step over 2 accumulated micro-batches, under ZeRO-2 and without DeepSpeed. Adam's first
     step is lr * g / (|g| + eps): with eps 1e4 and lr 1e5 it is 10 g, so an engine dividing the loss by the
     accumulation count a second time would halve the update."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     from rpbench.models import load

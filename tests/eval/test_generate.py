@@ -327,7 +327,9 @@ def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
     model, tok = tiny
     examples = make_examples()
     limit = 40
-    texts = [tok.apply_chat_template(as_messages(ex.prompt), tokenize=False, add_generation_prompt=True) for ex in examples]
+    texts = [
+        tok.apply_chat_template(as_messages(ex.prompt), tokenize=False, add_generation_prompt=True) for ex in examples
+    ]
     lengths = [len(tok(text, add_special_tokens=False)["input_ids"]) for text in texts]
     over = [ex.prompt[0].role == "system" for ex, n in zip(examples, lengths) if n > limit]
     assert over.count(True) >= 1 and over.count(False) >= 1  # the fixture has both kinds

@@ -13,7 +13,8 @@ TOKENS = [2, 3, 2, 1]
 
 
 @pytest.mark.parametrize(
-    ("strategy", "engine_divides"), [("DDPStrategy", False), ("DeepSpeedStrategy", True), ("SingleDeviceStrategy", False)]
+    ("strategy", "engine_divides"),
+    [("DDPStrategy", False), ("DeepSpeedStrategy", True), ("SingleDeviceStrategy", False)],
 )
 def test_the_step_loss_is_the_global_token_mean_under_each_strategy(strategy, engine_divides):
     world, accum = 2, 2

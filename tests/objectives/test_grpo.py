@@ -129,6 +129,10 @@ def test_prompts_and_references_come_from_every_record_type():
     samples, empty = GRPOModule.render([sft, pair, test, no_prompt], renderer)
     assert [s["id"] for s in samples] == ["s", "p", "t"] and empty == ["n"]
     assert samples[0]["prompt_ids"] == renderer.render_prompt(sft.turns[:4])
+    # the held-out NLL is the reference's alone, not the earlier assistant turn's, after the same prompt tokens
+    labelled = [t for t, label in zip(samples[0]["input_ids"], samples[0]["labels"]) if label != -100]
+    assert tokenizer.decode(labelled) == "Highmoor.<|im_end|>"
+    assert samples[0]["input_ids"][: len(samples[0]["prompt_ids"])] == samples[0]["prompt_ids"]
     assert samples[1]["reference"] == "Rowan."
     assert samples[1]["messages"][-1] == {"role": "user", "content": "Who are you?"}
     assert GRPOModule.sample_weight(samples[0]) == 1

@@ -135,6 +135,10 @@ def train(
                 "val": len(val_empty),
                 "first_ids": (train_empty + val_empty)[:5],
             },
+            "supervised_tokens": {
+                "train": module_cls.supervised_tokens(train_samples),
+                "val": module_cls.supervised_tokens(val_samples),
+            },
         },
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,

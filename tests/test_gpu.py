@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from test_run import FAST, run
 
@@ -19,3 +20,44 @@ def test_sft_trains_on_one_gpu(tmp_path, trainer):
     held_out = json.loads((out / "metrics.json").read_text())["train"]["held_out"]
     assert held_out["after"]["loss"] < held_out["before"]["loss"]
     assert (out / "model" / "config.json").exists()
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    return {name: param.detach().float().cpu() for name, param in model.named_parameters()}
+
+
+def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp_path):
+    """One optimiser step over 2 accumulated micro-batches, under ZeRO-2 and without DeepSpeed. Adam's first
+    step is lr * g / (|g| + eps): with eps 1e4 and lr 1e5 it is 10 g, so an engine dividing the loss by the
+    accumulation count a second time would halve the update."""
+    from transformers import AutoModelForCausalLM
+
+    from rpbench.models import load
+
+    initial = _weights(load({"name_or_path": "tiny:qwen2"})[0])
+    step = [
+        "trainer.devices=1",
+        "logger=none",
+        "+objective.max_steps=1",
+        "objective.batch_size=4",
+        "objective.grad_accum=2",
+        "objective.lr=1e5",
+        "objective.adam_eps=1e4",
+        "objective.scheduler=constant",
+        "objective.warmup_ratio=0",
+        "objective.max_grad_norm=null",
+    ]
+    updates = {}
+    for trainer in ("gpu", "deepspeed_zero2"):
+        out = tmp_path / trainer
+        result = run(f"hydra.run.dir={out}", *FAST, *step, f"trainer={trainer}")
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 1
+        trained = _weights(AutoModelForCausalLM.from_pretrained(out / "model"))
+        # ZeRO's bf16 run starts from the bf16-rounded weights
+        start = {n: w.bfloat16().float() for n, w in initial.items()} if trainer != "gpu" else initial
+        updates[trainer] = torch.cat([(trained[name] - start[name]).flatten() for name in initial])
+    plain, deepspeed = updates["gpu"], updates["deepspeed_zero2"]
+    assert plain.norm() > 0
+    assert 0.8 < float(deepspeed.norm() / plain.norm()) < 1.25  # the bug gave 0.5
+    assert float(torch.nn.functional.cosine_similarity(plain, deepspeed, dim=0)) > 0.9

@@ -1,7 +1,8 @@
 """Records -> token ids through the tokenizer's chat template, with an assistant-only loss mask.
 
-Every assistant turn is supervised: its rendered content and its end-of-turn token, nothing else
-(not the role header, not the newline a template adds after the end-of-turn token). The text is cut
+A conversation (SFT) supervises every assistant turn; a reply row (DPO's chosen and rejected, GRPO's
+reference) supervises only its final reply. Supervised means the rendered content and the end-of-turn
+token, nothing else (not the role header, not the newline a template adds after the end-of-turn token). The text is cut
 at the template's own boundaries and each piece tokenized alone, so the supervised spans decode to
 exactly the assistant contents (checked for every conversation) and a prompt is tokenized exactly
 as it is at generation time.
@@ -35,6 +36,16 @@ class Rendered:
 
     def as_sample(self) -> dict[str, list[int]]:
         return {"input_ids": self.input_ids, "labels": self.labels}
+
+
+@dataclass(frozen=True)
+class FittedPrompt:
+    """A prompt's token ids fitted to a budget: ``dropped_turns`` history turns left out, and ``cut`` how
+    its tokens were cut when that was not enough ("" none, "after_system", "left")."""
+
+    input_ids: list[int]
+    dropped_turns: int = 0
+    cut: str = ""
 
 
 class ChatRenderer:
@@ -96,9 +107,7 @@ class ChatRenderer:
         ids: list[int] = []
         labels: list[int] = []
         for text, supervised in pieces:
-            piece_ids = self._encode(text)
-            if supervised and self.tokenizer.decode(piece_ids) != text:
-                raise TemplateError(f"supervised span does not round-trip through the tokenizer: {text[:60]!r}")
+            piece_ids = self._encode_supervised(text) if supervised else self._encode(text)
             ids += piece_ids
             labels += piece_ids if supervised else [IGNORE_INDEX] * len(piece_ids)
         return ids, labels
@@ -124,17 +133,83 @@ class ChatRenderer:
             dropped += cut
 
     def render_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> list[int]:
-        """Token ids of ``prompt`` followed by the assistant generation header, history dropped from the
-        left (system turn and final user turn kept) to fit ``max_length``."""
+        """Token ids of ``prompt`` followed by the assistant generation header (see ``fit_prompt``)."""
+        return self.fit_prompt(prompt, max_length).input_ids
+
+    def fit_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> FittedPrompt:
+        """``prompt`` with its generation header, fitted to ``max_length``: history turns are dropped from
+        the left (the system turn and the final turn kept); if that is not enough, the tokens after the
+        system turn are cut from their left (``cut="after_system"``), and only a system turn that alone
+        fills the budget is itself cut from the left (``cut="left"``)."""
         limit = max_length or self.max_length
-        turns = list(prompt)
+        turns, dropped = list(prompt), 0
         while True:
             ids = self._encode(self._template(turns, generation_prompt=True))
             first = 1 if turns and turns[0].role == "system" else 0
             if len(ids) <= limit or len(turns) - first <= 1:
-                return ids[-limit:]
-            turns = turns[:first] + turns[first + (2 if len(turns) - first > 2 else 1) :]
+                break
+            cut = 2 if len(turns) - first > 2 else 1
+            turns = turns[:first] + turns[first + cut :]
+            dropped += cut
+        if len(ids) <= limit:
+            return FittedPrompt(ids, dropped)
+        system = self._system_ids(turns, ids) if turns and turns[0].role == "system" else []
+        if 0 < len(system) < limit:
+            return FittedPrompt(system + ids[len(system) - limit :], dropped, "after_system")
+        return FittedPrompt(ids[-limit:], dropped, "left")
+
+    def _system_ids(self, turns: Sequence[Turn], ids: list[int]) -> list[int]:
+        """The leading tokens of ``ids`` that render the system turn alone ([] where the template does not
+        render it as a prefix of the prompt)."""
+        head = self._encode(self._template(turns[:1], generation_prompt=False))
+        return head if ids[: len(head)] == head else []
 
     def render_completion(self, prompt: Sequence[Turn], completion: str) -> Rendered:
-        """``prompt`` plus one supervised assistant reply (DPO chosen/rejected, GRPO completions)."""
-        return self.render_conversation([*prompt, Turn("assistant", completion)])
+        """``prompt`` plus one assistant reply; only the reply is supervised (GRPO's references)."""
+        return self.render_replies(prompt, [completion])[0]
+
+    def render_replies(self, prompt: Sequence[Turn], replies: Sequence[str]) -> list[Rendered]:
+        """One row per reply to the same ``prompt`` (DPO's chosen and rejected), only the reply supervised.
+
+        The prompt is rendered and fitted once, so every row starts with the same prompt tokens (tokenized
+        as at generation time): history turns are dropped from the left (system and final turn kept) until
+        the prompt and the longest reply fit ``max_length``; then the reply ends are cut. A prompt that
+        alone fills the budget leaves no reply token (``n_supervised == 0``: the caller reports it).
+        """
+        turns, dropped = list(prompt), 0
+        while True:
+            split = [self._prompt_and_reply(turns, reply) for reply in replies]
+            if any(text != split[0][0] for text, _ in split):
+                raise TemplateError("the chat template renders the same prompt differently for different replies")
+            prompt_ids = self._encode(split[0][0])
+            reply_ids = [self._encode_supervised(reply) for _, reply in split]
+            first = 1 if turns and turns[0].role == "system" else 0
+            history = len(turns) - first - 1  # turns between the system turn and the final turn
+            if len(prompt_ids) + max(map(len, reply_ids)) <= self.max_length or history <= 0:
+                break
+            cut = 2 if history >= 2 else 1
+            turns = turns[:first] + turns[first + cut :]
+            dropped += cut
+        prompt_ids = prompt_ids[: self.max_length]
+        room = self.max_length - len(prompt_ids)
+        return [
+            Rendered(
+                prompt_ids + ids[:room],
+                [IGNORE_INDEX] * len(prompt_ids) + ids[:room],
+                dropped_turns=dropped,
+                truncated=len(ids) > room,
+            )
+            for ids in reply_ids
+        ]
+
+    def _prompt_and_reply(self, prompt: Sequence[Turn], reply: str) -> tuple[str, str]:
+        """The text before the final reply (prompt and assistant header) and the reply's supervised text."""
+        pieces = self.pieces([*prompt, Turn("assistant", reply)])
+        last = max(i for i, (_, supervised) in enumerate(pieces) if supervised)
+        return "".join(text for text, _ in pieces[:last]), pieces[last][0]
+
+    def _encode_supervised(self, text: str) -> list[int]:
+        ids = self._encode(text)
+        if self.tokenizer.decode(ids) != text:
+            raise TemplateError(f"supervised span does not round-trip through the tokenizer: {text[:60]!r}")
+        return ids

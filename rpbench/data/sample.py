@@ -701,7 +701,7 @@ def rolemrc_records() -> dict[str, list[dict[str, Any]]]:
                 record = build(label, CHARACTERS[(i + li) % len(CHARACTERS)])
                 sft.append(_as_sft(record[0]) if isinstance(record, tuple) else record)
     pairs = []
-    for labels, per_label in ((BASE_MRC, 5), (NESTED, 3), (PRIORITY, 4)):
+    for labels, per_label in ((BASE_MRC, 5), (NESTED, 3), (PRIORITY, 4), (MULTI_TURN, 2)):
         for li, label in enumerate(labels):
             for i in range(per_label):
                 char = CHARACTERS[(i + li + 3) % len(CHARACTERS)]

@@ -27,10 +27,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from rpbench.data.chat import ChatRenderer
+from rpbench.data.chat import ChatRenderer, FittedPrompt
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
+from rpbench.distributed import all_gather_objects, rank_and_world
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +87,15 @@ class GenerationOptions:
 
 @dataclass
 class GenerationReport:
-    """What a call did: records in the evaluation set, generated now, found from an earlier run."""
+    """What a call did: records in the evaluation set, generated now, found from an earlier run, and how
+    many of the prompts generated now were fitted to ``max_prompt_length`` (see ``ChatRenderer.fit_prompt``)."""
 
     path: str
     n_total: int
     n_generated: int
     n_resumed: int
     truncated_line: str | None = None
+    prompts_fitted: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,6 +108,15 @@ def render_prompts(tokenizer, conversations: Sequence[Sequence[Mapping[str, str]
     """Token ids of each conversation in the chat template, ending with the assistant header."""
     texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in conversations]
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+
+
+def prompts_fitted_counts(fitted: Sequence[FittedPrompt]) -> dict[str, int]:
+    """How many prompts lost history turns, and how many were cut after their system turn or from the left."""
+    return {
+        "history_dropped": sum(f.dropped_turns > 0 for f in fitted),
+        "cut_after_system": sum(f.cut == "after_system" for f in fitted),
+        "cut_left": sum(f.cut == "left" for f in fitted),
+    }
 
 
 def default_stop_ids(model, tokenizer) -> list[int]:
@@ -409,7 +421,8 @@ def generate_predictions(
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
     stop_ids = default_stop_ids(model, tokenizer)
     renderer = ChatRenderer(tokenizer, max_length=opts.max_prompt_length or tokenizer.model_max_length)
-    prompts = [renderer.render_prompt(ex.prompt) for ex in todo]
+    fitted = [renderer.fit_prompt(ex.prompt) for ex in todo]
+    prompts = [f.input_ids for f in fitted]
     with own.open("a", encoding="utf-8") as f:
         for batch, completions in generate_batches(
             model,
@@ -424,10 +437,19 @@ def generate_predictions(
             for i, text in zip(batch, completions):
                 f.write(dumps(prediction_record(todo[i], text)))
             f.flush()
+    fitted_counts = prompts_fitted_counts(fitted)
+    if world_size > 1 and rank_and_world()[1] == world_size:  # every rank's prompts
+        parts = all_gather_objects(fitted_counts)
+        fitted_counts = {key: sum(part[key] for part in parts) for key in fitted_counts}
     if rank == 0:
         merge_predictions(out_path, examples, world_size, opts.merge_timeout_s)
     return GenerationReport(
-        str(out_path if rank == 0 else own), len(examples), len(todo), len(share) - len(todo), truncated
+        str(out_path if rank == 0 else own),
+        len(examples),
+        len(todo),
+        len(share) - len(todo),
+        truncated,
+        fitted_counts,
     )
 
 

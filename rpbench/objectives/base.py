@@ -2,7 +2,8 @@
 
 Subclasses implement ``training_step`` (and may override ``evaluation_nll``). Batches come from
 rpbench.data.datamodule with a ``loss_scale`` that turns a micro-batch's summed loss into its share of
-the global-batch mean (see rpbench.data.batching).
+the global-batch mean (see rpbench.data.batching); ``backward_factor`` corrects it for a strategy whose
+engine divides by the accumulation count again.
 """
 
 from __future__ import annotations
@@ -26,6 +27,20 @@ from rpbench.models.forward import supervised_nll_sum
 NO_DECAY = ("bias", "norm.weight", "layernorm.weight", "ln_f.weight")
 
 
+def is_deepspeed(strategy_name: str) -> bool:
+    return "deepspeed" in strategy_name.lower()
+
+
+def backward_loss_factor(strategy_name: str, grad_accum: int) -> int:
+    """What a micro-batch loss scaled by ``loss_scale`` is multiplied by before Lightning's backward.
+
+    ``loss_scale`` assumes the loss is divided by ``grad_accum`` once (Lightning's automatic optimisation)
+    and gradients are averaged over ranks. DeepSpeed's engine divides by its gradient accumulation steps
+    (= ``grad_accum``, set by Lightning) a second time, so there the loss is multiplied back by ``grad_accum``.
+    """
+    return grad_accum if is_deepspeed(strategy_name) else 1
+
+
 class ObjectiveModule(L.LightningModule):
     """Subclasses set ``data_split`` (the data split they train on) and implement ``render`` and
     ``training_step``; ``collate`` and ``sample_weight`` default to padded token-level batches."""
@@ -43,6 +58,11 @@ class ObjectiveModule(L.LightningModule):
         return pad_collate(samples, pad_token_id)
 
     @staticmethod
+    def supervised_tokens(samples: Sequence[dict]) -> dict[str, int]:
+        """Labelled tokens of rendered samples, as the run reports them (the first label is never one)."""
+        return {"all": sum(label != IGNORE_INDEX for s in samples for label in s["labels"][1:])}
+
+    @staticmethod
     def sample_weight(sample: dict) -> int:
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])
@@ -52,9 +72,15 @@ class ObjectiveModule(L.LightningModule):
         self.model, self.tokenizer, self.cfg = model, tokenizer, dict(cfg)
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
+        self.backward_factor = 1  # set for the run's strategy in on_fit_start
         self.last_validation: dict[str, float] = {}
 
     # -- optimisation -----------------------------------------------------------------------------
+    def on_fit_start(self) -> None:
+        self.backward_factor = backward_loss_factor(
+            type(self.trainer.strategy).__name__, self.trainer.accumulate_grad_batches
+        )
+
     def configure_optimizers(self):
         cfg = self.cfg
         decay, no_decay = [], []
@@ -70,7 +96,7 @@ class ObjectiveModule(L.LightningModule):
             betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
             eps=float(cfg.get("adam_eps", 1e-8)),
         )
-        total = int(self.trainer.estimated_stepping_batches)
+        total = self.planned_optimizer_steps()
         scheduler = get_scheduler(
             str(cfg.get("scheduler", "cosine")),
             optimizer,
@@ -79,8 +105,12 @@ class ObjectiveModule(L.LightningModule):
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def planned_optimizer_steps(self) -> int:
+        """The optimiser steps the learning-rate schedule spans."""
+        return int(self.trainer.estimated_stepping_batches)
+
     def on_before_optimizer_step(self, optimizer) -> None:
-        if "deepspeed" not in type(self.trainer.strategy).__name__.lower():  # ZeRO shards the gradients
+        if not is_deepspeed(type(self.trainer.strategy).__name__):  # ZeRO shards the gradients
             norms = grad_norm(self.model, norm_type=2)
             if norms:
                 self.log("train/grad_norm", norms["grad_2.0_norm_total"], rank_zero_only=True)

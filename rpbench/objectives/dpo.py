@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
-from rpbench.data.chat import ChatRenderer
+from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample
 from rpbench.models.forward import sequence_logps
@@ -43,11 +43,11 @@ class DPOModule(ObjectiveModule):
 
     @staticmethod
     def render(examples: Sequence[PreferenceExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
-        """One sample per pair; pairs whose chosen or rejected reply has no token left are reported."""
+        """One sample per pair, the prompt rendered and truncated once for both replies (only the replies
+        are labelled); pairs whose chosen or rejected reply has no token left are reported."""
         samples, empty = [], []
         for example in examples:
-            chosen = renderer.render_completion(example.prompt, example.chosen)
-            rejected = renderer.render_completion(example.prompt, example.rejected)
+            chosen, rejected = renderer.render_replies(example.prompt, [example.chosen, example.rejected])
             if not (chosen.n_supervised and rejected.n_supervised):
                 empty.append(example.id)
                 continue
@@ -77,6 +77,14 @@ class DPOModule(ObjectiveModule):
         batch["id"] = [s["id"] for s in samples]
         batch["fingerprint"] = [s["fingerprint"] for s in samples]
         return batch
+
+    @staticmethod
+    def supervised_tokens(samples: Sequence[dict]) -> dict[str, int]:
+        """Reply tokens labelled in the chosen and in the rejected rows (each row's first label is never one)."""
+        return {
+            side: sum(label != IGNORE_INDEX for s in samples for label in s[f"{side}_labels"][1:])
+            for side in ("chosen", "rejected")
+        }
 
     @staticmethod
     def sample_weight(sample: dict) -> int:
@@ -168,7 +176,7 @@ class DPOModule(ObjectiveModule):
         per_pair = terms["losses"] + self.sft_weight * terms["chosen_nll"] if self.sft_weight else terms["losses"]
         if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
             self._log_pairs(terms, per_pair)
-        return per_pair.sum() * batch["loss_scale"]
+        return per_pair.sum() * batch["loss_scale"] * self.backward_factor
 
     def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
         chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]

@@ -5,8 +5,10 @@ Each training step takes a micro-batch of prompts (``batch_size`` per rank), sam
 rewards into group-normalised advantages, and then makes ``mu`` optimiser steps over that generation
 batch with the clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3
 KL to the reference (``beta: 0`` loads no reference). Optimisation is manual: each optimiser step
-accumulates the backward of ``backward_chunk_size`` completions at a time, clips the gradient norm to
-``clip_grad_norm`` and steps; the learning-rate schedule advances once per generation batch.
+accumulates the backward of ``backward_chunk_size`` completions at a time (every rank as many times), clips
+the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout: ``max_steps`` stops
+training after that many (mid-batch if need be), the learning-rate schedule is sized in them and advances
+with each, and every logged row carries ``train/optimizer_step`` (rows are logged per generation batch).
 
 The loss of an optimiser step is the configured aggregation (token_mean / seq_mean / dr_grpo) over every
 completion of the step on every rank: each chunk's aggregate is weighted by its share of the global token
@@ -33,7 +35,7 @@ from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Tur
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.forward import labelled_logps
-from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
     AGGREGATION_MODES,
@@ -169,13 +171,15 @@ class GRPOModule(ObjectiveModule):
             raise ValueError("objective (grpo): " + "; ".join(problems))
         self.reward_fns = build_reward_fns(cfg["rewards"])
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
+        self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.reference = live_reference(model) if self.beta > 0 else None
         self.stop_ids = default_stop_ids(model, tokenizer)
         self.seed = int(cfg.get("generation_seed", 0))
         self._step_tokens = 0
 
     def on_fit_start(self) -> None:
-        if "deepspeed" in type(self.trainer.strategy).__name__.lower():
+        super().on_fit_start()
+        if is_deepspeed(type(self.trainer.strategy).__name__):
             if self.chunk_size is not None:
                 raise ValueError(
                     "under DeepSpeed each GRPO optimiser step must be one backward: set "
@@ -230,16 +234,33 @@ class GRPOModule(ObjectiveModule):
     def training_step(self, batch, batch_idx):
         live = bool(batch["loss_scale"] > 0)
         rollouts = self.rollouts(batch)
+        failures_before = self.reward_failures()
         if live:
             scores, rewards = self.score(batch, rollouts)
         else:  # a repeated micro-batch that only evens out ranks: weight 0, so no reward calls (judges cost)
             scores, rewards = {}, torch.zeros(len(rollouts.completion_ids))
+        failed = self._sum_over_ranks(self.reward_failures() - failures_before) if self.counts_failures else None
         advantages = self.advantages(rewards, live).to(self.device)
         stats = self.optimise(rollouts, advantages, live)
-        self.lr_schedulers().step()
+        if failed is not None:
+            stats["reward_failures"] = failed
         self._step_tokens = sum(len(p) for p in rollouts.prompt_ids) + rollouts.n_tokens
         if live:
             self._log_step(rollouts, scores, rewards, advantages, stats)
+
+    def reward_failures(self) -> int:
+        """Scores the rewards could not give so far on this rank (an LLM judge's unparseable verdicts)."""
+        return sum(int(getattr(reward.fn, "failures", 0)) for reward in self.reward_fns)
+
+    def _sum_over_ranks(self, value: float) -> float:
+        return float(self.trainer.strategy.reduce(torch.tensor(float(value), device=self.device), reduce_op="sum"))
+
+    def teardown(self, stage: str) -> None:
+        """Close the rewards that hold resources (a judge client, a judge server) when training ends."""
+        if stage == "fit":
+            for reward in self.reward_fns:
+                if callable(getattr(reward.fn, "close", None)):
+                    reward.fn.close()
 
     def optimise(self, rollouts: Rollouts, advantages: torch.Tensor, live: bool) -> dict[str, float]:
         """``mu`` optimiser steps over the generation batch, ``backward_chunk_size`` completions per backward."""
@@ -273,10 +294,18 @@ class GRPOModule(ObjectiveModule):
         total = self.trainer.strategy.reduce(torch.tensor(local_units * live, device=self.device), reduce_op="sum")
         share = rank_and_world()[1] * live / float(total.clamp(min=1))
         stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "first_tokens": 0.0, "units": local_units}
+        # every rank makes as many backward calls (each all-reduces under DDP): a rank with fewer completions
+        # (a smaller last batch) repeats its first chunk with weight 0
+        n_chunks = max(all_gather_objects(len(chunks)))
         optimizer = self.optimizers()
         for iteration in range(self.mu):
+            if 0 <= self.trainer.max_steps <= self.global_step:  # max_steps counts optimiser steps
+                break
             optimizer.zero_grad()
-            for k, rows in enumerate(chunks):
+            for slot in range(n_chunks):
+                real = slot < len(chunks)
+                k = slot if real else 0
+                rows = chunks[k]
                 logps, mask = logps_of(self.model, k)
                 old_logps = logps.detach() if old is None else old[k]
                 per_token, clip_fraction = clipped_policy_loss(
@@ -286,7 +315,9 @@ class GRPOModule(ObjectiveModule):
                 if kl is not None:
                     per_token = per_token + self.beta * kl
                 loss = aggregate_loss(per_token, mask, self.aggregation, self.generation.max_new_tokens)
-                self.manual_backward(loss * (units(mask) * share))
+                self.manual_backward(loss * (units(mask) * share * real))
+                if not real:
+                    continue
                 tokens = float(mask.sum())
                 stats["clipped"] += float(clip_fraction) * tokens
                 stats["tokens"] += tokens
@@ -296,7 +327,14 @@ class GRPOModule(ObjectiveModule):
                     if kl is not None:
                         stats["kl"] += float((kl.detach() * mask).sum())
             optimizer.step()
+            self.lr_schedulers().step()
         return stats
+
+    def planned_optimizer_steps(self) -> int:
+        """``mu`` optimiser steps per generation batch, capped by ``max_steps`` (which counts optimiser steps)."""
+        self.trainer.estimated_stepping_batches  # noqa: B018 (sets up the training data)
+        steps = int(self.trainer.num_training_batches) * max(int(self.trainer.max_epochs), 1) * self.mu
+        return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
 
     def on_before_optimizer_step(self, optimizer) -> None:
         super().on_before_optimizer_step(optimizer)  # logs the norm before clipping, as in automatic mode
@@ -337,6 +375,9 @@ class GRPOModule(ObjectiveModule):
             metrics[f"train/rewards/{name}/std"] = values_t.std()
         if self.reference is not None:
             metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
+        metrics["train/optimizer_step"] = float(self.global_step)
+        if "reward_failures" in stats:  # this step's, summed over ranks
+            metrics["train/reward_failures"] = stats["reward_failures"]
         self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)
         self.log("train/reward", rewards.mean(), prog_bar=True, rank_zero_only=True)
         self.log_dict({k: float(v) for k, v in metrics.items()}, rank_zero_only=True)

@@ -28,4 +28,4 @@ class SFTModule(ObjectiveModule):
     def training_step(self, batch, batch_idx):
         nll, tokens = self.evaluation_nll(batch)
         self.log("train/loss", nll.detach() / max(tokens, 1), prog_bar=True, rank_zero_only=True)
-        return nll * batch["loss_scale"]
+        return nll * batch["loss_scale"] * self.backward_factor

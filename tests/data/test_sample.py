@@ -51,7 +51,9 @@ def test_rolemrc_covers_every_label():
     assert any("You must not answer any question about a passage" in s for s in systems)  # prioritized rule
     assert any("You must wrap your whole reply in square brackets" in s for s in systems)  # nested format rule
     assert any("You love to mention" in s for s in systems)  # nested content rule
-    assert {r["task"] for r in jsonl("train-rl.jsonl")} >= {t for t in TASK_DIMENSIONS if "-2nd" not in t}
+    pairs = jsonl("train-rl.jsonl")
+    assert {r["task"] for r in pairs} == set(TASK_DIMENSIONS)
+    assert sum(sum(t["role"] == "assistant" for t in r["prompt"]) > 0 for r in pairs) == 8  # multi-turn pairs
 
 
 def test_rolemrc_responses_are_learnable():

@@ -321,3 +321,23 @@ def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_pa
     with pytest.raises(RuntimeError, match=r"1 of 4 endpoint requests failed \(first: record 'bad'"):
         generate_via_endpoint(server.url, "m", examples, out, {"progress": False}, max_retries=0)
     assert sorted(r["id"] for r in read_jsonl(out)) == ["ex0", "ex1", "ex3"]
+
+
+def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
+    model, tok = tiny
+    examples = make_examples()
+    limit = 40
+    texts = [
+        tok.apply_chat_template(as_messages(ex.prompt), tokenize=False, add_generation_prompt=True) for ex in examples
+    ]
+    lengths = [len(tok(text, add_special_tokens=False)["input_ids"]) for text in texts]
+    over = [ex.prompt[0].role == "system" for ex, n in zip(examples, lengths) if n > limit]
+    assert over.count(True) >= 1 and over.count(False) >= 1  # the fixture has both kinds
+    cfg = {"max_new_tokens": 2, "batch_size": 4, "progress": False, "max_prompt_length": limit}
+    report = generate_predictions(model, tok, examples, tmp_path / "predictions.jsonl", cfg)
+    # one-turn prompts: nothing to drop; a system turn is kept whole, a prompt without one loses its start
+    assert report.prompts_fitted == {
+        "history_dropped": 0,
+        "cut_after_system": over.count(True),
+        "cut_left": over.count(False),
+    }

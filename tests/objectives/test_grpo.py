@@ -18,7 +18,7 @@ from rpbench.models import load
 from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
-from rpbench.objectives.rewards import register
+from rpbench.objectives.rewards import JudgeReward, register
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
 from rpbench.training import train
 
@@ -129,6 +129,10 @@ def test_prompts_and_references_come_from_every_record_type():
     samples, empty = GRPOModule.render([sft, pair, test, no_prompt], renderer)
     assert [s["id"] for s in samples] == ["s", "p", "t"] and empty == ["n"]
     assert samples[0]["prompt_ids"] == renderer.render_prompt(sft.turns[:4])
+    # the held-out NLL is the reference's alone, not the earlier assistant turn's, after the same prompt tokens
+    labelled = [t for t, label in zip(samples[0]["input_ids"], samples[0]["labels"]) if label != -100]
+    assert tokenizer.decode(labelled) == "Highmoor.<|im_end|>"
+    assert samples[0]["input_ids"][: len(samples[0]["prompt_ids"])] == samples[0]["prompt_ids"]
     assert samples[1]["reference"] == "Rowan."
     assert samples[1]["messages"][-1] == {"role": "user", "content": "Who are you?"}
     assert GRPOModule.sample_weight(samples[0]) == 1
@@ -270,3 +274,53 @@ def test_grpo_composes_with_each_model_family(compose, model_name):
     tiny = model_name.startswith("tiny")
     assert cfg.objective.num_generations == (4 if tiny else 8)
     assert cfg.objective.lr == pytest.approx(5e-3 if tiny else 1e-6)
+
+
+@pytest.mark.slow
+def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(compose, tmp_path):
+    """16 prompts / 4 per batch x 2 epochs x mu 2 = 16 optimiser steps planned; max_steps 5 stops after 5,
+    inside the third generation batch, and a linear schedule sized to 5 decays over exactly those steps."""
+    report, _, rows = run_grpo(
+        compose,
+        tmp_path,
+        "objective.epochs=2",
+        "objective.mu=2",
+        "+objective.max_steps=5",
+        "objective.scheduler=linear",
+        "objective.lr=1e-2",
+    )
+    assert report["optimizer_steps"] == 5
+    assert [float(r["train/optimizer_step"]) for r in rows] == [2.0, 4.0, 5.0]
+    # lr before optimiser step i (0-based) = 1e-2 * (5 - i) / 5; a row holds its batch's last step's lr
+    assert [float(r["train/lr"]) for r in rows] == pytest.approx([1e-2 * 4 / 5, 1e-2 * 2 / 5, 1e-2 * 1 / 5])
+
+
+@register("test_kept_judge")
+class KeptJudge(JudgeReward):
+    """The judge reward, keeping its instances so that a test can reach the judge after training."""
+
+    instances: list[JudgeReward] = []
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        KeptJudge.instances.append(self)
+
+
+@pytest.mark.slow
+def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tmp_path):
+    """A local judge server that answers every verdict request with "maybe": all 16 verdicts of each step
+    (4 prompts x 4 completions) fail, are logged, and the server is stopped when training ends."""
+    import httpx
+
+    judge = (
+        "{backend: local, server: {model: tiny-qwen2, scripted: [{match: '', reply: maybe}]}, "
+        "parse_tries: 1, progress: false, api_key_env: null}"
+    )
+    rewards = f"objective.rewards=[{{name: test_kept_judge, kwargs: {{judge: {judge}, failure_reward: 0.5}}}}]"
+    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards)
+    assert report["optimizer_steps"] == len(rows) == 4
+    assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4
+    assert [float(r["train/reward"]) for r in rows] == [0.5] * 4  # every completion got the failure reward
+    (kept,) = KeptJudge.instances
+    with pytest.raises(httpx.TransportError):  # the judge server is gone
+        httpx.get(kept.client.config.base_url.rstrip("/") + "/models", timeout=5)

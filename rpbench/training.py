@@ -56,15 +56,10 @@ class LastCheckpoint(ModelCheckpoint):
             enable_version_counter=False,
         )
 
-    def _fitting(self, trainer) -> bool:
-        return trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking
-
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        if self._fitting(trainer) and self._should_save_on_train_epoch_end(trainer):
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if self._fitting(trainer) and not self._should_save_on_train_epoch_end(trainer):
+        """After the epoch's last step and its validation, even when a step checkpoint was just written
+        (that one lacks the validation)."""
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run:
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
@@ -181,8 +176,10 @@ def train(
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
     trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints], resuming=ckpt_path is not None)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
-    # carries the position in the epoch instead (PlannedDataModule.state_dict), so its warning does not apply.
+    # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+    # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     report: dict[str, Any] = {
         "samples": {

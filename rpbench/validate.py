@@ -56,9 +56,9 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _check(problems: Problems, cfg: Mapping, key: str, ok: Callable[[Any], bool], expected: str) -> None:
-    """Add a problem when ``cfg[key]`` (dotted, relative to the run config) fails ``ok``."""
-    value = OmegaConf.select(cfg, key) if OmegaConf.is_config(cfg) else cfg.get(key)
+def _check(problems: Problems, cfg: DictConfig, key: str, ok: Callable[[Any], bool], expected: str) -> None:
+    """Add a problem when the run config's ``key`` (dotted) fails ``ok``."""
+    value = OmegaConf.select(cfg, key)
     if not ok(value):
         problems.append(f"{key}={value!r}: expected {expected}")
 
@@ -90,20 +90,26 @@ def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) ->
 
 def check_run(cfg: DictConfig, problems: Problems) -> None:
     """Seed, data settings, where training starts from, and how often it is checkpointed."""
-    _check(problems, cfg, "seed", lambda v: (n := _integer(v)) is not None and 0 <= n <= MAX_SEED,
-           f"an integer from 0 to {MAX_SEED}")
+    _check(
+        problems,
+        cfg,
+        "seed",
+        lambda v: (n := _integer(v)) is not None and 0 <= n <= MAX_SEED,
+        f"an integer from 0 to {MAX_SEED}",
+    )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     data = cfg.data
     _choice(problems, "data.format", data.format, FORMATS)
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
-    _check(problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False),
-           "a fraction of the training records, 0 <= f < 1")
+    _check(
+        problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
+    )
     for key in ("data.max_length", "data.max_prompt_length"):
         _check(problems, cfg, key, _at_least(1), "an integer >= 1 (tokens)")
     for key in ("data.max_train_samples", "data.max_test_samples"):
         _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
     if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
-        problems.append(f"init_from={cfg.init_from}: expected an earlier run's folder with a saved model ('model' in it)")
+        problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
 
 
 def check_objective(cfg: DictConfig, problems: Problems) -> None:
@@ -113,12 +119,16 @@ def check_objective(cfg: DictConfig, problems: Problems) -> None:
         return
     for key in ("batch_size", "grad_accum", "epochs", "log_every_n_steps"):
         _check(problems, cfg, f"objective.{key}", _at_least(1), "an integer >= 1")
-    _check(problems, cfg, "objective.val_every_n_steps", _at_least(1, optional=True),
-           "null (once per epoch) or an integer >= 1")
+    _check(problems, cfg, "objective.val_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     _check(problems, cfg, "objective.num_workers", _at_least(0), "an integer >= 0")
     _check(problems, cfg, "objective.lr", lambda v: (n := _number(v)) is not None and n > 0, "a number > 0")
-    _check(problems, cfg, "objective.warmup_ratio", _in_range(0.0, 1.0, high_inclusive=True),
-           "a fraction of the steps, 0 <= r <= 1")
+    _check(
+        problems,
+        cfg,
+        "objective.warmup_ratio",
+        _in_range(0.0, 1.0, high_inclusive=True),
+        "a share of the steps, 0 <= r <= 1",
+    )
     if cfg.objective.get("packing"):
         _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
 

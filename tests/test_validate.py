@@ -37,7 +37,7 @@ def failed_at_startup(tmp_path, *overrides: str, **env: str) -> str:
         ("objective.batch_size=0", "objective.batch_size=0: expected an integer >= 1"),
         ("objective.grad_accum=0", "objective.grad_accum=0: expected an integer >= 1"),
         ("objective.epochs=0", "objective.epochs=0: expected an integer >= 1"),
-        ("data.val_fraction=1.5", "data.val_fraction=1.5: expected a fraction of the training records, 0 <= f < 1"),
+        ("data.val_fraction=1.5", "data.val_fraction=1.5: expected a held-out share, 0 <= f < 1"),
         ("objective.lr=abc", "objective.lr='abc': expected a number > 0"),
         ("seed=abc", "seed='abc': expected an integer from 0 to 4294967295"),
     ],
@@ -75,7 +75,8 @@ def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(tmp_path):
 def test_compare_to_a_folder_without_scores_is_refused(tmp_path):
     (tmp_path / "other").mkdir()
     stderr = failed_at_startup(tmp_path, f"evaluator.compare_to={tmp_path / 'other'}")
-    assert f"evaluator.compare_to={tmp_path / 'other'}: expected an evaluated run's folder (with scores.jsonl)" in stderr
+    other = tmp_path / "other"
+    assert f"evaluator.compare_to={other}: expected an evaluated run's folder (with scores.jsonl)" in stderr
 
 
 @pytest.mark.slow

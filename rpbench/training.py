@@ -24,14 +24,13 @@ from rpbench.objectives.registry import objective_class
 
 class ValidationHistory(Callback):
     """Held-out loss before training (the sanity pass over the whole validation set) and after each
-    validation. Kept in the checkpoint, so a resumed run reports the first run's "before"."""
+    validation. Kept in the checkpoint, so a resumed run (which skips the sanity pass) reports the first
+    run's "before"."""
 
     def __init__(self):
         self.history: list[dict[str, Any]] = []
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking and self.history:  # restored from a checkpoint: "before" is known
-            return
         if pl_module.last_validation:
             self.history.append({"step": trainer.global_step, **pl_module.last_validation})
 

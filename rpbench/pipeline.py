@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
@@ -21,6 +22,7 @@ from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
 from rpbench.report import write_report
 from rpbench.training import train
+from rpbench.validate import check_test_images, validate
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ def model_config(cfg: DictConfig) -> dict[str, Any]:
     if cfg.get("init_from"):
         saved = Path(str(cfg.init_from)) / "model"
         if not saved.is_dir():
-            raise FileNotFoundError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
+            raise ConfigError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
         model_cfg["name_or_path"] = str(saved)
     return model_cfg
 
@@ -42,9 +44,14 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
     return str(ev.name) != "none" and not (ev.get("reviews") or ev.get("answers"))
 
 
-def needs_model(cfg: DictConfig) -> bool:
+def generates_in_process(cfg: DictConfig) -> bool:
+    """Whether the run's own model generates for the test records (evaluation or a probe)."""
     local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
-    return str(cfg.objective.name) != "none" or local_generation or probe_needs_model(cfg.probe)
+    return local_generation or probe_needs_model(cfg.probe)
+
+
+def needs_model(cfg: DictConfig) -> bool:
+    return str(cfg.objective.name) != "none" or generates_in_process(cfg)
 
 
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
@@ -55,7 +62,10 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     with_test = need_test or bool(train_split and cfg.data.files.get("test"))
     wanted = [split for split in (train_split, "test" if with_test else None) if split]
     for split in wanted:
-        result = read_split(cfg.data, split)
+        try:
+            result = read_split(cfg.data, split)
+        except FileNotFoundError as error:
+            raise ConfigError(f"data.files.{split}: {error}") from error
         splits[split] = result.examples
         configured = str(cfg.data.files[split])  # reported as configured: no machine paths in results
         summary = result.summary()
@@ -73,10 +83,10 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
+    validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    L.seed_everything(int(cfg.seed), workers=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
@@ -86,15 +96,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "evaluator": evaluator,
     }
 
-    model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 1. build
-    if model is None:
-        results["model"] = "not loaded"
-
-    train_split = None  # 2. data
+    train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
         train_split = cfg.objective.get("data_split") or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
+    if generates_in_process(cfg):
+        check_test_images(cfg, splits.get("test", []))
+
+    L.seed_everything(int(cfg.seed), workers=True)
+    model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 2. build
+    if model is None:
+        results["model"] = "not loaded"
 
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
     if train_split:  # 3. train

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
+from weakref import proxy
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
+from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
@@ -19,7 +23,9 @@ from rpbench.objectives.registry import objective_class
 
 
 class ValidationHistory(Callback):
-    """Held-out loss before training (the sanity pass over the whole validation set) and after each run."""
+    """Held-out loss before training (the sanity pass over the whole validation set) and after each
+    validation. Kept in the checkpoint, so a resumed run (which skips the sanity pass) reports the first
+    run's "before"."""
 
     def __init__(self):
         self.history: list[dict[str, Any]] = []
@@ -27,6 +33,45 @@ class ValidationHistory(Callback):
     def on_validation_end(self, trainer, pl_module) -> None:
         if pl_module.last_validation:
             self.history.append({"step": trainer.global_step, **pl_module.last_validation})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict["history"])
+
+
+class LastCheckpoint(ModelCheckpoint):
+    """``checkpoints/last.ckpt`` every ``every_n_steps`` optimizer steps (0: never mid-epoch) and at each
+    epoch end, written to a temporary file and renamed over the previous one: a kill at any moment leaves
+    the previous or the new checkpoint, whole."""
+
+    def __init__(self, dirpath: Path, every_n_steps: int):
+        super().__init__(
+            dirpath=str(dirpath),
+            save_last=True,
+            save_top_k=0,
+            every_n_train_steps=every_n_steps,
+            enable_version_counter=False,
+        )
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        """After the epoch's last step and its validation, even when a step checkpoint was just written
+        (that one lacks the validation)."""
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def _save_checkpoint(self, trainer, filepath: str) -> None:
+        partial = partial_path(filepath)
+        trainer.save_checkpoint(partial, self.save_weights_only)
+        if trainer.is_global_zero:
+            publish(partial, filepath)
+        trainer.strategy.barrier("LastCheckpoint")
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = filepath
+        if trainer.is_global_zero:
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(proxy(self))
 
 
 def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
@@ -42,7 +87,10 @@ def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
     return strategy
 
 
-def build_trainer(cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback]) -> L.Trainer:
+def build_trainer(
+    cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
+) -> L.Trainer:
+    """The Trainer for ``cfg``; a resumed run skips the sanity validation (its "before" is in the checkpoint)."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
     objective = cfg.objective
     micro_batch = 1 if objective.get("packing") else int(objective.batch_size)
@@ -64,7 +112,7 @@ def build_trainer(cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Ca
         gradient_clip_val=objective.get("max_grad_norm"),
         log_every_n_steps=int(objective.get("log_every_n_steps", 10)),
         val_check_interval=int(val_every) * grad_accum if val_every else None,
-        num_sanity_val_steps=-1,
+        num_sanity_val_steps=0 if resuming else -1,
         use_distributed_sampler=False,
         default_root_dir=str(out_dir),
         logger=logger if logger is not None else False,
@@ -123,9 +171,15 @@ def train(
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
     module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
     history = ValidationHistory()
-    checkpoints = ModelCheckpoint(dirpath=str(out_dir / "checkpoints"), save_last=True, save_top_k=0)
-    trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints])
-    trainer.fit(module, datamodule=datamodule, ckpt_path=resolve_ckpt(cfg.get("ckpt_path"), out_dir))
+    checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
+    ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
+    trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints], resuming=ckpt_path is not None)
+    # Lightning restores loader states only when they load before configure_optimizers: the datamodule
+    # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
+    warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
+    # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
+    warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
+    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     report: dict[str, Any] = {
         "samples": {
             "train": len(train_samples),

@@ -31,9 +31,12 @@ class PlannedBatches(Dataset):
         self.grad_accum = grad_accum
         self.rank, self.world_size = 0, 1
         self.plan: list[MicroBatch] = []
+        self.epoch = 0
+        self.start = 0  # the micro-batch the next pass begins at (once: set when resuming mid-epoch)
         self.set_epoch(0)
 
     def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
         self.plan = plan_steps(
             self.batcher(epoch), self.tokens, world_size=self.world_size, grad_accum=self.grad_accum, rank=self.rank
         )
@@ -53,7 +56,7 @@ class PlannedBatches(Dataset):
 
 
 class _EpochSampler(Sampler[int]):
-    """Walks a PlannedBatches in order; Lightning calls ``set_epoch`` on it before each epoch."""
+    """Walks a PlannedBatches in order from its ``start``; Lightning calls ``set_epoch`` on it before each epoch."""
 
     def __init__(self, data: PlannedBatches):
         self.data = data
@@ -62,10 +65,25 @@ class _EpochSampler(Sampler[int]):
         self.data.set_epoch(epoch)
 
     def __iter__(self):
-        return iter(range(len(self.data)))
+        start, self.data.start = self.data.start, 0
+        return iter(range(start, len(self.data)))
 
     def __len__(self) -> int:
         return len(self.data)
+
+
+class CountingLoader(DataLoader):
+    """A loader over PlannedBatches that counts the micro-batches of the epoch it has delivered."""
+
+    def __init__(self, data: PlannedBatches, num_workers: int):
+        super().__init__(data, batch_size=None, sampler=_EpochSampler(data), num_workers=num_workers)
+        self.delivered = 0
+
+    def __iter__(self):
+        self.delivered = self.dataset.start
+        for batch in super().__iter__():
+            self.delivered += 1
+            yield batch
 
 
 class PlannedDataModule(L.LightningDataModule):
@@ -74,6 +92,19 @@ class PlannedDataModule(L.LightningDataModule):
     def __init__(self, train: PlannedBatches, val: PlannedBatches | None, num_workers: int = 0):
         super().__init__()
         self.train, self.val, self.num_workers = train, val, num_workers
+        self.train_loader: CountingLoader | None = None
+
+    def state_dict(self) -> dict[str, int]:
+        """Saved in Lightning checkpoints: the epoch and how many of its micro-batches training has had."""
+        delivered = self.train_loader.delivered if self.train_loader is not None else 0
+        return {"epoch": self.train.epoch, "delivered": delivered}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Resume after the delivered micro-batches of the saved epoch (a finished epoch: at the next one's
+        start), so a resumed run trains on exactly the batches an uninterrupted one would."""
+        self.train.set_epoch(int(state["epoch"]))
+        delivered = int(state["delivered"])
+        self.train.start = delivered if delivered < len(self.train) else 0
 
     def setup(self, stage: str | None = None) -> None:
         if self.trainer is not None:
@@ -85,7 +116,8 @@ class PlannedDataModule(L.LightningDataModule):
         return DataLoader(data, batch_size=None, sampler=_EpochSampler(data), num_workers=self.num_workers)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train)
+        self.train_loader = CountingLoader(self.train, self.num_workers)
+        return self.train_loader
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val) if self.val is not None else []

@@ -10,7 +10,16 @@ OnError = Literal["raise", "skip"]
 T = TypeVar("T")
 
 
-class DataFormatError(ValueError):
+class RpbenchError(Exception):
+    """An error in what the user gave (data, configuration): run.py prints its message alone and exits 1;
+    the traceback goes to the run log only."""
+
+
+class ConfigError(RpbenchError, ValueError):
+    """A configuration that cannot work. The message names each key, its value and what is allowed."""
+
+
+class DataFormatError(RpbenchError, ValueError):
     """A record that does not match its format. The message names file, record, field and expectation."""
 
     def __init__(self, path: str | Path, record: str | int, field: str, problem: str):

@@ -8,6 +8,7 @@ tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (s
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from rpbench.atomic import partial_path, publish
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.tiny import build_tiny_model
 from rpbench.models.tokenizer import tiny_tokenizer
@@ -148,11 +150,16 @@ def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: M
 
 
 def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True) -> Path:
-    """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false)."""
+    """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false).
+
+    Written to a hidden sibling folder and renamed into place when complete: a kill mid-export never
+    leaves a half-written ``out_dir`` (e.g. config files without weights)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    partial = partial_path(out)
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
     if merge_lora and hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    return publish(partial, out)

@@ -27,6 +27,7 @@ from typing import Any
 import openai
 from tqdm.auto import tqdm
 
+from rpbench.data.errors import RpbenchError
 from rpbench.eval.judge.cache import CachedReply, ReplyCache, cache_key
 
 RETRY_STATUS = {408, 409, 429}
@@ -34,7 +35,7 @@ FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai
 BACKENDS = ("none", "openai", "vllm", "local")
 
 
-class JudgeConfigError(RuntimeError):
+class JudgeConfigError(RpbenchError, RuntimeError):
     """The judge cannot be used at all (no key, bad credentials, unknown model): stop, do not retry."""
 
 

@@ -1,0 +1,234 @@
+"""Checks of a whole run configuration at startup, before a model is loaded or trained.
+
+``validate(cfg)`` raises one ConfigError listing every problem found, each naming the key, its value and
+what is allowed (the allowed names come from the registries and config groups that define them).
+``check_test_images`` checks the records read against the evaluator, still before training.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.errors import ConfigError
+from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
+from rpbench.data.records import EvalExample
+from rpbench.eval.evaluate import JUDGED
+from rpbench.eval.judge.client import BACKENDS, JudgeConfig
+from rpbench.objectives.registry import OBJECTIVES
+from rpbench.probes.io import STATS_FILE
+from rpbench.probes.stage import PROBES
+
+MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
+
+Problems = list[str]
+
+
+def _integer(value: Any) -> int | None:
+    """``value`` as an int when it is one (an integral float or a numeric string too), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float (a numeric string too), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _check(problems: Problems, cfg: DictConfig, key: str, ok: Callable[[Any], bool], expected: str) -> None:
+    """Add a problem when the run config's ``key`` (dotted) fails ``ok``."""
+    value = OmegaConf.select(cfg, key)
+    if not ok(value):
+        problems.append(f"{key}={value!r}: expected {expected}")
+
+
+def _at_least(minimum: int, optional: bool = False) -> Callable[[Any], bool]:
+    def ok(value: Any) -> bool:
+        if value is None:
+            return optional
+        number = _integer(value)
+        return number is not None and number >= minimum
+
+    return ok
+
+
+def _in_range(low: float, high: float, high_inclusive: bool) -> Callable[[Any], bool]:
+    def ok(value: Any) -> bool:
+        number = _number(value)
+        return number is not None and low <= number and (number <= high if high_inclusive else number < high)
+
+    return ok
+
+
+def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) -> bool:
+    if str(value) in allowed:
+        return True
+    problems.append(f"{key}={value!r}: choose one of {', '.join(allowed)}")
+    return False
+
+
+def check_run(cfg: DictConfig, problems: Problems) -> None:
+    """Seed, data settings, where training starts from, and how often it is checkpointed."""
+    _check(
+        problems,
+        cfg,
+        "seed",
+        lambda v: (n := _integer(v)) is not None and 0 <= n <= MAX_SEED,
+        f"an integer from 0 to {MAX_SEED}",
+    )
+    _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
+    data = cfg.data
+    _choice(problems, "data.format", data.format, FORMATS)
+    _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
+    _check(
+        problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
+    )
+    for key in ("data.max_length", "data.max_prompt_length"):
+        _check(problems, cfg, key, _at_least(1), "an integer >= 1 (tokens)")
+    for key in ("data.max_train_samples", "data.max_test_samples"):
+        _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
+    if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
+        problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
+
+
+def check_objective(cfg: DictConfig, problems: Problems) -> None:
+    """The objective's name and the optimisation settings every objective shares."""
+    name = str(cfg.objective.name)
+    if not _choice(problems, "objective.name", name, [*OBJECTIVES, "none"]) or name == "none":
+        return
+    for key in ("batch_size", "grad_accum", "epochs", "log_every_n_steps"):
+        _check(problems, cfg, f"objective.{key}", _at_least(1), "an integer >= 1")
+    _check(problems, cfg, "objective.val_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
+    _check(problems, cfg, "objective.num_workers", _at_least(0), "an integer >= 0")
+    _check(problems, cfg, "objective.lr", lambda v: (n := _number(v)) is not None and n > 0, "a number > 0")
+    _check(
+        problems,
+        cfg,
+        "objective.warmup_ratio",
+        _in_range(0.0, 1.0, high_inclusive=True),
+        "a share of the steps, 0 <= r <= 1",
+    )
+    if cfg.objective.get("packing"):
+        _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
+
+
+def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
+    """The judge's settings, and its API key when it calls the OpenAI API (the key is read, never kept)."""
+    backend = str(judge.get("backend"))
+    if backend == "local":
+        server_model = (judge.get("server") or {}).get("model")
+        if not server_model:
+            problems.append("judge.server.model: expected a conf/model name or a model config mapping")
+        elif isinstance(server_model, str) and (options := model_options()):
+            _choice(problems, "judge.server.model", server_model, options)
+        judge = {**judge, "base_url": "http://127.0.0.1"}  # the started server's address, filled in at run time
+    if backend == "vllm" and not judge.get("base_url"):
+        problems.append("judge.base_url=None: judge=vllm needs the server's address (e.g. http://host:8000/v1)")
+        return
+    try:
+        config = JudgeConfig.from_mapping(judge)
+    except (TypeError, ValueError) as error:
+        problems.append(str(error))
+        return
+    if config.base_url is None and not (config.api_key_env and os.environ.get(config.api_key_env)):
+        problems.append(
+            f"judge.api_key_env={config.api_key_env!r}: the OpenAI API judge needs an API key in that "
+            "environment variable, which is not set (or choose judge=local|vllm|none)"
+        )
+
+
+def model_options() -> list[str]:
+    """The entries of the ``model`` config group as the running Hydra app sees them (none outside one)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return []
+    return sorted(GlobalHydra.instance().config_loader().get_group_options("model"))
+
+
+def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
+    """Judge and evaluator fit together, the judge is usable, ``compare_to`` holds scores to compare with."""
+    ev = cfg.evaluator
+    name = str(ev.name)
+    if name == "none":
+        return
+    judge = OmegaConf.to_container(cfg.judge, resolve=True)
+    backend = str(judge.get("backend"))
+    if not _choice(problems, "judge.backend", backend, BACKENDS):
+        return
+    aggregating_only = name == "mmrole" and ev.get("reviews")
+    if backend != "none" and name not in JUDGED:
+        problems.append(
+            f"judge={backend}: evaluator={name} has no judge protocol; judged evaluators: "
+            f"{', '.join(sorted(JUDGED))} (or judge=none)"
+        )
+    elif backend != "none" and not aggregating_only:
+        check_judge(judge, problems)
+    compare_to = ev.get("compare_to")
+    if compare_to and not (Path(str(compare_to)) / "scores.jsonl").is_file():
+        problems.append(f"evaluator.compare_to={compare_to}: expected an evaluated run's folder (with scores.jsonl)")
+
+
+def check_probe(cfg: DictConfig, problems: Problems) -> None:
+    """The probe's name, and the probed runs it reads."""
+    probe = cfg.probe
+    name = str(probe.name)
+    if not _choice(problems, "probe.name", name, PROBES):
+        return
+    if name == "restraint" and str(cfg.evaluator.name) == "none":
+        problems.append("probe=restraint compares a normal and a restrained evaluation: choose an evaluator")
+    if name == "restraint" and probe.get("neurons"):
+        if probe.get("runs"):
+            problems.append("probe.neurons and probe.runs: give one of them, not both")
+        return
+    if name in ("compare", "restraint"):
+        runs = list(probe.get("runs") or [])
+        if len(runs) != 2:
+            problems.append(f"probe.runs={runs}: expected two folders [a, b] of runs with probe=topk_freq")
+        for run in runs:
+            if not (Path(str(run)) / STATS_FILE).is_file():
+                problems.append(f"probe.runs: {run} holds no {STATS_FILE} (run it with probe=topk_freq first)")
+
+
+def validate(cfg: DictConfig) -> None:
+    """Raise a ConfigError listing every problem of ``cfg``; return quietly when there is none."""
+    problems: Problems = []
+    for check in (check_run, check_objective, check_evaluator, check_probe):
+        check(cfg, problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
+    """In-process generation is text-only: test records with images need ``evaluator.images=drop`` or a
+    multimodal endpoint. Checked when the records are read, before training."""
+    if str(cfg.evaluator.get("images")) == "drop":
+        return
+    with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
+    if with_image is not None:
+        raise ConfigError(
+            f"data={cfg.data.name}: test record {with_image.id!r} has an image, and in-process generation "
+            f"(evaluator.backend=local) is text-only: choose evaluator.backend=endpoint with a multimodal model, "
+            f"or evaluator=mmrole evaluator.images=drop to generate from the text alone (counted)"
+        )

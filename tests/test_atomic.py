@@ -1,0 +1,73 @@
+"""Files published whole or not at all: a SIGKILL mid-export leaves the previous model folder intact."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from conftest import OFFLINE_ENV, REPO_ROOT
+from rpbench.atomic import partial_path, publish
+from rpbench.models import load, save_hf
+
+TINY = {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"}
+
+# Export a differently initialised model over `out`, killed (SIGKILL) once the weights are written and
+# before the tokenizer files are.
+KILLED_EXPORT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from rpbench.models import load, save_hf
+    model, tokenizer = load({"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>", "init_seed": 1})
+    tokenizer.save_pretrained = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
+    save_hf(model, tokenizer, sys.argv[1])
+    """
+)
+
+
+def test_publish_replaces_a_file_and_a_full_folder(tmp_path):
+    target = tmp_path / "last.ckpt"
+    target.write_text("old")
+    partial_path(target).write_text("new")
+    publish(partial_path(target), target)
+    assert target.read_text() == "new" and not partial_path(target).exists()
+
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "old.bin").write_text("old")
+    partial_path(folder).mkdir()
+    (partial_path(folder) / "new.bin").write_text("new")
+    publish(partial_path(folder), folder)
+    assert [p.name for p in folder.iterdir()] == ["new.bin"] and not partial_path(folder).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.ckpt", "model"]  # nothing left aside
+
+
+@pytest.mark.slow
+def test_a_kill_during_export_leaves_the_previous_model_whole(tmp_path):
+    out = tmp_path / "model"
+    model, tokenizer = load(TINY)
+    save_hf(model, tokenizer, out)
+    before = sorted(p.name for p in out.iterdir())
+
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_EXPORT, str(out)],
+        cwd=REPO_ROOT,
+        env={**os.environ, **OFFLINE_ENV},
+        capture_output=True,
+        timeout=300,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert (partial_path(out) / "model.safetensors").exists()  # it was killed after writing the new weights
+    assert sorted(p.name for p in out.iterdir()) == before
+    reloaded = AutoModelForCausalLM.from_pretrained(out)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor)
+
+    save_hf(model, tokenizer, out)  # the next export clears the leftover
+    assert not partial_path(out).exists()

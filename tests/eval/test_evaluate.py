@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
+from conftest import OFFLINE_ENV, REPO_ROOT, run_script, served_from_command_line
 from test_run import run
 
 SMALL = ["objective=none", "trainer.enable_progress_bar=false", "evaluator.metrics=[bleu,rougeL,meteor]"]
@@ -84,10 +84,10 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     assert len(ids) == len(set(ids)) == 72
 
 
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data")
 def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
     out = tmp_path / "run"
-    reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
+    release = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
+    reviews = release / "in-test_reviews" / "qwen-vl-chat"
     result = run(
         f"hydra.run.dir={out}",
         "objective=none",
@@ -97,7 +97,7 @@ def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_mo
         "model.name_or_path=does/not-exist",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    official = SHARED_DATA / "mmrole" / "in-test_results" / "qwen-vl-chat"
+    official = release / "in-test_results" / "qwen-vl-chat"
     for name in ("comment_test.csv", "human-role_test.csv", "inter-role_test.csv"):
         ours = list(csv.reader((out / "results" / name).open()))
         theirs = list(csv.reader((official / name).open()))

@@ -213,11 +213,9 @@ def evaluate(
         return results
 
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
-    results: dict[str, Any] = {
-        "n_records": len(examples),
-        "images_dropped": images_dropped,
-        "generation": generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl"),
-    }
+    generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
+    generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
+    results: dict[str, Any] = {"n_records": len(examples), "images_dropped": images_dropped, "generation": generation}
     if rank_and_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}

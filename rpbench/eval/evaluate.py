@@ -9,6 +9,7 @@ machine-readable results plus ``report_sections`` (markdown) for report.md.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,9 @@ from rpbench.eval import report
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap, summarize
+from rpbench.eval.wordnet import WordNetMissingError, load_wordnet
+
+log = logging.getLogger(__name__)
 
 JUDGED = {"rolemrc", "mmrole"}
 
@@ -85,9 +89,22 @@ def groupings(name: str, examples: Sequence[EvalExample]) -> dict[str, list]:
     return groups
 
 
+def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:
+    """Metrics that cannot be computed on this machine, with the reason (METEOR without WordNet)."""
+    if "meteor" not in names:
+        return {}
+    try:
+        load_wordnet()
+    except WordNetMissingError as error:
+        log.warning("METEOR is reported as missing: %s", error)
+        return {"meteor": str(error)}
+    return {}
+
+
 def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> dict:
     ev = cfg.evaluator
-    names = list(ev.metrics)
+    missing = unavailable_metrics(list(ev.metrics))
+    names = [n for n in ev.metrics if n not in missing]
     preds = [predictions[e.id] for e in examples]
     refs = [e.reference for e in examples]
     scorer = None
@@ -103,6 +120,8 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
         result["corpus_bleu"] = corpus_bleu(preds, refs, tokenize=str(ev.bleu_tokenize))
     if scorer is not None:
         result["bertscore_backbone"] = scorer.describe()
+    if missing:
+        result["missing_metrics"] = missing
     return result
 
 

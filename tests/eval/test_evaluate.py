@@ -23,6 +23,7 @@ def lines(path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.wordnet
 def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
     out = tmp_path / "run"
     result = run(

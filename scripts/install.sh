@@ -34,6 +34,7 @@ else
         exit 1
       fi
     fi
+    "$py" -m pip install -q --upgrade pip  # a distribution's venv pip may predate editable pyproject installs
   fi
 fi
 echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"

@@ -1,9 +1,55 @@
 #!/usr/bin/env bash
-# Install rpbench and the system data it needs (WordNet 3.0 for METEOR), with no downloads at run time.
+# Install rpbench (-e ".[dev]") into a Python environment pip may write into, and WordNet 3.0 for METEOR.
+#
+# Environment: the active virtual environment ($VIRTUAL_ENV) or conda environment ($CONDA_PREFIX) when
+# there is one; otherwise ./.venv, created with python3 (or $PYTHON) when missing and reused when present.
+# Enter it with `. .venv/bin/activate`. A system Python is never written into (PEP 668).
+# WordNet (see rpbench/eval/wordnet.py): kept when rpbench already finds one; otherwise Debian's
+# wordnet-base through apt when root (or passwordless sudo), else nltk's downloader; when neither works,
+# METEOR is reported missing and this script says how to get WordNet.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -d /usr/share/wordnet ] && command -v apt-get >/dev/null; then
-  SUDO=$([ "$(id -u)" = 0 ] && echo "" || echo sudo)
-  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq wordnet-base >/dev/null
+
+as_root() {  # run a command as root when we are, or through passwordless sudo; fail otherwise
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo -n "$@"; else return 1; fi
+}
+
+if [ -n "${VIRTUAL_ENV:-}" ]; then
+  py="$VIRTUAL_ENV/bin/python"
+elif [ -n "${CONDA_PREFIX:-}" ]; then
+  py="$CONDA_PREFIX/bin/python"
+else
+  py=.venv/bin/python
+  if ! { [ -x "$py" ] && "$py" -m pip --version >/dev/null 2>&1; }; then
+    base="${PYTHON:-python3}"
+    command -v "$base" >/dev/null || { echo "install.sh: $base not found; install Python >= 3.11" >&2; exit 1; }
+    "$base" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+      || { echo "install.sh: rpbench needs Python >= 3.11, $base is $("$base" -V 2>&1); set PYTHON=..." >&2; exit 1; }
+    if ! "$base" -m venv --clear .venv >/dev/null 2>&1; then  # Debian/Ubuntu ship venv's pip separately
+      if ! { command -v apt-get >/dev/null && { as_root apt-get update -qq && as_root apt-get install -y -qq python3-venv; } \
+          >/dev/null 2>&1 && "$base" -m venv --clear .venv; }; then
+        rm -rf .venv
+        echo "install.sh: $base cannot create a virtual environment; install python3-venv" \
+          "(sudo apt-get install python3-venv) or activate an environment of your own, then rerun" >&2
+        exit 1
+      fi
+    fi
+    "$py" -m pip install -q --upgrade pip  # a distribution's venv pip may predate editable pyproject installs
+  fi
 fi
-python -m pip install -q -e ".[dev]"
+echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"
+"$py" -m pip install -q -e ".[dev]"
+
+has_wordnet() { "$py" -c 'from rpbench.eval.wordnet import find_wordnet; find_wordnet()' 2>/dev/null; }
+if ! has_wordnet && command -v apt-get >/dev/null; then
+  { as_root apt-get update -qq && as_root apt-get install -y -qq wordnet-base; } >/dev/null 2>&1 || true
+fi
+if ! has_wordnet; then
+  "$py" -c "import socket, nltk; socket.setdefaulttimeout(60); nltk.download('wordnet', quiet=True, raise_on_error=True)" \
+    >/dev/null 2>&1 || true
+fi
+if has_wordnet; then
+  echo "install.sh: done; METEOR's WordNet found ($("$py" -c 'from rpbench.eval.wordnet import find_wordnet; print(find_wordnet()[1])'))"
+else
+  "$py" -c 'from rpbench.eval.wordnet import HOW_TO_GET; print("install.sh: done, but no WordNet 3.0 for METEOR (runs report it missing).", HOW_TO_GET)'
+fi

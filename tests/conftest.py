@@ -61,12 +61,19 @@ def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
 def pytest_collection_modifyitems(config, items):
     import torch
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA device")
+    from rpbench.eval.wordnet import WordNetMissingError, find_wordnet
+
+    skips = {}
+    if not torch.cuda.is_available():
+        skips["gpu"] = pytest.mark.skip(reason="needs a CUDA device")
+    try:
+        find_wordnet()
+    except WordNetMissingError as error:
+        skips["wordnet"] = pytest.mark.skip(reason=f"needs WordNet for METEOR: {error}")
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips.items():
+            if item.get_closest_marker(marker):
+                item.add_marker(skip)
 
 
 @pytest.fixture

@@ -39,7 +39,10 @@ def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     assert (out / "model" / "config.json").exists()
     columns = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss"} <= set(columns)
-    assert str(REPO_ROOT.parent) not in (out / "metrics.json").read_text()
+    for name in ("metrics.json", "report.md", "scores.jsonl", "predictions.jsonl"):  # results name no machine path
+        text = (out / name).read_text()
+        assert str(out.resolve()) not in text and str(REPO_ROOT) not in text, name
+    assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["path"] == "predictions.jsonl"
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ machine-readable results plus ``report_sections`` (markdown) for report.md.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,9 @@ from rpbench.eval import report
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap, summarize
+from rpbench.eval.wordnet import WordNetMissingError, load_wordnet
+
+log = logging.getLogger(__name__)
 
 JUDGED = {"rolemrc", "mmrole"}
 
@@ -93,9 +97,22 @@ def groupings(name: str, examples: Sequence[EvalExample]) -> dict[str, list]:
     return groups
 
 
+def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:
+    """Metrics that cannot be computed on this machine, with the reason (METEOR without WordNet)."""
+    if "meteor" not in names:
+        return {}
+    try:
+        load_wordnet()
+    except WordNetMissingError as error:
+        log.warning("METEOR is reported as missing: %s", error)
+        return {"meteor": str(error)}
+    return {}
+
+
 def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> dict:
     ev = cfg.evaluator
-    names = list(ev.metrics)
+    missing = unavailable_metrics(list(ev.metrics))
+    names = [n for n in ev.metrics if n not in missing]
     preds = [predictions[e.id] for e in examples]
     refs = [e.reference for e in examples]
     scorer = None
@@ -111,6 +128,8 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
         result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
     if scorer is not None:
         result["bertscore_backbone"] = scorer.describe()
+    if missing:
+        result["missing_metrics"] = missing
     return result
 
 
@@ -230,11 +249,9 @@ def evaluate(
 
     prompts = judge_prompts(cfg) if judging and name == "rolemrc" else None  # a bad prompt file fails before generating
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
-    results: dict[str, Any] = {
-        "n_records": len(examples),
-        "images_dropped": images_dropped,
-        "generation": generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl"),
-    }
+    generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
+    generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
+    results: dict[str, Any] = {"n_records": len(examples), "images_dropped": images_dropped, "generation": generation}
     if rank_and_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}

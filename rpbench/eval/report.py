@@ -123,6 +123,8 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         "mean ± std [95% bootstrap CI]."
     ]
     out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
+    if "missing_metrics" in results:
+        out.append("\n".join(f"Not computed: {m} ({reason})" for m, reason in results["missing_metrics"].items()))
     if "bertscore_backbone" in results:
         backbone = results["bertscore_backbone"]
         out.append(

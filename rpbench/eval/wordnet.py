@@ -1,20 +1,28 @@
-"""Offline WordNet 3.0 for METEOR, built from the system's WordNet files (no download at run time).
+"""Offline WordNet 3.0 for METEOR (no download at run time), looked for in this order:
 
-Debian/Ubuntu's ``wordnet-base`` package installs the WordNet 3.0 database under /usr/share/wordnet.
-NLTK reads the same files from ``<nltk_data>/corpora/wordnet`` but also wants ``lexnames``, which
-Debian does not ship; its content is the fixed list of the 45 WordNet lexicographer files, written here.
-The copy lives in ``$RPBENCH_CACHE/nltk_data/corpora/wordnet`` (default ``~/.cache/rpbench``).
+1. ``$RPBENCH_WORDNET``: a folder holding the WordNet 3.0 database (Debian's dict files, or nltk's
+   ``corpora/wordnet`` folder); set but wrong is an error, not a fall-through.
+2. nltk's own data path (``nltk.data.path``, e.g. ``~/nltk_data``): ``corpora/wordnet`` or
+   ``corpora/wordnet.zip``, what ``python -c "import nltk; nltk.download('wordnet')"`` installs.
+3. The system's WordNet: ``$WNSEARCHDIR`` (WordNet's own variable), else ``/usr/share/wordnet``, where
+   Debian/Ubuntu's ``wordnet-base`` package installs it.
+
+When none has it, ``WordNetMissingError`` says how to get it (the evaluation then reports METEOR as
+missing). NLTK's reader also wants ``lexnames``, which Debian does not ship; its content is the fixed
+list of the 45 WordNet lexicographer files, so a database without it is copied once into
+``$RPBENCH_CACHE/wordnet/<key>`` (default ``~/.cache/rpbench``) next to a generated ``lexnames``.
 
 Debian also lacks ``index.sense`` (sense key -> synset), which NLTK's reader reads at start-up only to map
 other WordNet versions onto 3.0 for the multilingual OMW data; this database *is* 3.0, so the reader
 below skips that mapping. Sense-key look-ups (``lemma_from_key``) are therefore unavailable; use
-``load_wordnet()`` rather than the global ``nltk.corpus.wordnet`` (METEOR here does). The data folder is
-appended to ``nltk.data.path``, which NLTK requires of every corpus root it opens.
+``load_wordnet()`` rather than the global ``nltk.corpus.wordnet`` (METEOR here does). Every folder read
+is added to ``nltk.data.path``, which NLTK requires of every corpus root it opens.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import tempfile
@@ -24,7 +32,13 @@ from pathlib import Path
 import nltk
 from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
+SETTING = "RPBENCH_WORDNET"
 SYSTEM_WORDNET = Path("/usr/share/wordnet")
+HOW_TO_GET = (
+    "Get WordNet 3.0 in one of these ways: `python -c \"import nltk; nltk.download('wordnet')\"` (any system; "
+    "into nltk's data path), `apt-get install wordnet-base` (Debian/Ubuntu), or set RPBENCH_WORDNET to a folder "
+    "holding the WordNet 3.0 database files."
+)
 DATABASE_FILES = (
     "data.adj",
     "data.adv",
@@ -91,7 +105,7 @@ LEXNAMES = (
 
 
 class WordNetMissingError(FileNotFoundError):
-    pass
+    """No WordNet 3.0 in any of the places searched; the message says how to get it."""
 
 
 def cache_dir() -> Path:
@@ -99,32 +113,51 @@ def cache_dir() -> Path:
     return Path(os.environ.get("RPBENCH_CACHE") or Path.home() / ".cache" / "rpbench")
 
 
-def system_wordnet_dir() -> Path:
-    """Where the WordNet database is installed: ``$WNSEARCHDIR`` (WordNet's own variable) or Debian's path."""
-    source = Path(os.environ.get("WNSEARCHDIR") or SYSTEM_WORDNET)
-    missing = [name for name in DATABASE_FILES if not (source / name).is_file()]
-    if missing:
-        raise WordNetMissingError(
-            f"WordNet 3.0 database not found in {source} (missing {', '.join(missing)}); METEOR needs it. "
-            "Install it with `apt-get install wordnet-base`, or set WNSEARCHDIR to a folder holding the "
-            "WordNet 3.0 dict files."
-        )
-    return source
+def find_wordnet() -> tuple[str | nltk.data.PathPointer, str]:
+    """(corpus root for NLTK's reader, the place it was found: ``RPBENCH_WORDNET``, ``nltk``, ``system``),
+    searching in the order of the module docstring."""
+    explicit = os.environ.get(SETTING)
+    if explicit:
+        missing = missing_files(Path(explicit))
+        if missing:
+            raise FileNotFoundError(
+                f"{SETTING}={explicit}: no WordNet 3.0 database there (missing {', '.join(missing)}). {HOW_TO_GET}"
+            )
+        return readable_root(Path(explicit)), SETTING
+    for resource in ("corpora/wordnet", "corpora/wordnet.zip/wordnet/"):  # as nltk.corpus.wordnet looks
+        try:
+            return nltk.data.find(resource), "nltk"
+        except LookupError:
+            pass
+    system = Path(os.environ.get("WNSEARCHDIR") or SYSTEM_WORDNET)
+    if not missing_files(system):
+        return readable_root(system), "system"
+    raise WordNetMissingError(
+        f"WordNet 3.0 not found ({SETTING} is not set, nltk's data path has no corpora/wordnet, and the "
+        f"system's WordNet folder, $WNSEARCHDIR or {SYSTEM_WORDNET}, has no database); METEOR needs it. {HOW_TO_GET}"
+    )
+
+
+def missing_files(folder: Path) -> list[str]:
+    return [name for name in DATABASE_FILES if not (folder / name).is_file()]
 
 
 def lexnames_text() -> str:
     return "".join(f"{number:02d}\t{name}\t{category}\n" for number, (name, category) in enumerate(LEXNAMES))
 
 
-def wordnet_corpus_dir() -> Path:
-    """``<cache>/nltk_data/corpora/wordnet``, built from the system database on first use."""
-    root = cache_dir() / "nltk_data"
-    target = root / "corpora" / "wordnet"
-    if not (target / "lexnames").is_file():
-        _build(system_wordnet_dir(), target)
-    if str(root) not in nltk.data.path:
-        nltk.data.path.append(str(root))
-    return target
+def readable_root(folder: Path) -> str:
+    """``folder`` when it has ``lexnames`` (nltk's layout), else its copy with one in the cache; either way
+    registered on ``nltk.data.path``."""
+    if (folder / "lexnames").is_file():
+        root = folder.resolve()
+    else:
+        root = cache_dir() / "wordnet" / hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:12]
+        if not (root / "lexnames").is_file():
+            _build(folder, root)
+    if str(root.parent) not in nltk.data.path:
+        nltk.data.path.append(str(root.parent))
+    return str(root)
 
 
 def _build(source: Path, target: Path) -> None:
@@ -160,4 +193,4 @@ def load_wordnet() -> WordNet30Reader:
     """The English WordNet 3.0 reader (read once per process)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="The multilingual functions are not available")
-        return WordNet30Reader(str(wordnet_corpus_dir()), None)
+        return WordNet30Reader(find_wordnet()[0], None)

@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, SHARED_DATA, run_script, served_from_command_line
+from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, run_script, served_from_command_line
 from test_run import run
 
 RUBRIC_NAMES = [
@@ -38,6 +38,7 @@ def lines(path) -> list[dict]:
 
 
 @pytest.mark.slow
+@pytest.mark.wordnet
 def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
     out = tmp_path / "run"
     result = run(
@@ -102,10 +103,10 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     assert len(ids) == len(set(ids)) == 72
 
 
-@pytest.mark.skipif(not SHARED_DATA.is_dir(), reason="needs ../shared/data")
 def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
     out = tmp_path / "run"
-    reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
+    release = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
+    reviews = release / "in-test_reviews" / "qwen-vl-chat"
     result = run(
         f"hydra.run.dir={out}",
         "objective=none",
@@ -115,7 +116,7 @@ def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_mo
         "model.name_or_path=does/not-exist",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    official = SHARED_DATA / "mmrole" / "in-test_results" / "qwen-vl-chat"
+    official = release / "in-test_results" / "qwen-vl-chat"
     for name in ("comment_test.csv", "human-role_test.csv", "inter-role_test.csv"):
         ours = list(csv.reader((out / "results" / name).open()))
         theirs = list(csv.reader((official / name).open()))

@@ -7,21 +7,24 @@ from pathlib import Path
 
 import pytest
 
+from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data.errors import DataFormatError
 from rpbench.eval.judge.client import JudgeClient, JudgeConfig
 from rpbench.eval.judge.mmrole_prompts import METRICS, REASK
 from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
 from rpbench.serve import load_served_model, serve_in_thread
 
-MMROLE = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "mmrole"
+RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
+FULL_RELEASE = SHARED_DATA / "mmrole"
+SAMPLE_IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"
 MODELS = ("gpt-4-turbo", "mmrole-agent", "qwen-vl-chat")
 
 
 @pytest.mark.parametrize("model", MODELS)
 def test_official_results_csvs_are_reproduced_byte_for_byte(model, tmp_path):
-    results = aggregate_reviews(MMROLE / "in-test_reviews" / model)
+    results = aggregate_reviews(RELEASE / "in-test_reviews" / model)
     written = write_results_csvs(results, tmp_path)
-    official = sorted((MMROLE / "in-test_results" / model).glob("*.csv"))
+    official = sorted((RELEASE / "in-test_results" / model).glob("*.csv"))
     assert (
         [p.name for p in written]
         == [p.name for p in official]
@@ -33,6 +36,27 @@ def test_official_results_csvs_are_reproduced_byte_for_byte(model, tmp_path):
         s["count"] == 72 and s["unreviewed"] == 0 and sum(s["parse_failures"].values()) == 0
         for s in results["files"].values()
     )
+
+
+@pytest.mark.skipif(not FULL_RELEASE.is_dir(), reason=f"needs the full MMRole release at {FULL_RELEASE}")
+@pytest.mark.parametrize("model", MODELS)
+def test_bundled_subset_holds_the_release_scores_and_results(model):
+    for name in ("comment_test", "human-role_test", "inter-role_test"):
+        full = json.loads((FULL_RELEASE / "in-test_reviews" / model / f"{name}.json").read_text())
+        bundled = json.loads((RELEASE / "in-test_reviews" / model / f"{name}.json").read_text())
+        assert [r["id"] for r in bundled] == [r["id"] for r in full]
+        for mine, theirs in zip(bundled, full):
+            assert {m: v["score"] for m, v in mine["rm_review"].items()} == {
+                m: v["score"] for m, v in theirs["rm_review"].items()
+            }
+            assert all(
+                v["review"] == theirs["rm_review"][m]["review"] for m, v in mine["rm_review"].items() if "review" in v
+            )
+        official = FULL_RELEASE / "in-test_results" / model / f"{name}.csv"
+        assert (RELEASE / "in-test_results" / model / f"{name}.csv").read_bytes() == official.read_bytes()
+    if model == "gpt-4-turbo":
+        answers = json.loads((FULL_RELEASE / "in-test_answers" / model / "comment_test.json").read_text())
+        assert official_answers(2) == answers[:2]
 
 
 def review(scores: dict[str, list | dict]) -> dict:
@@ -145,7 +169,9 @@ def answers_folder(tmp_path: Path, records: list) -> Path:
 
 
 def official_answers(n: int) -> list:
-    return json.loads((MMROLE / "in-test_answers" / "gpt-4-turbo" / "comment_test.json").read_text())[:n]
+    records = json.loads((RELEASE / "in-test_answers" / "gpt-4-turbo" / "comment_test.json").read_text())
+    assert len(records) >= n, "the bundled release subset holds fewer answer records than the test needs"
+    return records[:n]
 
 
 def judge(server, tmp_path, **overrides) -> JudgeClient:
@@ -214,13 +240,13 @@ def test_position_swap_measures_bias(tiny, tmp_path):
 
 def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path):
     with_image, without = official_answers(2)
-    with_image["image"] = "The_Avengers/30.jpg"  # shipped with the shared data; COCO images are not
+    with_image["image"] = "The_Avengers/30.jpg"  # one of the release's images in the sample; COCO images are not
     with serve_in_thread(tiny, {"scripted": [{"match": "[Instruction]", "reply": "[Scores]: (9, 10)"}]}) as server:
         results = judge_answers(
             answers_folder(tmp_path, [with_image, without]),
             judge(server, tmp_path, multimodal=True),
             tmp_path / "reviews",
-            image_root=MMROLE / "images",
+            image_root=SAMPLE_IMAGES,
         )
     assert results["images"] == {"attached": 1, "missing": 1}
     summary = results["files"]["comment_test"]

@@ -8,6 +8,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers)
+
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
@@ -31,13 +33,24 @@ def report_user_error(error: Exception) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
 
     try:
         run(cfg)
-    except RpbenchError as error:
+    except Exception as error:
+        # The run folder says why the job failed (a sweep's summary lists it).
+        out_dir = Path(cfg.paths.output_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "error.txt").write_text(f"{type(error).__name__}: {error}\n")
+        if not isinstance(error, RpbenchError):
+            raise
         report_user_error(error)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # the sweep goes on with its other jobs and lists this one as failed
         sys.exit(1)
 
 

@@ -51,13 +51,21 @@ class Job:
     error: str | None = None
 
     @property
-    def group(self) -> str:
-        """The overrides that are not the seed: runs differing only in seed share a group."""
-        return " ".join(o for o in self.overrides if not o.lstrip("+~").startswith("seed=")) or "(defaults)"
-
-    @property
     def seed(self) -> str:
-        return next((o.split("=", 1)[1] for o in self.overrides if o.lstrip("+~").startswith("seed=")), "")
+        return next((o.split("=", 1)[1] for o in self.overrides if is_seed(o)), "")
+
+    def group(self, shared: set[str]) -> str:
+        """Its overrides less the seed and those ``shared`` by every job: runs differing only in seed share it."""
+        return " ".join(o for o in self.overrides if o not in shared and not is_seed(o)) or "(all)"
+
+
+def is_seed(override: str) -> bool:
+    return override.lstrip("+~").startswith("seed=")
+
+
+def shared_overrides(jobs: list[Job]) -> set[str]:
+    """The overrides every job has (shown once, not in each group's name)."""
+    return set.intersection(*(set(job.overrides) for job in jobs)) if jobs else set()
 
 
 def numeric(flat: dict[str, Any]) -> dict[str, float]:
@@ -102,9 +110,10 @@ def rounded(value: float | None) -> float | str:
 def aggregate(jobs: list[Job]) -> list[dict[str, Any]]:
     """One row per (group, metric) over the group's successful runs, metrics in name order."""
     groups: dict[str, list[Job]] = {}
+    shared = shared_overrides(jobs)
     for job in jobs:
         if job.error is None:
-            groups.setdefault(job.group, []).append(job)
+            groups.setdefault(job.group(shared), []).append(job)
     rows = []
     for group, members in groups.items():
         for metric in sorted({m for job in members for m in job.metrics}):
@@ -137,6 +146,8 @@ def markdown(rows: list[dict[str, Any]], jobs: list[Job], omitted: int) -> str:
         "",
         "Runs differing only in `seed` are grouped; std is the sample standard deviation (n-1).",
         "",
+        f"Overrides of every job: `{' '.join(o for o in jobs[0].overrides if o in shared_overrides(jobs))}`",
+        "",
         "| group | metric | n | median | mean | std | min | max |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -164,6 +175,8 @@ def summarize(sweep_dir: Path) -> Path | None:
         [
             {
                 "job": job.name,
+                "group": job.group(shared_overrides(jobs)),
+                "seed": job.seed,
                 "overrides": " ".join(job.overrides),
                 "status": "failed" if job.error else "finished",
                 "error": (job.error or "").splitlines()[-1] if job.error else "",
@@ -171,7 +184,7 @@ def summarize(sweep_dir: Path) -> Path | None:
             }
             for job in jobs
         ],
-        ["job", "overrides", "status", "error", *metrics],
+        ["job", "group", "seed", "overrides", "status", "error", *metrics],
     )
     rows = aggregate(jobs)
     write_csv(

@@ -39,13 +39,13 @@ def main(cfg: DictConfig) -> None:
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
 
+    error_file = Path(cfg.paths.output_dir) / "error.txt"  # why the job failed (a sweep's summary lists it)
+    error_file.unlink(missing_ok=True)  # from an earlier attempt in this folder
     try:
         run(cfg)
     except Exception as error:
-        # The run folder says why the job failed (a sweep's summary lists it).
-        out_dir = Path(cfg.paths.output_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "error.txt").write_text(f"{type(error).__name__}: {error}\n")
+        error_file.parent.mkdir(parents=True, exist_ok=True)
+        error_file.write_text(f"{type(error).__name__}: {error}\n")
         if not isinstance(error, RpbenchError):
             raise
         report_user_error(error)

@@ -173,3 +173,24 @@ def test_submitit_local_sweep_runs_each_seed_in_its_own_process_and_one_wandb_gr
         (run,) = run_records(job / "wandb")
         assert (run["group"], run["job_type"], run["exit_code"]) == ("seeds", "train", 0)
         assert run["id"] == (job / "wandb_run_id.txt").read_text().strip()
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_listed_and_the_others_are_summarised(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = run_script(
+        "sweep.py",
+        f"hydra.sweep.dir={sweep}",
+        "objective=none",
+        "data.max_test_samples=2",
+        "evaluator.generation.max_new_tokens=2",
+        "evaluator.metrics=[bleu]",
+        "data.files.test=pkg://rpbench/resources/sample/rolemrc/test.jsonl,missing.jsonl",
+        OMP_NUM_THREADS="1",
+    )
+    assert result.returncode == 1  # the sweep reports its failure
+    assert f"sweep summary: {sweep / 'summary.md'} (2 jobs, 1 failed)" in result.stdout
+    runs = {r["job"].split("_")[0]: r for r in csv.DictReader((sweep / "runs.csv").open())}
+    assert runs["0"]["status"] == "finished" and float(runs["0"]["eval/corpus_bleu"]) >= 0
+    assert runs["1"]["status"] == "failed" and runs["1"]["error"].startswith("ConfigError: data.files.test:")
+    assert "ConfigError: data.files.test:" in (sweep / "summary.md").read_text()

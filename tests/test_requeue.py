@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import OFFLINE_ENV, REPO_ROOT
 from test_resume import checkpoint_step
 from wandb_records import run_records
+
+from conftest import OFFLINE_ENV, REPO_ROOT
 
 SIGNAL_AFTER_STEP = 4
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from wandb_records import run_records
 
 from conftest import run_script
 from rpbench.sweep_summary import flatten, summarize
-from wandb_records import run_records
 
 
 def test_flatten_keeps_scalars_and_drops_lists():

@@ -6,10 +6,10 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
+from wandb_records import run_records
 
 from conftest import run_script
 from rpbench.loggers import wandb_group, wandb_job_type
-from wandb_records import run_records
 
 
 @pytest.mark.parametrize(

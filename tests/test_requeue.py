@@ -42,6 +42,7 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(tmp_path):
             "evaluator=none",
             "trainer.enable_progress_bar=false",
             "data.max_train_samples=48",
+            "objective.epochs=1",
             "objective.batch_size=2",
             "objective.grad_accum=1",
             "checkpoint_every_n_steps=2",

@@ -8,6 +8,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers)
+
 CONF_DIR = str(Path(__file__).resolve().parent / "conf")
 
 
@@ -31,13 +33,24 @@ def report_user_error(error: Exception) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
 
+    error_file = Path(cfg.paths.output_dir) / "error.txt"  # why the job failed (a sweep's summary lists it)
+    error_file.unlink(missing_ok=True)  # from an earlier attempt in this folder
     try:
         run(cfg)
-    except RpbenchError as error:
+    except Exception as error:
+        error_file.parent.mkdir(parents=True, exist_ok=True)
+        error_file.write_text(f"{type(error).__name__}: {error}\n")
+        if not isinstance(error, RpbenchError):
+            raise
         report_user_error(error)
+        if HydraConfig.get().mode == RunMode.MULTIRUN:
+            raise  # the sweep goes on with its other jobs and lists this one as failed
         sys.exit(1)
 
 

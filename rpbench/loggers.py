@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import secrets
+import string
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+
+WANDB_ID_FILE = "wandb_run_id.txt"  # a run resumed in its folder continues the same W&B run
+ATTACHED = ("report.md", "metrics.json", "config.yaml")  # the run's results, saved with its W&B run
 
 
 def keep_earlier_curves(out_dir: Path) -> Path | None:
@@ -20,24 +25,82 @@ def keep_earlier_curves(out_dir: Path) -> Path | None:
     return previous.rename(kept)
 
 
+def wandb_group(cfg: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+    """The configured group, else the sweep's name in a multirun, else the experiment's name (None without)."""
+    if cfg["group"]:
+        return str(cfg["group"])
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return None
+    hydra = HydraConfig.get()
+    if hydra.mode == RunMode.MULTIRUN:
+        return str(config["sweep_name"])
+    return hydra.runtime.choices.get("experiment")
+
+
+def wandb_job_type(cfg: Mapping[str, Any], config: Mapping[str, Any]) -> str:
+    """The configured job type, else probe (a probe runs), eval (objective=none) or train."""
+    if cfg["job_type"]:
+        return str(cfg["job_type"])
+    if config["probe"]["name"] != "none":
+        return "probe"
+    return "eval" if config["objective"]["name"] == "none" else "train"
+
+
+def wandb_run_id(out_dir: Path) -> str:
+    """The W&B run id kept in the run folder (a new one for a new folder)."""
+    stored = out_dir / WANDB_ID_FILE
+    if stored.exists():
+        return stored.read_text().strip()
+    run_id = "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+    if rank_zero_only.rank == 0:
+        stored.write_text(run_id + "\n")
+    return run_id
+
+
+def build_wandb(cfg: Mapping[str, Any], out_dir: Path, run_name: str, config: Mapping[str, Any]) -> WandbLogger:
+    import wandb
+
+    if wandb.run is not None:  # left open by a failed earlier job of this process (a local multirun)
+        wandb.finish(exit_code=1)
+    mode = str(cfg["mode"])
+    if mode == "auto":
+        mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
+    return WandbLogger(
+        project=cfg["project"],
+        entity=cfg["entity"],
+        group=wandb_group(cfg, config),
+        job_type=wandb_job_type(cfg, config),
+        name=run_name,
+        id=wandb_run_id(out_dir),
+        resume="allow",
+        save_dir=str(out_dir),
+        mode=mode,
+        tags=list(cfg["tags"]),
+        config=dict(config),
+    )
+
+
 def build_logger(cfg: Mapping[str, Any], out_dir: Path, run_name: str, config: Mapping[str, Any]) -> Logger | None:
-    name = str(cfg.get("name", "none"))
+    name = str(cfg["name"])
     if name == "none":
         return None
     if name == "csv":
         keep_earlier_curves(out_dir)
         return CSVLogger(save_dir=str(out_dir), name="", version="")
     if name == "wandb":
-        mode = str(cfg.get("mode", "auto"))
-        if mode == "auto":
-            mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
-        return WandbLogger(
-            project=cfg.get("project", "rpbench"),
-            entity=cfg.get("entity"),
-            name=run_name,
-            save_dir=str(out_dir),
-            mode=mode,
-            tags=list(cfg.get("tags", [])),
-            config=dict(config),
-        )
+        return build_wandb(cfg, out_dir, run_name, config)
     raise ValueError(f"logger={name!r}: choose none, csv or wandb")
+
+
+def finish_logger(logger: Logger | None, out_dir: Path) -> None:
+    """Attach the run's report, metrics and config to its W&B run and finish that run."""
+    if not isinstance(logger, WandbLogger) or rank_zero_only.rank != 0:
+        return
+    run = logger.experiment
+    for name in ATTACHED:
+        if (out_dir / name).exists():
+            run.save(str(out_dir / name), base_path=str(out_dir), policy="now")
+    run.finish()

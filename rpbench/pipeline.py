@@ -15,12 +15,13 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
-from rpbench.loggers import build_logger
+from rpbench.loggers import build_logger, finish_logger
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
 from rpbench.report import write_report
+from rpbench.resolvers import init_from_label
 from rpbench.training import train
 from rpbench.validate import check_test_images, validate
 
@@ -90,7 +91,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
-        "model": cfg.model.name,
+        "model": f"{cfg.model.name} from {init_from_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
         "data": cfg.data.name,
         "objective": objective,
         "evaluator": evaluator,
@@ -127,5 +128,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
         write_report(results, out_dir)
+        finish_logger(logger, out_dir)
         log.info("run written to %s", os.path.relpath(out_dir))
     return results

@@ -16,9 +16,11 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
+from rpbench.cluster import cluster_plugins
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.registry import objective_class
 
 
@@ -117,6 +119,7 @@ def build_trainer(
         default_root_dir=str(out_dir),
         logger=logger if logger is not None else False,
         callbacks=list(callbacks),
+        plugins=cluster_plugins(),
     )
 
 
@@ -173,7 +176,9 @@ def train(
     history = ValidationHistory()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
-    trainer = build_trainer(cfg, out_dir, logger, [history, checkpoints], resuming=ckpt_path is not None)
+    trainer = build_trainer(
+        cfg, out_dir, logger, [history, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
+    )
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")

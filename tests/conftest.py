@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers, as run.py does)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

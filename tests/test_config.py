@@ -88,8 +88,8 @@ def test_every_option_composes_inside_the_experiment(compose, group, option, tmp
 
 
 def test_slurm_launcher_composes(compose):
-    cfg = compose("hydra/launcher=slurm")
-    assert cfg.hydra.launcher.gpus_per_node == 8
+    cfg = compose("hydra/launcher=slurm", "trainer=gpu", "trainer.devices=8")
+    assert (cfg.hydra.launcher.gpus_per_node, cfg.hydra.launcher.tasks_per_node, cfg.hydra.launcher.nodes) == (8, 8, 1)
     assert "submitit" in cfg.hydra.launcher._target_.lower()
 
 

@@ -264,6 +264,11 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
         "evaluator.bootstrap.n_resamples=20",
     )
     assert (sft["objective"], dpo["objective"]) == ("sft", "dpo")
+    # the DPO run is named and reported after the run it starts from
+    assert (dpo["run_name"], dpo["model"]) == (
+        "dpo-tiny-llama-sample-from-sft-tiny-llama-sample",
+        "tiny-llama from sft-tiny-llama-sample",
+    )
     assert dpo["train"]["samples"]["train"] + dpo["train"]["samples"]["val"] == len(PAIRS)
     before, after = dpo["train"]["held_out"]["before"], dpo["train"]["held_out"]["after"]
     # the DPO run starts from the SFT model: its chosen-reply NLL is the SFT model's, far below a random model's

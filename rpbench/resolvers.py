@@ -1,0 +1,60 @@
+"""The ``${rpb.*}`` OmegaConf resolvers the configs use (registered on ``import rpbench``):
+
+- ``${rpb.run_name:objective,model,data,init_from,probe,judge,task_overrides}``: a run's name,
+  ``<objective>-<model>-<data>``, then what else tells it apart: ``-<file stem>`` for each data file given on
+  the command line (``data.files.<split>=...``), ``-from-<run>`` for ``init_from`` (the earlier run's name),
+  ``-probe-<probe>``, ``-judge-<backend>``;
+- ``${rpb.slurm_tasks:devices}`` / ``${rpb.slurm_gpus:accelerator,devices}``: Slurm tasks and GPUs per node
+  from the trainer (one task per device, as Lightning requires under Slurm).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from omegaconf import OmegaConf
+
+
+def init_from_label(init_from: str) -> str:
+    """The earlier run's name (from its config.yaml), else its folder name."""
+    folder = Path(str(init_from))
+    config = folder / "config.yaml"
+    if config.is_file():
+        name = (yaml.safe_load(config.read_text()) or {}).get("run_name")
+        if name:
+            return str(name)
+    return folder.name
+
+
+def run_name(objective, model, data, init_from, probe, judge, task_overrides) -> str:
+    parts = [str(objective), str(model), str(data)]
+    for override in task_overrides or []:
+        key, _, value = str(override).lstrip("+").partition("=")
+        if key.startswith("data.files.") and value not in ("", "null"):
+            parts.append(Path(value).stem)
+    if init_from not in (None, "", "null"):
+        parts.append(f"from-{init_from_label(init_from)}")
+    if str(probe) != "none":
+        parts.append(f"probe-{probe}")
+    if str(judge) != "none":
+        parts.append(f"judge-{judge}")
+    return "-".join(part.replace("/", "_") for part in parts)
+
+
+def slurm_tasks(devices) -> int:
+    if not isinstance(devices, int) or devices < 1:
+        raise ValueError(
+            f"trainer.devices={devices!r}: under Slurm give the number of GPUs per node (e.g. trainer.devices=8); "
+            "Slurm starts one task per device"
+        )
+    return devices
+
+
+def slurm_gpus(accelerator, devices) -> int | None:
+    return slurm_tasks(devices) if str(accelerator) == "gpu" else None
+
+
+def register() -> None:
+    for name, function in {"run_name": run_name, "slurm_tasks": slurm_tasks, "slurm_gpus": slurm_gpus}.items():
+        OmegaConf.register_new_resolver(f"rpb.{name}", function, replace=True)

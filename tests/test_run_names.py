@@ -1,0 +1,35 @@
+"""Run names tell runs apart: probe, judge, data files given on the command line, the run started from."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name"),
+    [
+        ((), "sft-tiny-qwen2-sample"),
+        (("objective=none", "probe=topk_freq"), "none-tiny-qwen2-sample-probe-topk_freq"),
+        (("objective=none", "probe=compare", "probe.runs=[a,b]"), "none-tiny-qwen2-sample-probe-compare"),
+        (("objective=none", "judge=local"), "none-tiny-qwen2-sample-judge-local"),
+        (("data.files.train=/data/my_chats.jsonl",), "sft-tiny-qwen2-sample-my_chats"),
+        (("objective=dpo", "data.files.pairs=prefs.v2.json"), "dpo-tiny-qwen2-sample-prefs.v2"),
+        (("run_name=mine", "probe=topk_freq"), "mine"),  # a name given is kept
+    ],
+)
+def test_run_name_carries_what_distinguishes_the_run(compose, overrides, name):
+    cfg = compose(*overrides)
+    assert cfg.run_name == name
+
+
+def test_run_name_names_the_run_it_starts_from(compose, tmp_path):
+    trained = tmp_path / "outputs" / "sft-tiny-qwen2-sample" / "2026-01-01_00-00-00"
+    trained.mkdir(parents=True)
+    assert (
+        compose("objective=none", f"init_from={trained}").run_name == "none-tiny-qwen2-sample-from-2026-01-01_00-00-00"
+    )
+    (trained / "config.yaml").write_text("run_name: sft-tiny-qwen2-sample\n")  # what every run writes
+    assert (
+        compose("objective=none", f"init_from={trained}").run_name
+        == "none-tiny-qwen2-sample-from-sft-tiny-qwen2-sample"
+    )

@@ -1,0 +1,61 @@
+"""logger=wandb offline: what the W&B run records (read back from its files) and how runs are grouped."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+from wandb_records import run_records
+
+from conftest import run_script
+from rpbench.loggers import wandb_group, wandb_job_type
+
+
+@pytest.mark.parametrize(
+    ("overrides", "job_type"),
+    [((), "train"), (("objective=none",), "eval"), (("objective=none", "probe=topk_freq"), "probe")],
+)
+def test_job_type_follows_the_run(compose, overrides, job_type):
+    cfg = compose("logger=wandb", *overrides)
+    assert wandb_job_type(cfg.logger, OmegaConf.to_container(cfg, resolve=False)) == job_type
+    assert wandb_job_type({**cfg.logger, "job_type": "mine"}, {}) == "mine"
+
+
+def test_group_is_the_experiment_of_a_single_run_or_the_configured_one(compose):
+    cfg = compose("logger=wandb", "experiment=rolemrc_sft_qwen2.5-7b")
+    config = OmegaConf.to_container(cfg, resolve=False)
+    assert wandb_group(cfg.logger, config) == "rolemrc_sft_qwen2.5-7b"
+    assert wandb_group({**cfg.logger, "group": "ablation"}, config) == "ablation"
+    assert wandb_group(compose("logger=wandb").logger, config) is None
+
+
+@pytest.mark.slow
+def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_path):
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        "objective=none",
+        "logger=wandb",
+        "logger.tags=[baseline,tiny]",
+        "data.max_test_samples=2",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.metrics=[bleu]",
+        WANDB_MODE="offline",
+        OMP_NUM_THREADS="1",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = run_records(out / "wandb")
+    assert run == {
+        "id": (out / "wandb_run_id.txt").read_text().strip(),
+        "name": "none-tiny-qwen2-sample",
+        "group": "",
+        "job_type": "eval",
+        "tags": ["baseline", "tiny"],
+        "exit_code": 0,  # finished by the job
+    }
+    (files,) = out.glob("wandb/offline-run-*/files")
+    assert (files / "report.md").read_text() == (out / "report.md").read_text()
+    assert json.loads((files / "metrics.json").read_text()) == json.loads((out / "metrics.json").read_text())
+    assert list(files.glob("media/table/eval/predictions_*.table.json"))

@@ -31,6 +31,9 @@ def report_user_error(error: Exception) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
 def main(cfg: DictConfig) -> None:
+    from rpbench.quiet import quiet_libraries
+
+    quiet_libraries()
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
 

@@ -6,7 +6,7 @@ import logging
 import warnings
 
 # One INFO line per HTTP request (httpx: "HTTP/1.1 200 OK"; openai: retries) is noise at run level.
-CHATTY_LOGGERS = ("httpx", "httpcore", "openai")
+CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
 
 
 class DropMessages(logging.Filter):

@@ -167,6 +167,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
         judge = results["judge"]
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
+            + (f"**Warning:** {judge['warning']}\n\n" if judge.get("warning") else "")
             + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")

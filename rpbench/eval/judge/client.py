@@ -62,6 +62,8 @@ class JudgeConfig:
     top_p: float | None = None
     max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
     parse_tries: int = 3
+    # Above this share of parse failures among a run's judgements, the log and report.md warn.
+    warn_parse_failure_rate: float = 0.2
     price_input_per_1m: float = 0.0
     price_output_per_1m: float = 0.0
     cache_path: str | None = None

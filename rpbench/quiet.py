@@ -37,6 +37,8 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", module="lightning")
     # Our run folder always holds config.yaml before the CSV logger starts: not earlier logs. A resumed
     # run's earlier metrics.csv is kept as metrics.<k>.csv (rpbench.loggers.keep_earlier_curves).
-    warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty", module="lightning")
+    warnings.filterwarnings(
+        "ignore", message="Experiment logs directory .* exists and is not empty", module="lightning"
+    )
     # A frozen reference model (DPO, GRPO) sits in the module in eval mode on purpose.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")

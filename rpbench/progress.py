@@ -74,9 +74,7 @@ class TrainingProgress(Callback):
 
 def plot_loss_curve(points: list[dict[str, float]], path: Path) -> Path | None:
     """Train and held-out loss against the optimizer step (left) and the learning rate (right)."""
-    series = {
-        key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")
-    }
+    series = {key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")}
     if not any(series.values()):
         return None
     import matplotlib

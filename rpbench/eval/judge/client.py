@@ -316,7 +316,9 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
     model = server_cfg.pop("model")
     with serve_in_thread(model, server_cfg) as server:
-        client = JudgeClient(JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_name}))
+        client = JudgeClient(
+            JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_identity})
+        )
         try:
             yield client
         finally:

@@ -56,7 +56,7 @@ class TrainingProgress(Callback):
             line += f"  lr {point['lr']:.2e}"
         line += f"  elapsed {_clock(elapsed)}  ETA {_clock(eta) if eta == eta else '?'}"
         if pl_module.device.type == "cuda":
-            line += f"  peak GPU memory {torch.cuda.max_memory_allocated(pl_module.device) / 2**30:.2f} GiB"
+            line += f"  peak GPU memory {torch.cuda.max_memory_allocated(pl_module.device) / 2**20:,.0f} MiB"
         if trainer.is_global_zero:
             log.info(line)
 

@@ -72,3 +72,23 @@ def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp
     assert rate > 0.2
     assert "could not be parsed" in judge["warning"] and "could not be parsed" in log
     assert judge["warning"] in (out / "report.md").read_text()
+
+
+@pytest.mark.gpu
+def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path):
+    import re
+
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        "trainer=gpu",
+        "trainer.devices=1",
+        "+objective.max_steps=2",
+        "objective.log_every_n_steps=1",
+        "evaluator=none",
+        "logger=none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    peaks = re.findall(r"step \d/2 .* ETA \S+  peak GPU memory ([\d,]+) MiB", (out / "run.log").read_text())
+    assert len(peaks) == 2 and all(int(p.replace(",", "")) > 0 for p in peaks)

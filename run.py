@@ -36,6 +36,9 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from rpbench.quiet import quiet_libraries
+
+    quiet_libraries()
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
 

@@ -20,7 +20,7 @@ from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
-from rpbench.report import write_report
+from rpbench.report import headline, write_report
 from rpbench.resolvers import init_from_label
 from rpbench.training import train
 from rpbench.validate import check_test_images, validate
@@ -129,5 +129,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
         write_report(results, out_dir)
         finish_logger(logger, out_dir)
+        for line in headline(results):
+            log.info(line)
         log.info("run written to %s", os.path.relpath(out_dir))
     return results

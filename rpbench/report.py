@@ -40,6 +40,21 @@ def _train_lines(train: dict[str, Any]) -> list[str]:
     return lines
 
 
+def headline(results: dict[str, Any]) -> list[str]:
+    """The results the console shows at the end of a run (the rest is in report.md)."""
+    lines = []
+    held_out = results.get("train", {}).get("held_out")
+    if held_out and "loss" in held_out["after"]:
+        lines.append(f"held-out loss {held_out['before']['loss']:.4f} -> {held_out['after']['loss']:.4f}")
+    overall = results.get("eval", {}).get("metrics", {}).get("overall", {})
+    if overall:
+        lines.append("test: " + ", ".join(f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None))
+    judge = results.get("eval", {}).get("judge", {}).get("overall")
+    if judge and judge["accuracy"] is not None:
+        lines.append(f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged)")
+    return lines
+
+
 def write_report(results: dict[str, Any], out_dir: Path) -> Path:
     header = (
         f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "

@@ -3,7 +3,11 @@
     python -m rpbench.serve model=tiny-qwen2 port=0          # port 0: a free port; the URL is printed
     python -m rpbench.serve model=qwen2.5-7b-instruct model.dtype=bfloat16 max_batch_size=16
 
-Endpoints: ``POST /v1/chat/completions``, ``GET /v1/models``, ``GET /health``. Requests are checked as
+Endpoints: ``POST /v1/chat/completions`` (``stream=true``: OpenAI's server-sent chunks as tokens are
+generated, usage in a last chunk with ``stream_options.include_usage``), ``GET /v1/models``, ``GET /health``.
+The model is served as ``name=`` (default: the model folder's name, or the hub id's last part); requests
+may also name its full identity (the hub id, or ``local/<folder>-<hash of its path>``, which judge caches
+key on). Requests are checked as
 OpenAI checks them (400 for bad values, prompt + max_tokens beyond the model's context included; 404 for
 another model name) and queue first in, first out: at most ``max_queue`` wait (then 503 with Retry-After).
 The first waiting request opens a window of ``batch_wait_ms`` during which up to ``max_batch_size``
@@ -59,7 +63,8 @@ class ServeOptions:
     slow_s: float = 5.0
     retry_after: str | None = None
     scripted: tuple[Mapping[str, str], ...] = ()
-    served_name: str | None = None
+    # The model name clients send and /v1/models lists (None: see served_name).
+    name: str | None = None
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> ServeOptions:
@@ -90,6 +95,8 @@ class ServedModel:
     tokenizer: Any
     stop_ids: list[int]
     name: str
+    # Unique across local folders of the same name; no machine path (see model_identity).
+    identity: str
 
 
 @dataclass
@@ -141,6 +148,8 @@ class Pending:
     sampling: Sampling
     gone: Callable[[], bool]
     future: asyncio.Future
+    # stream=true: the reply's text pieces as they are generated (put from the generation thread).
+    pieces: asyncio.Queue | None = None
 
 
 def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
@@ -150,12 +159,19 @@ def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
     cfg = compose_model_config(model_cfg) if isinstance(model_cfg, str) else dict(model_cfg)
     model, tokenizer = load(cfg)
     model.eval()
-    return ServedModel(model, tokenizer, end_of_turn_ids(cfg, tokenizer), served_name(cfg))
+    return ServedModel(model, tokenizer, end_of_turn_ids(cfg, tokenizer), served_name(cfg), model_identity(cfg))
 
 
 def served_name(cfg: Mapping[str, Any]) -> str:
-    """The model id the server reports (and judge caches key on): the hub id or ``tiny:<family>``; for a
-    local folder its name plus a hash of its full path, so no machine path reaches results."""
+    """The default model name clients use: a local folder's name, the hub id's last part, ``tiny:<family>``."""
+    name = str(cfg["name_or_path"])
+    path = Path(name)
+    return path.resolve().name if path.exists() else name.rstrip("/").rsplit("/", 1)[-1]
+
+
+def model_identity(cfg: Mapping[str, Any]) -> str:
+    """The model's unique id (judge caches key on it): the hub id or ``tiny:<family>``; for a local folder
+    its name plus a hash of its full path, so no machine path reaches results."""
     name = str(cfg["name_or_path"])
     path = Path(name)
     if not path.exists():
@@ -187,13 +203,14 @@ class ChatServer:
 
     def __init__(self, served: ServedModel, options: ServeOptions):
         self.served, self.options = served, options
-        self.name = options.served_name or served.name
+        self.name = options.name or served.name
         self.context = context_length(served.model)
         self.stats = ServerStats()
         self._tokenizer_lock = threading.Lock()  # the handlers and the generation thread share it
         self._queue: asyncio.Queue | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rpbench-generate")
         self._batcher: asyncio.Task | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the server's, for RowStreamer
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)
@@ -205,6 +222,7 @@ class ChatServer:
         return app
 
     async def _start_batcher(self, _app: web.Application) -> None:
+        self._loop = asyncio.get_running_loop()
         self._queue = asyncio.Queue(maxsize=self.options.max_queue)
         self._batcher = asyncio.create_task(self._batch_loop())
 
@@ -237,7 +255,8 @@ class ChatServer:
                 headers = {"Retry-After": wait} if wait else {}
                 return _error(int(fault), f"injected fault for request {index}", kind, headers)
             try:
-                conversation, sampling = self._parse(await request.json())
+                body = await request.json()
+                conversation, sampling = self._parse(body)
             except UnknownModel as error:
                 return _error(404, str(error), "invalid_request_error", code="model_not_found")
             except (BadRequest, ValueError, TypeError) as error:
@@ -247,20 +266,26 @@ class ChatServer:
             if fault in ("truncated_json", "wrong_shape", "html"):
                 return _bad_reply(fault, self._completion("1", 0, 0, "stop"))
             text = GARBAGE_REPLY if fault == "garbage" else self._scripted(conversation)
+            stream, usage = bool(body.get("stream")), bool((body.get("stream_options") or {}).get("include_usage"))
             if text is not None:
+                if stream:
+                    return await self._stream(request, None, (text, 0, "stop"), 0, usage)
                 return web.json_response(self._completion(text, 0, 0, "stop"))
             try:
                 prompt_ids, sampling = self._fit(conversation, sampling)
             except BadRequest as error:
                 return _error(400, str(error), "invalid_request_error", code="context_length_exceeded")
             future = asyncio.get_running_loop().create_future()
-            pending = Pending(prompt_ids, sampling, lambda: _client_gone(request), future)
+            pieces = asyncio.Queue() if stream else None
+            pending = Pending(prompt_ids, sampling, lambda: _client_gone(request), future, pieces)
             try:
                 self._queue.put_nowait(pending)
             except asyncio.QueueFull:
                 self.stats.queue_full += 1
                 message = f"the server is busy ({self.options.max_queue} requests are waiting): retry later"
                 return _error(503, message, "server_error", {"Retry-After": str(BUSY_RETRY_AFTER_S)})
+            if stream:
+                return await self._stream(request, pending, None, len(prompt_ids), usage)
             try:
                 text, completion_tokens, finish = await future
             except ClientLeft:
@@ -275,10 +300,12 @@ class ChatServer:
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         model = body.get("model")
-        if model is not None and model != self.name:
+        if model is not None and model not in (self.name, self.served.identity):
             raise UnknownModel(f"The model {model!r} does not exist: this server serves {self.name!r}")
-        if body.get("stream"):
-            raise BadRequest("stream=true is not supported")
+        if body.get("stream_options") is not None and not (
+            body.get("stream") and isinstance(body["stream_options"], dict)
+        ):
+            raise BadRequest("stream_options: an object, only with stream=true")
         if body.get("n", 1) != 1:
             raise BadRequest("only n=1 is supported")
         if body.get("stop") is not None:
@@ -379,7 +406,7 @@ class ChatServer:
         import torch
         from transformers import StoppingCriteriaList
 
-        from rpbench.eval.generate import GenerationOptions, decode_completion, hf_generation_config, left_pad
+        from rpbench.eval.generate import GenerationOptions, hf_generation_config, left_pad
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
         opts = GenerationOptions(
@@ -392,6 +419,7 @@ class ChatServer:
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
         ids, mask = left_pad([p.prompt_ids for p in group], pad_id)
         watch = ClientGone([p.gone for p in group], ids.shape[1])
+        streamer = RowStreamer([p.pieces for p in group], ids.shape[1], self._loop, self._decode)
         device = next(model.parameters()).device
         if opts.sampling:
             torch.manual_seed(opts.seed)
@@ -400,7 +428,7 @@ class ChatServer:
                 input_ids=ids.to(device),
                 attention_mask=mask.to(device),
                 generation_config=hf_generation_config(opts, stop_ids, pad_id),
-                stopping_criteria=StoppingCriteriaList([watch]),
+                stopping_criteria=StoppingCriteriaList([watch, streamer]),
             )
         results: list[tuple[str, int, str] | Exception] = []
         for row, stopped in zip(out[:, ids.shape[1] :].tolist(), watch.stopped_after):
@@ -408,10 +436,67 @@ class ChatServer:
                 results.append(ClientLeft(stopped))
                 continue
             generated = next((i for i, t in enumerate(row) if t in stop_ids), len(row))
-            with self._tokenizer_lock:
-                text = decode_completion(tok, row, stop_ids)
+            text = self._decode(row)
             results.append((text, generated, "stop" if generated < len(row) else "length"))
         return results
+
+    def _decode(self, row: Sequence[int]) -> str:
+        """A reply's text from its generated ids (any thread)."""
+        from rpbench.eval.generate import decode_completion
+
+        with self._tokenizer_lock:
+            return decode_completion(self.served.tokenizer, row, self.served.stop_ids)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        pending: Pending | None,
+        known: tuple[str, int, str] | None,
+        prompt_tokens: int,
+        include_usage: bool,
+    ) -> web.StreamResponse:
+        """OpenAI's chat.completion.chunk events: the role, the text as ``pending`` generates it (or the
+        ``known`` reply at once), the finish reason, usage when asked, then ``data: [DONE]``."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        chunk_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        async def send(delta: dict[str, Any], finish: str | None = None, usage: dict | None = None) -> None:
+            chunk = {
+                "id": chunk_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}] if usage is None else [],
+            }
+            if include_usage:
+                chunk["usage"] = usage
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await send({"role": "assistant", "content": ""})
+        sent = ""
+        if pending is not None:
+            while not (pending.future.done() and pending.pieces.empty()):
+                piece = asyncio.ensure_future(pending.pieces.get())
+                await asyncio.wait({piece, pending.future}, return_when=asyncio.FIRST_COMPLETED)
+                if not piece.done():
+                    piece.cancel()
+                    continue
+                sent += piece.result()
+                await send({"content": piece.result()})
+            try:
+                known = pending.future.result()
+            except ClientLeft:
+                return response
+        text, completion_tokens, finish = known
+        if text.startswith(sent) and len(text) > len(sent):
+            await send({"content": text[len(sent) :]})
+        await send({}, finish)
+        if include_usage:
+            await send({}, usage=_usage(prompt_tokens, completion_tokens))
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     def _completion(self, text: str, prompt_tokens: int, completion_tokens: int, finish: str) -> dict[str, Any]:
         return {
@@ -426,12 +511,16 @@ class ChatServer:
                     "finish_reason": finish,
                 }
             ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": _usage(prompt_tokens, completion_tokens),
         }
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
 
 def _error(
@@ -467,6 +556,29 @@ class ClientGone:
                 self.stopped_after[i] = input_ids.shape[1] - self.prompt_width
         stopped = [s is not None for s in self.stopped_after]
         return torch.tensor(stopped, dtype=torch.bool, device=input_ids.device)
+
+
+class RowStreamer:
+    """A stopping criterion that stops nothing: after each generated token it hands each streaming row's
+    new text (decoded as the final reply is, held back while it ends in a partial character) to that
+    request's queue on the server's event loop."""
+
+    def __init__(self, queues: Sequence[asyncio.Queue | None], prompt_width: int, loop, decode):
+        self.queues, self.prompt_width, self.loop, self.decode = list(queues), prompt_width, loop, decode
+        self.sent = [""] * len(self.queues)
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        for i, queue in enumerate(self.queues):
+            if queue is None:
+                continue
+            text = self.decode(input_ids[i, self.prompt_width :].tolist())
+            if text.endswith("\ufffd") or not text.startswith(self.sent[i]) or text == self.sent[i]:
+                continue
+            self.loop.call_soon_threadsafe(queue.put_nowait, text[len(self.sent[i]) :])
+            self.sent[i] = text
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 def _client_gone(request: web.Request) -> bool:
@@ -514,6 +626,11 @@ class RunningServer:
     @property
     def model_name(self) -> str:
         return self.server.name
+
+    @property
+    def model_identity(self) -> str:
+        """The unique model id the server also answers to (judge caches key on it)."""
+        return self.server.served.identity
 
     @property
     def stats(self) -> ServerStats:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -22,6 +23,9 @@ from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
 from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.registry import objective_class
+from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
+
+log = logging.getLogger(__name__)
 
 
 class ValidationHistory(Callback):
@@ -108,6 +112,7 @@ def build_trainer(
         precision=trainer_cfg.get("precision", "32-true"),
         deterministic=trainer_cfg.get("deterministic", False),
         enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
+        enable_model_summary=False,  # its table prints "FLOPs 0" for models it cannot trace; see log_parameters
         max_epochs=int(objective.get("epochs", 1)),
         max_steps=int(objective.get("max_steps") or -1),
         accumulate_grad_batches=grad_accum,
@@ -150,6 +155,13 @@ def build_datamodule(
     )
 
 
+def log_parameters(model) -> None:
+    """One line instead of Lightning's model summary table."""
+    total = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info("model %s: %s parameters, %s trainable", type(model).__name__, f"{total:,}", f"{trainable:,}")
+
+
 def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
     """``last`` -> the run folder's last checkpoint if there is one (resume), else start fresh."""
     if ckpt_path == "last":
@@ -173,12 +185,13 @@ def train(
         )
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
     module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
-    history = ValidationHistory()
+    history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
     trainer = build_trainer(
-        cfg, out_dir, logger, [history, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
+        cfg, out_dir, logger, [history, progress, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
     )
+    log_parameters(model)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
@@ -202,6 +215,8 @@ def train(
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }
+    if trainer.is_global_zero and plot_loss_curve(progress.points, out_dir / CURVE_FILE):
+        report["loss_curve"] = CURVE_FILE
     if history.history:
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
     if cfg.get("save_model", True):

@@ -62,8 +62,9 @@ def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path):
 
 
 def test_cfg_job_prints_the_resolved_config():
-    result = run("--cfg", "job", "objective=none")
+    result = run("--cfg", "job", "--resolve", "objective=none")  # as the README shows it
     assert result.returncode == 0, result.stderr[-2000:]
+    assert "${" not in result.stdout
     cfg = yaml.safe_load(result.stdout)
     assert cfg["model"]["name_or_path"] == "tiny:qwen2" and cfg["objective"]["name"] == "none"
 

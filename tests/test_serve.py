@@ -88,7 +88,7 @@ def test_concurrent_requests_are_batched(tiny):
     [
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
-        ({"messages": HELLO, "stream": True}, "stream"),
+        ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options"),
         ({"messages": HELLO, "n": 2}, "n=1"),
         (
             {
@@ -149,15 +149,62 @@ def test_command_line_serves_on_a_free_port():
         assert status == 200 and body["model"] == "tiny:qwen2"
 
 
-def test_served_name_hides_local_folders(tmp_path):
-    from rpbench.serve import served_name
+def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path):
+    from rpbench.serve import model_identity, served_name
 
     first, second = tmp_path / "run-a" / "model", tmp_path / "run-b" / "model"
     first.mkdir(parents=True)
     second.mkdir(parents=True)
-    names = {served_name({"name_or_path": str(p)}) for p in (first, second)}
-    assert len(names) == 2 and all(n.startswith("local/model-") and str(tmp_path) not in n for n in names)
-    assert served_name({"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}) == "Qwen/Qwen2.5-7B-Instruct"
+    assert {served_name({"name_or_path": str(p)}) for p in (first, second)} == {"model"}
+    identities = {model_identity({"name_or_path": str(p)}) for p in (first, second)}
+    assert len(identities) == 2 and all(n.startswith("local/model-") and str(tmp_path) not in n for n in identities)
+    hub = {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}
+    assert (served_name(hub), model_identity(hub)) == ("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
+
+
+def test_a_configured_name_is_served_and_the_identity_is_also_answered(tiny):
+    with serve_in_thread(tiny, {"name": "my-judge"}) as server:
+        assert get(f"{server.base_url}/models")["data"][0]["id"] == server.model_name == "my-judge"
+        for model in ("my-judge", "tiny:qwen2"):
+            status, body = post(server.base_url, {"model": model, "messages": HELLO, "max_tokens": 2})
+            assert status == 200 and body["model"] == "my-judge"
+        assert post(server.base_url, {"model": "other", "messages": HELLO, "max_tokens": 2})[0] == 404
+
+
+@pytest.mark.parametrize("temperature", [0, 1.0])  # sampling is seeded per request: reproducible too
+def test_streaming_through_the_openai_client_equals_the_non_stream_reply(tiny, temperature):
+    from openai import OpenAI
+
+    with serve_in_thread(tiny) as server:
+        client = OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
+        asked = {"model": server.model_name, "messages": HELLO, "max_tokens": 24, "temperature": temperature}
+        whole = client.chat.completions.create(**asked)
+        chunks = list(client.chat.completions.create(**asked, stream=True, stream_options={"include_usage": True}))
+    pieces = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    assert "".join(pieces) == whole.choices[0].message.content
+    if temperature > 0:  # the random tiny model's greedy reply is special tokens only, i.e. empty text
+        assert len([p for p in pieces if p]) > 1, "the reply arrives in pieces, not at once"
+    assert {c.object for c in chunks} == {"chat.completion.chunk"} and chunks[0].choices[0].delta.role == "assistant"
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == [whole.choices[0].finish_reason]
+    assert chunks[-1].choices == [] and chunks[-1].usage.model_dump() == whole.usage.model_dump()
+    assert all(c.usage is None for c in chunks[:-1])
+
+
+def test_streaming_without_usage_ends_with_done_and_no_usage_chunk(tiny):
+    with serve_in_thread(tiny) as server:
+        body = {"messages": HELLO, "max_tokens": 4, "temperature": 0, "stream": True}
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.headers["Content-Type"].startswith("text/event-stream")
+            events = [e for e in response.read().decode().split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    assert all(c["choices"] and "usage" not in c for c in chunks)
 
 
 def wait_until(condition, timeout: float = 60) -> None:

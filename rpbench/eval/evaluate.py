@@ -146,10 +146,16 @@ def judge_rolemrc_records(
 ) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
     """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
     CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
-    from rpbench.eval.judge import judge_rolemrc
+    from rpbench.eval.judge import JudgeConfig, judge_rolemrc
+    from rpbench.eval.judge.health import parse_failure_warning
     from rpbench.eval.judge.rolemrc_rubrics import dimension_of
 
     judged = judge_rolemrc(examples, predictions, _container(cfg.judge), prompts)
+    overall = judged["overall"]
+    limit = JudgeConfig.from_mapping(_container(cfg.judge)).warn_parse_failure_rate
+    warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
+    if warning:
+        judged["warning"] = warning
     records = judged.pop("records")
     write_jsonl(out_dir / "judgements.jsonl", records)
     bootstrap = _container(cfg.evaluator.bootstrap)

@@ -207,15 +207,13 @@ def default_layer(model_name: str, num_layers: int) -> int:
 
 @dataclass
 class BERTScorer:
-    """BERTScore F1 as bert-score computes it (no idf, no baseline rescaling).
+    """BERTScore F1 by ``bert_score.BERTScorer`` (no idf, no baseline rescaling) on a local backbone.
 
-    Tokens are embedded by hidden layer ``layer``; each candidate token is matched to its most similar
-    reference token (precision) and vice versa (recall); [CLS]/[SEP] take part in the matching but carry
-    no weight.
+    An empty (or whitespace-only) prediction or reference scores 0, as bert-score sets it (bert-score
+    itself cannot encode an empty text with transformers 5, so those pairs never reach it).
     """
 
-    model: Any
-    tokenizer: Any
+    scorer: Any  # bert_score.BERTScorer
     backbone: str
     layer: int
     fell_back: bool = False
@@ -230,44 +228,32 @@ class BERTScorer:
             "fallback_reason": self.fallback_reason,
         }
 
-    def encode(self, text: str) -> list[int]:
-        return self.tokenizer.encode(
-            text.strip(), add_special_tokens=True, truncation=True, max_length=self.tokenizer.model_max_length
-        )
-
-    @torch.no_grad()
-    def embed(self, ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Unit-norm embeddings [B, T, d], padding mask [B, T] and token weights [B, T] (0 for specials)."""
-        device = next(self.model.parameters()).device
-        width = max(len(x) for x in ids)
-        input_ids = torch.full((len(ids), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for row, x in enumerate(ids):
-            input_ids[row, : len(x)] = torch.tensor(x)
-            mask[row, : len(x)] = 1
-        out = self.model(input_ids.to(device), attention_mask=mask.to(device), output_hidden_states=True)
-        emb = out.hidden_states[self.layer].float()
-        emb = emb / emb.norm(dim=-1, keepdim=True)
-        special = torch.tensor([self.tokenizer.cls_token_id, self.tokenizer.sep_token_id])
-        weights = (mask.bool() & ~torch.isin(input_ids, special)).float()
-        return emb, mask.to(device).float(), weights.to(device)
-
     def f1(self, predictions: Sequence[str], references: Sequence[str]) -> list[float]:
         check_pairs(predictions, references)
-        pairs = [(self.encode(p), self.encode(r)) for p, r in zip(predictions, references)]
-        order = sorted(range(len(pairs)), key=lambda i: -max(len(pairs[i][0]), len(pairs[i][1])))
-        result = [0.0] * len(pairs)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start : start + self.batch_size]
-            cand, cand_mask, cand_w = self.embed([pairs[i][0] for i in batch])
-            ref, ref_mask, ref_w = self.embed([pairs[i][1] for i in batch])
-            sim = torch.bmm(cand, ref.transpose(1, 2)) * (cand_mask[:, :, None] * ref_mask[:, None, :])
-            precision = (sim.max(dim=2).values * cand_w).sum(1) / cand_w.sum(1)
-            recall = (sim.max(dim=1).values * ref_w).sum(1) / ref_w.sum(1)
-            f1 = (2 * precision * recall / (precision + recall)).nan_to_num(nan=0.0)
-            for i, value in zip(batch, f1.tolist()):
+        scored = [i for i, (p, r) in enumerate(zip(predictions, references)) if p.strip() and r.strip()]
+        result = [0.0] * len(predictions)
+        if scored:
+            _, _, f1 = self.scorer.score(
+                [predictions[i] for i in scored], [references[i] for i in scored], batch_size=self.batch_size
+            )
+            for i, value in zip(scored, f1.tolist()):
                 result[i] = value
         return result
+
+
+def local_model_path(model_name: str) -> str:
+    """``model_name`` itself when it is a folder, else its snapshot in the local Hugging Face cache
+    (OSError when it is not cached: nothing is downloaded)."""
+    from pathlib import Path
+
+    if Path(model_name).is_dir():
+        return model_name
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(model_name, local_files_only=True)
+    except Exception as error:  # noqa: BLE001 - hub errors for "not cached" differ across versions
+        raise OSError(str(error)) from error
 
 
 @functools.lru_cache(maxsize=4)
@@ -283,13 +269,14 @@ def load_bertscorer(
     If the model is not cached and ``fallback`` is true, the packaged all-MiniLM-L6-v2 (last layer) is
     used instead and the scorer says so in ``describe()``. Cached: repeated calls share one model.
     """
-    from transformers import AutoModel, AutoTokenizer
+    from bert_score import BERTScorer as LibraryScorer
+    from transformers import AutoConfig
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     reason = None
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True)
-        model = AutoModel.from_pretrained(model_name, local_files_only=True)
+        path = local_model_path(model_name)
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
         backbone = model_name
     except OSError as error:
         if not fallback:
@@ -300,28 +287,15 @@ def load_bertscorer(
         reason = f"{model_name!r} not in the local Hugging Face cache"
         log.warning("BERTScore: %s; falling back to the packaged all-MiniLM-L6-v2", reason)
         path = fallback_model_path()
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModel.from_pretrained(path, local_files_only=True)
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
         backbone, layer = "sentence-transformers/all-MiniLM-L6-v2", None
     if layer is None:
-        layer = default_layer(backbone, model.config.num_hidden_layers)
-    if not 0 < layer <= model.config.num_hidden_layers:
-        raise ValueError(f"BERTScore layer {layer} outside 1..{model.config.num_hidden_layers} for {backbone!r}")
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise ValueError(f"BERTScore backbone {backbone!r} needs an encoder tokenizer with [CLS]/[SEP] tokens")
-    if type(tokenizer).__name__.startswith(("Roberta", "GPT2")):  # bert-score encodes these with a prefix space
-        tokenizer = AutoTokenizer.from_pretrained(model_name, local_files_only=True, add_prefix_space=True)
-    encoder = getattr(model, "encoder", None)
-    if encoder is not None and hasattr(encoder, "layer"):  # layers above ``layer`` are never used
-        encoder.layer = encoder.layer[:layer]
+        layer = default_layer(backbone, config.num_hidden_layers)
+    if not 0 < layer <= config.num_hidden_layers:
+        raise ValueError(f"BERTScore layer {layer} outside 1..{config.num_hidden_layers} for {backbone!r}")
+    scorer = LibraryScorer(model_type=path, num_layers=layer, idf=False, device=device, batch_size=batch_size)
     return BERTScorer(
-        model.eval().to(device),
-        tokenizer,
-        backbone,
-        layer,
-        fell_back=reason is not None,
-        fallback_reason=reason,
-        batch_size=batch_size,
+        scorer, backbone, layer, fell_back=reason is not None, fallback_reason=reason, batch_size=batch_size
     )
 
 

@@ -66,28 +66,57 @@ def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
     return "\n".join(lines)
 
 
+RADAR_SIZE_INCHES, RADAR_DPI = (6.0, 6.0), 120  # a 720 x 720 pixel image
+
+
 def radar_chart(values: Mapping[str, float], title: str, path: Path) -> Path | None:
-    """One polygon over the dimensions (at least three are needed for a radar)."""
+    """One polygon over the spokes (at least three are needed for a radar); ``values`` on a 0-100 scale."""
     values = {k: v for k, v in values.items() if v is not None}
     if len(values) < 3:
         return None
+    import textwrap
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(values)
+    names = [textwrap.fill(name, 14) for name in values]
     angles = [2 * math.pi * i / len(names) for i in range(len(names))]
     closed = [*values.values(), next(iter(values.values()))]
-    fig, ax = plt.subplots(figsize=(5, 5), subplot_kw={"polar": True})
+    fig, ax = plt.subplots(figsize=RADAR_SIZE_INCHES, subplot_kw={"polar": True})
     ax.plot([*angles, angles[0]], closed, marker="o")
     ax.fill([*angles, angles[0]], closed, alpha=0.2)
-    ax.set_xticks(angles, names, fontsize=8)
-    ax.set_title(title, fontsize=10)
+    ax.set_xticks(angles, names, fontsize=9)
+    ax.tick_params(axis="x", pad=14)  # spoke names clear of the circle
+    ax.set_ylim(0, 100)
+    ax.set_yticks([20, 40, 60, 80, 100], ["20", "40", "60", "80", "100"], fontsize=7, color="grey")
+    ax.set_rlabel_position(180 / len(names))  # between the first two spokes, away from their names
+    ax.set_title(title, fontsize=10, pad=20)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=RADAR_DPI)
     plt.close(fig)
     return path
+
+
+def radar_values(results: Mapping[str, Any], radar_metric: str) -> tuple[dict[str, float], str]:
+    """The radar's spokes on a 0-100 scale and its title: judge accuracy (%) per dimension; else
+    ``radar_metric`` x 100 per dimension (or distribution shift); with fewer than three of those, each
+    overall metric x 100 (bleu_smoothed is 0-100 already)."""
+
+    def x100(value: float | None, metric: str) -> float | None:
+        return None if value is None else value if metric in SCALE_100 else 100 * value
+
+    metrics = results["metrics"]
+    if "judge" in results:
+        spokes = {k: x100(v["accuracy"], "") for k, v in paper_named(results["judge"]["dimensions"]).items()}
+        if sum(v is not None for v in spokes.values()) >= 3:
+            return spokes, "judge accuracy (%)"
+    groups = paper_named(metrics["dimension"]) if metrics.get("dimension") else metrics.get("shift") or {}
+    spokes = {k: x100(v[radar_metric]["mean"], radar_metric) for k, v in groups.items() if radar_metric in v}
+    if sum(v is not None for v in spokes.values()) >= 3:
+        return spokes, f"{radar_metric} x 100"
+    return {m: x100(s["mean"], m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
 
 
 def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
@@ -136,22 +165,18 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
     for grouping in ("rubric", "shift", "task"):
         if metrics.get(grouping):
             out.append(metric_table(metrics[grouping], grouping))
-    radar_values = {}
     if "judge" in results:
         judge = results["judge"]
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
+            + (f"**Warning:** {judge['warning']}\n\n" if judge.get("warning") else "")
             + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")
             + "\n\nFiner split:\n\n"
             + judge_table(judge["rubrics"], "rubric")
         )
-        radar_values = {k: v["accuracy"] for k, v in paper_named(judge["dimensions"]).items()}
-    elif metrics.get("dimension") or metrics.get("shift"):
-        groups = paper_named(metrics["dimension"]) if metrics.get("dimension") else metrics["shift"]
-        radar_values = {k: v[radar_metric]["mean"] for k, v in groups.items() if radar_metric in v}
-    chart = radar_chart(radar_values, "judge accuracy" if "judge" in results else radar_metric, out_dir / "radar.png")
+    chart = radar_chart(*radar_values(results, radar_metric), out_dir / "radar.png")
     if chart is not None:
         out.append(f"![radar]({chart.name})")
     if "mmrole_eval" in results:

@@ -1,4 +1,5 @@
-"""Aggregate statistics over per-sample scores: mean, std, percentile-bootstrap CIs, paired tests.
+"""Aggregate statistics over per-sample scores: mean, std, bootstrap CIs (scipy.stats.bootstrap:
+percentile or BCa), paired tests.
 
 Values are per-sample scores (metric values, 0/1 judge verdicts). ``None`` or NaN marks a sample that
 has no score (e.g. an unparseable judge verdict): it is left out and counted in ``n_missing``.
@@ -7,13 +8,15 @@ Results are plain JSON-able dicts; statistics that are undefined (no samples) ar
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 Statistic = Callable[..., Any]  # f(array, axis=-1) -> array, like np.mean
-MAX_RESAMPLE_CELLS = 2**22  # bounds memory of one block of resampled indices
+MAX_RESAMPLE_CELLS = 2**22  # bounds memory of one batch of resampled indices
+METHODS = ("percentile", "BCa")
 
 
 def present(values: Sequence[float | None]) -> np.ndarray:
@@ -22,22 +25,39 @@ def present(values: Sequence[float | None]) -> np.ndarray:
     return array[~np.isnan(array)]
 
 
-def bootstrap_distribution(
-    samples: Sequence[np.ndarray], statistic: Statistic, n_resamples: int, seed: int
-) -> np.ndarray:
-    """``statistic`` over ``n_resamples`` resamples of equal-length ``samples`` drawn with shared indices.
+def _bootstrap(
+    samples: Sequence[np.ndarray], statistic: Statistic, n_resamples: int, confidence: float, seed: int, method: str
+) -> tuple[float, float, np.ndarray | None]:
+    """``scipy.stats.bootstrap`` of ``statistic`` over equal-length ``samples`` resampled with shared
+    indices (paired); (low, high, bootstrap distribution). One sample, or a constant bootstrap
+    distribution, is an interval of one point (scipy needs two values and leaves BCa undefined there)."""
+    from scipy.stats import bootstrap
 
-    Indices come from ``np.random.default_rng(seed).integers(0, n, (n_resamples, n))`` in row blocks,
-    the same draws as ``scipy.stats.bootstrap(..., rng=np.random.default_rng(seed))``.
-    """
+    if method not in METHODS:
+        raise ValueError(f"bootstrap method must be one of {METHODS}, got {method!r}")
     n = len(samples[0])
-    rng = np.random.default_rng(seed)
-    block = max(1, MAX_RESAMPLE_CELLS // n)
-    out = []
-    for start in range(0, n_resamples, block):
-        index = rng.integers(0, n, (min(block, n_resamples - start), n))
-        out.append(statistic(*(s[index] for s in samples)))
-    return np.concatenate(out)
+    if n < 2:
+        point = float(statistic(*samples, axis=-1))
+        return point, point, None
+    with warnings.catch_warnings(record=True) as caught:  # BCa on a constant distribution: answered below
+        warnings.simplefilter("always")
+        result = bootstrap(
+            tuple(samples),
+            statistic,
+            n_resamples=n_resamples,
+            batch=max(1, MAX_RESAMPLE_CELLS // n),
+            confidence_level=confidence,
+            method=method,
+            paired=len(samples) > 1,
+            vectorized=True,
+            rng=np.random.default_rng(seed),
+        )
+    dist = result.bootstrap_distribution
+    if np.ptp(dist) == 0:
+        return float(dist[0]), float(dist[0]), dist
+    for warning in caught:
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return float(result.confidence_interval.low), float(result.confidence_interval.high), dist
 
 
 def bootstrap_ci(
@@ -47,19 +67,23 @@ def bootstrap_ci(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval of ``statistic(values)``."""
+    """Bootstrap confidence interval (``method``: percentile or BCa) of ``statistic(values)``."""
     sample = np.asarray(values, dtype=float)
     if sample.size == 0:
         raise ValueError("bootstrap_ci needs at least one value")
-    dist = bootstrap_distribution([sample], lambda x: statistic(x, axis=-1), n_resamples, seed)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(dist, [alpha, 1 - alpha])
-    return float(low), float(high)
+    low, high, _ = _bootstrap([sample], statistic, n_resamples, confidence, seed, method)
+    return low, high
 
 
 def summarize(
-    values: Sequence[float | None], *, n_resamples: int = 1000, confidence: float = 0.95, seed: int = 0
+    values: Sequence[float | None],
+    *,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    method: str = "percentile",
 ) -> dict[str, Any]:
     """n, n_missing, mean, std (sample, ddof=1), and the bootstrap CI of the mean."""
     sample = present(values)
@@ -74,7 +98,7 @@ def summarize(
     }
     if n == 0:
         return summary
-    low, high = bootstrap_ci(sample, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    low, high = bootstrap_ci(sample, n_resamples=n_resamples, confidence=confidence, seed=seed, method=method)
     summary.update(
         mean=float(sample.mean()), std=float(sample.std(ddof=1)) if n > 1 else None, ci_low=low, ci_high=high
     )
@@ -89,10 +113,11 @@ def paired_bootstrap(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
 ) -> dict[str, Any]:
     """Paired bootstrap test of two runs scored on the same records (aligned by position).
 
-    ``delta = statistic(candidate) - statistic(baseline)``, its percentile CI, and a two-sided p-value
+    ``delta = statistic(candidate) - statistic(baseline)``, its bootstrap CI, and a two-sided p-value
     for "no difference" from the bootstrap distribution shifted to the null,
     ``(1 + #{|delta* - delta| >= |delta|}) / (n_resamples + 1)``. Pairs where either score is missing
     are left out and counted.
@@ -105,17 +130,21 @@ def paired_bootstrap(
     a, b = a[keep], b[keep]
     if a.size == 0:
         raise ValueError("paired_bootstrap: no record has a score in both runs")
-    delta = float(statistic(b, axis=-1) - statistic(a, axis=-1))
-    dist = bootstrap_distribution([a, b], lambda x, y: statistic(y, axis=-1) - statistic(x, axis=-1), n_resamples, seed)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(dist, [alpha, 1 - alpha])
+
+    def difference(x, y, axis=-1):
+        return statistic(y, axis=axis) - statistic(x, axis=axis)
+
+    delta = float(difference(a, b))
+    low, high, dist = _bootstrap([a, b], difference, n_resamples, confidence, seed, method)
+    if dist is None:  # one pair: every resample is that pair
+        dist = np.full(n_resamples, delta)
     extreme = int(np.count_nonzero(np.abs(dist - delta) >= abs(delta)))
     return {
         "n": int(a.size),
         "n_missing": int((~keep).sum()),
         "delta": delta,
-        "ci_low": float(low),
-        "ci_high": float(high),
+        "ci_low": low,
+        "ci_high": high,
         "p_value": (1 + extreme) / (n_resamples + 1),
     }
 
@@ -139,6 +168,7 @@ def aggregate(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    method: str = "percentile",
 ) -> dict[str, Any]:
     """Summaries (see ``summarize``) of every metric overall and per group.
 
@@ -158,6 +188,7 @@ def aggregate(
                 n_resamples=n_resamples,
                 confidence=confidence,
                 seed=seed,
+                method=method,
             )
             for metric, values in per_sample.items()
         }

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import sacrebleu
+import torch
 from rouge_score import rouge_scorer
 
 from rpbench.eval import wordnet
@@ -203,17 +204,33 @@ def minilm():
     return load_bertscorer(fallback_model_path(), layer=4)
 
 
-@pytest.mark.slow
-def test_bertscore_equals_bert_score_library(minilm):
-    import bert_score
+def greedy_matching_f1(model, prediction: str, reference: str) -> float:
+    """BERTScore F1 by hand from sentence-transformers' token embeddings (the last layer): cosine
+    similarity, each token matched to its most similar token on the other side, [CLS]/[SEP] matched
+    against but not averaged over, no idf."""
+    cand, ref = (
+        torch.nn.functional.normalize(model.encode(t, output_value="token_embeddings"), dim=-1)
+        for t in (prediction, reference)
+    )
+    sim = cand @ ref.T
+    precision = sim.max(dim=1).values[1:-1].mean()
+    recall = sim.max(dim=0).values[1:-1].mean()
+    return float(2 * precision * recall / (precision + recall))
 
-    preds = [p for p, _ in ENGLISH[:3]] + ["他喜欢吃苹果", "identical words here"]
-    refs = [r for _, r in ENGLISH[:3]] + ["他爱吃苹果", "identical words here"]
-    _, _, expected = bert_score.score(preds, refs, model_type=fallback_model_path(), num_layers=4)
-    assert minilm.f1(preds, refs) == pytest.approx(expected.tolist(), abs=1e-5)
-    assert minilm.describe() == {
+
+@pytest.mark.slow
+def test_bertscore_equals_greedy_cosine_matching_of_sentence_transformers_token_embeddings():
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(fallback_model_path(), device="cpu")
+    scorer = load_bertscorer(fallback_model_path(), layer=6)  # MiniLM's last layer, what st encodes with
+    preds = [p for p, _ in ENGLISH[:3]] + ["他喜欢吃苹果"]
+    refs = [r for _, r in ENGLISH[:3]] + ["他爱吃苹果"]
+    expected = [greedy_matching_f1(st, p, r) for p, r in zip(preds, refs)]
+    assert scorer.f1(preds, refs) == pytest.approx(expected, abs=1e-5)
+    assert scorer.describe() == {
         "backbone": fallback_model_path(),
-        "layer": 4,
+        "layer": 6,
         "fell_back": False,
         "fallback_reason": None,
     }

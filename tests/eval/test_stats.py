@@ -107,3 +107,52 @@ def test_aggregate_rejects_misaligned_inputs():
         aggregate({"m": [1, 2]}, {"task": ["a"]})
     with pytest.raises(ValueError, match="grouping 'dimension', sample 1"):
         aggregate({"m": [1, 2]}, {"dimension": [["x"], 3]})
+
+
+def test_same_values_as_the_hand_written_bootstrap_it_replaced():
+    # computed once with rpbench/eval/stats.py before it used scipy.stats.bootstrap (same seeds, same draws)
+    s = summarize([0.1, 0.4, None, 0.35, 0.8, 0.65, 0.2, 0.9, 0.55], n_resamples=2000, seed=11)
+    assert s == pytest.approx(
+        {"n": 8, "n_missing": 1, "mean": 0.49375, "std": 0.2821315549273323, "ci_low": 0.3125, "ci_high": 0.675}
+    )
+    a, b = [0.2, 0.5, 0.9, 0.4, 0.3, 0.7, None, 0.6], [0.3, 0.6, 0.8, 0.6, 0.5, 0.7, 0.9, 0.75]
+    assert paired_bootstrap(a, b, n_resamples=2000, seed=5) == pytest.approx(
+        {
+            "n": 7,
+            "n_missing": 1,
+            "delta": 0.09285714285714275,
+            "ci_low": 0.014285714285714235,
+            "ci_high": 0.1642857142857143,
+            "p_value": 0.015992003998001,
+        }
+    )
+
+
+def test_bca_intervals_equal_scipy_paired_and_unpaired():
+    rng = np.random.default_rng(8)
+    a = rng.exponential(size=25)  # skewed: BCa and percentile differ
+    b = a + rng.normal(0.2, 0.3, size=25)
+    ours = bootstrap_ci(a, n_resamples=1500, seed=2, method="BCa")
+    ref = scipy_stats.bootstrap((a,), np.mean, method="BCa", n_resamples=1500, rng=np.random.default_rng(2))
+    assert ours == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+    assert ours != pytest.approx(bootstrap_ci(a, n_resamples=1500, seed=2), abs=1e-6)
+    paired = paired_bootstrap(a, b, n_resamples=1500, seed=2, method="BCa")
+    ref = scipy_stats.bootstrap(
+        (a, b),
+        lambda x, y, axis: y.mean(axis) - x.mean(axis),
+        paired=True,
+        method="BCa",
+        n_resamples=1500,
+        rng=np.random.default_rng(2),
+    )
+    assert (paired["ci_low"], paired["ci_high"]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+
+
+def test_one_value_and_constant_data_are_point_intervals_for_both_methods():
+    for method in ("percentile", "BCa"):
+        assert bootstrap_ci([0.3], method=method) == (0.3, 0.3)
+        assert bootstrap_ci([0.7] * 5, method=method) == (0.7, 0.7)
+        one = paired_bootstrap([0.2], [0.5], method=method)
+        assert (one["ci_low"], one["ci_high"], one["p_value"]) == pytest.approx((0.3, 0.3, 1 / 1001))
+    with pytest.raises(ValueError, match="percentile"):
+        bootstrap_ci([0.1, 0.2], method="basic")

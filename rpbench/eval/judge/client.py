@@ -62,6 +62,8 @@ class JudgeConfig:
     top_p: float | None = None
     max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
     parse_tries: int = 3
+    # Above this share of parse failures among a run's judgements, the log and report.md warn.
+    warn_parse_failure_rate: float = 0.2
     price_input_per_1m: float = 0.0
     price_output_per_1m: float = 0.0
     cache_path: str | None = None
@@ -314,7 +316,9 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
     model = server_cfg.pop("model")
     with serve_in_thread(model, server_cfg) as server:
-        client = JudgeClient(JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_name}))
+        client = JudgeClient(
+            JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_identity})
+        )
         try:
             yield client
         finally:

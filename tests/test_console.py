@@ -1,0 +1,94 @@
+"""What a run's terminal and folder show: progress and results, not library chatter; the expected PNGs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PIL import Image
+
+from conftest import run_script
+from rpbench.eval.report import RADAR_DPI, RADAR_SIZE_INCHES
+from rpbench.progress import CURVE_DPI, CURVE_FILE, CURVE_SIZE_INCHES
+
+NOISE = [
+    "💡 Tip",  # litlogger / litmodels advertisements
+    "LeafSpec",  # Lightning's use of a deprecated torch API
+    "Setting accelerator to CPU",  # DeepSpeed's import-time guess
+    "module(s) in eval mode",
+    "Previous log files",  # the CSV logger on our run folder
+    "Total FLOPs",  # Lightning's model summary table
+    "FLOPs",
+    "HTTP/1.1",  # one httpx line per judge request
+]
+
+
+def pixels(size_inches: tuple[float, float], dpi: int) -> tuple[int, int]:
+    return round(size_inches[0] * dpi), round(size_inches[1] * dpi)
+
+
+@pytest.mark.slow
+def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp_path):
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        "+objective.max_steps=4",
+        "objective.log_every_n_steps=2",
+        "data.max_test_samples=8",
+        "evaluator.generation.max_new_tokens=8",
+        "evaluator.metrics=[bleu,rougeL,meteor]",
+        "judge=local",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    console = result.stdout + result.stderr
+    log = (out / "run.log").read_text()
+    for noise in NOISE:
+        assert noise not in console, noise
+        assert noise not in log, noise
+    # Lightning's INFO lines once (through the run's handler), not a second time as "INFO: ..." on stderr
+    assert console.count("GPU available:") == 1 and "INFO: " not in result.stderr
+    # progress: the rich bar, and a line per log_every_n_steps optimizer steps with the ETA
+    assert "Epoch 0/" in console
+    for step in (2, 4):
+        assert f"step {step}/4  loss " in result.stdout and f"step {step}/4  loss " in log
+    assert "ETA 0:00:00" in log  # at the last step nothing is left
+    metrics = json.loads((out / "metrics.json").read_text())
+    held_out = metrics["train"]["held_out"]
+    # results: held-out loss and the test metrics, as metrics.json has them
+    assert f"held-out loss {held_out['before']['loss']:.4f} -> {held_out['after']['loss']:.4f}" in result.stdout
+    assert f"rougeL {metrics['eval']['metrics']['overall']['rougeL']['mean']:.4f}" in result.stdout
+    # the PNGs the README lists, decodable and of the size they are drawn at
+    assert metrics["train"]["loss_curve"] == CURVE_FILE
+    with Image.open(out / CURVE_FILE) as image:
+        image.verify()
+    with Image.open(out / CURVE_FILE) as image:
+        assert image.format == "PNG" and image.size == pixels(CURVE_SIZE_INCHES, CURVE_DPI)
+    with Image.open(out / "radar.png") as image:
+        assert image.format == "PNG" and image.size == pixels(RADAR_SIZE_INCHES, RADAR_DPI)
+    # the tiny random judge answers no rubric's format: its parse failures are reported, not silent
+    judge = metrics["eval"]["judge"]
+    rate = judge["overall"]["parse_failures"] / judge["overall"]["n"]
+    assert rate > 0.2
+    assert "could not be parsed" in judge["warning"] and "could not be parsed" in log
+    assert judge["warning"] in (out / "report.md").read_text()
+
+
+@pytest.mark.gpu
+def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path):
+    import re
+
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        "trainer=gpu",
+        "trainer.devices=1",
+        "+objective.max_steps=2",
+        "objective.log_every_n_steps=1",
+        "evaluator=none",
+        "logger=none",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    peaks = re.findall(r"step \d/2 .* ETA \S+  peak GPU memory ([\d,]+) MiB", (out / "run.log").read_text())
+    assert len(peaks) == 2 and all(int(p.replace(",", "")) > 0 for p in peaks)

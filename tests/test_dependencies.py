@@ -1,0 +1,53 @@
+"""pyproject's dependencies against the code: what is imported is declared, what is declared is used."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+
+from conftest import REPO_ROOT
+
+# Declared without an import in rpbench, each for a reason.
+USED_WITHOUT_IMPORT = {
+    "hydra-submitit-launcher": "conf/hydra/launcher/slurm.yaml (hydra.launcher: submitit_slurm)",
+    "torchvision": "transformers' fast image processors (multimodal models) import it",
+    "wandb": "Lightning's WandbLogger (logger=wandb) imports it",
+    "datasets": "loading users' data and hub datasets (the data readers, next)",
+}
+
+
+def normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def declared() -> set[str]:
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    return {normalized(re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0]) for spec in project["dependencies"]}
+
+
+def imported_modules() -> set[str]:
+    files = [*(REPO_ROOT / "rpbench").rglob("*.py"), REPO_ROOT / "run.py", REPO_ROOT / "sweep.py"]
+    names = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - {"rpbench", "run", "sweep", "__future__"}  # ours
+
+
+def test_every_import_is_declared_and_every_declaration_is_used():
+    providers = packages_distributions()
+    imported = imported_modules()
+    unknown = sorted(m for m in imported if m not in providers)
+    assert not unknown, f"imported but installed by no distribution: {unknown}"
+    needed = {m: {normalized(d) for d in providers[m]} for m in imported}
+    missing = sorted(m for m, dists in needed.items() if not dists & declared())
+    assert not missing, f"imported, not declared in pyproject dependencies: {missing}"
+    used = set().union(*needed.values()) | set(USED_WITHOUT_IMPORT)
+    unused = sorted(declared() - used)
+    assert not unused, f"declared, never imported (move to an extra, or say why in USED_WITHOUT_IMPORT): {unused}"

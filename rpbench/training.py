@@ -19,6 +19,7 @@ from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 
 
@@ -87,15 +88,21 @@ def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
     return strategy
 
 
+def objective_config(cfg: DictConfig) -> ObjectiveConfig:
+    """The typed settings of ``cfg.objective`` (its registered objective's ``config_class``)."""
+    module_cls = objective_class(str(cfg.objective.name))
+    return module_cls.config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
+
+
 def build_trainer(
     cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
 ) -> L.Trainer:
     """The Trainer for ``cfg``; a resumed run skips the sanity validation (its "before" is in the checkpoint)."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    objective = cfg.objective
-    micro_batch = 1 if objective.get("packing") else int(objective.batch_size)
-    grad_accum = int(objective.get("grad_accum", 1))
-    val_every = objective.get("val_every_n_steps")
+    objective = objective_config(cfg)
+    micro_batch = 1 if objective.packing else int(objective.batch_size)
+    grad_accum = int(objective.grad_accum)
+    val_every = objective.val_every_n_steps
     if trainer_cfg.get("accelerator") == "gpu":
         torch.set_float32_matmul_precision("high")
     return L.Trainer(
@@ -106,11 +113,11 @@ def build_trainer(
         precision=trainer_cfg.get("precision", "32-true"),
         deterministic=trainer_cfg.get("deterministic", False),
         enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
-        max_epochs=int(objective.get("epochs", 1)),
-        max_steps=int(objective.get("max_steps") or -1),
+        max_epochs=int(objective.epochs),
+        max_steps=int(objective.max_steps or -1),
         accumulate_grad_batches=grad_accum,
-        gradient_clip_val=objective.get("max_grad_norm"),
-        log_every_n_steps=int(objective.get("log_every_n_steps", 10)),
+        gradient_clip_val=objective.max_grad_norm,
+        log_every_n_steps=int(objective.log_every_n_steps),
         val_check_interval=int(val_every) * grad_accum if val_every else None,
         num_sanity_val_steps=0 if resuming else -1,
         use_distributed_sampler=False,
@@ -124,13 +131,13 @@ def build_datamodule(
     cfg: DictConfig, module_cls, train: list[dict], val: list[dict], pad_token_id: int
 ) -> PlannedDataModule:
     """Planned train/val batches; the objective says how samples collate and what each weighs in the mean."""
-    objective = cfg.objective
+    objective = objective_config(cfg)
     collate = partial(module_cls.collate, pad_token_id=pad_token_id)
 
     def weights(samples: list[dict]) -> list[int]:
         return [module_cls.sample_weight(s) for s in samples]
 
-    if objective.get("packing"):
+    if objective.packing:
         if not module_cls.supports_packing:
             raise ValueError(f"objective={objective.name} does not support packing: set objective.packing=false")
         budget = int(objective.max_tokens_per_batch)
@@ -141,9 +148,9 @@ def build_datamodule(
         train_collate = collate
     val_batcher = epoch_batcher(len(val), int(objective.batch_size), cfg.seed, shuffle=False)
     return PlannedDataModule(
-        PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.get("grad_accum", 1))),
+        PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.grad_accum)),
         PlannedBatches(val, collate, val_batcher, weights(val), 1) if val else None,
-        num_workers=int(objective.get("num_workers", 0)),
+        num_workers=int(objective.num_workers),
     )
 
 
@@ -158,9 +165,13 @@ def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
 def train(
     cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
 ) -> dict[str, Any]:
-    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after)."""
+    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after).
+
+    ``model``/``tokenizer``: the policy, or ``{name: ...}`` for each model the objective's ``models_to_build``
+    names (the first one's tokenizer renders the data)."""
     module_cls = objective_class(str(cfg.objective.name))
-    renderer = ChatRenderer(tokenizer, cfg.model.get("end_of_turn"), int(cfg.data.max_length))
+    first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
+    renderer = ChatRenderer(first, cfg.model.end_of_turn, int(cfg.data.max_length))
     train_samples, train_empty = module_cls.render(train_examples, renderer)
     val_samples, val_empty = module_cls.render(val_examples, renderer)
     if not train_samples:
@@ -168,8 +179,8 @@ def train(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
             f"after truncation to data.max_length={cfg.data.max_length}"
         )
-    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
-    module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
+    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first.pad_token_id)
+    module = module_cls(model, tokenizer, objective_config(cfg))
     history = ValidationHistory()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
@@ -199,7 +210,7 @@ def train(
     }
     if history.history:
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
-    if cfg.get("save_model", True):
+    if cfg.save_model:
         saved = module.export_hf(out_dir / "model")
         if saved is not None:
             report["model_dir"] = "model"

@@ -16,9 +16,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
-from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.models import chat_renderer
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 
@@ -171,7 +171,7 @@ def train(
     names (the first one's tokenizer renders the data)."""
     module_cls = objective_class(str(cfg.objective.name))
     first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
-    renderer = ChatRenderer(first, cfg.model.end_of_turn, int(cfg.data.max_length))
+    renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
     train_samples, train_empty = module_cls.render(train_examples, renderer)
     val_samples, val_empty = module_cls.render(val_examples, renderer)
     if not train_samples:

@@ -27,7 +27,6 @@ from rpbench.models.forward import sequence_logps
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import DPO_LOSS_TYPES, dpo_loss
-from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.reference import (
     PrecomputedReference,
     drop_reference_weights,
@@ -35,6 +34,7 @@ from rpbench.objectives.reference import (
     restore_reference_weights,
     sample_fingerprint,
 )
+from rpbench.objectives.registry import OBJECTIVES
 
 REFERENCE_CACHE_NAME = "reference_logps.json"
 VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")

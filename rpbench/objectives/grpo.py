@@ -46,8 +46,8 @@ from rpbench.objectives.losses import (
     group_advantages,
     k3_kl,
 )
-from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
+from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sampling_seed
 

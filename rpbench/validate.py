@@ -130,7 +130,7 @@ def check_objective(cfg: DictConfig, problems: Problems) -> None:
         _in_range(0.0, 1.0, high_inclusive=True),
         "a share of the steps, 0 <= r <= 1",
     )
-    if cfg.objective.get("packing"):
+    if cfg.objective.packing:
         _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
     if len(problems) == found_before:  # the objective's typed settings: unknown or missing keys, its own checks
         try:

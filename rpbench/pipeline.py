@@ -22,7 +22,7 @@ from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
 from rpbench.report import headline, write_report
 from rpbench.resolvers import init_from_label
-from rpbench.training import train
+from rpbench.training import objective_config, train
 from rpbench.validate import check_test_images, validate
 
 log = logging.getLogger(__name__)
@@ -53,6 +53,16 @@ def generates_in_process(cfg: DictConfig) -> bool:
 
 def needs_model(cfg: DictConfig) -> bool:
     return str(cfg.objective.name) != "none" or generates_in_process(cfg)
+
+
+def build_models(cfg: DictConfig) -> dict[str, tuple]:
+    """Name -> (model, tokenizer) of each model the objective trains (``models_to_build``; the first is the
+    one evaluated and probed), or of the configured model alone when nothing trains."""
+    specs = {"policy": model_config(cfg)}
+    if str(cfg.objective.name) != "none":
+        module_cls = objective_class(str(cfg.objective.name))
+        specs = module_cls.models_to_build(objective_config(cfg), model_config(cfg))
+    return {name: load(spec) for name, spec in specs.items()}
 
 
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
@@ -99,24 +109,29 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
-        train_split = cfg.objective.get("data_split") or objective_class(objective).data_split
+        train_split = cfg.objective.data_split or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     if generates_in_process(cfg):
         check_test_images(cfg, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
-    model, tokenizer = load(model_config(cfg)) if needs_model(cfg) else (None, None)  # 2. build
+    models = build_models(cfg) if needs_model(cfg) else {}  # 2. build
+    model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
 
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
     if train_split:  # 3. train
         train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
-        results["train"] = train(cfg, model, tokenizer, train_records, val_records, out_dir, logger)
+        tokenizers = {name: tok for name, (_, tok) in models.items()}
+        trained = {name: m for name, (m, _) in models.items()}
+        results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger)
 
     if model is not None and (evaluator != "none" or probe != "none"):  # 4. evaluate, then probe
-        saved = out_dir / "model" if "train" in results else None
+        saved = None
+        if "train" in results:  # the evaluated model's export (model/, or model/<name>/ for several)
+            saved = out_dir / "model" / next(iter(models)) if len(models) > 1 else out_dir / "model"
         model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, saved)
     if evaluator != "none":
         results["eval"] = evaluate(cfg, model, tokenizer, splits.get("test", []), out_dir, logger)

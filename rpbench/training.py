@@ -18,10 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
 from rpbench.cluster import cluster_plugins
-from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.models import chat_renderer
 from rpbench.nonfinite import StopOnNonFiniteLoss
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 
@@ -93,15 +94,21 @@ def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
     return strategy
 
 
+def objective_config(cfg: DictConfig) -> ObjectiveConfig:
+    """The typed settings of ``cfg.objective`` (its registered objective's ``config_class``)."""
+    module_cls = objective_class(str(cfg.objective.name))
+    return module_cls.config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
+
+
 def build_trainer(
     cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
 ) -> L.Trainer:
     """The Trainer for ``cfg``; a resumed run skips the sanity validation (its "before" is in the checkpoint)."""
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    objective = cfg.objective
-    micro_batch = 1 if objective.get("packing") else int(objective.batch_size)
-    grad_accum = int(objective.get("grad_accum", 1))
-    val_every = objective.get("val_every_n_steps")
+    objective = objective_config(cfg)
+    micro_batch = 1 if objective.packing else int(objective.batch_size)
+    grad_accum = int(objective.grad_accum)
+    val_every = objective.val_every_n_steps
     if trainer_cfg.get("accelerator") == "gpu":
         torch.set_float32_matmul_precision("high")
     return L.Trainer(
@@ -113,11 +120,11 @@ def build_trainer(
         deterministic=trainer_cfg.get("deterministic", False),
         enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
         enable_model_summary=False,  # its table prints "FLOPs 0" for models it cannot trace; see log_parameters
-        max_epochs=int(objective.get("epochs", 1)),
-        max_steps=int(objective.get("max_steps") or -1),
+        max_epochs=int(objective.epochs),
+        max_steps=int(objective.max_steps or -1),
         accumulate_grad_batches=grad_accum,
-        gradient_clip_val=objective.get("max_grad_norm"),
-        log_every_n_steps=int(objective.get("log_every_n_steps", 10)),
+        gradient_clip_val=objective.max_grad_norm,
+        log_every_n_steps=int(objective.log_every_n_steps),
         val_check_interval=int(val_every) * grad_accum if val_every else None,
         num_sanity_val_steps=0 if resuming else -1,
         use_distributed_sampler=False,
@@ -132,13 +139,13 @@ def build_datamodule(
     cfg: DictConfig, module_cls, train: list[dict], val: list[dict], pad_token_id: int
 ) -> PlannedDataModule:
     """Planned train/val batches; the objective says how samples collate and what each weighs in the mean."""
-    objective = cfg.objective
+    objective = objective_config(cfg)
     collate = partial(module_cls.collate, pad_token_id=pad_token_id)
 
     def weights(samples: list[dict]) -> list[int]:
         return [module_cls.sample_weight(s) for s in samples]
 
-    if objective.get("packing"):
+    if objective.packing:
         if not module_cls.supports_packing:
             raise ValueError(f"objective={objective.name} does not support packing: set objective.packing=false")
         budget = int(objective.max_tokens_per_batch)
@@ -149,17 +156,17 @@ def build_datamodule(
         train_collate = collate
     val_batcher = epoch_batcher(len(val), int(objective.batch_size), cfg.seed, shuffle=False)
     return PlannedDataModule(
-        PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.get("grad_accum", 1))),
+        PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.grad_accum)),
         PlannedBatches(val, collate, val_batcher, weights(val), 1) if val else None,
-        num_workers=int(objective.get("num_workers", 0)),
+        num_workers=int(objective.num_workers),
     )
 
 
-def log_parameters(model) -> None:
-    """One line instead of Lightning's model summary table."""
-    total = sum(p.numel() for p in model.parameters())
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    log.info("model %s: %s parameters, %s trainable", type(model).__name__, f"{total:,}", f"{trainable:,}")
+def log_parameters(module) -> None:
+    """One line instead of Lightning's model summary table (frozen reference copies count as parameters)."""
+    total = sum(p.numel() for p in module.parameters())
+    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    log.info("%s: %s parameters, %s trainable", type(module).__name__, f"{total:,}", f"{trainable:,}")
 
 
 def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
@@ -173,9 +180,13 @@ def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
 def train(
     cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
 ) -> dict[str, Any]:
-    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after)."""
+    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after).
+
+    ``model``/``tokenizer``: the policy, or ``{name: ...}`` for each model the objective's ``models_to_build``
+    names (the first one's tokenizer renders the data)."""
     module_cls = objective_class(str(cfg.objective.name))
-    renderer = ChatRenderer(tokenizer, cfg.model.get("end_of_turn"), int(cfg.data.max_length))
+    first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
+    renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
     train_samples, train_empty = module_cls.render(train_examples, renderer)
     val_samples, val_empty = module_cls.render(val_examples, renderer)
     if not train_samples:
@@ -183,15 +194,15 @@ def train(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
             f"after truncation to data.max_length={cfg.data.max_length}"
         )
-    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, tokenizer.pad_token_id)
-    module = module_cls(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
+    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first.pad_token_id)
+    module = module_cls(model, tokenizer, objective_config(cfg))
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
     trainer = build_trainer(
         cfg, out_dir, logger, [history, progress, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
     )
-    log_parameters(model)
+    log_parameters(module)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
@@ -219,7 +230,7 @@ def train(
         report["loss_curve"] = CURVE_FILE
     if history.history:
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
-    if cfg.get("save_model", True):
+    if cfg.save_model:
         saved = module.export_hf(out_dir / "model")
         if saved is not None:
             report["model_dir"] = "model"

@@ -115,8 +115,9 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
 def check_objective(cfg: DictConfig, problems: Problems) -> None:
     """The objective's name and the optimisation settings every objective shares."""
     name = str(cfg.objective.name)
-    if not _choice(problems, "objective.name", name, [*OBJECTIVES, "none"]) or name == "none":
+    if not _choice(problems, "objective.name", name, [*OBJECTIVES.names(), "none"]) or name == "none":
         return
+    found_before = len(problems)
     for key in ("batch_size", "grad_accum", "epochs", "log_every_n_steps"):
         _check(problems, cfg, f"objective.{key}", _at_least(1), "an integer >= 1")
     _check(problems, cfg, "objective.val_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
@@ -129,8 +130,13 @@ def check_objective(cfg: DictConfig, problems: Problems) -> None:
         _in_range(0.0, 1.0, high_inclusive=True),
         "a share of the steps, 0 <= r <= 1",
     )
-    if cfg.objective.get("packing"):
+    if cfg.objective.packing:
         _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
+    if len(problems) == found_before:  # the objective's typed settings: unknown or missing keys, its own checks
+        try:
+            OBJECTIVES.get(name).config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
+        except (TypeError, ValueError) as error:
+            problems.append(str(error))
 
 
 def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:

@@ -60,6 +60,16 @@ def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
         process.wait(timeout=30)
 
 
+def objective_settings(name: str, **overrides) -> dict:
+    """The ``objective`` group of `python run.py objective=<name>` (default model, its tuning), with overrides."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"objective={name}"])
+    return {**OmegaConf.to_container(cfg.objective, resolve=True), **overrides}
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 

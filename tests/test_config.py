@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from conftest import CONF_DIR
 from rpbench.models.loading import DTYPES
+from rpbench.objectives.registry import OBJECTIVES
 from rpbench.training import _strategy
 
 SKIP_GROUPS = {"hydra", "tuning"}  # hydra/launcher is checked on its own; tuning is chosen automatically
@@ -28,7 +29,7 @@ def check(cfg) -> None:
         if k != "hydra"
     }
     assert resolved["model"]["dtype"] in DTYPES
-    assert resolved["objective"]["name"] in {"none", "sft", "dpo", "grpo", "corl"}
+    assert resolved["objective"]["name"] in {"none", *OBJECTIVES.names()}
     for split in ("train", "pairs", "test"):
         assert split in resolved["data"]["files"], f"data={cfg.data.name} lacks files.{split}"
     _strategy(resolved["trainer"], micro_batch_size=1)
@@ -50,6 +51,12 @@ def file_values(path) -> dict:
     return {p: v for p, v in leaves(content) if not (isinstance(v, str) and "${" in v)}
 
 
+def tuning_file(cfg):
+    """The objective settings the model's tuning sets (tiny models: tuning/tiny/<objective>.yaml)."""
+    tiny = (CONF_DIR / "tuning" / f"{cfg.model.name}.yaml").is_file()
+    return CONF_DIR / "tuning" / "tiny" / f"{cfg.objective.name}.yaml" if tiny else CONF_DIR / "absent.yaml"
+
+
 def assert_option_in_effect(cfg, group: str, option: str, *later_files) -> None:
     """Every value the option's file sets is in the composed config, unless a later file (tuning,
     experiment) sets the same key."""
@@ -69,7 +76,7 @@ def test_every_option_composes(compose, group, option):
         return
     cfg = compose(f"{group}={option}")
     check(cfg)
-    tuning = CONF_DIR / "tuning" / f"{cfg.model.name}_{cfg.objective.name}.yaml"  # the tiny default model's
+    tuning = tuning_file(cfg)  # the tiny default model's
     assert_option_in_effect(cfg, group, option, *([tuning] if group == "objective" else []))
 
 
@@ -83,7 +90,7 @@ def test_every_option_composes_inside_the_experiment(compose, group, option, tmp
     check(cfg)
     experiment = tmp_path / "experiment_part.yaml"
     OmegaConf.save(OmegaConf.load(CONF_DIR / "experiment" / "rolemrc_sft_qwen2.5-7b.yaml").get(group) or {}, experiment)
-    tuning = CONF_DIR / "tuning" / f"{cfg.model.name}_{cfg.objective.name}.yaml"
+    tuning = tuning_file(cfg)
     assert_option_in_effect(cfg, group, option, experiment, *([tuning] if group == "objective" else []))
 
 
@@ -95,6 +102,10 @@ def test_slurm_launcher_composes(compose):
 
 def test_tiny_models_get_their_tuning_and_real_models_the_paper_defaults(compose):
     assert compose().objective.lr == pytest.approx(5e-3)
+    assert compose("model=tiny-llama", "objective=dpo").objective.lr == pytest.approx(1e-3)
+    assert compose("model=tiny-llama", "objective=dpo", "objective.lr=0.5").objective.lr == pytest.approx(0.5)
+    assert compose("model=tiny-qwen2", "objective=grpo").objective.num_generations == 4
+    assert compose("model=tiny-qwen2", "objective=none").objective.name == "none"
     assert compose("model=qwen2.5-7b").objective.lr == pytest.approx(1e-5)
     assert compose("model=qwen2.5-7b").objective.warmup_ratio == pytest.approx(0.04)
 

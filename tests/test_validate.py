@@ -101,7 +101,7 @@ def test_choices_come_from_the_registries(compose):
     with pytest.raises(ValueError) as error:
         validate(compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery"))
     message = str(error.value)
-    assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES, 'none'])}" in message
+    assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES.names(), 'none'])}" in message
     assert f"probe.name='saliency': choose one of {', '.join(PROBES)}" in message
     assert "judge.backend='mystery': choose one of" in message
 

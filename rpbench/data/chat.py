@@ -10,10 +10,10 @@ as it is at generation time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from rpbench.data.records import Turn, as_messages
+from rpbench.data.records import Turn
 
 IGNORE_INDEX = -100
 REPLY_MARKER = "\u2063rpbench-reply\u2063"  # stands in for an assistant reply to locate where replies start
@@ -49,17 +49,25 @@ class FittedPrompt:
 
 
 class ChatRenderer:
-    """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn."""
+    """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn;
+    ``message`` turns a Turn into a chat-template message (the model family's: text, or text with images)."""
 
-    def __init__(self, tokenizer, end_of_turn: str | None = None, max_length: int = 2048):
+    def __init__(
+        self,
+        tokenizer,
+        end_of_turn: str | None = None,
+        max_length: int = 2048,
+        message: Callable[[Turn], dict] = Turn.as_message,
+    ):
         self.tokenizer = tokenizer
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         self.max_length = max_length
+        self.message = message
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
         return self.tokenizer.apply_chat_template(
-            as_messages(turns), tokenize=False, add_generation_prompt=generation_prompt
+            [self.message(turn) for turn in turns], tokenize=False, add_generation_prompt=generation_prompt
         )
 
     def pieces(self, turns: Sequence[Turn]) -> list[tuple[str, bool]]:

@@ -1,6 +1,7 @@
 """Model factory: ``load(cfg) -> (model, tokenizer)`` for tiny offline models and real HF models."""
 
 from rpbench.models.loading import (
+    chat_renderer,
     end_of_turn_ids,
     for_inference,
     is_tiny,
@@ -10,4 +11,13 @@ from rpbench.models.loading import (
     save_hf,
 )
 
-__all__ = ["end_of_turn_ids", "for_inference", "is_tiny", "load", "load_model", "load_tokenizer", "save_hf"]
+__all__ = [
+    "chat_renderer",
+    "end_of_turn_ids",
+    "for_inference",
+    "is_tiny",
+    "load",
+    "load_model",
+    "load_tokenizer",
+    "save_hf",
+]

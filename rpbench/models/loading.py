@@ -1,6 +1,7 @@
 """Build the tokenizer and model a model config names: tiny offline ones, or real ones by hub id / path.
 
 A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
+``family`` (a registered model family, rpbench.models.families: how to load, render and probe it),
 ``dtype``, ``attn_implementation``, ``gradient_checkpointing``, ``chat_template`` (null keeps the
 tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (size overrides).
 """
@@ -14,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import PreTrainedModel
 
 from rpbench.atomic import partial_path, publish
+from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
-from rpbench.models.tiny import build_tiny_model
-from rpbench.models.tokenizer import tiny_tokenizer
+from rpbench.models.families import ModelFamily, family_named
 
 TINY_PREFIX = "tiny:"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -27,6 +28,19 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 def is_tiny(cfg: Mapping[str, Any]) -> bool:
     return str(cfg["name_or_path"]).startswith(TINY_PREFIX)
+
+
+def family_of(cfg: Mapping[str, Any]) -> type[ModelFamily]:
+    """The registered family of a model config: ``family``, or the ``<family>`` of ``tiny:<family>``."""
+    name = cfg.get("family") or (str(cfg["name_or_path"]).removeprefix(TINY_PREFIX) if is_tiny(cfg) else None)
+    if not name:
+        raise ValueError(f"model {cfg['name_or_path']!r}: set model.family (a registered model family)")
+    return family_named(str(name))
+
+
+def chat_renderer(cfg: Mapping[str, Any], tokenizer, max_length: int) -> ChatRenderer:
+    """The renderer of a model config's conversations: its end-of-turn token, its family's messages."""
+    return ChatRenderer(tokenizer, cfg["end_of_turn"], max_length, message=family_of(cfg).message)
 
 
 def _offline_hint(name: str, error: Exception) -> OSError:
@@ -40,11 +54,12 @@ def _offline_hint(name: str, error: Exception) -> OSError:
 def load_tokenizer(cfg: Mapping[str, Any]):
     """The tokenizer for ``cfg``, with the configured chat template and a pad token."""
     name = str(cfg["name_or_path"])
+    family = family_of(cfg)
     if is_tiny(cfg):
-        tokenizer = tiny_tokenizer(name.removeprefix(TINY_PREFIX), int(cfg.get("tiny", {}).get("vocab_size", 4096)))
+        tokenizer = family.build_tiny_tokenizer(int(cfg.get("tiny", {}).get("vocab_size", 4096)))
     else:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(
+            tokenizer = family.load_tokenizer(
                 name, revision=cfg.get("revision"), trust_remote_code=bool(cfg.get("trust_remote_code", False))
             )
         except (OSError, ValueError) as error:
@@ -74,20 +89,15 @@ def end_of_turn_ids(cfg: Mapping[str, Any], tokenizer) -> list[int]:
 def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
     """The model for ``cfg``: tiny random-init or ``from_pretrained``; then dtype, checkpointing, LoRA."""
     name = str(cfg["name_or_path"])
+    family = family_of(cfg)
     dtype = DTYPES[str(cfg.get("dtype", "float32"))]
     attn = str(cfg.get("attn_implementation", "sdpa"))
     if is_tiny(cfg):
         overrides = {k: v for k, v in dict(cfg.get("tiny", {})).items() if k != "vocab_size"}
-        model = build_tiny_model(
-            name.removeprefix(TINY_PREFIX),
-            tokenizer,
-            overrides,
-            seed=int(cfg.get("init_seed", 0)),
-            attn_implementation=attn,
-        ).to(dtype)
+        model = family.build_tiny_model(tokenizer, overrides, int(cfg.get("init_seed", 0)), attn).to(dtype)
     else:
         try:
-            model = AutoModelForCausalLM.from_pretrained(
+            model = family.load_pretrained(
                 name,
                 dtype=dtype,
                 attn_implementation=attn,
@@ -103,11 +113,18 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if cfg.get("lora"):
-        model = apply_lora(model, cfg["lora"], gradient_checkpointing=bool(cfg.get("gradient_checkpointing")))
+        model = apply_lora(
+            model,
+            cfg["lora"],
+            gradient_checkpointing=bool(cfg.get("gradient_checkpointing")),
+            task=family.lora_task_type,
+        )
     return model
 
 
-def apply_lora(model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpointing: bool = False):
+def apply_lora(
+    model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpointing: bool = False, task: str = "CAUSAL_LM"
+):
     """Wrap ``model`` with peft LoRA adapters (only adapter weights train)."""
     from peft import LoraConfig, get_peft_model
 
@@ -116,7 +133,7 @@ def apply_lora(model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpo
         lora_alpha=int(lora.get("alpha", 32)),
         lora_dropout=float(lora.get("dropout", 0.05)),
         target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
-        task_type="CAUSAL_LM",
+        task_type=task,
     )
     if gradient_checkpointing:
         model.enable_input_require_grads()

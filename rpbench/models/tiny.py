@@ -1,4 +1,4 @@
-"""Random-initialised tiny models from the real families' config classes, for offline runs and tests."""
+"""Random-initialised tiny models from a family's config and model classes, for offline runs and tests."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedModel
 
-TINY_ARCHITECTURES = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}
 TINY_DEFAULTS: dict[str, Any] = {
     "hidden_size": 64,
     "intermediate_size": 128,
@@ -21,12 +20,14 @@ TINY_DEFAULTS: dict[str, Any] = {
 
 
 def build_tiny_model(
-    family: str, tokenizer, overrides: Mapping[str, Any] | None = None, seed: int = 0, attn_implementation: str = "sdpa"
+    config_cls: type,
+    model_cls: type,
+    tokenizer,
+    overrides: Mapping[str, Any],
+    seed: int,
+    attn_implementation: str,
 ) -> PreTrainedModel:
-    """A randomly initialised ``family`` model sized by ``overrides`` over TINY_DEFAULTS."""
-    if family not in TINY_ARCHITECTURES:
-        raise ValueError(f"unknown tiny model family {family!r}; choose one of {sorted(TINY_ARCHITECTURES)}")
-    config_cls, model_cls = TINY_ARCHITECTURES[family]
+    """A randomly initialised ``model_cls`` sized by ``overrides`` over TINY_DEFAULTS."""
     config = config_cls(
         **{**TINY_DEFAULTS, **dict(overrides or {})},
         vocab_size=len(tokenizer),

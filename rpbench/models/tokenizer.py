@@ -21,39 +21,14 @@ from rpbench.models.chat_templates import load_chat_template
 
 @dataclass(frozen=True)
 class TokenizerFamily:
+    """A tiny tokenizer's special tokens and chat template (each model family sets its own)."""
+
     special_tokens: tuple[str, ...]
     bos: str | None
     eos: str
     pad: str
     chat_template: str
     add_bos: bool
-
-
-FAMILIES: dict[str, TokenizerFamily] = {
-    "qwen2": TokenizerFamily(
-        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-        bos=None,
-        eos="<|im_end|>",
-        pad="<|endoftext|>",
-        chat_template="qwen2.5",
-        add_bos=False,
-    ),
-    "llama": TokenizerFamily(
-        special_tokens=(
-            "<|begin_of_text|>",
-            "<|end_of_text|>",
-            "<|start_header_id|>",
-            "<|end_header_id|>",
-            "<|eot_id|>",
-            "<|finetune_right_pad_id|>",
-        ),
-        bos="<|begin_of_text|>",
-        eos="<|eot_id|>",
-        pad="<|finetune_right_pad_id|>",
-        chat_template="llama3",
-        add_bos=True,
-    ),
-}
 
 
 def bundled_texts() -> Iterator[str]:
@@ -86,11 +61,8 @@ def _strings(obj: object) -> Iterator[str]:
             yield from _strings(value)
 
 
-def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer with ``family``'s special tokens and chat template."""
-    if family not in FAMILIES:
-        raise ValueError(f"unknown tokenizer family {family!r}; choose one of {sorted(FAMILIES)}")
-    spec = FAMILIES[family]
+def train_tokenizer(spec: TokenizerFamily, texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer with ``spec``'s special tokens and chat template."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -119,10 +91,10 @@ def train_tokenizer(family: str, texts: Iterable[str], vocab_size: int = 4096) -
 
 
 @lru_cache(maxsize=4)
-def _trained_once(family: str, vocab_size: int) -> PreTrainedTokenizerFast:
-    return train_tokenizer(family, bundled_texts(), vocab_size)
+def _trained_once(spec: TokenizerFamily, vocab_size: int) -> PreTrainedTokenizerFast:
+    return train_tokenizer(spec, bundled_texts(), vocab_size)
 
 
-def tiny_tokenizer(family: str, vocab_size: int = 4096) -> PreTrainedTokenizerFast:
-    """The tokenizer of ``tiny-<family>``: trained once per process on the bundled data (a fresh copy)."""
-    return copy.deepcopy(_trained_once(family, vocab_size))
+def tiny_tokenizer(spec: TokenizerFamily, vocab_size: int) -> PreTrainedTokenizerFast:
+    """A tiny model's tokenizer: trained once per process on the bundled data (a fresh copy)."""
+    return copy.deepcopy(_trained_once(spec, vocab_size))

@@ -1,1 +1,3 @@
-"""Training objectives: pure loss and reward functions, and one LightningModule per objective."""
+"""Training objectives: pure loss and reward functions, and one registered LightningModule per objective."""
+
+from rpbench.objectives import dpo, grpo, sft  # noqa: F401  (each registers its objective)

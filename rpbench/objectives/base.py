@@ -23,6 +23,7 @@ from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.models import save_hf
 from rpbench.models.forward import supervised_nll_sum
+from rpbench.objectives.config import ObjectiveConfig
 
 NO_DECAY = ("bias", "norm.weight", "layernorm.weight", "ln_f.weight")
 
@@ -42,11 +43,24 @@ def backward_loss_factor(strategy_name: str, grad_accum: int) -> int:
 
 
 class ObjectiveModule(L.LightningModule):
-    """Subclasses set ``data_split`` (the data split they train on) and implement ``render`` and
-    ``training_step``; ``collate`` and ``sample_weight`` default to padded token-level batches."""
+    """Subclasses set ``data_split`` (the data split they train on) and ``config_class`` (their typed
+    settings), and implement ``render`` and ``training_step``; ``collate`` and ``sample_weight`` default to
+    padded token-level batches.
+
+    An objective may train several models: ``models_to_build`` names them (default: one, ``policy``), the
+    pipeline loads each, and the module receives them as ``{name: model}`` / ``{name: tokenizer}``. The
+    first is ``self.model`` (the one evaluated and probed); the others are ``self.extra_models``. All of
+    them are optimised, checkpointed and exported (``model/``, or ``model/<name>/`` for several).
+    """
 
     data_split = "train"
     supports_packing = False
+    config_class: type[ObjectiveConfig] = ObjectiveConfig
+
+    @classmethod
+    def models_to_build(cls, config: ObjectiveConfig, model_cfg: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+        """Name -> model config of each model the objective trains; the first is the evaluated policy."""
+        return {"policy": model_cfg}
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -67,9 +81,18 @@ class ObjectiveModule(L.LightningModule):
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any]):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | ObjectiveConfig):
+        """``model``/``tokenizer``: one model (the policy) or ``{name: ...}`` as ``models_to_build`` names them;
+        ``cfg``: the typed settings or the ``objective`` group they are built from."""
         super().__init__()
-        self.model, self.tokenizer, self.cfg = model, tokenizer, dict(cfg)
+        models = dict(model) if isinstance(model, Mapping) else {"policy": model}
+        tokenizers = dict(tokenizer) if isinstance(tokenizer, Mapping) else {name: tokenizer for name in models}
+        primary = next(iter(models))
+        self.model, self.tokenizer = models.pop(primary), tokenizers[primary]
+        self.extra_models = torch.nn.ModuleDict(models) if models else None
+        self.model_names = [primary, *models]
+        self.tokenizers = tokenizers
+        self.config = cfg if isinstance(cfg, ObjectiveConfig) else self.config_class.from_mapping(cfg)
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
         self.backward_factor = 1  # set for the run's strategy in on_fit_start
@@ -82,28 +105,39 @@ class ObjectiveModule(L.LightningModule):
         )
 
     def configure_optimizers(self):
-        cfg = self.cfg
+        cfg = self.config
         decay, no_decay = [], []
-        for name, param in self.model.named_parameters():
+        for name, param in self.trained_parameters():
             if param.requires_grad:
                 (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
         optimizer = torch.optim.AdamW(
             [
-                {"params": decay, "weight_decay": float(cfg.get("weight_decay", 0.0))},
+                {"params": decay, "weight_decay": float(cfg.weight_decay)},
                 {"params": no_decay, "weight_decay": 0.0},
             ],
-            lr=float(cfg["lr"]),
-            betas=tuple(cfg.get("adam_betas", (0.9, 0.999))),
-            eps=float(cfg.get("adam_eps", 1e-8)),
+            lr=float(cfg.lr),
+            betas=tuple(float(b) for b in cfg.adam_betas),
+            eps=float(cfg.adam_eps),
         )
         total = self.planned_optimizer_steps()
         scheduler = get_scheduler(
-            str(cfg.get("scheduler", "cosine")),
+            str(cfg.scheduler),
             optimizer,
-            num_warmup_steps=math.ceil(float(cfg.get("warmup_ratio", 0.0)) * total),
+            num_warmup_steps=math.ceil(float(cfg.warmup_ratio) * total),
             num_training_steps=total,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def named_models(self) -> dict[str, torch.nn.Module]:
+        """Every model the objective trains, by name (``self.model`` first)."""
+        return {self.model_names[0]: self.model, **(dict(self.extra_models) if self.extra_models else {})}
+
+    def trained_parameters(self):
+        """(name, parameter) of every trained model; names carry the model's name when there are several."""
+        several = len(self.model_names) > 1
+        for model_name, model in self.named_models().items():
+            for name, param in model.named_parameters():
+                yield (f"{model_name}.{name}" if several else name), param
 
     def planned_optimizer_steps(self) -> int:
         """The optimiser steps the learning-rate schedule spans."""
@@ -111,7 +145,7 @@ class ObjectiveModule(L.LightningModule):
 
     def on_before_optimizer_step(self, optimizer) -> None:
         if not is_deepspeed(type(self.trainer.strategy).__name__):  # ZeRO shards the gradients
-            norms = grad_norm(self.model, norm_type=2)
+            norms = grad_norm(self.model if self.extra_models is None else self, norm_type=2)
             if norms:
                 self.log("train/grad_norm", norms["grad_2.0_norm_total"], rank_zero_only=True)
         self.log("train/lr", optimizer.param_groups[0]["lr"], rank_zero_only=True)
@@ -153,11 +187,18 @@ class ObjectiveModule(L.LightningModule):
 
     # -- export -----------------------------------------------------------------------------------
     def export_hf(self, out_dir: str | Path) -> Path | None:
-        """Save model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first)."""
-        params = list(self.model.parameters())
-        if any(hasattr(p, "ds_id") for p in params):
-            import deepspeed
+        """Save each model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first):
+        to ``out_dir``, or ``out_dir/<name>`` each when the objective trains several."""
+        models = self.named_models()
+        for name, model in models.items():
+            target = Path(out_dir) / name if len(models) > 1 else Path(out_dir)
+            params = list(model.parameters())
+            if any(hasattr(p, "ds_id") for p in params):
+                import deepspeed
 
-            with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                return save_hf(self.model, self.tokenizer, out_dir) if self.trainer.is_global_zero else None
-        return save_hf(self.model, self.tokenizer, out_dir) if self.trainer.is_global_zero else None
+                with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+                    if self.trainer.is_global_zero:
+                        save_hf(model, self.tokenizers[name], target)
+            elif self.trainer.is_global_zero:
+                save_hf(model, self.tokenizers[name], target)
+        return Path(out_dir) if self.trainer.is_global_zero else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample
 from rpbench.models.forward import sequence_logps
 from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import DPO_LOSS_TYPES, dpo_loss
 from rpbench.objectives.reference import (
     PrecomputedReference,
@@ -32,14 +34,44 @@ from rpbench.objectives.reference import (
     restore_reference_weights,
     sample_fingerprint,
 )
+from rpbench.objectives.registry import OBJECTIVES
 
 REFERENCE_CACHE_NAME = "reference_logps.json"
 VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")
 
 
+@dataclass(frozen=True, kw_only=True)
+class DPOConfig(ObjectiveConfig):
+    """conf/objective/dpo.yaml."""
+
+    beta: float
+    loss_type: str
+    label_smoothing: float
+    sft_weight: float
+    precompute_ref: bool
+    ref_cache: str | None
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if self.loss_type not in DPO_LOSS_TYPES:
+            found.append(f"loss_type={self.loss_type!r}: choose one of {DPO_LOSS_TYPES}")
+        if self.sft_weight < 0:
+            found.append(f"sft_weight must be >= 0, got {self.sft_weight}")
+        if not found:
+            try:  # the loss checks beta and label_smoothing against the loss type
+                zero = torch.zeros(1)
+                smoothing = self.label_smoothing
+                dpo_loss(zero, zero, zero, zero, beta=self.beta, loss_type=self.loss_type, label_smoothing=smoothing)
+            except ValueError as error:
+                found.append(str(error))
+        return found
+
+
+@OBJECTIVES.register("dpo")
 class DPOModule(ObjectiveModule):
     data_split = "pairs"
     supports_packing = False
+    config_class = DPOConfig
 
     @staticmethod
     def render(examples: Sequence[PreferenceExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -91,28 +123,13 @@ class DPOModule(ObjectiveModule):
         """Every pair weighs the same in the global-batch mean."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any]):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOConfig):
         super().__init__(model, tokenizer, cfg)
-        self.beta = float(self.cfg.get("beta", 0.1))
-        self.loss_type = str(self.cfg.get("loss_type", "sigmoid"))
-        self.label_smoothing = float(self.cfg.get("label_smoothing", 0.0))
-        self.sft_weight = float(self.cfg.get("sft_weight", 0.0))
-        if self.loss_type not in DPO_LOSS_TYPES:
-            raise ValueError(f"objective.loss_type={self.loss_type!r}: choose one of {DPO_LOSS_TYPES}")
-        if self.sft_weight < 0:
-            raise ValueError(f"objective.sft_weight must be >= 0, got {self.sft_weight}")
-        dpo_loss(
-            torch.zeros(1),
-            torch.zeros(1),
-            torch.zeros(1),
-            torch.zeros(1),
-            beta=self.beta,
-            loss_type=self.loss_type,
-            label_smoothing=self.label_smoothing,
-        )  # checks the settings now
-        self.precompute_ref = bool(self.cfg.get("precompute_ref", False))
+        self.beta, self.loss_type = self.config.beta, self.config.loss_type
+        self.label_smoothing, self.sft_weight = self.config.label_smoothing, self.config.sft_weight
+        self.precompute_ref = self.config.precompute_ref
         # built in setup() from the data when precomputed; a live reference must copy the initial weights now
-        self.reference = None if self.precompute_ref else live_reference(model)
+        self.reference = None if self.precompute_ref else live_reference(self.model)
         self._val_sums: torch.Tensor | None = None
 
     # -- reference --------------------------------------------------------------------------------
@@ -125,7 +142,7 @@ class DPOModule(ObjectiveModule):
         loaders = [datamodule.train_dataloader()]
         if datamodule.val is not None:
             loaders.append(datamodule.val_dataloader())
-        path = Path(self.cfg.get("ref_cache") or Path(self.trainer.default_root_dir) / REFERENCE_CACHE_NAME)
+        path = Path(self.config.ref_cache or Path(self.trainer.default_root_dir) / REFERENCE_CACHE_NAME)
         self.reference = PrecomputedReference.build(
             self.model,
             loaders,

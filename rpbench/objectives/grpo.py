@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.forward import labelled_logps
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
     AGGREGATION_MODES,
@@ -45,6 +47,7 @@ from rpbench.objectives.losses import (
     k3_kl,
 )
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
+from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sampling_seed
 
@@ -93,9 +96,70 @@ def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int)
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class GRPOConfig(ObjectiveConfig):
+    """conf/objective/grpo.yaml."""
+
+    num_generations: int
+    max_completion_length: int
+    temperature: float
+    top_p: float
+    top_k: int
+    mu: int
+    epsilon_low: float
+    epsilon_high: float
+    loss_aggregation: str
+    advantage_scale: str
+    mask_truncated: bool
+    beta: float
+    rewards: list[dict[str, Any]]
+    generation_seed: int
+    backward_chunk_size: int | None
+    clip_grad_norm: float | None
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if self.grad_accum != 1 or self.max_grad_norm:
+            found.append(
+                "GRPO optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
+                "use objective.backward_chunk_size and objective.clip_grad_norm instead"
+            )
+        if self.num_generations < 2:
+            found.append(f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}")
+        if self.mu < 1:
+            found.append(f"mu must be >= 1, got {self.mu}")
+        if self.beta < 0:
+            found.append(f"beta must be >= 0, got {self.beta}")
+        if self.loss_aggregation not in AGGREGATION_MODES:
+            found.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.loss_aggregation!r}")
+        if self.advantage_scale not in ADVANTAGE_SCALES:
+            found.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
+        if not self.temperature > 0:
+            found.append("temperature must be > 0: a group of greedy completions is identical")
+        if self.backward_chunk_size is not None and int(self.backward_chunk_size) < 1:
+            found.append(f"backward_chunk_size must be >= 1 or null, got {self.backward_chunk_size}")
+        try:
+            self.generation()
+        except ValueError as error:
+            found.append(str(error))
+        return found
+
+    def generation(self) -> GenerationOptions:
+        """How completions are sampled."""
+        return GenerationOptions(
+            max_new_tokens=int(self.max_completion_length),
+            temperature=float(self.temperature),
+            top_p=float(self.top_p),
+            top_k=int(self.top_k),
+            progress=False,
+        )
+
+
+@OBJECTIVES.register("grpo")
 class GRPOModule(ObjectiveModule):
     data_split = "train"
     supports_packing = False
+    config_class = GRPOConfig
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -123,58 +187,22 @@ class GRPOModule(ObjectiveModule):
         """Every prompt weighs the same (the loss is normalised over completions or tokens globally)."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any]):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | GRPOConfig):
         super().__init__(model, tokenizer, cfg)
-        cfg = self.cfg
-        if int(cfg.get("grad_accum", 1)) != 1 or cfg.get("max_grad_norm"):
-            raise ValueError(
-                "GRPO optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
-                "use objective.backward_chunk_size and objective.clip_grad_norm instead"
-            )
-        if cfg.get("precompute_ref"):
-            raise ValueError("precompute_ref applies to DPO; GRPO's completions are generated during training")
+        cfg = self.config
         self.automatic_optimization = False
-        self.num_generations = int(cfg["num_generations"])
-        self.mu = int(cfg.get("mu", 1))
-        self.beta = float(cfg.get("beta", 0.0))
-        self.eps_low, self.eps_high = float(cfg.get("epsilon_low", 0.2)), float(cfg.get("epsilon_high", 0.2))
-        self.aggregation = str(cfg.get("loss_aggregation", "token_mean"))
-        self.advantage_scale = str(cfg.get("advantage_scale", "group"))
-        self.mask_truncated = bool(cfg.get("mask_truncated", False))
-        self.chunk_size = cfg.get("backward_chunk_size")
-        self.clip_grad_norm = cfg.get("clip_grad_norm")
-        self.generation = GenerationOptions(
-            max_new_tokens=int(cfg["max_completion_length"]),
-            temperature=float(cfg.get("temperature", 1.0)),
-            top_p=float(cfg.get("top_p", 1.0)),
-            top_k=int(cfg.get("top_k", 0)),
-            progress=False,
-        )
-        problems = []
-        if self.num_generations < 2:
-            problems.append(
-                f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}"
-            )
-        if self.mu < 1:
-            problems.append(f"mu must be >= 1, got {self.mu}")
-        if self.beta < 0:
-            problems.append(f"beta must be >= 0, got {self.beta}")
-        if self.aggregation not in AGGREGATION_MODES:
-            problems.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.aggregation!r}")
-        if self.advantage_scale not in ADVANTAGE_SCALES:
-            problems.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
-        if not self.generation.sampling:
-            problems.append("temperature must be > 0: a group of greedy completions is identical")
-        if self.chunk_size is not None and int(self.chunk_size) < 1:
-            problems.append(f"backward_chunk_size must be >= 1 or null, got {self.chunk_size}")
-        if problems:
-            raise ValueError("objective (grpo): " + "; ".join(problems))
-        self.reward_fns = build_reward_fns(cfg["rewards"])
+        self.num_generations, self.mu, self.beta = cfg.num_generations, cfg.mu, cfg.beta
+        self.eps_low, self.eps_high = cfg.epsilon_low, cfg.epsilon_high
+        self.aggregation, self.advantage_scale = cfg.loss_aggregation, cfg.advantage_scale
+        self.mask_truncated = cfg.mask_truncated
+        self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
+        self.generation = cfg.generation()
+        self.reward_fns = build_reward_fns(cfg.rewards)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
-        self.reference = live_reference(model) if self.beta > 0 else None
-        self.stop_ids = default_stop_ids(model, tokenizer)
-        self.seed = int(cfg.get("generation_seed", 0))
+        self.reference = live_reference(self.model) if self.beta > 0 else None
+        self.stop_ids = default_stop_ids(self.model, self.tokenizer)
+        self.seed = cfg.generation_seed
         self._step_tokens = 0
 
     def on_fit_start(self) -> None:

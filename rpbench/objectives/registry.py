@@ -1,18 +1,15 @@
-"""Objective name (``objective.name``) -> LightningModule class."""
+"""Objective name (``objective.name``) -> LightningModule class, filled by ``@OBJECTIVES.register``.
+
+The built-in objectives register when ``rpbench.objectives`` is imported (its ``__init__`` imports them).
+"""
 
 from __future__ import annotations
 
-from importlib import import_module
+from rpbench.registry import Registry
 
-OBJECTIVES = {
-    "sft": "rpbench.objectives.sft:SFTModule",
-    "dpo": "rpbench.objectives.dpo:DPOModule",
-    "grpo": "rpbench.objectives.grpo:GRPOModule",
-}
+OBJECTIVES = Registry("objective")
 
 
 def objective_class(name: str):
-    if name not in OBJECTIVES:
-        raise ValueError(f"objective={name!r}: choose one of {sorted(OBJECTIVES)} (or none)")
-    module, _, attr = OBJECTIVES[name].partition(":")
-    return getattr(import_module(module), attr)
+    """The registered LightningModule class of ``objective.name``."""
+    return OBJECTIVES.get(name)

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import SFTExample
 from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.registry import OBJECTIVES
 
 
+@OBJECTIVES.register("sft")
 class SFTModule(ObjectiveModule):
     data_split = "train"
     supports_packing = True

@@ -16,16 +16,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-INPUT_SUFFIX = ":input"
+from rpbench.models.families import ModelFamily, family_of_model
 
-# Preset -> (module-name pattern, captured side). Patterns match a suffix of the module
-# name on dot boundaries and are searched inside the text decoder only.
-PRESETS: dict[str, tuple[str, str]] = {
-    "attn_out": (r"layers\.\d+\.self_attn\.o_proj", "output"),  # attention output after o_proj
-    "mlp_act": (r"layers\.\d+\.mlp\.down_proj", "input"),  # act(gate) * up, the MLP neurons
-    "mlp_out": (r"layers\.\d+\.mlp", "output"),  # MLP block output
-    "residual": (r"layers\.\d+", "output"),  # residual stream after each decoder layer
-}
+INPUT_SUFFIX = ":input"
 
 _WRAPPER_PREFIXES = re.compile(r"^(?:base_model\.model\.|_orig_mod\.)+")
 
@@ -63,8 +56,18 @@ def _decoder_prefix(model: nn.Module) -> str:
     return ""
 
 
+def hook_presets(model: nn.Module) -> dict[str, tuple[str, str]]:
+    """Preset -> (pattern, side) of the registered family covering ``model``; the base family's
+    (the Llama/Qwen decoder shape) when no family covers it."""
+    try:
+        return dict(family_of_model(model).hook_presets)
+    except ValueError:
+        return dict(ModelFamily.hook_presets)
+
+
 def resolve_hook_points(model: nn.Module, modules: str | Sequence[str]) -> list[HookPoint]:
-    """Hook points for presets ("attn_out", "mlp_act", "mlp_out", "residual") or regex patterns.
+    """Hook points for the model family's presets (e.g. "attn_out", "mlp_act", "mlp_out", "residual";
+    rpbench.models.families) or regex patterns.
 
     A pattern matches a suffix of a module name on dot boundaries; append ``:input`` to
     observe the module's input. Points come in module order (layer 0 first).
@@ -74,9 +77,10 @@ def resolve_hook_points(model: nn.Module, modules: str | Sequence[str]) -> list[
         raise ValueError("probe.modules: expected a preset or module pattern, got an empty list")
     named = [(canonical_name(n), m) for n, m in model.named_modules()]
     points: dict[str, HookPoint] = {}
+    presets = hook_presets(model)
     for spec in specs:
-        if spec in PRESETS:
-            pattern, capture = PRESETS[spec]
+        if spec in presets:
+            pattern, capture = presets[spec]
             prefix = _decoder_prefix(model)
         else:
             pattern, capture = split_key(spec)

@@ -24,8 +24,8 @@ import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 
-from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample
+from rpbench.models import chat_renderer
 from rpbench.probes import before_after
 from rpbench.probes.collect import collect_frequencies
 from rpbench.probes.compare import compare_runs
@@ -92,7 +92,7 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
     settings = ProbeSettings.from_cfg(OmegaConf.to_container(probe, resolve=True))
     if not examples:
         raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
-    renderer = ChatRenderer(tokenizer, cfg.model.end_of_turn, int(cfg.data.max_length))
+    renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
     evaluator = cfg.get("evaluator") or {}
     inputs = prompt_batches(
         examples,

@@ -12,7 +12,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import open_dict
 
-from conftest import CONF_DIR
+from conftest import CONF_DIR, objective_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
@@ -93,7 +93,9 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight):
     module = DPOModule(
         model,
         tokenizer,
-        {"lr": 1e-3, "beta": 0.3, "loss_type": loss_type, "sft_weight": sft_weight, "label_smoothing": smoothing},
+        objective_settings(
+            "dpo", lr=1e-3, beta=0.3, loss_type=loss_type, sft_weight=sft_weight, label_smoothing=smoothing
+        ),
     )
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
         torch.manual_seed(3)
@@ -151,11 +153,11 @@ def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
 def test_invalid_settings_fail_at_construction():
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
     with pytest.raises(ValueError, match="loss_type='kto'"):
-        DPOModule(model, tokenizer, {"lr": 1.0, "loss_type": "kto"})
+        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="kto"))
     with pytest.raises(ValueError, match="label_smoothing applies to 'sigmoid' and 'robust' only"):
-        DPOModule(model, tokenizer, {"lr": 1.0, "loss_type": "hinge", "label_smoothing": 0.1})
+        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="hinge", label_smoothing=0.1))
     with pytest.raises(ValueError, match="beta must be > 0"):
-        DPOModule(model, tokenizer, {"lr": 1.0, "beta": 0.0})
+        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, beta=0.0))
 
 
 @pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama", "qwen2.5-7b", "llama3.1-8b"])
@@ -283,7 +285,7 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
 def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply():
     """IPO on a sample pair with an assistant turn in its prompt, recomputed from the template text alone."""
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
-    module = DPOModule(model, tokenizer, {"lr": 1e-3, "beta": 0.5, "loss_type": "ipo"})
+    module = DPOModule(model, tokenizer, objective_settings("dpo", lr=1e-3, beta=0.5, loss_type="ipo"))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for param in model.parameters():

@@ -1,0 +1,195 @@
+"""Extending rpbench from outside its files: a toy objective that trains two models and a toy model
+family, registered here and run through Hydra composition and a real Lightning Trainer; and the typed
+objective configs' errors."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf, open_dict
+from transformers import MistralConfig, MistralForCausalLM
+
+from conftest import objective_settings
+from rpbench.models.families import FAMILIES, ModelFamily
+from rpbench.models.families.base import DECODER_HOOK_PRESETS
+from rpbench.models.families.qwen2 import Qwen2
+from rpbench.models.forward import supervised_nll_sum
+from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.dpo import DPOConfig
+from rpbench.objectives.grpo import GRPOConfig
+from rpbench.objectives.registry import OBJECTIVES
+from rpbench.objectives.sft import SFTModule
+from rpbench.pipeline import run
+from rpbench.probes import resolve_hook_points
+from rpbench.validate import validate
+
+
+@FAMILIES.register("toy_mistral")
+class ToyMistral(ModelFamily):
+    """Mistral-architecture tiny model with the ChatML tokenizer; one extra probe preset."""
+
+    model_types = ("mistral",)
+    tiny_architecture = (MistralConfig, MistralForCausalLM)
+    tiny_tokenizer = Qwen2.tiny_tokenizer
+    hook_presets = {**DECODER_HOOK_PRESETS, "gate": (r"layers\.\d+\.mlp\.gate_proj", "output")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TwoModelConfig(ObjectiveConfig):
+    reasoner_weight: float
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if self.reasoner_weight <= 0:
+            found.append(f"reasoner_weight must be > 0, got {self.reasoner_weight}")
+        return found
+
+
+@OBJECTIVES.register("toy_two_models")
+class TwoModelSFT(SFTModule):
+    """SFT of a policy and, on the same batches, a second model (``reasoner``) initialised differently."""
+
+    config_class = TwoModelConfig
+
+    @classmethod
+    def models_to_build(cls, config, model_cfg):
+        return {"policy": model_cfg, "reasoner": {**model_cfg, "init_seed": 1}}
+
+    def training_step(self, batch, batch_idx):
+        policy_nll, tokens = supervised_nll_sum(self.model, batch)
+        reasoner_nll, _ = supervised_nll_sum(self.extra_models["reasoner"], batch)
+        loss = policy_nll + self.config.reasoner_weight * reasoner_nll
+        self.log("train/loss", loss.detach() / max(tokens, 1), rank_zero_only=True)
+        return loss * batch["loss_scale"] * self.backward_factor
+
+
+TOY_OBJECTIVE = """\
+defaults:
+  - optim@_here_: default
+  - _self_
+
+name: toy_two_models
+reasoner_weight: 0.5
+lr: 1.0e-2
+warmup_ratio: 0.0
+epochs: 2
+batch_size: 4
+grad_accum: 1
+"""
+
+TOY_MODEL = """\
+name: toy-mistral
+name_or_path: tiny:toy_mistral
+family: toy_mistral
+dtype: float32
+attn_implementation: sdpa
+gradient_checkpointing: false
+chat_template: null
+end_of_turn: <|im_end|>
+trust_remote_code: false
+revision: null
+lora: null
+init_seed: 0
+tiny: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}
+"""
+
+
+def toy_config_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "conf"
+    (root / "objective").mkdir(parents=True)
+    (root / "model").mkdir()
+    (root / "objective" / "toy_two_models.yaml").write_text(TOY_OBJECTIVE)
+    (root / "model" / "toy-mistral.yaml").write_text(TOY_MODEL)
+    return root
+
+
+def initial_weights(seed: int) -> dict[str, torch.Tensor]:
+    tokenizer = ToyMistral.build_tiny_tokenizer(4096)
+    sizes = OmegaConf.create(TOY_MODEL).tiny
+    return ToyMistral.build_tiny_model(tokenizer, dict(sizes), seed, "sdpa").state_dict()
+
+
+@pytest.mark.slow
+def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
+    cfg = compose(
+        f"hydra.searchpath=[file://{toy_config_dir(tmp_path)}]",
+        "objective=toy_two_models",
+        "model=toy-mistral",
+        "evaluator=none",
+        "logger=none",
+    )
+    with open_dict(cfg):  # what run.py hands the pipeline
+        del cfg["hydra"]
+        cfg.paths.output_dir = str(tmp_path / "out")
+    assert cfg.objective.lr == 1e-2 and cfg.objective.adam_eps == 1e-8  # own value, shared default
+    results = run(cfg)
+    out = tmp_path / "out"
+
+    train_samples = results["train"]["samples"]["train"]
+    assert results["train"]["optimizer_steps"] == 2 * math.ceil(train_samples / 4)
+
+    checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    state = checkpoint["state_dict"]
+    policy_keys = [k for k in state if k.startswith("model.")]
+    reasoner_keys = [k for k in state if k.startswith("extra_models.reasoner.")]
+    assert policy_keys and len(reasoner_keys) == len(policy_keys)
+    optimised = sum(len(group["params"]) for group in checkpoint["optimizer_states"][0]["param_groups"])
+    assert optimised == len(policy_keys) + len(reasoner_keys) - 2  # tied embeddings: lm_head is embed_tokens
+
+    exported = {name: MistralForCausalLM.from_pretrained(out / "model" / name) for name in ("policy", "reasoner")}
+    for name, seed in (("policy", 0), ("reasoner", 1)):
+        trained, start = exported[name].state_dict(), initial_weights(seed)
+        assert torch.equal(
+            state[f"{'model' if name == 'policy' else 'extra_models.reasoner'}.model.norm.weight"],
+            trained["model.norm.weight"],
+        )
+        moved = [k for k in start if not torch.equal(start[k], trained[k])]
+        assert "model.layers.0.mlp.gate_proj.weight" in moved and "model.embed_tokens.weight" in moved, name
+    policy_w = exported["policy"].state_dict()["model.layers.1.mlp.up_proj.weight"]
+    assert not torch.equal(policy_w, exported["reasoner"].state_dict()["model.layers.1.mlp.up_proj.weight"])
+    assert (out / "model" / "reasoner" / "tokenizer.json").is_file()
+
+    points = resolve_hook_points(exported["policy"], "gate")  # the family's own preset
+    assert [p.key for p in points] == ["model.layers.0.mlp.gate_proj", "model.layers.1.mlp.gate_proj"]
+
+
+def test_typed_configs_reject_unknown_missing_and_bad_values():
+    sft = objective_settings("sft")
+    with pytest.raises(ValueError, match=r"unknown keys \['lr_decay'\]; valid keys: \[.*'lr'"):
+        ObjectiveConfig.from_mapping({**sft, "lr_decay": 0.1})
+    without_lr = {k: v for k, v in sft.items() if k != "lr"}
+    with pytest.raises(ValueError, match=r"missing keys \['lr'\]"):
+        ObjectiveConfig.from_mapping(without_lr)
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 0"):
+        ObjectiveConfig.from_mapping({**sft, "batch_size": 0})
+    with pytest.raises(ValueError, match=r"mu must be >= 1, got 0"):
+        GRPOConfig.from_mapping(objective_settings("grpo", mu=0))
+    with pytest.raises(ValueError, match=r"loss_type='kto'"):
+        DPOConfig.from_mapping(objective_settings("dpo", loss_type="kto"))
+    with pytest.raises(ValueError, match=r"unknown keys \['beta'\]"):  # DPO's key on SFT
+        ObjectiveConfig.from_mapping(objective_settings("sft", beta=0.1))
+
+
+def test_each_default_comes_from_the_yaml():
+    """The values the code once fell back to differently (GRPO clip-higher, the shared schedule)."""
+    grpo = GRPOConfig.from_mapping(objective_settings("grpo"))
+    assert (grpo.epsilon_low, grpo.epsilon_high) == (0.2, 0.28)
+    dpo = DPOConfig.from_mapping(objective_settings("dpo"))
+    assert (dpo.scheduler, dpo.adam_betas, dpo.adam_eps) == ("cosine", (0.9, 0.999), 1e-8)  # optim/default.yaml
+    assert (dpo.lr, dpo.warmup_ratio) == (1e-3, 0.0)  # the tiny model's tuning over dpo.yaml
+
+
+def test_validation_names_an_unknown_objective_key(compose):
+    with pytest.raises(Exception, match=r"unknown keys \['gamma'\]"):
+        validate(compose("+objective.gamma=0.9"))
+
+
+def test_a_model_config_must_name_a_registered_family():
+    from rpbench.models import load
+
+    with pytest.raises(ValueError, match=r"unknown model family 'mamba'; registered: .*llama, qwen2"):
+        load({"name_or_path": "some/model", "family": "mamba"})

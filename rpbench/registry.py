@@ -36,9 +36,9 @@ class Registry:
         return decorator
 
     def get(self, name: str) -> Any:
-        """The object registered under ``name``; an unknown name raises a ``KeyError`` naming the valid ones."""
+        """The object registered under ``name``; an unknown name raises a ``ValueError`` naming the valid ones."""
         if name not in self._entries:
-            raise KeyError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names()) or '(none)'}")
+            raise ValueError(f"unknown {self.kind} {name!r}; registered: {', '.join(self.names()) or '(none)'}")
         return self._entries[name]
 
     def names(self) -> list[str]:

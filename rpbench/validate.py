@@ -99,7 +99,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     data = cfg.data
-    _choice(problems, "data.format", data.format, FORMATS)
+    _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
     _check(
         problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"

@@ -49,7 +49,7 @@ def test_an_out_of_range_setting_is_named_with_what_is_allowed(tmp_path, overrid
 @pytest.mark.slow
 def test_every_problem_is_listed_in_one_message(tmp_path):
     stderr = failed_at_startup(tmp_path, "objective.batch_size=0", "seed=abc", "data.format=xml")
-    assert stderr.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS)}" in stderr
+    assert stderr.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in stderr
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Stage 2a: a data config's raw files -> validated records, with the counts the run reports."""
+"""Reading a data config's raw files -> validated records, with the counts the run reports."""
 
 from __future__ import annotations
 

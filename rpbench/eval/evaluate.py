@@ -98,19 +98,17 @@ def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predicti
     names = list(ev.metrics)
     preds = [predictions[e.id] for e in examples]
     refs = [e.reference for e in examples]
-    scorer = None
-    if "bertscore" in names:
-        b = ev.bertscore
-        scorer = load_bertscorer(str(b.model), layer=b.layer, fallback=bool(b.fallback), batch_size=int(b.batch_size))
-    per_sample = compute_metrics(preds, refs, names, bertscorer=scorer)
+    options = {name: _container(ev[name]) for name in names if ev.get(name) is not None}
+    per_sample = compute_metrics(preds, refs, names, options)
     result = {
         "per_sample": per_sample,
         "summary": aggregate(per_sample, groupings(str(ev.name), examples), **_container(ev.bootstrap)),
     }
     if {"bleu", "bleu_smoothed"} & set(names):
         result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
-    if scorer is not None:
-        result["bertscore_backbone"] = scorer.describe()
+    if "bertscore" in options:
+        scorer_options = dict(options["bertscore"])
+        result["bertscore_backbone"] = load_bertscorer(scorer_options.pop("model"), **scorer_options).describe()
     return result
 
 

@@ -18,8 +18,7 @@ from rpbench.eval.evaluate import evaluate
 from rpbench.loggers import build_logger
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
-from rpbench.probes.stage import needs_model as probe_needs_model
-from rpbench.probes.stage import run_probe
+from rpbench.probes.stage import probe_of, run_probe
 from rpbench.report import write_report
 from rpbench.training import train
 from rpbench.validate import check_test_images, validate
@@ -47,7 +46,7 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
 def generates_in_process(cfg: DictConfig) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
     local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
-    return local_generation or probe_needs_model(cfg.probe)
+    return local_generation or probe_of(cfg.probe).needs_model
 
 
 def needs_model(cfg: DictConfig) -> bool:
@@ -99,7 +98,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
         train_split = cfg.objective.get("data_split") or objective_class(objective).data_split
-    need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
+    need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     if generates_in_process(cfg):
         check_test_images(cfg, splits.get("test", []))

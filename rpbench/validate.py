@@ -194,7 +194,7 @@ def check_probe(cfg: DictConfig, problems: Problems) -> None:
     """The probe's name, and the probed runs it reads."""
     probe = cfg.probe
     name = str(probe.name)
-    if not _choice(problems, "probe.name", name, PROBES):
+    if not _choice(problems, "probe.name", name, PROBES.names()):
         return
     if name == "restraint" and str(cfg.evaluator.name) == "none":
         problems.append("probe=restraint compares a normal and a restrained evaluation: choose an evaluator")

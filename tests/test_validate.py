@@ -102,7 +102,7 @@ def test_choices_come_from_the_registries(compose):
         validate(compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery"))
     message = str(error.value)
     assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES, 'none'])}" in message
-    assert f"probe.name='saliency': choose one of {', '.join(PROBES)}" in message
+    assert f"probe.name='saliency': choose one of {', '.join(PROBES.names())}" in message
     assert "judge.backend='mystery': choose one of" in message
 
 

@@ -302,7 +302,7 @@ class ChatServer:
     def _fit(self, conversation: list[dict[str, str]], sampling: Sampling) -> tuple[list[int], Sampling]:
         """The prompt's token ids, and the sampling with max_tokens set; BadRequest when prompt and reply
         do not fit in the model's context."""
-        from rpbench.eval.generate import render_prompts
+        from rpbench.models.generation import render_prompts
 
         with self._tokenizer_lock:
             [prompt_ids] = render_prompts(self.served.tokenizer, [conversation])
@@ -379,7 +379,7 @@ class ChatServer:
         import torch
         from transformers import StoppingCriteriaList
 
-        from rpbench.eval.generate import GenerationOptions, decode_completion, hf_generation_config, left_pad
+        from rpbench.models.generation import GenerationOptions, decode_completion, hf_generation_config, left_pad
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
         opts = GenerationOptions(

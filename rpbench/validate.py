@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
-from rpbench.eval.evaluate import JUDGED
+from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.eval.judge.client import BACKENDS, JudgeConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
@@ -178,10 +178,10 @@ def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
     if not _choice(problems, "judge.backend", backend, BACKENDS):
         return
     aggregating_only = name == "mmrole" and ev.get("reviews")
-    if backend != "none" and name not in JUDGED:
+    if backend != "none" and name not in judged_benchmarks():
         problems.append(
             f"judge={backend}: evaluator={name} has no judge protocol; judged evaluators: "
-            f"{', '.join(sorted(JUDGED))} (or judge=none)"
+            f"{', '.join(judged_benchmarks())} (or judge=none)"
         )
     elif backend != "none" and not aggregating_only:
         check_judge(judge, problems)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import run_script
 from rpbench.data.readers import FORMATS
-from rpbench.eval.evaluate import JUDGED
+from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -68,7 +68,7 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(tmp_path):
 @pytest.mark.slow
 def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(tmp_path):
     stderr = failed_at_startup(tmp_path, "data=sample_rpgbench", "evaluator=rpgbench", "judge=local")
-    assert f"evaluator=rpgbench has no judge protocol; judged evaluators: {', '.join(sorted(JUDGED))}" in stderr
+    assert f"evaluator=rpgbench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in stderr
 
 
 @pytest.mark.slow

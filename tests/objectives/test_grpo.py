@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
-from rpbench.eval.generate import GenerationOptions
 from rpbench.models import load
+from rpbench.models.generation import GenerationOptions
 from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy

@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from rpbench import serve  # noqa: F401  (provides the local judge server: judge=local, judge rewards)
 from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
@@ -19,7 +20,7 @@ from rpbench.loggers import build_logger
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
-from rpbench.report import write_report
+from rpbench.run_report import write_report
 from rpbench.training import train
 from rpbench.validate import check_test_images, validate
 

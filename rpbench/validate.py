@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks import judged_benchmarks
+from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.eval.judge.client import BACKENDS, JudgeConfig
+from rpbench.eval.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -168,11 +169,14 @@ def model_options() -> list[str]:
 
 
 def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
-    """Judge and evaluator fit together, the judge is usable, ``compare_to`` holds scores to compare with."""
+    """A registered evaluator and metrics; judge and evaluator fit together, the judge is usable,
+    ``compare_to`` holds scores to compare with."""
     ev = cfg.evaluator
     name = str(ev.name)
-    if name == "none":
+    if name == "none" or not _choice(problems, "evaluator.name", name, BENCHMARKS.names()):
         return
+    for metric in ev.metrics:
+        _choice(problems, "evaluator.metrics", metric, METRICS.names())
     judge = OmegaConf.to_container(cfg.judge, resolve=True)
     backend = str(judge.get("backend"))
     if not _choice(problems, "judge.backend", backend, BACKENDS):

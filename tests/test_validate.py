@@ -8,6 +8,7 @@ import pytest
 from conftest import run_script
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
+from rpbench.eval.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -99,8 +100,11 @@ def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(tm
 
 def test_choices_come_from_the_registries(compose):
     with pytest.raises(ValueError) as error:
-        validate(compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery"))
+        validate(
+            compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery", "evaluator.metrics=[bleurt]")
+        )
     message = str(error.value)
+    assert f"evaluator.metrics='bleurt': choose one of {', '.join(METRICS.names())}" in message
     assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES, 'none'])}" in message
     assert f"probe.name='saliency': choose one of {', '.join(PROBES.names())}" in message
     assert "judge.backend='mystery': choose one of" in message

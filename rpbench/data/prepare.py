@@ -1,4 +1,4 @@
-"""Reading a data config's raw files -> validated records, with the counts the run reports."""
+"""A data config's raw files read into validated records (with the counts the run reports), and the train/validation split."""
 
 from __future__ import annotations
 

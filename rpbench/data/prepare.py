@@ -1,4 +1,4 @@
-"""A data config's raw files read into validated records (with the counts the run reports), and the train/validation split."""
+"""A data config's raw files read into validated records (with the counts the run reports); the held-out split."""
 
 from __future__ import annotations
 

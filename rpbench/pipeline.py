@@ -11,6 +11,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
+from rpbench import serve  # noqa: F401  (provides the local judge server: judge=local, judge rewards)
 from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
@@ -18,10 +19,9 @@ from rpbench.eval.evaluate import evaluate
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
-from rpbench.probes.stage import needs_model as probe_needs_model
-from rpbench.probes.stage import run_probe
-from rpbench.report import headline, write_report
+from rpbench.probes.stage import probe_of, run_probe
 from rpbench.resolvers import init_from_label
+from rpbench.run_report import headline, write_report
 from rpbench.training import objective_config, train
 from rpbench.validate import check_test_images, validate
 
@@ -48,7 +48,7 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
 def generates_in_process(cfg: DictConfig) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
     local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
-    return local_generation or probe_needs_model(cfg.probe)
+    return local_generation or probe_of(cfg.probe).needs_model
 
 
 def needs_model(cfg: DictConfig) -> bool:
@@ -110,7 +110,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
         train_split = cfg.objective.data_split or objective_class(objective).data_split
-    need_test = evaluation_needs_records(cfg) or probe_needs_model(cfg.probe)
+    need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     if generates_in_process(cfg):
         check_test_images(cfg, splits.get("test", []))

@@ -42,6 +42,8 @@ from typing import Any
 from aiohttp import web
 from omegaconf import OmegaConf
 
+from rpbench.eval.judge.client import provide_local_server
+
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
@@ -329,7 +331,7 @@ class ChatServer:
     def _fit(self, conversation: list[dict[str, str]], sampling: Sampling) -> tuple[list[int], Sampling]:
         """The prompt's token ids, and the sampling with max_tokens set; BadRequest when prompt and reply
         do not fit in the model's context."""
-        from rpbench.eval.generate import render_prompts
+        from rpbench.models.generation import render_prompts
 
         with self._tokenizer_lock:
             [prompt_ids] = render_prompts(self.served.tokenizer, [conversation])
@@ -406,7 +408,7 @@ class ChatServer:
         import torch
         from transformers import StoppingCriteriaList
 
-        from rpbench.eval.generate import GenerationOptions, hf_generation_config, left_pad
+        from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
         opts = GenerationOptions(
@@ -442,7 +444,7 @@ class ChatServer:
 
     def _decode(self, row: Sequence[int]) -> str:
         """A reply's text from its generated ids (any thread)."""
-        from rpbench.eval.generate import decode_completion
+        from rpbench.models.generation import decode_completion
 
         with self._tokenizer_lock:
             return decode_completion(self.served.tokenizer, row, self.served.stop_ids)
@@ -710,3 +712,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@contextmanager
+def local_judge(judge_cfg: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """A ``backend: local`` judge config's server, started on 127.0.0.1 for ``judge_cfg["server"]`` (stopped
+    on exit); yields the judge config with ``base_url`` and ``model`` pointing at it."""
+    server_cfg = dict(judge_cfg.get("server") or {})
+    if "model" not in server_cfg:
+        raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
+    model = server_cfg.pop("model")
+    with serve_in_thread(model, server_cfg) as server:
+        yield {**judge_cfg, "base_url": server.base_url, "model": server.model_identity}
+
+
+provide_local_server(local_judge)

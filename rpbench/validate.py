@@ -18,8 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
-from rpbench.eval.evaluate import JUDGED
+from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.eval.judge.client import BACKENDS, JudgeConfig
+from rpbench.eval.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -99,7 +100,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     data = cfg.data
-    _choice(problems, "data.format", data.format, FORMATS)
+    _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
     _check(
         problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
@@ -174,20 +175,23 @@ def model_options() -> list[str]:
 
 
 def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
-    """Judge and evaluator fit together, the judge is usable, ``compare_to`` holds scores to compare with."""
+    """A registered evaluator and metrics; judge and evaluator fit together, the judge is usable,
+    ``compare_to`` holds scores to compare with."""
     ev = cfg.evaluator
     name = str(ev.name)
-    if name == "none":
+    if name == "none" or not _choice(problems, "evaluator.name", name, BENCHMARKS.names()):
         return
+    for metric in ev.metrics:
+        _choice(problems, "evaluator.metrics", metric, METRICS.names())
     judge = OmegaConf.to_container(cfg.judge, resolve=True)
     backend = str(judge.get("backend"))
     if not _choice(problems, "judge.backend", backend, BACKENDS):
         return
     aggregating_only = name == "mmrole" and ev.get("reviews")
-    if backend != "none" and name not in JUDGED:
+    if backend != "none" and name not in judged_benchmarks():
         problems.append(
             f"judge={backend}: evaluator={name} has no judge protocol; judged evaluators: "
-            f"{', '.join(sorted(JUDGED))} (or judge=none)"
+            f"{', '.join(judged_benchmarks())} (or judge=none)"
         )
     elif backend != "none" and not aggregating_only:
         check_judge(judge, problems)
@@ -200,7 +204,7 @@ def check_probe(cfg: DictConfig, problems: Problems) -> None:
     """The probe's name, and the probed runs it reads."""
     probe = cfg.probe
     name = str(probe.name)
-    if not _choice(problems, "probe.name", name, PROBES):
+    if not _choice(problems, "probe.name", name, PROBES.names()):
         return
     if name == "restraint" and str(cfg.evaluator.name) == "none":
         problems.append("probe=restraint compares a normal and a restrained evaluation: choose an evaluator")

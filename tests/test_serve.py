@@ -280,7 +280,7 @@ def test_an_unknown_model_name_gets_a_404(tiny):
 
 def test_completion_tokens_count_the_generated_tokens(tiny):
     """The tiny model's greedy reply is 20 newline tokens: the text strips to "", the usage says 20."""
-    from rpbench.eval.generate import render_prompts
+    from rpbench.models.generation import render_prompts
 
     ids = torch.tensor(render_prompts(tiny.tokenizer, [HELLO]))
     with torch.no_grad():

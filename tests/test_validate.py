@@ -7,7 +7,8 @@ import pytest
 
 from conftest import run_script
 from rpbench.data.readers import FORMATS
-from rpbench.eval.evaluate import JUDGED
+from rpbench.eval.benchmarks import judged_benchmarks
+from rpbench.eval.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -49,7 +50,7 @@ def test_an_out_of_range_setting_is_named_with_what_is_allowed(tmp_path, overrid
 @pytest.mark.slow
 def test_every_problem_is_listed_in_one_message(tmp_path):
     stderr = failed_at_startup(tmp_path, "objective.batch_size=0", "seed=abc", "data.format=xml")
-    assert stderr.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS)}" in stderr
+    assert stderr.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in stderr
 
 
 @pytest.mark.slow
@@ -68,7 +69,7 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(tmp_path):
 @pytest.mark.slow
 def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(tmp_path):
     stderr = failed_at_startup(tmp_path, "data=sample_rpgbench", "evaluator=rpgbench", "judge=local")
-    assert f"evaluator=rpgbench has no judge protocol; judged evaluators: {', '.join(sorted(JUDGED))}" in stderr
+    assert f"evaluator=rpgbench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in stderr
 
 
 @pytest.mark.slow
@@ -99,10 +100,13 @@ def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(tm
 
 def test_choices_come_from_the_registries(compose):
     with pytest.raises(ValueError) as error:
-        validate(compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery"))
+        validate(
+            compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery", "evaluator.metrics=[bleurt]")
+        )
     message = str(error.value)
+    assert f"evaluator.metrics='bleurt': choose one of {', '.join(METRICS.names())}" in message
     assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES.names(), 'none'])}" in message
-    assert f"probe.name='saliency': choose one of {', '.join(PROBES)}" in message
+    assert f"probe.name='saliency': choose one of {', '.join(PROBES.names())}" in message
     assert "judge.backend='mystery': choose one of" in message
 
 

@@ -28,6 +28,8 @@ from typing import Any
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
     Source,
     as_object,
     existing_file,
@@ -115,3 +117,6 @@ def _scenario(path: str | Path, scenario: Any) -> str:
         f"cannot tell the MMRole scenario from the file name {name!r}: name it "
         f"<scenario>_test.json or pass options['scenario'] (one of {', '.join(SCENARIOS)})"
     )
+
+
+FORMATS.register("mmrole")(DataFormat(train=read_sft, test=read_test))

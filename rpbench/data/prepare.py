@@ -1,4 +1,4 @@
-"""Stage 2a: a data config's raw files -> validated records, with the counts the run reports."""
+"""A data config's raw files read into validated records (with the counts the run reports); the held-out split."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """One entry point over the benchmark readers, and the file/record plumbing they share.
 
-``read(format, split, path, on_error=..., **options)`` dispatches to ``rpbench.data.<format>``:
-split ``train`` -> ``read_sft``, ``pairs`` -> ``read_pairs``, ``test`` -> ``read_test``.
+``read(format, split, path, on_error=..., **options)`` dispatches to the ``DataFormat`` registered in
+``FORMATS`` under ``format`` (each format module registers its own; ``rpbench.data`` imports them):
+split ``train``, ``pairs`` or ``test`` -> that format's reader for the split.
 
 Files are JSON Lines (one object per line, blank lines ignored) or one JSON document; a file whose
 first non-blank character is ``[`` is read as a JSON list, anything else as JSON Lines. Records are
@@ -17,7 +18,6 @@ the repeat is skipped and counted).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,26 +27,41 @@ from typing import Any, TypeVar
 
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.records import Turn
+from rpbench.registry import Registry
 
 T = TypeVar("T")
+Reader = Callable[..., ReadResult]
 
-FORMATS: tuple[str, ...] = ("rolemrc", "mmrole", "rpgbench")
-SPLIT_READERS: dict[str, str] = {"train": "read_sft", "pairs": "read_pairs", "test": "read_test"}
+SPLITS: tuple[str, ...] = ("train", "pairs", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
 
 
+@dataclass(frozen=True)
+class DataFormat:
+    """A benchmark's readers, one per split it offers (None: no such split).
+
+    A reader is ``fn(path, *, on_error="raise", **options) -> ReadResult``; ``options`` are the data
+    config's reader options (``rpbench.data.prepare.READER_OPTIONS``), ignored where unused.
+    """
+
+    train: Reader | None = None
+    pairs: Reader | None = None
+    test: Reader | None = None
+
+
+FORMATS = Registry("data format")
+
+
 def read(format: str, split: str, path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult:
     """Read ``path`` as ``split`` of benchmark ``format``; see the format module for its options."""
-    if format not in FORMATS:
-        raise ValueError(f"unknown data format {format!r}; choose one of {', '.join(FORMATS)}")
-    if split not in SPLIT_READERS:
-        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLIT_READERS)}")
-    module = importlib.import_module(f"rpbench.data.{format}")
-    reader = getattr(module, SPLIT_READERS[split], None)
+    data_format = FORMATS.get(format)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    reader = getattr(data_format, split)
     if reader is None:
-        offered = [s for s, fn in SPLIT_READERS.items() if hasattr(module, fn)]
+        offered = [s for s in SPLITS if getattr(data_format, s) is not None]
         raise ValueError(f"format {format!r} has no {split!r} split; choose one of {', '.join(offered)}")
     return reader(path, on_error=on_error, **options)
 

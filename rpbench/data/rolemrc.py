@@ -24,6 +24,8 @@ from typing import Any
 
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
     Source,
     as_object,
     optional_str,
@@ -133,3 +135,6 @@ def _task_dimensions(options: Mapping[str, Any]) -> dict[str, list[str]]:
             raise ValueError(f"task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
         out[str(label)] = list(dims)
     return out
+
+
+FORMATS.register("rolemrc")(DataFormat(train=read_sft, pairs=read_pairs, test=read_test))

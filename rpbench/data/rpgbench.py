@@ -28,6 +28,8 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
     Source,
     as_object,
     check_on_error,
@@ -171,3 +173,6 @@ def _context(items: list[Any], source: Source) -> list[Turn]:
     if turns[-1].role != "user":
         raise source.error("dialogue_context", "a context ending on a user query")
     return turns
+
+
+FORMATS.register("rpgbench")(DataFormat(train=read_sft, test=read_test))

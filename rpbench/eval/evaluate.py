@@ -1,5 +1,8 @@
 """Stage 4: generate for the test records, score them (reference metrics, judge), summarise.
 
+What differs per benchmark (groupings, judge protocol, files read instead of generating) is the
+``Benchmark`` registered under ``evaluator.name`` (``rpbench.eval.benchmarks``).
+
 ``evaluate(cfg, model, tokenizer, examples, out_dir)`` writes into ``out_dir``: predictions.jsonl
 (resumable), scores.jsonl (per record: metric values and judge verdicts), judgements.jsonl (judge
 replies), radar.png, and for MMRole the official answers/reviews/results layout. It returns the
@@ -8,31 +11,26 @@ machine-readable results plus ``report_sections`` (markdown) for report.md.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
 from rpbench.distributed import rank_and_world
 from rpbench.eval import report
+from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
+from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
-from rpbench.eval.stats import aggregate, paired_bootstrap, summarize
+from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.eval.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)
-
-JUDGED = {"rolemrc", "mmrole"}
-
-
-def _container(node) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def _drop_images(examples: Sequence[EvalExample], policy: str) -> tuple[list[EvalExample], int]:
@@ -46,7 +44,7 @@ def _drop_images(examples: Sequence[EvalExample], policy: str) -> tuple[list[Eva
 
 def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
     ev = cfg.evaluator
-    options = _container(ev.generation)
+    options = as_container(ev.generation)
     if ev.backend == "endpoint":
         endpoint = ev.endpoint
         if not endpoint.base_url or not endpoint.model:
@@ -71,32 +69,6 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
     return generate_predictions(model, tokenizer, examples, path, options, rank=rank, world_size=world).as_dict()
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-
-
-def groupings(name: str, examples: Sequence[EvalExample]) -> dict[str, list]:
-    """How results are broken down per benchmark (a record may sit in several dimensions).
-
-    RoleMRC: ``dimension`` is the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,
-    Prioritized), ``rubric`` the finer split a record is judged on (``meta["dimensions"]``).
-    """
-    from rpbench.eval.judge.rolemrc_rubrics import dimensions_of
-
-    groups: dict[str, list] = {"task": [e.task for e in examples]}
-    if name == "rolemrc":
-        rubrics = [list(e.meta.get("dimensions", [])) for e in examples]
-        groups["dimension"] = [dimensions_of(r) for r in rubrics]
-        groups["rubric"] = rubrics
-    if name == "rpgbench":
-        groups["shift"] = [e.meta["shift"] for e in examples]
-    return groups
-
-
 def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:
     """Metrics that cannot be computed on this machine, with the reason (METEOR without WordNet)."""
     if "meteor" not in names:
@@ -109,110 +81,28 @@ def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:
     return {}
 
 
-def reference_metrics(cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> dict:
+def reference_metrics(
+    cfg: DictConfig, benchmark: Benchmark, examples: Sequence[EvalExample], predictions: Mapping[str, str]
+) -> dict:
     ev = cfg.evaluator
     missing = unavailable_metrics(list(ev.metrics))
     names = [n for n in ev.metrics if n not in missing]
     preds = [predictions[e.id] for e in examples]
     refs = [e.reference for e in examples]
-    scorer = None
-    if "bertscore" in names:
-        b = ev.bertscore
-        scorer = load_bertscorer(str(b.model), layer=b.layer, fallback=bool(b.fallback), batch_size=int(b.batch_size))
-    per_sample = compute_metrics(preds, refs, names, bertscorer=scorer)
+    options = {name: as_container(ev[name]) for name in names if ev.get(name) is not None}
+    per_sample = compute_metrics(preds, refs, names, options)
     result = {
         "per_sample": per_sample,
-        "summary": aggregate(per_sample, groupings(str(ev.name), examples), **_container(ev.bootstrap)),
+        "summary": aggregate(per_sample, benchmark.groupings(examples), **as_container(ev.bootstrap)),
     }
     if {"bleu", "bleu_smoothed"} & set(names):
         result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
-    if scorer is not None:
-        result["bertscore_backbone"] = scorer.describe()
+    if "bertscore" in options:
+        scorer_options = dict(options["bertscore"])
+        result["bertscore_backbone"] = load_bertscorer(scorer_options.pop("model"), **scorer_options).describe()
     if missing:
         result["missing_metrics"] = missing
     return result
-
-
-def judge_prompts(cfg: DictConfig):
-    """rpbench's reference-free rubrics, or the templates of ``evaluator.judge_prompt_file`` (checked)."""
-    from rpbench.eval.judge.rolemrc_rubrics import DEFAULT_PROMPTS, load_prompts
-
-    path = cfg.evaluator.judge_prompt_file
-    return DEFAULT_PROMPTS if path is None else load_prompts(str(path))
-
-
-def judge_rolemrc_records(
-    cfg: DictConfig, examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path, prompts
-) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
-    """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
-    CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
-    from rpbench.eval.judge import JudgeConfig, judge_rolemrc
-    from rpbench.eval.judge.health import parse_failure_warning
-    from rpbench.eval.judge.rolemrc_rubrics import dimension_of
-
-    judged = judge_rolemrc(examples, predictions, _container(cfg.judge), prompts)
-    overall = judged["overall"]
-    limit = JudgeConfig.from_mapping(_container(cfg.judge)).warn_parse_failure_rate
-    warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
-    if warning:
-        judged["warning"] = warning
-    records = judged.pop("records")
-    write_jsonl(out_dir / "judgements.jsonl", records)
-    bootstrap = _container(cfg.evaluator.bootstrap)
-    for level, key in (("rubrics", lambda r: r), ("dimensions", dimension_of)):
-        for group, tally in judged[level].items():
-            verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
-            tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
-    return judged, {rec["id"]: rec["verdicts"] for rec in records}
-
-
-def write_mmrole_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path) -> Path:
-    """The run's answers in MMRole's official answers layout (one <scenario>_test.json per scenario)."""
-    answers = out_dir / "answers"
-    answers.mkdir(parents=True, exist_ok=True)
-    by_file: dict[str, list[dict[str, Any]]] = {}
-    for e in examples:
-        user = e.prompt[-1].content
-        system = e.prompt[0].content if e.prompt[0].role == "system" else ""
-        by_file.setdefault(f"{e.task}_test.json", []).append(
-            {
-                "id": e.id,
-                "system": system,
-                "image": e.meta.get("image"),
-                "role": e.meta.get("role"),
-                "script": e.meta.get("script"),
-                "other_role": e.meta.get("other_role"),
-                "conversations": [
-                    {"from": "user", "value": user},
-                    {"from": "assistant", "value": e.reference, "answer": predictions[e.id]},
-                ],
-            }
-        )
-    for name, records in by_file.items():
-        (answers / name).write_text(json.dumps(records, ensure_ascii=False, indent=2), encoding="utf-8")
-    return answers
-
-
-def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[str, Any]:
-    """Aggregate ``evaluator.reviews``, or judge ``answers`` into reviews/; official CSVs in results/."""
-    from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
-
-    ev = cfg.evaluator
-    if ev.get("reviews"):
-        results = aggregate_reviews(Path(str(ev.reviews)))
-    else:
-        from rpbench.eval.judge import open_judge
-
-        with open_judge(_container(cfg.judge)) as client:
-            results = judge_answers(
-                answers,
-                client,
-                out_dir / "reviews",
-                swap=bool(ev.swap),
-                image_root=image_root(cfg.data),
-            )
-    results["csv_files"] = [p.name for p in write_results_csvs(results, out_dir / "results")]
-    return results
 
 
 def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -223,7 +113,7 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
         raise FileNotFoundError(f"evaluator.compare_to={cfg.evaluator.compare_to}: no scores.jsonl in it")
     other = {row["id"]: row for row in read_jsonl(other_dir / "scores.jsonl")}
     shared = [row for row in scores if row["id"] in other]
-    bootstrap = _container(cfg.evaluator.bootstrap)
+    bootstrap = as_container(cfg.evaluator.bootstrap)
     result: dict[str, Any] = {"run": other_dir.name, "shared_records": len(shared)}
     for metric in scores[0]["metrics"] if scores else []:
         result[metric] = paired_bootstrap(
@@ -246,14 +136,14 @@ def evaluate(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     judging = str(cfg.judge.get("backend", "none")) != "none"
-    if judging and name not in JUDGED:
-        raise ValueError(f"evaluator={name} has no judge protocol: use judge=none (judges: {sorted(JUDGED)})")
-    if name == "mmrole" and (ev.get("reviews") or ev.get("answers")):
-        results = {"mmrole_eval": mmrole_eval(cfg, out_dir, Path(str(ev.answers)) if ev.get("answers") else None)}
-        results["report_sections"] = report.mmrole_sections(results["mmrole_eval"])
-        return results
+    benchmark = BENCHMARKS.get(name)
+    if judging and not benchmark.judged:
+        raise ValueError(f"evaluator={name} has no judge protocol: use judge=none (judges: {judged_benchmarks()})")
+    from_files = benchmark.from_files(cfg, out_dir)
+    if from_files is not None:
+        return from_files
 
-    prompts = judge_prompts(cfg) if judging and name == "rolemrc" else None  # a bad prompt file fails before generating
+    prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
     examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
     generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
     generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
@@ -261,7 +151,7 @@ def evaluate(
     if rank_and_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
-    scored = reference_metrics(cfg, examples, predictions)
+    scored = reference_metrics(cfg, benchmark, examples, predictions)
     per_sample = scored.pop("per_sample")
     results["metrics"] = scored.pop("summary")
     results.update(scored)
@@ -269,12 +159,8 @@ def evaluate(
         {"id": e.id, "task": e.task, "metrics": {m: v[i] for m, v in per_sample.items()}}
         for i, e in enumerate(examples)
     ]
-    if judging and name == "rolemrc":
-        results["judge"], verdicts = judge_rolemrc_records(cfg, examples, predictions, out_dir, prompts)
-        for row in scores:
-            row["verdicts"] = verdicts[row["id"]]
-    if judging and name == "mmrole":
-        results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_mmrole_answers(examples, predictions, out_dir))
+    if judging:
+        benchmark.judge(cfg, examples, predictions, out_dir, prepared, results, scores)
     write_jsonl(out_dir / "scores.jsonl", scores)
     if ev.get("compare_to"):
         results["compare"] = compare(cfg, scores)

@@ -1,4 +1,5 @@
-"""Batched generation of evaluation predictions, in-process or through an OpenAI-compatible endpoint.
+"""Evaluation predictions, generated in-process (``rpbench.models.generation``) or through an
+OpenAI-compatible endpoint.
 
 Predictions go to ``predictions.jsonl``, one line per record as soon as its batch finishes, so a killed
 run resumes where it stopped: ids already in the file are skipped (a line cut off mid-write is dropped
@@ -19,12 +20,11 @@ import math
 import mimetypes
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
 
 from rpbench.data.chat import ChatRenderer, FittedPrompt
@@ -32,57 +32,9 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
+from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, synced_gpus_needed
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Decoding settings. ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
-
-    Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
-    so results depend on the config alone. ``synced_gpus`` None detects ZeRO-3/FSDP.
-    """
-
-    max_new_tokens: int = 256
-    # Longer prompts lose history turns from the left (the system turn and the last user turn stay).
-    max_prompt_length: int | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    batch_size: int = 8
-    seed: int = 0
-    synced_gpus: bool | None = None
-    merge_timeout_s: float = 3600.0
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        problems = []
-        if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            problems.append(f"top_k must be >= 0, got {self.top_k}")
-        if self.batch_size < 1:
-            problems.append(f"batch_size must be >= 1, got {self.batch_size}")
-        if problems:
-            raise ValueError("generation options: " + "; ".join(problems))
-
-    @property
-    def sampling(self) -> bool:
-        return self.temperature > 0
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> GenerationOptions:
-        cfg = dict(cfg or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ValueError(f"unknown generation options {unknown}; known: {sorted(known)}")
-        return cls(**cfg)
 
 
 @dataclass
@@ -104,12 +56,6 @@ class GenerationReport:
 # ------------------------------------------------------------------------------------- generation
 
 
-def render_prompts(tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
-    """Token ids of each conversation in the chat template, ending with the assistant header."""
-    texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in conversations]
-    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
-
-
 def prompts_fitted_counts(fitted: Sequence[FittedPrompt]) -> dict[str, int]:
     """How many prompts lost history turns, and how many were cut after their system turn or from the left."""
     return {
@@ -117,139 +63,6 @@ def prompts_fitted_counts(fitted: Sequence[FittedPrompt]) -> dict[str, int]:
         "cut_after_system": sum(f.cut == "after_system" for f in fitted),
         "cut_left": sum(f.cut == "left" for f in fitted),
     }
-
-
-def default_stop_ids(model, tokenizer) -> list[int]:
-    """The model's generation eos ids (``rpbench.models`` sets them to the end-of-turn ids)."""
-    eos = model.generation_config.eos_token_id
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    return [eos] if isinstance(eos, int) else list(eos)
-
-
-def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_id: int):
-    from transformers import GenerationConfig
-
-    sampling = (
-        {"temperature": opts.temperature, "top_p": opts.top_p, "top_k": opts.top_k}
-        if opts.sampling
-        else {"temperature": 1.0, "top_p": 1.0, "top_k": 50}
-    )  # neutral values: no warpers, no warnings
-    return GenerationConfig(
-        max_new_tokens=opts.max_new_tokens,
-        do_sample=opts.sampling,
-        repetition_penalty=1.0,
-        eos_token_id=list(stop_ids),
-        pad_token_id=pad_id,
-        **sampling,
-    )
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row) :] = 1
-    return ids, mask
-
-
-def decode_completion(tokenizer, ids: Sequence[int], stop_ids: Sequence[int]) -> str:
-    """Text of a completion up to (not including) its first stop token."""
-    ids = list(ids)
-    cut = next((i for i, t in enumerate(ids) if t in stop_ids), len(ids))
-    return tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
-
-
-def synced_gpus_needed(model, opts: GenerationOptions, world_size: int) -> bool:
-    if opts.synced_gpus is not None:
-        return opts.synced_gpus and world_size > 1
-    from transformers.distributed.fsdp import is_fsdp_managed_module
-    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-
-    return world_size > 1 and (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
-
-
-def generate_batches(
-    model,
-    tokenizer,
-    prompts: Sequence[Sequence[int]],
-    opts: GenerationOptions,
-    stop_ids: Sequence[int],
-    *,
-    min_batches: int = 0,
-    synced_gpus: bool = False,
-    desc: str = "generate",
-) -> Iterator[tuple[list[int], list[str]]]:
-    """Yield (prompt indices, completions) batch by batch, longest prompts first.
-
-    With ``min_batches`` the loop continues with throw-away batches until that many ``generate`` calls
-    were made (ranks under ``synced_gpus`` must make the same number). Sampling reseeds torch with
-    ``seed + batch number`` before each batch.
-    """
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
-    config = hf_generation_config(opts, stop_ids, pad_id)
-    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
-    batches = [order[s : s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]
-    filler = [list(prompts[order[-1]]) if prompts else tokenizer("hi", add_special_tokens=False)["input_ids"]]
-    device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
-    try:
-        with tqdm(total=len(prompts), desc=desc, disable=not opts.progress) as bar:
-            for number in range(max(len(batches), min_batches)):
-                batch = batches[number] if number < len(batches) else []
-                ids, mask = left_pad([prompts[i] for i in batch] or filler, pad_id)
-                if opts.sampling:
-                    torch.manual_seed(opts.seed + number)
-                with torch.no_grad():
-                    out = model.generate(
-                        input_ids=ids.to(device),
-                        attention_mask=mask.to(device),
-                        generation_config=config,
-                        synced_gpus=synced_gpus,
-                    )
-                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, ids.shape[1] :].tolist()]
-                if batch:
-                    bar.update(len(batch))
-                    yield batch, completions[: len(batch)]
-    finally:
-        model.train(was_training)
-
-
-def generate_texts(
-    model,
-    tokenizer,
-    conversations: Sequence[Sequence[Mapping[str, str]]],
-    *,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    batch_size: int = 8,
-    seed: int = 0,
-    stop_ids: Sequence[int] | None = None,
-    progress: bool = False,
-) -> list[str]:
-    """The assistant reply to each conversation (list of {"role", "content"} messages), in input order."""
-    opts = GenerationOptions(
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        batch_size=batch_size,
-        seed=seed,
-        progress=progress,
-    )
-    stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
-    texts: list[str] = [""] * len(conversations)
-    for batch, completions in generate_batches(
-        model, tokenizer, render_prompts(tokenizer, conversations), opts, stop_ids
-    ):
-        for i, text in zip(batch, completions):
-            texts[i] = text
-    return texts
 
 
 # ------------------------------------------------------------------------------- predictions file

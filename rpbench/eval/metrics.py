@@ -1,7 +1,9 @@
 """Reference-based metrics: BLEU, ROUGE-1/2/L/Lsum, METEOR and BERTScore, one value per sample.
 
-Every function takes ``predictions`` and ``references`` (equal-length lists of strings) and returns
-per-sample values, so callers aggregate them (``rpbench.eval.stats``) per task, dimension or overall.
+Every metric is a function registered in ``METRICS``: it takes ``predictions`` and ``references``
+(equal-length lists of strings) and returns per-sample values, so callers aggregate them
+(``rpbench.eval.stats``) per task, dimension or overall. ``evaluator.metrics`` names the ones a run
+computes; ``evaluator.<metric>`` (if present) holds keyword options for one (BERTScore's backbone).
 
 - ``bleu``: RoleMRC's BLEU (Hugging Face ``evaluate``'s bleu per sample: 13a tokens, no smoothing,
   0-1, so a sample without a 4-gram match scores 0), the mean of which the paper reports.
@@ -19,7 +21,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +35,12 @@ from rouge_score import rouge_scorer, tokenizers
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from rpbench.eval.wordnet import load_wordnet
+from rpbench.registry import Registry
 
 log = logging.getLogger(__name__)
 
 ROUGE_TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
-METRICS = ("bleu", "bleu_smoothed", *ROUGE_TYPES, "meteor", "bertscore")
+METRICS = Registry("metric")
 
 # Han (with extensions and compatibility ideographs), kana, Hangul: scripts written without spaces
 # between words, so each character is a token; so are CJK punctuation (。、「」) and full/half-width forms.
@@ -101,12 +104,14 @@ def bleu_of(prediction: Sequence[str], reference: Sequence[str], max_order: int 
     return math.exp(log_precision) * brevity
 
 
+@METRICS.register("bleu")
 def paper_bleu(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
     """RoleMRC's BLEU per sample (0-1; see ``bleu_of``); the paper reports the mean."""
     check_pairs(predictions, references)
     return [bleu_of(bleu_tokens(p), bleu_tokens(r)) for p, r in zip(predictions, references)]
 
 
+@METRICS.register("bleu_smoothed")
 def sentence_bleu(predictions: Sequence[str], references: Sequence[str], tokenize: str = "13a") -> list[float]:
     """sacrebleu sentence BLEU (exp smoothing, effective order) per sample, 0-100.
 
@@ -158,6 +163,19 @@ def rouge(
     return {t: [float(s[t].fmeasure) for s in scores] for t in types}
 
 
+def rouge_metric(rouge_type: str):
+    """ROUGE F1 of one type per sample, as a metric function."""
+
+    def metric(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+        return rouge(predictions, references, [rouge_type])[rouge_type]
+
+    return metric
+
+
+for _type in ROUGE_TYPES:
+    METRICS.register(_type)(rouge_metric(_type))
+
+
 # -------------------------------------------------------------------------------------------- METEOR
 
 _TREEBANK = NLTKWordTokenizer()
@@ -176,6 +194,7 @@ def word_tokenize(text: str) -> list[str]:
     return [tok for sentence in _SENTENCES.tokenize(space_cjk(text)) for tok in _TREEBANK.tokenize(sentence)]
 
 
+@METRICS.register("meteor")
 def meteor(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
     """nltk METEOR per sample (alpha 0.9, beta 3, gamma 0.5; exact, Porter-stem and WordNet matches)."""
     check_pairs(predictions, references)
@@ -299,35 +318,29 @@ def load_bertscorer(
     )
 
 
+@METRICS.register("bertscore")
+def bertscore(
+    predictions: Sequence[str], references: Sequence[str], model: str = DEFAULT_BERTSCORE_MODEL, **scorer_options: Any
+) -> list[float]:
+    """BERTScore F1 per sample, 0-1, on ``load_bertscorer(model, **scorer_options)`` (cached: the same call
+    returns the scorer, to ``describe()`` its backbone)."""
+    return load_bertscorer(model, **scorer_options).f1(predictions, references)
+
+
 # ------------------------------------------------------------------------------------------ together
 
 
 def compute_metrics(
     predictions: Sequence[str],
     references: Sequence[str],
-    names: Sequence[str] = METRICS,
-    *,
-    bertscorer: BERTScorer | None = None,
+    names: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, list[float]]:
-    """Per-sample values of each named metric (see ``METRICS``).
-
-    BERTScore uses ``bertscorer`` or ``load_bertscorer()``; call ``load_bertscorer().describe()`` (the
-    same cached object) to report the backbone used.
-    """
+    """Per-sample values of each named metric (registered in ``METRICS``); ``options[name]`` are keyword
+    options for that metric."""
     unknown = [n for n in names if n not in METRICS]
     if unknown:
-        raise ValueError(f"unknown metrics {unknown}; known: {list(METRICS)}")
+        raise ValueError(f"unknown metrics {unknown}; known: {METRICS.names()}")
     check_pairs(predictions, references)
-    results: dict[str, list[float]] = {}
-    if "bleu" in names:
-        results["bleu"] = paper_bleu(predictions, references)
-    if "bleu_smoothed" in names:
-        results["bleu_smoothed"] = sentence_bleu(predictions, references)
-    rouge_types = [n for n in names if n in ROUGE_TYPES]
-    if rouge_types:
-        results.update(rouge(predictions, references, rouge_types))
-    if "meteor" in names:
-        results["meteor"] = meteor(predictions, references)
-    if "bertscore" in names:
-        results["bertscore"] = (bertscorer or load_bertscorer()).f1(predictions, references)
-    return {n: results[n] for n in names}
+    options = options or {}
+    return {n: METRICS.get(n)(predictions, references, **options.get(n, {})) for n in names}

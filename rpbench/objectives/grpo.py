@@ -34,8 +34,8 @@ from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
 from rpbench.distributed import all_gather_objects, rank_and_world
-from rpbench.eval.generate import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.forward import labelled_logps
+from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import (

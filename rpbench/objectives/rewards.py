@@ -25,28 +25,17 @@ from numbers import Real
 from typing import Any
 
 from rpbench.eval.metrics import CJKRougeTokenizer, rouge, sentence_bleu
+from rpbench.registry import Registry
 
 log = logging.getLogger(__name__)
 
 RewardCallable = Callable[[Sequence[Any], Sequence[str], Sequence[str | None]], list[float]]
 
-REWARDS: dict[str, Callable[..., Any]] = {}
+REWARDS = Registry("reward")
 
 DEFAULT_ROLE_MARKERS = ("User:", "Human:", "<|im_start|>user", "<|start_header_id|>user", "[INST]")
 
 _WORDS = CJKRougeTokenizer(use_stemmer=False)
-
-
-def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a reward function (or a class whose instances are reward functions) under ``name``."""
-
-    def decorator(obj: Callable[..., Any]) -> Callable[..., Any]:
-        if name in REWARDS:
-            raise ValueError(f"reward {name!r} is already registered (by {REWARDS[name]!r})")
-        REWARDS[name] = obj
-        return obj
-
-    return decorator
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -58,13 +47,13 @@ def word_tokens(text: str) -> list[str]:
     return _WORDS.tokenize(text)
 
 
-@register("non_empty")
+@REWARDS.register("non_empty")
 def non_empty(prompts, completions, references) -> list[float]:
     """1.0 when the completion has a non-whitespace character, else 0.0."""
     return [1.0 if c.strip() else 0.0 for c in completions]
 
 
-@register("length_penalty")
+@REWARDS.register("length_penalty")
 def length_penalty(prompts, completions, references, *, min_len: int, max_len: int, unit: str = "words"):
     """0.0 inside ``[min_len, max_len]``, else minus the relative distance to the range, floored at -1.
 
@@ -88,7 +77,7 @@ def length_penalty(prompts, completions, references, *, min_len: int, max_len: i
     return scores
 
 
-@register("no_role_break")
+@REWARDS.register("no_role_break")
 def no_role_break(prompts, completions, references, *, markers: Sequence[str] = DEFAULT_ROLE_MARKERS):
     """1.0 unless the completion contains a marker of a new user turn (case-sensitive), then 0.0."""
     if isinstance(markers, str) or not markers:
@@ -109,13 +98,13 @@ def _checked_references(reward: str, completions: Sequence[str], references: Seq
     return list(references)
 
 
-@register("rouge_l")
+@REWARDS.register("rouge_l")
 def rouge_l(prompts, completions, references) -> list[float]:
     """ROUGE-L F1 of each completion against its reference, in [0, 1]: the evaluation's own ROUGE-L."""
     return rouge(completions, _checked_references("rouge_l", completions, references), ["rougeL"])["rougeL"]
 
 
-@register("bleu")
+@REWARDS.register("bleu")
 def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[float]:
     """Sentence-level BLEU against the reference, in [0, 1]: the evaluation's own BLEU divided by 100.
 
@@ -129,7 +118,7 @@ def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[floa
 # Model rewards: an LLM judge through the judge client, a sequence-classification reward model
 
 
-@register("judge")
+@REWARDS.register("judge")
 class JudgeReward:
     """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
 
@@ -176,7 +165,7 @@ class JudgeReward:
         self._stack.close()
 
 
-@register("reward_model")
+@REWARDS.register("reward_model")
 class RewardModelReward:
     """The scalar output of a sequence-classification reward model (one label) on prompt + completion,
     rendered with the reward model's own chat template."""
@@ -277,8 +266,8 @@ def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
         elif "name" in entry:
             name = str(entry["name"])
             if name not in REWARDS:
-                raise ValueError(f"{where}.name: unknown reward {name!r}; registered: {sorted(REWARDS)}")
-            obj = REWARDS[name]
+                raise ValueError(f"{where}.name: unknown reward {name!r}; registered: {REWARDS.names()}")
+            obj = REWARDS.get(name)
         else:
             raise ValueError(f"{where}: needs 'name' (a registered reward) or 'target' ('module.path:function')")
         weight = entry.get("weight", 1.0)

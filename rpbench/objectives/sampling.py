@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from rpbench.eval.generate import GenerationOptions, hf_generation_config, left_pad
+from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
 
 T = TypeVar("T")
 

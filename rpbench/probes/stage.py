@@ -1,5 +1,7 @@
 """The probe step of stage 4, as the pipeline calls it after evaluation (``probe=<name>``).
 
+Each probe is a ``Probe`` registered in ``PROBES`` under its name:
+
 - ``topk_freq``: top-p% activation frequencies per evaluation dimension over the test prompts,
   saved to the run folder (probe_stats.pt, probe_stats.json).
 - ``compare``: two probed runs (``probe.runs=[a, b]``) -> D_l table, heatmaps, most changed neurons;
@@ -16,7 +18,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,27 +35,39 @@ from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
 from rpbench.probes.prompts import prompt_batches
 from rpbench.probes.restraint import DEFAULT_FACTOR, restrain, select_neurons
 from rpbench.probes.stats import ProbeSettings
+from rpbench.registry import Registry
 
 log = logging.getLogger(__name__)
 
-PROBES = ("none", "topk_freq", "compare", "restraint")
-MODEL_PROBES = ("topk_freq", "restraint")
 RESTRAINED_DIR = "restrained"
 RESTRAINT_FILE = "restraint.json"
 
 Evaluate = Callable[..., dict]
 
 
-def _probe_name(probe_cfg: Mapping) -> str:
-    name = str(probe_cfg.get("name", "none"))
+@dataclass(frozen=True)
+class Probe:
+    """A probe: ``run(cfg, model, tokenizer, test_examples, out_dir, evaluate, baseline_eval)`` returns its
+    numbers plus ``report_sections``.
+
+    ``needs_model``: it forwards the run's model (so the pipeline builds one and reads the test records);
+    ``all_ranks``: it runs on every rank (it evaluates, which shards the records), else on rank zero only.
+    """
+
+    run: Callable[..., dict[str, Any]]
+    needs_model: bool
+    all_ranks: bool = False
+
+
+PROBES = Registry("probe")
+
+
+def probe_of(probe_cfg: Mapping) -> Probe:
+    """The registered probe ``probe_cfg.name`` names."""
+    name = str(probe_cfg["name"])
     if name not in PROBES:
-        raise ValueError(f"probe={name}: unknown probe; choose one of {PROBES}")
-    return name
-
-
-def needs_model(probe_cfg: Mapping) -> bool:
-    """Whether the probe forwards the run's model (compare works from saved statistics alone)."""
-    return _probe_name(probe_cfg) in MODEL_PROBES
+        raise ValueError(f"probe={name}: unknown probe; choose one of {', '.join(PROBES.names())}")
+    return PROBES.get(name)
 
 
 def run_probe(
@@ -70,23 +84,24 @@ def run_probe(
     ``evaluate`` is rpbench.eval.evaluate.evaluate; ``baseline_eval`` the result of the run's normal
     evaluation (required by restraint).
     """
-    name = _probe_name(cfg.probe)
-    out_dir = Path(out_dir)
-    if name == "none":
-        return {"name": name, "report_sections": []}
-    if name in MODEL_PROBES and (model is None or tokenizer is None or test_examples is None):
+    name = str(cfg.probe["name"])
+    probe = probe_of(cfg.probe)
+    if probe.needs_model and (model is None or tokenizer is None or test_examples is None):
         raise ValueError(f"probe={name} needs the run's model, tokenizer and test records")
-    if name == "restraint":
-        return restraint_probe(cfg, model, tokenizer, test_examples, out_dir, evaluate, baseline_eval)
-    if rank_zero_only.rank != 0:
+    if not probe.all_ranks and rank_zero_only.rank != 0:
         return {"name": name, "report_sections": []}
-    if name == "topk_freq":
-        return frequency_probe(cfg, model, tokenizer, test_examples, out_dir)
-    return compare_probe(cfg.probe, out_dir)
+    return probe.run(cfg, model, tokenizer, test_examples, Path(out_dir), evaluate, baseline_eval)
+
+
+def no_probe(cfg, *_) -> dict[str, Any]:
+    return {"name": "none", "report_sections": []}
+
+
+PROBES.register("none")(Probe(no_probe, needs_model=False))
 
 
 # -- topk_freq ----------------------------------------------------------------------------------------
-def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path) -> dict[str, Any]:
+def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, *_) -> dict[str, Any]:
     """Top-p% frequencies per dimension over the test prompts, saved into ``out_dir``."""
     probe = cfg.probe
     settings = ProbeSettings.from_cfg(OmegaConf.to_container(probe, resolve=True))
@@ -116,6 +131,9 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
     }
     result["report_sections"] = [_frequency_section(result)]
     return result
+
+
+PROBES.register("topk_freq")(Probe(frequency_probe, needs_model=True))
 
 
 def _frequency_section(result: Mapping[str, Any]) -> str:
@@ -157,8 +175,9 @@ def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
     return (a, b) if a != b else (f"{a} (a)", f"{b} (b)")
 
 
-def compare_probe(probe: Mapping, out_dir: Path) -> dict[str, Any]:
-    """D_l, heatmaps and most changed neurons of ``probe.runs[1]`` against ``probe.runs[0]``."""
+def compare_probe(cfg, model, tokenizer, examples, out_dir: Path, *_) -> dict[str, Any]:
+    """D_l, heatmaps and most changed neurons of ``probe.runs[1]`` against ``probe.runs[0]`` (no model)."""
+    probe = cfg.probe
     runs = [Path(str(r)) for r in (probe.get("runs") or [])]
     if len(runs) != 2:
         raise ValueError(f"probe.runs: expected two probed run folders [a, b], got {[str(r) for r in runs]}")
@@ -174,6 +193,9 @@ def compare_probe(probe: Mapping, out_dir: Path) -> dict[str, Any]:
     result = {"name": "compare", **result, "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
     result["report_sections"] = [(out_dir / result["table"]).read_text().rstrip("\n")]
     return result
+
+
+PROBES.register("compare")(Probe(compare_probe, needs_model=False))
 
 
 # -- restraint ----------------------------------------------------------------------------------------
@@ -259,3 +281,6 @@ def _restraint_section(result: Mapping[str, Any]) -> str:
         lines.append(f"**Warning:** the factor rounds to 1 in {result['model_dtype']}: activations are unchanged.")
     lines += ["", before_after.markdown(result["before_after"])]
     return "\n".join(lines)
+
+
+PROBES.register("restraint")(Probe(restraint_probe, needs_model=True, all_ranks=True))

@@ -12,13 +12,8 @@ import torch
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
-from rpbench.eval.generate import (
-    GenerationOptions,
-    generate_predictions,
-    generate_texts,
-    generate_via_endpoint,
-    shard_path,
-)
+from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
+from rpbench.models.generation import GenerationOptions, generate_texts
 
 MAX_NEW = 10
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token

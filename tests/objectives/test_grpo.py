@@ -10,15 +10,16 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from rpbench import serve  # noqa: F401  (provides the local judge server)
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
-from rpbench.eval.generate import GenerationOptions
 from rpbench.models import load
+from rpbench.models.generation import GenerationOptions
 from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
-from rpbench.objectives.rewards import JudgeReward, register
+from rpbench.objectives.rewards import REWARDS, JudgeReward
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
 from rpbench.training import train
 
@@ -28,7 +29,7 @@ TRAIN, VAL = RECORDS[:16], RECORDS[16:20]
 TARGET_LETTER = "e"
 
 
-@register("test_letter_fraction")
+@REWARDS.register("test_letter_fraction")
 def letter_fraction(prompts, completions, references) -> list[float]:
     """Toy rule reward: the share of the completion's characters that are the target letter."""
     return [c.count(TARGET_LETTER) / max(len(c), 1) for c in completions]
@@ -295,7 +296,7 @@ def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(com
     assert [float(r["train/lr"]) for r in rows] == pytest.approx([1e-2 * 4 / 5, 1e-2 * 2 / 5, 1e-2 * 1 / 5])
 
 
-@register("test_kept_judge")
+@REWARDS.register("test_kept_judge")
 class KeptJudge(JudgeReward):
     """The judge reward, keeping its instances so that a test can reach the judge after training."""
 

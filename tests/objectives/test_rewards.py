@@ -7,13 +7,13 @@ from rouge_score import rouge_scorer
 
 from rpbench.objectives import rewards
 from rpbench.objectives.rewards import (
+    REWARDS,
     RewardFn,
     bleu,
     build_reward_fns,
     length_penalty,
     no_role_break,
     non_empty,
-    register,
     rouge_l,
     score_rewards,
     weighted_sum,
@@ -111,7 +111,7 @@ def test_reference_rewards_need_a_reference_per_completion():
 @pytest.fixture
 def registry(monkeypatch):
     """A copy of the registry, so rewards registered by a test do not leak into others."""
-    monkeypatch.setattr(rewards, "REWARDS", dict(rewards.REWARDS))
+    monkeypatch.setattr(rewards.REWARDS, "_entries", dict(rewards.REWARDS._entries))
     return rewards.REWARDS
 
 
@@ -126,7 +126,7 @@ class KeywordCount:
 
 
 def test_build_reward_fns_from_names_targets_and_classes(registry):
-    register("keyword_count")(KeywordCount)
+    REWARDS.register("keyword_count")(KeywordCount)
     fns = build_reward_fns(
         [
             {"name": "non_empty"},
@@ -160,7 +160,7 @@ def test_target_name_defaults_to_the_function_name():
 
 def test_register_rejects_a_taken_name(registry):
     with pytest.raises(ValueError, match="already registered"):
-        register("bleu")(KeywordCount)
+        REWARDS.register("bleu")(KeywordCount)
 
 
 @pytest.mark.parametrize(

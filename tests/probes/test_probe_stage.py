@@ -12,7 +12,7 @@ from rpbench.eval.stats import aggregate
 from rpbench.models import load
 from rpbench.probes import before_after
 from rpbench.probes.prompts import prompt_batches, record_dimensions
-from rpbench.probes.stage import RESTRAINED_DIR, RESTRAINT_FILE, compare_labels, needs_model, run_probe
+from rpbench.probes.stage import RESTRAINED_DIR, RESTRAINT_FILE, compare_labels, probe_of, run_probe
 
 
 def record(rid: str, question: str, dims=None, image=None) -> EvalExample:
@@ -33,10 +33,10 @@ def tiny():
 
 
 def test_which_probes_need_a_model():
-    assert needs_model({"name": "topk_freq"}) and needs_model({"name": "restraint"})
-    assert not needs_model({"name": "compare"}) and not needs_model({"name": "none"})
+    assert probe_of({"name": "topk_freq"}).needs_model and probe_of({"name": "restraint"}).needs_model
+    assert not probe_of({"name": "compare"}).needs_model and not probe_of({"name": "none"}).needs_model
     with pytest.raises(ValueError, match="probe=bogus: unknown probe"):
-        needs_model({"name": "bogus"})
+        probe_of({"name": "bogus"})
 
 
 def test_record_dimensions_fall_back_to_the_task_label():

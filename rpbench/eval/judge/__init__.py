@@ -1,6 +1,6 @@
 """LLM-as-a-judge: an OpenAI-compatible client (async, retried, cached), rubric prompts and strict parsers.
 
-with open_judge(cfg.judge) as client:        # judge=local starts rpbench.serve for the run
+with open_judge(cfg.judge) as client:        # judge=local: a server from provide_local_server (rpbench.serve)
     rolemrc = judge_rolemrc(examples, predictions, client)
     mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
 """

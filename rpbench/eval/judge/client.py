@@ -18,7 +18,7 @@ import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -290,10 +290,22 @@ class JudgeClient:
             self.cache.close()
 
 
+LocalServer = Callable[[Mapping[str, Any]], AbstractContextManager[Mapping[str, Any]]]
+_local_server: LocalServer | None = None
+
+
+def provide_local_server(start: LocalServer) -> None:
+    """Set how a ``backend: local`` judge gets its server: ``start(judge_cfg)`` starts one for
+    ``judge_cfg["server"]`` and yields the judge config pointing at it, stopping it on exit.
+    ``rpbench.serve`` provides its own when imported (the pipeline imports it)."""
+    global _local_server
+    _local_server = start
+
+
 @contextmanager
 def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
-    """A client for a ``judge`` config; ``backend: local`` first starts ``rpbench.serve`` on 127.0.0.1
-    for ``cfg.server`` (stopped on exit) and points the client at it."""
+    """A client for a ``judge`` config; ``backend: local`` first starts the provided local server
+    (``provide_local_server``; stopped on exit) and points the client at it."""
     cfg = dict(cfg)
     backend = cfg.get("backend", "openai")
     if backend not in BACKENDS:
@@ -302,23 +314,10 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
         raise ValueError("judge=none configures no judge; choose judge=openai|rolemrc_published|local|vllm")
     if backend == "vllm" and not cfg.get("base_url"):
         raise ValueError("judge=vllm needs judge.base_url (e.g. http://host:8000/v1)")
-    if backend != "local":
-        client = JudgeClient(JudgeConfig.from_mapping(cfg))
-        try:
-            yield client
-        finally:
-            client.close()
-        return
-    from rpbench.serve import serve_in_thread
-
-    server_cfg = dict(cfg.get("server") or {})
-    if "model" not in server_cfg:
-        raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
-    model = server_cfg.pop("model")
-    with serve_in_thread(model, server_cfg) as server:
-        client = JudgeClient(
-            JudgeConfig.from_mapping({**cfg, "base_url": server.base_url, "model": server.model_identity})
-        )
+    if backend == "local" and _local_server is None:
+        raise ValueError("judge=local: no local judge server provided (import rpbench.serve, as the pipeline does)")
+    with _local_server(cfg) if backend == "local" else nullcontext(cfg) as served:
+        client = JudgeClient(JudgeConfig.from_mapping(served))
         try:
             yield client
         finally:

@@ -1,0 +1,67 @@
+"""RoleMRC: reference metrics per task, per dimension (the paper's five) and per rubric; judged on
+rpbench's reference-free rubrics (or ``evaluator.judge_prompt_file``'s templates)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rpbench.data.records import EvalExample
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, write_jsonl
+from rpbench.eval.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
+from rpbench.eval.stats import summarize
+
+
+class RoleMRC(Benchmark):
+    judged = True
+
+    def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
+        """``dimension``: the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,
+        Prioritized); ``rubric``: the finer split a record is judged on (``meta["dimensions"]``); a
+        record may sit in several."""
+        rubrics = [list(e.meta.get("dimensions", [])) for e in examples]
+        return {**super().groupings(examples), "dimension": [dimensions_of(r) for r in rubrics], "rubric": rubrics}
+
+    def prepare_judge(self, cfg: DictConfig):
+        """rpbench's reference-free rubrics, or the templates of ``evaluator.judge_prompt_file`` (checked)."""
+        path = cfg.evaluator.judge_prompt_file
+        return DEFAULT_PROMPTS if path is None else load_prompts(str(path))
+
+    def judge(
+        self,
+        cfg: DictConfig,
+        examples: Sequence[EvalExample],
+        predictions: Mapping[str, str],
+        out_dir: Path,
+        prepared: Any,
+        results: dict[str, Any],
+        scores: list[dict[str, Any]],
+    ) -> None:
+        """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
+        CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
+        from rpbench.eval.judge import JudgeConfig, judge_rolemrc
+        from rpbench.eval.judge.health import parse_failure_warning
+
+        judged = judge_rolemrc(examples, predictions, as_container(cfg.judge), prepared)
+        overall = judged["overall"]
+        limit = JudgeConfig.from_mapping(as_container(cfg.judge)).warn_parse_failure_rate
+        warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
+        if warning:
+            judged["warning"] = warning
+        records = judged.pop("records")
+        write_jsonl(out_dir / "judgements.jsonl", records)
+        bootstrap = as_container(cfg.evaluator.bootstrap)
+        for level, key in (("rubrics", lambda r: r), ("dimensions", dimension_of)):
+            for group, tally in judged[level].items():
+                verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
+                tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
+        results["judge"] = judged
+        verdicts = {rec["id"]: rec["verdicts"] for rec in records}
+        for row in scores:
+            row["verdicts"] = verdicts[row["id"]]
+
+
+BENCHMARKS.register("rolemrc")(RoleMRC())

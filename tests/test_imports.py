@@ -1,0 +1,113 @@
+"""The import graph runs one way: data <- models <- objectives / eval / probes <- pipeline.
+
+Every ``import`` of every rpbench module (module level or inside functions) is read with ``ast``; a
+module may import its own layer and the layers below, never one above, and objectives, eval and probes
+do not import each other. ``rpbench.serve`` (which loads models to serve them) is pipeline level.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+from unittest.mock import ANY
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "rpbench"
+
+# Shared helpers every layer may use (no rpbench imports above the data layer themselves).
+BASE = {"rpbench", "rpbench.registry", "rpbench.atomic", "rpbench.distributed"}
+LAYERS = {"rpbench.data": 0, "rpbench.models": 1, "rpbench.objectives": 2, "rpbench.eval": 2, "rpbench.probes": 2}
+PIPELINE = 3
+
+
+# Arrows still pointing sideways, to be removed (rewards and probes use the judge, the text metrics and
+# the RoleMRC dimensions, which live in eval): the test fails on any other one, and when one disappears.
+KNOWN_SIDEWAYS = {
+    ("rpbench/objectives/rewards.py", "rpbench.eval.metrics"),
+    ("rpbench/objectives/rewards.py", "rpbench.eval.judge"),
+    ("rpbench/objectives/rewards.py", "rpbench.eval.judge.rolemrc_rubrics"),
+    ("rpbench/probes/before_after.py", "rpbench.eval.judge.rolemrc_rubrics"),
+    ("rpbench/probes/before_after.py", "rpbench.eval.report"),
+    ("rpbench/probes/prompts.py", "rpbench.eval.judge.rolemrc_rubrics"),
+}
+
+
+def module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = path.relative_to(root.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(level, package) of an rpbench module; modules outside the four packages are pipeline level."""
+    for package, level in LAYERS.items():
+        if module == package or module.startswith(package + "."):
+            return level, package
+    return PIPELINE, module
+
+
+def imports_of(path: Path, root: Path = PACKAGE) -> list[tuple[int, str]]:
+    """(line, module) of every rpbench import in a file, relative imports resolved."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    own = module_name(path, root)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.append((node.lineno, base))
+            if base == "rpbench":  # `from rpbench import serve`: the names are modules
+                found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return [(line, name) for line, name in found if name == "rpbench" or name.startswith("rpbench.")]
+
+
+def violations(root: Path = PACKAGE) -> list[tuple[str, int, str, str]]:
+    """(file, line, imported module, why) of every import that points up a layer or sideways."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        level, package = layer_of(module_name(path, root))
+        for line, target in imports_of(path, root):
+            if target in BASE:
+                continue
+            target_level, target_package = layer_of(target)
+            file = path.relative_to(root.parent).as_posix()
+            if target_level > level:
+                found.append((file, line, target, "a layer above"))
+            elif target_level == level < PIPELINE and target_package != package:
+                found.append((file, line, target, "a sibling layer"))
+    return found
+
+
+def test_imports_run_one_way():
+    arrows = {(file, target) for file, _, target, _ in violations()}
+    assert arrows - KNOWN_SIDEWAYS == set(), [v for v in violations() if (v[0], v[2]) not in KNOWN_SIDEWAYS]
+    assert KNOWN_SIDEWAYS - arrows == set(), "fixed: remove from KNOWN_SIDEWAYS"
+
+
+def test_serve_is_pipeline_level():
+    assert layer_of("rpbench.serve")[0] == PIPELINE
+    users = {module_name(p) for p in PACKAGE.rglob("*.py") for _, t in imports_of(p) if t == "rpbench.serve"}
+    assert users <= {"rpbench.pipeline"}, users
+
+
+@pytest.mark.parametrize(
+    ("source", "bad", "why"),
+    [
+        ("from rpbench.eval.metrics import rouge\n", "rpbench/objectives/x.py", "a sibling layer"),
+        ("def f():\n    from rpbench.pipeline import run\n", "rpbench/models/x.py", "a layer above"),
+        ("from rpbench.models import load\n", "rpbench/data/x.py", "a layer above"),
+        ("from ..objectives import sft\n", "rpbench/eval/x.py", "a sibling layer"),
+    ],
+)
+def test_the_check_sees_an_arrow_back_up(tmp_path, source, bad, why):
+    """The check itself: a copy of the package with one bad import fails it, naming file and line."""
+    copy = tmp_path / "rpbench"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("resources", "__pycache__"))
+    (tmp_path / bad).write_text(source)
+    assert [v for v in violations(copy) if v[0] == bad] == [(bad, source.count("\n"), ANY, why)]

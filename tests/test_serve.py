@@ -246,7 +246,7 @@ def raw_post(url: str, body: dict) -> socket.socket:
 def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment):
     with serve_in_thread(tiny) as server:
         status, reply = post(server.base_url, {"messages": HELLO, **body})
-        assert server.stats.batch_sizes == []  # nothing reached the model
+        assert list(server.stats.batch_sizes) == []  # nothing reached the model
     assert status == 400
     assert fragment in reply["error"]["message"]
 
@@ -299,7 +299,7 @@ def test_completion_tokens_count_the_generated_tokens(tiny):
 def test_generation_stops_when_the_client_disconnects(tiny):
     with serve_in_thread(tiny, {"batch_wait_ms": 0}) as server:
         sock = raw_post(server.url, {"messages": HELLO, "max_tokens": 1900, "temperature": 0})
-        wait_until(lambda: server.stats.batch_sizes == [1])  # generating
+        wait_until(lambda: list(server.stats.batch_sizes) == [1])  # generating
         time.sleep(0.2)
         sock.close()
         wait_until(lambda: server.stats.disconnected == 1)
@@ -312,13 +312,13 @@ def test_generation_stops_when_the_client_disconnects(tiny):
 def test_a_request_that_left_while_queued_is_not_generated(tiny):
     with serve_in_thread(tiny, {"batch_wait_ms": 0}) as server:
         first = raw_post(server.url, {"messages": HELLO, "max_tokens": 1000, "temperature": 0})
-        wait_until(lambda: server.stats.batch_sizes == [1])
+        wait_until(lambda: list(server.stats.batch_sizes) == [1])
         queued = raw_post(server.url, {"messages": HELLO, "max_tokens": 8, "temperature": 0})
         wait_until(lambda: server.stats.requests == 2)
         queued.close()
         first.close()
         wait_until(lambda: server.stats.disconnected == 2)
-        assert server.stats.batch_sizes == [1, 1]  # the second batch held only the departed request
+        assert list(server.stats.batch_sizes) == [1, 1]  # the second batch held only the departed request
         assert len(server.stats.stopped_after_tokens) == 1
 
 
@@ -334,7 +334,7 @@ def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
     with serve_in_thread(tiny, {"batch_wait_ms": 0, "max_queue": 1}) as server:
         long = threading.Thread(target=call, args=("long", 1000))
         long.start()
-        wait_until(lambda: server.stats.batch_sizes == [1])  # generating
+        wait_until(lambda: list(server.stats.batch_sizes) == [1])  # generating
         normal = threading.Thread(target=call, args=("normal", 4))
         normal.start()
         wait_until(lambda: server.stats.requests == 2)

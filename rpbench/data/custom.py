@@ -92,7 +92,8 @@ class Layout:
         for name, table, known in (("columns", columns, DEFAULT_COLUMNS), ("tags", tags, TAG_KEYS)):
             if unknown := sorted(set(table) - set(known)):
                 raise ValueError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
-        return cls({**DEFAULT_COLUMNS, **columns}, {key: tags.get(key) for key in TAG_KEYS})
+        given = {key: value for key, value in columns.items() if value is not None}  # null: ours
+        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS})
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:

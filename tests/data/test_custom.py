@@ -12,6 +12,7 @@ import pytest
 
 from rpbench.data import readers
 from rpbench.data.errors import DataFormatError
+from rpbench.data.prepare import read_split
 from rpbench.data.records import Turn
 
 SYSTEM, USER, ASSISTANT = "You are Sherlock Holmes.", "Where do you live?", "At 221B Baker Street."
@@ -185,3 +186,22 @@ def test_records_without_id_are_named_by_content_and_repeats_are_errors(tmp_path
         read("train", path)
     renamed = jsonl(tmp_path / "renamed.jsonl", [{"completion": ASSISTANT, "prompt": USER, "note": 2}])
     assert read("train", renamed).examples[0].id == read("train", path, on_error="skip").examples[0].id
+
+
+def test_mapping_from_the_command_line_reaches_the_reader(compose, tmp_path):
+    dialog = [{"speaker": "Q", "text": USER}, {"speaker": "A", "text": ASSISTANT}]
+    path = jsonl(tmp_path / "own.jsonl", [{"dialog": dialog, "persona": SYSTEM}])
+    cfg = compose(
+        "data=custom",
+        f"data.files.train={path}",
+        "data.columns.messages=dialog",
+        "data.columns.system=persona",
+        "data.tags.role_tag=speaker",
+        "data.tags.content_tag=text",
+        "data.tags.user_tag=Q",
+        "data.tags.assistant_tag=A",
+    )
+    result = read_split(cfg.data, "train")
+    assert result.examples[0].turns == TURNS and result.summary()["shape"] == "messages (dialog: speaker/text)"
+    with pytest.raises(DataFormatError, match=r"own.jsonl: record 1: field '<record>': one of the record shapes"):
+        read_split(compose("data=custom", f"data.files.train={path}").data, "train")  # unmapped: no known column

@@ -101,7 +101,7 @@ class Layout:
         return next((c for c in MESSAGE_COLUMNS if c in record), None)
 
     def shape(self, record: Mapping[str, Any], source: Source) -> tuple[str, str]:
-        """The record's shape and form (e.g. ``("messages", "messages (role/content)")``); a record of
+        """The record's shape and form (e.g. ``("messages", "messages (messages: role/content)")``); a record of
         none of the shapes is an error naming the keys it has."""
         has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected")}
         if has["chosen"] or has["rejected"]:

@@ -15,7 +15,6 @@ USED_WITHOUT_IMPORT = {
     "hydra-submitit-launcher": "conf/hydra/launcher/slurm.yaml (hydra.launcher: submitit_slurm)",
     "torchvision": "transformers' fast image processors (multimodal models) import it",
     "wandb": "Lightning's WandbLogger (logger=wandb) imports it",
-    "datasets": "loading users' data and hub datasets (the data readers, next)",
 }
 
 

@@ -225,3 +225,23 @@ def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
     assert "rounds to 1 in bfloat16" in result["report_sections"][0]
     assert (tmp_path / "restrained" / "predictions.jsonl").read_text() == (tmp_path / "predictions.jsonl").read_text()
     assert all(row["delta"] == 0 for group in result["before_after"]["metrics"].values() for row in group.values())
+
+
+@pytest.mark.slow
+def test_compare_as_documented_loads_no_model_generates_nothing_and_names_runs_by_folder(compose, tmp_path):
+    """`python run.py objective=none probe=compare probe.runs=[A,B]`, no evaluator given, on two probe runs
+    of one run name (as two runs of one command are): no model, no predictions, no evaluation tables."""
+    runs = [tmp_path / "none-tiny-qwen2-sample-probe-topk_freq" / stamp for stamp in ("10-00-00", "11-00-00")]
+    for seed, folder in enumerate(runs):
+        run_in(compose, folder, *BASE, "evaluator=none", "probe=topk_freq", f"++model.init_seed={seed}")
+    out = tmp_path / "compare"
+    cfg = run_in(compose, out, "objective=none", "logger=none", "probe=compare", f"probe.runs=[{runs[0]},{runs[1]}]")
+    assert cfg.evaluator.name == "none"
+    metrics = metrics_of(out)
+    assert metrics["model"] == "not loaded" and "eval" not in metrics and metrics["records"] == {}
+    names = ["none-tiny-qwen2-sample-probe-topk_freq/10-00-00", "none-tiny-qwen2-sample-probe-topk_freq/11-00-00"]
+    assert metrics["probe"]["labels"] == names
+    assert not (out / "predictions.jsonl").exists() and not (out / "scores.jsonl").exists()
+    report = (out / "report.md").read_text()
+    assert f"## Probe: activation frequency change, {names[1]} vs {names[0]}" in report
+    assert "| 0.0000 |" not in report.split("## Probe")[0]  # nothing before the probe's own section is a score table

@@ -3,4 +3,4 @@
 Importing the package registers the built-in data formats (``readers.FORMATS``).
 """
 
-from rpbench.data import mmrole, rolemrc, rpgbench  # noqa: F401  (each registers its format)
+from rpbench.data import custom, mmrole, rolemrc, rpgbench  # noqa: F401  (each registers its format)

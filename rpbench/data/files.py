@@ -11,6 +11,7 @@ from typing import Any
 from rpbench.data.errors import DataFormatError
 
 PKG_PREFIX = "pkg://"
+HUB_PREFIX = "hf://"  # a hub dataset loaded with `datasets` (data=custom: rpbench/data/custom.py)
 
 
 def resolve_data_file(data_cfg: Mapping[str, Any], split: str) -> Path:

@@ -8,16 +8,18 @@ from typing import Any
 
 from rpbench.data import readers
 from rpbench.data.errors import ReadResult
-from rpbench.data.files import image_root, resolve_data_file
+from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
 
 # Data-config keys passed to the readers as format options.
-READER_OPTIONS = ("task_dimensions", "image_root", "test_splits")
+READER_OPTIONS = ("task_dimensions", "image_root", "test_splits", "columns", "tags")
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 
 
 def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
-    """Read ``data.files.<split>`` with the data config's format, error policy and options."""
-    path = resolve_data_file(data_cfg, split)
+    """Read ``data.files.<split>`` with the data config's format, error policy and options; an ``hf://``
+    name (a hub dataset) goes to the reader as it is."""
+    name = str((data_cfg.get("files") or {}).get(split) or "")
+    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, split)
     options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)

@@ -166,13 +166,17 @@ def run_label(run_dir: Path) -> str:
 
 
 def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
+    """``probe.labels``, else each run's name; two runs of one name are told apart by their folders
+    (``<run_name>/<folder>``), and by their paths as given when those names match too."""
     labels = probe.get("labels")
     if labels:
         if len(labels) != 2 or labels[0] == labels[1]:
             raise ValueError(f"probe.labels: expected two different labels [a, b], got {list(labels)!r}")
         return str(labels[0]), str(labels[1])
     a, b = run_label(runs[0]), run_label(runs[1])
-    return (a, b) if a != b else (f"{a} (a)", f"{b} (b)")
+    if a == b:
+        a, b = f"{a}/{runs[0].name}", f"{b}/{runs[1].name}"
+    return (a, b) if a != b else (str(runs[0]), str(runs[1]))
 
 
 def compare_probe(cfg, model, tokenizer, examples, out_dir: Path, *_) -> dict[str, Any]:

@@ -182,7 +182,12 @@ def test_labels_come_from_the_runs_config(tmp_path):
     (a / "config.yaml").write_text("run_name: sft-qwen\n")
     assert compare_labels({}, [a, b]) == ("sft-qwen", "b")
     (b / "config.yaml").write_text("run_name: sft-qwen\n")
-    assert compare_labels({}, [a, b]) == ("sft-qwen (a)", "sft-qwen (b)")
+    assert compare_labels({}, [a, b]) == ("sft-qwen/a", "sft-qwen/b")  # one run name: told apart by folder
+    c, d = tmp_path / "x" / "run", tmp_path / "y" / "run"
+    for folder in (c, d):
+        folder.mkdir(parents=True)
+        (folder / "config.yaml").write_text("run_name: sft-qwen\n")
+    assert compare_labels({}, [c, d]) == (str(c), str(d))  # same name, same folder name: the paths
     assert compare_labels({"labels": ["SFT", "DPO"]}, [a, b]) == ("SFT", "DPO")
     with pytest.raises(ValueError, match="two different labels"):
         compare_labels({"labels": ["x", "x"]}, [a, b])

@@ -1,0 +1,331 @@
+"""Your own data (``data=custom``): the record shapes TRL, LLaMA-Factory and OpenAI's chat format use, detected.
+
+Sources: a JSON Lines file, a JSON list (``.json``/``.jsonl``, see ``readers``), a Parquet file
+(``.parquet``), or a hub dataset ``hf://<name>[:<split>]`` loaded with ``datasets.load_dataset(name,
+split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given).
+
+Shapes, detected from each record (every record of a file must have the same shape and form; the read
+report's ``shape`` says which was found):
+
+- ``messages``: ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` (OpenAI) or
+  ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. Train: every
+  assistant turn is supervised; test: the last (assistant) turn is the reference.
+- ``prompt/completion``: strings (TRL's standard form) or message lists (conversational form). Train: the
+  completion is supervised; test: it is the reference.
+- ``prompt/chosen/rejected``: strings or message lists (the pairs file).
+
+Options (the data config): ``columns`` maps our field names (``DEFAULT_COLUMNS``) to the file's, e.g.
+``{messages: conversations}``; ``tags`` names the message keys and role values (``role_tag``,
+``content_tag``, ``user_tag``, ``assistant_tag``, ``system_tag``; LLaMA-Factory's dataset_info.json
+names), unset: detected (role/content or from/value; roles user/assistant/system or human/gpt/system,
+any case); ``task_dimensions``: test label -> judge rubrics. A record's ``task`` label is optional;
+a test record whose label is in ``task_dimensions`` gets those rubrics, any other none (reference
+metrics only). Records without an ``id`` are identified by the content of the fields read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.files import HUB_PREFIX
+from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
+    Source,
+    as_object,
+    check_on_error,
+    collect,
+    content_id,
+    existing_file,
+    iter_records,
+    optional_str,
+    parse_conversation,
+    record_id,
+    require_list,
+    require_str,
+    type_name,
+)
+from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
+
+DEFAULT_COLUMNS = {
+    "messages": None,  # None: "messages", else "conversations"
+    "system": None,  # a column holding the system prompt (a system turn put first); None: none
+    "prompt": "prompt",
+    "completion": "completion",
+    "chosen": "chosen",
+    "rejected": "rejected",
+    "task": "task",
+    "id": "id",
+}
+MESSAGE_COLUMNS = ("messages", "conversations")
+MESSAGE_KEYS = {"openai": ("role", "content"), "sharegpt": ("from", "value")}
+ROLE_NAMES = {"system": "system", "user": "user", "assistant": "assistant", "human": "user", "gpt": "assistant"}
+TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag")
+HUB_SPLITS = {"train": "train", "pairs": "train", "test": "test"}
+MESSAGES, COMPLETION, PREFERENCE = "messages", "prompt/completion", "prompt/chosen/rejected"
+
+
+@dataclass
+class ShapedReadResult(ReadResult):
+    """A ReadResult that also reports the record shape it detected."""
+
+    shape: str = ""
+
+    def summary(self) -> dict[str, object]:
+        return {**super().summary(), "shape": self.shape}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The data config's column and role mapping, completed with the defaults."""
+
+    columns: Mapping[str, str | None]
+    tags: Mapping[str, str | None]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> Layout:
+        columns, tags = dict(options.get("columns") or {}), dict(options.get("tags") or {})
+        for name, table, known in (("columns", columns, DEFAULT_COLUMNS), ("tags", tags, TAG_KEYS)):
+            if unknown := sorted(set(table) - set(known)):
+                raise ValueError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
+        given = {key: value for key, value in columns.items() if value is not None}  # null: ours
+        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS})
+
+    def messages_column(self, record: Mapping[str, Any]) -> str | None:
+        if self.columns["messages"]:
+            return self.columns["messages"] if self.columns["messages"] in record else None
+        return next((c for c in MESSAGE_COLUMNS if c in record), None)
+
+    def shape(self, record: Mapping[str, Any], source: Source) -> tuple[str, str]:
+        """The record's shape and form (e.g. ``("messages", "messages (messages: role/content)")``); a record of
+        none of the shapes is an error naming the keys it has."""
+        has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected")}
+        if has["chosen"] or has["rejected"]:
+            kind = PREFERENCE
+        elif has["completion"]:
+            kind = COMPLETION
+        elif column := self.messages_column(record):
+            items = record[column]
+            keys = self.message_keys(items) if isinstance(items, list) and items else ("?", "?")
+            return MESSAGES, f"{MESSAGES} ({column}: {keys[0]}/{keys[1]})"
+        else:
+            messages = self.columns["messages"] or " or ".join(MESSAGE_COLUMNS)
+            wanted = f"{messages}; prompt + completion; prompt + chosen + rejected"
+            raise source.error("<record>", f"one of the record shapes ({wanted}), got keys {sorted(record)}")
+        form = "conversational: message lists" if isinstance(record.get(self.columns["prompt"]), list) else "strings"
+        return kind, f"{kind} ({form})"
+
+    def roles(self) -> dict[str, str]:
+        given = {self.tags[f"{role}_tag"]: role for role in ("system", "user", "assistant") if self.tags[f"{role}_tag"]}
+        return {str(k).lower(): v for k, v in given.items()} if given else ROLE_NAMES
+
+    def message_keys(self, items: list[Any]) -> tuple[str, str]:
+        """(role key, content key): the tags, else detected from the first message."""
+        first = items[0] if isinstance(items[0], dict) else {}
+        detected = next((keys for keys in MESSAGE_KEYS.values() if keys[0] in first), MESSAGE_KEYS["openai"])
+        return self.tags["role_tag"] or detected[0], self.tags["content_tag"] or detected[1]
+
+    def turns(self, record: Mapping[str, Any], column: str, source: Source, *, last: str) -> tuple[Turn, ...]:
+        items = require_list(record, column, source)
+        role_key, content_key = self.message_keys(items)
+        roles = self.roles()
+        return parse_conversation(
+            items, source, column, last=last, role_key=role_key, content_key=content_key, roles=roles
+        )
+
+    def system(self, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
+        column = self.columns["system"]
+        text = optional_str(record, column, source, allow_empty=True) if column else None
+        return (Turn("system", text),) if text and text.strip() else ()
+
+
+# -- sources ------------------------------------------------------------------------------------------
+
+
+def iter_source(path: str | Path, split: str) -> Iterator[tuple[Source, Any]]:
+    """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset."""
+    name = str(path)
+    if name.startswith(HUB_PREFIX):
+        yield from _hub_rows(name, split)
+        return
+    p = existing_file(path)
+    if p.suffix.lower() == ".parquet":
+        yield from _rows(name, _parquet_rows(p))
+    else:
+        yield from iter_records(p)
+
+
+def _parquet_rows(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as error:  # pyarrow raises several types for a damaged or foreign file
+        raise DataFormatError(path, "file", "<document>", f"a readable Parquet file ({error})") from None
+
+
+def _hub_rows(name: str, split: str) -> Iterator[tuple[Source, Any]]:
+    import datasets
+
+    dataset, _, hub_split = name.removeprefix(HUB_PREFIX).partition(":")
+    hub_split = hub_split or HUB_SPLITS[split]
+    try:
+        rows = datasets.load_dataset(dataset, split=hub_split)
+    except Exception as error:  # offline, missing, gated: the same advice
+        raise FileNotFoundError(
+            f"{name}: could not load dataset {dataset!r} split {hub_split!r} with datasets.load_dataset "
+            f"({type(error).__name__}: {error})"
+        ) from error
+    yield from _rows(name, rows)
+
+
+def _rows(name: str, rows) -> Iterator[tuple[Source, Any]]:
+    """Arrow rows (Parquet, datasets): their strings are valid UTF-8 already, so no surrogate check."""
+    for index, raw in enumerate(rows):
+        yield Source(name, index, positional=True), raw
+
+
+# -- readers ------------------------------------------------------------------------------------------
+
+
+def _read(
+    path: str | Path, split: str, on_error: OnError, options: Mapping[str, Any], build: Callable[..., Any]
+) -> ShapedReadResult:
+    """Detect the first record's shape, hold every record to it, and build each with ``build``."""
+    check_on_error(on_error)
+    layout = Layout.from_options(options)
+    first: dict[str, Any] = {}
+
+    def parse(raw: Any, source: Source):
+        record = as_object(raw, source)
+        kind, shape = layout.shape(record, source)
+        if not first:
+            first.update(shape=shape, record=source.record)
+        elif shape != first["shape"]:
+            raise source.error(
+                "<record>",
+                f"one record shape per file: {first['shape']} as record {first['record']}, got {shape}",
+            )
+        columns = {**layout.columns, "messages": layout.messages_column(record)}
+        used = {c: record[c] for f, c in columns.items() if c and c in record and f != "id"}
+        if layout.columns["id"] in record:
+            rid, source = record_id(record, layout.columns["id"], source)
+        else:
+            rid = content_id(used)
+        return build(layout, record, source, rid, kind)
+
+    result = collect(str(path), iter_source(path, split), parse, on_error)
+    return ShapedReadResult(result.path, result.examples, result.skipped, shape=first.get("shape", ""))
+
+
+def _label(layout: Layout, record: Mapping[str, Any], source: Source) -> str | None:
+    return optional_str(record, layout.columns["task"], source)
+
+
+def _prompt(layout: Layout, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
+    """A prompt column: a string (one user turn) or a message list ending on a user turn."""
+    column = layout.columns["prompt"]
+    value = record.get(column)
+    if isinstance(value, list):
+        turns = layout.turns(record, column, source, last="user")
+        return turns if turns[0].role == "system" else layout.system(record, source) + turns
+    return layout.system(record, source) + (Turn("user", require_str(record, column, source)),)
+
+
+def _reply(layout: Layout, record: Mapping[str, Any], field: str, source: Source) -> str:
+    """A reply column: a string, or a message list of one assistant turn (TRL's conversational form)."""
+    column = layout.columns[field]
+    value = record.get(column)
+    if not isinstance(value, list):
+        return require_str(record, column, source)
+    turns = layout.turns(record, column, source, last="assistant")
+    if len(turns) != 1:
+        raise source.error(column, f"one assistant message, got {len(turns)} messages")
+    return turns[0].content
+
+
+def _conversation(layout: Layout, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
+    turns = layout.turns(record, layout.messages_column(record), source, last="assistant")
+    return turns if turns[0].role == "system" else layout.system(record, source) + turns
+
+
+def _wrong_split(shape: str, split: str, source: Source, wanted: str) -> DataFormatError:
+    return source.error("<record>", f"{wanted} for data.files.{split}, got a {shape} record")
+
+
+def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+    """Conversations (messages) or prompt/completion records to supervise."""
+
+    def build(layout: Layout, record, source: Source, rid: str, shape: str) -> SFTExample:
+        meta = {"task": label} if (label := _label(layout, record, source)) else {}
+        if shape == MESSAGES:
+            return SFTExample(rid, _conversation(layout, record, source), meta)
+        if shape == COMPLETION:
+            turns = _prompt(layout, record, source) + (Turn("assistant", _reply(layout, record, "completion", source)),)
+            return SFTExample(rid, turns, meta)
+        raise _wrong_split(shape, "train", source, "messages or prompt/completion records (pairs: data.files.pairs)")
+
+    return _read(path, "train", on_error, options, build)
+
+
+def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+    """prompt/chosen/rejected records."""
+
+    def build(layout: Layout, record, source: Source, rid: str, shape: str) -> PreferenceExample:
+        if shape != PREFERENCE:
+            raise _wrong_split(shape, "pairs", source, "prompt/chosen/rejected records")
+        prompt = _prompt(layout, record, source)
+        chosen = _reply(layout, record, "chosen", source)
+        rejected = _reply(layout, record, "rejected", source)
+        if rejected.strip() == chosen.strip():
+            raise source.error(
+                layout.columns["rejected"], "a reply different from 'chosen' (an identical pair teaches nothing)"
+            )
+        meta = {"task": label} if (label := _label(layout, record, source)) else {}
+        return PreferenceExample(rid, prompt, chosen, rejected, meta)
+
+    return _read(path, "pairs", on_error, options, build)
+
+
+def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+    """Prompts with references: the last assistant turn of a conversation, or the completion.
+
+    The label defaults to the file's name (one group); its rubrics come from ``task_dimensions``."""
+    dimensions = _task_dimensions(options.get("task_dimensions"))
+    default_task = Path(str(path)).stem if not str(path).startswith(HUB_PREFIX) else str(path).rsplit("/", 1)[-1]
+
+    def build(layout: Layout, record, source: Source, rid: str, shape: str) -> EvalExample:
+        if shape == MESSAGES:
+            turns = _conversation(layout, record, source)
+            prompt, reference = turns[:-1], turns[-1].content
+            if not any(t.role == "user" for t in prompt):
+                raise source.error(layout.messages_column(record), "a user turn before the last assistant turn")
+        elif shape == COMPLETION:
+            prompt, reference = _prompt(layout, record, source), _reply(layout, record, "completion", source)
+        else:
+            raise _wrong_split(shape, "test", source, "messages or prompt/completion records")
+        label = _label(layout, record, source)
+        task = label or default_task
+        return EvalExample(rid, prompt, reference, task, {"dimensions": list(dimensions.get(task, []))})
+
+    return _read(path, "test", on_error, options, build)
+
+
+def _task_dimensions(table: Any) -> dict[str, list[str]]:
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ValueError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
+    out = {}
+    for label, dims in table.items():
+        if isinstance(dims, str) or not all(isinstance(d, str) for d in dims):
+            raise ValueError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
+        out[str(label)] = list(dims)
+    return out
+
+
+FORMATS.register("custom")(DataFormat(train=read_sft, pairs=read_pairs, test=read_test))

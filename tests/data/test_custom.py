@@ -1,0 +1,207 @@
+"""data=custom: record shapes detected from real JSON, JSON Lines and Parquet files; column and role mapping;
+errors naming file, record and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rpbench.data import readers
+from rpbench.data.errors import DataFormatError
+from rpbench.data.prepare import read_split
+from rpbench.data.records import Turn
+
+SYSTEM, USER, ASSISTANT = "You are Sherlock Holmes.", "Where do you live?", "At 221B Baker Street."
+TURNS = (Turn("system", SYSTEM), Turn("user", USER), Turn("assistant", ASSISTANT))
+OPENAI = [
+    {"role": "system", "content": SYSTEM},
+    {"role": "user", "content": USER},
+    {"role": "assistant", "content": ASSISTANT},
+]
+SHAREGPT = [{"from": "system", "value": SYSTEM}, {"from": "human", "value": USER}, {"from": "gpt", "value": ASSISTANT}]
+
+
+def jsonl(path: Path, records: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def parquet(path: Path, records: list) -> Path:
+    pq.write_table(pa.Table.from_pylist(records), path)
+    return path
+
+
+def read(split: str, path, **options):
+    return readers.read("custom", split, path, **options)
+
+
+def test_openai_messages_jsonl_train_and_test(tmp_path):
+    path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}, {"messages": OPENAI[1:], "task": "address"}])
+    train = read("train", path)
+    assert [e.turns for e in train.examples] == [TURNS, TURNS[1:]]
+    assert train.examples[1].meta == {"task": "address"} and train.examples[0].meta == {}
+    assert train.summary()["shape"] == "messages (messages: role/content)"
+    test = read("test", path)
+    first, second = test.examples
+    assert first.prompt == TURNS[:2] and first.reference == ASSISTANT  # the last assistant turn is the reference
+    assert first.task == "chats" and second.task == "address"  # no label: the file's name, one group
+    assert first.meta["dimensions"] == [] == second.meta["dimensions"]
+    labelled = read("test", path, task_dimensions={"address": ["role_style"]})
+    assert [e.meta["dimensions"] for e in labelled.examples] == [[], ["role_style"]]
+
+
+def test_sharegpt_json_list_detected_and_mapped_like_llamafactory(tmp_path):
+    path = tmp_path / "sharegpt.json"
+    path.write_text(json.dumps([{"conversations": SHAREGPT, "id": "a"}, {"conversations": SHAREGPT[1:], "id": 7}]))
+    detected = read("train", path)
+    assert [e.turns for e in detected.examples] == [TURNS, TURNS[1:]] and [e.id for e in detected.examples] == [
+        "a",
+        "7",
+    ]
+    assert detected.summary()["shape"] == "messages (conversations: from/value)"
+    tags = {
+        "role_tag": "from",
+        "content_tag": "value",
+        "user_tag": "human",
+        "assistant_tag": "gpt",
+        "system_tag": "system",
+    }
+    mapped = read("train", path, columns={"messages": "conversations"}, tags=tags)
+    assert [e.turns for e in mapped.examples] == [TURNS, TURNS[1:]]
+
+
+def test_own_column_and_role_names(tmp_path):
+    dialog = [
+        {"speaker": "Narrator", "text": SYSTEM},
+        {"speaker": "Q", "text": USER},
+        {"speaker": "A", "text": ASSISTANT},
+    ]
+    path = jsonl(tmp_path / "own.jsonl", [{"dialog": dialog, "uid": "x1", "kind": "address"}])
+    options = {
+        "columns": {"messages": "dialog", "id": "uid", "task": "kind"},
+        "tags": {
+            "role_tag": "speaker",
+            "content_tag": "text",
+            "user_tag": "Q",
+            "assistant_tag": "A",
+            "system_tag": "Narrator",
+        },
+    }
+    (example,) = read("test", path, **options).examples
+    assert example.id == "x1" and example.prompt == TURNS[:2] and example.reference == ASSISTANT
+    assert example.task == "address"
+    with pytest.raises(DataFormatError) as error:  # ShareGPT's role names are not these tags
+        other = jsonl(tmp_path / "other.jsonl", [{"dialog": [{"speaker": "human", "text": USER}]}])
+        read("train", other, **options)
+    assert str(error.value) == (
+        f"{other}: record 1: field 'dialog[0].speaker': one of narrator, q, a (any case), got 'human'"
+    )
+    with pytest.raises(ValueError, match=r"data.columns: unknown keys \['conversation'\]"):
+        read("train", path, columns={"conversation": "dialog"})
+
+
+def test_prompt_completion_parquet_standard_and_conversational(tmp_path):
+    standard = parquet(tmp_path / "pc.parquet", [{"prompt": USER, "completion": ASSISTANT, "system": SYSTEM}])
+    train = read("train", standard, columns={"system": "system"})
+    assert train.examples[0].turns == TURNS and train.summary()["shape"] == "prompt/completion (strings)"
+    (example,) = read("test", standard).examples  # without the system column mapped, no system turn
+    assert example.prompt == (TURNS[1],) and example.reference == ASSISTANT
+    conversational = parquet(tmp_path / "conv.parquet", [{"prompt": OPENAI[:2], "completion": OPENAI[2:]}])
+    train = read("train", conversational)
+    assert train.examples[0].turns == TURNS
+    assert train.summary()["shape"] == "prompt/completion (conversational: message lists)"
+    assert read("test", conversational).examples[0].reference == ASSISTANT
+
+
+def test_preference_pairs_standard_jsonl_and_conversational_parquet(tmp_path):
+    rejected = "I live in Paris."
+    standard = jsonl(tmp_path / "pairs.jsonl", [{"prompt": USER, "chosen": ASSISTANT, "rejected": rejected}])
+    (pair,) = read("pairs", standard).examples
+    assert pair.prompt == (TURNS[1],) and (pair.chosen, pair.rejected) == (ASSISTANT, rejected)
+    conversational = parquet(
+        tmp_path / "pairs.parquet",
+        [{"prompt": OPENAI[:2], "chosen": OPENAI[2:], "rejected": [{"role": "assistant", "content": rejected}]}],
+    )
+    result = read("pairs", conversational)
+    assert result.examples[0].prompt == TURNS[:2] and result.examples[0].rejected == rejected
+    assert result.summary()["shape"] == "prompt/chosen/rejected (conversational: message lists)"
+    with pytest.raises(DataFormatError, match=r"pairs.jsonl: record 1: field '<record>': messages or prompt/comp"):
+        read("train", standard)
+    with pytest.raises(DataFormatError, match=r"record 0: field 'chosen': one assistant message, got 2 messages"):
+        read("pairs", parquet(tmp_path / "two.parquet", [{"prompt": USER, "chosen": OPENAI[1:], "rejected": "x"}]))
+
+
+def test_hub_dataset_through_datasets_load_dataset(tmp_path):
+    """`hf://<name>[:<split>]` goes to datasets.load_dataset(name, split=...); here a local dataset folder."""
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    parquet(folder / "train.parquet", [{"messages": OPENAI}])
+    parquet(folder / "test.parquet", [{"messages": OPENAI[1:]}])  # a dataset's splits share their columns
+    assert read("train", f"hf://{folder}").examples[0].turns == TURNS
+    (example,) = read("test", f"hf://{folder}").examples  # split test by default for the test file
+    assert example.prompt == TURNS[1:2] and example.reference == ASSISTANT and example.task == "hub"
+    assert read("test", f"hf://{folder}:train").examples[0].prompt == TURNS[:2]
+    with pytest.raises(FileNotFoundError, match=r"could not load dataset .* split 'validation'"):
+        read("test", f"hf://{folder}:validation")
+
+
+def test_mixed_shapes_unknown_shapes_and_skip_counting(tmp_path):
+    mixed = jsonl(tmp_path / "mixed.jsonl", [{"messages": OPENAI}, {"prompt": USER, "completion": ASSISTANT}])
+    with pytest.raises(DataFormatError) as error:
+        read("train", mixed)
+    assert str(error.value) == (
+        f"{mixed}: record 2: field '<record>': one record shape per file: messages (messages: role/content) "
+        "as record 1, got prompt/completion (strings)"
+    )
+    forms = jsonl(
+        tmp_path / "forms.jsonl",
+        [{"prompt": USER, "completion": ASSISTANT}, {"prompt": OPENAI[1:2], "completion": "x"}],
+    )
+    with pytest.raises(DataFormatError, match=r"record 2: .*got prompt/completion \(conversational: message lists\)"):
+        read("train", forms)
+    unknown = jsonl(tmp_path / "unknown.jsonl", [{"messages": OPENAI}, {"text": "hello"}, {"messages": OPENAI[1:]}])
+    with pytest.raises(
+        DataFormatError, match=r"record 2: field '<record>': one of the record shapes .*got keys \['text'\]"
+    ):
+        read("train", unknown)
+    skipped = read("train", unknown, on_error="skip")
+    assert skipped.summary()["read"] == 2 and skipped.summary()["skipped"] == 1
+    ends_on_user = jsonl(tmp_path / "open.jsonl", [{"messages": OPENAI[:2]}])
+    with pytest.raises(
+        DataFormatError, match=r"record 1: field 'messages': a conversation ending on an assistant turn"
+    ):
+        read("test", ends_on_user)
+    only_reply = jsonl(tmp_path / "reply.jsonl", [{"messages": OPENAI[2:]}])
+    with pytest.raises(DataFormatError, match=r"field 'messages': a user turn before the last assistant turn"):
+        read("test", only_reply)
+
+
+def test_records_without_id_are_named_by_content_and_repeats_are_errors(tmp_path):
+    path = jsonl(tmp_path / "dup.jsonl", [{"prompt": USER, "completion": ASSISTANT, "note": 1}] * 2)
+    with pytest.raises(DataFormatError, match=r"record 2: field 'id': a unique record id"):
+        read("train", path)
+    renamed = jsonl(tmp_path / "renamed.jsonl", [{"completion": ASSISTANT, "prompt": USER, "note": 2}])
+    assert read("train", renamed).examples[0].id == read("train", path, on_error="skip").examples[0].id
+
+
+def test_mapping_from_the_command_line_reaches_the_reader(compose, tmp_path):
+    dialog = [{"speaker": "Q", "text": USER}, {"speaker": "A", "text": ASSISTANT}]
+    path = jsonl(tmp_path / "own.jsonl", [{"dialog": dialog, "persona": SYSTEM}])
+    cfg = compose(
+        "data=custom",
+        f"data.files.train={path}",
+        "data.columns.messages=dialog",
+        "data.columns.system=persona",
+        "data.tags.role_tag=speaker",
+        "data.tags.content_tag=text",
+        "data.tags.user_tag=Q",
+        "data.tags.assistant_tag=A",
+    )
+    result = read_split(cfg.data, "train")
+    assert result.examples[0].turns == TURNS and result.summary()["shape"] == "messages (dialog: speaker/text)"
+    with pytest.raises(DataFormatError, match=r"own.jsonl: record 1: field '<record>': one of the record shapes"):
+        read_split(compose("data=custom", f"data.files.train={path}").data, "train")  # unmapped: no known column

@@ -1,0 +1,80 @@
+"""`python run.py data=custom data.files.<split>=<your file>`: short real SFT and DPO runs on one's own files."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from omegaconf import open_dict
+
+import rpbench.pipeline as pipeline
+from conftest import run_script
+
+NAMES = ["Holmes", "Watson", "Hudson", "Lestrade", "Moriarty", "Adler", "Mycroft", "Gregson", "Toby", "Wiggins"]
+
+
+def chat(name: str) -> list[dict[str, str]]:
+    return [
+        {"role": "system", "content": f"You are {name}."},
+        {"role": "user", "content": "Who are you?"},
+        {"role": "assistant", "content": f"I am {name}, of London."},
+    ]
+
+
+@pytest.mark.slow
+def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parquet(tmp_path):
+    train = tmp_path / "my.jsonl"
+    train.write_text("".join(json.dumps({"messages": chat(n)}) + "\n" for n in NAMES))
+    test = tmp_path / "my_test.parquet"
+    rows = [{"prompt": f"Where does {n} live?", "completion": f"{n} lives in London."} for n in NAMES[:3]]
+    pq.write_table(pa.Table.from_pylist(rows), test)
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        "data=custom",
+        f"data.files.train={train}",
+        f"data.files.test={test}",
+        "objective.epochs=1",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.metrics=[bleu,rougeL]",
+        f"hydra.run.dir={out}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    records = metrics["records"]
+    assert records["train"]["read"] == 10 and records["train"]["shape"] == "messages (messages: role/content)"
+    assert records["test"]["read"] == 3 and records["test"]["shape"] == "prompt/completion (strings)"
+    assert metrics["train"]["optimizer_steps"] >= 1 and metrics["eval"]["n_records"] == 3
+    by_task = metrics["eval"]["metrics"]
+    assert list(by_task["task"]) == ["my_test"] and by_task["dimension"] == {} and by_task["rubric"] == {}
+    predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(predictions) == 3
+    report = (out / "report.md").read_text()
+    assert "| task | n | bleu | rougeL |" in report and "dimension (paper's five)" not in report
+
+
+@pytest.mark.slow
+def test_dpo_on_own_conversational_pairs_parquet(compose, tmp_path):
+    pairs = tmp_path / "pairs.parquet"
+    rows = [
+        {
+            "prompt": chat(n)[:2],
+            "chosen": [chat(n)[2]],
+            "rejected": [{"role": "assistant", "content": f"I am not {n}."}],
+        }
+        for n in NAMES
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), pairs)
+    overrides = ["data=custom", "objective=dpo", f"data.files.pairs={pairs}", "objective.epochs=1", "evaluator=none"]
+    cfg = compose(*overrides, "logger=none")
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.output_dir = str(tmp_path / "run")
+    results = pipeline.run(cfg)
+    assert results["records"]["pairs"]["read"] == 10
+    assert results["records"]["pairs"]["shape"] == "prompt/chosen/rejected (conversational: message lists)"
+    assert results["train"]["optimizer_steps"] >= 1

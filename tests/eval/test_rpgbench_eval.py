@@ -154,3 +154,54 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
     report = (run_dir / "report.md").read_text()
     assert "### WinRate vs golden responses" in report and "### Generalization (R-EMID paper)" in report
     assert "bound: scale_adjusted (H = 1)" in report
+
+
+def write_run(root, name: str, r_emi: dict, winrate: dict, reasoning: bool = True):
+    run = root / name
+    run.mkdir()
+    key, dkey = ("r_emi", "r_emid") if reasoning else ("emi", "emid")
+    ev = {
+        "emi": {s: {"emi": v} for s, v in r_emi.items()},
+        "emid": {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"},
+        "winrate": {"groups": {s: {"winrate": w} for s, w in winrate.items()}},
+    }
+    ev[key] = {s: {"emi": v} for s, v in r_emi.items()}
+    ev[dkey] = {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"}
+    (run / "metrics.json").write_text(json.dumps({"eval": ev}))
+    return run
+
+
+def test_multi_model_summary_correlations_by_hand(tmp_path):
+    from rpbench.eval.generalization.summary import summarize_runs
+
+    # WinRate = 0.5 + R-EMI: the score setting is perfectly linear; R-EMIDs 0.1, 0.2, 0.4 against
+    # WinRate drops 0.1, 0.2, 0.4: the drop setting too
+    runs = [
+        write_run(tmp_path, f"m{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - d})
+        for k, d in enumerate((0.1, 0.2, 0.4))
+    ]
+    summary = summarize_runs(runs)
+    assert summary["metric"] == "R-EMI / R-EMID"
+    assert summary["drop"]["n"] == 3 and summary["score"]["n"] == 6
+    assert summary["drop"]["pearson_r"] == pytest.approx(1.0) and summary["drop"]["spearman_rho"] == pytest.approx(1.0)
+    assert summary["score"]["pearson_r"] == pytest.approx(1.0)
+    # reversed drops: Spearman -1
+    flipped = [
+        write_run(tmp_path, f"f{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - w})
+        for k, (d, w) in enumerate(((0.1, 0.4), (0.2, 0.2), (0.4, 0.1)))
+    ]
+    assert summarize_runs(flipped)["drop"]["spearman_rho"] == pytest.approx(-1.0)
+
+
+def test_summary_refuses_mixed_reasoning_and_missing_winrates(tmp_path):
+    from rpbench.eval.generalization.summary import summarize_runs
+
+    a = write_run(tmp_path, "a", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5})
+    b = write_run(tmp_path, "b", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5}, reasoning=False)
+    with pytest.raises(ValueError, match="some runs have R-EMI and some only EMI"):
+        summarize_runs([a, b])
+    c = write_run(tmp_path, "c", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": None})
+    with pytest.raises(ValueError, match=r"c: no WinRate for 'user'"):
+        summarize_runs([a, c])
+    with pytest.raises(FileNotFoundError, match="no metrics.json"):
+        summarize_runs([tmp_path / "absent"])

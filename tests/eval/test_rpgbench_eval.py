@@ -124,6 +124,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         "judge=local",
         "evaluator.generalization.reasoning_generator=self",
         "evaluator.generalization.convergence_repeats=1",
+        "evaluator.generalization.entropy_samples=2",
         "+evaluator.judges=[{},{}]",
         f"paths.output_root={tmp_path}",
     )
@@ -145,6 +146,9 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         assert b["value"] == pytest.approx(by_hand) and b["entropy_form"] == "scale_adjusted"
         assert ev["r_emid"][shift] == pytest.approx(ev["r_emi"]["in_distribution"]["emi"] - ev["r_emi"][shift]["emi"])
         assert ev["emid"][shift] == pytest.approx(ev["emi"]["in_distribution"]["emi"] - ev["emi"][shift]["emi"])
+        estimated = ev["generalization"]["bound_estimated"][shift]
+        assert estimated["entropy_form"] == "estimated" and estimated["entropy"] > 0
+        assert estimated["input_term"] == pytest.approx(estimated["entropy"] * (by_hand - b["output_term"]))
         points = ev["generalization"]["convergence"]["points"][shift]
         assert points[-1]["n"] == min(ev["generalization"]["n_per_split"][s] for s in ("in_distribution", shift))
     for values in ev["perplexity"].values():
@@ -153,7 +157,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
     assert (run_dir / "reasoning.jsonl").is_file() and (run_dir / "bound_convergence.png").is_file()
     report = (run_dir / "report.md").read_text()
     assert "### WinRate vs golden responses" in report and "### Generalization (R-EMID paper)" in report
-    assert "bound: scale_adjusted (H = 1)" in report
+    assert "bound: scale_adjusted (H = 1)" in report and "Bound with Ĥ estimated (H estimated from 2 samples" in report
 
 
 def write_run(root, name: str, r_emi: dict, winrate: dict, reasoning: bool = True):

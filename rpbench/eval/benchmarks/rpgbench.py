@@ -49,6 +49,20 @@ def generated_reasoning(cfg: DictConfig, model, tokenizer, examples: Sequence[Ev
     return [by_id[e.id] for e in examples]
 
 
+def own_samples(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], k: int, out_dir: Path) -> dict[str, list[str]]:
+    """``k`` samples per record from the evaluated model at temperature 1 (for Ĥ), kept in entropy_samples.jsonl."""
+    from rpbench.eval.generate import generate_predictions
+
+    copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(k)]
+    options = {**as_container(cfg.evaluator.generation), "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
+    generate_predictions(model, tokenizer, copies, out_dir / "entropy_samples.jsonl", options)
+    drawn: dict[str, list[str]] = {}
+    for row in read_jsonl(out_dir / "entropy_samples.jsonl"):
+        drawn.setdefault(row["id"].rsplit("#", 1)[0], []).append(row["prediction"])
+    return drawn
+
+
 class RPGBench(Benchmark):
     judged = True
 
@@ -110,11 +124,15 @@ class RPGBench(Benchmark):
         settings = AnalysisSettings(
             str(g.weighting), str(g.delta_form), int(g.n_negatives), int(g.seed), int(g.max_pairs_n),
             int(g.batch_size), [int(n) for n in g.convergence_sizes], int(g.convergence_repeats),
+            int(g.entropy_samples),
         )
+        drawn = own_samples(cfg, model, tokenizer, examples, settings.entropy_samples, out_dir) if settings.entropy_samples else None
         renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
         model.eval()
-        analysis = analyze(examples, predictions, model, renderer, embedder, settings, reasoning, source)
+        analysis = analyze(examples, predictions, model, renderer, embedder, settings, reasoning, source, drawn)
         results["generalization"] = {k: v for k, v in analysis.items() if k not in ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "perplexity")}
+        if not analysis["bound_estimated"]:
+            results["generalization"].pop("bound_estimated")
         for key in ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "perplexity"):
             if key in analysis:
                 results[key] = analysis[key]

@@ -110,6 +110,10 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
                 f"| {s} | {_f(e['emi'])} | {r} | {_f(p['without_reasoning'], '.2f')} | "
                 f"{_f(p.get('with_reasoning'), '.2f')} |"
             )
+        if g.get("bound_estimated"):
+            lines.append(f"\nBound with Ĥ estimated ({g['bound_estimated_form']}): " + ", ".join(
+                f"{s} {_f(b['value'])} (Ĥ = {_f(b['entropy'])})" for s, b in g["bound_estimated"].items()
+            ))
         lines.append("\nPlots: js_vs_winrate.png (when judged), bound_convergence.png.")
         out.append("\n".join(lines) + "\n")
     return out

@@ -10,6 +10,11 @@ says so. The critic log-probs of a split are computed once as full [n, n] matric
 them), so every number on one split shares its samples. Records whose prediction is empty (or only
 whitespace) have no text embedding: they are left out and counted per shift
 (``excluded_empty_predictions``); a split left with fewer than 2 records is an error.
+
+With ``entropy_samples`` (record id -> the evaluated model's own samples at temperature 1) the bound
+is also given with Ĥ estimated (``bound_estimated``): Ĥ = max over the ID and shifted prompts of
+H(P_θ(· | x)) + H(P(· | x)), both Monte-Carlo entropies from the same model, as the critic that stands
+in for the golden conditional is the evaluated model.
 """
 
 from __future__ import annotations
@@ -25,11 +30,11 @@ import torch
 
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample
-from rpbench.eval.generalization.bound import bound_of
+from rpbench.eval.generalization.bound import bound_of, entropy_bound
 from rpbench.eval.generalization.convergence import bound_convergence, remid_from_matrices
 from rpbench.eval.generalization.embed import TextEmbedder
 from rpbench.eval.generalization.emi import club_mi_matrix
-from rpbench.eval.generalization.scoring import pair_logp_matrix, perplexity
+from rpbench.eval.generalization.scoring import conditional_entropy, pair_logp_matrix, perplexity
 from rpbench.eval.generalization.shift import embed_split, shift_severity
 
 ID_SHIFT = "in_distribution"
@@ -47,6 +52,7 @@ class AnalysisSettings:
     batch_size: int
     convergence_sizes: Sequence[int]
     convergence_repeats: int
+    entropy_samples: int
 
 
 def split_by_shift(examples: Sequence[EvalExample]) -> dict[str, list[int]]:
@@ -92,6 +98,7 @@ def analyze(
     settings: AnalysisSettings,
     reasoning: Sequence[str] | None,
     reasoning_source: str,
+    entropy_samples: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """metrics.json's generalization keys: ``jsd``, ``emi``, ``emid``, ``r_emi``, ``r_emid``, ``bound``,
     ``convergence`` and ``perplexity`` (module docstring), plus the settings and sample counts."""
@@ -131,17 +138,25 @@ def analyze(
             ppl.setdefault(shift, {})[f"{'with' if r else 'without'}_reasoning"] = perplexity(
                 *args, pick(golden, rows), r, s.batch_size
             )
+    entropy = {}
+    if entropy_samples is not None:
+        for shift, rows in splits.items():
+            drawn = [entropy_samples[examples[i].id] for i in rows]
+            entropy[shift] = conditional_entropy(critic, renderer, pick(prompts, rows), drawn, None, s.batch_size)
     emi = {shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed) for (shift, c), m in matrices.items() if c == "plain"}
     r_emi = {
         shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed) for (shift, c), m in matrices.items() if c == "reasoning"
     }
     shifted = [shift for shift in splits if shift != ID_SHIFT]
-    jsd, bound, convergence = {}, {}, {}
+    jsd, bound, bound_estimated, convergence = {}, {}, {}, {}
     cond = "reasoning" if reasoning is not None else "plain"
     for shift in shifted:
         severity = shift_severity(embedded[ID_SHIFT], embedded[shift], s.weighting)
         jsd[shift] = severity.as_dict()
         bound[shift] = bound_of(severity, None, s.delta_form).as_dict()
+        if entropy:
+            h = torch.cat([entropy[ID_SHIFT], entropy[shift]])
+            bound_estimated[shift] = bound_of(severity, entropy_bound(h, h), s.delta_form).as_dict()
         largest = min(len(splits[ID_SHIFT]), len(splits[shift]))
         sizes = sorted({n for n in s.convergence_sizes if 2 <= n <= largest} | {largest})
         idm, odm = matrices[ID_SHIFT, cond], matrices[shift, cond]
@@ -166,6 +181,12 @@ def analyze(
         "emid": {shift: emi[ID_SHIFT]["emi"] - emi[shift]["emi"] for shift in shifted},
         "bound": bound,
         "bound_form": "scale_adjusted (H = 1), delta form " + s.delta_form,
+        "bound_estimated": bound_estimated,
+        "bound_estimated_form": (
+            f"H estimated from {s.entropy_samples} samples per prompt, delta form {s.delta_form}"
+            if bound_estimated
+            else "not computed (entropy_samples: 0)"
+        ),
         "convergence": {"empirical": "r_emid" if reasoning is not None else "emid", "points": convergence},
         "perplexity": ppl,
     }

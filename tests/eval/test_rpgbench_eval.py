@@ -9,8 +9,8 @@ import math
 
 import pytest
 import torch
-from conftest import run_script
 
+from conftest import run_script
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import emi_from, record_reasoning, split_by_shift
@@ -25,7 +25,16 @@ def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
 
 @pytest.mark.parametrize(
     "reply, expected",
-    [("A", "A"), ("b", "B"), ("**B**", "B"), ("Answer: A", "A"), ("(A).", "A"), ("A or B", None), ("", None), ("AB", None)],
+    [
+        ("A", "A"),
+        ("b", "B"),
+        ("**B**", "B"),
+        ("Answer: A", "A"),
+        ("(A).", "A"),
+        ("A or B", None),
+        ("", None),
+        ("AB", None),
+    ],
 )
 def test_choice_parsing_is_strict(reply, expected):
     assert parse_choice(reply) == expected
@@ -67,7 +76,12 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
     for tally in result["per_judge"].values():
         assert {k: tally[k] for k in ("n", "judged", "wins", "no_verdict", "winrate", "parse_failures")} == {
-            "n": 8, "judged": 6, "wins": 3.0, "no_verdict": 2, "winrate": 0.5, "parse_failures": 2
+            "n": 8,
+            "judged": 6,
+            "wins": 3.0,
+            "no_verdict": 2,
+            "winrate": 0.5,
+            "parse_failures": 2,
         }
     assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
     assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
@@ -109,7 +123,11 @@ def test_emi_from_matrices_by_hand():
 
 
 def test_winrate_drop_per_shift_by_hand():
-    results = {"winrate": {"groups": {"in_distribution": {"winrate": 0.6}, "user": {"winrate": 0.45}, "character": {"winrate": None}}}}
+    results = {
+        "winrate": {
+            "groups": {"in_distribution": {"winrate": 0.6}, "user": {"winrate": 0.45}, "character": {"winrate": None}}
+        }
+    }
     assert winrate_drops(results) == pytest.approx({"user": 0.15})
     assert js_severity({"user": 0.1, "character": 0.2, "dialogue": 0.3}) == pytest.approx(0.6)
 
@@ -181,7 +199,9 @@ def test_multi_model_summary_correlations_by_hand(tmp_path):
     # WinRate = 0.5 + R-EMI: the score setting is perfectly linear; R-EMIDs 0.1, 0.2, 0.4 against
     # WinRate drops 0.1, 0.2, 0.4: the drop setting too
     runs = [
-        write_run(tmp_path, f"m{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - d})
+        write_run(
+            tmp_path, f"m{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - d}
+        )
         for k, d in enumerate((0.1, 0.2, 0.4))
     ]
     summary = summarize_runs(runs)
@@ -191,7 +211,9 @@ def test_multi_model_summary_correlations_by_hand(tmp_path):
     assert summary["score"]["pearson_r"] == pytest.approx(1.0)
     # reversed drops: Spearman -1
     flipped = [
-        write_run(tmp_path, f"f{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - w})
+        write_run(
+            tmp_path, f"f{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - w}
+        )
         for k, (d, w) in enumerate(((0.1, 0.4), (0.2, 0.2), (0.4, 0.1)))
     ]
     assert summarize_runs(flipped)["drop"]["spearman_rho"] == pytest.approx(-1.0)
@@ -201,7 +223,9 @@ def test_summary_refuses_mixed_reasoning_and_missing_winrates(tmp_path):
     from rpbench.eval.generalization.summary import summarize_runs
 
     a = write_run(tmp_path, "a", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5})
-    b = write_run(tmp_path, "b", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5}, reasoning=False)
+    b = write_run(
+        tmp_path, "b", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5}, reasoning=False
+    )
     with pytest.raises(ValueError, match="some runs have R-EMI and some only EMI"):
         summarize_runs([a, b])
     c = write_run(tmp_path, "c", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": None})

@@ -50,6 +50,12 @@ def plot_severity(results: Mapping[str, Any], path: Path) -> Path | None:
     return path
 
 
+def _mean_at(points, key: str, n: int) -> float:
+    """Mean of ``key`` over the repeats at sample size ``n``."""
+    values = [p[key] for p in points if p["n"] == n]
+    return sum(values) / len(values)
+
+
 def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
     """Bound and empirical (R-)EMID against the number of samples, one colour per shift."""
     import matplotlib
@@ -60,9 +66,10 @@ def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for k, (shift, points) in enumerate(convergence["points"].items()):
         ns = sorted({p["n"] for p in points})
-        mean = lambda key, n: sum(p[key] for p in points if p["n"] == n) / sum(p["n"] == n for p in points)
-        ax.plot(ns, [mean("bound", n) for n in ns], f"C{k}-", label=f"{shift} bound")
-        ax.plot(ns, [mean("empirical", n) for n in ns], f"C{k}--", label=f"{shift} {convergence['empirical']}")
+        ax.plot(ns, [_mean_at(points, "bound", n) for n in ns], f"C{k}-", label=f"{shift} bound")
+        ax.plot(
+            ns, [_mean_at(points, "empirical", n) for n in ns], f"C{k}--", label=f"{shift} {convergence['empirical']}"
+        )
     ax.set_xlabel("samples per split")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -111,9 +118,10 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
                 f"{_f(p.get('with_reasoning'), '.2f')} |"
             )
         if g.get("bound_estimated"):
-            lines.append(f"\nBound with Ĥ estimated ({g['bound_estimated_form']}): " + ", ".join(
-                f"{s} {_f(b['value'])} (Ĥ = {_f(b['entropy'])})" for s, b in g["bound_estimated"].items()
-            ))
+            lines.append(
+                f"\nBound with Ĥ estimated ({g['bound_estimated_form']}): "
+                + ", ".join(f"{s} {_f(b['value'])} (Ĥ = {_f(b['entropy'])})" for s, b in g["bound_estimated"].items())
+            )
         lines.append("\nPlots: js_vs_winrate.png (when judged), bound_convergence.png.")
         out.append("\n".join(lines) + "\n")
     return out

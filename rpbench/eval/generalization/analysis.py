@@ -114,7 +114,8 @@ def analyze(
             f"(empty predictions left out: {dict(excluded)})"
         )
     splits = {
-        shift: _subsample(rows, s.max_pairs_n, s.seed + k) for k, (shift, rows) in enumerate(split_by_shift(examples).items())
+        shift: _subsample(rows, s.max_pairs_n, s.seed + k)
+        for k, (shift, rows) in enumerate(split_by_shift(examples).items())
     }
     model_resp = [predictions[e.id] for e in examples]
     golden = [e.reference for e in examples]
@@ -143,9 +144,15 @@ def analyze(
         for shift, rows in splits.items():
             drawn = [entropy_samples[examples[i].id] for i in rows]
             entropy[shift] = conditional_entropy(critic, renderer, pick(prompts, rows), drawn, None, s.batch_size)
-    emi = {shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed) for (shift, c), m in matrices.items() if c == "plain"}
+    emi = {
+        shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed)
+        for (shift, c), m in matrices.items()
+        if c == "plain"
+    }
     r_emi = {
-        shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed) for (shift, c), m in matrices.items() if c == "reasoning"
+        shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed)
+        for (shift, c), m in matrices.items()
+        if c == "reasoning"
     }
     shifted = [shift for shift in splits if shift != ID_SHIFT]
     jsd, bound, bound_estimated, convergence = {}, {}, {}, {}
@@ -162,8 +169,14 @@ def analyze(
         idm, odm = matrices[ID_SHIFT, cond], matrices[shift, cond]
         empirical = remid_from_matrices(idm["model"], idm["golden"], odm["model"], odm["golden"], s.n_negatives, s.seed)
         points = bound_convergence(
-            embedded[ID_SHIFT], embedded[shift], empirical, sizes, s.seed, s.convergence_repeats,
-            delta_form=s.delta_form, weighting=s.weighting,
+            embedded[ID_SHIFT],
+            embedded[shift],
+            empirical,
+            sizes,
+            s.seed,
+            s.convergence_repeats,
+            delta_form=s.delta_form,
+            weighting=s.weighting,
         )
         convergence[shift] = [
             {"n": p.n, "repeat": p.repeat, "bound": p.bound.value, "empirical": p.empirical} for p in points

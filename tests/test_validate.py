@@ -68,8 +68,8 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(tmp_path):
 
 @pytest.mark.slow
 def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(tmp_path):
-    stderr = failed_at_startup(tmp_path, "data=sample_rpgbench", "evaluator=rpgbench", "judge=local")
-    assert f"evaluator=rpgbench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in stderr
+    stderr = failed_at_startup(tmp_path, "data=sample", "evaluator=rolebench", "judge=local")
+    assert f"evaluator=rolebench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in stderr
 
 
 @pytest.mark.slow

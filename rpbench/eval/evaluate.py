@@ -161,9 +161,11 @@ def evaluate(
     ]
     if judging:
         benchmark.judge(cfg, examples, predictions, out_dir, prepared, results, scores)
+    benchmark.analyze(cfg, model, tokenizer, examples, predictions, out_dir, results)
     write_jsonl(out_dir / "scores.jsonl", scores)
     if ev.get("compare_to"):
         results["compare"] = compare(cfg, scores)
     results["report_sections"] = report.sections(results, str(ev.get("radar_metric", "rougeL")), out_dir)
+    results["report_sections"] += benchmark.report_sections(results, out_dir)
     report.log_to(logger, results, examples, predictions, scores)
     return results

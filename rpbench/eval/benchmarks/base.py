@@ -51,6 +51,22 @@ class Benchmark:
         """Judge the predictions: add the judge's results to ``results`` and each record's to ``scores``."""
         raise ValueError(f"evaluator={cfg.evaluator.name} has no judge protocol: use judge=none")
 
+    def analyze(
+        self,
+        cfg: DictConfig,
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[EvalExample],
+        predictions: Mapping[str, str],
+        out_dir: Path,
+        results: dict[str, Any],
+    ) -> None:
+        """Analyses that need the model after scoring (RPGBench's generalization numbers); none by default."""
+
+    def report_sections(self, results: Mapping[str, Any], out_dir: Path) -> list[str]:
+        """report.md sections of the benchmark's own results, after the generic ones."""
+        return []
+
 
 def judged_benchmarks() -> list[str]:
     """The registered evaluators with a judge protocol."""

@@ -1,0 +1,235 @@
+"""RPGBench evaluation glue: WinRate against a real local server with scripted verdicts, the analysis'
+split / reasoning / EMI helpers and the report's WinRate drops by hand, and the whole
+``evaluator=rpgbench`` run on the bundled sample with a local judge."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import run_script
+from rpbench.data.records import EvalExample, Turn
+from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
+from rpbench.eval.generalization.analysis import emi_from, record_reasoning, split_by_shift
+from rpbench.eval.judge.winrate import REASK, judge_winrate, parse_choice
+from rpbench.serve import load_served_model, serve_in_thread
+
+
+def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
+    prompt = (Turn("system", "You are Greta, an innkeeper."), Turn("user", "Any rooms free tonight?"))
+    return EvalExample(rid, prompt, golden, "tag", {"shift": shift, **meta})
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("A", "A"),
+        ("b", "B"),
+        ("**B**", "B"),
+        ("Answer: A", "A"),
+        ("(A).", "A"),
+        ("A or B", None),
+        ("", None),
+        ("AB", None),
+    ],
+)
+def test_choice_parsing_is_strict(reply, expected):
+    assert parse_choice(reply) == expected
+
+
+# The scripted judge prefers the response holding GOOD, whichever position it is in; LEFTY makes it
+# always answer A (position bias); MUDDLED gets unreadable replies, re-asked until parse_tries.
+VERDICTS = [
+    {"match": REASK, "reply": "hard to say"},
+    {"match": "## Response A\nGOOD", "reply": "A"},
+    {"match": "## Response B\nGOOD", "reply": "B"},
+    {"match": "LEFTY", "reply": "Answer: A"},
+    {"match": "MUDDLED", "reply": "both are fine"},
+]
+RECORDS = [  # (record, model prediction)
+    (example("r1", "in_distribution", "plain golden"), "GOOD reply"),
+    (example("r2", "user", "GOOD golden"), "meh reply"),
+    (example("r3", "user", "plain golden"), "MUDDLED reply"),
+    (example("r4", "user", "LEFTY golden"), "other reply"),
+]
+
+
+def test_winrate_over_two_judges_and_both_orders(tmp_path):
+    examples = [e for e, _ in RECORDS]
+    predictions = {e.id: p for e, p in RECORDS}
+    with serve_in_thread(load_served_model("tiny-qwen2"), {"scripted": VERDICTS}) as server:
+        judge = {
+            "backend": "openai",
+            "model": server.model_name,
+            "base_url": server.base_url,
+            "api_key_env": None,
+            "progress": False,
+            "parse_tries": 3,
+            "max_tokens": {"rpgbench": 8},
+        }
+        result = judge_winrate(examples, predictions, [judge, judge], [e.meta["shift"] for e in examples])
+        # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
+        assert server.stats.requests == 2 * (8 + 4)
+    # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
+    for tally in result["per_judge"].values():
+        assert {k: tally[k] for k in ("n", "judged", "wins", "no_verdict", "winrate", "parse_failures")} == {
+            "n": 8,
+            "judged": 6,
+            "wins": 3.0,
+            "no_verdict": 2,
+            "winrate": 0.5,
+            "parse_failures": 2,
+        }
+    assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
+    assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
+    assert result["groups"]["in_distribution"]["winrate"] == 1.0
+    assert result["groups"]["user"] == {"n": 12, "judged": 8, "wins": 2.0, "no_verdict": 4, "winrate": 0.25}
+    r4 = [r for r in result["records"] if r["id"] == "r4"]
+    assert [(r["model_first"], r["model_won"]) for r in r4[:2]] == [(True, 1.0), (False, 0.0)]
+    assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}
+
+
+def test_winrate_needs_a_prediction_for_every_record():
+    with pytest.raises(ValueError, match="1 test records have no prediction"):
+        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}], ["in_distribution"])
+
+
+def test_splits_put_in_distribution_first_and_need_a_shift():
+    examples = [example("a", "user", "g"), example("b", "in_distribution", "g"), example("c", "character", "g")]
+    assert split_by_shift(examples) == {"in_distribution": [1], "character": [2], "user": [0]}
+    with pytest.raises(ValueError, match=r"needs in_distribution records and shifted ones, got \['user'\]"):
+        split_by_shift([example("a", "user", "g")])
+
+
+def test_reasoning_comes_from_every_record_or_none():
+    with_r = [example("a", "user", "g", reasoning="warm"), example("b", "user", "g", reasoning="brief")]
+    assert record_reasoning(with_r) == ["warm", "brief"]
+    assert record_reasoning([example("a", "user", "g")]) is None
+    with pytest.raises(ValueError, match=r"1 test records lack the 'reasoning' field others have \(first: \['c'\]\)"):
+        record_reasoning([*with_r, example("c", "user", "g")])
+
+
+def test_emi_from_matrices_by_hand():
+    # 2 samples: the diagonal against both off-diagonal pairs (n_negatives >= 2 takes all)
+    model = torch.tensor([[-1.0, -3.0], [-2.0, -0.5]], dtype=torch.float64)
+    golden = torch.tensor([[-1.0, -1.5], [-1.5, -1.0]], dtype=torch.float64)
+    result = emi_from(model, golden, n_negatives=10, seed=0)
+    mi_model = (-1.0 - 0.5) / 2 - (-3.0 - 2.0) / 2  # 1.75
+    mi_golden = (-1.0 - 1.0) / 2 - (-1.5 - 1.5) / 2  # 0.5
+    assert result == pytest.approx({"emi": mi_model - mi_golden, "mi_model": mi_model, "mi_golden": mi_golden, "n": 2})
+
+
+def test_winrate_drop_per_shift_by_hand():
+    results = {
+        "winrate": {
+            "groups": {"in_distribution": {"winrate": 0.6}, "user": {"winrate": 0.45}, "character": {"winrate": None}}
+        }
+    }
+    assert winrate_drops(results) == pytest.approx({"user": 0.15})
+    assert js_severity({"user": 0.1, "character": 0.2, "dialogue": 0.3}) == pytest.approx(0.6)
+
+
+@pytest.mark.slow
+def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
+    done = run_script(
+        "run.py",
+        "objective=none",
+        "evaluator=rpgbench",
+        "data=sample_rpgbench",
+        "judge=local",
+        "evaluator.generalization.reasoning_generator=self",
+        "evaluator.generalization.convergence_repeats=1",
+        "evaluator.generalization.entropy_samples=2",
+        "+evaluator.judges=[{},{}]",
+        f"paths.output_root={tmp_path}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = [p.parent for p in tmp_path.rglob("metrics.json")]
+    ev = json.loads((run_dir / "metrics.json").read_text())["eval"]
+    shifts = {"user", "character", "composition"}
+    assert set(ev["jsd"]) == set(ev["bound"]) == set(ev["r_emid"]) == shifts
+    assert set(ev["emi"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == shifts | {"in_distribution"}
+    # two judges, both orders, every record: judged + no verdict = all, none scored as a loss by default
+    w = ev["winrate"]
+    assert len(w["per_judge"]) == 2 and w["overall"]["n"] == 2 * 2 * ev["n_records"]
+    assert w["overall"]["judged"] + w["overall"]["no_verdict"] == w["overall"]["n"]
+    for shift in shifts:
+        j, b = ev["jsd"][shift], ev["bound"][shift]
+        assert all(-1e-9 <= j[k] <= math.log(2) + 1e-9 for k in ("user", "character", "dialogue", "delta_p", "delta_q"))
+        by_hand = math.sqrt(2 / 3) * sum(math.sqrt(max(j[k], 0)) for k in ("user", "character", "dialogue"))
+        by_hand += 8 * max(max(j["delta_p"], 0), max(j["delta_q"], 0)) ** 0.25
+        assert b["value"] == pytest.approx(by_hand) and b["entropy_form"] == "scale_adjusted"
+        assert ev["r_emid"][shift] == pytest.approx(ev["r_emi"]["in_distribution"]["emi"] - ev["r_emi"][shift]["emi"])
+        assert ev["emid"][shift] == pytest.approx(ev["emi"]["in_distribution"]["emi"] - ev["emi"][shift]["emi"])
+        estimated = ev["generalization"]["bound_estimated"][shift]
+        assert estimated["entropy_form"] == "estimated" and estimated["entropy"] > 0
+        assert estimated["input_term"] == pytest.approx(estimated["entropy"] * (by_hand - b["output_term"]))
+        points = ev["generalization"]["convergence"]["points"][shift]
+        assert points[-1]["n"] == min(ev["generalization"]["n_per_split"][s] for s in ("in_distribution", shift))
+    for values in ev["perplexity"].values():
+        assert set(values) == {"with_reasoning", "without_reasoning"} and all(v > 1 for v in values.values())
+    assert ev["generalization"]["reasoning_source"] == "generated by the evaluated model"
+    assert (run_dir / "reasoning.jsonl").is_file() and (run_dir / "bound_convergence.png").is_file()
+    report = (run_dir / "report.md").read_text()
+    assert "### WinRate vs golden responses" in report and "### Generalization (R-EMID paper)" in report
+    assert "bound: scale_adjusted (H = 1)" in report and "Bound with Ĥ estimated (H estimated from 2 samples" in report
+
+
+def write_run(root, name: str, r_emi: dict, winrate: dict, reasoning: bool = True):
+    run = root / name
+    run.mkdir()
+    key, dkey = ("r_emi", "r_emid") if reasoning else ("emi", "emid")
+    ev = {
+        "emi": {s: {"emi": v} for s, v in r_emi.items()},
+        "emid": {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"},
+        "winrate": {"groups": {s: {"winrate": w} for s, w in winrate.items()}},
+    }
+    ev[key] = {s: {"emi": v} for s, v in r_emi.items()}
+    ev[dkey] = {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"}
+    (run / "metrics.json").write_text(json.dumps({"eval": ev}))
+    return run
+
+
+def test_multi_model_summary_correlations_by_hand(tmp_path):
+    from rpbench.eval.generalization.summary import summarize_runs
+
+    # WinRate = 0.5 + R-EMI: the score setting is perfectly linear; R-EMIDs 0.1, 0.2, 0.4 against
+    # WinRate drops 0.1, 0.2, 0.4: the drop setting too
+    runs = [
+        write_run(
+            tmp_path, f"m{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - d}
+        )
+        for k, d in enumerate((0.1, 0.2, 0.4))
+    ]
+    summary = summarize_runs(runs)
+    assert summary["metric"] == "R-EMI / R-EMID"
+    assert summary["drop"]["n"] == 3 and summary["score"]["n"] == 6
+    assert summary["drop"]["pearson_r"] == pytest.approx(1.0) and summary["drop"]["spearman_rho"] == pytest.approx(1.0)
+    assert summary["score"]["pearson_r"] == pytest.approx(1.0)
+    # reversed drops: Spearman -1
+    flipped = [
+        write_run(
+            tmp_path, f"f{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - w}
+        )
+        for k, (d, w) in enumerate(((0.1, 0.4), (0.2, 0.2), (0.4, 0.1)))
+    ]
+    assert summarize_runs(flipped)["drop"]["spearman_rho"] == pytest.approx(-1.0)
+
+
+def test_summary_refuses_mixed_reasoning_and_missing_winrates(tmp_path):
+    from rpbench.eval.generalization.summary import summarize_runs
+
+    a = write_run(tmp_path, "a", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5})
+    b = write_run(
+        tmp_path, "b", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5}, reasoning=False
+    )
+    with pytest.raises(ValueError, match="some runs have R-EMI and some only EMI"):
+        summarize_runs([a, b])
+    c = write_run(tmp_path, "c", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": None})
+    with pytest.raises(ValueError, match=r"c: no WinRate for 'user'"):
+        summarize_runs([a, c])
+    with pytest.raises(FileNotFoundError, match="no metrics.json"):
+        summarize_runs([tmp_path / "absent"])

@@ -23,6 +23,7 @@ from rpbench.eval.judge.client import BACKENDS, JudgeConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
+from rpbench.trainer_options import trainer_problems
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 
@@ -216,6 +217,7 @@ def validate(cfg: DictConfig) -> None:
     problems: Problems = []
     for check in (check_run, check_objective, check_evaluator, check_probe):
         check(cfg, problems)
+    problems += trainer_problems(cfg.trainer, cfg.objective)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 

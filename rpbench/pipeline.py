@@ -22,6 +22,7 @@ from rpbench.probes.stage import needs_model as probe_needs_model
 from rpbench.probes.stage import run_probe
 from rpbench.report import write_report
 from rpbench.resolvers import init_from_label
+from rpbench.starting_point import untuned_start_warning
 from rpbench.training import train
 from rpbench.validate import check_test_images, validate
 
@@ -96,6 +97,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "objective": objective,
         "evaluator": evaluator,
     }
+
+    warning = untuned_start_warning(cfg)
+    if warning:
+        log.warning(warning)
+        results.setdefault("warnings", []).append(warning)
 
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":

@@ -52,7 +52,11 @@ def trainer_problems(trainer_cfg: Mapping[str, Any], objective_cfg: Mapping[str,
             "(val_every_n_steps counts optimizer steps, val_check_interval micro-batches or a fraction of an epoch)"
         )
     callbacks = trainer_cfg.get("callbacks") or []
-    if isinstance(callbacks, str) or not isinstance(callbacks, Sequence) or not all(isinstance(c, Mapping) and "_target_" in c for c in callbacks):
+    if (
+        isinstance(callbacks, str)
+        or not isinstance(callbacks, Sequence)
+        or not all(isinstance(c, Mapping) and "_target_" in c for c in callbacks)
+    ):
         problems.append(f"trainer.callbacks={callbacks!r}: expected a list of {{_target_: module.Class, ...}} specs")
     return problems
 

@@ -47,6 +47,7 @@ class ObjectiveModule(L.LightningModule):
 
     data_split = "train"
     supports_packing = False
+    needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:

@@ -39,6 +39,7 @@ VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")
 
 class DPOModule(ObjectiveModule):
     data_split = "pairs"
+    needs_tuned_start = True
     supports_packing = False
 
     @staticmethod

@@ -95,6 +95,7 @@ def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int)
 
 class GRPOModule(ObjectiveModule):
     data_split = "train"
+    needs_tuned_start = True
     supports_packing = False
 
     @staticmethod

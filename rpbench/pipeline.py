@@ -15,7 +15,9 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
+from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
+from rpbench.model_card import write_model_card
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import needs_model as probe_needs_model
@@ -84,6 +86,10 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     return splits, report
 
 
+def is_rank_zero() -> bool:
+    return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
@@ -120,6 +126,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if train_split:  # 3. train
         train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
         results["train"] = train(cfg, model, tokenizer, train_records, val_records, out_dir, logger)
+    exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
+    if exported and is_rank_zero():
+        write_model_card(cfg, results, exported)  # again after evaluation, with its metrics
 
     if model is not None and (evaluator != "none" or probe != "none"):  # 4. evaluate, then probe
         saved = out_dir / "model" if "train" in results else None
@@ -131,7 +140,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate, results.get("eval")
         )
 
-    if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
+    if exported and is_rank_zero():  # 5. export and report
+        write_model_card(cfg, results, exported)
+        if cfg.export.push_to_hub:
+            results["hub_commit"] = push_to_hub(exported, cfg.export.hub, str(cfg.run_name))
+            log.info("model/ uploaded: %s", results["hub_commit"])
+    if is_rank_zero():
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
         write_report(results, out_dir)
         finish_logger(logger, out_dir)

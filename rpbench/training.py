@@ -210,7 +210,7 @@ def train(
     if history.history:
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
     if cfg.get("save_model", True):
-        saved = module.export_hf(out_dir / "model")
+        saved = module.export_hf(out_dir / "model", lora_adapter=bool(cfg.export.lora_adapter))
         if saved is not None:
             report["model_dir"] = "model"
     return report

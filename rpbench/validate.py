@@ -20,6 +20,7 @@ from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.evaluate import JUDGED
 from rpbench.eval.judge.client import BACKENDS, JudgeConfig
+from rpbench.hub import export_problems
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -218,6 +219,7 @@ def validate(cfg: DictConfig) -> None:
     for check in (check_run, check_objective, check_evaluator, check_probe):
         check(cfg, problems)
     problems += trainer_problems(cfg.trainer, cfg.objective)
+    problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 

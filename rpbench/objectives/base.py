@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,12 +154,14 @@ class ObjectiveModule(L.LightningModule):
             self.log("val/perplexity", self.last_validation["perplexity"], sync_dist=False)
 
     # -- export -----------------------------------------------------------------------------------
-    def export_hf(self, out_dir: str | Path) -> Path | None:
-        """Save model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first)."""
+    def export_hf(self, out_dir: str | Path, lora_adapter: bool = False) -> Path | None:
+        """Save model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first);
+        ``lora_adapter``: a LoRA model's adapter alone too, in ``<out_dir>/adapter``."""
         params = list(self.model.parameters())
+        save = partial(save_hf, self.model, self.tokenizer, out_dir, lora_adapter=lora_adapter)
         if any(hasattr(p, "ds_id") for p in params):
             import deepspeed
 
             with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                return save_hf(self.model, self.tokenizer, out_dir) if self.trainer.is_global_zero else None
-        return save_hf(self.model, self.tokenizer, out_dir) if self.trainer.is_global_zero else None
+                return save() if self.trainer.is_global_zero else None
+        return save() if self.trainer.is_global_zero else None

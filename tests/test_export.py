@@ -45,6 +45,7 @@ def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_pa
     assert f"| after training | {after:.4f} |" in card
     assert "4 test records; generated now 4" in card  # rewritten after evaluation, with its metrics
     assert "base_model:" not in card  # random weights have no hub id to name
+    assert "hub_commit" not in metrics  # push_to_hub is off by default: nothing uploaded (tests run offline)
 
     base, tokenizer = load(OmegaConf.to_container(compose("model=tiny-qwen2").model, resolve=True))
     adapted = PeftModel.from_pretrained(base, str(out / "model" / "adapter")).eval()

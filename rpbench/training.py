@@ -207,7 +207,7 @@ def train(
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }
-    if history.history:
+    if history.history and history.history[0]["step"] == 0:  # fast_dev_run has no pass before training
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
     if cfg.get("save_model", True):
         saved = module.export_hf(out_dir / "model", lora_adapter=bool(cfg.export.lora_adapter))

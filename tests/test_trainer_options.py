@@ -69,3 +69,13 @@ def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path):
     assert train["optimizer_steps"] == 2 and train["held_out"]["after"]["step"] == 2
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert any(row.get("lr-AdamW/pg1") for row in rows)  # logged by the LearningRateMonitor the spec names
+
+
+@pytest.mark.slow
+def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("run.py", f"hydra.run.dir={out}", "debug=fast_dev_run", *QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = json.loads((out / "metrics.json").read_text())["train"]
+    assert train["optimizer_steps"] == 1
+    assert "held_out" not in train  # Lightning's fast_dev_run skips the pass before training: no "before" to report

@@ -12,7 +12,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
-from rpbench.report import _train_lines
 
 # Objective keys that describe bookkeeping, not the optimisation.
 NOT_HYPERPARAMETERS = {"name", "log_every_n_steps", "num_workers", "ref_cache", "val_every_n_steps", "rewards"}
@@ -28,6 +27,22 @@ def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
     if cfg.model.lora:
         values["lora"] = OmegaConf.to_container(cfg.model.lora, resolve=True)
     return values
+
+
+def training_lines(train: dict[str, Any]) -> list[str]:
+    """Samples, optimizer steps, and the held-out measures (loss, perplexity; DPO: reward accuracy, ...)
+    before and after training."""
+    samples = train["samples"]
+    lines = [
+        f"{samples['train']} training samples ({samples['val']} held out), {train['optimizer_steps']} optimizer steps."
+    ]
+    held_out = train.get("held_out")
+    if held_out:
+        names = [k for k in held_out["after"] if k not in ("step", "tokens", "pairs")]  # measures, not counts
+        lines += ["", "| held-out | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+        for phase in ("before", "after"):
+            lines.append(f"| {phase} training | " + " | ".join(f"{held_out[phase][n]:.4f}" for n in names) + " |")
+    return lines
 
 
 def card_text(cfg: DictConfig, results: dict[str, Any]) -> str:
@@ -58,7 +73,7 @@ def card_text(cfg: DictConfig, results: dict[str, Any]) -> str:
         *(f"| {key} | {value} |" for key, value in hyperparameters(cfg).items()),
     ]
     if "train" in results:
-        lines += ["", "## Training", "", *_train_lines(results["train"])]
+        lines += ["", "## Training", "", *training_lines(results["train"])]
     sections = results.get("eval", {}).get("report_sections", [])
     lines += ["", *sections] if sections else ["", "## Evaluation", "", "Not evaluated (yet)."]
     if (Path(cfg.paths.output_dir) / "model" / "adapter").is_dir():

@@ -16,12 +16,15 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
+from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
+from rpbench.model_card import write_model_card
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
 from rpbench.resolvers import init_from_label
 from rpbench.run_report import headline, write_report
+from rpbench.starting_point import untuned_start_warning
 from rpbench.training import objective_config, train
 from rpbench.validate import check_test_images, validate
 
@@ -93,6 +96,10 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     return splits, report
 
 
+def is_rank_zero() -> bool:
+    return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
@@ -106,6 +113,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "objective": objective,
         "evaluator": evaluator,
     }
+
+    warning = untuned_start_warning(cfg)
+    if warning:
+        log.warning(warning)
+        results.setdefault("warnings", []).append(warning)
 
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
@@ -127,6 +139,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
         results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger)
+    exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
+    if exported and is_rank_zero():
+        write_model_card(cfg, results, exported)  # again after evaluation, with its metrics
 
     if model is not None and (evaluator != "none" or probe != "none"):  # 4. evaluate, then probe
         saved = None
@@ -140,7 +155,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate, results.get("eval")
         )
 
-    if L.fabric.utilities.rank_zero.rank_zero_only.rank == 0:  # 5. report
+    if exported and is_rank_zero():  # 5. export and report
+        write_model_card(cfg, results, exported)
+        if cfg.export.push_to_hub:
+            results["hub_commit"] = push_to_hub(exported, cfg.export.hub, str(cfg.run_name))
+            log.info("model/ uploaded: %s", results["hub_commit"])
+    if is_rank_zero():
         (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
         write_report(results, out_dir)
         finish_logger(logger, out_dir)

@@ -25,6 +25,7 @@ from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
+from rpbench.trainer_options import extra_callbacks, passed_options
 
 log = logging.getLogger(__name__)
 
@@ -111,26 +112,22 @@ def build_trainer(
     val_every = objective.val_every_n_steps
     if trainer_cfg.get("accelerator") == "gpu":
         torch.set_float32_matmul_precision("high")
+    # Lightning's summary table prints "FLOPs 0" for models it cannot trace: log_parameters says it in one line.
+    options = {"enable_model_summary": False, **passed_options(trainer_cfg)}
+    if val_every:
+        options["val_check_interval"] = int(val_every) * grad_accum
     return L.Trainer(
-        accelerator=trainer_cfg["accelerator"],
-        devices=trainer_cfg.get("devices", 1),
-        num_nodes=trainer_cfg.get("num_nodes", 1),
+        **options,
         strategy=_strategy(trainer_cfg, micro_batch),
-        precision=trainer_cfg.get("precision", "32-true"),
-        deterministic=trainer_cfg.get("deterministic", False),
-        enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
-        enable_model_summary=False,  # its table prints "FLOPs 0" for models it cannot trace; see log_parameters
         max_epochs=int(objective.epochs),
-        max_steps=int(objective.max_steps or -1),
         accumulate_grad_batches=grad_accum,
         gradient_clip_val=objective.max_grad_norm,
         log_every_n_steps=int(objective.log_every_n_steps),
-        val_check_interval=int(val_every) * grad_accum if val_every else None,
         num_sanity_val_steps=0 if resuming else -1,
         use_distributed_sampler=False,
         default_root_dir=str(out_dir),
         logger=logger if logger is not None else False,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, *extra_callbacks(trainer_cfg)],
         plugins=cluster_plugins(),
     )
 
@@ -177,6 +174,12 @@ def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
     return ckpt_path
 
 
+def needs_final_validation(trainer: L.Trainer, history: ValidationHistory) -> bool:
+    """Whether the held-out loss was last measured before the final optimizer step."""
+    measured = bool(history.history) and history.history[-1]["step"] != trainer.global_step
+    return measured and not trainer.fast_dev_run
+
+
 def train(
     cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
 ) -> dict[str, Any]:
@@ -209,6 +212,8 @@ def train(
     # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    if needs_final_validation(trainer, history):  # stopped between validations (e.g. on trainer.max_steps)
+        trainer.validate(module, datamodule=datamodule, verbose=False)
     report: dict[str, Any] = {
         "samples": {
             "train": len(train_samples),
@@ -228,10 +233,10 @@ def train(
     }
     if trainer.is_global_zero and plot_loss_curve(progress.points, out_dir / CURVE_FILE):
         report["loss_curve"] = CURVE_FILE
-    if history.history:
+    if history.history and history.history[0]["step"] == 0:  # fast_dev_run has no pass before training
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
     if cfg.save_model:
-        saved = module.export_hf(out_dir / "model")
+        saved = module.export_hf(out_dir / "model", lora_adapter=bool(cfg.export.lora_adapter))
         if saved is not None:
             report["model_dir"] = "model"
     return report

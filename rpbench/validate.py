@@ -21,9 +21,11 @@ from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.eval.judge.client import BACKENDS, JudgeConfig
 from rpbench.eval.metrics import METRICS
+from rpbench.hub import export_problems
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
+from rpbench.trainer_options import trainer_problems
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 
@@ -226,6 +228,8 @@ def validate(cfg: DictConfig) -> None:
     problems: Problems = []
     for check in (check_run, check_objective, check_evaluator, check_probe):
         check(cfg, problems)
+    problems += trainer_problems(cfg.trainer, cfg.objective)
+    problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 

@@ -60,7 +60,8 @@ def tuning_file(cfg):
 def assert_option_in_effect(cfg, group: str, option: str, *later_files) -> None:
     """Every value the option's file sets is in the composed config, unless a later file (tuning,
     experiment) sets the same key."""
-    composed = dict(leaves(OmegaConf.to_container(cfg[group], resolve=False)))
+    global_package = (CONF_DIR / group / f"{option}.yaml").read_text().startswith("# @package _global_")
+    composed = dict(leaves(OmegaConf.to_container(cfg if global_package else cfg[group], resolve=False)))
     overridden = {p for f in later_files for p in file_values(f)}
     expected = {p: v for p, v in file_values(CONF_DIR / group / f"{option}.yaml").items() if p not in overridden}
     assert expected, f"{group}/{option}.yaml sets nothing to check"

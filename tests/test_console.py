@@ -33,7 +33,7 @@ def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp
     result = run_script(
         "run.py",
         f"hydra.run.dir={out}",
-        "+objective.max_steps=4",
+        "trainer.max_steps=4",
         "objective.log_every_n_steps=2",
         "data.max_test_samples=8",
         "evaluator.generation.max_new_tokens=8",
@@ -84,7 +84,7 @@ def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path):
         f"hydra.run.dir={out}",
         "trainer=gpu",
         "trainer.devices=1",
-        "+objective.max_steps=2",
+        "trainer.max_steps=2",
         "objective.log_every_n_steps=1",
         "evaluator=none",
         "logger=none",

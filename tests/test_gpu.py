@@ -38,7 +38,7 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
     step = [
         "trainer.devices=1",
         "logger=none",
-        "objective.max_steps=1",
+        "trainer.max_steps=1",
         "objective.batch_size=4",
         "objective.grad_accum=2",
         "objective.lr=1e5",

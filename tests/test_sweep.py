@@ -153,7 +153,7 @@ def test_submitit_local_sweep_runs_each_seed_in_its_own_process_and_one_wandb_gr
         "evaluator=none",
         "trainer.enable_progress_bar=false",
         "data.max_train_samples=16",
-        "+objective.max_steps=2",
+        "trainer.max_steps=2",
         "save_model=false",
         "logger=wandb",
         "seed=1,2",

@@ -166,8 +166,9 @@ def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: M
     return model.to(inference_device(trainer_cfg)).eval()
 
 
-def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True) -> Path:
-    """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false).
+def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True, lora_adapter: bool = False) -> Path:
+    """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false;
+    with ``lora_adapter`` a LoRA model's adapter alone also goes to ``<out_dir>/adapter``).
 
     Written to a hidden sibling folder and renamed into place when complete: a kill mid-export never
     leaves a half-written ``out_dir`` (e.g. config files without weights)."""
@@ -175,6 +176,8 @@ def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True) -> P
     partial = partial_path(out)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
+    if lora_adapter and hasattr(model, "peft_config"):
+        model.save_pretrained(partial / "adapter")  # before merging, which removes the adapter layers
     if merge_lora and hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
     model.save_pretrained(partial)

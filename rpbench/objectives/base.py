@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class ObjectiveModule(L.LightningModule):
 
     data_split = "train"
     supports_packing = False
+    needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod
@@ -186,19 +188,21 @@ class ObjectiveModule(L.LightningModule):
             self.log("val/perplexity", self.last_validation["perplexity"], sync_dist=False)
 
     # -- export -----------------------------------------------------------------------------------
-    def export_hf(self, out_dir: str | Path) -> Path | None:
+    def export_hf(self, out_dir: str | Path, lora_adapter: bool = False) -> Path | None:
         """Save each model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first):
-        to ``out_dir``, or ``out_dir/<name>`` each when the objective trains several."""
+        to ``out_dir``, or ``out_dir/<name>`` each when the objective trains several; ``lora_adapter``: a LoRA
+        model's adapter alone too, in ``<its folder>/adapter``."""
         models = self.named_models()
         for name, model in models.items():
             target = Path(out_dir) / name if len(models) > 1 else Path(out_dir)
             params = list(model.parameters())
+            save = partial(save_hf, model, self.tokenizers[name], target, lora_adapter=lora_adapter)
             if any(hasattr(p, "ds_id") for p in params):
                 import deepspeed
 
                 with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
                     if self.trainer.is_global_zero:
-                        save_hf(model, self.tokenizers[name], target)
+                        save()
             elif self.trainer.is_global_zero:
-                save_hf(model, self.tokenizers[name], target)
+                save()
         return Path(out_dir) if self.trainer.is_global_zero else None

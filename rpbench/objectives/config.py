@@ -26,7 +26,6 @@ class ObjectiveConfig:
     adam_betas: tuple[float, float]
     adam_eps: float
     epochs: int
-    max_steps: int | None
     batch_size: int
     grad_accum: int
     max_grad_norm: float | None
@@ -57,7 +56,7 @@ class ObjectiveConfig:
         for key in ("epochs", "batch_size", "grad_accum", "log_every_n_steps", "max_tokens_per_batch"):
             if int(getattr(self, key)) < 1:
                 found.append(f"{key} must be an integer >= 1, got {getattr(self, key)}")
-        for key in ("max_steps", "val_every_n_steps"):
+        for key in ("val_every_n_steps",):
             if getattr(self, key) is not None and int(getattr(self, key)) < 1:
                 found.append(f"{key} must be null or an integer >= 1, got {getattr(self, key)}")
         if not float(self.lr) > 0:

@@ -70,6 +70,7 @@ class DPOConfig(ObjectiveConfig):
 @OBJECTIVES.register("dpo")
 class DPOModule(ObjectiveModule):
     data_split = "pairs"
+    needs_tuned_start = True
     supports_packing = False
     config_class = DPOConfig
 

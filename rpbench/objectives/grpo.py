@@ -158,6 +158,7 @@ class GRPOConfig(ObjectiveConfig):
 @OBJECTIVES.register("grpo")
 class GRPOModule(ObjectiveModule):
     data_split = "train"
+    needs_tuned_start = True
     supports_packing = False
     config_class = GRPOConfig
 

@@ -203,7 +203,7 @@ def test_the_three_aggregations_weigh_tokens_differently(compose, tmp_path):
         _, _, rows = run_grpo(
             compose,
             tmp_path / aggregation,
-            "objective.max_steps=1",
+            "trainer.max_steps=1",
             f"objective.loss_aggregation={aggregation}",
             extra_stop_ids=300,
         )
@@ -286,7 +286,7 @@ def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(com
         tmp_path,
         "objective.epochs=2",
         "objective.mu=2",
-        "objective.max_steps=5",
+        "trainer.max_steps=5",
         "objective.scheduler=linear",
         "objective.lr=1e-2",
     )

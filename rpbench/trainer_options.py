@@ -1,0 +1,74 @@
+"""The ``trainer`` config group: Lightning Trainer options, passed through as they are.
+
+Every key of ``cfg.trainer`` must be a parameter of ``lightning.Trainer.__init__`` (an unknown key is an
+error, never ignored). rpbench reads two of them its own way: ``strategy`` may also be
+``{name: deepspeed, config: {...}}`` (rpbench.training), and ``callbacks`` is a list of ``_target_``
+specs, instantiated and added to rpbench's own callbacks. The Trainer parameters in ``SET_ELSEWHERE`` are
+derived from another part of the run config and are refused here with a pointer to it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning as L
+
+# Trainer parameters rpbench sets itself: where they are configured instead.
+SET_ELSEWHERE = {
+    "max_epochs": "set objective.epochs",
+    "accumulate_grad_batches": "set objective.grad_accum",
+    "gradient_clip_val": "set objective.max_grad_norm",
+    "log_every_n_steps": "set objective.log_every_n_steps",
+    "logger": "choose logger=csv|wandb|none",
+    "default_root_dir": "set paths.output_dir (or hydra.run.dir)",
+    "num_sanity_val_steps": "rpbench runs the full sanity pass: it measures held_out.before",
+    "use_distributed_sampler": "rpbench's datamodule plans each rank's batches itself",
+    "plugins": "cluster plugins are chosen from the environment (rpbench.cluster)",
+}
+
+
+def trainer_parameters() -> list[str]:
+    """The names ``lightning.Trainer.__init__`` accepts."""
+    return [name for name in inspect.signature(L.Trainer.__init__).parameters if name != "self"]
+
+
+def trainer_problems(trainer_cfg: Mapping[str, Any], objective_cfg: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the ``trainer`` group's keys (and ``objective.max_steps``, which moved there)."""
+    valid = trainer_parameters()
+    problems = []
+    for key in trainer_cfg:
+        if key in SET_ELSEWHERE:
+            problems.append(f"trainer.{key}: not set in the trainer group: {SET_ELSEWHERE[key]}")
+        elif key not in valid:
+            allowed = ", ".join(sorted(set(valid) - set(SET_ELSEWHERE)))
+            problems.append(f"trainer.{key}: not an option of lightning.Trainer; valid keys: {allowed}")
+    if "max_steps" in objective_cfg:
+        problems.append("objective.max_steps: the run length is set by trainer.max_steps (e.g. trainer.max_steps=3)")
+    if trainer_cfg.get("val_check_interval") is not None and objective_cfg.get("val_every_n_steps") is not None:
+        problems.append(
+            "trainer.val_check_interval and objective.val_every_n_steps are both set: set only one "
+            "(val_every_n_steps counts optimizer steps, val_check_interval micro-batches or a fraction of an epoch)"
+        )
+    callbacks = trainer_cfg.get("callbacks") or []
+    if (
+        isinstance(callbacks, str)
+        or not isinstance(callbacks, Sequence)
+        or not all(isinstance(c, Mapping) and "_target_" in c for c in callbacks)
+    ):
+        problems.append(f"trainer.callbacks={callbacks!r}: expected a list of {{_target_: module.Class, ...}} specs")
+    return problems
+
+
+def passed_options(trainer_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The trainer group's options for ``lightning.Trainer``, less ``strategy`` and ``callbacks``
+    (built by the caller and by ``extra_callbacks``)."""
+    return {k: v for k, v in trainer_cfg.items() if k not in ("strategy", "callbacks")}
+
+
+def extra_callbacks(trainer_cfg: Mapping[str, Any]) -> list:
+    """``trainer.callbacks``, instantiated from their ``_target_`` specs."""
+    from hydra.utils import instantiate
+
+    return [instantiate(spec) for spec in trainer_cfg.get("callbacks") or []]

@@ -1,0 +1,40 @@
+"""DPO and GRPO from random weights or a base model warn (log line and metrics.json), otherwise not."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_script
+from rpbench.starting_point import untuned_start_warning
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warns"),
+    [
+        (["objective=dpo"], "random weights"),
+        (["objective=grpo", "model=tiny-llama"], "random weights"),
+        (["objective=dpo", "model=qwen2.5-7b"], "a base (not instruction-tuned) model"),
+        (["objective=dpo", "model=qwen2.5-7b-instruct"], None),
+        (["objective=dpo", "model.instruct=true"], None),
+        (["objective=grpo", "init_from=outputs/sft-run"], None),
+        (["objective=sft"], None),
+        (["objective=none"], None),
+    ],
+)
+def test_the_rule(compose, overrides, warns):
+    warning = untuned_start_warning(compose(*overrides))
+    assert (warning is None) if warns is None else (warns in warning and "init_from=" in warning)
+
+
+@pytest.mark.slow
+def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path):
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py", f"hydra.run.dir={out}", "objective=dpo", "trainer.max_steps=1", "evaluator=none", "save_model=false"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = json.loads((out / "metrics.json").read_text())["warnings"]
+    assert len(warnings) == 1 and warnings[0].startswith("objective=dpo starts from model=tiny-qwen2, random weights")
+    assert (out / "run.log").read_text().count(warnings[0]) == 1

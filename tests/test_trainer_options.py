@@ -1,0 +1,81 @@
+"""The trainer group passes Lightning Trainer options through; unknown keys are errors; debug=short."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import run_script
+from rpbench.data.errors import ConfigError
+from rpbench.validate import validate
+
+QUIET = ["trainer.enable_progress_bar=false", "evaluator=none"]
+
+
+@pytest.mark.parametrize(
+    ("override", "named", "pointer"),
+    [
+        ("+trainer.bogus=1", "trainer.bogus", "max_steps"),  # the valid keys are listed
+        ("+trainer.max_epochs=2", "trainer.max_epochs", "objective.epochs"),
+        ("+objective.max_steps=3", "objective.max_steps", "trainer.max_steps=3"),
+    ],
+)
+def test_a_trainer_key_nothing_reads_is_an_error_naming_it(compose, override, named, pointer):
+    with pytest.raises(ConfigError) as error:
+        validate(compose(override))
+    assert named in str(error.value) and pointer in str(error.value)
+
+
+def test_objective_and_trainer_validation_intervals_are_not_both_accepted(compose):
+    with pytest.raises(ConfigError, match="val_check_interval and objective.val_every_n_steps"):
+        validate(compose("trainer.val_check_interval=4", "objective.val_every_n_steps=2"))
+
+
+def test_trainer_options_compose_without_a_plus(compose):
+    cfg = compose("trainer.max_steps=3", "trainer.limit_val_batches=2", "trainer.fast_dev_run=true")
+    validate(cfg)
+    assert (cfg.trainer.max_steps, cfg.trainer.limit_val_batches, cfg.trainer.fast_dev_run) == (3, 2, True)
+
+
+@pytest.mark.slow
+def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("run.py", f"hydra.run.dir={out}", "debug=short", *QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = json.loads((out / "metrics.json").read_text())["train"]
+    assert train["optimizer_steps"] == 3
+    before, after = train["held_out"]["before"], train["held_out"]["after"]
+    assert (before["step"], after["step"]) == (0, 3)  # re-measured after the last step, not left at step 0
+    assert after["loss"] != before["loss"] and after["tokens"] == before["tokens"]
+    assert not (out / "model").exists()  # debug=short exports nothing
+
+
+@pytest.mark.slow
+def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path):
+    out = tmp_path / "run"
+    result = run_script(
+        "run.py",
+        f"hydra.run.dir={out}",
+        "trainer.max_steps=2",
+        "+trainer.callbacks=[{_target_:lightning.pytorch.callbacks.LearningRateMonitor}]",
+        "objective.log_every_n_steps=1",
+        "save_model=false",
+        *QUIET,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = json.loads((out / "metrics.json").read_text())["train"]
+    assert train["optimizer_steps"] == 2 and train["held_out"]["after"]["step"] == 2
+    rows = list(csv.DictReader((out / "metrics.csv").open()))
+    assert any(row.get("lr-AdamW/pg1") for row in rows)  # logged by the LearningRateMonitor the spec names
+
+
+@pytest.mark.slow
+def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("run.py", f"hydra.run.dir={out}", "debug=fast_dev_run", *QUIET)
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = json.loads((out / "metrics.json").read_text())["train"]
+    assert train["optimizer_steps"] == 1
+    assert "held_out" not in train  # Lightning's fast_dev_run skips the pass before training: no "before" to report

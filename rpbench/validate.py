@@ -19,8 +19,8 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.eval.judge.client import BACKENDS, JudgeConfig
-from rpbench.eval.metrics import METRICS
+from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
+from rpbench.scoring.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES

@@ -14,7 +14,7 @@ from rpbench.data.errors import ReadResult
 from rpbench.data.readers import FORMATS, DataFormat, Source, read_file, record_id, require_str
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
-from rpbench.eval.metrics import METRICS
+from rpbench.scoring.metrics import METRICS
 
 TOY_TEST = [
     {"id": "q1", "question": "Say hi.", "answer": "hi"},

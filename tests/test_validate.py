@@ -8,7 +8,7 @@ import pytest
 from conftest import run_script
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
-from rpbench.eval.metrics import METRICS
+from rpbench.scoring.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES

@@ -9,7 +9,7 @@ import argparse
 import random
 import time
 
-from rpbench.eval.metrics import compute_metrics, load_bertscorer
+from rpbench.scoring.metrics import compute_metrics, load_bertscorer
 from rpbench.eval.stats import aggregate
 
 WORDS = [

@@ -79,7 +79,7 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
     if ev.get("reviews"):
         results = aggregate_reviews(Path(str(ev.reviews)))
     else:
-        from rpbench.eval.judge import open_judge
+        from rpbench.scoring.judge import open_judge
 
         with open_judge(as_container(cfg.judge)) as client:
             results = judge_answers(

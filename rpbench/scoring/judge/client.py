@@ -28,7 +28,7 @@ import openai
 from tqdm.auto import tqdm
 
 from rpbench.data.errors import RpbenchError
-from rpbench.eval.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 
 RETRY_STATUS = {408, 409, 429}
 FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)

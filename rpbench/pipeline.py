@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -93,7 +94,19 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     return splits, report
 
 
+def import_plugins(modules: list[str]) -> None:
+    """Import the user's modules listed in ``plugins``: each registers its formats, metrics, evaluators..."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
+                raise  # the plugin itself imports something missing
+            raise ConfigError(f"plugins: cannot import {name!r} ({error}): put it on PYTHONPATH") from error
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    import_plugins(list(cfg.plugins))  # before validation, which checks names against the registries
     validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,9 @@ class ToyBench(Benchmark):
             "length": [f"{len(e.prompt[-1].content.split())} words" for e in examples],
         }
 
+    def report_sections(self, results):
+        return [f"## Toy bench\n\n{results['n_records']} questions"]
+
 
 FORMATS.register("toy_qa")(DataFormat(test=read_toy_test))
 METRICS.register("exact_match")(exact_match)
@@ -85,3 +88,5 @@ def test_a_format_metric_and_evaluator_added_by_the_test_are_used_by_a_run(compo
     assert summary["overall"]["exact_match"]["mean"] == pytest.approx(sum(expected) / len(expected))
     assert sorted(summary["length"]) == ["11 words", "2 words", "3 words"]
     assert list(summary["length"]["2 words"]) == ["exact_match", "rouge1"]
+    assert "## Toy bench\n\n3 questions" in results["eval"]["report_sections"]
+    assert "## Toy bench" in (out / "report.md").read_text()

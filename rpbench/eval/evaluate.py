@@ -164,6 +164,8 @@ def evaluate(
     write_jsonl(out_dir / "scores.jsonl", scores)
     if ev.get("compare_to"):
         results["compare"] = compare(cfg, scores)
-    results["report_sections"] = report.sections(results, str(ev.get("radar_metric", "rougeL")), out_dir)
+    results["report_sections"] = report.sections(
+        results, str(ev.get("radar_metric", "rougeL")), out_dir, benchmark.report_sections(results)
+    )
     report.log_to(logger, results, examples, predictions, scores)
     return results

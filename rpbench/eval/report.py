@@ -1,4 +1,5 @@
-"""Evaluation tables (RoleMRC Tables 3 and 9, MMRole Table 5 style), radar chart, logger output."""
+"""Evaluation tables (RoleMRC Tables 3 and 9 style), radar chart, logger output; a benchmark adds its own
+sections (``Benchmark.report_sections``)."""
 
 from __future__ import annotations
 
@@ -102,28 +103,8 @@ def radar_values(results: Mapping[str, Any], radar_metric: str) -> tuple[dict[st
     return {m: x100(s["mean"], m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
 
 
-def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
-    metrics = results["metrics"]
-    lines = [
-        "## MMRole-Eval (score = evaluated / ground truth)",
-        "",
-        "| file | n | " + " | ".join(metrics) + " | overall |",
-        "| --- | --- |" + " --- |" * (len(metrics) + 1),
-    ]
-    for name, entry in results["files"].items():
-        means = entry["means"]
-        cells = [means[m] for m in metrics] + [entry["overall"]]
-        lines.append(
-            f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
-        )
-    failures = sum(
-        sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in results["files"].values()
-    )
-    lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
-    return ["\n".join(lines)]
-
-
-def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> list[str]:
+def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
+    """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
     metrics = results["metrics"]
     generation = results["generation"]
     out = [
@@ -162,8 +143,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
     chart = radar_chart(*radar_values(results, radar_metric), out_dir / "radar.png")
     if chart is not None:
         out.append(f"![radar]({chart.name})")
-    if "mmrole_eval" in results:
-        out += mmrole_sections(results["mmrole_eval"])
+    out += own
     if "compare" in results:
         cmp = results["compare"]
         rows = [

@@ -51,6 +51,10 @@ class Benchmark:
         """Judge the predictions: add the judge's results to ``results`` and each record's to ``scores``."""
         raise ValueError(f"evaluator={cfg.evaluator.name} has no judge protocol: use judge=none")
 
+    def report_sections(self, results: Mapping[str, Any]) -> list[str]:
+        """Report sections of what this benchmark added to ``results`` (after the generic tables and radar)."""
+        return []
+
 
 def judged_benchmarks() -> list[str]:
     """The registered evaluators with a judge protocol."""

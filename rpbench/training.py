@@ -82,7 +82,7 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
-    strategy = trainer_cfg.get("strategy", "auto")
+    strategy = trainer_cfg["strategy"]
     if isinstance(strategy, Mapping):
         if strategy.get("name") != "deepspeed":
             raise ValueError(f"trainer.strategy: only 'deepspeed' takes a config, got {strategy.get('name')!r}")
@@ -113,12 +113,12 @@ def build_trainer(
         torch.set_float32_matmul_precision("high")
     return L.Trainer(
         accelerator=trainer_cfg["accelerator"],
-        devices=trainer_cfg.get("devices", 1),
-        num_nodes=trainer_cfg.get("num_nodes", 1),
+        devices=trainer_cfg["devices"],
+        num_nodes=trainer_cfg["num_nodes"],
         strategy=_strategy(trainer_cfg, micro_batch),
-        precision=trainer_cfg.get("precision", "32-true"),
-        deterministic=trainer_cfg.get("deterministic", False),
-        enable_progress_bar=trainer_cfg.get("enable_progress_bar", True),
+        precision=trainer_cfg["precision"],
+        deterministic=trainer_cfg["deterministic"],
+        enable_progress_bar=trainer_cfg["enable_progress_bar"],
         enable_model_summary=False,  # its table prints "FLOPs 0" for models it cannot trace; see log_parameters
         max_epochs=int(objective.epochs),
         max_steps=int(objective.max_steps or -1),

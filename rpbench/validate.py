@@ -19,11 +19,11 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
-from rpbench.scoring.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
+from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
+from rpbench.scoring.metrics import METRICS
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 

@@ -26,8 +26,8 @@ from rpbench.eval import report
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
 from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
-from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap
+from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)

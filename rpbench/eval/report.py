@@ -11,6 +11,7 @@ from typing import Any
 from rpbench.scoring.format import SCALE_100, fmt_metric, fmt_percent
 from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS, in_paper_order
 
+
 def _cell(summary: Mapping[str, Any], metric: str, with_ci: bool) -> str:
     text = f"{fmt_metric(summary['mean'], metric)} ± {fmt_metric(summary['std'], metric)}"
     if with_ci and summary.get("ci_low") is not None:

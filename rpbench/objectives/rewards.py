@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.registry import Registry
+from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 
 log = logging.getLogger(__name__)
 

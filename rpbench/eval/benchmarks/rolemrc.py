@@ -11,8 +11,8 @@ from omegaconf import DictConfig
 
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, write_jsonl
-from rpbench.scoring.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
 from rpbench.eval.stats import summarize
+from rpbench.scoring.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
 
 
 class RoleMRC(Benchmark):

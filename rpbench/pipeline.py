@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -50,7 +51,7 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
 
 def generates_in_process(cfg: DictConfig) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
-    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.get("backend", "local") == "local"
+    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.backend == "local"
     return local_generation or probe_of(cfg.probe).needs_model
 
 
@@ -100,7 +101,19 @@ def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
 
+def import_plugins(modules: list[str]) -> None:
+    """Import the user's modules listed in ``plugins``: each registers its formats, metrics, evaluators..."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
+                raise  # the plugin itself imports something missing
+            raise ConfigError(f"plugins: cannot import {name!r} ({error}): put it on PYTHONPATH") from error
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
+    import_plugins(list(cfg.plugins))  # before validation, which checks names against the registries
     validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

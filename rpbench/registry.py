@@ -9,11 +9,17 @@ Modelled on verl's ``register_policy_loss`` / ``get_policy_loss_fn``::
 
     METRICS.get("rouge_l")      # the function; an unknown name raises naming the valid ones
     METRICS.names()             # sorted registered names
+
+A registry's package imports all its modules (``import_modules``), so a new file there is registered
+without an edit elsewhere; a module outside rpbench is registered by importing it (``plugins`` in the config).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import pkgutil
+import sys
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -47,3 +53,16 @@ class Registry:
 
     def __contains__(self, name: object) -> bool:
         return name in self._entries
+
+
+def import_modules(package: str, path: Iterable[str]) -> None:
+    """Import every module of a package, so that each file dropped into it registers its entries.
+
+    Called from the package's ``__init__``: ``import_modules(__name__, __path__)``. A module run with
+    ``python -m`` is left to runpy (importing it first would run it twice).
+    """
+    running = getattr(sys.modules.get("__main__"), "__spec__", None)
+    for module in pkgutil.iter_modules(path):
+        name = f"{package}.{module.name}"
+        if running is None or running.name != name:
+            importlib.import_module(name)

@@ -43,7 +43,7 @@ from typing import Any
 from aiohttp import web
 from omegaconf import OmegaConf
 
-from rpbench.eval.judge.client import provide_local_server
+from rpbench.scoring.judge.client import provide_local_server
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")

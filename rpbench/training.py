@@ -83,7 +83,7 @@ class LastCheckpoint(ModelCheckpoint):
 
 
 def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
-    strategy = trainer_cfg.get("strategy", "auto")
+    strategy = trainer_cfg["strategy"]
     if isinstance(strategy, Mapping):
         if strategy.get("name") != "deepspeed":
             raise ValueError(f"trainer.strategy: only 'deepspeed' takes a config, got {strategy.get('name')!r}")

@@ -19,12 +19,12 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.eval.judge.client import BACKENDS, JudgeConfig
-from rpbench.eval.metrics import METRICS
 from rpbench.hub import export_problems
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
+from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
+from rpbench.scoring.metrics import METRICS
 from rpbench.trainer_options import trainer_problems
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
@@ -237,7 +237,7 @@ def validate(cfg: DictConfig) -> None:
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
     """In-process generation is text-only: test records with images need ``evaluator.images=drop`` or a
     multimodal endpoint. Checked when the records are read, before training."""
-    if str(cfg.evaluator.get("images")) == "drop":
+    if str(cfg.evaluator.get("images")) == "drop":  # evaluator=none has no images setting (a probe generates)
         return
     with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
     if with_image is not None:

@@ -4,7 +4,7 @@
 # Environment: the active virtual environment ($VIRTUAL_ENV) or conda environment ($CONDA_PREFIX) when
 # there is one; otherwise ./.venv, created with python3 (or $PYTHON) when missing and reused when present.
 # Enter it with `. .venv/bin/activate`. A system Python is never written into (PEP 668).
-# WordNet (see rpbench/eval/wordnet.py): kept when rpbench already finds one; otherwise Debian's
+# WordNet (see rpbench/scoring/wordnet.py): kept when rpbench already finds one; otherwise Debian's
 # wordnet-base through apt when root (or passwordless sudo), else nltk's downloader; when neither works,
 # METEOR is reported missing and this script says how to get WordNet.
 set -euo pipefail
@@ -40,7 +40,7 @@ fi
 echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"
 "$py" -m pip install -q -e ".[dev]"
 
-has_wordnet() { "$py" -c 'from rpbench.eval.wordnet import find_wordnet; find_wordnet()' 2>/dev/null; }
+has_wordnet() { "$py" -c 'from rpbench.scoring.wordnet import find_wordnet; find_wordnet()' 2>/dev/null; }
 if ! has_wordnet && command -v apt-get >/dev/null; then
   { as_root apt-get update -qq && as_root apt-get install -y -qq wordnet-base; } >/dev/null 2>&1 || true
 fi
@@ -49,7 +49,7 @@ if ! has_wordnet; then
     >/dev/null 2>&1 || true
 fi
 if has_wordnet; then
-  echo "install.sh: done; METEOR's WordNet found ($("$py" -c 'from rpbench.eval.wordnet import find_wordnet; print(find_wordnet()[1])'))"
+  echo "install.sh: done; METEOR's WordNet found ($("$py" -c 'from rpbench.scoring.wordnet import find_wordnet; print(find_wordnet()[1])'))"
 else
-  "$py" -c 'from rpbench.eval.wordnet import HOW_TO_GET; print("install.sh: done, but no WordNet 3.0 for METEOR (runs report it missing).", HOW_TO_GET)'
+  "$py" -c 'from rpbench.scoring.wordnet import HOW_TO_GET; print("install.sh: done, but no WordNet 3.0 for METEOR (runs report it missing).", HOW_TO_GET)'
 fi

@@ -73,7 +73,7 @@ def objective_settings(name: str, **overrides) -> dict:
 def pytest_collection_modifyitems(config, items):
     import torch
 
-    from rpbench.eval.wordnet import WordNetMissingError, find_wordnet
+    from rpbench.scoring.wordnet import WordNetMissingError, find_wordnet
 
     skips = {}
     if not torch.cuda.is_available():

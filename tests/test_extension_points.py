@@ -14,7 +14,7 @@ from rpbench.data.errors import ReadResult
 from rpbench.data.readers import FORMATS, DataFormat, Source, read_file, record_id, require_str
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
-from rpbench.eval.metrics import METRICS
+from rpbench.scoring.metrics import METRICS
 
 TOY_TEST = [
     {"id": "q1", "question": "Say hi.", "answer": "hi"},
@@ -44,6 +44,9 @@ class ToyBench(Benchmark):
             **super().groupings(examples),
             "length": [f"{len(e.prompt[-1].content.split())} words" for e in examples],
         }
+
+    def report_sections(self, results):
+        return [f"## Toy bench\n\n{results['n_records']} questions"]
 
 
 FORMATS.register("toy_qa")(DataFormat(test=read_toy_test))
@@ -85,3 +88,5 @@ def test_a_format_metric_and_evaluator_added_by_the_test_are_used_by_a_run(compo
     assert summary["overall"]["exact_match"]["mean"] == pytest.approx(sum(expected) / len(expected))
     assert sorted(summary["length"]) == ["11 words", "2 words", "3 words"]
     assert list(summary["length"]["2 words"]) == ["exact_match", "rouge1"]
+    assert "## Toy bench\n\n3 questions" in results["eval"]["report_sections"]
+    assert "## Toy bench" in (out / "report.md").read_text()

@@ -1,8 +1,9 @@
-"""The import graph runs one way: data <- models <- objectives / eval / probes <- pipeline.
+"""The import graph runs one way: data <- models, scoring <- objectives / eval / probes <- pipeline.
 
 Every ``import`` of every rpbench module (module level or inside functions) is read with ``ast``; a
 module may import its own layer and the layers below, never one above, and objectives, eval and probes
-do not import each other. ``rpbench.serve`` (which loads models to serve them) is pipeline level.
+do not import each other (nor do models and scoring). ``rpbench.serve`` (which loads models to serve them)
+is pipeline level.
 """
 
 from __future__ import annotations
@@ -18,20 +19,15 @@ PACKAGE = Path(__file__).resolve().parents[1] / "rpbench"
 
 # Shared helpers every layer may use (no rpbench imports above the data layer themselves).
 BASE = {"rpbench", "rpbench.registry", "rpbench.atomic", "rpbench.distributed"}
-LAYERS = {"rpbench.data": 0, "rpbench.models": 1, "rpbench.objectives": 2, "rpbench.eval": 2, "rpbench.probes": 2}
-PIPELINE = 3
-
-
-# Arrows still pointing sideways, to be removed (rewards and probes use the judge, the text metrics and
-# the RoleMRC dimensions, which live in eval): the test fails on any other one, and when one disappears.
-KNOWN_SIDEWAYS = {
-    ("rpbench/objectives/rewards.py", "rpbench.eval.metrics"),
-    ("rpbench/objectives/rewards.py", "rpbench.eval.judge"),
-    ("rpbench/objectives/rewards.py", "rpbench.eval.judge.rolemrc_rubrics"),
-    ("rpbench/probes/before_after.py", "rpbench.eval.judge.rolemrc_rubrics"),
-    ("rpbench/probes/before_after.py", "rpbench.eval.report"),
-    ("rpbench/probes/prompts.py", "rpbench.eval.judge.rolemrc_rubrics"),
+LAYERS = {
+    "rpbench.data": 0,
+    "rpbench.models": 1,
+    "rpbench.scoring": 1,  # metrics, judge, score formatting: shared by rewards, evaluation and probes
+    "rpbench.objectives": 2,
+    "rpbench.eval": 2,
+    "rpbench.probes": 2,
 }
+PIPELINE = 3
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -85,9 +81,7 @@ def violations(root: Path = PACKAGE) -> list[tuple[str, int, str, str]]:
 
 
 def test_imports_run_one_way():
-    arrows = {(file, target) for file, _, target, _ in violations()}
-    assert arrows - KNOWN_SIDEWAYS == set(), [v for v in violations() if (v[0], v[2]) not in KNOWN_SIDEWAYS]
-    assert KNOWN_SIDEWAYS - arrows == set(), "fixed: remove from KNOWN_SIDEWAYS"
+    assert violations() == []
 
 
 def test_serve_is_pipeline_level():
@@ -99,10 +93,11 @@ def test_serve_is_pipeline_level():
 @pytest.mark.parametrize(
     ("source", "bad", "why"),
     [
-        ("from rpbench.eval.metrics import rouge\n", "rpbench/objectives/x.py", "a sibling layer"),
+        ("from rpbench.eval.report import sections\n", "rpbench/objectives/x.py", "a sibling layer"),
         ("def f():\n    from rpbench.pipeline import run\n", "rpbench/models/x.py", "a layer above"),
         ("from rpbench.models import load\n", "rpbench/data/x.py", "a layer above"),
         ("from ..objectives import sft\n", "rpbench/eval/x.py", "a sibling layer"),
+        ("from rpbench.models import load\n", "rpbench/scoring/x.py", "a sibling layer"),
     ],
 )
 def test_the_check_sees_an_arrow_back_up(tmp_path, source, bad, why):

@@ -26,3 +26,40 @@ def test_a_taken_name_and_an_unknown_name_are_errors_naming_the_kind():
         shapes.get("circle")
     with pytest.raises(ValueError, match=r"unknown shape 'x'; registered: \(none\)"):
         Registry("shape").get("x")
+
+
+def test_import_modules_registers_every_file_of_a_package(tmp_path, monkeypatch):
+    """A package whose __init__ calls import_modules: two files dropped in register without being named."""
+    package = tmp_path / "dropin"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from rpbench.registry import Registry, import_modules\nSHAPES = Registry('shape')\n"
+        "import_modules(__name__, __path__)\n"
+    )
+    (package / "square.py").write_text("from dropin import SHAPES\nSHAPES.register('square')(lambda x: x * x)\n")
+    (package / "cube.py").write_text("from dropin import SHAPES\nSHAPES.register('cube')(lambda x: x**3)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import dropin
+
+    assert dropin.SHAPES.names() == ["cube", "square"] and dropin.SHAPES.get("cube")(3) == 27
+
+
+@pytest.mark.slow
+def test_each_registry_package_imports_all_its_modules():
+    """Importing a registry's package (and nothing else) imports every module in it, so a new file is used."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    packages = ["data", "scoring", "eval.benchmarks", "models.families", "objectives", "probes"]
+    expected = {
+        f"rpbench.{p}.{f.stem}" for p in packages for f in (root / "rpbench" / p.replace(".", "/")).glob("*.py")
+    } - {f"rpbench.{p}.__init__" for p in packages}
+    script = (
+        "import sys, importlib\n"
+        f"for p in {packages!r}: importlib.import_module('rpbench.' + p)\n"
+        f"print(sorted(set({sorted(expected)!r}) - set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

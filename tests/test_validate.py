@@ -8,10 +8,10 @@ import pytest
 from conftest import run_script
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
-from rpbench.eval.metrics import METRICS
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
+from rpbench.scoring.metrics import METRICS
 from rpbench.validate import validate
 
 QUICK = ["trainer.enable_progress_bar=false", "data.max_train_samples=8"]  # if a check let it through

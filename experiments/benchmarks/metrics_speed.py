@@ -9,8 +9,8 @@ import argparse
 import random
 import time
 
-from rpbench.eval.metrics import compute_metrics, load_bertscorer
 from rpbench.eval.stats import aggregate
+from rpbench.scoring.metrics import compute_metrics, load_bertscorer
 
 WORDS = [
     "the",
@@ -64,7 +64,7 @@ def main() -> None:
     scores = {}
     for name in ("bleu", "rouge1", "rougeLsum", "meteor", "bertscore"):
         start = time.perf_counter()
-        scores.update(compute_metrics(preds, refs, [name], bertscorer=scorer))
+        scores.update(compute_metrics(preds, refs, [name]))  # bertscore: the scorer loaded above (cached)
         elapsed = time.perf_counter() - start
         print(f"{name:10s} {args.n / elapsed:10.1f} samples/s ({elapsed:.2f} s for {args.n})")
 

@@ -1,6 +1,8 @@
 """Data layer: benchmark readers, records, chat rendering, batching.
 
-Importing the package registers the built-in data formats (``readers.FORMATS``).
+Importing the package imports each of its modules, so every format file registers itself (``readers.FORMATS``).
 """
 
-from rpbench.data import custom, mmrole, rolemrc, rpgbench  # noqa: F401  (each registers its format)
+from rpbench.registry import import_modules
+
+import_modules(__name__, __path__)

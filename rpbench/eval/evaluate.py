@@ -26,9 +26,9 @@ from rpbench.eval import report
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
 from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
-from rpbench.eval.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.eval.stats import aggregate, paired_bootstrap
-from rpbench.eval.wordnet import WordNetMissingError, load_wordnet
+from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
+from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def evaluate(
     name = str(ev.name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    judging = str(cfg.judge.get("backend", "none")) != "none"
+    judging = str(cfg.judge.backend) != "none"
     benchmark = BENCHMARKS.get(name)
     if judging and not benchmark.judged:
         raise ValueError(f"evaluator={name} has no judge protocol: use judge=none (judges: {judged_benchmarks()})")
@@ -144,7 +144,7 @@ def evaluate(
         return from_files
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
-    examples, images_dropped = _drop_images(examples, str(ev.get("images", "error")))
+    examples, images_dropped = _drop_images(examples, str(ev.images))
     generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
     generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
     results: dict[str, Any] = {"n_records": len(examples), "images_dropped": images_dropped, "generation": generation}
@@ -165,7 +165,8 @@ def evaluate(
     write_jsonl(out_dir / "scores.jsonl", scores)
     if ev.get("compare_to"):
         results["compare"] = compare(cfg, scores)
-    results["report_sections"] = report.sections(results, str(ev.get("radar_metric", "rougeL")), out_dir)
-    results["report_sections"] += benchmark.report_sections(results, out_dir)
+    results["report_sections"] = report.sections(
+        results, str(ev.radar_metric), out_dir, benchmark.report_sections(results)
+    )
     report.log_to(logger, results, examples, predictions, scores)
     return results

@@ -21,8 +21,8 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
-from rpbench.eval.judge.client import JudgeClient, JudgeRequest, ParsedReply
-from rpbench.eval.judge.mmrole_prompts import (
+from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply
+from rpbench.scoring.judge.mmrole_prompts import (
     JUDGE_SYSTEM,
     METRICS,
     PROMPT_VERSION,
@@ -30,7 +30,7 @@ from rpbench.eval.judge.mmrole_prompts import (
     TASK,
     review_prompt,
 )
-from rpbench.eval.judge.parse import parse_score_pair
+from rpbench.scoring.judge.parse import parse_score_pair
 
 REVIEW_KEY = "rm_review"
 SWAPPED_KEY = "rm_review_swapped"

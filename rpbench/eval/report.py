@@ -1,4 +1,5 @@
-"""Evaluation tables (RoleMRC Tables 3 and 9, MMRole Table 5 style), radar chart, logger output."""
+"""Evaluation tables (RoleMRC Tables 3 and 9 style), radar chart, logger output; a benchmark adds its own
+sections (``Benchmark.report_sections``)."""
 
 from __future__ import annotations
 
@@ -7,24 +8,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpbench.eval.judge.rolemrc_rubrics import DIMENSIONS, in_paper_order
-
-SCALE_100 = {"bleu_smoothed"}  # sacrebleu's 0-100 scale; every other metric is 0-1, shown as the papers do
-
-
-def fmt_metric(value: float | None, metric: str = "", signed: bool = False) -> str:
-    """A metric value as RoleMRC prints it: 0-1 with four decimals (0-100 metrics with two)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    spec = ".2f" if metric in SCALE_100 else ".4f"
-    return format(value, ("+" if signed else "") + spec)
-
-
-def fmt_percent(value: float | None, signed: bool = False) -> str:
-    """An accuracy in percent with two decimals (RoleMRC Table 9: 74.67%)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return format(100 * value, "+.2f" if signed else ".2f") + "%"
+from rpbench.scoring.format import SCALE_100, fmt_metric, fmt_percent
+from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS, in_paper_order
 
 
 def _cell(summary: Mapping[str, Any], metric: str, with_ci: bool) -> str:
@@ -119,28 +104,8 @@ def radar_values(results: Mapping[str, Any], radar_metric: str) -> tuple[dict[st
     return {m: x100(s["mean"], m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
 
 
-def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
-    metrics = results["metrics"]
-    lines = [
-        "## MMRole-Eval (score = evaluated / ground truth)",
-        "",
-        "| file | n | " + " | ".join(metrics) + " | overall |",
-        "| --- | --- |" + " --- |" * (len(metrics) + 1),
-    ]
-    for name, entry in results["files"].items():
-        means = entry["means"]
-        cells = [means[m] for m in metrics] + [entry["overall"]]
-        lines.append(
-            f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
-        )
-    failures = sum(
-        sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in results["files"].values()
-    )
-    lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
-    return ["\n".join(lines)]
-
-
-def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> list[str]:
+def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
+    """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
     metrics = results["metrics"]
     generation = results["generation"]
     out = [
@@ -179,8 +144,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path) -> li
     chart = radar_chart(*radar_values(results, radar_metric), out_dir / "radar.png")
     if chart is not None:
         out.append(f"![radar]({chart.name})")
-    if "mmrole_eval" in results:
-        out += mmrole_sections(results["mmrole_eval"])
+    out += own
     if "compare" in results:
         cmp = results["compare"]
         rows = [

@@ -1,3 +1,7 @@
-"""Training objectives: pure loss and reward functions, and one registered LightningModule per objective."""
+"""Training objectives: pure loss and reward functions, and one registered LightningModule per objective.
 
-from rpbench.objectives import dpo, grpo, sft  # noqa: F401  (each registers its objective)
+Importing the package imports each of its modules: every objective and reward file registers itself."""
+
+from rpbench.registry import import_modules
+
+import_modules(__name__, __path__)

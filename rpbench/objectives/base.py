@@ -102,6 +102,10 @@ class ObjectiveModule(L.LightningModule):
 
     # -- optimisation -----------------------------------------------------------------------------
     def on_fit_start(self) -> None:
+        # from_pretrained leaves a model in eval mode and Lightning keeps module modes: train the trained
+        # models with dropout on (a frozen reference copy is not among them and stays in eval)
+        for model in self.named_models().values():
+            model.train()
         self.backward_factor = backward_loss_factor(
             type(self.trainer.strategy).__name__, self.trainer.accumulate_grad_batches
         )

@@ -79,8 +79,14 @@ class DisabledAdapter:
 
     @contextmanager
     def forward_model(self) -> Iterator[nn.Module]:
-        with torch.no_grad(), self.policy.disable_adapter():
-            yield self.policy
+        """The base in eval mode (no dropout) while the policy itself trains."""
+        was_training = self.policy.training
+        self.policy.eval()
+        try:
+            with torch.no_grad(), self.policy.disable_adapter():
+                yield self.policy
+        finally:
+            self.policy.train(was_training)
 
     def sequence_logps(self, batch: Mapping[str, Any]) -> torch.Tensor:
         with self.forward_model() as model:

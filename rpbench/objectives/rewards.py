@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any
 
-from rpbench.eval.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.registry import Registry
+from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class JudgeReward:
     def __init__(self, judge: Mapping[str, Any], rubric: str = "role_style", failure_reward: float = 0.0):
         from contextlib import ExitStack
 
-        from rpbench.eval.judge import RUBRICS, open_judge
+        from rpbench.scoring.judge import RUBRICS, open_judge
 
         if rubric not in RUBRICS:
             raise ValueError(f"judge reward: rubric must be one of {sorted(RUBRICS)}, got {rubric!r}")
@@ -140,8 +140,8 @@ class JudgeReward:
 
     def __call__(self, prompts, completions, references) -> list[float]:
         from rpbench.data.records import EvalExample, Turn
-        from rpbench.eval.judge import JudgeRequest, parse_verdict
-        from rpbench.eval.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, TASK, rubric_messages
+        from rpbench.scoring.judge import JudgeRequest, parse_verdict
+        from rpbench.scoring.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, TASK, rubric_messages
 
         max_tokens = self.client.config.max_tokens_for(TASK)
         requests = []

@@ -6,6 +6,9 @@ from rpbench.probes.hooks import HookPoint, attach, find_hook_points, resolve_ho
 from rpbench.probes.io import load_stats, save_stats
 from rpbench.probes.restraint import restrain, select_neurons
 from rpbench.probes.stats import FrequencyStats, ProbeSettings
+from rpbench.registry import import_modules
+
+import_modules(__name__, __path__)  # every probe file registers itself (stage.PROBES)
 
 __all__ = [
     "FrequencyStats",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rpbench.eval.judge.rolemrc_rubrics import in_paper_order
-from rpbench.eval.report import fmt_metric, fmt_percent
+from rpbench.scoring.format import fmt_metric, fmt_percent
+from rpbench.scoring.judge.rolemrc_rubrics import in_paper_order
 
 GROUPINGS = ("dimension", "shift", "task")
 

@@ -18,7 +18,7 @@ from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
-from rpbench.eval.judge.rolemrc_rubrics import dimensions_of
+from rpbench.scoring.judge.rolemrc_rubrics import dimensions_of
 
 FORWARD_KEYS = ("input_ids", "attention_mask", "position_ids")
 

@@ -62,7 +62,7 @@ def select_neurons(cfg: Mapping) -> dict[str, list[int]]:
         return {str(k): [int(i) for i in v] for k, v in explicit.items()}
     if len(runs) != 2:
         raise ValueError(f"probe.runs: expected two run directories [a, b], got {runs!r}")
-    top_k = cfg.get("top_k", 10)
+    top_k = cfg["top_k"]
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"probe.top_k: expected a positive integer, got {top_k!r}")
     dims = cfg.get("dims")

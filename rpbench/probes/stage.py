@@ -33,7 +33,7 @@ from rpbench.probes.collect import collect_frequencies
 from rpbench.probes.compare import compare_runs
 from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
 from rpbench.probes.prompts import prompt_batches
-from rpbench.probes.restraint import DEFAULT_FACTOR, restrain, select_neurons
+from rpbench.probes.restraint import restrain, select_neurons
 from rpbench.probes.stats import ProbeSettings
 from rpbench.registry import Registry
 
@@ -114,7 +114,7 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
         tokenizer,
         renderer,
         int(cfg.data.max_prompt_length),
-        int(probe.get("batch_size", 8)),
+        int(probe.batch_size),
         images=str(evaluator.get("images", "error")),
     )
     stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
@@ -191,8 +191,8 @@ def compare_probe(cfg, model, tokenizer, examples, out_dir: Path, *_) -> dict[st
         load_stats(runs[1]),
         out_dir,
         labels=labels,
-        top_n=int(probe.get("top_n", 10)),
-        bins=int(probe.get("bins", 256)),
+        top_n=int(probe.top_n),
+        bins=int(probe.bins),
     )
     result = {"name": "compare", **result, "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
     result["report_sections"] = [(out_dir / result["table"]).read_text().rstrip("\n")]
@@ -204,7 +204,7 @@ PROBES.register("compare")(Probe(compare_probe, needs_model=False))
 
 # -- restraint ----------------------------------------------------------------------------------------
 def _factor(probe: Mapping) -> float:
-    factor = probe.get("factor", DEFAULT_FACTOR)
+    factor = probe["factor"]
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
         raise ValueError(f"probe.factor: expected a finite number, got {factor!r}")
     return float(factor)

@@ -15,8 +15,8 @@ import pytest
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_via_endpoint
-from rpbench.eval.judge.client import JudgeClient, JudgeConfig
 from rpbench.eval.mmrole_eval import judge_answers
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8

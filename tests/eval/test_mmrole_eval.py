@@ -9,9 +9,9 @@ import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data.errors import DataFormatError
-from rpbench.eval.judge.client import JudgeClient, JudgeConfig
-from rpbench.eval.judge.mmrole_prompts import METRICS, REASK
 from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
+from rpbench.scoring.judge.mmrole_prompts import METRICS, REASK
 from rpbench.serve import load_served_model, serve_in_thread
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
@@ -267,3 +267,27 @@ def test_malformed_answers_are_named(tiny, tmp_path):
         DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"
     ):
         judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews")
+
+
+def test_the_mmrole_benchmark_writes_its_own_report_section():
+    from rpbench.eval.benchmarks import BENCHMARKS
+
+    results = {
+        "mmrole_eval": {
+            "metrics": ["accuracy", "fluency"],
+            "files": {
+                "in_test.json": {
+                    "count": 2,
+                    "means": {"accuracy": 0.5, "fluency": None},
+                    "overall": 0.75,
+                    "parse_failures": {"accuracy": 1, "fluency": 0},
+                    "request_failures": {"accuracy": 0, "fluency": 2},
+                }
+            },
+        }
+    }
+    (section,) = BENCHMARKS.get("mmrole").report_sections(results)
+    assert "| in_test.json | 2 | 0.5000 | – | 0.7500 |" in section.splitlines()
+    assert section.endswith("Unscored judgements (parse or request failures, not counted as 0): 3")
+    assert BENCHMARKS.get("mmrole").report_sections({"metrics": {}}) == []
+    assert BENCHMARKS.get("rolemrc").report_sections(results) == []

@@ -14,7 +14,7 @@ from conftest import run_script
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import emi_from, record_reasoning, split_by_shift
-from rpbench.eval.judge.winrate import REASK, judge_winrate, parse_choice
+from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve import load_served_model, serve_in_thread
 
 

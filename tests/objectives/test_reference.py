@@ -94,6 +94,19 @@ def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains():
     assert isinstance(live_reference(base), FrozenCopy)
 
 
+def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains():
+    base, tokenizer = load({**TINY, "tiny": {"attention_dropout": 0.5}})
+    batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
+    base.eval()
+    base_logps = sequence_logps(base, batch)[0]  # no dropout
+    policy, _ = load({**TINY, "tiny": {"attention_dropout": 0.5}, "lora": {"r": 4, "alpha": 8, "dropout": 0.0}})
+    policy.train()
+    with torch.no_grad():
+        assert not torch.allclose(sequence_logps(policy, batch)[0], base_logps, atol=1e-4)  # dropout on
+    torch.testing.assert_close(live_reference(policy).sequence_logps(batch), base_logps)
+    assert policy.training  # given back in train mode
+
+
 def test_precomputed_reference_equals_the_live_one_and_is_reused_from_disk(tmp_path):
     model, tokenizer = load(TINY)
     samples = pair_samples(tokenizer)

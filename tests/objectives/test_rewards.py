@@ -226,7 +226,7 @@ def test_weighted_sum_checks_names_and_lengths():
 
 
 def test_judge_reward_scores_each_completion_through_a_real_judge_server():
-    from rpbench.eval.judge.rolemrc_rubrics import REASK
+    from rpbench.scoring.judge.rolemrc_rubrics import REASK
     from rpbench.serve import load_served_model, serve_in_thread
 
     scripted = [

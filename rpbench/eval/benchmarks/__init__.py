@@ -1,7 +1,9 @@
 """Each benchmark's evaluation (groupings, judge protocol, report sections): one ``Benchmark`` registered
-in ``base.BENCHMARKS`` under its evaluator name. Importing the package registers the built-in ones."""
+in ``base.BENCHMARKS`` under its evaluator name. Importing the package imports (registers) every module in it."""
 
-from rpbench.eval.benchmarks import mmrole, rolebench, rolemrc, rpgbench  # noqa: F401  (each registers itself)
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, judged_benchmarks
+from rpbench.registry import import_modules
+
+import_modules(__name__, __path__)
 
 __all__ = ["BENCHMARKS", "Benchmark", "judged_benchmarks"]

@@ -63,8 +63,8 @@ class Benchmark:
     ) -> None:
         """Analyses that need the model after scoring (RPGBench's generalization numbers); none by default."""
 
-    def report_sections(self, results: Mapping[str, Any], out_dir: Path) -> list[str]:
-        """report.md sections of the benchmark's own results, after the generic ones."""
+    def report_sections(self, results: Mapping[str, Any]) -> list[str]:
+        """Report sections of what this benchmark added to ``results`` (after the generic tables and radar)."""
         return []
 
 

@@ -16,7 +16,6 @@ from omegaconf import DictConfig
 
 from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
-from rpbench.eval import report
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container
 
 
@@ -28,7 +27,7 @@ class MMRole(Benchmark):
         if not (ev.get("reviews") or ev.get("answers")):
             return None
         results = {"mmrole_eval": mmrole_eval(cfg, out_dir, Path(str(ev.answers)) if ev.get("answers") else None)}
-        results["report_sections"] = report.mmrole_sections(results["mmrole_eval"])
+        results["report_sections"] = mmrole_sections(results["mmrole_eval"])
         return results
 
     def judge(
@@ -42,6 +41,9 @@ class MMRole(Benchmark):
         scores: list[dict[str, Any]],
     ) -> None:
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
+
+    def report_sections(self, results: Mapping[str, Any]) -> list[str]:
+        return mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else []
 
 
 def write_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path) -> Path:
@@ -79,7 +81,7 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
     if ev.get("reviews"):
         results = aggregate_reviews(Path(str(ev.reviews)))
     else:
-        from rpbench.eval.judge import open_judge
+        from rpbench.scoring.judge import open_judge
 
         with open_judge(as_container(cfg.judge)) as client:
             results = judge_answers(
@@ -91,6 +93,28 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[st
             )
     results["csv_files"] = [p.name for p in write_results_csvs(results, out_dir / "results")]
     return results
+
+
+def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
+    """MMRole-Eval's scores per answers file (MMRole Table 5 style) and its unscored judgements."""
+    metrics = results["metrics"]
+    lines = [
+        "## MMRole-Eval (score = evaluated / ground truth)",
+        "",
+        "| file | n | " + " | ".join(metrics) + " | overall |",
+        "| --- | --- |" + " --- |" * (len(metrics) + 1),
+    ]
+    for name, entry in results["files"].items():
+        means = entry["means"]
+        cells = [means[m] for m in metrics] + [entry["overall"]]
+        lines.append(
+            f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
+        )
+    failures = sum(
+        sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in results["files"].values()
+    )
+    lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
+    return ["\n".join(lines)]
 
 
 BENCHMARKS.register("mmrole")(MMRole())

@@ -11,8 +11,8 @@ from omegaconf import DictConfig
 
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, write_jsonl
-from rpbench.eval.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
 from rpbench.eval.stats import summarize
+from rpbench.scoring.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
 
 
 class RoleMRC(Benchmark):
@@ -42,8 +42,8 @@ class RoleMRC(Benchmark):
     ) -> None:
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
-        from rpbench.eval.judge import JudgeConfig, judge_rolemrc
-        from rpbench.eval.judge.health import parse_failure_warning
+        from rpbench.scoring.judge import JudgeConfig, judge_rolemrc
+        from rpbench.scoring.judge.health import parse_failure_warning
 
         judged = judge_rolemrc(examples, predictions, as_container(cfg.judge), prepared)
         overall = judged["overall"]

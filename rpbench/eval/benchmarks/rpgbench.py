@@ -83,7 +83,7 @@ class RPGBench(Benchmark):
         scores: list[dict[str, Any]],
     ) -> None:
         """``winrate``: model vs golden, both orders, averaged over the judge ensemble; per shift too."""
-        from rpbench.eval.judge.winrate import judge_winrate
+        from rpbench.scoring.judge.winrate import judge_winrate
 
         judged = judge_winrate(examples, predictions, judge_configs(cfg), [e.meta["shift"] for e in examples])
         records = judged.pop("records")
@@ -160,7 +160,7 @@ class RPGBench(Benchmark):
         plot_severity(results, out_dir / "js_vs_winrate.png")
         plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")
 
-    def report_sections(self, results: Mapping[str, Any], out_dir: Path) -> list[str]:
+    def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         return report_sections(results)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rpbench.eval.metrics import fallback_model_path
+from rpbench.scoring.metrics import fallback_model_path
 
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 

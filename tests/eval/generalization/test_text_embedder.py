@@ -11,7 +11,7 @@ from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.embed import load_text_embedder
 from rpbench.eval.generalization.rjsd import representation_jsd
 from rpbench.eval.generalization.shift import dialogue_text, embed_split, input_field_texts, shift_severity
-from rpbench.eval.metrics import fallback_model_path
+from rpbench.scoring.metrics import fallback_model_path
 
 TEXTS = ["The lamp is lit every night.", "Ich backe Brot in Leeds.", "A wild orchid, rare in these parts."]
 SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbench" / "rpgbench.json"))

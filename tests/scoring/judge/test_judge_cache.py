@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rpbench.eval.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 
 MESSAGES = [{"role": "user", "content": "Is this in character?"}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 4}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
-from rpbench.eval.judge.parse import parse_score_pair, parse_verdict
+from rpbench.scoring.judge.parse import parse_score_pair, parse_verdict
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
 FULL_RELEASE = SHARED_DATA / "mmrole"

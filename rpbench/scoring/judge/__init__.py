@@ -5,7 +5,7 @@ with open_judge(cfg.judge) as client:        # judge=local: a server from provid
     mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
 """
 
-from rpbench.eval.judge.client import (
+from rpbench.scoring.judge.client import (
     JudgeClient,
     JudgeConfig,
     JudgeConfigError,
@@ -15,8 +15,8 @@ from rpbench.eval.judge.client import (
     ParsedReply,
     open_judge,
 )
-from rpbench.eval.judge.parse import parse_score_pair, parse_verdict
-from rpbench.eval.judge.rolemrc_rubrics import RUBRICS, judge_rolemrc
+from rpbench.scoring.judge.parse import parse_score_pair, parse_verdict
+from rpbench.scoring.judge.rolemrc_rubrics import RUBRICS, judge_rolemrc
 
 __all__ = [
     "RUBRICS",

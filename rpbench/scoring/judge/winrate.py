@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rpbench.data.records import EvalExample
-from rpbench.eval.judge.client import JudgeRequest, ParsedReply, open_judge
-from rpbench.eval.judge.rolemrc_rubrics import render_dialogue
+from rpbench.scoring.judge.client import JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.rolemrc_rubrics import render_dialogue
 
 TASK = "rpgbench"
 PROMPT_VERSION = "rpgbench-winrate-v1"

@@ -32,8 +32,8 @@ import yaml
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
-from rpbench.eval.judge.parse import parse_verdict
+from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.parse import parse_verdict
 
 PROMPT_VERSION = "rpbench-rolemrc-rubrics-v2"  # v2: reference-free
 TASK = "rolemrc"

@@ -9,8 +9,8 @@ import sacrebleu
 import torch
 from rouge_score import rouge_scorer
 
-from rpbench.eval import wordnet
-from rpbench.eval.metrics import (
+from rpbench.scoring import wordnet
+from rpbench.scoring.metrics import (
     METRICS,
     CJKRougeTokenizer,
     bleu_tokens,

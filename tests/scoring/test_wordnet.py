@@ -14,7 +14,7 @@ import nltk
 import pytest
 
 from conftest import OFFLINE_ENV, REPO_ROOT, run_script
-from rpbench.eval import wordnet
+from rpbench.scoring import wordnet
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_search_order_setting_then_nltk_data_then_system(nowhere, database, monk
 
 
 def finds_wordnet(env: dict[str, str]) -> bool:
-    probe = "from rpbench.eval.wordnet import find_wordnet; find_wordnet()"
+    probe = "from rpbench.scoring.wordnet import find_wordnet; find_wordnet()"
     return subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True).returncode == 0
 
 

@@ -8,8 +8,8 @@ from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
 
-from rpbench.eval.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest
-from rpbench.eval.judge.parse import parse_verdict
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest
+from rpbench.scoring.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, serve_in_thread
 from test_run import run
 

@@ -8,8 +8,8 @@ import pytest
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.judge.client import JudgeClient, JudgeConfig
-from rpbench.eval.judge.rolemrc_rubrics import (
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
+from rpbench.scoring.judge.rolemrc_rubrics import (
     REASK,
     RUBRICS,
     JudgePromptError,
@@ -78,7 +78,7 @@ def test_five_dimensions_of_every_test_label_are_the_authors():
     from omegaconf import OmegaConf
 
     from conftest import CONF_DIR
-    from rpbench.eval.judge.rolemrc_rubrics import DIMENSIONS, dimensions_of
+    from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS, dimensions_of
 
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
     ours = {label: [DIMENSIONS[d] for d in dimensions_of(rubrics)] for label, rubrics in table.items()}

@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rpbench.eval.judge.client import JudgeConfig
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.serve import ServeOptions
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"

@@ -34,8 +34,8 @@ from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
 from rouge_score import rouge_scorer, tokenizers
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from rpbench.eval.wordnet import load_wordnet
 from rpbench.registry import Registry
+from rpbench.scoring.wordnet import load_wordnet
 
 log = logging.getLogger(__name__)
 

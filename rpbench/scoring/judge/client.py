@@ -28,7 +28,7 @@ import openai
 from tqdm.auto import tqdm
 
 from rpbench.data.errors import RpbenchError
-from rpbench.eval.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 
 RETRY_STATUS = {408, 409, 429}
 FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
@@ -307,7 +307,7 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
     """A client for a ``judge`` config; ``backend: local`` first starts the provided local server
     (``provide_local_server``; stopped on exit) and points the client at it."""
     cfg = dict(cfg)
-    backend = cfg.get("backend", "openai")
+    backend = cfg.get("backend")
     if backend not in BACKENDS:
         raise ValueError(f"judge.backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "none":

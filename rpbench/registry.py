@@ -41,6 +41,10 @@ class Registry:
 
         return decorator
 
+    def unregister(self, name: str) -> Any:
+        """Remove ``name`` (a plugin or test that registered it for a while); returns what it held."""
+        return self._entries.pop(name)
+
     def get(self, name: str) -> Any:
         """The object registered under ``name``; an unknown name raises a ``ValueError`` naming the valid ones."""
         if name not in self._entries:

@@ -25,6 +25,19 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
 
 
+@contextmanager
+def registered(*entries):
+    """``(registry, name, obj)`` entries registered while the block runs, then removed, so a toy extension
+    of one test is not seen by the others (nor compared with a subprocess that never imported it)."""
+    for registry, name, obj in entries:
+        registry.register(name)(obj)
+    try:
+        yield
+    finally:
+        for registry, name, _ in entries:
+            registry.unregister(name)
+
+
 def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     """`python <script> <overrides>` from the repository root, offline, as a user runs it."""
     return subprocess.run(

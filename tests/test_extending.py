@@ -13,7 +13,7 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from transformers import MistralConfig, MistralForCausalLM
 
-from conftest import objective_settings
+from conftest import objective_settings, registered
 from rpbench.models.families import FAMILIES, ModelFamily
 from rpbench.models.families.base import DECODER_HOOK_PRESETS
 from rpbench.models.families.qwen2 import Qwen2
@@ -28,7 +28,6 @@ from rpbench.probes import resolve_hook_points
 from rpbench.validate import validate
 
 
-@FAMILIES.register("toy_mistral")
 class ToyMistral(ModelFamily):
     """Mistral-architecture tiny model with the ChatML tokenizer; one extra probe preset."""
 
@@ -49,7 +48,6 @@ class TwoModelConfig(ObjectiveConfig):
         return found
 
 
-@OBJECTIVES.register("toy_two_models")
 class TwoModelSFT(SFTModule):
     """SFT of a policy and, on the same batches, a second model (``reasoner``) initialised differently."""
 
@@ -96,6 +94,12 @@ lora: null
 init_seed: 0
 tiny: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}
 """
+
+
+@pytest.fixture(autouse=True)
+def toy_extensions():
+    with registered((FAMILIES, "toy_mistral", ToyMistral), (OBJECTIVES, "toy_two_models", TwoModelSFT)):
+        yield
 
 
 def toy_config_dir(tmp_path: Path) -> Path:

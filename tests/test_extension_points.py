@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 from omegaconf import open_dict
 
+from conftest import registered
 from rpbench import pipeline
 from rpbench.data.errors import ReadResult
 from rpbench.data.readers import FORMATS, DataFormat, Source, read_file, record_id, require_str
@@ -49,9 +50,15 @@ class ToyBench(Benchmark):
         return [f"## Toy bench\n\n{results['n_records']} questions"]
 
 
-FORMATS.register("toy_qa")(DataFormat(test=read_toy_test))
-METRICS.register("exact_match")(exact_match)
-BENCHMARKS.register("toy_bench")(ToyBench())
+@pytest.fixture(autouse=True)
+def toy_extensions():
+    with registered(
+        (FORMATS, "toy_qa", DataFormat(test=read_toy_test)),
+        (METRICS, "exact_match", exact_match),
+        (BENCHMARKS, "toy_bench", ToyBench()),
+    ):
+        yield
+
 
 CONFIGS = {
     "data/toy.yaml": "defaults:\n  - sample\n  - _self_\nname: toy\nformat: toy_qa\nfiles:\n  test: {test}\n",

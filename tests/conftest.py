@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -36,6 +39,74 @@ def registered(*entries):
     finally:
         for registry, name, _ in entries:
             registry.unregister(name)
+
+
+class ChatStub(ThreadingHTTPServer):
+    """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body.
+
+    ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status.
+    """
+
+    def __init__(self, reply: Callable[[dict], str | int]):
+        super().__init__(("127.0.0.1", 0), _ChatStubHandler)
+        self.reply = reply
+        self.bodies: list[bytes] = []
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    @property
+    def requests(self) -> list[dict]:
+        with self.lock:
+            return [json.loads(body) for body in self.bodies]
+
+
+class _ChatStubHandler(BaseHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        with self.server.lock:
+            self.server.bodies.append(raw)
+        body = json.loads(raw)
+        content = self.server.reply(body)
+        if isinstance(content, int):
+            self.send_response(content)
+            self.end_headers()
+            return
+        payload = json.dumps(
+            {
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                ],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+
+@contextmanager
+def chat_stub(reply: Callable[[dict], str | int]) -> Iterator[ChatStub]:
+    """A running ``ChatStub``, shut down when the block ends."""
+    server = ChatStub(reply)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import base64
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from conftest import ChatStub, chat_stub
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_via_endpoint
@@ -22,58 +21,16 @@ SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8
 
 
-class RecordingServer(ThreadingHTTPServer):
-    """OpenAI-compatible chat completions that keep every raw request body and answer '[Scores]: (9, 10)'."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Recorder)
-        self.bodies: list[bytes] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-    def received(self, data: bytes) -> bool:
-        """Whether ``data`` arrived, raw or base64-encoded, in any request so far."""
-        encoded = base64.b64encode(data)
-        return any(data in body or encoded in body for body in self.bodies)
-
-
-class _Recorder(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        with self.server.lock:
-            self.server.bodies.append(body)
-        reply = {
-            "id": "c1",
-            "object": "chat.completion",
-            "created": 0,
-            "model": json.loads(body)["model"],
-            "choices": [
-                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "[Scores]: (9, 10)"}}
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }
-        payload = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+def received(server: ChatStub, data: bytes) -> bool:
+    """Whether ``data`` arrived, raw or base64-encoded, in any request so far."""
+    encoded = base64.b64encode(data)
+    return any(data in body or encoded in body for body in server.bodies)
 
 
 @pytest.fixture
 def server():
-    srv = RecordingServer()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with chat_stub(lambda body: "[Scores]: (9, 10)") as srv:
+        yield srv
 
 
 @pytest.fixture
@@ -117,7 +74,7 @@ def answer(rid: str, image: str) -> dict:
     }
 
 
-def judge(server: RecordingServer) -> JudgeClient:
+def judge(server: ChatStub) -> JudgeClient:
     settings = {"model": "judge", "base_url": server.url, "api_key_env": None, "progress": False, "multimodal": True}
     return JudgeClient(JudgeConfig.from_mapping(settings))
 
@@ -128,7 +85,7 @@ def test_judge_gets_the_image_inside_the_root(server, root, tmp_path):
     (answers / "comment_test.json").write_text(json.dumps([answer("good", "ok.jpg")]))
     results = judge_answers(answers, judge(server), tmp_path / "reviews", image_root=root)
     assert results["images"] == {"attached": 1, "missing": 0}
-    assert server.received(PICTURE) and not server.received(SECRET)
+    assert received(server, PICTURE) and not received(server, SECRET)
 
 
 @pytest.mark.parametrize("which", HOSTILE)
@@ -141,7 +98,7 @@ def test_judge_never_gets_a_file_outside_the_root(server, root, tmp_path, which)
         judge_answers(answers, judge(server), tmp_path / "reviews", image_root=root)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(answers / "comment_test.json"), "bad", "image")
-    assert server.bodies == [] and not server.received(SECRET)
+    assert server.bodies == [] and not received(server, SECRET)
 
 
 @pytest.mark.parametrize("which", HOSTILE)
@@ -151,10 +108,10 @@ def test_endpoint_generation_never_sends_a_file_outside_the_root(server, root, t
 
     out = tmp_path / "predictions.jsonl"
     report = generate_via_endpoint(server.url, "m", [example("good", "ok.jpg")], out, image_root=root)
-    assert report.n_generated == 1 and server.received(PICTURE) and len(server.bodies) == 1
+    assert report.n_generated == 1 and received(server, PICTURE) and len(server.bodies) == 1
 
     bad = example("bad", hostile_name(root, which))
     with pytest.raises(DataFormatError) as caught:
         generate_via_endpoint(server.url, "m", [example("good", "ok.jpg"), bad], out, image_root=root)
     assert (caught.value.record, caught.value.field) == ("bad", "prompt[0].image")
-    assert len(server.bodies) == 1 and not server.received(SECRET)
+    assert len(server.bodies) == 1 and not received(server, SECRET)

@@ -8,15 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, run_script, served_from_command_line
+from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_script, served_from_command_line
 from test_run import run
 
 RUBRIC_NAMES = [
@@ -183,54 +180,9 @@ def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
     assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 4
 
 
-class CapturingJudge(ThreadingHTTPServer):
-    """An OpenAI-compatible judge on 127.0.0.1 that keeps every request body and answers "1"."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _JudgeHandler)
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _JudgeHandler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.requests.append(body)
-        payload = json.dumps(
-            {
-                "id": "j",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "1"}}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-
-@contextmanager
 def capturing_judge():
-    server = CapturingJudge()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
+    """A judge stub that keeps every request and answers "1"."""
+    return chat_stub(lambda body: "1")
 
 
 @pytest.mark.slow

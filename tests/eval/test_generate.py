@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import torch
 
+from conftest import chat_stub
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
@@ -228,66 +227,16 @@ def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
 # ------------------------------------------------------------------------------------ endpoint
 
 
-class CompletionServer(ThreadingHTTPServer):
-    """A minimal OpenAI-compatible chat-completions server: the reply is the last user message reversed.
-
-    A message containing "FAIL" gets HTTP 500.
-    """
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.requests: list[dict] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/v1"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with self.server.lock:
-            self.server.requests.append(body)
-        last = body["messages"][-1]["content"]
-        if "FAIL" in last:
-            self.send_response(500)
-            self.end_headers()
-            return
-        payload = json.dumps(
-            {
-                "id": "c1",
-                "object": "chat.completion",
-                "created": 0,
-                "model": body["model"],
-                "choices": [
-                    {
-                        "index": 0,
-                        "finish_reason": "stop",
-                        "message": {"role": "assistant", "content": " " + last[::-1] + " "},
-                    }
-                ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }
-        ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+def reversed_reply(body: dict) -> str | int:
+    """The last user message reversed (padded with spaces); a message containing "FAIL" gets HTTP 500."""
+    last = body["messages"][-1]["content"]
+    return 500 if "FAIL" in last else " " + last[::-1] + " "
 
 
 @pytest.fixture
 def server():
-    srv = CompletionServer()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with chat_stub(reversed_reply) as srv:
+        yield srv
 
 
 def test_endpoint_backend_writes_and_resumes(server, tmp_path):

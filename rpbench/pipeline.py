@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rpbench import serve  # noqa: F401  (provides the local judge server: judge=local, judge rewards)
 from rpbench.data.errors import ConfigError
+from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
@@ -23,7 +24,6 @@ from rpbench.model_card import write_model_card
 from rpbench.models import for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
-from rpbench.resolvers import init_from_label
 from rpbench.run_report import headline, write_report
 from rpbench.starting_point import untuned_start_warning
 from rpbench.training import objective_config, train
@@ -121,7 +121,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
-        "model": f"{cfg.model.name} from {init_from_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
+        "model": f"{cfg.model.name} from {run_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
         "data": cfg.data.name,
         "objective": objective,
         "evaluator": evaluator,

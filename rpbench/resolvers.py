@@ -12,19 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
 from omegaconf import OmegaConf
-
-
-def init_from_label(init_from: str) -> str:
-    """The earlier run's name (from its config.yaml), else its folder name."""
-    folder = Path(str(init_from))
-    config = folder / "config.yaml"
-    if config.is_file():
-        name = (yaml.safe_load(config.read_text()) or {}).get("run_name")
-        if name:
-            return str(name)
-    return folder.name
 
 
 def run_name(objective, model, data, init_from, probe, judge, task_overrides) -> str:
@@ -34,7 +22,9 @@ def run_name(objective, model, data, init_from, probe, judge, task_overrides) ->
         if key.startswith("data.files.") and value not in ("", "null"):
             parts.append(Path(value).stem)
     if init_from not in (None, "", "null"):
-        parts.append(f"from-{init_from_label(init_from)}")
+        from rpbench.data.files import run_label  # here: importing rpbench.data on `import rpbench` is heavy
+
+        parts.append(f"from-{run_label(init_from)}")
     if str(probe) != "none":
         parts.append(f"probe-{probe}")
     if str(judge) != "none":

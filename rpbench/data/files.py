@@ -89,3 +89,16 @@ def _download(repo: str, filename: str, split: str) -> Path:
             f"(`hf download {repo} {filename} --repo-type dataset --local-dir <dir>`) and pass "
             f"data.files.{split}=<dir>/{filename}."
         ) from error
+
+
+def run_label(run_dir: str | Path) -> str:
+    """An earlier run's ``run_name`` (from its config.yaml), else its folder name."""
+    import yaml
+
+    folder = Path(str(run_dir))
+    config = folder / "config.yaml"
+    if config.is_file():
+        name = (yaml.safe_load(config.read_text()) or {}).get("run_name")
+        if name:
+            return str(name)
+    return folder.name

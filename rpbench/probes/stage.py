@@ -26,6 +26,7 @@ import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 
+from rpbench.data.files import run_label
 from rpbench.data.records import EvalExample
 from rpbench.models import chat_renderer
 from rpbench.probes import before_after
@@ -155,16 +156,6 @@ def _frequency_section(result: Mapping[str, Any]) -> str:
 
 
 # -- compare ------------------------------------------------------------------------------------------
-def run_label(run_dir: Path) -> str:
-    """A run's ``run_name`` from its config.yaml, else its folder name."""
-    config = run_dir / "config.yaml"
-    if config.is_file():
-        name = OmegaConf.load(config).get("run_name")
-        if name:
-            return str(name)
-    return run_dir.name
-
-
 def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
     """``probe.labels``, else each run's name; two runs of one name are told apart by their folders
     (``<run_name>/<folder>``), and by their paths as given when those names match too."""

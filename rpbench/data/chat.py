@@ -50,7 +50,9 @@ class FittedPrompt:
 
 class ChatRenderer:
     """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn;
-    ``message`` turns a Turn into a chat-template message (the model family's: text, or text with images)."""
+    ``message`` turns a Turn into a chat-template message (the model family's: text, or text with images);
+    ``expand_images(text, image paths)`` repeats each image placeholder to the image's token count (an
+    image-text model's tokenizer, ``rpbench.models.vision.ImageTextTokenizer.expand_image_tokens``)."""
 
     def __init__(
         self,
@@ -58,17 +60,24 @@ class ChatRenderer:
         end_of_turn: str | None = None,
         max_length: int = 2048,
         message: Callable[[Turn], dict] = Turn.as_message,
+        expand_images: Callable[[str, list[str]], str] | None = None,
     ):
         self.tokenizer = tokenizer
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         self.max_length = max_length
         self.message = message
+        self.expand_images = expand_images
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(
+        """The chat-template text of ``turns``; with ``expand_images``, each image placeholder is repeated as
+        many times as the image has tokens, so every length below is the model's real one."""
+        text = self.tokenizer.apply_chat_template(
             [self.message(turn) for turn in turns], tokenize=False, add_generation_prompt=generation_prompt
         )
+        if self.expand_images is None:
+            return text
+        return self.expand_images(text, [turn.image for turn in turns if turn.image is not None])
 
     def pieces(self, turns: Sequence[Turn]) -> list[tuple[str, bool]]:
         """The rendered conversation as (text, supervised) pieces in order.

@@ -40,7 +40,9 @@ def family_of(cfg: Mapping[str, Any]) -> type[ModelFamily]:
 
 def chat_renderer(cfg: Mapping[str, Any], tokenizer, max_length: int) -> ChatRenderer:
     """The renderer of a model config's conversations: its end-of-turn token, its family's messages."""
-    return ChatRenderer(tokenizer, cfg["end_of_turn"], max_length, message=family_of(cfg).message)
+    family = family_of(cfg)
+    expand = tokenizer.expand_image_tokens if family.takes_images else None
+    return ChatRenderer(tokenizer, cfg["end_of_turn"], max_length, message=family.message, expand_images=expand)
 
 
 def _offline_hint(name: str, error: Exception) -> OSError:

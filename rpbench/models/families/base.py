@@ -41,6 +41,8 @@ class ModelFamily:
     model_types: tuple[str, ...] = ()
     auto_model = AutoModelForCausalLM
     lora_task_type = "CAUSAL_LM"
+    takes_images = False  # True: the model sees Turn.image (its tokenizer is an ImageTextTokenizer)
+    vision_module: str | None = None  # the vision tower's module name (model.freeze_vision freezes it)
     hook_presets: Mapping[str, tuple[str, str]] = DECODER_HOOK_PRESETS
     tiny_architecture: tuple[type, type]
     tiny_tokenizer: TokenizerFamily

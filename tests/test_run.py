@@ -69,14 +69,6 @@ def test_cfg_job_prints_the_resolved_config():
     assert cfg["model"]["name_or_path"] == "tiny:qwen2" and cfg["objective"]["name"] == "none"
 
 
-def test_bad_data_file_fails_with_a_clear_message(tmp_path):
-    bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"conversations": [{"role": "User", "content": "hi"}]}\n')
-    result = run(f"hydra.run.dir={tmp_path / 'run'}", f"data.files.train={bad}", *FAST)
-    assert result.returncode != 0
-    assert "bad.jsonl" in result.stderr and "record 1" in result.stderr
-
-
 @pytest.mark.slow
 def test_ddp_on_two_cpu_processes_trains_and_evaluates_in_step(tmp_path):
     """Two gloo ranks: each runs its share of every optimizer step, generation is sharded and merged."""

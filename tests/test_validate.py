@@ -1,11 +1,17 @@
 """Bad settings stop `python run.py` at startup with one message naming the key and what is allowed;
-the traceback goes to run.log, never to the console."""
+the traceback goes to run.log, never to the console.
+
+One test runs run.py itself (exit status, stderr, run.log); the others run the same pipeline in-process on
+the config Hydra composes for those command-line overrides, which is what run.py hands it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from conftest import run_script
+from rpbench.data.errors import RpbenchError
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.objectives.registry import OBJECTIVES
@@ -17,20 +23,27 @@ from rpbench.validate import validate
 QUICK = ["trainer.enable_progress_bar=false", "data.max_train_samples=8"]  # if a check let it through
 
 
-def failed_at_startup(tmp_path, *overrides: str, **env: str) -> str:
-    """Run, expect exit 1 with nothing trained or evaluated; the stderr."""
-    out = tmp_path / "run"
-    result = run_script("run.py", f"hydra.run.dir={out}", *QUICK, *overrides, **env)
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.stderr.startswith("error: ") and "run.log" in result.stderr
-    assert "Traceback" in (out / "run.log").read_text()
+def assert_nothing_trained_or_evaluated(out: Path) -> None:
     assert not (out / "checkpoints").exists() and not (out / "metrics.json").exists()
     assert not (out / "predictions.jsonl").exists()
-    return result.stderr
 
 
-@pytest.mark.slow
+def refused_at_startup(compose, *overrides: str) -> str:
+    """``pipeline.run`` (what run.py calls) on the composed config: expect the error run.py prints as
+    `error: <message>` before anything is trained or evaluated; the message."""
+    from omegaconf import open_dict
+
+    from rpbench.pipeline import run
+
+    cfg = compose(*QUICK, *overrides)
+    with open_dict(cfg):  # what run.py hands the pipeline
+        del cfg["hydra"]
+    with pytest.raises(RpbenchError) as error:
+        run(cfg)
+    assert_nothing_trained_or_evaluated(Path(cfg.paths.output_dir))
+    return str(error.value)
+
+
 @pytest.mark.parametrize(
     ("override", "named"),
     [
@@ -43,59 +56,60 @@ def failed_at_startup(tmp_path, *overrides: str, **env: str) -> str:
         ("seed=abc", "seed='abc': expected an integer from 0 to 4294967295"),
     ],
 )
-def test_an_out_of_range_setting_is_named_with_what_is_allowed(tmp_path, override, named):
-    assert named in failed_at_startup(tmp_path, override)
+def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override, named):
+    assert named in refused_at_startup(compose, override)
 
 
-@pytest.mark.slow
-def test_every_problem_is_listed_in_one_message(tmp_path):
-    stderr = failed_at_startup(tmp_path, "objective.batch_size=0", "seed=abc", "data.format=xml")
-    assert stderr.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in stderr
+def test_every_problem_is_listed_in_one_message(compose):
+    message = refused_at_startup(compose, "objective.batch_size=0", "seed=abc", "data.format=xml")
+    assert message.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in message
 
 
-@pytest.mark.slow
-def test_images_the_evaluator_cannot_see_stop_the_run_before_training(tmp_path):
-    stderr = failed_at_startup(tmp_path, "data=sample_mmrole")
-    assert "test record 'Mara_Voss_comment_Friends_13_40' has an image" in stderr
-    assert "evaluator.backend=endpoint" in stderr and "evaluator.images=drop" in stderr
+def test_images_the_evaluator_cannot_see_stop_the_run_before_training(compose):
+    message = refused_at_startup(compose, "data=sample_mmrole")
+    assert "test record 'Mara_Voss_comment_Friends_13_40' has an image" in message
+    assert "evaluator.backend=endpoint" in message and "evaluator.images=drop" in message
 
 
-@pytest.mark.slow
-def test_a_judge_without_its_api_key_stops_the_run_before_training(tmp_path):
-    stderr = failed_at_startup(tmp_path, "judge=openai", OPENAI_API_KEY="")
-    assert "judge.api_key_env='OPENAI_API_KEY'" in stderr and "not set" in stderr
+def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    message = refused_at_startup(compose, "judge=openai")
+    assert "judge.api_key_env='OPENAI_API_KEY'" in message and "not set" in message
 
 
-@pytest.mark.slow
-def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(tmp_path):
-    stderr = failed_at_startup(tmp_path, "data=sample", "evaluator=rolebench", "judge=local")
-    assert f"evaluator=rolebench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in stderr
+def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(compose):
+    message = refused_at_startup(compose, "data=sample", "evaluator=rolebench", "judge=local")
+    assert f"evaluator=rolebench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in message
 
 
-@pytest.mark.slow
-def test_compare_to_a_folder_without_scores_is_refused(tmp_path):
-    (tmp_path / "other").mkdir()
-    stderr = failed_at_startup(tmp_path, f"evaluator.compare_to={tmp_path / 'other'}")
+def test_compare_to_a_folder_without_scores_is_refused(compose, tmp_path):
     other = tmp_path / "other"
-    assert f"evaluator.compare_to={other}: expected an evaluated run's folder (with scores.jsonl)" in stderr
+    other.mkdir()
+    message = refused_at_startup(compose, f"evaluator.compare_to={other}")
+    assert f"evaluator.compare_to={other}: expected an evaluated run's folder (with scores.jsonl)" in message
 
 
-@pytest.mark.slow
-def test_probe_runs_without_probe_statistics_are_refused(tmp_path):
+def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     (a / STATS_FILE).write_bytes(b"")
-    stderr = failed_at_startup(tmp_path, "objective=none", "evaluator=none", "probe=compare", f"probe.runs=[{a},{b}]")
-    assert f"probe.runs: {b} holds no {STATS_FILE}" in stderr and f"{a} holds" not in stderr
+    message = refused_at_startup(compose, "objective=none", "evaluator=none", "probe=compare", f"probe.runs=[{a},{b}]")
+    assert f"probe.runs: {b} holds no {STATS_FILE}" in message and f"{a} holds" not in message
 
 
 @pytest.mark.slow
 def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(tmp_path):
+    """`python run.py` itself: exit status 1, the message alone on stderr, the traceback in run.log."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"conversations": [{"role": "User", "content": "hi"}]}\n')
-    stderr = failed_at_startup(tmp_path, f"data.files.train={bad}", "evaluator=none")
-    assert stderr.splitlines()[0].startswith(f"error: {bad}: record 1: field ")
-    assert "DataFormatError" in (tmp_path / "run" / "run.log").read_text()
+    out = tmp_path / "run"
+    result = run_script("run.py", f"hydra.run.dir={out}", *QUICK, f"data.files.train={bad}", "evaluator=none")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.startswith(f"error: {bad}: record 1: field ") and "run.log" in result.stderr
+    log = (out / "run.log").read_text()
+    assert "Traceback" in log and "DataFormatError" in log
+    assert_nothing_trained_or_evaluated(out)
 
 
 def test_choices_come_from_the_registries(compose):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import chat_stub
+from conftest import REPO_ROOT, chat_stub
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.mmrole_eval import aggregate_review_sets
@@ -144,3 +144,5 @@ def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
     assert "**Without vision**" in report and "### Reference metrics per test set" in report
     assert "| In-Test | 8 |" in report and "| Out-Test | 6 |" in report and "| overall | 14 |" in report
     assert "test test_set.in: 8, test test_set.out: 6" in report
+    for name in ("metrics.json", "report.md"):  # results name no machine path (test sets as configured)
+        assert str(REPO_ROOT) not in (out / name).read_text(), name

@@ -240,8 +240,9 @@ def validate(cfg: DictConfig) -> None:
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
     """In-process generation is text-only: test records with images need ``evaluator.images=drop`` or a
     multimodal endpoint. Checked when the records are read, before training."""
-    if str(cfg.evaluator.get("images")) == "drop" or cfg.evaluator.get("without_vision"):  # evaluator=none has
-        return  # no images setting (a probe generates); without_vision: the evaluator removes the images
+    # evaluator=none has no images setting (a probe generates); without_vision: MMRole removes the images
+    if str(cfg.evaluator.get("images")) == "drop" or cfg.evaluator.get("without_vision"):
+        return
     with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
     if with_image is not None:
         raise ConfigError(

@@ -13,6 +13,15 @@ def _data_lines(data: dict[str, Any]) -> list[str]:
     for split, summary in data.items():
         if isinstance(summary, dict) and "read" in summary:
             lines.append(f"| {split} | {summary['read']} | {summary['skipped']} |")
+    counted = [
+        f"{split} {key}: {value}"
+        for split, summary in data.items()
+        if isinstance(summary, dict)
+        for key, value in summary.items()
+        if isinstance(value, int) and key not in ("read", "skipped")
+    ]
+    if counted:  # what the readers counted besides (MMRole: system prompts filled, records per test set)
+        lines.append("\nCounted while reading: " + ", ".join(counted))
     if "train_test_overlap" in data:
         lines.append(f"\nTraining records also in the test split: {data['train_test_overlap']}")
     return lines

@@ -92,7 +92,8 @@ def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) ->
 
 
 def check_run(cfg: DictConfig, problems: Problems) -> None:
-    """Seed, data settings, where training starts from, and how often it is checkpointed."""
+    """Seed, data settings, a model marked unsupported, where training starts from, and how often it is
+    checkpointed."""
     _check(
         problems,
         cfg,
@@ -111,6 +112,8 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         _check(problems, cfg, key, _at_least(1), "an integer >= 1 (tokens)")
     for key in ("data.max_train_samples", "data.max_test_samples"):
         _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
+    if cfg.model.get("unsupported"):
+        problems.append(f"model={cfg.model.name}: {cfg.model.unsupported}")
     if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
 
@@ -237,7 +240,8 @@ def validate(cfg: DictConfig) -> None:
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
     """In-process generation is text-only: test records with images need ``evaluator.images=drop`` or a
     multimodal endpoint. Checked when the records are read, before training."""
-    if str(cfg.evaluator.get("images")) == "drop":  # evaluator=none has no images setting (a probe generates)
+    # evaluator=none has no images setting (a probe generates); without_vision: MMRole removes the images
+    if str(cfg.evaluator.get("images")) == "drop" or cfg.evaluator.get("without_vision"):
         return
     with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
     if with_image is not None:

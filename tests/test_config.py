@@ -117,3 +117,23 @@ def test_every_data_file_is_overridable_from_the_command_line(compose):
             f"data={data}", "data.files.train=my.jsonl", "data.files.pairs=p.jsonl", "data.files.test=t.jsonl"
         )
         assert (cfg.data.files.train, cfg.data.files.pairs, cfg.data.files.test) == ("my.jsonl", "p.jsonl", "t.jsonl")
+
+
+def test_mmrole_agent_experiment_has_the_papers_settings(compose):
+    """MMRole finetune/finetune_ds.sh: lr 1e-5, 3 epochs, 8 x 4 on 8 GPUs, wd 0.05, beta2 0.95, warmup 0.01,
+    cosine, max length 3072, vision frozen, bf16, gradient checkpointing, ZeRO-3."""
+    cfg = compose("experiment=mmrole_agent")
+    o = cfg.objective
+    assert (o.name, o.lr, o.epochs, o.batch_size, o.grad_accum, o.weight_decay) == ("sft", 1e-5, 3, 8, 4, 0.05)
+    assert (list(o.adam_betas), o.warmup_ratio, o.scheduler) == ([0.9, 0.95], 0.01, "cosine")
+    trainer = cfg.trainer
+    assert (trainer.devices, trainer.precision, trainer.strategy.config.zero_optimization.stage) == (8, "bf16-mixed", 3)
+    model = cfg.model
+    assert (model.name_or_path, model.family, model.freeze_vision) == ("Qwen/Qwen2-VL-7B-Instruct", "qwen2_vl", True)
+    assert (model.dtype, model.gradient_checkpointing) == ("bfloat16", True)
+    data = cfg.data
+    assert (data.name, data.max_length, data.per_turn_samples) == ("mmrole", 3072, True)
+    assert list(data.files.test) == ["in", "out"]
+    assert data.default_system.startswith("You are a dedicated role-playing assistant")
+    assert (cfg.evaluator.name, cfg.evaluator.without_vision) == ("mmrole", False)
+    assert cfg.run_name == "mmrole-agent-qwen2-vl-7b"

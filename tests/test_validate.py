@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_script
-from rpbench.data.errors import RpbenchError
+from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.objectives.registry import OBJECTIVES
@@ -132,6 +132,12 @@ def test_the_shipped_experiments_and_defaults_validate(compose, monkeypatch):
     for overrides in shipped:
         validate(compose(*overrides))
     validate(compose("data=sample_mmrole", "evaluator=mmrole", "evaluator.images=drop", "judge=local"))
+    validate(compose("experiment=mmrole_agent"))
+
+
+def test_a_model_marked_unsupported_is_refused_with_its_reason(compose):
+    with pytest.raises(ConfigError, match=r"model=qwen-vl-chat: Qwen-VL-Chat's remote code .* model=qwen2-vl-7b"):
+        validate(compose("model=qwen-vl-chat"))
 
 
 def test_a_probe_run_folder_with_statistics_passes(compose, tmp_path):

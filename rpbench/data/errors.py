@@ -29,11 +29,13 @@ class DataFormatError(RpbenchError, ValueError):
 
 @dataclass
 class ReadResult(Generic[T]):
-    """Records read from one file, plus the ones skipped under ``on_error=skip`` (never silent)."""
+    """Records read from one file, plus the ones skipped under ``on_error=skip`` (never silent), and what
+    the reader changed or added, counted (``counts``, e.g. ``system_filled``; reported with the others)."""
 
     path: str
     examples: list[T] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
 
     def add_error(self, error: DataFormatError, on_error: OnError) -> None:
         if on_error == "raise":
@@ -48,4 +50,5 @@ class ReadResult(Generic[T]):
             "read": len(self.examples),
             "skipped": len(self.skipped),
             "first_skipped": self.skipped[:3],
+            **self.counts,
         }

@@ -14,10 +14,10 @@ PKG_PREFIX = "pkg://"
 HUB_PREFIX = "hf://"  # a hub dataset loaded with `datasets` (data=custom: rpbench/data/custom.py)
 
 
-def resolve_data_file(data_cfg: Mapping[str, Any], split: str) -> Path:
-    """The local path of ``data.files.<split>``, downloading from ``data.hf_dataset`` when needed."""
-    files = data_cfg.get("files") or {}
-    name = files.get(split)
+def resolve_data_file(data_cfg: Mapping[str, Any], split: str, name: str | None = None) -> Path:
+    """The local path of ``data.files.<split>`` (or of ``name``, one of its files), downloading from
+    ``data.hf_dataset`` when needed."""
+    name = name or (data_cfg.get("files") or {}).get(split)
     if not name:
         raise ValueError(f"data={data_cfg.get('name')} has no file for split '{split}': set data.files.{split}=<path>")
     name = str(name)

@@ -11,21 +11,29 @@ or without ``rm_review``) give one EvalExample per record: the prompt is the sys
 non-empty) and the turns before the last; the last assistant ``value`` is the reference and its
 ``answer``, when present, goes to ``meta["answer"]``. Training files hold dialogues of the same shape
 (possibly multi-turn; ``system``, ``role``, ``script``, ``other_role`` optional) and give SFTExamples.
-The image is attached to the first user turn.
 
-Options: ``image_root`` (images are resolved relative to it and must stay inside it, see
-``files.confined_path``; without it an image must be a relative path without ``..``; a missing image
-file is not an error here, MMRole's COCO images are not shipped with it) and, for test files,
-``scenario`` (one of SCENARIOS; inferred from a file name starting with it otherwise). Other options
-are ignored.
+The image is the record's ``image``, attached to the first user turn; or, as in the released training file
+(Qwen-VL-Chat's finetuning format), written inside a user turn as ``Picture 1: <img>path</img>\\n``: it is
+taken out of the text and attached to that turn (at most one per turn, only in user turns; ``image`` may
+then be absent). Either way the path is checked by ``files.confined_path``.
+
+Options (data-config keys): ``image_root`` (images are resolved relative to it and must stay inside it;
+without it an image must be a relative path without ``..``; a missing image file is not an error here,
+MMRole's COCO images are not shipped with it); ``default_system`` (the system prompt of records without
+one, counted as ``system_filled``); ``per_turn_samples`` (training: one sample per assistant turn, the
+turns up to it, only it supervised, as the MMRole paper trains (sec. 6.1); ids ``<id>#<n>`` for dialogues
+of several turns, ``meta["dialogue"]`` the record id); for test files, ``scenario`` (one of SCENARIOS;
+inferred from a file name starting with it otherwise). Other options are ignored.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.readers import (
     FORMATS,
@@ -45,22 +53,24 @@ from rpbench.data.records import EvalExample, SFTExample, Turn
 SCENARIOS: tuple[str, ...] = ("comment", "human-role", "inter-role")
 ROLES = {"user": "user", "assistant": "assistant"}
 PROFILE_KEYS: tuple[str, ...] = ("role", "script", "other_role")
+# Qwen-VL-Chat's inline image: "Picture <n>: <img>path</img>" and the line break after it.
+INLINE_IMAGE = re.compile(r"(?:Picture \d+: ?)?<img>(.*?)</img>\n?", re.DOTALL)
+SYSTEM_FILLED = "system_filled"
 
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
     """One EvalExample per record; ``task`` is the scenario."""
     scenario = _scenario(path, options.get("scenario"))
-    image_root = options.get("image_root")
+    filled: set[str] = set()
 
     def parse(raw: Any, source: Source) -> EvalExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        system = require_str(record, "system", source, allow_empty=True)
-        image = require_str(record, "image", source)
+        require_str(record, "system", source, allow_empty=True)
+        turns, image = _dialogue(record, source, options, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: require_str(record, key, source) for key in PROFILE_KEYS})
-        items = require_list(record, "conversations", source)
-        turns = _conversation(items, source, system, image, image_root)
+        items = record["conversations"]
         answer = as_object(items[-1], source).get("answer")
         if answer is not None:
             if not isinstance(answer, str):
@@ -68,40 +78,112 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
             meta["answer"] = answer
         return EvalExample(rid, turns[:-1], turns[-1].content, scenario, meta)
 
-    return read_file(path, parse, on_error)
+    return _counted(read_file(path, parse, on_error), filled)
 
 
 def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Training dialogues; every assistant turn is supervised."""
-    image_root = options.get("image_root")
+    """Training dialogues: every assistant turn supervised, or with ``per_turn_samples`` one sample per turn."""
+    filled: set[str] = set()
 
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        system = optional_str(record, "system", source, allow_empty=True) or ""
-        image = require_str(record, "image", source)
+        turns, image = _dialogue(record, source, options, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: value for key in PROFILE_KEYS if (value := optional_str(record, key, source))})
-        turns = _conversation(require_list(record, "conversations", source), source, system, image, image_root)
         return SFTExample(rid, turns, meta)
 
-    return read_file(path, parse, on_error)
+    result = _counted(read_file(path, parse, on_error), filled)
+    if options.get("per_turn_samples"):
+        result.examples = _per_turn(result.path, result.examples)
+    return result
 
 
-def _conversation(
-    items: list[Any], source: Source, system: str, image: str, image_root: str | Path | None
-) -> tuple[Turn, ...]:
+def per_turn(example: SFTExample) -> list[SFTExample]:
+    """One sample per assistant turn of ``example``: the turns up to it, only it supervised."""
+    ends = [i for i, turn in enumerate(example.turns) if turn.role == "assistant"]
+    if len(ends) == 1:
+        return [replace(example, supervise="last")]
+    meta = {**example.meta, "dialogue": example.id}
+    return [SFTExample(f"{example.id}#{n}", example.turns[: end + 1], meta, "last") for n, end in enumerate(ends, 1)]
+
+
+def _per_turn(path: str, examples: list[SFTExample]) -> list[SFTExample]:
+    samples: list[SFTExample] = []
+    seen: dict[str, str] = {}
+    for example in examples:
+        for sample in per_turn(example):
+            if sample.id in seen:
+                raise DataFormatError(
+                    path,
+                    example.id,
+                    "id",
+                    f"ids that stay unique once dialogues are split per turn: sample {sample.id!r} of this record "
+                    f"repeats one of record {seen[sample.id]!r}",
+                )
+            seen[sample.id] = example.id
+            samples.append(sample)
+    return samples
+
+
+def _counted(result: ReadResult, filled: set[str]) -> ReadResult:
+    if filled:
+        result.counts[SYSTEM_FILLED] = sum(example.id in filled for example in result.examples)
+    return result
+
+
+def _dialogue(
+    record: dict[str, Any], source: Source, options: dict[str, Any], filled: set[str], rid: str
+) -> tuple[tuple[Turn, ...], str]:
+    """The record's turns (its system prompt first, or ``default_system`` when it has none; ``rid`` is added
+    to ``filled`` then), each image attached to its user turn; and the record's image name."""
+    system = optional_str(record, "system", source, allow_empty=True) or ""
+    if not system.strip() and options.get("default_system"):
+        system = str(options["default_system"])
+        filled.add(rid)
+    items = require_list(record, "conversations", source)
     turns = list(
         parse_conversation(
             items, source, "conversations", last="assistant", role_key="from", content_key="value", roles=ROLES
         )
     )
-    first_user = next((i for i, t in enumerate(turns) if t.role == "user"), None)
-    if first_user is None:
-        raise source.error("conversations", "a user turn to carry the image")
-    resolved = str(confined_path(image_root or None, image, file=source.path, record=source.record, field="image"))
-    turns[first_user] = Turn("user", turns[first_user].content, image=resolved)
-    return tuple(([Turn("system", system)] if system.strip() else []) + turns)
+    image_root = options.get("image_root") or None
+    inline = _inline_images(turns, source, image_root)
+    image = optional_str(record, "image", source)
+    if image is None and not inline:
+        raise source.error("image", "present, or the image inline in a user turn as <img>path</img> (missing)")
+    if not inline:
+        first_user = next((i for i, t in enumerate(turns) if t.role == "user"), None)
+        if first_user is None:
+            raise source.error("conversations", "a user turn to carry the image")
+        resolved = confined_path(image_root, image, file=source.path, record=source.record, field="image")
+        turns[first_user] = Turn("user", turns[first_user].content, image=str(resolved))
+    return tuple(([Turn("system", system)] if system.strip() else []) + turns), image or inline[0]
+
+
+def _inline_images(turns: list[Turn], source: Source, image_root: str | Path | None) -> list[str]:
+    """Move each ``<img>path</img>`` out of the text of ``turns`` (in place) onto its turn; the names, in order."""
+    names = []
+    for i, turn in enumerate(turns):
+        found = INLINE_IMAGE.findall(turn.content)
+        text = INLINE_IMAGE.sub("", turn.content)
+        field = f"conversations[{i}].value"
+        if "<img>" in text or "</img>" in text:
+            raise source.error(field, "images written as <img>path</img> (an unmatched <img> or </img> is left)")
+        if not found:
+            continue
+        if turn.role != "user":
+            raise source.error(field, "images (<img>path</img>) only in user turns")
+        if len(found) > 1:
+            raise source.error(field, f"at most one image per turn, got {len(found)} <img> tags")
+        if not found[0].strip():
+            raise source.error(field, "an image path inside <img></img>, got an empty one")
+        if not text.strip():
+            raise source.error(field, "text besides the image")
+        path = confined_path(image_root, found[0], file=source.path, record=source.record, field=field)
+        turns[i] = Turn("user", text, image=str(path))
+        names.append(found[0])
+    return names
 
 
 def _scenario(path: str | Path, scenario: Any) -> str:

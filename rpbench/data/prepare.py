@@ -1,35 +1,87 @@
-"""A data config's raw files read into validated records (with the counts the run reports); the held-out split."""
+"""A data config's raw files read into validated records (with the counts the run reports); the held-out split.
+
+``data.files.test`` is one file, or test sets: a mapping of set name to a file or a list of files (MMRole's
+In-Test and Out-Test, three scenario files each). Every record of a set carries its name in
+``meta["test_set"]``; ids must be unique over all the files; ``max_test_samples`` applies to each set.
+"""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from rpbench.data import readers
-from rpbench.data.errors import ReadResult
+from rpbench.data.errors import ConfigError, DataFormatError, ReadResult
 from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
 
 # Data-config keys passed to the readers as format options.
-READER_OPTIONS = ("task_dimensions", "image_root", "test_splits", "columns", "tags")
+READER_OPTIONS = (
+    "task_dimensions",
+    "image_root",
+    "test_splits",
+    "columns",
+    "tags",
+    "default_system",
+    "per_turn_samples",
+)
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
+TEST_SET = "test_set"
 
 
 def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
     """Read ``data.files.<split>`` with the data config's format, error policy and options; an ``hf://``
     name (a hub dataset) goes to the reader as it is."""
-    name = str((data_cfg.get("files") or {}).get(split) or "")
-    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, split)
+    entry = (data_cfg.get("files") or {}).get(split)
+    if isinstance(entry, Mapping):
+        if split != "test":
+            raise ConfigError(f"data.files.{split}: one file (test sets, a mapping of names to files, are for test)")
+        return _read_test_sets(data_cfg, entry)
+    return _limited(data_cfg, split, _read_file(data_cfg, split, str(entry or "")))
+
+
+def _read_file(data_cfg: Mapping[str, Any], split: str, name: str) -> ReadResult:
+    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, split, name)
     options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)
-    result = readers.read(
-        str(data_cfg["format"]), split, path, on_error=str(data_cfg.get("on_error", "raise")), **options
-    )
+    on_error = str(data_cfg.get("on_error", "raise"))
+    return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
+
+
+def _limited(data_cfg: Mapping[str, Any], split: str, result: ReadResult) -> ReadResult:
     limit = data_cfg.get(MAX_SAMPLES[split])
     if limit is not None:
         result.examples = result.examples[: int(limit)]
     return result
+
+
+def _read_test_sets(data_cfg: Mapping[str, Any], sets: Mapping[str, Any]) -> ReadResult:
+    """Every file of every test set, its records tagged with the set; counts summed, plus the records per
+    set (``test_set.<name>``). Skipped-record messages name the files as configured."""
+    combined: ReadResult = ReadResult(str(dict(sets)))
+    seen: dict[str, str] = {}
+    for set_name, files in sets.items():
+        names = [files] if isinstance(files, str) else list(files or [])
+        if not names:
+            raise ConfigError(f"data.files.test.{set_name}: expected a file or a list of files, got {files!r}")
+        part: ReadResult = ReadResult(str(set_name))
+        for name in map(str, names):
+            result = _read_file(data_cfg, "test", name)
+            for example in result.examples:
+                if example.id in seen:
+                    raise DataFormatError(
+                        name, example.id, "id", f"an id unique over all test files; {seen[example.id]} has it too"
+                    )
+                seen[example.id] = name
+            part.examples += [replace(e, meta={**e.meta, TEST_SET: str(set_name)}) for e in result.examples]
+            combined.skipped += [message.replace(result.path, name) for message in result.skipped]
+            for key, count in result.counts.items():
+                combined.counts[key] = combined.counts.get(key, 0) + count
+        combined.examples += _limited(data_cfg, "test", part).examples
+        combined.counts[f"{TEST_SET}.{set_name}"] = len(part.examples)
+    return combined
 
 
 def _bucket(example_id: str, seed: int) -> float:
@@ -38,10 +90,12 @@ def _bucket(example_id: str, seed: int) -> float:
 
 
 def train_val_split(examples: Sequence, val_fraction: float, seed: int) -> tuple[list, list]:
-    """Deterministic held-out split by record id (stable when records are added or reordered)."""
+    """Deterministic held-out split by record id (stable when records are added or reordered); the samples
+    of one dialogue (``meta["dialogue"]``, e.g. MMRole's per-turn samples) stay on one side."""
     train, val = [], []
     for example in examples:
-        (val if _bucket(example.id, seed) < val_fraction else train).append(example)
+        group = example.meta.get("dialogue") or example.id
+        (val if _bucket(group, seed) < val_fraction else train).append(example)
     if val_fraction > 0 and not val and len(train) > 1:
         val.append(train.pop())
     return train, val

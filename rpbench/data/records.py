@@ -32,13 +32,18 @@ def as_messages(turns: tuple[Turn, ...] | list[Turn]) -> list[dict[str, str]]:
     return [t.as_message() for t in turns]
 
 
+Supervise = Literal["all", "last"]
+
+
 @dataclass(frozen=True)
 class SFTExample:
-    """A conversation whose assistant turns are all supervised."""
+    """A conversation ending on an assistant turn. ``supervise``: ``all`` assistant turns are trained on,
+    or only the ``last`` (the turns before it are the prompt: MMRole's one sample per character turn)."""
 
     id: str
     turns: tuple[Turn, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    supervise: Supervise = "all"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ passage, refusals use fixed in-character phrasing. Train and test never share a 
 MMRole question or an RPGBench persona, so split hygiene passes.
 
 ``python -m rpbench.data.sample`` rewrites ``rpbench/resources/sample`` (the images and their
-licence there are static files, not generated).
+licence there are static files, not generated, and so are the few MMRole Out-Test records under COPIED,
+taken from MMRole's own test files).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import Any
 
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
+# Folders of the sample holding records copied from a dataset (MIT), not generated here.
+COPIED: tuple[str, ...] = ("mmrole/out-test",)
 
 
 # =====================================================================================================

@@ -144,10 +144,16 @@ def evaluate(
         return from_files
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
+    examples, changed = benchmark.prepare_examples(cfg, examples)
     examples, images_dropped = _drop_images(examples, str(ev.images))
     generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
     generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
-    results: dict[str, Any] = {"n_records": len(examples), "images_dropped": images_dropped, "generation": generation}
+    results: dict[str, Any] = {
+        "n_records": len(examples),
+        "images_dropped": images_dropped,
+        **changed,
+        "generation": generation,
+    }
     if rank_and_world()[0] != 0:
         return results
     predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}

@@ -7,6 +7,10 @@ CSV per file: ``count`` and the mean of a/b per metric. An empty ``score`` (the 
 when the score cannot be read) is a parse failure: counted per metric and left out of the mean, never 0.
 With ``swap=True`` every metric is also asked with the two responses exchanged (``rm_review_swapped``,
 scores in presentation order) to measure position bias.
+
+Test sets (MMRole's In-Test and Out-Test): one folder per set; ``aggregate_review_sets`` and
+``judge_answer_sets`` give each set's results under ``test_sets[<name>]`` and ``all`` pooled over every
+record of every set (the paper's Table 5 "average results across all test samples").
 """
 
 from __future__ import annotations
@@ -40,10 +44,11 @@ ANSWER_FIELDS = ("id", "image", "role", "script", "other_role")
 # ---------------------------------------------------------------- aggregation
 
 
-def aggregate_reviews(reviews_dir: str | Path) -> dict[str, Any]:
+def aggregate_reviews(reviews_dir: str | Path, also_into: _Tally | None = None) -> dict[str, Any]:
     """Per review file (``files[<stem>]``) and pooled over all files (``all``): ``count`` (records with a
     review), ``unreviewed``, per-metric ``means``, ``n``, ``parse_failures``, ``request_failures``, and
-    ``overall`` (mean of the metric means); with swapped reviews also ``position_bias``."""
+    ``overall`` (mean of the metric means); with swapped reviews also ``position_bias``. Every record is
+    also added to ``also_into`` when given (pooling over several folders)."""
     paths = sorted(Path(reviews_dir).glob("*.json"))
     if not paths:
         raise FileNotFoundError(f"{reviews_dir}: no review files (*.json)")
@@ -51,16 +56,27 @@ def aggregate_reviews(reviews_dir: str | Path) -> dict[str, Any]:
     for path in paths:
         tally = _Tally()
         for index, record in enumerate(_read_list(path)):
-            tally.add(path, index, record)
-            pooled.add(path, index, record)
+            for target in (tally, pooled, also_into):
+                if target is not None:
+                    target.add(path, index, record)
         files[path.stem] = tally.summary()
     return {"metrics": list(METRICS), "files": files, "all": pooled.summary()}
 
 
+def aggregate_review_sets(folders: Mapping[str, str | Path]) -> dict[str, Any]:
+    """``aggregate_reviews`` of each test set's folder (``test_sets[<name>]``), and ``all``: pooled over
+    every record of every set."""
+    pooled = _Tally()
+    sets = {str(name): aggregate_reviews(folder, pooled) for name, folder in folders.items()}
+    return {"metrics": list(METRICS), "test_sets": sets, "all": pooled.summary()}
+
+
 def write_results_csvs(results: Mapping[str, Any], out_dir: str | Path) -> list[Path]:
     """One ``<stem>.csv`` per review file in the official format: header ``count`` + the eight metrics,
-    then one row of values (a metric with no parsed score is left empty)."""
+    then one row of values (a metric with no parsed score is left empty). Test sets: one folder each."""
     out = Path(out_dir)
+    if "test_sets" in results:
+        return [path for name, part in results["test_sets"].items() for path in write_results_csvs(part, out / name)]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for stem, summary in results["files"].items():
@@ -200,6 +216,21 @@ def judge_answers(
         with open(out / path.name, "w", encoding="utf-8") as handle:
             json.dump(records, handle, ensure_ascii=False, indent=4)
     results = aggregate_reviews(out)
+    results["images"] = images
+    results["judge_stats"] = client.stats.as_dict()
+    return results
+
+
+def judge_answer_sets(
+    folders: Mapping[str, str | Path], client: JudgeClient, reviews_dir: str | Path, **options: Any
+) -> dict[str, Any]:
+    """``judge_answers`` of each test set's answers folder into ``reviews_dir/<name>``; the results as
+    ``aggregate_review_sets`` gives them, plus ``images`` (summed) and ``judge_stats``."""
+    images = {"attached": 0, "missing": 0}
+    for name, folder in folders.items():
+        judged = judge_answers(folder, client, Path(reviews_dir) / str(name), **options)
+        images = {key: images[key] + judged["images"][key] for key in images}
+    results = aggregate_review_sets({name: Path(reviews_dir) / str(name) for name in folders})
     results["images"] = images
     results["judge_stats"] = client.stats.as_dict()
     return results

@@ -1,4 +1,5 @@
-"""Supervised fine-tuning: the mean NLL over every supervised token of the global batch."""
+"""Supervised fine-tuning: the mean NLL over every supervised token of the global batch (every assistant
+turn of a sample, or its last only: ``SFTExample.supervise``)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ class SFTModule(ObjectiveModule):
 
     @staticmethod
     def render(examples: Sequence[SFTExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
-        """Rendered samples, and the ids of samples left with no supervised token (not trained)."""
+        """Rendered samples, and the ids of samples left with no supervised token (not trained). A sample
+        supervised on its ``last`` turn only is rendered as a prompt and that one reply."""
         samples, empty = [], []
         for example in examples:
-            rendered = renderer.render_conversation(example.turns)
+            if example.supervise == "last":
+                rendered = renderer.render_completion(example.turns[:-1], example.turns[-1].content)
+            else:
+                rendered = renderer.render_conversation(example.turns)
             if rendered.n_supervised:
                 samples.append({**rendered.as_sample(), "id": example.id})
             else:

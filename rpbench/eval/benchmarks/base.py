@@ -1,8 +1,9 @@
 """What a benchmark's evaluation may add to the generic one (``rpbench.eval.evaluate``), and its registry.
 
-``evaluator.name`` picks the registered ``Benchmark``; the generic evaluation generates, computes the
-reference metrics (``evaluator.metrics``) broken down by the benchmark's ``groupings``, then lets the
-benchmark judge (when a judge is configured) and writes the report.
+``evaluator.name`` picks the registered ``Benchmark``; the generic evaluation lets it prepare the test
+records (``prepare_examples``), generates, computes the reference metrics (``evaluator.metrics``) broken
+down by the benchmark's ``groupings``, then lets the benchmark judge (when a judge is configured) and
+writes the report.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ class Benchmark:
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""
         return {"task": [e.task for e in examples]}
+
+    def prepare_examples(
+        self, cfg: DictConfig, examples: Sequence[EvalExample]
+    ) -> tuple[list[EvalExample], dict[str, Any]]:
+        """The test records as the model is to see them (an ablation may change its input), and what was
+        changed, for the results (empty: nothing). Unchanged by default."""
+        return list(examples), {}
 
     def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
         """Results from files named in the evaluator config, without generating (None: generate)."""

@@ -1,32 +1,61 @@
-"""MMRole: reference metrics per scenario; judged by MMRole-Eval (eight metrics, each a score pair of the
-evaluated answer against the ground truth) in the official answers/reviews/results layout.
+"""MMRole: reference metrics per scenario and per test set; judged by MMRole-Eval (eight metrics, each a
+score pair of the evaluated answer against the ground truth) in the official answers/reviews/results layout.
+
+Test records from several test sets (``meta["test_set"]``, MMRole's In-Test and Out-Test: see
+``data.files.test``) are written, judged and reported per set: answers/<set>/, reviews/<set>/,
+results/<set>/, and the report's table in the paper's Table 5 layout (a row per set, then all records).
 
 ``evaluator.reviews=<dir>`` aggregates existing reviews and ``evaluator.answers=<dir>`` judges existing
-answers, both without generating.
+answers, both without generating; either may be a mapping of test set to folder (``{in: <dir>, out: <dir>}``).
+``evaluator.without_vision=true`` is the paper's Table 6 ablation: the model is given no image (the judge
+still sees it).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from rpbench.data.files import image_root
+from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container
+from rpbench.eval.report import metric_table
+
+# How the report names the test sets of conf/data/mmrole.yaml (others by their own name).
+SET_LABELS = {"in": "In-Test", "out": "Out-Test"}
+Folders = Path | dict[str, Path]
 
 
 class MMRole(Benchmark):
     judged = True
 
+    def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
+        groupings = super().groupings(examples)
+        if any(TEST_SET in e.meta for e in examples):
+            groupings[TEST_SET] = [e.meta[TEST_SET] for e in examples]
+        return groupings
+
+    def prepare_examples(
+        self, cfg: DictConfig, examples: Sequence[EvalExample]
+    ) -> tuple[list[EvalExample], dict[str, Any]]:
+        """Without vision (paper Table 6): every image taken out of the prompts, the records counted."""
+        if not cfg.evaluator.without_vision:
+            return list(examples), {}
+        removed = sum(any(turn.image for turn in e.prompt) for e in examples)
+        blind = [replace(e, prompt=tuple(replace(turn, image=None) for turn in e.prompt)) for e in examples]
+        return blind, {"without_vision": {"records_with_images_removed": removed}}
+
     def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
         ev = cfg.evaluator
         if not (ev.get("reviews") or ev.get("answers")):
             return None
-        results = {"mmrole_eval": mmrole_eval(cfg, out_dir, Path(str(ev.answers)) if ev.get("answers") else None)}
+        results = {"mmrole_eval": mmrole_eval(cfg, out_dir, _folders(ev.answers) if ev.get("answers") else None)}
         results["report_sections"] = mmrole_sections(results["mmrole_eval"])
         return results
 
@@ -43,12 +72,35 @@ class MMRole(Benchmark):
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
-        return mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else []
+        sections = []
+        if "without_vision" in results:
+            sections.append(
+                "**Without vision** (MMRole Table 6 ablation): the model was given no image; images were taken "
+                f"out of {results['without_vision']['records_with_images_removed']} test records."
+            )
+        if TEST_SET in results.get("metrics", {}):
+            sections.append(reference_by_test_set(results["metrics"]))
+        return sections + (mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else [])
 
 
-def write_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path) -> Path:
-    """The run's answers in MMRole's official answers layout (one <scenario>_test.json per scenario)."""
-    answers = out_dir / "answers"
+def reference_by_test_set(metrics: Mapping[str, Any]) -> str:
+    """The reference metrics with a row per test set and one for all records (Table 5 layout)."""
+    rows = {SET_LABELS.get(name, name): summary for name, summary in metrics[TEST_SET].items()}
+    return "### Reference metrics per test set\n\n" + metric_table({**rows, "overall": metrics["overall"]}, "test set")
+
+
+def write_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str], out_dir: Path) -> Folders:
+    """The run's answers in MMRole's official answers layout (one <scenario>_test.json per scenario); with
+    test sets, one folder per set (``answers/<set>``, returned by set name)."""
+    if any(TEST_SET in e.meta for e in examples):
+        sets: dict[str, list[EvalExample]] = {}
+        for e in examples:
+            sets.setdefault(str(e.meta[TEST_SET]), []).append(e)
+        return {name: _write_answer_files(part, predictions, out_dir / "answers" / name) for name, part in sets.items()}
+    return _write_answer_files(examples, predictions, out_dir / "answers")
+
+
+def _write_answer_files(examples: Sequence[EvalExample], predictions: Mapping[str, str], answers: Path) -> Path:
     answers.mkdir(parents=True, exist_ok=True)
     by_file: dict[str, list[dict[str, Any]]] = {}
     for e in examples:
@@ -73,48 +125,61 @@ def write_answers(examples: Sequence[EvalExample], predictions: Mapping[str, str
     return answers
 
 
-def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Path | None) -> dict[str, Any]:
-    """Aggregate ``evaluator.reviews``, or judge ``answers`` into reviews/; official CSVs in results/."""
-    from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
+def _folders(value: Any) -> Folders:
+    """A folder, or a mapping of test set to folder (``evaluator.reviews`` / ``evaluator.answers``)."""
+    value = as_container(value)
+    return {str(name): Path(str(folder)) for name, folder in value.items()} if isinstance(value, dict) else Path(value)
+
+
+def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Folders | None) -> dict[str, Any]:
+    """Aggregate ``evaluator.reviews``, or judge ``answers`` into reviews/; official CSVs in results/ (one
+    folder per test set when there are several)."""
+    from rpbench.eval.mmrole_eval import (
+        aggregate_review_sets,
+        aggregate_reviews,
+        judge_answer_sets,
+        judge_answers,
+        write_results_csvs,
+    )
 
     ev = cfg.evaluator
     if ev.get("reviews"):
-        results = aggregate_reviews(Path(str(ev.reviews)))
+        reviews = _folders(ev.reviews)
+        results = aggregate_review_sets(reviews) if isinstance(reviews, dict) else aggregate_reviews(reviews)
     else:
         from rpbench.scoring.judge import open_judge
 
+        judge = judge_answer_sets if isinstance(answers, dict) else judge_answers
         with open_judge(as_container(cfg.judge)) as client:
-            results = judge_answers(
-                answers,
-                client,
-                out_dir / "reviews",
-                swap=bool(ev.swap),
-                image_root=image_root(cfg.data),
-            )
-    results["csv_files"] = [p.name for p in write_results_csvs(results, out_dir / "results")]
+            results = judge(answers, client, out_dir / "reviews", swap=bool(ev.swap), image_root=image_root(cfg.data))
+    csvs = write_results_csvs(results, out_dir / "results")
+    results["csv_files"] = [p.relative_to(out_dir / "results").as_posix() for p in csvs]
     return results
 
 
 def mmrole_sections(results: Mapping[str, Any]) -> list[str]:
-    """MMRole-Eval's scores per answers file (MMRole Table 5 style) and its unscored judgements."""
+    """MMRole-Eval's scores (MMRole Table 5 layout: with test sets a row per set and one over all records,
+    then a row per answers file) and its unscored judgements."""
     metrics = results["metrics"]
-    lines = [
-        "## MMRole-Eval (score = evaluated / ground truth)",
-        "",
-        "| file | n | " + " | ".join(metrics) + " | overall |",
-        "| --- | --- |" + " --- |" * (len(metrics) + 1),
-    ]
-    for name, entry in results["files"].items():
-        means = entry["means"]
-        cells = [means[m] for m in metrics] + [entry["overall"]]
-        lines.append(
-            f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
-        )
-    failures = sum(
-        sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in results["files"].values()
-    )
+    header = ["| {} | n | " + " | ".join(metrics) + " | overall |", "| --- | --- |" + " --- |" * (len(metrics) + 1)]
+    lines = ["## MMRole-Eval (score = evaluated / ground truth)", ""]
+    if "test_sets" in results:
+        sets = results["test_sets"]
+        lines += [header[0].format("test set"), header[1]]
+        lines += [_score_row(SET_LABELS.get(name, name), part["all"], metrics) for name, part in sets.items()]
+        lines += [_score_row("overall", results["all"], metrics), ""]
+        files = {f"{name}/{stem}": entry for name, part in sets.items() for stem, entry in part["files"].items()}
+    else:
+        files = results["files"]
+    lines += [header[0].format("file"), header[1]] + [_score_row(name, e, metrics) for name, e in files.items()]
+    failures = sum(sum(e["parse_failures"].values()) + sum(e["request_failures"].values()) for e in files.values())
     lines += ["", f"Unscored judgements (parse or request failures, not counted as 0): {failures}"]
     return ["\n".join(lines)]
+
+
+def _score_row(name: str, entry: Mapping[str, Any], metrics: Sequence[str]) -> str:
+    cells = [entry["means"][m] for m in metrics] + [entry["overall"]]
+    return f"| {name} | {entry['count']} | " + " | ".join("–" if v is None else f"{v:.4f}" for v in cells) + " |"
 
 
 BENCHMARKS.register("mmrole")(MMRole())

@@ -13,15 +13,23 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
 from rpbench.models.chat_templates import load_chat_template
 
 
+# The released Qwen2/Qwen2.5/Qwen3 tokenizers' pre-tokenization split: a run of newlines is one piece, so
+# text is cut into the same pieces whether it is tokenized whole or at chat-template boundaries.
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
 @dataclass(frozen=True)
 class TokenizerFamily:
-    """A tiny tokenizer's special tokens and chat template (each model family sets its own)."""
+    """A tiny tokenizer's special tokens, chat template and pre-tokenization split (each model family sets
+    its own, as its released tokenizer has them)."""
 
     special_tokens: tuple[str, ...]
     bos: str | None
@@ -29,6 +37,7 @@ class TokenizerFamily:
     pad: str
     chat_template: str
     add_bos: bool
+    split_pattern: str = QWEN_SPLIT
 
 
 def bundled_texts() -> Iterator[str]:
@@ -64,7 +73,12 @@ def _strings(obj: object) -> Iterator[str]:
 def train_tokenizer(spec: TokenizerFamily, texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE tokenizer with ``spec``'s special tokens and chat template."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(spec.split_pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -7,6 +7,11 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from rpbench.models.families.base import FAMILIES, ModelFamily
 from rpbench.models.tokenizer import TokenizerFamily
 
+# Llama 3's pre-tokenization split (digits in runs of up to three).
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
 
 @FAMILIES.register("llama")
 class Llama(ModelFamily):
@@ -26,4 +31,5 @@ class Llama(ModelFamily):
         pad="<|finetune_right_pad_id|>",
         chat_template="llama3",
         add_bos=True,
+        split_pattern=LLAMA3_SPLIT,
     )

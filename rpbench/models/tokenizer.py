@@ -18,7 +18,6 @@ from transformers import PreTrainedTokenizerFast
 
 from rpbench.models.chat_templates import load_chat_template
 
-
 # The released Qwen2/Qwen2.5/Qwen3 tokenizers' pre-tokenization split: a run of newlines is one piece, so
 # text is cut into the same pieces whether it is tokenized whole or at chat-template boundaries.
 QWEN_SPLIT = (

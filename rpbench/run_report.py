@@ -15,6 +15,8 @@ def _data_lines(data: dict[str, Any]) -> list[str]:
             lines.append(f"| {split} | {summary['read']} | {summary['skipped']} |")
     if "train_test_overlap" in data:
         lines.append(f"\nTraining records also in the test split: {data['train_test_overlap']}")
+    if "augment_test_overlap" in data:
+        lines.append(f"Augmentation records also in the test split: {data['augment_test_overlap']}")
     return lines
 
 

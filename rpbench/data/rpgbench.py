@@ -16,7 +16,9 @@ conditions on it); the authors' CoRL data calls it ``thought_policy_generation``
 field (a sample with both is an error). It goes to ``meta["reasoning"]`` when present.
 
 Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
-(default TRAIN_SPLITS) for ``read_sft``. Other options are ignored.
+(default TRAIN_SPLITS) for ``read_sft``; ``reasoning_in_target`` (``data.reasoning_in_target``, the
+Thinking recipes) makes ``read_sft`` supervise each sample's reasoning before its golden response
+(``reasoning_target``; a training sample without reasoning is then an error). Other options are ignored.
 """
 
 from __future__ import annotations
@@ -73,17 +75,37 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     return _read(path, options.get("test_splits", TEST_SPLITS), parse, on_error)
 
 
-def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Training samples: the context followed by the golden response as the supervised turn."""
+def read_sft(
+    path: str | Path, *, on_error: OnError = "raise", reasoning_in_target: bool = False, **options: Any
+) -> ReadResult[SFTExample]:
+    """Training samples: the context followed by the golden response as the supervised turn (with
+    ``reasoning_in_target``, the sample's reasoning and then the golden response: ``reasoning_target``)."""
 
     def parse(raw: tuple[str, Any], source: Source) -> SFTExample:
         split, sample = raw
         rid, source, prompt, golden, meta = _sample(sample, source, split)
         if (tag := optional_str(sample, "subset_tag", source)) is not None:
             meta["subset_tag"] = tag
+        if reasoning_in_target:
+            if "reasoning" not in meta:
+                raise source.error(
+                    REASONING_KEYS[0],
+                    f"a reasoning text ({' or '.join(REASONING_KEYS)}): data.reasoning_in_target=true trains it",
+                )
+            golden = reasoning_target(meta["reasoning"], golden)
         return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
 
     return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)
+
+
+def reasoning_target(reasoning: str, response: str) -> str:
+    """The Thinking recipes' supervised reply: the reasoning in a think block, then the response.
+
+    It is what Qwen3's chat template renders for a final assistant turn with reasoning (``<think>`` and
+    ``</think>`` are single tokens of Qwen3's vocabulary). Every family gets the same text: for Llama-3 the
+    tags are plain text, the format of reasoning models distilled into Llama (e.g. DeepSeek-R1-Distill).
+    """
+    return f"<think>\n{reasoning.strip()}\n</think>\n\n{response}"
 
 
 def system_prompt(character: Mapping[str, Any], persona: str | Mapping[str, Any]) -> str:

@@ -46,7 +46,7 @@ from rpbench.data.readers import (
     require_str,
     type_name,
 )
-from rpbench.data.records import EvalExample, SFTExample, Turn
+from rpbench.data.records import EvalExample, SFTExample, Turn, reasoning_target
 
 TEST_SPLITS: tuple[str, ...] = ("IDTest", "OOD1Test", "OOD2Test", "OOD3Test")
 TRAIN_SPLITS: tuple[str, ...] = ("IDTrain",)
@@ -96,16 +96,6 @@ def read_sft(
         return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
 
     return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)
-
-
-def reasoning_target(reasoning: str, response: str) -> str:
-    """The Thinking recipes' supervised reply: the reasoning in a think block, then the response.
-
-    It is what Qwen3's chat template renders for a final assistant turn with reasoning (``<think>`` and
-    ``</think>`` are single tokens of Qwen3's vocabulary). Every family gets the same text: for Llama-3 the
-    tags are plain text, the format of reasoning models distilled into Llama (e.g. DeepSeek-R1-Distill).
-    """
-    return f"<think>\n{reasoning.strip()}\n</think>\n\n{response}"
 
 
 def system_prompt(character: Mapping[str, Any], persona: str | Mapping[str, Any]) -> str:

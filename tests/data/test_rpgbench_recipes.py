@@ -43,6 +43,16 @@ def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(com
     assert not any("<think>" in e.reference for e in test)
 
 
+def test_a_test_sample_trained_with_its_reasoning_still_counts_as_overlap(compose, tmp_path):
+    document = json.loads((SAMPLE_DIR / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
+    document["IDTrain"] = [{**document["IDTest"][0], "sample_ID": "leak", "reasoning": "Greet the guest."}]
+    path = tmp_path / "leaky.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    cfg = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true")
+    with pytest.raises(ValueError, match=r"1 data.files.train records also appear in data.files.test.*leak"):
+        read_data(cfg, "train", need_test=True)
+
+
 def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compose, tmp_path):
     path = with_reasoning(tmp_path, drop="IDTrain-007")
     data = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true").data

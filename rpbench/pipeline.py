@@ -16,7 +16,7 @@ from rpbench import serve  # noqa: F401  (provides the local judge server: judge
 from rpbench.data.errors import ConfigError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
-from rpbench.data.prepare import read_split, train_val_split
+from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
@@ -70,30 +70,36 @@ def build_models(cfg: DictConfig) -> dict[str, tuple]:
 
 
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
-    """Records per split, and the read report (counts, skipped records, train/test overlap)."""
+    """Records per split (and ``augment``: the records of ``data.files.augment``, read as the training split),
+    and the read report (counts, skipped records, train/test overlap)."""
     splits: dict[str, list] = {}
     report: dict[str, Any] = {}
     # The test split is read for evaluation, and for the train/test overlap check whenever it is configured.
     with_test = need_test or bool(train_split and cfg.data.files.get("test"))
-    wanted = [split for split in (train_split, "test" if with_test else None) if split]
-    for split in wanted:
+    augment = bool(train_split and cfg.data.files.get("augment"))
+    wanted = [(split, split) for split in (train_split, "test" if with_test else None) if split]
+    for split, file in [*wanted, *([(train_split, "augment")] if augment else [])]:
         try:
-            result = read_split(cfg.data, split)
+            result = read_split(cfg.data, split, file)
         except FileNotFoundError as error:
-            raise ConfigError(f"data.files.{split}: {error}") from error
-        splits[split] = result.examples
-        configured = str(cfg.data.files[split])  # reported as configured: no machine paths in results
+            raise ConfigError(f"data.files.{file}: {error}") from error
+        splits[file] = result.examples
+        configured = str(cfg.data.files[file])  # reported as configured: no machine paths in results
         summary = result.summary()
         summary["first_skipped"] = [m.replace(str(summary["path"]), configured) for m in summary["first_skipped"]]
-        report[split] = {**summary, "path": configured}
+        report[file] = {**summary, "path": configured}
     if train_split and "test" in splits:
-        report["train_test_overlap"] = check_overlap(
-            splits[train_split],
-            splits["test"],
-            allow_overlap=bool(cfg.data.allow_overlap),
-            train_name=f"data.files.{train_split}",
-            test_name="data.files.test",
-        )
+        trained = {"train": train_split, **({"augment": "augment"} if augment else {})}
+        for label, file in trained.items():
+            report[f"{label}_test_overlap"] = check_overlap(
+                splits[file],
+                splits["test"],
+                allow_overlap=bool(cfg.data.allow_overlap),
+                train_name=f"data.files.{file}",
+                test_name="data.files.test",
+            )
+    if augment:
+        check_augment_ids(splits[train_split], splits["augment"], str(cfg.data.files.augment))
     return splits, report
 
 
@@ -149,6 +155,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
     if train_split:  # 3. train
         train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
+        train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
         results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger)

@@ -24,6 +24,8 @@ def _data_lines(data: dict[str, Any]) -> list[str]:
         lines.append("\nCounted while reading: " + ", ".join(counted))
     if "train_test_overlap" in data:
         lines.append(f"\nTraining records also in the test split: {data['train_test_overlap']}")
+    if "augment_test_overlap" in data:
+        lines.append(f"Augmentation records also in the test split: {data['augment_test_overlap']}")
     return lines
 
 

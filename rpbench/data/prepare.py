@@ -3,7 +3,11 @@
 ``data.files.test`` is one file, or test sets: a mapping of set name to a file or a list of files (MMRole's
 In-Test and Out-Test, three scenario files each). Every record of a set carries its name in
 ``meta["test_set"]``; ids must be unique over all the files; ``max_test_samples`` applies to each set.
-"""
+
+``data.files.augment`` (optional) names extra training records in the training file's format (the R-EMID
+paper's data-augmentation recipe): read with the training split's reader, counted apart, checked against the
+test split like the training file, and added to the training records after the held-out split is drawn (the
+held-out loss stays measured on the training file's records alone)."""
 
 from __future__ import annotations
 
@@ -25,24 +29,38 @@ READER_OPTIONS = (
     "tags",
     "default_system",
     "per_turn_samples",
+    "reasoning_in_target",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"
 
 
-def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
-    """Read ``data.files.<split>`` with the data config's format, error policy and options; an ``hf://``
-    name (a hub dataset) goes to the reader as it is."""
-    entry = (data_cfg.get("files") or {}).get(split)
+def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None) -> ReadResult:
+    """Read ``data.files.<file>`` (default: ``<split>``) with the reader of ``split`` and the data config's
+    format, error policy and options; an ``hf://`` name (a hub dataset) goes to the reader as it is."""
+    file = file or split
+    entry = (data_cfg.get("files") or {}).get(file)
     if isinstance(entry, Mapping):
-        if split != "test":
-            raise ConfigError(f"data.files.{split}: one file (test sets, a mapping of names to files, are for test)")
+        if file != "test":
+            raise ConfigError(f"data.files.{file}: one file (test sets, a mapping of names to files, are for test)")
         return _read_test_sets(data_cfg, entry)
-    return _limited(data_cfg, split, _read_file(data_cfg, split, str(entry or "")))
+    return _limited(data_cfg, file, _read_file(data_cfg, split, str(entry or ""), file))
 
 
-def _read_file(data_cfg: Mapping[str, Any], split: str, name: str) -> ReadResult:
-    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, split, name)
+def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> None:
+    """An augmentation record (``data.files.augment``) may not reuse a training record's id (ids place
+    records in the held-out split and name them in reports), as a repeated id within one file may not."""
+    ids = {example.id for example in train}
+    repeated = [example.id for example in augment if example.id in ids]
+    if repeated:
+        raise DataFormatError(
+            augment_file, repeated[0], "id", f"an id not in the training file ({len(repeated)} ids are in both)"
+        )
+
+
+def _read_file(data_cfg: Mapping[str, Any], split: str, name: str, file: str | None = None) -> ReadResult:
+    """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader."""
+    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, file or split, name or None)
     options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)
@@ -50,8 +68,8 @@ def _read_file(data_cfg: Mapping[str, Any], split: str, name: str) -> ReadResult
     return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
 
 
-def _limited(data_cfg: Mapping[str, Any], split: str, result: ReadResult) -> ReadResult:
-    limit = data_cfg.get(MAX_SAMPLES[split])
+def _limited(data_cfg: Mapping[str, Any], file: str, result: ReadResult) -> ReadResult:
+    limit = data_cfg.get(MAX_SAMPLES[file]) if file in MAX_SAMPLES else None
     if limit is not None:
         result.examples = result.examples[: int(limit)]
     return result

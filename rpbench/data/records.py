@@ -75,6 +75,26 @@ class EvalExample:
 Example = SFTExample | PreferenceExample | EvalExample
 
 
+THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
+
+
+def reasoning_target(reasoning: str, response: str) -> str:
+    """A reply that trains its reasoning (``data.reasoning_in_target``): a think block, then the response.
+
+    It is what Qwen3's chat template renders for a final assistant turn with reasoning (``<think>`` and
+    ``</think>`` are single tokens of Qwen3's vocabulary). Every family gets the same text: for Llama-3 the
+    tags are plain text, the format of reasoning models distilled into Llama (e.g. DeepSeek-R1-Distill).
+    """
+    return f"{THINK_OPEN}{reasoning.strip()}{THINK_CLOSE}{response}"
+
+
+def without_reasoning(reply: str) -> str:
+    """The response of a ``reasoning_target`` reply (any other reply as it is)."""
+    if reply.startswith(THINK_OPEN) and THINK_CLOSE in reply:
+        return reply.split(THINK_CLOSE, 1)[1]
+    return reply
+
+
 def content_hash(prompt: tuple[Turn, ...], reference: str) -> str:
     """Stable hash of a prompt and its reference, used to detect train/test overlap."""
     payload = json.dumps([[t.role, t.content.strip()] for t in prompt] + [reference.strip()], ensure_ascii=False)
@@ -84,10 +104,11 @@ def content_hash(prompt: tuple[Turn, ...], reference: str) -> str:
 def split_for_overlap(example: Example) -> tuple[tuple[Turn, ...], str]:
     """The (prompt, reference) pair an example is identified by for split hygiene.
 
-    An SFT example is identified by its final assistant turn and everything before it.
+    An SFT example is identified by its final assistant turn (its response: reasoning trained before it
+    does not make it another record) and everything before it.
     """
     if isinstance(example, SFTExample):
-        return example.turns[:-1], example.turns[-1].content
+        return example.turns[:-1], without_reasoning(example.turns[-1].content)
     if isinstance(example, PreferenceExample):
         return example.prompt, example.chosen
     return example.prompt, example.reference

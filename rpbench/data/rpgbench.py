@@ -16,7 +16,9 @@ conditions on it); the authors' CoRL data calls it ``thought_policy_generation``
 field (a sample with both is an error). It goes to ``meta["reasoning"]`` when present.
 
 Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
-(default TRAIN_SPLITS) for ``read_sft``. Other options are ignored.
+(default TRAIN_SPLITS) for ``read_sft``; ``reasoning_in_target`` (``data.reasoning_in_target``, the
+Thinking recipes) makes ``read_sft`` supervise each sample's reasoning before its golden response
+(``reasoning_target``; a training sample without reasoning is then an error). Other options are ignored.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from rpbench.data.readers import (
     require_str,
     type_name,
 )
-from rpbench.data.records import EvalExample, SFTExample, Turn
+from rpbench.data.records import EvalExample, SFTExample, Turn, reasoning_target
 
 TEST_SPLITS: tuple[str, ...] = ("IDTest", "OOD1Test", "OOD2Test", "OOD3Test")
 TRAIN_SPLITS: tuple[str, ...] = ("IDTrain",)
@@ -73,14 +75,24 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     return _read(path, options.get("test_splits", TEST_SPLITS), parse, on_error)
 
 
-def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Training samples: the context followed by the golden response as the supervised turn."""
+def read_sft(
+    path: str | Path, *, on_error: OnError = "raise", reasoning_in_target: bool = False, **options: Any
+) -> ReadResult[SFTExample]:
+    """Training samples: the context followed by the golden response as the supervised turn (with
+    ``reasoning_in_target``, the sample's reasoning and then the golden response: ``reasoning_target``)."""
 
     def parse(raw: tuple[str, Any], source: Source) -> SFTExample:
         split, sample = raw
         rid, source, prompt, golden, meta = _sample(sample, source, split)
         if (tag := optional_str(sample, "subset_tag", source)) is not None:
             meta["subset_tag"] = tag
+        if reasoning_in_target:
+            if "reasoning" not in meta:
+                raise source.error(
+                    REASONING_KEYS[0],
+                    f"a reasoning text ({' or '.join(REASONING_KEYS)}): data.reasoning_in_target=true trains it",
+                )
+            golden = reasoning_target(meta["reasoning"], golden)
         return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
 
     return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)

@@ -1216,6 +1216,89 @@ def rpgbench_records() -> dict[str, dict[str, list[dict[str, Any]]]]:
     return {"rpgbench/rpgbench.json": splits}
 
 
+# Hand-written for rpbench: the bundled stand-in for the DA recipe's LLM-generated dialogues (data.files.augment).
+# (agent, training persona, [(user query, agent reply), ...]); the last reply is the golden response.
+AUGMENT_DIALOGUES: tuple[tuple[int, int, tuple[tuple[str, str], ...]], ...] = (
+    (
+        0,
+        0,
+        (
+            (
+                "Is the river safe to cross in spring?",
+                "Not when the snow melts, Lena. Wait for the ferryman, and have a bowl of stew while you wait.",
+            ),
+        ),
+    ),
+    (
+        0,
+        3,
+        (
+            (
+                "Good evening! Do you serve supper this late?",
+                "For you, Tomas, the kitchen never closes. There's bread, cheese and a pot of soup still warm.",
+            ),
+            (
+                "How much do I owe you for the room?",
+                "Two silver coins, Tomas, and a smile at breakfast. Pay when you leave, not before.",
+            ),
+        ),
+    ),
+    (
+        1,
+        1,
+        (
+            (
+                "Which road is the shortest to the coast?",
+                "The shortest is not the easiest, Marcus. Take the valley road south; it is longer on my map but kinder to tired legs.",
+            ),
+        ),
+    ),
+    (
+        1,
+        2,
+        (
+            (
+                "Have you ever drawn a map of a city?",
+                "Many, Aiko. Cities change faster than rivers, so I draw them in pencil.",
+            ),
+            (
+                "Where would a musician find a crowd?",
+                "Try the market square on the east side of my map, Aiko. On feast days the whole town gathers there.",
+            ),
+        ),
+    ),
+    (
+        2,
+        4,
+        (
+            (
+                "Is there a library in the village?",
+                "Only a small one in the temple, Ruth, but the old chronicles are there, and you may read them by the window.",
+            ),
+        ),
+    ),
+    (
+        2,
+        1,
+        (
+            (
+                "My knee aches after the long walk. What should I do?",
+                "Rest it tonight, Marcus, and keep it warm. I'll give you a willow-bark tea to ease the pain.",
+            ),
+        ),
+    ),
+)
+
+
+def rpgbench_augment_records() -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The RPGBench augmentation sample: extra training dialogues in the training file's format."""
+    samples = [
+        _rpg_sample(f"AUG-{n:03d}", ID_AGENTS[agent], TRAIN_PERSONAS[persona], list(exchanges), "english")
+        for n, (agent, persona, exchanges) in enumerate(AUGMENT_DIALOGUES, start=1)
+    ]
+    return {"rpgbench/augment.json": {"IDTrain": samples}}
+
+
 # =====================================================================================================
 # Writing
 # =====================================================================================================
@@ -1223,7 +1306,7 @@ def rpgbench_records() -> dict[str, dict[str, list[dict[str, Any]]]]:
 
 def sample_records() -> dict[str, Any]:
     """Every generated sample file (relative path -> content)."""
-    return {**rolemrc_records(), **mmrole_records(), **rpgbench_records()}
+    return {**rolemrc_records(), **mmrole_records(), **rpgbench_records(), **rpgbench_augment_records()}
 
 
 def render(relative: str, content: Any) -> bytes:

@@ -37,6 +37,7 @@ class TokenizerFamily:
     chat_template: str
     add_bos: bool
     split_pattern: str = QWEN_SPLIT
+    added_tokens: tuple[str, ...] = ()  # single tokens that are not special (decoded even when skipping those)
 
 
 def bundled_texts() -> Iterator[str]:
@@ -99,6 +100,7 @@ def train_tokenizer(spec: TokenizerFamily, texts: Iterable[str], vocab_size: int
         additional_special_tokens=[t for t in spec.special_tokens if t not in {spec.bos, spec.eos, spec.pad}],
         model_max_length=8192,
     )
+    hf.add_tokens(list(spec.added_tokens))
     hf.chat_template = load_chat_template(spec.chat_template)
     return hf
 

@@ -42,7 +42,28 @@ class MMRole(Benchmark):
     ) -> None:
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
 
+    def analyze(
+        self,
+        cfg: DictConfig,
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[EvalExample],
+        predictions: Mapping[str, str],
+        out_dir: Path,
+        results: dict[str, Any],
+    ) -> None:
+        """Not judged (judge=none): the answers still go to answers/ in the official layout, to judge later."""
+        if "mmrole_eval" not in results:
+            results["mmrole_answers"] = write_answers(examples, predictions, out_dir).name
+
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
+        if "mmrole_answers" in results:
+            return [
+                "## MMRole-Eval\n\nNot judged (judge=none): reference metrics only. The answers are in "
+                f"`{results['mmrole_answers']}/` (MMRole's official layout); judge them with `python run.py "
+                f"objective=none evaluator=mmrole evaluator.answers=<this run>/{results['mmrole_answers']} "
+                "judge=<backend>`."
+            ]
         return mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else []
 
 

@@ -334,6 +334,11 @@ class ChatServer:
         parsed = [self._message(i, m) for i, m in enumerate(messages)]
         conversation = [message for message, _ in parsed]
         images = [image for _, shown in parsed for image in shown]
+        placeholder = self.served.tokenizer.image_token if self.takes_images else None
+        if placeholder and any(placeholder in _text(m) for m in conversation):
+            raise BadRequest(
+                f"messages: text holds the image placeholder {placeholder!r}; send images as image_url parts"
+            )
         key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = body.get(key)
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):

@@ -89,6 +89,13 @@ def test_image_urls_other_than_readable_data_urls_get_a_400(tiny_vl, url, fragme
     assert fragment in reply["error"]["message"] and "messages[0].content[0]" in reply["error"]["message"]
 
 
+def test_image_placeholders_in_the_text_get_a_400(tiny_vl):
+    text = f"Look: {tiny_vl.tokenizer.image_token}"
+    with serve_in_thread(tiny_vl) as server:
+        status, reply = post(server.base_url, {"messages": [{"role": "user", "content": text}], "max_tokens": 2})
+    assert status == 400 and "image placeholder" in reply["error"]["message"]
+
+
 def test_evaluator_generation_through_the_served_model_sends_the_images(tiny_vl, compose, tmp_path):
     """evaluator.backend=endpoint against the served tiny-qwen2-vl: the same predictions as in-process."""
     from rpbench.eval.evaluate import generate

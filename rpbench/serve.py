@@ -10,6 +10,10 @@ may also name its full identity (the hub id, or ``local/<folder>-<hash of its pa
 key on). Requests are checked as
 OpenAI checks them (400 for bad values, prompt + max_tokens beyond the model's context included; 404 for
 another model name) and queue first in, first out: at most ``max_queue`` wait (then 503 with Retry-After).
+A vision-language model (e.g. ``model=tiny-qwen2-vl``) also takes OpenAI image parts,
+``{"type": "image_url", "image_url": {"url": "data:image/png;base64,..."}}``: only base64 data URLs, since
+the server reads no files and fetches no URLs for its clients (400 otherwise, and for any image sent to a
+text-only model).
 The first waiting request opens a window of ``batch_wait_ms`` during which up to ``max_batch_size``
 requests are collected, and each group with the same sampling settings becomes one ``generate`` call.
 A request whose client has disconnected is dropped from the queue, or its row stops generating at the
@@ -25,9 +29,12 @@ contains ``match`` with a fixed ``reply`` instead of the model.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hashlib
 import json
 import math
+import re
 import sys
 import threading
 import time
@@ -148,8 +155,8 @@ class Sampling:
 
 @dataclass
 class Pending:
-    """A request waiting for generation: its prompt ids and sampling, a check whether its client left,
-    its reply."""
+    """A request waiting for generation: its prompt ids, images (decoded, in prompt order) and sampling,
+    a check whether its client left, its reply."""
 
     prompt_ids: list[int]
     sampling: Sampling
@@ -157,6 +164,7 @@ class Pending:
     future: asyncio.Future
     # stream=true: the reply's text pieces as they are generated (put from the generation thread).
     pieces: asyncio.Queue | None = None
+    images: list[Any] = field(default_factory=list)
 
 
 def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
@@ -209,8 +217,11 @@ class ChatServer:
     """The aiohttp application around one loaded model; generation runs on one worker thread."""
 
     def __init__(self, served: ServedModel, options: ServeOptions):
+        from rpbench.models.vision import is_image_text
+
         self.served, self.options = served, options
         self.name = options.name or served.name
+        self.takes_images = is_image_text(served.tokenizer)
         self.context = context_length(served.model)
         self.stats = ServerStats()
         self._tokenizer_lock = threading.Lock()  # the handlers and the generation thread share it
@@ -263,7 +274,7 @@ class ChatServer:
                 return _error(int(fault), f"injected fault for request {index}", kind, headers)
             try:
                 body = await request.json()
-                conversation, sampling = self._parse(body)
+                conversation, images, sampling = self._parse(body)
             except UnknownModel as error:
                 return _error(404, str(error), "invalid_request_error", code="model_not_found")
             except (BadRequest, ValueError, TypeError) as error:
@@ -279,12 +290,12 @@ class ChatServer:
                     return await self._stream(request, None, (text, 0, "stop"), 0, usage)
                 return web.json_response(self._completion(text, 0, 0, "stop"))
             try:
-                prompt_ids, sampling = self._fit(conversation, sampling)
+                prompt_ids, sampling = self._fit(conversation, images, sampling)
             except BadRequest as error:
                 return _error(400, str(error), "invalid_request_error", code="context_length_exceeded")
             future = asyncio.get_running_loop().create_future()
             pieces = asyncio.Queue() if stream else None
-            pending = Pending(prompt_ids, sampling, lambda: _client_gone(request), future, pieces)
+            pending = Pending(prompt_ids, sampling, lambda: _client_gone(request), future, pieces, images)
             try:
                 self._queue.put_nowait(pending)
             except asyncio.QueueFull:
@@ -301,9 +312,9 @@ class ChatServer:
         finally:
             self.stats.in_flight -= 1
 
-    def _parse(self, body: Any) -> tuple[list[dict[str, str]], Sampling]:
-        """The conversation and sampling settings of a request body, checked as OpenAI checks them;
-        ``max_tokens`` 0 when the request names none (set by ``_fit``)."""
+    def _parse(self, body: Any) -> tuple[list[dict[str, Any]], list[Any], Sampling]:
+        """The conversation, its images (in order) and sampling settings of a request body, checked as
+        OpenAI checks them; ``max_tokens`` 0 when the request names none (set by ``_fit``)."""
         if not isinstance(body, dict):
             raise BadRequest("the request body must be a JSON object")
         model = body.get("model")
@@ -320,7 +331,14 @@ class ChatServer:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
-        conversation = [self._message(i, m) for i, m in enumerate(messages)]
+        parsed = [self._message(i, m) for i, m in enumerate(messages)]
+        conversation = [message for message, _ in parsed]
+        images = [image for _, shown in parsed for image in shown]
+        placeholder = self.served.tokenizer.image_token if self.takes_images else None
+        if placeholder and any(placeholder in _text(m) for m in conversation):
+            raise BadRequest(
+                f"messages: text holds the image placeholder {placeholder!r}; send images as image_url parts"
+            )
         key = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
         max_tokens = body.get(key)
         if max_tokens is not None and (not _is_int(max_tokens) or max_tokens < 1):
@@ -331,15 +349,18 @@ class ChatServer:
             raise BadRequest(f"temperature must be between 0 and 2, got {temperature!r}")
         if not 0 < top_p <= 1:
             raise BadRequest(f"top_p must be in (0, 1], got {top_p!r}")
-        return conversation, Sampling(max_tokens or 0, temperature, top_p)
+        return conversation, images, Sampling(max_tokens or 0, temperature, top_p)
 
-    def _fit(self, conversation: list[dict[str, str]], sampling: Sampling) -> tuple[list[int], Sampling]:
-        """The prompt's token ids, and the sampling with max_tokens set; BadRequest when prompt and reply
-        do not fit in the model's context."""
+    def _fit(
+        self, conversation: list[dict[str, Any]], images: list[Any], sampling: Sampling
+    ) -> tuple[list[int], Sampling]:
+        """The prompt's token ids (images expanded to their tokens), and the sampling with max_tokens set;
+        BadRequest when prompt and reply do not fit in the model's context."""
         from rpbench.models.generation import render_prompts
 
         with self._tokenizer_lock:
-            [prompt_ids] = render_prompts(self.served.tokenizer, [conversation])
+            shown = [images] if self.takes_images else None
+            [prompt_ids] = render_prompts(self.served.tokenizer, [conversation], shown)
         room = self.context - len(prompt_ids)
         asked = sampling.max_tokens or min(self.options.max_tokens, room)
         if asked > room or room < 1:
@@ -350,24 +371,36 @@ class ChatServer:
             )
         return prompt_ids, Sampling(asked, sampling.temperature, sampling.top_p)
 
-    def _message(self, index: int, message: Any) -> dict[str, str]:
+    def _message(self, index: int, message: Any) -> tuple[dict[str, Any], list[Any]]:
+        """A chat-template message and its decoded images: text content as one string; with images, the
+        parts in order (``{"type": "image"}`` where an image stands)."""
         if not isinstance(message, dict) or message.get("role") not in ("system", "user", "assistant"):
             raise BadRequest(f"messages[{index}]: an object with role system|user|assistant")
         content = message.get("content")
+        images: list[Any] = []
         if isinstance(content, list):
-            if any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+            if any(isinstance(p, dict) and p.get("type") == "image_url" for p in content) and not self.takes_images:
                 raise BadRequest(f"messages[{index}]: images are not supported ({self.name} is served text-only)")
-            if not all(
-                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-            ):
-                raise BadRequest(f"messages[{index}].content: parts must be {{type: text, text: str}}")
-            content = "".join(p["text"] for p in content)
+            parts: list[dict[str, str]] = []
+            for number, part in enumerate(content):
+                where = f"messages[{index}].content[{number}]"
+                if isinstance(part, dict) and part.get("type") == "image_url":
+                    images.append(_data_url_image(part.get("image_url"), where))
+                    parts.append({"type": "image"})
+                elif isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                    parts.append({"type": "text", "text": part["text"]})
+                else:
+                    kinds = "{type: text, text: str}" + (" or {type: image_url, ...}" if self.takes_images else "")
+                    raise BadRequest(f"{where}: parts must be {kinds}")
+            if not images:
+                return {"role": message["role"], "content": "".join(p["text"] for p in parts)}, []
+            return {"role": message["role"], "content": parts}, images
         if not isinstance(content, str):
             raise BadRequest(f"messages[{index}].content: a string or a list of content parts")
-        return {"role": message["role"], "content": content}
+        return {"role": message["role"], "content": content}, images
 
-    def _scripted(self, conversation: list[dict[str, str]]) -> str | None:
-        last_user = next((m["content"] for m in reversed(conversation) if m["role"] == "user"), "")
+    def _scripted(self, conversation: list[dict[str, Any]]) -> str | None:
+        last_user = next((_text(m) for m in reversed(conversation) if m["role"] == "user"), "")
         return next((s["reply"] for s in self.options.scripted if s["match"] in last_user), None)
 
     async def _batch_loop(self) -> None:
@@ -413,7 +446,7 @@ class ChatServer:
         import torch
         from transformers import StoppingCriteriaList
 
-        from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
+        from rpbench.models.generation import GenerationOptions, batch_inputs, hf_generation_config
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
         opts = GenerationOptions(
@@ -424,21 +457,22 @@ class ChatServer:
             progress=False,
         )
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
-        ids, mask = left_pad([p.prompt_ids for p in group], pad_id)
-        watch = ClientGone([p.gone for p in group], ids.shape[1])
-        streamer = RowStreamer([p.pieces for p in group], ids.shape[1], self._loop, self._decode)
+        images = [p.images for p in group] if self.takes_images else None
+        inputs = batch_inputs(tok, [p.prompt_ids for p in group], pad_id, images)
+        width = inputs["input_ids"].shape[1]
+        watch = ClientGone([p.gone for p in group], width)
+        streamer = RowStreamer([p.pieces for p in group], width, self._loop, self._decode)
         device = next(model.parameters()).device
         if opts.sampling:
             torch.manual_seed(opts.seed)
         with torch.no_grad():
             out = model.generate(
-                input_ids=ids.to(device),
-                attention_mask=mask.to(device),
+                **{name: value.to(device) for name, value in inputs.items()},
                 generation_config=hf_generation_config(opts, stop_ids, pad_id),
                 stopping_criteria=StoppingCriteriaList([watch, streamer]),
             )
         results: list[tuple[str, int, str] | Exception] = []
-        for row, stopped in zip(out[:, ids.shape[1] :].tolist(), watch.stopped_after):
+        for row, stopped in zip(out[:, width:].tolist(), watch.stopped_after):
             if stopped is not None:
                 results.append(ClientLeft(stopped))
                 continue
@@ -586,6 +620,38 @@ class RowStreamer:
             self.loop.call_soon_threadsafe(queue.put_nowait, text[len(self.sent[i]) :])
             self.sent[i] = text
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+DATA_URL = re.compile(r"data:image/[\w.+-]+;base64,(?P<data>.*)", re.DOTALL)
+
+
+def _data_url_image(image_url: Any, where: str):
+    """The image of an ``image_url`` part: a base64 data URL, decoded (BadRequest naming ``where`` otherwise)."""
+    from rpbench.models.vision import ImageError, image_from_bytes
+
+    url = image_url.get("url") if isinstance(image_url, dict) else None
+    if not isinstance(url, str):
+        raise BadRequest(f"{where}.image_url: an object with a url (a data:image/...;base64,... URL)")
+    match = DATA_URL.fullmatch(url)
+    if match is None:
+        raise BadRequest(
+            f"{where}.image_url.url: only base64 data URLs (data:image/<type>;base64,...) are accepted; this "
+            f"server fetches no URLs and reads no files for its clients (got {url[:40]!r})"
+        )
+    try:
+        data = base64.b64decode(match["data"], validate=True)
+    except binascii.Error as error:
+        raise BadRequest(f"{where}.image_url.url: not valid base64 ({error})") from error
+    try:
+        return image_from_bytes(data, f"{where}.image_url")
+    except ImageError as error:
+        raise BadRequest(str(error)) from error
+
+
+def _text(message: Mapping[str, Any]) -> str:
+    """A message's text (its text parts joined)."""
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
 
 
 def _client_gone(request: web.Request) -> bool:

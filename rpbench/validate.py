@@ -20,9 +20,10 @@ from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
+from rpbench.models.loading import family_of
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
-from rpbench.probes.stage import PROBES
+from rpbench.probes.stage import PROBES, probe_of
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.scoring.metrics import METRICS
 from rpbench.trainer_options import trainer_problems
@@ -238,15 +239,25 @@ def validate(cfg: DictConfig) -> None:
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
-    """In-process generation is text-only: test records with images need ``evaluator.images=drop`` or a
-    multimodal endpoint. Checked when the records are read, before training."""
+    """Test records with images, generated for in-process: a model whose family takes images sees them;
+    a text-only model, and any probe (probes render text), needs ``evaluator.images=drop``. Checked when
+    the records are read, before training."""
     # evaluator=none has no images setting (a probe generates); without_vision: MMRole removes the images
     if str(cfg.evaluator.get("images")) == "drop" or cfg.evaluator.get("without_vision"):
         return
+    if family_of(cfg.model).takes_images and not probe_of(cfg.probe).needs_model:
+        return
     with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
-    if with_image is not None:
+    if with_image is None:
+        return
+    if family_of(cfg.model).takes_images:
         raise ConfigError(
-            f"data={cfg.data.name}: test record {with_image.id!r} has an image, and in-process generation "
-            f"(evaluator.backend=local) is text-only: choose evaluator.backend=endpoint with a multimodal model, "
-            f"or evaluator=mmrole evaluator.images=drop to generate from the text alone (counted)"
+            f"data={cfg.data.name}: test record {with_image.id!r} has an image, and probe={cfg.probe.name} renders "
+            "text only: set evaluator.images=drop to probe without the images"
         )
+    raise ConfigError(
+        f"data={cfg.data.name}: test record {with_image.id!r} has an image, and model={cfg.model.name} is "
+        "text-only: choose a model whose family takes images (e.g. model=tiny-qwen2-vl), "
+        "evaluator.backend=endpoint with a multimodal server, or evaluator.images=drop to generate from the "
+        "text alone (counted)"
+    )

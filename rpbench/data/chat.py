@@ -41,11 +41,13 @@ class Rendered:
 @dataclass(frozen=True)
 class FittedPrompt:
     """A prompt's token ids fitted to a budget: ``dropped_turns`` history turns left out, and ``cut`` how
-    its tokens were cut when that was not enough ("" none, "after_system", "left")."""
+    its tokens were cut when that was not enough ("" none, "after_system", "left"); ``images``: the
+    images of the kept turns, in order."""
 
     input_ids: list[int]
     dropped_turns: int = 0
     cut: str = ""
+    images: tuple[str, ...] = ()
 
 
 class ChatRenderer:
@@ -168,12 +170,13 @@ class ChatRenderer:
             cut = 2 if len(turns) - first > 2 else 1
             turns = turns[:first] + turns[first + cut :]
             dropped += cut
+        images = tuple(turn.image for turn in turns if turn.image is not None)
         if len(ids) <= limit:
-            return FittedPrompt(ids, dropped)
+            return FittedPrompt(ids, dropped, images=images)
         system = self._system_ids(turns, ids) if turns and turns[0].role == "system" else []
         if 0 < len(system) < limit:
-            return FittedPrompt(system + ids[len(system) - limit :], dropped, "after_system")
-        return FittedPrompt(ids[-limit:], dropped, "left")
+            return FittedPrompt(system + ids[len(system) - limit :], dropped, "after_system", images)
+        return FittedPrompt(ids[-limit:], dropped, "left", images)
 
     def _system_ids(self, turns: Sequence[Turn], ids: list[int]) -> list[int]:
         """The leading tokens of ``ids`` that render the system turn alone ([] where the template does not

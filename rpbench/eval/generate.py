@@ -1,6 +1,11 @@
 """Evaluation predictions, generated in-process (``rpbench.models.generation``) or through an
 OpenAI-compatible endpoint.
 
+A model whose family takes images (``ModelFamily.takes_images``) gets each prompt's images in-process:
+the images of the turns the prompt kept after fitting (``FittedPrompt.images``); a text-only model
+refuses records with images (``evaluator.images=drop`` generates from their text). The images the model
+was given are counted in the report (``images``).
+
 Predictions go to ``predictions.jsonl``, one line per record as soon as its batch finishes, so a killed
 run resumes where it stopped: ids already in the file are skipped (a line cut off mid-write is dropped
 and reported). Under multi-process runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes
@@ -32,6 +37,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
+from rpbench.models.families import family_of_model
 from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, synced_gpus_needed
 
 log = logging.getLogger(__name__)
@@ -39,8 +45,9 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class GenerationReport:
-    """What a call did: records in the evaluation set, generated now, found from an earlier run, and how
-    many of the prompts generated now were fitted to ``max_prompt_length`` (see ``ChatRenderer.fit_prompt``)."""
+    """What a call did: records in the evaluation set, generated now, found from an earlier run, how
+    many of the prompts generated now were fitted to ``max_prompt_length`` (see ``ChatRenderer.fit_prompt``)
+    and how many images they showed the model."""
 
     path: str
     n_total: int
@@ -48,6 +55,8 @@ class GenerationReport:
     n_resumed: int
     truncated_line: str | None = None
     prompts_fitted: dict[str, int] | None = None
+    # images the model was given with the prompts generated now, and those left out with dropped history turns
+    images: dict[str, int] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -63,6 +72,35 @@ def prompts_fitted_counts(fitted: Sequence[FittedPrompt]) -> dict[str, int]:
         "cut_after_system": sum(f.cut == "after_system" for f in fitted),
         "cut_left": sum(f.cut == "left" for f in fitted),
     }
+
+
+def image_counts(examples: Sequence[EvalExample], fitted: Sequence[FittedPrompt] | None) -> dict[str, int]:
+    """Images given to the model (``used``) and images of history turns fitting dropped (``history_dropped``);
+    ``fitted`` None: the prompts were sent whole (endpoint)."""
+    shown = [sum(t.image is not None for t in ex.prompt) for ex in examples]
+    used = [len(f.images) for f in fitted] if fitted is not None else shown
+    return {"used": sum(used), "history_dropped": sum(shown) - sum(used)}
+
+
+def prompt_renderer(model, tokenizer, max_length: int) -> ChatRenderer:
+    """The renderer of generation prompts: the model family's messages (text, or text with images) and,
+    for a family that takes images, image placeholders expanded to the images' token counts."""
+    family = family_of_model(model)
+    expand = tokenizer.expand_image_tokens if family.takes_images else None
+    return ChatRenderer(tokenizer, max_length=max_length, message=family.message, expand_images=expand)
+
+
+def prompt_images(tokenizer, example: EvalExample, fitted: FittedPrompt) -> list[str]:
+    """The images of a fitted prompt, checked against its image tokens (a prompt whose tokens were cut
+    through an image is an error naming the record)."""
+    tokens = fitted.input_ids.count(tokenizer.image_token_id)
+    expected = sum(tokenizer.image_token_count(image) for image in fitted.images)
+    if tokens != expected:
+        raise ValueError(
+            f"record {example.id!r}: its prompt was cut to max_prompt_length through its images ({tokens} of "
+            f"the {expected} image tokens of {list(fitted.images)} kept); raise max_prompt_length"
+        )
+    return list(fitted.images)
 
 
 # ------------------------------------------------------------------------------- predictions file
@@ -191,12 +229,13 @@ def merge_predictions(
         shard.unlink(missing_ok=True)
 
 
-def _check_text_only(examples: Sequence[EvalExample]) -> None:
+def _check_text_only(examples: Sequence[EvalExample], model) -> None:
     for example in examples:
         if any(t.image for t in example.prompt):
             raise ValueError(
-                f"record {example.id!r} has an image: in-process generation is text-only; "
-                "serve the multimodal model and use generate_via_endpoint(image_root=...)"
+                f"record {example.id!r} has an image, but {type(model).__name__} is a text-only model (its family "
+                "does not take images): use a vision-language model (e.g. model=tiny-qwen2-vl), or set "
+                "evaluator.images=drop to generate from the records' text alone"
             )
 
 
@@ -219,7 +258,9 @@ def generate_predictions(
         raise ValueError(f"rank {rank} outside world of size {world_size}")
     examples = list(examples)
     by_id = index_examples(examples)
-    _check_text_only(examples)
+    takes_images = family_of_model(model).takes_images
+    if not takes_images:
+        _check_text_only(examples, model)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     own = out_path if world_size == 1 else shard_path(out_path, rank, world_size)
@@ -233,9 +274,10 @@ def generate_predictions(
     synced = synced_gpus_needed(model, opts, world_size)
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
     stop_ids = default_stop_ids(model, tokenizer)
-    renderer = ChatRenderer(tokenizer, max_length=opts.max_prompt_length or tokenizer.model_max_length)
+    renderer = prompt_renderer(model, tokenizer, opts.max_prompt_length or tokenizer.model_max_length)
     fitted = [renderer.fit_prompt(ex.prompt) for ex in todo]
     prompts = [f.input_ids for f in fitted]
+    images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
     with own.open("a", encoding="utf-8") as f:
         for batch, completions in generate_batches(
             model,
@@ -246,14 +288,15 @@ def generate_predictions(
             min_batches=min_batches,
             synced_gpus=synced,
             desc=f"generate (rank {rank})",
+            images=images,
         ):
             for i, text in zip(batch, completions):
                 f.write(dumps(prediction_record(todo[i], text)))
             f.flush()
-    fitted_counts = prompts_fitted_counts(fitted)
+    counts = {"prompts_fitted": prompts_fitted_counts(fitted), "images": image_counts(todo, fitted)}
     if world_size > 1 and rank_and_world()[1] == world_size:  # every rank's prompts
-        parts = all_gather_objects(fitted_counts)
-        fitted_counts = {key: sum(part[key] for part in parts) for key in fitted_counts}
+        parts = all_gather_objects(counts)
+        counts = {name: {key: sum(part[name][key] for part in parts) for key in counts[name]} for name in counts}
     if rank == 0:
         merge_predictions(out_path, examples, world_size, opts.merge_timeout_s)
     return GenerationReport(
@@ -262,7 +305,8 @@ def generate_predictions(
         len(todo),
         len(share) - len(todo),
         truncated,
-        fitted_counts,
+        counts["prompts_fitted"],
+        counts["images"],
     )
 
 
@@ -406,4 +450,6 @@ def generate_via_endpoint(
             f"written to {out_path}; re-run to retry the failed ones"
         )
     merge_predictions(out_path, examples, 1, opts.merge_timeout_s)
-    return GenerationReport(str(out_path), len(examples), len(todo), len(examples) - len(todo), truncated)
+    return GenerationReport(
+        str(out_path), len(examples), len(todo), len(examples) - len(todo), truncated, images=image_counts(todo, None)
+    )

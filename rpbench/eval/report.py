@@ -104,6 +104,16 @@ def radar_values(results: Mapping[str, Any], radar_metric: str) -> tuple[dict[st
     return {m: x100(s["mean"], m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
 
 
+def image_note(images: Mapping[str, int]) -> str:
+    """What the model saw of the prompts' images (``GenerationReport.images``); nothing for text prompts."""
+    if not any(images.values()):
+        return ""
+    note = f"; images shown to the model {images['used']}"
+    return note + (
+        f" (left out with dropped history turns {images['history_dropped']})" if images["history_dropped"] else ""
+    )
+
+
 def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
     """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
     metrics = results["metrics"]
@@ -113,6 +123,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
         f"{generation['n_resumed']}"
         + (f"; images dropped {results['images_dropped']}" if results["images_dropped"] else "")
+        + image_note(generation.get("images") or {})
         + ". Metrics 0-1 as RoleMRC reports them (bleu_smoothed 0-100), judge accuracy in %; "
         "mean ± std [95% bootstrap CI]."
     ]

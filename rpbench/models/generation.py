@@ -1,7 +1,11 @@
 """Generation with a Hugging Face causal LM: decoding options, left padding, stop ids, batched decoding.
 
 Used by evaluation (``rpbench.eval.generate``: the resumable predictions file), by the objectives that
-sample (GRPO) and by the local server (``rpbench.serve``).
+sample (GRPO) and by the local server (``rpbench.serve``). A vision-language model (its tokenizer an
+``ImageTextTokenizer``) also takes each prompt's images: the prompt ids hold their expanded image tokens,
+and a batch gets the pixel inputs of its rows' images in row order (``batch_inputs``). Qwen2-VL's
+multimodal positions skip the left padding (they are computed from the attention mask), so a padded row
+generates what it generates alone.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import Any
 
 import torch
 from tqdm.auto import tqdm
+
+from rpbench.models.vision import is_image_text
 
 
 @dataclass(frozen=True)
@@ -63,9 +69,15 @@ class GenerationOptions:
         return cls(**cfg)
 
 
-def render_prompts(tokenizer, conversations: Sequence[Sequence[Mapping[str, str]]]) -> list[list[int]]:
-    """Token ids of each conversation in the chat template, ending with the assistant header."""
+def render_prompts(
+    tokenizer, conversations: Sequence[Sequence[Mapping[str, Any]]], images: Sequence[Sequence[Any]] | None = None
+) -> list[list[int]]:
+    """Token ids of each conversation in the chat template, ending with the assistant header. With
+    ``images`` (per conversation, in the order its messages show them as ``{"type": "image"}`` parts),
+    each image placeholder is expanded to the image's tokens."""
     texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in conversations]
+    if images is not None:
+        texts = [tokenizer.expand_image_tokens(text, list(shown)) for text, shown in zip(texts, images, strict=True)]
     return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
 
 
@@ -105,6 +117,20 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def batch_inputs(
+    tokenizer, rows: Sequence[Sequence[int]], pad_id: int, images: Sequence[Sequence[Any]] | None = None
+) -> dict[str, torch.Tensor]:
+    """``generate``'s inputs for prompt ``rows``: left-padded ids and attention mask, plus, with ``images``
+    (per row; an image-text tokenizer's), the pixel inputs of the rows' images in row order."""
+    ids, mask = left_pad(rows, pad_id)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if images is not None:
+        if not is_image_text(tokenizer):
+            raise ValueError("prompts with images need a vision-language model (an image-text tokenizer)")
+        inputs.update(tokenizer.model_image_inputs(ids, [image for row in images for image in row]))
+    return inputs
+
+
 def decode_completion(tokenizer, ids: Sequence[int], stop_ids: Sequence[int]) -> str:
     """Text of a completion up to (not including) its first stop token."""
     ids = list(ids)
@@ -131,18 +157,23 @@ def generate_batches(
     min_batches: int = 0,
     synced_gpus: bool = False,
     desc: str = "generate",
+    images: Sequence[Sequence[Any]] | None = None,
 ) -> Iterator[tuple[list[int], list[str]]]:
     """Yield (prompt indices, completions) batch by batch, longest prompts first.
 
+    ``images``: per prompt, the images its image tokens stand for, in order (a vision-language model's).
     With ``min_batches`` the loop continues with throw-away batches until that many ``generate`` calls
     were made (ranks under ``synced_gpus`` must make the same number). Sampling reseeds torch with
     ``seed + batch number`` before each batch.
     """
+    if images is not None and len(images) != len(prompts):
+        raise ValueError(f"{len(images)} image lists for {len(prompts)} prompts")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
     config = hf_generation_config(opts, stop_ids, pad_id)
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     batches = [order[s : s + opts.batch_size] for s in range(0, len(order), opts.batch_size)]
     filler = [list(prompts[order[-1]]) if prompts else tokenizer("hi", add_special_tokens=False)["input_ids"]]
+    filler_images = [images[order[-1]]] if images and prompts else None
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -150,17 +181,19 @@ def generate_batches(
         with tqdm(total=len(prompts), desc=desc, disable=not opts.progress) as bar:
             for number in range(max(len(batches), min_batches)):
                 batch = batches[number] if number < len(batches) else []
-                ids, mask = left_pad([prompts[i] for i in batch] or filler, pad_id)
+                rows = [prompts[i] for i in batch] or filler
+                shown = ([images[i] for i in batch] or filler_images) if images is not None else None
+                inputs = batch_inputs(tokenizer, rows, pad_id, shown)
+                width = inputs["input_ids"].shape[1]
                 if opts.sampling:
                     torch.manual_seed(opts.seed + number)
                 with torch.no_grad():
                     out = model.generate(
-                        input_ids=ids.to(device),
-                        attention_mask=mask.to(device),
+                        **{name: value.to(device) for name, value in inputs.items()},
                         generation_config=config,
                         synced_gpus=synced_gpus,
                     )
-                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, ids.shape[1] :].tolist()]
+                completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, width:].tolist()]
                 if batch:
                     bar.update(len(batch))
                     yield batch, completions[: len(batch)]
@@ -181,8 +214,10 @@ def generate_texts(
     seed: int = 0,
     stop_ids: Sequence[int] | None = None,
     progress: bool = False,
+    images: Sequence[Sequence[Any]] | None = None,
 ) -> list[str]:
-    """The assistant reply to each conversation (list of {"role", "content"} messages), in input order."""
+    """The assistant reply to each conversation (list of {"role", "content"} messages), in input order.
+    ``images``: per conversation, the images of its ``{"type": "image"}`` content parts, in order."""
     opts = GenerationOptions(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -194,9 +229,8 @@ def generate_texts(
     )
     stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
     texts: list[str] = [""] * len(conversations)
-    for batch, completions in generate_batches(
-        model, tokenizer, render_prompts(tokenizer, conversations), opts, stop_ids
-    ):
+    prompts = render_prompts(tokenizer, conversations, images)
+    for batch, completions in generate_batches(model, tokenizer, prompts, opts, stop_ids, images=images):
         for i, text in zip(batch, completions):
             texts[i] = text
     return texts

@@ -6,7 +6,7 @@ tokenizer. What it adds: how many image tokens an image becomes (``image_token_c
 of each image placeholder of a rendered text into that many tokens (``expand_image_tokens``, so token
 counts, truncation and label masks see the real length), the pixel inputs of a list of images
 (``pixel_inputs``) and saving the whole processor (``save_pretrained``), so an exported model loads with
-``AutoProcessor``.
+``AutoProcessor``. An image is a file path or an already-open PIL image (the server's decoded uploads).
 """
 
 from __future__ import annotations
@@ -17,25 +17,39 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from PIL import Image as PILImage
 
 _OWN = ("processor", "tokenizer", "image_token", "_count")
+
+ImageInput = str | Path | PILImage.Image
 
 
 class ImageError(ValueError):
     """An image that cannot be used: missing, unreadable, not an image."""
 
 
-def load_image(path: str | Path):
-    """The image at ``path`` as RGB (PIL), or an ImageError naming the path and the reason."""
-    from PIL import Image, UnidentifiedImageError
+def load_image(image: ImageInput) -> PILImage.Image:
+    """The image at a path (or a PIL image) as RGB, or an ImageError naming the path and the reason."""
+    if isinstance(image, PILImage.Image):
+        return image.convert("RGB")
+    try:
+        with PILImage.open(image) as opened:
+            return opened.convert("RGB")
+    except FileNotFoundError as error:
+        raise ImageError(f"image {str(image)!r} does not exist") from error
+    except (PILImage.UnidentifiedImageError, PILImage.DecompressionBombError, OSError) as error:
+        raise ImageError(f"image {str(image)!r} cannot be read ({type(error).__name__}: {error})") from error
+
+
+def image_from_bytes(data: bytes, what: str) -> PILImage.Image:
+    """The encoded image ``data`` (PNG, JPEG, ...) as RGB, or an ImageError naming ``what`` it is."""
+    from io import BytesIO
 
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except FileNotFoundError as error:
-        raise ImageError(f"image {str(path)!r} does not exist") from error
-    except (UnidentifiedImageError, OSError) as error:
-        raise ImageError(f"image {str(path)!r} cannot be read ({type(error).__name__}: {error})") from error
+        with PILImage.open(BytesIO(data)) as opened:
+            return opened.convert("RGB")
+    except (PILImage.UnidentifiedImageError, PILImage.DecompressionBombError, OSError) as error:
+        raise ImageError(f"{what} is not a readable image ({type(error).__name__}: {error})") from error
 
 
 class ImageTextTokenizer:
@@ -71,15 +85,17 @@ class ImageTextTokenizer:
     def image_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(self.image_token)
 
-    def _image_token_count(self, path: str) -> int:
-        grid = self.pixel_inputs([path])["image_grid_thw"][0]
+    def _image_token_count(self, image: ImageInput) -> int:
+        grid = self.pixel_inputs([image])["image_grid_thw"][0]
         return int(grid.prod()) // int(self.processor.image_processor.merge_size) ** 2
 
-    def image_token_count(self, path: str) -> int:
-        """How many image tokens the image at ``path`` becomes (cached per path)."""
-        return self._count(str(path))
+    def image_token_count(self, image: ImageInput) -> int:
+        """How many image tokens ``image`` becomes (cached per path)."""
+        if isinstance(image, PILImage.Image):
+            return self._image_token_count(image)
+        return self._count(str(image))
 
-    def expand_image_tokens(self, text: str, images: Sequence[str]) -> str:
+    def expand_image_tokens(self, text: str, images: Sequence[ImageInput]) -> str:
         """``text`` with its i-th image placeholder repeated ``image_token_count(images[i])`` times."""
         parts = text.split(self.image_token)
         if len(parts) - 1 != len(images):
@@ -89,18 +105,28 @@ class ImageTextTokenizer:
             out += [self.image_token * self.image_token_count(image), part]
         return "".join(out)
 
-    def pixel_inputs(self, paths: Sequence[str]) -> dict[str, torch.Tensor]:
-        """``pixel_values`` and ``image_grid_thw`` of the images at ``paths``, in order."""
-        out = self.processor.image_processor(images=[load_image(p) for p in paths], return_tensors="pt")
+    def pixel_inputs(self, images: Sequence[ImageInput]) -> dict[str, torch.Tensor]:
+        """``pixel_values`` and ``image_grid_thw`` of ``images``, in order."""
+        out = self.processor.image_processor(images=[load_image(i) for i in images], return_tensors="pt")
         return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
-    def model_image_inputs(self, input_ids: torch.Tensor, paths: Sequence[str]) -> dict[str, torch.Tensor]:
+    def model_image_inputs(self, input_ids: torch.Tensor, images: Sequence[ImageInput]) -> dict[str, torch.Tensor]:
         """The model's image inputs for a batch of token ids whose image tokens belong, in row-major order,
-        to the images at ``paths``: pixel values, grids and the per-token modality (1: image token); none
-        for a batch without images."""
-        if not paths:
+        to ``images``: pixel values, grids and the per-token modality (1: image token); none for a batch
+        without images. A ValueError when the ids hold another number of image tokens than the images make."""
+        is_image = input_ids == self.image_token_id
+        if not images:
+            if is_image.any():
+                raise ValueError(f"the token ids hold {int(is_image.sum())} image tokens but no image was given")
             return {}
-        return {**self.pixel_inputs(paths), "mm_token_type_ids": (input_ids == self.image_token_id).long()}
+        pixels = self.pixel_inputs(images)
+        expected = int(pixels["image_grid_thw"].prod(-1).sum()) // int(self.processor.image_processor.merge_size) ** 2
+        if int(is_image.sum()) != expected:
+            raise ValueError(
+                f"the token ids hold {int(is_image.sum())} image tokens, the {len(images)} images make {expected} "
+                "(was a prompt cut inside an image?)"
+            )
+        return {**pixels, "mm_token_type_ids": is_image.long()}
 
     def save_pretrained(self, out_dir: str | Path, **kwargs):
         return self.processor.save_pretrained(out_dir, **kwargs)

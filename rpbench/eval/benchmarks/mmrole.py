@@ -71,6 +71,22 @@ class MMRole(Benchmark):
     ) -> None:
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
 
+    def analyze(
+        self,
+        cfg: DictConfig,
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[EvalExample],
+        predictions: Mapping[str, str],
+        out_dir: Path,
+        results: dict[str, Any],
+    ) -> None:
+        """Not judged (judge=none): the answers still go to answers/ in the official layout, to judge later."""
+        if "mmrole_eval" not in results:
+            written = write_answers(examples, predictions, out_dir)
+            folders = written.values() if isinstance(written, dict) else [written]
+            results["mmrole_answers"] = [str(path.relative_to(out_dir)) for path in folders]
+
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         sections = []
         if "without_vision" in results:
@@ -80,6 +96,14 @@ class MMRole(Benchmark):
             )
         if TEST_SET in results.get("metrics", {}):
             sections.append(reference_by_test_set(results["metrics"]))
+        if "mmrole_answers" in results:
+            sections.append(
+                "## MMRole-Eval\n\nNot judged (judge=none): reference metrics only. The answers are in "
+                + ", ".join(f"`{name}/`" for name in results["mmrole_answers"])
+                + " (MMRole's official layout); judge them with `python run.py objective=none evaluator=mmrole "
+                "evaluator.answers=<this run>/answers judge=<backend>` (with test sets: "
+                "`evaluator.answers={in: <this run>/answers/in, out: <this run>/answers/out}`)."
+            )
         return sections + (mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else [])
 
 

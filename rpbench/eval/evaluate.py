@@ -74,7 +74,9 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
         what = "evaluator.backend=vllm"
         engine = VLLMEngine(model, tokenizer, gpu_memory_utilization=float(ev.vllm.gpu_memory_utilization), what=what)
     try:
-        report = generate_predictions(model, tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine)
+        report = generate_predictions(
+            model, tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine
+        )
     finally:
         if engine is not None:
             engine.close()

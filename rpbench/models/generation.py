@@ -13,7 +13,6 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-
 KV_CACHES = ("dynamic", "static")
 
 

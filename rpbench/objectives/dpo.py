@@ -3,10 +3,10 @@
 A micro-batch of B pairs is one forward of 2B rows (the chosen rows, then the rejected rows); only the reply
 tokens (content and end-of-turn) are labelled. ``pair_layout`` says whether that forward is padded or packed
 (the rows back to back in one row, no padding, attention isolated per row; ``auto``: packed where the
-attention backend is a flash-attention varlen kernel, which skips the masked blocks, padded otherwise). The loss is the mean over every pair of the global
-batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the chosen reply's per-token NLL). The reference is a
-frozen copy, the LoRA-disabled base, or (the default) log-probs precomputed once (``precompute_ref``; see
-reference.py).
+attention backend is a flash-attention varlen kernel, which skips the masked blocks, padded otherwise). The
+loss is the mean over every pair of the global batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the
+chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled base, or (the default)
+log-probs precomputed once (``precompute_ref``; see reference.py).
 
 Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
 chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out ``perplexity``).

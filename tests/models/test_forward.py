@@ -293,7 +293,9 @@ def test_fused_cross_entropy_refuses_where_it_cannot_run():
     with pytest.raises(RuntimeError, match="liger-kernel"):  # on CPU (or without liger) it is never possible
         supervised_nll_sum(model, batch, fused=True)
     with torch.no_grad():  # fused=None falls back to the chunked path
-        torch.testing.assert_close(supervised_nll_sum(model, batch)[0], supervised_nll_sum(model, batch, fused=False)[0])
+        torch.testing.assert_close(
+            supervised_nll_sum(model, batch)[0], supervised_nll_sum(model, batch, fused=False)[0]
+        )
 
 
 @pytest.mark.gpu

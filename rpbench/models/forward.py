@@ -175,7 +175,8 @@ def supervised_nll_sum(
     """Summed negative log-likelihood of the labelled tokens, and their count (divide globally).
 
     ``fused`` (None: wherever possible) computes it with liger's fused linear cross-entropy, which never
-    holds a chunk of logits either; possible on CUDA, with liger-kernel installed and a plain linear head.
+    holds a chunk of logits either; possible on CUDA, with liger-kernel installed and a plain linear head
+    (a batch without labels takes the chunked path, which still gives every parameter a zero gradient).
     """
     causal_lm = _causal_lm(model)
     head = causal_lm.get_output_embeddings()
@@ -183,9 +184,13 @@ def supervised_nll_sum(
     possible = loss_class is not None and type(head) is nn.Linear and head.weight.is_cuda
     if fused and not possible:
         raise RuntimeError("fused cross-entropy needs liger-kernel (the gpu extra), CUDA and a plain linear head")
-    if not (possible and fused is not False):
+    labelled = bool((batch["labels"][:, 1:] != IGNORE_INDEX).any())  # an empty batch takes the chunked path
+    if not (possible and fused is not False and labelled):
         out = labelled_logps(model, batch, chunk_size)
         return -out.token_logps.sum(), out.n_tokens
     hidden, targets, _ = labelled_hidden(causal_lm, batch)
-    loss = loss_class(reduction="sum")(head.weight, hidden, targets, head.bias)
+    # the output layer in the hidden states' dtype, as autocast would run it (bf16-mixed keeps fp32 weights)
+    weight = head.weight.to(hidden.dtype)
+    bias = head.bias.to(hidden.dtype) if head.bias is not None else None
+    loss = loss_class(reduction="sum")(weight, hidden, targets, bias)
     return loss.float(), int(targets.numel())

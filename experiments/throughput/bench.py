@@ -128,18 +128,18 @@ def role_play_lengths(n: int, median: int, max_len: int, rng: torch.Generator) -
     return lengths.clamp(max(8, median // 8), max_len).long().tolist()
 
 
-def conversation(length: int, vocab: int, rng: torch.Generator) -> tuple[list[int], list[bool]]:
-    """Token ids of a system turn (~15%) and 2-4 user/assistant exchanges, and which are assistant tokens."""
-    ids = torch.randint(0, vocab, (length,), generator=rng).tolist()
+def assistant_mask(length: int, rng: torch.Generator) -> list[bool]:
+    """Which tokens of a conversation are the assistant's: a system turn (~15%), then 2-4 user/assistant
+    exchanges cut at random points, ending on an assistant turn."""
     exchanges = int(torch.randint(2, 5, (1,), generator=rng))
     system = max(1, int(0.15 * length))
     cuts = sorted(torch.randint(system + 1, max(system + 2, length), (2 * exchanges - 1,), generator=rng).tolist())
     bounds = [system, *cuts, length]
-    assistant = [False] * length
-    for k in range(exchanges):  # segments: user [bounds[2k], bounds[2k+1]), assistant [bounds[2k+1], bounds[2k+2])
+    mask = [False] * length
+    for k in range(exchanges):  # user [bounds[2k], bounds[2k+1]), assistant [bounds[2k+1], bounds[2k+2])
         for t in range(bounds[2 * k + 1], bounds[2 * k + 2]):
-            assistant[t] = True
-    return ids, assistant
+            mask[t] = True
+    return mask
 
 
 def last_reply_start(assistant: list[bool]) -> int:
@@ -153,9 +153,8 @@ def last_reply_start(assistant: list[bool]) -> int:
 def make_data(setup: Setup, args) -> None:
     """The samples of each objective, as token ids (GRPO prompts also as text, which TRL tokenizes)."""
     rng = torch.Generator().manual_seed(setup.seed)
-    vocab = min(len(setup.tokenizer), SHAPES[setup.shape]["vocab_size"] if setup.shape != "tiny" else 10**9)
-    specials = set(setup.tokenizer.all_special_ids)
-    vocab_ids = [t for t in range(vocab) if t not in specials]
+    specials = set(setup.tokenizer.all_special_ids)  # the tokenizer's ids fit every shape's vocabulary
+    vocab_ids = [t for t in range(len(setup.tokenizer)) if t not in specials]
 
     def tokens(n: int) -> list[int]:
         return [vocab_ids[i] for i in torch.randint(0, len(vocab_ids), (n,), generator=rng).tolist()]
@@ -163,13 +162,12 @@ def make_data(setup: Setup, args) -> None:
     n_sft = max(args.tokens_per_step * (args.steps + 1) // args.median * 2, 16)
     sft = []
     for i, length in enumerate(role_play_lengths(n_sft, args.median, args.max_len, rng)):
-        _, assistant = conversation(length, vocab, rng)
+        assistant = assistant_mask(length, rng)
         ids = tokens(length)
         sft.append({"id": f"s{i}", "input_ids": ids, "labels": [t if a else -100 for t, a in zip(ids, assistant)]})
     dpo = []
     for i, length in enumerate(role_play_lengths(args.pairs * (args.steps + 1), args.median, args.max_len, rng)):
-        _, assistant = conversation(length, vocab, rng)
-        start = last_reply_start(assistant)
+        start = last_reply_start(assistant_mask(length, rng))
         prompt, chosen = tokens(start), tokens(length - start)
         rejected = tokens(max(1, int(len(chosen) * float(torch.empty(1).uniform_(0.5, 1.5, generator=rng)))))
         dpo.append({"id": f"p{i}", "prompt": prompt, "chosen": chosen, "rejected": rejected})
@@ -283,9 +281,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
         f"seed={setup.seed}",
         *[f"objective.{k}={v}" for k, v in options.items()],
     ]
-    if setup.on_cuda:
-        overrides.append("trainer.precision=bf16-mixed")
-    cfg = compose(overrides)
+    cfg = compose(overrides)  # trainer=gpu: bf16-mixed (on the bf16 weights); cpu: 32-true
     module_cls = OBJECTIVES.get(objective)
     model = build_model(setup)
     if setup.checkpointing:
@@ -438,8 +434,10 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
         else:
             from trl import GRPOConfig, GRPOTrainer
 
-            def length_reward(completions, **kwargs):
-                return [-min(abs(len(c.split()) - 100) / 100, 1.0) for c in completions]
+            def length_reward(completions, **kwargs):  # rpbench's length_penalty with min_len 0, max_len 100
+                from rpbench.objectives.rewards import length_penalty
+
+                return length_penalty(None, completions, None, min_len=0, max_len=100)
 
             rows = rpbench_order([{"prompt": p["text"]} for p in setup.samples["grpo"]], args.prompts, setup.seed)
             config = GRPOConfig(

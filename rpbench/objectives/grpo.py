@@ -7,8 +7,8 @@ batch with the clipped-ratio loss (old log-probs from before the first step), pl
 KL to the reference (``beta: 0`` loads no reference). Rollouts come from the policy's own batched
 ``generate`` (``generation_cache`` dynamic or static) or an in-process vLLM engine given the policy's weights
 before each generation batch (``rollout_backend: vllm``; rpbench.models.vllm_engine). Optimisation is
-manual: each optimiser step accumulates the backward of ``backward_chunk_size`` completions at a time (every rank as many times), clips
-the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout: ``max_steps`` stops
+manual: each optimiser step accumulates the backward of ``backward_chunk_size`` completions at a time (every
+rank as many times), clips the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout: ``max_steps`` stops
 training after that many (mid-batch if need be), the learning-rate schedule is sized in them and advances
 with each, and every logged row carries ``train/optimizer_step`` (rows are logged per generation batch).
 

@@ -1,16 +1,17 @@
 """Group relative policy optimisation with rewards from the registry (rewards.py).
 
-Each training step takes a micro-batch of prompts (``batch_size`` per rank), samples ``num_generations``
-(G) completions per prompt, scores them with the weighted sum of the configured rewards, turns the
-rewards into group-normalised advantages, and then makes ``mu`` optimiser steps over that generation
-batch with the clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3
-KL to the reference (``beta: 0`` loads no reference). Rollouts come from the policy's own batched
-``generate`` (``generation_cache`` dynamic or static) or an in-process vLLM engine given the policy's weights
-before each generation batch (``rollout_backend: vllm``; rpbench.models.vllm_engine). Optimisation is
-manual: each optimiser step accumulates the backward of ``backward_chunk_size`` completions at a time (every
-rank as many times), clips the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout: ``max_steps`` stops
-training after that many (mid-batch if need be), the learning-rate schedule is sized in them and advances
-with each, and every logged row carries ``train/optimizer_step`` (rows are logged per generation batch).
+Each training step takes a micro-batch of prompts (``batch_size`` per rank), samples ``num_generations`` (G)
+completions per prompt, scores them with the weighted sum of the configured rewards, turns the rewards into
+group-normalised advantages, and then makes ``mu`` optimiser steps over that generation batch with the
+clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3 KL to the reference
+(``beta: 0`` loads no reference). Rollouts come from the policy's own batched ``generate``
+(``generation_cache`` dynamic or static) or an in-process vLLM engine given the policy's weights before each
+generation batch (``rollout_backend: vllm``; rpbench.models.vllm_engine). Optimisation is manual: each
+optimiser step accumulates the backward of ``backward_chunk_size`` completions at a time (every rank as many
+times), clips the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout:
+``max_steps`` stops training after that many (mid-batch if need be), the learning-rate schedule is sized in
+them and advances with each, and every logged row carries ``train/optimizer_step`` (rows are logged per
+generation batch).
 
 The loss of an optimiser step is the configured aggregation (token_mean / seq_mean / dr_grpo) over every
 completion of the step on every rank: each chunk's aggregate is weighted by its share of the global token

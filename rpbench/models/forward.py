@@ -184,8 +184,7 @@ def supervised_nll_sum(
     possible = loss_class is not None and type(head) is nn.Linear and head.weight.is_cuda
     if fused and not possible:
         raise RuntimeError("fused cross-entropy needs liger-kernel (the gpu extra), CUDA and a plain linear head")
-    labelled = bool((batch["labels"][:, 1:] != IGNORE_INDEX).any())  # an empty batch takes the chunked path
-    if not (possible and fused is not False and labelled):
+    if not possible or fused is False or not bool((batch["labels"][:, 1:] != IGNORE_INDEX).any()):
         out = labelled_logps(model, batch, chunk_size)
         return -out.token_logps.sum(), out.n_tokens
     hidden, targets, _ = labelled_hidden(causal_lm, batch)

@@ -51,7 +51,7 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
 
 def generates_in_process(cfg: DictConfig) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
-    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.backend == "local"
+    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.backend in ("local", "vllm")
     return local_generation or probe_of(cfg.probe).needs_model
 
 

@@ -17,6 +17,9 @@ USED_WITHOUT_IMPORT = {
     "wandb": "Lightning's WandbLogger (logger=wandb) imports it",
 }
 
+# Imported only where installed (a GPU machine), declared in an extra instead: module -> (extra, distribution).
+OPTIONAL_IMPORTS = {"liger_kernel": ("gpu", "liger-kernel"), "vllm": ("vllm", "vllm")}
+
 
 def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
@@ -41,7 +44,7 @@ def imported_modules() -> set[str]:
 
 def test_every_import_is_declared_and_every_declaration_is_used():
     providers = packages_distributions()
-    imported = imported_modules()
+    imported = imported_modules() - set(OPTIONAL_IMPORTS)
     unknown = sorted(m for m in imported if m not in providers)
     assert not unknown, f"imported but installed by no distribution: {unknown}"
     needed = {m: {normalized(d) for d in providers[m]} for m in imported}
@@ -50,3 +53,11 @@ def test_every_import_is_declared_and_every_declaration_is_used():
     used = set().union(*needed.values()) | set(USED_WITHOUT_IMPORT)
     unused = sorted(declared() - used)
     assert not unused, f"declared, never imported (move to an extra, or say why in USED_WITHOUT_IMPORT): {unused}"
+
+
+def test_optional_imports_are_declared_in_their_extra():
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for module, (extra, distribution) in OPTIONAL_IMPORTS.items():
+        names = {normalized(re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0]) for spec in extras[extra]}
+        assert distribution in names, f"{module}: declare {distribution} in the {extra!r} extra"
+    assert set(OPTIONAL_IMPORTS) <= imported_modules(), "an optional import is no longer used: drop it here"

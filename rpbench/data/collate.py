@@ -116,6 +116,23 @@ def packed_collate(samples: Sequence[Sample]) -> dict[str, Any]:
     }
 
 
+def unpad(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """A padded batch as a packed one, on its device: the rows' real tokens back to back in row order.
+
+    The same samples, labels and position ids without padding (per-sequence results keep the row order);
+    other keys travel unchanged. Every row needs at least one real token.
+    """
+    mask = batch["attention_mask"].bool()
+    lengths = mask.sum(-1)
+    if not bool((lengths > 0).all()):
+        raise ValueError("unpad: every row needs at least one real token (attention_mask all zero in a row)")
+    cu_seqlens = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=mask.device)
+    cu_seqlens[1:] = lengths.cumsum(0)
+    packed = {key: batch[key][mask][None] for key in ("input_ids", "labels", "position_ids")}
+    rest = {key: value for key, value in batch.items() if key not in (*packed, "attention_mask")}
+    return {**rest, **packed, "cu_seqlens": cu_seqlens, "max_seqlen": int(lengths.max())}
+
+
 def pack_into_budget(lengths: Sequence[int], max_tokens_per_batch: int, seed: int | None = None) -> list[list[int]]:
     """Group sample indices into batches whose lengths sum to at most ``max_tokens_per_batch``.
 

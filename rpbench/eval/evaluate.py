@@ -27,6 +27,7 @@ from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
 from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.stats import aggregate, paired_bootstrap
+from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
@@ -60,13 +61,26 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
             timeout_s=float(endpoint.timeout_s),
             image_root=image_root(cfg.data),
         ).as_dict()
-    if ev.backend != "local":
-        raise ValueError(f"evaluator.backend={ev.backend!r}: choose local or endpoint")
+    if ev.backend not in ("local", "vllm"):
+        raise ValueError(f"evaluator.backend={ev.backend!r}: choose local, vllm or endpoint")
     if model is None:
-        raise ValueError("evaluator.backend=local needs a model")
+        raise ValueError(f"evaluator.backend={ev.backend} needs a model")
     rank, world = rank_and_world()
     options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
-    return generate_predictions(model, tokenizer, examples, path, options, rank=rank, world_size=world).as_dict()
+    engine = None
+    if ev.backend == "vllm":
+        if world > 1:
+            raise ValueError("evaluator.backend=vllm runs in one process: evaluate with trainer.devices=1")
+        what = "evaluator.backend=vllm"
+        engine = VLLMEngine(model, tokenizer, gpu_memory_utilization=float(ev.vllm.gpu_memory_utilization), what=what)
+    try:
+        report = generate_predictions(
+            model, tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine
+        )
+    finally:
+        if engine is not None:
+            engine.close()
+    return report.as_dict()
 
 
 def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:

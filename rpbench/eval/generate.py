@@ -39,6 +39,7 @@ from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, synced_gpus_needed
+from rpbench.models.vllm_engine import VLLMEngine
 
 log = logging.getLogger(__name__)
 
@@ -247,11 +248,13 @@ def generate_predictions(
     cfg: Mapping[str, Any] | GenerationOptions | None = None,
     rank: int = 0,
     world_size: int = 1,
+    engine: VLLMEngine | None = None,
 ) -> GenerationReport:
     """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
 
     Each line: ``{"id", "task", "prompt", "prediction", "reference", "meta"}``. Returns what was done;
-    on rank 0 the merged file is complete and in the order of ``examples`` when this returns.
+    on rank 0 the merged file is complete and in the order of ``examples`` when this returns. ``engine``:
+    generate with an in-process vLLM engine (one process) instead of the model's batched ``generate``.
     """
     opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
     if not 0 <= rank < world_size:
@@ -278,8 +281,14 @@ def generate_predictions(
     fitted = [renderer.fit_prompt(ex.prompt) for ex in todo]
     prompts = [f.input_ids for f in fitted]
     images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
-    with own.open("a", encoding="utf-8") as f:
-        for batch, completions in generate_batches(
+    if engine is not None:
+        if images is not None and any(images):
+            raise ValueError(
+                "evaluator.backend=vllm generates from text only: use backend=local for an image-text model"
+            )
+        batches = engine.generate_batches(tokenizer, prompts, opts, stop_ids)
+    else:
+        batches = generate_batches(
             model,
             tokenizer,
             prompts,
@@ -289,7 +298,9 @@ def generate_predictions(
             synced_gpus=synced,
             desc=f"generate (rank {rank})",
             images=images,
-        ):
+        )
+    with own.open("a", encoding="utf-8") as f:
+        for batch, completions in batches:
             for i, text in zip(batch, completions):
                 f.write(dumps(prediction_record(todo[i], text)))
             f.flush()

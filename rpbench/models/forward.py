@@ -4,7 +4,8 @@ Batches come from ``rpbench.data.collate``: padded (``attention_mask`` [B, T]) o
 ``cu_seqlens``). Labels follow the Hugging Face convention: ``labels[t]`` is predicted from the
 hidden state at ``t - 1``. Only those hidden states go through the output layer, in chunks, and
 each chunk's logits are recomputed in backward instead of stored, so memory holds one chunk of
-vocabulary-wide logits at a time rather than [B, T, V].
+vocabulary-wide logits at a time rather than [B, T, V]. For the summed NLL of SFT on CUDA, liger-kernel's
+fused linear cross-entropy replaces the chunks where it is installed (the ``gpu`` extra).
 """
 
 from __future__ import annotations
@@ -114,15 +115,8 @@ def _sequence_index(batch: Mapping[str, Any], selected: torch.Tensor) -> tuple[t
     return index.long(), len(cu_seqlens) - 1
 
 
-def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE) -> LabelledLogps:
-    """Log-probs (fp32) of every labelled token: backbone, then the output layer on labelled positions only.
-
-    Works for transformers causal LMs with a plain linear output layer, peft-wrapped or not. The
-    output layer runs on at most ``chunk_size`` positions at a time; under autograd each chunk is
-    recomputed in backward. A batch without labels still runs the output layer (on nothing), so
-    every parameter gets a (zero) gradient and distributed ranks stay in step.
-    """
-    causal_lm = _causal_lm(model)
+def labelled_hidden(causal_lm: nn.Module, batch: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+    """The backbone's last hidden states that predict a label [n, d], those labels [n], and the [B, T-1] mask."""
     for name in UNSUPPORTED_LOGIT_TRANSFORMS:
         if getattr(causal_lm.config, name, None) not in (None, 1.0):
             raise ValueError(
@@ -133,7 +127,19 @@ def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int =
     hidden = causal_lm.base_model(**inputs).last_hidden_state
     targets = batch["labels"][:, 1:].to(hidden.device)
     selected = targets != IGNORE_INDEX
-    hidden, targets = hidden[:, :-1][selected], targets[selected]
+    return hidden[:, :-1][selected], targets[selected], selected
+
+
+def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE) -> LabelledLogps:
+    """Log-probs (fp32) of every labelled token: backbone, then the output layer on labelled positions only.
+
+    Works for transformers causal LMs with a plain linear output layer, peft-wrapped or not. The
+    output layer runs on at most ``chunk_size`` positions at a time; under autograd each chunk is
+    recomputed in backward. A batch without labels still runs the output layer (on nothing), so
+    every parameter gets a (zero) gradient and distributed ranks stay in step.
+    """
+    causal_lm = _causal_lm(model)
+    hidden, targets, selected = labelled_hidden(causal_lm, batch)
     head = causal_lm.get_output_embeddings()
     with_grad = torch.is_grad_enabled()
     pieces = [
@@ -154,9 +160,36 @@ def sequence_logps(
     return sums, counts
 
 
+def fused_linear_cross_entropy():
+    """liger-kernel's fused linear cross-entropy loss class, or None where liger-kernel is not installed."""
+    try:
+        from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss
+    except ImportError:
+        return None
+    return LigerFusedLinearCrossEntropyLoss
+
+
 def supervised_nll_sum(
-    model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE
+    model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE, fused: bool | None = None
 ) -> tuple[torch.Tensor, int]:
-    """Summed negative log-likelihood of the labelled tokens, and their count (divide globally)."""
-    out = labelled_logps(model, batch, chunk_size)
-    return -out.token_logps.sum(), out.n_tokens
+    """Summed negative log-likelihood of the labelled tokens, and their count (divide globally).
+
+    ``fused`` (None: wherever possible) computes it with liger's fused linear cross-entropy, which never
+    holds a chunk of logits either; possible on CUDA, with liger-kernel installed and a plain linear head
+    (a batch without labels takes the chunked path, which still gives every parameter a zero gradient).
+    """
+    causal_lm = _causal_lm(model)
+    head = causal_lm.get_output_embeddings()
+    loss_class = fused_linear_cross_entropy()
+    possible = loss_class is not None and type(head) is nn.Linear and head.weight.is_cuda
+    if fused and not possible:
+        raise RuntimeError("fused cross-entropy needs liger-kernel (the gpu extra), CUDA and a plain linear head")
+    if not possible or fused is False or not bool((batch["labels"][:, 1:] != IGNORE_INDEX).any()):
+        out = labelled_logps(model, batch, chunk_size)
+        return -out.token_logps.sum(), out.n_tokens
+    hidden, targets, _ = labelled_hidden(causal_lm, batch)
+    # the output layer in the hidden states' dtype, as autocast would run it (bf16-mixed keeps fp32 weights)
+    weight = head.weight.to(hidden.dtype)
+    bias = head.bias.to(hidden.dtype) if head.bias is not None else None
+    loss = loss_class(reduction="sum")(weight, hidden, targets, bias)
+    return loss.float(), int(targets.numel())

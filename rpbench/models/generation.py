@@ -19,13 +19,17 @@ from tqdm.auto import tqdm
 
 from rpbench.models.vision import is_image_text
 
+KV_CACHES = ("dynamic", "static")
+
 
 @dataclass(frozen=True)
 class GenerationOptions:
     """Decoding settings. ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
 
     Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
-    so results depend on the config alone. ``synced_gpus`` None detects ZeRO-3/FSDP.
+    so results depend on the config alone. ``synced_gpus`` None detects ZeRO-3/FSDP. ``cache``: the KV
+    cache, ``dynamic`` (grows per token) or ``static`` (preallocated for prompt + ``max_new_tokens``: fixed
+    shapes, the layout CUDA graphs and ``torch.compile`` need; same tokens).
     """
 
     max_new_tokens: int = 256
@@ -39,6 +43,7 @@ class GenerationOptions:
     synced_gpus: bool | None = None
     merge_timeout_s: float = 3600.0
     progress: bool = True
+    cache: str = "dynamic"
 
     def __post_init__(self) -> None:
         problems = []
@@ -52,6 +57,8 @@ class GenerationOptions:
             problems.append(f"top_k must be >= 0, got {self.top_k}")
         if self.batch_size < 1:
             problems.append(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.cache not in KV_CACHES:
+            problems.append(f"cache must be one of {KV_CACHES}, got {self.cache!r}")
         if problems:
             raise ValueError("generation options: " + "; ".join(problems))
 
@@ -103,6 +110,7 @@ def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_i
         repetition_penalty=1.0,
         eos_token_id=list(stop_ids),
         pad_token_id=pad_id,
+        **({"cache_implementation": "static"} if opts.cache == "static" else {}),
         **sampling,
     )
 

@@ -1,9 +1,12 @@
 """Direct preference optimisation on chosen/rejected pairs rendered through the chat template.
 
-A micro-batch of B pairs is one padded forward of 2B rows (the chosen rows, then the rejected rows); only
-the reply tokens (content and end-of-turn) are labelled. The loss is the mean over every pair of the global
-batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the chosen reply's per-token NLL). The reference is a
-frozen copy, the LoRA-disabled base, or log-probs precomputed once (``precompute_ref``; see reference.py).
+A micro-batch of B pairs is one forward of 2B rows (the chosen rows, then the rejected rows); only the reply
+tokens (content and end-of-turn) are labelled. ``pair_layout`` says whether that forward is padded or packed
+(the rows back to back in one row, no padding, attention isolated per row; ``auto``: packed where the
+attention backend is a flash-attention varlen kernel, which skips the masked blocks, padded otherwise). The
+loss is the mean over every pair of the global batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the
+chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled base, or (the default)
+log-probs precomputed once (``precompute_ref``; see reference.py).
 
 Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
 chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out ``perplexity``).
@@ -21,9 +24,9 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
-from rpbench.data.collate import pad_collate
+from rpbench.data.collate import pad_collate, unpad
 from rpbench.data.records import PreferenceExample
-from rpbench.models.forward import sequence_logps
+from rpbench.models.forward import sequence_logps, uses_varlen_kernel
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import DPO_LOSS_TYPES, dpo_loss
@@ -38,6 +41,7 @@ from rpbench.objectives.registry import OBJECTIVES
 
 REFERENCE_CACHE_NAME = "reference_logps.json"
 VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")
+PAIR_LAYOUTS = ("auto", "packed", "padded")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +54,12 @@ class DPOConfig(ObjectiveConfig):
     sft_weight: float
     precompute_ref: bool
     ref_cache: str | None
+    pair_layout: str
 
     def problems(self) -> list[str]:
         found = super().problems()
+        if self.pair_layout not in PAIR_LAYOUTS:
+            found.append(f"pair_layout={self.pair_layout!r}: choose one of {PAIR_LAYOUTS}")
         if self.loss_type not in DPO_LOSS_TYPES:
             found.append(f"loss_type={self.loss_type!r}: choose one of {DPO_LOSS_TYPES}")
         if self.sft_weight < 0:
@@ -65,6 +72,15 @@ class DPOConfig(ObjectiveConfig):
             except ValueError as error:
                 found.append(str(error))
         return found
+
+
+def packs_pairs(pair_layout: str, model) -> bool:
+    """Whether a micro-batch's rows go through the model packed (``pair_layout`` auto: on flash-attention
+    varlen kernels; sdpa and eager pay attention over the whole packed row through a dense block mask)."""
+    if pair_layout != "auto":
+        return pair_layout == "packed"
+    causal_lm = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return uses_varlen_kernel(causal_lm.config._attn_implementation)
 
 
 @OBJECTIVES.register("dpo")
@@ -129,6 +145,7 @@ class DPOModule(ObjectiveModule):
         self.beta, self.loss_type = self.config.beta, self.config.loss_type
         self.label_smoothing, self.sft_weight = self.config.label_smoothing, self.config.sft_weight
         self.precompute_ref = self.config.precompute_ref
+        self.packed_pairs = packs_pairs(self.config.pair_layout, self.model)
         # built in setup() from the data when precomputed; a live reference must copy the initial weights now
         self.reference = None if self.precompute_ref else live_reference(self.model)
         self._val_sums: torch.Tensor | None = None
@@ -166,6 +183,8 @@ class DPOModule(ObjectiveModule):
     def pair_terms(self, batch) -> dict[str, torch.Tensor]:
         """Per pair: DPO loss, implicit rewards, summed log-probs, and the chosen reply's per-token NLL."""
         n = len(batch["id"])
+        if self.packed_pairs:
+            batch = unpad(batch)
         logps, counts = sequence_logps(self.model, batch)
         ref_logps = self.reference.sequence_logps(batch).to(logps.dtype)
         policy, reference = logps, ref_logps

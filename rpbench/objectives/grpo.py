@@ -1,14 +1,17 @@
 """Group relative policy optimisation with rewards from the registry (rewards.py).
 
-Each training step takes a micro-batch of prompts (``batch_size`` per rank), samples ``num_generations``
-(G) completions per prompt, scores them with the weighted sum of the configured rewards, turns the
-rewards into group-normalised advantages, and then makes ``mu`` optimiser steps over that generation
-batch with the clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3
-KL to the reference (``beta: 0`` loads no reference). Optimisation is manual: each optimiser step
-accumulates the backward of ``backward_chunk_size`` completions at a time (every rank as many times), clips
-the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout: ``max_steps`` stops
-training after that many (mid-batch if need be), the learning-rate schedule is sized in them and advances
-with each, and every logged row carries ``train/optimizer_step`` (rows are logged per generation batch).
+Each training step takes a micro-batch of prompts (``batch_size`` per rank), samples ``num_generations`` (G)
+completions per prompt, scores them with the weighted sum of the configured rewards, turns the rewards into
+group-normalised advantages, and then makes ``mu`` optimiser steps over that generation batch with the
+clipped-ratio loss (old log-probs from before the first step), plus ``beta`` times the k3 KL to the reference
+(``beta: 0`` loads no reference). Rollouts come from the policy's own batched ``generate``
+(``generation_cache`` dynamic or static) or an in-process vLLM engine given the policy's weights before each
+generation batch (``rollout_backend: vllm``; rpbench.models.vllm_engine). Optimisation is manual: each
+optimiser step accumulates the backward of ``backward_chunk_size`` completions at a time (every rank as many
+times), clips the gradient norm to ``clip_grad_norm`` and steps. Steps are optimiser steps throughout:
+``max_steps`` stops training after that many (mid-batch if need be), the learning-rate schedule is sized in
+them and advances with each, and every logged row carries ``train/optimizer_step`` (rows are logged per
+generation batch).
 
 The loss of an optimiser step is the configured aggregation (token_mean / seq_mean / dr_grpo) over every
 completion of the step on every rank: each chunk's aggregate is weighted by its share of the global token
@@ -36,6 +39,7 @@ from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Tur
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.forward import labelled_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.losses import (
@@ -49,7 +53,7 @@ from rpbench.objectives.losses import (
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
-from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sampling_seed
+from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sample_with_engine, sampling_seed
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
@@ -96,6 +100,9 @@ def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int)
     )
 
 
+ROLLOUT_BACKENDS = ("hf", "vllm")
+
+
 @dataclass(frozen=True, kw_only=True)
 class GRPOConfig(ObjectiveConfig):
     """conf/objective/grpo.yaml."""
@@ -116,6 +123,9 @@ class GRPOConfig(ObjectiveConfig):
     generation_seed: int
     backward_chunk_size: int | None
     clip_grad_norm: float | None
+    rollout_backend: str
+    generation_cache: str
+    vllm_gpu_memory_utilization: float
 
     def problems(self) -> list[str]:
         found = super().problems()
@@ -136,6 +146,8 @@ class GRPOConfig(ObjectiveConfig):
             found.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
         if not self.temperature > 0:
             found.append("temperature must be > 0: a group of greedy completions is identical")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
         if self.backward_chunk_size is not None and int(self.backward_chunk_size) < 1:
             found.append(f"backward_chunk_size must be >= 1 or null, got {self.backward_chunk_size}")
         try:
@@ -152,6 +164,7 @@ class GRPOConfig(ObjectiveConfig):
             top_p=float(self.top_p),
             top_k=int(self.top_k),
             progress=False,
+            cache=str(self.generation_cache),
         )
 
 
@@ -204,6 +217,7 @@ class GRPOModule(ObjectiveModule):
         self.reference = live_reference(self.model) if self.beta > 0 else None
         self.stop_ids = default_stop_ids(self.model, self.tokenizer)
         self.seed = cfg.generation_seed
+        self.engine: VLLMEngine | None = None  # built at fit start for rollout_backend=vllm
         self._step_tokens = 0
 
     def on_fit_start(self) -> None:
@@ -219,6 +233,16 @@ class GRPOModule(ObjectiveModule):
                     "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
                     "trainer.strategy.config.gradient_clipping instead"
                 )
+        if self.config.rollout_backend == "vllm" and self.engine is None:
+            if rank_and_world()[1] > 1:
+                raise ValueError("objective.rollout_backend=vllm runs in one process: train with trainer.devices=1")
+            self.engine = VLLMEngine(
+                self.model,
+                self.tokenizer,
+                gpu_memory_utilization=float(self.config.vllm_gpu_memory_utilization),
+                what="objective.rollout_backend=vllm",
+                seed=self.seed,
+            )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         drop_reference_weights(checkpoint)
@@ -229,6 +253,11 @@ class GRPOModule(ObjectiveModule):
     # -- rollouts and rewards ---------------------------------------------------------------------
     def rollouts(self, batch) -> Rollouts:
         rank, world_size = rank_and_world()
+        seed = sampling_seed(self.seed, self.global_step // self.mu, rank, world_size)
+        if self.engine is not None:
+            return sample_with_engine(
+                self.engine, self.model, batch["prompt_ids"], self.num_generations, self.generation, self.stop_ids, seed
+            )
         return sample_completions(
             self.model,
             batch["prompt_ids"],
@@ -236,7 +265,7 @@ class GRPOModule(ObjectiveModule):
             self.generation,
             self.stop_ids,
             self.tokenizer.pad_token_id,
-            seed=sampling_seed(self.seed, self.global_step // self.mu, rank, world_size),
+            seed=seed,
             synced_gpus=synced_gpus_needed(self.model, self.generation, world_size),
         )
 
@@ -290,6 +319,9 @@ class GRPOModule(ObjectiveModule):
             for reward in self.reward_fns:
                 if callable(getattr(reward.fn, "close", None)):
                     reward.fn.close()
+            if self.engine is not None:
+                self.engine.close()
+                self.engine = None
 
     def optimise(self, rollouts: Rollouts, advantages: torch.Tensor, live: bool) -> dict[str, float]:
         """``mu`` optimiser steps over the generation batch, ``backward_chunk_size`` completions per backward."""

@@ -1,4 +1,5 @@
-"""GRPO rollouts: each prompt repeated G times, sampled with the KV cache under no_grad.
+"""GRPO rollouts: each prompt repeated G times, sampled with the KV cache under no_grad (the model's own
+``generate``, dynamic or static cache), or by an in-process vLLM engine synced to the policy's weights.
 
 The repeat is local to a rank: the data plan gives every rank whole prompts (never the same prompt to two
 ranks in a step), and each prompt's G completions are contiguous rows on that rank, so group statistics
@@ -18,6 +19,7 @@ import torch
 from torch import nn
 
 from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
+from rpbench.models.vllm_engine import VLLMEngine
 
 T = TypeVar("T")
 
@@ -105,3 +107,27 @@ def sample_completions(
     seconds = time.perf_counter() - started
     cut = [cut_at_stop(row, stop_ids) for row in out[:, ids.shape[1] :].tolist()]
     return Rollouts(rows, [c for c, _ in cut], [t for _, t in cut], seconds)
+
+
+def sample_with_engine(
+    engine: VLLMEngine,
+    model: nn.Module,
+    prompt_ids: Sequence[Sequence[int]],
+    num_generations: int,
+    options: GenerationOptions,
+    stop_ids: Sequence[int],
+    seed: int,
+) -> Rollouts:
+    """As :func:`sample_completions`, by a vLLM engine given the policy's current weights first (untested
+    without a GPU)."""
+    if not options.sampling:
+        raise ValueError("GRPO needs sampled completions: set objective.temperature > 0")
+    started = time.perf_counter()
+    engine.sync_weights(model)
+    rows = engine.generate_ids(prompt_ids, options, stop_ids, n=num_generations, seed=seed)
+    return Rollouts(
+        repeat_each([list(p) for p in prompt_ids], num_generations),
+        [ids for ids, _ in rows],
+        [truncated for _, truncated in rows],
+        time.perf_counter() - started,
+    )

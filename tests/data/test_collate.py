@@ -5,7 +5,7 @@ import random
 import pytest
 import torch
 
-from rpbench.data.collate import pack_into_budget, packed_collate, pad_collate
+from rpbench.data.collate import pack_into_budget, packed_collate, pad_collate, unpad
 
 X = -100
 SAMPLES = [
@@ -98,3 +98,18 @@ def test_pack_into_budget_seed_changes_the_order():
 def test_pack_into_budget_rejects_a_too_long_sample():
     with pytest.raises(ValueError, match=r"sample 2 has 11 tokens.*max_tokens_per_batch=10"):
         pack_into_budget([3, 10, 11, 2], 10)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_unpad_gives_the_packed_batch_of_the_same_samples(side):
+    samples = [
+        {"input_ids": [5, 6, 7], "labels": [5, 6, 7], "id": "a"},
+        {"input_ids": [8], "labels": [8], "id": "b"},
+        {"input_ids": [9, 10, 11, 12], "labels": [-100, -100, 11, 12], "id": "c"},
+    ]
+    unpadded = unpad(pad_collate(samples, pad_token_id=0, padding_side=side, pad_to_multiple_of=8))
+    packed = packed_collate(samples)
+    assert set(unpadded) == set(packed)
+    for key in ("input_ids", "labels", "position_ids", "cu_seqlens"):
+        assert unpadded[key].tolist() == packed[key].tolist(), key
+    assert unpadded["max_seqlen"] == packed["max_seqlen"] == 4 and unpadded["id"] == ["a", "b", "c"]

@@ -8,7 +8,13 @@ import torch
 
 from rpbench.data.collate import packed_collate, pad_collate
 from rpbench.models import load
-from rpbench.models.forward import labelled_logps, model_inputs, sequence_logps, supervised_nll_sum
+from rpbench.models.forward import (
+    fused_linear_cross_entropy,
+    labelled_logps,
+    model_inputs,
+    sequence_logps,
+    supervised_nll_sum,
+)
 
 X = -100
 LENGTHS = (7, 1, 12, 5, 9)
@@ -279,3 +285,36 @@ def test_backward_keeps_no_full_vocabulary_logits():
     assert _largest_saved_vocab_tensor(lambda: labelled_logps(model, batch, chunk_size=4), len(tokenizer)) == 0
     full = _largest_saved_vocab_tensor(lambda: naive_labelled_logps(model, batch), len(tokenizer))
     assert full >= sum(LENGTHS) - 1  # the hook sees the [T, V] logits of the ordinary path
+
+
+def test_fused_cross_entropy_refuses_where_it_cannot_run():
+    model, tokenizer = tiny("qwen2", "sdpa")
+    batch = batch_of("right", random_samples(len(tokenizer), seed=4), tokenizer.pad_token_id)
+    with pytest.raises(RuntimeError, match="liger-kernel"):  # on CPU (or without liger) it is never possible
+        supervised_nll_sum(model, batch, fused=True)
+    with torch.no_grad():  # fused=None falls back to the chunked path
+        torch.testing.assert_close(
+            supervised_nll_sum(model, batch)[0], supervised_nll_sum(model, batch, fused=False)[0]
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(fused_linear_cross_entropy() is None, reason="liger-kernel is not installed (the gpu extra)")
+@pytest.mark.parametrize("layout", ["packed", "right"])
+def test_fused_cross_entropy_equals_the_chunked_path(layout):
+    """liger's fused linear cross-entropy: the same summed NLL and gradients as the chunked log-probs."""
+    model, tokenizer = load({"name_or_path": "tiny:qwen2", "tiny": {"tie_word_embeddings": False}})
+    model = model.cuda()
+    batch = batch_of(layout, random_samples(len(tokenizer), seed=5), tokenizer.pad_token_id)
+    batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    results = []
+    for fused in (True, False):
+        model.zero_grad()
+        nll, n_tokens = supervised_nll_sum(model, batch, fused=fused)
+        nll.backward()
+        results.append((nll.detach(), n_tokens, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (fused_nll, fused_n, fused_grads), (nll, n, grads) = results
+    assert fused_n == n > 0
+    torch.testing.assert_close(fused_nll, nll, atol=1e-4, rtol=1e-5)
+    for name, grad in grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, atol=1e-5, rtol=1e-4, msg=name)

@@ -17,7 +17,7 @@ from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.objectives import losses
-from rpbench.objectives.dpo import DPOModule
+from rpbench.objectives.dpo import DPOModule, packs_pairs
 from rpbench.training import train
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
@@ -62,10 +62,10 @@ def test_reward_margin_grows_on_the_sample_pairs(compose, tmp_path, model_name):
 
 @pytest.mark.slow
 def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path):
-    live_report, _, live = run_dpo(compose, tmp_path / "live", "objective.label_smoothing=0.1")
-    cached_report, _, cached = run_dpo(
-        compose, tmp_path / "cached", "objective.label_smoothing=0.1", "objective.precompute_ref=true"
+    live_report, _, live = run_dpo(
+        compose, tmp_path / "live", "objective.label_smoothing=0.1", "objective.precompute_ref=false"
     )
+    cached_report, _, cached = run_dpo(compose, tmp_path / "cached", "objective.label_smoothing=0.1")
     assert (tmp_path / "cached" / "reference_logps.json").is_file()
     assert len(live) == len(cached) == 8
     for a, b in zip(live, cached, strict=True):
@@ -94,7 +94,13 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight):
         model,
         tokenizer,
         objective_settings(
-            "dpo", lr=1e-3, beta=0.3, loss_type=loss_type, sft_weight=sft_weight, label_smoothing=smoothing
+            "dpo",
+            lr=1e-3,
+            beta=0.3,
+            loss_type=loss_type,
+            sft_weight=sft_weight,
+            label_smoothing=smoothing,
+            precompute_ref=False,
         ),
     )
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
@@ -124,6 +130,47 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight):
     assert got.item() == pytest.approx(expected.sum().item(), rel=5e-5)  # float32, chunked vs full logits
 
 
+def test_precomputed_reference_is_the_default():
+    assert objective_settings("dpo")["precompute_ref"] is True
+
+
+@pytest.mark.parametrize(("family", "attn"), [("qwen2", "sdpa"), ("llama", "eager")])
+def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn):
+    """pair_layout=packed: one row of the 2B replies back to back, no padding; same loss and gradients."""
+    model, tokenizer = load({"name_or_path": f"tiny:{family}", "attn_implementation": attn})
+    settings = {"lr": 1e-3, "beta": 0.3, "sft_weight": 0.5, "precompute_ref": False}
+    padded = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="padded"))
+    packed = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="packed"))
+    packed.reference = padded.reference  # one frozen copy for both
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
+        torch.manual_seed(3)
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    eot = "<|im_end|>" if family == "qwen2" else "<|eot_id|>"
+    samples, _ = DPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, eot, 512))
+    batch = DPOModule.collate(samples, tokenizer.pad_token_id)
+    batch["loss_scale"] = torch.tensor(1.0)
+    assert (batch["attention_mask"] == 0).any()  # the padded batch does carry padding
+    losses_and_grads = []
+    for module in (padded, packed):
+        model.zero_grad()
+        loss = module.training_step(batch, 0)
+        loss.backward()
+        losses_and_grads.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (loss_a, grads_a), (loss_b, grads_b) = losses_and_grads
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=1e-5)
+    for name, grad in grads_a.items():
+        torch.testing.assert_close(grads_b[name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    assert not padded.packed_pairs and packed.packed_pairs
+
+
+def test_auto_pair_layout_packs_on_flash_kernels_only():
+    model, _ = load({"name_or_path": "tiny:qwen2", "attn_implementation": "sdpa"})
+    assert not packs_pairs("auto", model) and packs_pairs("packed", model) and not packs_pairs("padded", model)
+    model.config._attn_implementation = "flash_attention_2"
+    assert packs_pairs("auto", model)
+
+
 def test_render_collates_chosen_then_rejected_and_reports_empty_pairs():
     _, tokenizer = load({"name_or_path": "tiny:qwen2"})
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
@@ -141,7 +188,7 @@ def test_render_collates_chosen_then_rejected_and_reports_empty_pairs():
 
 @pytest.mark.slow
 def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
-    constant = ("objective.scheduler=constant", "objective.precompute_ref=true")
+    constant = ("objective.scheduler=constant",)
     _, straight, _ = run_dpo(compose, tmp_path / "straight", *constant, "objective.epochs=2")
     run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=1")
     report, resumed, rows = run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=2")
@@ -285,7 +332,8 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
 def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply():
     """IPO on a sample pair with an assistant turn in its prompt, recomputed from the template text alone."""
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
-    module = DPOModule(model, tokenizer, objective_settings("dpo", lr=1e-3, beta=0.5, loss_type="ipo"))
+    settings = objective_settings("dpo", lr=1e-3, beta=0.5, loss_type="ipo", precompute_ref=False)
+    module = DPOModule(model, tokenizer, settings)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for param in model.parameters():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -247,6 +248,8 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
         ("objective.num_generations=1", "num_generations must be >= 2"),
         ("objective.loss_aggregation=sum", "loss_aggregation must be one of"),
         ("objective.advantage_scale=rank", "advantage_scale must be one of"),
+        ("objective.rollout_backend=sglang", "rollout_backend must be one of"),
+        ("objective.generation_cache=paged", "cache must be one of"),
         ("+objective.precompute_ref=true", r"unknown keys \['precompute_ref'\]; valid keys: \[.*'mu'"),
     ],
 )
@@ -255,6 +258,12 @@ def test_invalid_settings_fail_at_construction(compose, override, message):
     model, tokenizer = load(cfg.model)
     with pytest.raises(ValueError, match=message):
         GRPOModule(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
+def test_vllm_rollouts_without_vllm_fail_at_fit_start_naming_the_setting(compose, tmp_path):
+    with pytest.raises(ImportError, match=r"objective.rollout_backend=vllm needs vLLM, which is not installed"):
+        run_grpo(compose, tmp_path, "objective.rollout_backend=vllm", "trainer.max_steps=1")
 
 
 def test_beta_zero_loads_no_reference_model(compose):

@@ -17,11 +17,12 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import read_split, train_val_split
+from rpbench.data.records import drop_images, image_count
 from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
-from rpbench.models import for_inference, load
+from rpbench.models import family_of, for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
 from rpbench.run_report import headline, write_report
@@ -97,6 +98,21 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     return splits, report
 
 
+def training_records(cfg: DictConfig, examples: list) -> tuple[list, int]:
+    """The training records as the model gets them, and how many images were removed: all of them with
+    ``data.images=drop``; none with ``keep``, where a text-only model refuses records with images."""
+    if str(cfg.data.images) == "drop":
+        return drop_images(examples)
+    with_image = next((e for e in examples if image_count(e)), None)
+    if with_image is not None and not family_of(model_config(cfg)).takes_images:
+        raise ConfigError(
+            f"data={cfg.data.name}: training record {with_image.id!r} has an image, and model={cfg.model.name} "
+            "is text-only: choose a vision-language model (e.g. model=tiny-qwen2-vl), or data.images=drop to "
+            "train on the text alone (the dropped images are counted)"
+        )
+    return examples, 0
+
+
 def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
@@ -137,6 +153,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         train_split = cfg.objective.data_split or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
+    if train_split:
+        splits[train_split], results["records"][train_split]["images_dropped"] = training_records(
+            cfg, splits[train_split]
+        )
     if generates_in_process(cfg):
         check_test_images(cfg, splits.get("test", []))
 

@@ -20,6 +20,7 @@ from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
+from rpbench.models import family_of
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
@@ -113,6 +114,39 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
     if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
+
+
+IMAGE_CHOICES = ("keep", "drop")
+
+
+def check_images(cfg: DictConfig, problems: Problems) -> None:
+    """``data.images``, and the image settings of the model: ``model.freeze_vision`` (read by families with
+    a vision tower only), LoRA (adapts the language model only) and packing (carries no images)."""
+    _choice(problems, "data.images", cfg.data.get("images"), IMAGE_CHOICES)
+    try:
+        family = family_of(cfg.model)
+    except (KeyError, ValueError) as error:
+        problems.append(f"model.family: {error}")
+        return
+    freeze = cfg.model.get("freeze_vision")
+    if family.vision_module is None:
+        if freeze is not None:
+            problems.append(
+                f"model.freeze_vision={freeze!r}: model={cfg.model.name} has no vision tower; remove the key"
+            )
+        return
+    if freeze not in (True, False):
+        problems.append(f"model.freeze_vision={freeze!r}: expected true (vision tower frozen) or false (trained)")
+    elif cfg.model.get("lora") and not freeze:
+        problems.append(
+            "model.freeze_vision=false with model.lora: LoRA adapts the language model only and leaves the "
+            "vision tower frozen; set model.freeze_vision=true (or train without LoRA)"
+        )
+    if family.takes_images and str(cfg.objective.name) != "none" and cfg.objective.get("packing"):
+        problems.append(
+            f"objective.packing=true: model={cfg.model.name} takes images, which packed batches cannot carry; "
+            "set objective.packing=false"
+        )
 
 
 def check_objective(cfg: DictConfig, problems: Problems) -> None:
@@ -226,7 +260,7 @@ def check_probe(cfg: DictConfig, problems: Problems) -> None:
 def validate(cfg: DictConfig) -> None:
     """Raise a ConfigError listing every problem of ``cfg``; return quietly when there is none."""
     problems: Problems = []
-    for check in (check_run, check_objective, check_evaluator, check_probe):
+    for check in (check_run, check_images, check_objective, check_evaluator, check_probe):
         check(cfg, problems)
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)

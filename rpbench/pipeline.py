@@ -153,12 +153,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         train_split = cfg.objective.data_split or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
+    if generates_in_process(cfg):
+        check_test_images(cfg, splits.get("test", []))
     if train_split:
         splits[train_split], results["records"][train_split]["images_dropped"] = training_records(
             cfg, splits[train_split]
         )
-    if generates_in_process(cfg):
-        check_test_images(cfg, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
     models = build_models(cfg) if needs_model(cfg) else {}  # 2. build

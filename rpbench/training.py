@@ -196,9 +196,7 @@ def needs_final_validation(trainer: L.Trainer, history: ValidationHistory) -> bo
     return measured and not trainer.fast_dev_run
 
 
-def render_records(
-    module_cls, examples: Sequence, renderer: ChatRenderer, source: str
-) -> tuple[list[dict], list[str]]:
+def render_records(module_cls, examples: Sequence, renderer: ChatRenderer, source: str) -> tuple[list[dict], list[str]]:
     """The objective's ``render`` of each record; an image that cannot be used (missing, unreadable, or with
     the system turn over the length budget) is a DataFormatError naming ``source``, the record and field."""
     samples, empty = [], []

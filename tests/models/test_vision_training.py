@@ -88,9 +88,7 @@ def test_a_padded_batch_with_images_scores_each_sample_as_alone(vl, images):
         for side in ("right", "left"):
             batch = batch_of(tokenizer, rows, side)
             assert batch["pixel_values"].shape[0] > 0 and batch["image_grid_thw"].shape[0] == 3
-            assert int(batch["mm_token_type_ids"].sum()) == sum(
-                tokenizer.image_token_count(p) for p in images
-            )
+            assert int(batch["mm_token_type_ids"].sum()) == sum(tokenizer.image_token_count(p) for p in images)
             together, _ = sequence_logps(model, batch)
             torch.testing.assert_close(together, alone, atol=1e-4, rtol=1e-5)
         text_only = batch_of(tokenizer, rows[2:])

@@ -91,7 +91,8 @@ def test_every_bad_image_names_its_file_record_and_field(compose, tmp_path, imag
 
 def test_images_too_long_for_the_budget_name_their_record(compose, tmp_path):
     cfg = compose("data=sample_mmrole", "model=tiny-qwen2-vl", *QUIET, "data.max_length=8")
-    with pytest.raises(DataFormatError, match=r"record id '.+': field 'image': its images take 14 tokens, more than the 8"):
+    too_long = r"record id '.+': field 'image': its images take 14 tokens, more than the 8"
+    with pytest.raises(DataFormatError, match=too_long):
         run(cfg, tmp_path / "run")
 
 
@@ -133,4 +134,3 @@ def test_grpo_refuses_samples_with_images(compose, tmp_path):
     model, tokenizer = load(cfg.model)
     with pytest.raises(ConfigError, match="objective=grpo cannot train on images"):
         train(cfg, model, tokenizer, records, records, tmp_path, logger=None)
-

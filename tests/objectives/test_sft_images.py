@@ -14,6 +14,7 @@ from rpbench import pipeline
 from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.models import load
+from rpbench.models.vision import ImageTextTokenizer
 from rpbench.training import train
 from rpbench.validate import validate
 
@@ -134,3 +135,21 @@ def test_grpo_refuses_samples_with_images(compose, tmp_path):
     model, tokenizer = load(cfg.model)
     with pytest.raises(ConfigError, match="objective=grpo cannot train on images"):
         train(cfg, model, tokenizer, records, records, tmp_path, logger=None)
+
+
+def test_a_vl_run_exports_a_model_that_reloads_with_its_processor(compose, tmp_path):
+    cfg = compose(
+        "data=sample_mmrole",
+        "model=tiny-qwen2-vl",
+        *QUIET,
+        "data.max_train_samples=8",
+        "objective.epochs=2",
+        "objective.grad_accum=1",
+    )
+    results = run(cfg, tmp_path / "run")
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved["train"]["samples"]["images"] == {"train": 7, "val": 1}
+    assert saved["records"]["train"]["images_dropped"] == 0
+    assert results["train"]["held_out"]["after"]["loss"] < results["train"]["held_out"]["before"]["loss"]
+    model, tokenizer = load({**cfg.model, "name_or_path": str(tmp_path / "run" / "model")})
+    assert isinstance(tokenizer, ImageTextTokenizer) and model.config.model_type == "qwen2_vl"

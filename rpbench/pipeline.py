@@ -17,11 +17,12 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
+from rpbench.data.records import drop_images, image_count
 from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
-from rpbench.models import for_inference, load
+from rpbench.models import family_of, for_inference, load
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
 from rpbench.run_report import headline, write_report
@@ -103,6 +104,28 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     return splits, report
 
 
+def records_for_model(
+    cfg: DictConfig, splits: dict[str, list], counts: dict[str, Any], train_split: str | None
+) -> None:
+    """The records as the model gets them: with ``data.images=drop`` every split's images are removed (counted
+    per split as ``images_dropped``); with ``keep`` a text-only model refuses records with images."""
+    if str(cfg.data.images) == "drop":
+        for split, examples in splits.items():
+            splits[split], counts[split]["images_dropped"] = drop_images(examples)
+        return
+    for split in splits:
+        counts[split]["images_dropped"] = 0
+    if generates_in_process(cfg):
+        check_test_images(cfg, splits.get("test", []))
+    with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)
+    if with_image is not None and not family_of(model_config(cfg)).takes_images:
+        raise ConfigError(
+            f"data={cfg.data.name}: training record {with_image.id!r} has an image, and model={cfg.model.name} "
+            "is text-only: choose a vision-language model (e.g. model=tiny-qwen2-vl), or data.images=drop to "
+            "train on the text alone (the dropped images are counted)"
+        )
+
+
 def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
@@ -143,8 +166,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         train_split = cfg.objective.data_split or objective_class(objective).data_split
     need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
-    if generates_in_process(cfg):
-        check_test_images(cfg, splits.get("test", []))
+    records_for_model(cfg, splits, results["records"], train_split)
 
     L.seed_everything(int(cfg.seed), workers=True)
     models = build_models(cfg) if needs_model(cfg) else {}  # 2. build

@@ -18,9 +18,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
 from rpbench.cluster import cluster_plugins
+from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
-from rpbench.data.datamodule import PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
+from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.models import chat_renderer
+from rpbench.models.vision import ImageError, is_image_text
 from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
@@ -132,12 +135,25 @@ def build_trainer(
     )
 
 
-def build_datamodule(
-    cfg: DictConfig, module_cls, train: list[dict], val: list[dict], pad_token_id: int
-) -> PlannedDataModule:
-    """Planned train/val batches; the objective says how samples collate and what each weighs in the mean."""
+def with_image_inputs(collate: Collate, tokenizer) -> Collate:
+    """``collate``, then the image inputs of the batch's images (its ``images``: one list per row, in row
+    order) for an image-text model's tokenizer; ``collate`` itself otherwise."""
+    if not is_image_text(tokenizer):
+        return collate
+
+    def collate_with_images(samples: list[dict]) -> dict:
+        batch = collate(samples)
+        paths = [path for row in batch["images"] for path in row]
+        return {**batch, **tokenizer.model_image_inputs(batch["input_ids"], paths)}
+
+    return collate_with_images
+
+
+def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[dict], tokenizer) -> PlannedDataModule:
+    """Planned train/val batches; the objective says how samples collate and what each weighs in the mean;
+    an image-text model's batches carry their images' inputs."""
     objective = objective_config(cfg)
-    collate = partial(module_cls.collate, pad_token_id=pad_token_id)
+    collate = with_image_inputs(partial(module_cls.collate, pad_token_id=tokenizer.pad_token_id), tokenizer)
 
     def weights(samples: list[dict]) -> list[int]:
         return [module_cls.sample_weight(s) for s in samples]
@@ -180,6 +196,25 @@ def needs_final_validation(trainer: L.Trainer, history: ValidationHistory) -> bo
     return measured and not trainer.fast_dev_run
 
 
+def render_records(module_cls, examples: Sequence, renderer: ChatRenderer, source: str) -> tuple[list[dict], list[str]]:
+    """The objective's ``render`` of each record; an image that cannot be used (missing, unreadable, or with
+    the system turn over the length budget) is a DataFormatError naming ``source``, the record and field."""
+    samples, empty = [], []
+    for example in examples:
+        try:
+            rendered, nothing = module_cls.render([example], renderer)
+        except (ImageError, ImageBudgetError) as error:
+            raise DataFormatError(source, f"id {example.id!r}", "image", str(error)) from error
+        samples += rendered
+        empty += nothing
+    return samples, empty
+
+
+def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
+    """The images the samples train on (each sample's ``images``)."""
+    return sum(len(sample.get("images") or ()) for sample in samples)
+
+
 def train(
     cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
 ) -> dict[str, Any]:
@@ -190,14 +225,22 @@ def train(
     module_cls = objective_class(str(cfg.objective.name))
     first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
     renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
-    train_samples, train_empty = module_cls.render(train_examples, renderer)
-    val_samples, val_empty = module_cls.render(val_examples, renderer)
+    split = str(cfg.objective.data_split or module_cls.data_split)
+    source = f"data.files.{split} ({cfg.data.files[split]})"
+    train_samples, train_empty = render_records(module_cls, train_examples, renderer, source)
+    val_samples, val_empty = render_records(module_cls, val_examples, renderer, source)
     if not train_samples:
         raise ValueError(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
             f"after truncation to data.max_length={cfg.data.max_length}"
         )
-    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first.pad_token_id)
+    images = {"train": image_count(train_samples), "val": image_count(val_samples)}
+    if any(images.values()) and not module_cls.supports_images:
+        raise ConfigError(
+            f"objective={cfg.objective.name} cannot train on images ({images['train']} in the training samples): "
+            "choose objective=sft or dpo, or data.images=drop to train on the text alone"
+        )
+    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first)
     module = module_cls(model, tokenizer, objective_config(cfg))
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
@@ -227,6 +270,7 @@ def train(
                 "train": module_cls.supervised_tokens(train_samples),
                 "val": module_cls.supervised_tokens(val_samples),
             },
+            "images": images,
         },
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,

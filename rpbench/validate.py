@@ -20,7 +20,7 @@ from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
-from rpbench.models.loading import family_of
+from rpbench.models import family_of
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
@@ -117,6 +117,39 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         problems.append(f"model={cfg.model.name}: {cfg.model.unsupported}")
     if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
+
+
+IMAGE_CHOICES = ("keep", "drop")
+
+
+def check_images(cfg: DictConfig, problems: Problems) -> None:
+    """``data.images``, and the image settings of the model: ``model.freeze_vision`` (read by families with
+    a vision tower only), LoRA (adapts the language model only) and packing (carries no images)."""
+    _choice(problems, "data.images", cfg.data.get("images"), IMAGE_CHOICES)
+    try:
+        family = family_of(cfg.model)
+    except (KeyError, ValueError) as error:
+        problems.append(f"model.family: {error}")
+        return
+    freeze = cfg.model.get("freeze_vision")
+    if family.vision_module is None:
+        if freeze is not None:
+            problems.append(
+                f"model.freeze_vision={freeze!r}: model={cfg.model.name} has no vision tower; remove the key"
+            )
+        return
+    if freeze not in (True, False):
+        problems.append(f"model.freeze_vision={freeze!r}: expected true (vision tower frozen) or false (trained)")
+    elif cfg.model.get("lora") and not freeze:
+        problems.append(
+            "model.freeze_vision=false with model.lora: LoRA adapts the language model only and leaves the "
+            "vision tower frozen; set model.freeze_vision=true (or train without LoRA)"
+        )
+    if family.takes_images and str(cfg.objective.name) != "none" and cfg.objective.get("packing"):
+        problems.append(
+            f"objective.packing=true: model={cfg.model.name} takes images, which packed batches cannot carry; "
+            "set objective.packing=false"
+        )
 
 
 def check_objective(cfg: DictConfig, problems: Problems) -> None:
@@ -230,7 +263,7 @@ def check_probe(cfg: DictConfig, problems: Problems) -> None:
 def validate(cfg: DictConfig) -> None:
     """Raise a ConfigError listing every problem of ``cfg``; return quietly when there is none."""
     problems: Problems = []
-    for check in (check_run, check_objective, check_evaluator, check_probe):
+    for check in (check_run, check_images, check_objective, check_evaluator, check_probe):
         check(cfg, problems)
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)
@@ -240,10 +273,10 @@ def validate(cfg: DictConfig) -> None:
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
     """Test records with images, generated for in-process: a model whose family takes images sees them;
-    a text-only model, and any probe (probes render text), needs ``evaluator.images=drop``. Checked when
+    a text-only model, and any probe (probes render text), needs ``data.images=drop``. Checked when
     the records are read, before training."""
-    # evaluator=none has no images setting (a probe generates); without_vision: MMRole removes the images
-    if str(cfg.evaluator.get("images")) == "drop" or cfg.evaluator.get("without_vision"):
+    # with data.images=drop the records hold no image; without_vision: MMRole removes the images
+    if cfg.evaluator.get("without_vision"):
         return
     if family_of(cfg.model).takes_images and not probe_of(cfg.probe).needs_model:
         return
@@ -253,11 +286,11 @@ def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
     if family_of(cfg.model).takes_images:
         raise ConfigError(
             f"data={cfg.data.name}: test record {with_image.id!r} has an image, and probe={cfg.probe.name} renders "
-            "text only: set evaluator.images=drop to probe without the images"
+            "text only: set data.images=drop to probe without the images"
         )
     raise ConfigError(
         f"data={cfg.data.name}: test record {with_image.id!r} has an image, and model={cfg.model.name} is "
         "text-only: choose a model whose family takes images (e.g. model=tiny-qwen2-vl), "
-        "evaluator.backend=endpoint with a multimodal server, or evaluator.images=drop to generate from the "
+        "evaluator.backend=endpoint with a multimodal server, or data.images=drop to generate from the "
         "text alone (counted)"
     )

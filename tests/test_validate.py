@@ -68,7 +68,7 @@ def test_every_problem_is_listed_in_one_message(compose):
 def test_images_the_evaluator_cannot_see_stop_the_run_before_training(compose):
     message = refused_at_startup(compose, "data=sample_mmrole")
     assert "test record 'Mara_Voss_comment_Friends_13_40' has an image" in message
-    assert "evaluator.backend=endpoint" in message and "evaluator.images=drop" in message
+    assert "evaluator.backend=endpoint" in message and "data.images=drop" in message
 
 
 def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monkeypatch):
@@ -131,7 +131,7 @@ def test_the_shipped_experiments_and_defaults_validate(compose, monkeypatch):
     shipped += [["experiment=rolemrc_sft_qwen2.5-7b"], ["experiment=rolemrc_sft_llama3.1-8b"]]
     for overrides in shipped:
         validate(compose(*overrides))
-    validate(compose("data=sample_mmrole", "evaluator=mmrole", "evaluator.images=drop", "judge=local"))
+    validate(compose("data=sample_mmrole", "evaluator=mmrole", "data.images=drop", "judge=local"))
     validate(compose("experiment=mmrole_agent"))
 
 

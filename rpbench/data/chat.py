@@ -6,6 +6,11 @@ token, nothing else (not the role header, not the newline a template adds after 
 at the template's own boundaries and each piece tokenized alone, so the supervised spans decode to
 exactly the assistant contents (checked for every conversation) and a prompt is tokenized exactly
 as it is at generation time.
+
+Images (an image-text model's renderer): a rendered sample lists the images of the turns it keeps
+(``Rendered.images``), in order. Truncation never cuts into an image: history turns that carry one are
+never dropped, and a cut of tokens removes text tokens around an image's span instead; images (and the
+system turn) that alone exceed the budget are an ImageBudgetError.
 """
 
 from __future__ import annotations
@@ -23,19 +28,24 @@ class TemplateError(ValueError):
     """The chat template cannot be cut into prompt and supervised pieces for this conversation."""
 
 
+class ImageBudgetError(ValueError):
+    """A conversation's images (with its system turn) take more tokens than the length budget."""
+
+
 @dataclass(frozen=True)
 class Rendered:
     input_ids: list[int]
     labels: list[int]
     dropped_turns: int = 0
     truncated: bool = False
+    images: tuple[str, ...] = ()  # the images of the kept turns, in the order their tokens appear
 
     @property
     def n_supervised(self) -> int:
         return sum(label != IGNORE_INDEX for label in self.labels)
 
-    def as_sample(self) -> dict[str, list[int]]:
-        return {"input_ids": self.input_ids, "labels": self.labels}
+    def as_sample(self) -> dict[str, list]:
+        return {"input_ids": self.input_ids, "labels": self.labels, "images": list(self.images)}
 
 
 @dataclass(frozen=True)
@@ -47,14 +57,15 @@ class FittedPrompt:
     input_ids: list[int]
     dropped_turns: int = 0
     cut: str = ""
-    images: tuple[str, ...] = ()
+    images: tuple[str, ...] = ()  # the images of the kept turns, in order
 
 
 class ChatRenderer:
     """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn;
     ``message`` turns a Turn into a chat-template message (the model family's: text, or text with images);
-    ``expand_images(text, image paths)`` repeats each image placeholder to the image's token count (an
-    image-text model's tokenizer, ``rpbench.models.vision.ImageTextTokenizer.expand_image_tokens``)."""
+    ``expand_images(text, image paths)`` repeats each image placeholder to the image's token count and
+    ``image_spans(ids)`` finds each image's ``[start, end)`` token span (an image-text model's tokenizer:
+    ``rpbench.models.vision.ImageTextTokenizer.expand_image_tokens`` / ``image_spans``)."""
 
     def __init__(
         self,
@@ -63,12 +74,14 @@ class ChatRenderer:
         max_length: int = 2048,
         message: Callable[[Turn], dict] = Turn.as_message,
         expand_images: Callable[[str, list[str]], str] | None = None,
+        image_spans: Callable[[Sequence[int]], list[tuple[int, int]]] | None = None,
     ):
         self.tokenizer = tokenizer
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         self.max_length = max_length
         self.message = message
         self.expand_images = expand_images
+        self.image_spans = image_spans
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
@@ -133,23 +146,40 @@ class ChatRenderer:
 
     def render_conversation(self, turns: Sequence[Turn]) -> Rendered:
         """All assistant turns supervised. Over-long: drop history turns from the left (the system turn
-        and the final user/assistant exchange are kept), then cut the end. ``n_supervised`` may be 0:
-        the caller reports such samples instead of training on them."""
+        and the final user/assistant exchange are kept, and so is every turn with an image), then cut the
+        end around image spans. ``n_supervised`` may be 0: the caller reports such samples instead of
+        training on them."""
         turns = list(turns)
         if not turns or turns[-1].role != "assistant":
             raise ValueError("a conversation to train on must end on an assistant turn")
         dropped = 0
         while True:
             ids, labels = self._tokenize_pieces(self.pieces(turns))
+            images = _images(turns)
             if len(ids) <= self.max_length:
-                return Rendered(ids, labels, dropped_turns=dropped)
-            first = 1 if turns[0].role == "system" else 0
-            history = len(turns) - first - 2  # turns between the system turn and the final exchange
-            if history <= 0:
-                return Rendered(ids[: self.max_length], labels[: self.max_length], dropped, truncated=True)
-            cut = 2 if history >= 2 else 1
-            turns = turns[:first] + turns[first + cut :]
-            dropped += cut
+                return Rendered(ids, labels, dropped_turns=dropped, images=images)
+            fewer = _drop_history(turns, final=2)
+            if fewer is None:
+                kept = self._keep(ids, self.max_length, keep_end=False)
+                return Rendered([ids[i] for i in kept], [labels[i] for i in kept], dropped, True, images)
+            dropped += len(turns) - len(fewer)
+            turns = fewer
+
+    def _keep(self, ids: list[int], limit: int, keep_end: bool, head: int = 0) -> list[int]:
+        """Indices of the ``limit`` tokens of ``ids`` a cut keeps: the first ``head`` tokens and every image
+        span, then the text tokens nearest the start (an end cut) or the end (``keep_end``, a left cut)."""
+        protected = set(range(head))
+        for start, end in self.image_spans(ids) if self.image_spans else []:
+            protected.update(range(start, end))
+        room = limit - len(protected)
+        if room < 0:
+            raise ImageBudgetError(
+                f"its images{' and system turn' if head else ''} take {len(protected)} tokens, more than the "
+                f"{limit} allowed (raise data.max_length / data.max_prompt_length or use smaller images)"
+            )
+        text = [i for i in range(len(ids)) if i not in protected]
+        kept = text[len(text) - room :] if keep_end else text[:room]
+        return sorted(protected.union(kept))
 
     def render_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> list[int]:
         """Token ids of ``prompt`` followed by the assistant generation header (see ``fit_prompt``)."""
@@ -159,24 +189,25 @@ class ChatRenderer:
         """``prompt`` with its generation header, fitted to ``max_length``: history turns are dropped from
         the left (the system turn and the final turn kept); if that is not enough, the tokens after the
         system turn are cut from their left (``cut="after_system"``), and only a system turn that alone
-        fills the budget is itself cut from the left (``cut="left"``)."""
+        fills the budget is itself cut from the left (``cut="left"``). Turns with an image are never
+        dropped and cuts keep image spans whole (ImageBudgetError when images and system turn do not fit)."""
         limit = max_length or self.max_length
         turns, dropped = list(prompt), 0
         while True:
             ids = self._encode(self._template(turns, generation_prompt=True))
-            first = 1 if turns and turns[0].role == "system" else 0
-            if len(ids) <= limit or len(turns) - first <= 1:
+            fewer = _drop_history(turns, final=1) if len(ids) > limit else None
+            if fewer is None:
                 break
-            cut = 2 if len(turns) - first > 2 else 1
-            turns = turns[:first] + turns[first + cut :]
-            dropped += cut
-        images = tuple(turn.image for turn in turns if turn.image is not None)
+            dropped += len(turns) - len(fewer)
+            turns = fewer
+        images = _images(turns)
         if len(ids) <= limit:
             return FittedPrompt(ids, dropped, images=images)
         system = self._system_ids(turns, ids) if turns and turns[0].role == "system" else []
-        if 0 < len(system) < limit:
-            return FittedPrompt(system + ids[len(system) - limit :], dropped, "after_system", images)
-        return FittedPrompt(ids[-limit:], dropped, "left", images)
+        if 0 < len(system) < limit or (system and images):
+            kept = self._keep(ids, limit, keep_end=True, head=len(system))
+            return FittedPrompt([ids[i] for i in kept], dropped, "after_system", images)
+        return FittedPrompt([ids[i] for i in self._keep(ids, limit, keep_end=True)], dropped, "left", images)
 
     def _system_ids(self, turns: Sequence[Turn], ids: list[int]) -> list[int]:
         """The leading tokens of ``ids`` that render the system turn alone ([] where the template does not
@@ -192,9 +223,10 @@ class ChatRenderer:
         """One row per reply to the same ``prompt`` (DPO's chosen and rejected), only the reply supervised.
 
         The prompt is rendered and fitted once, so every row starts with the same prompt tokens (tokenized
-        as at generation time): history turns are dropped from the left (system and final turn kept) until
-        the prompt and the longest reply fit ``max_length``; then the reply ends are cut. A prompt that
-        alone fills the budget leaves no reply token (``n_supervised == 0``: the caller reports it).
+        as at generation time): history turns are dropped from the left (system and final turn kept, and
+        turns with an image) until the prompt and the longest reply fit ``max_length``; then the reply ends
+        are cut. A prompt that alone fills the budget is cut at its end around image spans and leaves no
+        reply token (``n_supervised == 0``: the caller reports it).
         """
         turns, dropped = list(prompt), 0
         while True:
@@ -203,14 +235,14 @@ class ChatRenderer:
                 raise TemplateError("the chat template renders the same prompt differently for different replies")
             prompt_ids = self._encode(split[0][0])
             reply_ids = [self._encode_supervised(reply) for _, reply in split]
-            first = 1 if turns and turns[0].role == "system" else 0
-            history = len(turns) - first - 1  # turns between the system turn and the final turn
-            if len(prompt_ids) + max(map(len, reply_ids)) <= self.max_length or history <= 0:
+            fits = len(prompt_ids) + max(map(len, reply_ids)) <= self.max_length
+            fewer = None if fits else _drop_history(turns, final=1)
+            if fewer is None:
                 break
-            cut = 2 if history >= 2 else 1
-            turns = turns[:first] + turns[first + cut :]
-            dropped += cut
-        prompt_ids = prompt_ids[: self.max_length]
+            dropped += len(turns) - len(fewer)
+            turns = fewer
+        if len(prompt_ids) > self.max_length:
+            prompt_ids = [prompt_ids[i] for i in self._keep(prompt_ids, self.max_length, keep_end=False)]
         room = self.max_length - len(prompt_ids)
         return [
             Rendered(
@@ -218,6 +250,7 @@ class ChatRenderer:
                 [IGNORE_INDEX] * len(prompt_ids) + ids[:room],
                 dropped_turns=dropped,
                 truncated=len(ids) > room,
+                images=_images(turns),
             )
             for ids in reply_ids
         ]
@@ -233,3 +266,21 @@ class ChatRenderer:
         if self.tokenizer.decode(ids) != text:
             raise TemplateError(f"supervised span does not round-trip through the tokenizer: {text[:60]!r}")
         return ids
+
+
+def _images(turns: Sequence[Turn]) -> tuple[str, ...]:
+    return tuple(turn.image for turn in turns if turn.image is not None)
+
+
+def _drop_history(turns: list[Turn], final: int) -> list[Turn] | None:
+    """``turns`` without their oldest history turns (two, or the one left), or None when none can go.
+
+    History is what lies between the system turn and the last ``final`` turns; a turn with an image is
+    never dropped (MMRole's image is on the first user turn: its reply and the next question go first).
+    """
+    first = 1 if turns and turns[0].role == "system" else 0
+    droppable = [i for i in range(first, len(turns) - final) if turns[i].image is None]
+    if not droppable:
+        return None
+    gone = set(droppable[:2])
+    return [turn for i, turn in enumerate(turns) if i not in gone]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
@@ -93,6 +94,24 @@ def without_reasoning(reply: str) -> str:
     if reply.startswith(THINK_OPEN) and THINK_CLOSE in reply:
         return reply.split(THINK_CLOSE, 1)[1]
     return reply
+
+
+def image_count(example: Example) -> int:
+    """How many of the example's turns carry an image."""
+    turns = example.turns if isinstance(example, SFTExample) else example.prompt
+    return sum(turn.image is not None for turn in turns)
+
+
+def drop_images(examples: Sequence[Example]) -> tuple[list[Example], int]:
+    """The examples with no image on any turn (``data.images=drop``), and how many images were removed."""
+    out, dropped = [], 0
+    for example in examples:
+        dropped += image_count(example)
+        if isinstance(example, SFTExample):
+            out.append(replace(example, turns=tuple(replace(t, image=None) for t in example.turns)))
+        else:
+            out.append(replace(example, prompt=tuple(replace(t, image=None) for t in example.prompt)))
+    return out, dropped
 
 
 def content_hash(prompt: tuple[Turn, ...], reference: str) -> str:

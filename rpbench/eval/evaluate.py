@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +31,6 @@ from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscore
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)
-
-
-def _drop_images(examples: Sequence[EvalExample], policy: str) -> tuple[list[EvalExample], int]:
-    """Text-only generation: ``policy`` error keeps the records (generation then refuses them), drop
-    removes their images (counted in the results)."""
-    if policy != "drop":
-        return list(examples), 0
-    dropped = sum(any(t.image for t in e.prompt) for e in examples)
-    return [replace(e, prompt=tuple(replace(t, image=None) for t in e.prompt)) for e in examples], dropped
 
 
 def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
@@ -159,12 +149,10 @@ def evaluate(
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
     examples, changed = benchmark.prepare_examples(cfg, examples)
-    examples, images_dropped = _drop_images(examples, str(ev.images))
     generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
     generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
     results: dict[str, Any] = {
         "n_records": len(examples),
-        "images_dropped": images_dropped,
         **changed,
         "generation": generation,
     }

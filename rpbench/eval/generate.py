@@ -3,7 +3,7 @@ OpenAI-compatible endpoint.
 
 A model whose family takes images (``ModelFamily.takes_images``) gets each prompt's images in-process:
 the images of the turns the prompt kept after fitting (``FittedPrompt.images``); a text-only model
-refuses records with images (``evaluator.images=drop`` generates from their text). The images the model
+refuses records with images (``data.images=drop`` generates from their text). The images the model
 was given are counted in the report (``images``).
 
 Predictions go to ``predictions.jsonl``, one line per record as soon as its batch finishes, so a killed
@@ -236,7 +236,7 @@ def _check_text_only(examples: Sequence[EvalExample], model) -> None:
             raise ValueError(
                 f"record {example.id!r} has an image, but {type(model).__name__} is a text-only model (its family "
                 "does not take images): use a vision-language model (e.g. model=tiny-qwen2-vl), or set "
-                "evaluator.images=drop to generate from the records' text alone"
+                "data.images=drop to generate from the records' text alone"
             )
 
 

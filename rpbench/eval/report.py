@@ -122,7 +122,6 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         "## Evaluation\n\n"
         f"{results['n_records']} test records; generated now {generation['n_generated']}, resumed "
         f"{generation['n_resumed']}"
-        + (f"; images dropped {results['images_dropped']}" if results["images_dropped"] else "")
         + image_note(generation.get("images") or {})
         + ". Metrics 0-1 as RoleMRC reports them (bleu_smoothed 0-100), judge accuracy in %; "
         "mean ± std [95% bootstrap CI]."

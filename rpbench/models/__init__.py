@@ -3,6 +3,7 @@
 from rpbench.models.loading import (
     chat_renderer,
     end_of_turn_ids,
+    family_of,
     for_inference,
     is_tiny,
     load,
@@ -14,6 +15,7 @@ from rpbench.models.loading import (
 __all__ = [
     "chat_renderer",
     "end_of_turn_ids",
+    "family_of",
     "for_inference",
     "is_tiny",
     "load",

@@ -21,6 +21,8 @@ from torch.utils.checkpoint import checkpoint
 from rpbench.data.chat import IGNORE_INDEX
 
 DEFAULT_CHUNK_SIZE = 2048
+# An image-text model's image inputs in a batch (rpbench.models.vision.ImageTextTokenizer.model_image_inputs).
+IMAGE_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
 UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale")
 
 
@@ -31,6 +33,10 @@ def uses_varlen_kernel(attn_implementation: str) -> bool:
 
 def is_packed(batch: Mapping[str, Any]) -> bool:
     return "cu_seqlens" in batch
+
+
+def has_images(batch: Mapping[str, Any]) -> bool:
+    return "pixel_values" in batch
 
 
 def block_causal_mask(cu_seqlens: torch.Tensor, total: int, device: torch.device) -> torch.Tensor:
@@ -54,8 +60,16 @@ def model_inputs(
     ``dtype`` (0 or the dtype's minimum). The mask is explicit because position ids alone isolate
     packed samples on those backends only when transformers infers packing from them, which it
     skips whenever a KV cache exists (``use_cache`` defaults to true); ``use_cache`` is off here.
+
+    A padded batch with images also passes the image inputs and no position ids: the model computes its
+    multimodal (3-D) positions from the attention mask and the images itself.
     """
     inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
+    if has_images(batch):
+        if is_packed(batch):
+            raise ValueError("packed batches cannot hold images: set objective.packing=false")
+        del inputs["position_ids"]
+        inputs.update({key: batch[key] for key in IMAGE_INPUTS})
     if not is_packed(batch):
         inputs["attention_mask"] = batch["attention_mask"]
         return inputs

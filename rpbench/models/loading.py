@@ -3,12 +3,15 @@
 A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
 ``family`` (a registered model family, rpbench.models.families: how to load, render and probe it),
 ``dtype``, ``attn_implementation``, ``gradient_checkpointing``, ``chat_template`` (null keeps the
-tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (size overrides).
+tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (size overrides); a family
+with a vision tower (``vision_module``) also ``freeze_vision`` (true: the tower does not train).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +24,8 @@ from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named
+
+log = logging.getLogger(__name__)
 
 TINY_PREFIX = "tiny:"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,7 +47,10 @@ def chat_renderer(cfg: Mapping[str, Any], tokenizer, max_length: int) -> ChatRen
     """The renderer of a model config's conversations: its end-of-turn token, its family's messages."""
     family = family_of(cfg)
     expand = tokenizer.expand_image_tokens if family.takes_images else None
-    return ChatRenderer(tokenizer, cfg["end_of_turn"], max_length, message=family.message, expand_images=expand)
+    spans = tokenizer.image_spans if family.takes_images else None
+    return ChatRenderer(
+        tokenizer, cfg["end_of_turn"], max_length, message=family.message, expand_images=expand, image_spans=spans
+    )
 
 
 def _offline_hint(name: str, error: Exception) -> OSError:
@@ -108,6 +116,16 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             )
         except (OSError, ValueError) as error:
             raise _offline_hint(name, error) from error
+    if family.vision_module is not None:
+        if cfg.get("freeze_vision") not in (True, False):
+            raise ValueError(
+                f"model {name!r} has a vision tower: set model.freeze_vision to true (frozen) or false (trained), "
+                f"got {cfg.get('freeze_vision')!r}"
+            )
+        if cfg["freeze_vision"]:
+            tower = vision_tower(model, family.vision_module).requires_grad_(False)
+            frozen = sum(p.numel() for p in tower.parameters())
+            log.info("model.freeze_vision=true: the vision tower's %s parameters are frozen", f"{frozen:,}")
     eot = end_of_turn_ids(cfg, tokenizer)
     model.generation_config.eos_token_id = eot
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -120,14 +138,28 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             cfg["lora"],
             gradient_checkpointing=bool(cfg.get("gradient_checkpointing")),
             task=family.lora_task_type,
+            exclude=family.vision_module,
         )
     return model
 
 
+def vision_tower(model, module_name: str):
+    """The module named ``module_name`` (last dotted part) inside ``model``: its vision tower."""
+    found = [module for name, module in model.named_modules() if name.rsplit(".", 1)[-1] == module_name]
+    if len(found) != 1:
+        raise ValueError(f"{type(model).__name__} holds {len(found)} modules named {module_name!r}, expected one")
+    return found[0]
+
+
 def apply_lora(
-    model: PreTrainedModel, lora: Mapping[str, Any], gradient_checkpointing: bool = False, task: str = "CAUSAL_LM"
+    model: PreTrainedModel,
+    lora: Mapping[str, Any],
+    gradient_checkpointing: bool = False,
+    task: str = "CAUSAL_LM",
+    exclude: str | None = None,
 ):
-    """Wrap ``model`` with peft LoRA adapters (only adapter weights train)."""
+    """Wrap ``model`` with peft LoRA adapters (only adapter weights train); ``exclude``: a module (e.g. the
+    vision tower) whose layers get no adapter, whatever ``target_modules`` names."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -135,6 +167,7 @@ def apply_lora(
         lora_alpha=int(lora.get("alpha", 32)),
         lora_dropout=float(lora.get("dropout", 0.05)),
         target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+        exclude_modules=rf"(.*\.)?{re.escape(exclude)}\..*" if exclude else None,
         task_type=task,
     )
     if gradient_checkpointing:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from PIL import Image as PILImage
 
-_OWN = ("processor", "tokenizer", "image_token", "_count")
+_OWN = ("processor", "tokenizer", "image_token", "span_tokens", "_count")
 
 ImageInput = str | Path | PILImage.Image
 
@@ -54,12 +54,15 @@ def image_from_bytes(data: bytes, what: str) -> PILImage.Image:
 
 class ImageTextTokenizer:
     """``processor``: a Hugging Face processor with ``tokenizer``, ``image_processor`` and ``image_token``
-    (one placeholder token per image in rendered text, expanded to the image's token count)."""
+    (one placeholder token per image in rendered text, expanded to the image's token count);
+    ``span_tokens``: the tokens that open and close an image's tokens in rendered text (e.g.
+    ``<|vision_start|>``, ``<|vision_end|>``), which belong to the image's span (``image_spans``)."""
 
-    def __init__(self, processor):
+    def __init__(self, processor, span_tokens: tuple[str, str] | None = None):
         object.__setattr__(self, "processor", processor)
         object.__setattr__(self, "tokenizer", processor.tokenizer)
         object.__setattr__(self, "image_token", processor.image_token)
+        object.__setattr__(self, "span_tokens", span_tokens)
         object.__setattr__(self, "_count", lru_cache(maxsize=65536)(self._image_token_count))
 
     # -- the text tokenizer ------------------------------------------------------------------------
@@ -104,6 +107,25 @@ class ImageTextTokenizer:
         for image, part in zip(images, parts[1:], strict=True):
             out += [self.image_token * self.image_token_count(image), part]
         return "".join(out)
+
+    def image_spans(self, ids: Sequence[int]) -> list[tuple[int, int]]:
+        """``[start, end)`` of each image's tokens in ``ids``: a run of image tokens, with the span tokens
+        right before and after it. Truncation keeps or drops a span whole."""
+        image = self.image_token_id
+        opening, closing = (self.tokenizer.convert_tokens_to_ids(t) for t in self.span_tokens or (None, None))
+        spans, i = [], 0
+        while i < len(ids):
+            if ids[i] != image:
+                i += 1
+                continue
+            end = i
+            while end < len(ids) and ids[end] == image:
+                end += 1
+            start = i - 1 if i > 0 and opening is not None and ids[i - 1] == opening else i
+            stop = end + 1 if end < len(ids) and closing is not None and ids[end] == closing else end
+            spans.append((start, stop))
+            i = end
+        return spans
 
     def pixel_inputs(self, images: Sequence[ImageInput]) -> dict[str, torch.Tensor]:
         """``pixel_values`` and ``image_grid_thw`` of ``images``, in order."""

@@ -56,6 +56,7 @@ class ObjectiveModule(L.LightningModule):
 
     data_split = "train"
     supports_packing = False
+    supports_images = True  # False: samples with images are refused (the objective cannot pass them on)
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 

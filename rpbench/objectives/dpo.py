@@ -107,8 +107,9 @@ class DPOModule(ObjectiveModule):
                     "chosen_labels": chosen.labels,
                     "rejected_input_ids": rejected.input_ids,
                     "rejected_labels": rejected.labels,
+                    "images": list(chosen.images),  # the prompt's, shared by both rows
                     "fingerprint": sample_fingerprint(
-                        chosen.input_ids, chosen.labels, rejected.input_ids, rejected.labels
+                        chosen.input_ids, chosen.labels, rejected.input_ids, rejected.labels, chosen.images
                     ),
                 }
             )
@@ -116,7 +117,8 @@ class DPOModule(ObjectiveModule):
 
     @staticmethod
     def collate(samples: list[dict], pad_token_id: int) -> dict:
-        """One padded batch: rows ``0..B-1`` the chosen replies, rows ``B..2B-1`` the rejected ones."""
+        """One padded batch: rows ``0..B-1`` the chosen replies, rows ``B..2B-1`` the rejected ones (``images``:
+        each row's prompt images)."""
         rows = [
             {"input_ids": s[f"{side}_input_ids"], "labels": s[f"{side}_labels"]}
             for side in ("chosen", "rejected")
@@ -124,6 +126,7 @@ class DPOModule(ObjectiveModule):
         ]
         batch = pad_collate(rows, pad_token_id)
         batch["id"] = [s["id"] for s in samples]
+        batch["images"] = [s["images"] for s in samples] * 2
         batch["fingerprint"] = [s["fingerprint"] for s in samples]
         return batch
 

@@ -173,6 +173,7 @@ class GRPOModule(ObjectiveModule):
     data_split = "train"
     needs_tuned_start = True
     supports_packing = False
+    supports_images = False  # rollouts are generated from the prompt tokens alone
     config_class = GRPOConfig
 
     @staticmethod

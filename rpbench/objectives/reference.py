@@ -122,7 +122,7 @@ def restore_reference_weights(module: nn.Module, checkpoint: dict[str, Any]) -> 
 
 
 def sample_fingerprint(*token_lists: Sequence[int]) -> str:
-    """Short hash of a sample's token lists (input ids and labels of each of its rows)."""
+    """Short hash of a sample's lists (input ids and labels of each of its rows, its image paths)."""
     return hashlib.sha1(json.dumps([list(t) for t in token_lists]).encode()).hexdigest()[:16]
 
 

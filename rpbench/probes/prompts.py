@@ -45,7 +45,6 @@ class PromptBatches:
     batches: Iterator[dict[str, torch.Tensor]]
     dims: list[list[list[str]]]
     n_records: int
-    images_dropped: int
 
 
 def prompt_batches(
@@ -54,22 +53,21 @@ def prompt_batches(
     renderer: ChatRenderer,
     max_prompt_length: int,
     batch_size: int,
-    images: str = "error",
 ) -> PromptBatches:
     """Batches of rendered prompts, padded on the tokenizer's padding side.
 
-    Probes see text only: a record with an image is an error unless ``images="drop"`` (the
-    evaluator's policy), under which its image is left out and counted.
+    Probes see text only: a record with an image is an error (``data.images=drop`` reads the records
+    without their images, counted in the run's records).
     """
     if batch_size < 1:
         raise ValueError(f"probe.batch_size: expected a positive integer, got {batch_size}")
     if tokenizer.pad_token_id is None:
         raise ValueError("the tokenizer has no pad token; probes pad batches of prompts")
     with_image = [e.id for e in examples if any(t.image for t in e.prompt)]
-    if with_image and images != "drop":
+    if with_image:
         raise ValueError(
             f"{len(with_image)} test records have images (first: {with_image[:3]}); probes render "
-            "text only: set evaluator.images=drop to probe them without their images"
+            "text only: set data.images=drop to probe them without their images"
         )
     side = getattr(tokenizer, "padding_side", "left")
     groups = [list(examples[i : i + batch_size]) for i in range(0, len(examples), batch_size)]
@@ -84,4 +82,4 @@ def prompt_batches(
             yield {key: batch[key] for key in FORWARD_KEYS}
 
     dims = [[record_dimensions(e) for e in group] for group in groups]
-    return PromptBatches(batches(), dims, len(examples), len(with_image))
+    return PromptBatches(batches(), dims, len(examples))

@@ -109,22 +109,13 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
     if not examples:
         raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
     renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
-    evaluator = cfg.get("evaluator") or {}
-    inputs = prompt_batches(
-        examples,
-        tokenizer,
-        renderer,
-        int(cfg.data.max_prompt_length),
-        int(probe.batch_size),
-        images=str(evaluator.get("images", "error")),
-    )
+    inputs = prompt_batches(examples, tokenizer, renderer, int(cfg.data.max_prompt_length), int(probe.batch_size))
     stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
     save_stats(stats, out_dir)
     result = {
         "name": "topk_freq",
         "settings": asdict(settings),
         "records": inputs.n_records,
-        "images_dropped": inputs.images_dropped,
         "layers": stats.layers,
         "width": stats.width,
         "observations": {d: stats.num_observations(d) for d in stats.dims},
@@ -148,8 +139,6 @@ def _frequency_section(result: Mapping[str, Any]) -> str:
         f"above its top {s['top_percent']}% threshold by {s['by']} are counted. Statistics: "
         f"`{STATS_FILE}` (compare two runs with `probe=compare probe.runs=[A,B]`).",
     ]
-    if result["images_dropped"]:
-        lines.append(f"Images left out of {result['images_dropped']} prompts (evaluator.images=drop).")
     lines += ["", "| dimension | observations |", "| --- | --- |"]
     lines += [f"| {d} | {n} |" for d, n in result["observations"].items()]
     return "\n".join(lines)

@@ -165,5 +165,5 @@ def test_text_only_model_refuses_image_records_clearly(tmp_path):
     from rpbench.models import load
 
     model, tok = load({"name_or_path": "tiny:qwen2"})
-    with pytest.raises(ValueError, match=r"has an image, but .* is a text-only model.*evaluator.images=drop"):
+    with pytest.raises(ValueError, match=r"has an image, but .* is a text-only model.*data.images=drop"):
         generate_predictions(model, tok, mmrole_examples()[:1], tmp_path / "p.jsonl", {"progress": False})

@@ -49,7 +49,7 @@ def test_image_records_are_checked_against_the_model_and_the_probe(compose):
 
     pictured = [EvalExample(id="p", prompt=(Turn("user", "Look", image="a.jpg"),), reference="r", task="t")]
     check_test_images(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "evaluator=mmrole"), pictured)
-    with pytest.raises(ConfigError, match="model=tiny-qwen2 is text-only.*evaluator.images=drop"):
+    with pytest.raises(ConfigError, match="model=tiny-qwen2 is text-only.*data.images=drop"):
         check_test_images(compose("data=sample_mmrole", "evaluator=mmrole"), pictured)
     with pytest.raises(ConfigError, match="probe=topk_freq renders text only"):
         check_test_images(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "probe=topk_freq"), pictured)

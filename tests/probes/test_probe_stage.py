@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.errors import DataFormatError
-from rpbench.data.records import EvalExample, Turn, as_messages
+from rpbench.data.records import EvalExample, Turn, as_messages, drop_images
 from rpbench.eval.stats import aggregate
 from rpbench.models import load
 from rpbench.probes import before_after
@@ -58,7 +58,7 @@ def test_prompt_batches_hold_the_generation_prompts(tiny, side):
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     inputs = prompt_batches(RECORDS, tokenizer, renderer, 384, batch_size=2)
     assert inputs.dims == [[["style"], ["label_b"]], [["style", "knowledge"]]]
-    assert inputs.n_records == 3 and inputs.images_dropped == 0
+    assert inputs.n_records == 3
     batches = list(inputs.batches)
     assert [b["input_ids"].shape[0] for b in batches] == [2, 1]
     rows = [(b, i) for b in batches for i in range(b["input_ids"].shape[0])]
@@ -76,9 +76,10 @@ def test_records_with_images_are_refused_unless_dropped(tiny):
     _, tokenizer = tiny
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     pictured = [*RECORDS, record("p", "What is in the picture?", image="x.jpg")]
-    with pytest.raises(ValueError, match=r"1 test records have images \(first: \['p'\]\).*evaluator.images=drop"):
+    with pytest.raises(ValueError, match=r"1 test records have images \(first: \['p'\]\).*data.images=drop"):
         prompt_batches(pictured, tokenizer, renderer, 384, batch_size=2)
-    assert prompt_batches(pictured, tokenizer, renderer, 384, 2, images="drop").images_dropped == 1
+    dropped, count = drop_images(pictured)  # data.images=drop reads them so
+    assert count == 1 and prompt_batches(dropped, tokenizer, renderer, 384, 2).n_records == len(pictured)
 
 
 def evaluation(per_sample: dict, dims: list, judge: dict | None = None) -> dict:

@@ -28,6 +28,7 @@ from rpbench.models.tokenizer import TokenizerFamily, tiny_tokenizer
 from rpbench.models.vision import ImageTextTokenizer
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+IMAGE_SPAN_TOKENS = ("<|vision_start|>", "<|vision_end|>")  # around an image's <|image_pad|> tokens
 # Tiny images: at most 112x112 pixels, i.e. 4 to 16 image tokens after the 2x2 merge of 14-pixel patches.
 TINY_PIXELS = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
 TINY_VISION = {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 2}
@@ -51,7 +52,8 @@ class Qwen2VL(ModelFamily):
     @classmethod
     def load_tokenizer(cls, name: str, revision: str | None, trust_remote_code: bool):
         return ImageTextTokenizer(
-            AutoProcessor.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code)
+            AutoProcessor.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code),
+            span_tokens=IMAGE_SPAN_TOKENS,
         )
 
     @classmethod
@@ -63,7 +65,7 @@ class Qwen2VL(ModelFamily):
             video_processor=Qwen2VLVideoProcessor(),
             chat_template=tokenizer.chat_template,
         )
-        return ImageTextTokenizer(processor)
+        return ImageTextTokenizer(processor, span_tokens=IMAGE_SPAN_TOKENS)
 
     @classmethod
     def build_tiny_model(cls, tokenizer, overrides: Mapping[str, Any], seed: int, attn_implementation: str):

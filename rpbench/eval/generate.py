@@ -32,13 +32,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from rpbench.data.chat import ChatRenderer, FittedPrompt
+from rpbench.data.chat import ChatRenderer, FittedPrompt, ImageBudgetError
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, synced_gpus_needed
+from rpbench.models.loading import family_renderer
+from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
 
 log = logging.getLogger(__name__)
@@ -86,9 +88,16 @@ def image_counts(examples: Sequence[EvalExample], fitted: Sequence[FittedPrompt]
 def prompt_renderer(model, tokenizer, max_length: int) -> ChatRenderer:
     """The renderer of generation prompts: the model family's messages (text, or text with images) and,
     for a family that takes images, image placeholders expanded to the images' token counts."""
-    family = family_of_model(model)
-    expand = tokenizer.expand_image_tokens if family.takes_images else None
-    return ChatRenderer(tokenizer, max_length=max_length, message=family.message, expand_images=expand)
+    return family_renderer(family_of_model(model), tokenizer, max_length)
+
+
+def fit_prompt(renderer: ChatRenderer, example: EvalExample) -> FittedPrompt:
+    """``example``'s prompt fitted to the renderer's budget; an unusable image, or images that alone exceed
+    the budget, are an error naming the record."""
+    try:
+        return renderer.fit_prompt(example.prompt)
+    except (ImageError, ImageBudgetError) as error:
+        raise ValueError(f"record {example.id!r}: field 'prompt': {error}") from error
 
 
 def prompt_images(tokenizer, example: EvalExample, fitted: FittedPrompt) -> list[str]:
@@ -278,7 +287,7 @@ def generate_predictions(
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
     stop_ids = default_stop_ids(model, tokenizer)
     renderer = prompt_renderer(model, tokenizer, opts.max_prompt_length or tokenizer.model_max_length)
-    fitted = [renderer.fit_prompt(ex.prompt) for ex in todo]
+    fitted = [fit_prompt(renderer, ex) for ex in todo]
     prompts = [f.input_ids for f in fitted]
     images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
     if engine is not None:

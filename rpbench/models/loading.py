@@ -45,11 +45,18 @@ def family_of(cfg: Mapping[str, Any]) -> type[ModelFamily]:
 
 def chat_renderer(cfg: Mapping[str, Any], tokenizer, max_length: int) -> ChatRenderer:
     """The renderer of a model config's conversations: its end-of-turn token, its family's messages."""
-    family = family_of(cfg)
+    return family_renderer(family_of(cfg), tokenizer, max_length, cfg["end_of_turn"])
+
+
+def family_renderer(
+    family: type[ModelFamily], tokenizer, max_length: int, end_of_turn: str | None = None
+) -> ChatRenderer:
+    """A renderer with ``family``'s messages; for a family that takes images, image placeholders expanded to
+    the images' token counts and image spans kept whole by every cut."""
     expand = tokenizer.expand_image_tokens if family.takes_images else None
     spans = tokenizer.image_spans if family.takes_images else None
     return ChatRenderer(
-        tokenizer, cfg["end_of_turn"], max_length, message=family.message, expand_images=expand, image_spans=spans
+        tokenizer, end_of_turn, max_length, message=family.message, expand_images=expand, image_spans=spans
     )
 
 

@@ -20,6 +20,7 @@ def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
         "evaluator=mmrole",
         "evaluator.metrics=[bleu,rougeL]",
         "evaluator.generation.max_new_tokens=8",
+        "data.max_test_samples=4",  # per test set: 4 In-Test, 4 Out-Test
         "logger=none",
     )
     out = tmp_path / "run"
@@ -34,8 +35,13 @@ def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
     predictions = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(predictions) == 8 and all(p["prediction"] for p in predictions)
     assert all(p["prompt"][1]["image"].endswith(".jpg") for p in predictions)
-    answers = json.loads((out / "answers" / "comment_test.json").read_text())
-    assert [a["conversations"][1]["answer"] for a in answers] == [p["prediction"] for p in predictions]
+    answers = {
+        a["id"]: a["conversations"][1]["answer"]
+        for test_set in ("in", "out")
+        for path in (out / "answers" / test_set).glob("*_test.json")
+        for a in json.loads(path.read_text())
+    }
+    assert answers == {p["id"]: p["prediction"] for p in predictions}
     report = (out / "report.md").read_text()
     assert "images shown to the model 8" in report
     assert "Not judged (judge=none)" in report and "evaluator.answers=<this run>/answers" in report

@@ -49,7 +49,7 @@ PROFILE_KEYS: tuple[str, ...] = ("role", "script", "other_role")
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
     """One EvalExample per record; ``task`` is the scenario."""
-    scenario = _scenario(path, options.get("scenario"))
+    scenario = scenario_of(path, options.get("scenario"))
     image_root = options.get("image_root")
 
     def parse(raw: Any, source: Source) -> EvalExample:
@@ -104,7 +104,7 @@ def _conversation(
     return tuple(([Turn("system", system)] if system.strip() else []) + turns)
 
 
-def _scenario(path: str | Path, scenario: Any) -> str:
+def scenario_of(path: str | Path, scenario: Any) -> str:
     if scenario is not None:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown MMRole scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")

@@ -11,7 +11,7 @@ from rpbench.data.errors import ReadResult
 from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
 
 # Data-config keys passed to the readers as format options.
-READER_OPTIONS = ("task_dimensions", "image_root", "test_splits", "columns", "tags")
+READER_OPTIONS = ("task_dimensions", "image_root", "test_splits", "columns", "tags", "heldout", "images")
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 
 
@@ -20,7 +20,7 @@ def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
     name (a hub dataset) goes to the reader as it is."""
     name = str((data_cfg.get("files") or {}).get(split) or "")
     path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, split)
-    options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
+    options = {key: as_plain(data_cfg[key]) for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)
     result = readers.read(
@@ -30,6 +30,13 @@ def read_split(data_cfg: Mapping[str, Any], split: str) -> ReadResult:
     if limit is not None:
         result.examples = result.examples[: int(limit)]
     return result
+
+
+def as_plain(value: Any) -> Any:
+    """A config node as plain Python (a reader option); anything else unchanged."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def _bucket(example_id: str, seed: int) -> float:

@@ -178,3 +178,8 @@ def test_full_release_gives_the_papers_320_held_out_samples():
     assert len(test.examples) == 20 * 2 * 8 == 320
     assert len({(e.meta["scenario"], e.meta["question"]) for e in test.examples}) == 20
     assert len(train.examples) == (216 - 20) * 3 * 8
+
+
+def test_a_folder_given_to_a_one_file_format_is_named_as_such():
+    with pytest.raises(FileNotFoundError, match="data file expected, got a folder"):
+        readers.read("mmrole", "test", BUNDLED / "gpt-4-turbo")

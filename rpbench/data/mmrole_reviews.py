@@ -23,7 +23,7 @@ Train and test must read the same reviews for the selection to match.
 A review whose ``score`` is not a pair of numbers in [1, 10] (the official scripts write ``{}`` when they
 cannot read the pair from the review) is a record error naming file, record and field (under
 ``on_error=skip`` that sample is skipped and counted). Other options: ``image_root`` (as in
-``rpbench.data.mmrole``), ``images`` (``keep`` attaches the image; ``drop`` leaves it off, for text models).
+``rpbench.data.mmrole``) and ``images`` (``keep`` attaches the image; ``drop`` leaves it off, for text models).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class ReviewsReadResult(ReadResult):
     models: list[str] = field(default_factory=list)
     questions: int = 0
     heldout: dict[str, Any] = field(default_factory=dict)
-    images: str = "keep"
+    images: str = ""
 
     def summary(self) -> dict[str, object]:
         return {
@@ -117,7 +117,7 @@ def select_heldout(
 ) -> set[tuple[Question, str]]:
     """``questions`` questions drawn (seeded) among those ``models`` or more models answered, and for each
     ``models`` of its models: the held-out (question, model) responses. Independent of file order."""
-    eligible = sorted(q for q, who in answered.items() if len(set(who)) >= models)
+    eligible = sorted(q for q, who in answered.items() if len(who) >= models)
     if len(eligible) < questions:
         raise ValueError(
             f"heldout.questions={questions}: only {len(eligible)} questions have responses from at least "
@@ -125,13 +125,13 @@ def select_heldout(
         )
     rng = random.Random(seed)
     chosen = sorted(rng.sample(eligible, questions))
-    return {(q, m) for q in chosen for m in rng.sample(sorted(set(answered[q])), models)}
+    return {(q, m) for q in chosen for m in rng.sample(sorted(answered[q]), models)}
 
 
 def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, test: bool) -> ReviewsReadResult:
     check_on_error(on_error)
     heldout = _heldout_options(options.get("heldout"))
-    images = str(options.get("images") or "keep")
+    images = options.get("images")
     if images not in IMAGE_POLICIES:
         raise ValueError(f"data.images={images!r}: choose one of {', '.join(IMAGE_POLICIES)}")
     result = ReviewsReadResult(str(path), images=images)
@@ -140,6 +140,9 @@ def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, te
         reviewed += _read_file(file, options.get("image_root"), images == "keep", on_error, result)
     answered: dict[Question, list[str]] = {}
     for r in reviewed:
+        if r.model in answered.get(r.question, []):
+            scenario, rid = r.question
+            raise ValueError(f"{path}: model {r.model!r} has two {scenario} review records with id {rid!r}")
         answered.setdefault(r.question, []).append(r.model)
     held = select_heldout(answered, heldout["questions"], heldout["models"], heldout["seed"])
     held_questions = {q for q, _ in held}

@@ -20,8 +20,8 @@ FULL = SHARED_DATA / "mmrole" / "in-test_reviews"
 SMALL = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}
 
 
-def read(split, path=BUNDLED, heldout=SMALL, **options):
-    return readers.read("mmrole_reviews", split, path, heldout=heldout, **options)
+def read(split, path=BUNDLED, heldout=SMALL, images="keep", **options):
+    return readers.read("mmrole_reviews", split, path, heldout=heldout, images=images, **options)
 
 
 def raw_records():
@@ -178,6 +178,14 @@ def test_full_release_gives_the_papers_320_held_out_samples():
     assert len(test.examples) == 20 * 2 * 8 == 320
     assert len({(e.meta["scenario"], e.meta["question"]) for e in test.examples}) == 20
     assert len(train.examples) == (216 - 20) * 3 * 8
+
+
+def test_one_model_answering_a_question_twice_is_an_error(tmp_path):
+    root = tmp_path / "reviews"
+    shutil.copytree(BUNDLED, root)
+    shutil.copy(root / "gpt-4-turbo" / "comment_test.json", root / "gpt-4-turbo" / "comment_test_again.json")
+    with pytest.raises(ValueError, match="model 'gpt-4-turbo' has two comment review records with id 'Iron_Man"):
+        read("train", root)
 
 
 def test_a_folder_given_to_a_one_file_format_is_named_as_such():

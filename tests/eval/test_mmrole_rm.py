@@ -132,3 +132,12 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
     mmrole = json.loads((judged / "metrics.json").read_text())["eval"]["mmrole_eval"]
     assert mmrole["judge_stats"]["replies"] >= len(METRICS) and mmrole["judge_stats"]["failures"] == 0
     assert mmrole["files"]["comment_test"]["count"] == 1
+
+
+def test_records_without_a_reference_score_pair_are_refused():
+    from rpbench.data.records import EvalExample, Turn
+    from rpbench.eval.benchmarks import BENCHMARKS
+
+    record = EvalExample("r1", (Turn("user", "hi"),), "hello", "comment", {})
+    with pytest.raises(ValueError, match="test record 'r1' has none .*mmrole_reviews"):
+        BENCHMARKS.get("mmrole_rm").groupings([record])

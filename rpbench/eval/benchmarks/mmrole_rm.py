@@ -27,6 +27,12 @@ RESULTS_KEY = "rm_agreement"
 
 class MMRoleRewardModel(Benchmark):
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
+        unscored = next((e for e in examples if "score" not in e.meta), None)
+        if unscored is not None:
+            raise ValueError(
+                f"evaluator=mmrole_rm compares reviews with reference score pairs: test record {unscored.id!r} has "
+                "none (use a data config of format mmrole_reviews, e.g. data=mmrole_reviews)"
+            )
         return {"task": [e.task for e in examples], "metric": [e.meta["metric"] for e in examples]}
 
     def analyze(

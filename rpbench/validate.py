@@ -188,6 +188,11 @@ def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
             problems.append("judge.server.model: expected a conf/model name or a model config mapping")
         elif isinstance(server_model, str) and (options := model_options()):
             _choice(problems, "judge.server.model", server_model, options)
+        elif isinstance(server_model, Mapping) and not server_model.get("name_or_path"):
+            problems.append(
+                "judge.server.model.name_or_path is not set: give the served model's folder "
+                "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
+            )
         judge = {**judge, "base_url": "http://127.0.0.1"}  # the started server's address, filled in at run time
     if backend == "vllm" and not judge.get("base_url"):
         problems.append("judge.base_url=None: judge=vllm needs the server's address (e.g. http://host:8000/v1)")

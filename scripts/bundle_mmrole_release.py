@@ -5,7 +5,9 @@
 Keeps, for the in-distribution test sets of the three released answer models: the official results CSVs
 verbatim; every review record's id and per-metric scores (all that aggregation reads, so the CSVs can be
 recomputed exactly) and, for the first REVIEW_TEXTS records of each file, the judge's review text; the
-first ANSWERS answer records of gpt-4-turbo's comment set; the release's LICENSE.
+first ANSWERS answer records of gpt-4-turbo's comment set; the first RM_RECORDS review records of each file
+whole (``rm_reviews/``: question, answers and reviews, what the reward-model data format reads); the release's
+LICENSE.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ MODELS = ("gpt-4-turbo", "mmrole-agent", "qwen-vl-chat")
 FILES = ("comment_test", "human-role_test", "inter-role_test")
 REVIEW_TEXTS = 3
 ANSWERS = 2
+RM_RECORDS = 3
 
 
 def dump(records: list, path: Path) -> None:
@@ -42,6 +45,7 @@ def main(release: Path) -> None:
                 [review_record(r, i < REVIEW_TEXTS) for i, r in enumerate(reviews)],
                 OUT / "in-test_reviews" / model / f"{name}.json",
             )
+            dump(reviews[:RM_RECORDS], OUT / "rm_reviews" / model / f"{name}.json")
             results = OUT / "in-test_results" / model
             results.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(release / "in-test_results" / model / f"{name}.csv", results / f"{name}.csv")

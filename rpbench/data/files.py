@@ -15,19 +15,19 @@ HUB_PREFIX = "hf://"  # a hub dataset loaded with `datasets` (data=custom: rpben
 
 
 def resolve_data_file(data_cfg: Mapping[str, Any], split: str, name: str | None = None) -> Path:
-    """The local path of ``data.files.<split>`` (or of ``name``, one of its files), downloading from
-    ``data.hf_dataset`` when needed."""
+    """The local path of ``data.files.<split>`` (or of ``name``, one of its files): a file, or a folder for
+    formats that read one, downloading from ``data.hf_dataset`` when needed."""
     name = name or (data_cfg.get("files") or {}).get(split)
     if not name:
         raise ValueError(f"data={data_cfg.get('name')} has no file for split '{split}': set data.files.{split}=<path>")
     name = str(name)
     if name.startswith(PKG_PREFIX):
         path = package_path(name)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"data.files.{split}={name}: no such file inside the installed package")
         return path
     path = Path(name).expanduser()
-    if path.is_file():
+    if path.exists():
         return path
     repo = data_cfg.get("hf_dataset")
     if not repo or path.is_absolute():

@@ -60,7 +60,7 @@ SYSTEM_FILLED = "system_filled"
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
     """One EvalExample per record; ``task`` is the scenario."""
-    scenario = _scenario(path, options.get("scenario"))
+    scenario = scenario_of(path, options.get("scenario"))
     filled: set[str] = set()
 
     def parse(raw: Any, source: Source) -> EvalExample:
@@ -186,7 +186,7 @@ def _inline_images(turns: list[Turn], source: Source, image_root: str | Path | N
     return names
 
 
-def _scenario(path: str | Path, scenario: Any) -> str:
+def scenario_of(path: str | Path, scenario: Any) -> str:
     if scenario is not None:
         if scenario not in SCENARIOS:
             raise ValueError(f"unknown MMRole scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")

@@ -30,6 +30,7 @@ READER_OPTIONS = (
     "default_system",
     "per_turn_samples",
     "reasoning_in_target",
+    "heldout",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"
@@ -61,7 +62,7 @@ def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> 
 def _read_file(data_cfg: Mapping[str, Any], split: str, name: str, file: str | None = None) -> ReadResult:
     """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader."""
     path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, file or split, name or None)
-    options = {key: data_cfg[key] for key in READER_OPTIONS if data_cfg.get(key) is not None}
+    options = {key: as_plain(data_cfg[key]) for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)
     on_error = str(data_cfg.get("on_error", "raise"))
@@ -100,6 +101,13 @@ def _read_test_sets(data_cfg: Mapping[str, Any], sets: Mapping[str, Any]) -> Rea
         combined.examples += _limited(data_cfg, "test", part).examples
         combined.counts[f"{TEST_SET}.{set_name}"] = len(part.examples)
     return combined
+
+
+def as_plain(value: Any) -> Any:
+    """A config node as plain Python (a reader option); anything else unchanged."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def _bucket(example_id: str, seed: int) -> float:

@@ -90,6 +90,8 @@ class Source:
 
 def existing_file(path: str | Path) -> Path:
     p = Path(path)
+    if p.is_dir():
+        raise FileNotFoundError(f"data file expected, got a folder: {p} (this format reads one file)")
     if not p.is_file():
         resolved = "" if p.is_absolute() else f" (resolved: {p.resolve()})"
         raise FileNotFoundError(f"data file not found: {p}{resolved}")

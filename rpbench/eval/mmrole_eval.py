@@ -25,8 +25,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply
-from rpbench.scoring.judge.mmrole_prompts import (
+from rpbench.data.mmrole_prompts import (
     JUDGE_SYSTEM,
     METRICS,
     PROMPT_VERSION,
@@ -34,6 +33,7 @@ from rpbench.scoring.judge.mmrole_prompts import (
     TASK,
     review_prompt,
 )
+from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply
 from rpbench.scoring.judge.parse import parse_score_pair
 
 REVIEW_KEY = "rm_review"

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data.errors import DataFormatError
+from rpbench.data.mmrole_prompts import METRICS, REASK
 from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
-from rpbench.scoring.judge.mmrole_prompts import METRICS, REASK
 from rpbench.serve import load_served_model, serve_in_thread
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release

@@ -1,9 +1,11 @@
 """MMRole-Eval judge prompts (Dai et al., ICLR 2025): one pairwise comparison per metric.
 
 The evaluated answer is Model A, the ground truth Model B; the judge writes a short comparison ending in
-``[Scores]: (a, b)`` (1-10 each). The section markers, metric questions and output-format line follow the
-MMRole repository's ``eval/RM_review.py`` (MIT licence, Copyright (c) 2024 YanqiDai) because the released
-MMRole-Eval reward model was trained on exactly this input; changing them would change its scores.
+``[Scores]: (a, b)`` (1-10 each). The judge (``rpbench.eval.mmrole_eval``) and the reward model's training
+data (``rpbench.data.mmrole_reviews``) use the same prompts, so they live in the data layer. The section
+markers, metric questions and output-format line follow the MMRole repository's ``eval/RM_review.py`` (MIT
+licence, Copyright (c) 2024 YanqiDai) because the released MMRole-Eval reward model was trained on exactly
+this input; changing them would change its scores.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""`evaluator=mmrole_rm` end to end: reviews generated for the held-out samples, agreement with the reference
+judge's score pairs in metrics.json, rm_agreement.json, rm_scores.jsonl and the report; judge=mmrole_rm."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from conftest import REPO_ROOT, chat_stub, run_script
+from rpbench.data import readers
+from rpbench.data.mmrole_prompts import METRICS
+
+BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
+HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # data=sample_mmrole_reviews
+TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "trainer.enable_progress_bar=false"]
+
+
+@pytest.mark.slow
+def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
+    held_out = readers.read("mmrole_reviews", "test", BUNDLED, heldout=HELDOUT).examples
+    by_prompt = {e.prompt[-1].content: e for e in held_out}
+
+    def review(body):  # exact reference reviews, but Fluency always (5, 10) and Tone Consistency unreadable
+        example = by_prompt[body["messages"][-1]["content"]]
+        metric = example.meta["metric"]
+        return {"Fluency": "Fine. [Scores]: (5, 10)", "Tone Consistency": "No score."}.get(metric, example.reference)
+
+    out = tmp_path / "run"
+    with chat_stub(review) as srv:
+        result = run_script(
+            "run.py",
+            "experiment=mmrole_reward_model",
+            *TINY,
+            f"hydra.run.dir={out}",
+            "objective=none",
+            "data=sample_mmrole_reviews",
+            "data.images=drop",
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={srv.url}",
+            "evaluator.endpoint.model=stub",
+            OPENAI_API_KEY="unused",
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert len(srv.requests) == len(held_out) == 32
+    found = json.loads((out / "metrics.json").read_text())["eval"]["rm_agreement"]
+    assert found == json.loads((out / "rm_agreement.json").read_text())
+    per_metric = found["per_metric"]
+    assert found["metrics"] == list(METRICS) and found["random_fills"] == 4
+    assert per_metric["Tone Consistency"]["success_rate"] == 0.0 and found["overall"]["n_scored"] == 28
+    ratios = [e.meta["score"][0] / e.meta["score"][1] for e in held_out if e.meta["metric"] == "Fluency"]
+    fluency = per_metric["Fluency"]["scored_only"]["ratio"]
+    assert fluency["mae"] == pytest.approx(statistics.mean(abs(0.5 - r) for r in ratios))
+    assert fluency["rmse"] == pytest.approx(statistics.mean((0.5 - r) ** 2 for r in ratios) ** 0.5)
+    for metric in ("Instruction Adherence", "Coherency", "Knowledge Consistency"):
+        assert per_metric[metric]["scored_only"]["ratio"]["mae"] == 0.0
+        assert per_metric[metric]["with_random_fill"] == per_metric[metric]["scored_only"]
+    overall = found["overall"]["scored_only"]["ratio"]["mae"]
+    assert overall == pytest.approx(sum(abs(0.5 - r) for r in ratios) / 28)
+    rows = [json.loads(line) for line in (out / "rm_scores.jsonl").read_text().splitlines()]
+    assert len(rows) == 32 and sum(r["parsed"] is None for r in rows) == 4
+    assert all(r["parsed"] == [5.0, 10.0] for r in rows if r["metric"] == "Fluency")
+    report = (out / "report.md").read_text()
+    assert "## MMRole-Eval reward model: agreement with the reference judge" in report
+    assert "4 filled, seed 0" in report and "| Tone Consistency | 4 | 0.00% |" in report
+
+
+@pytest.mark.slow
+def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
+    cfg = compose("evaluator=mmrole", "objective=none", "judge=mmrole_rm", f"judge.model={tmp_path}")
+    assert cfg.judge.backend == "local" and cfg.judge.server.model.name_or_path == str(tmp_path)
+    result = run_script("run.py", "evaluator=mmrole", "objective=none", "judge=mmrole_rm", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 1
+    assert "judge.server.model.name_or_path is not set" in result.stderr + result.stdout
+
+
+@pytest.mark.slow
+def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
+    """experiment=mmrole_reward_model on the bundled reviews (text only, tiny model), then judge=mmrole_rm
+    serves its saved model/ as the MMRole-Eval judge, without an endpoint."""
+    trained = tmp_path / "rm"
+    result = run_script(
+        "run.py",
+        "experiment=mmrole_reward_model",
+        *TINY,
+        f"hydra.run.dir={trained}",
+        "data=sample_mmrole_reviews",
+        "data.images=drop",
+        "debug=short",
+        "save_model=true",
+        "objective.batch_size=1",
+        "objective.grad_accum=1",
+        "data.max_length=2048",  # the tiny tokenizer's context; longer samples keep no review token (counted)
+        "data.max_prompt_length=1024",
+        "evaluator.generation.max_new_tokens=4",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((trained / "metrics.json").read_text())
+    assert metrics["train"]["optimizer_steps"] == 3 and metrics["records"]["test"]["read"] == 8
+    assert metrics["eval"]["rm_agreement"]["overall"]["n"] == 8  # debug=short: the first 8 held-out samples
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    record = {
+        "id": "q1",
+        "system": "",
+        "image": "COCO/x.jpg",
+        "role": "Iron Man",
+        "script": "The Avengers",
+        "other_role": "a curious human",
+        "conversations": [
+            {"from": "user", "value": "What do you see?"},
+            {"from": "assistant", "value": "A suit of armour.", "answer": "A car."},
+        ],
+    }
+    (answers / "comment_test.json").write_text(json.dumps([record]))
+    judged = tmp_path / "judged"
+    result = run_script(
+        "run.py",
+        "evaluator=mmrole",
+        "objective=none",
+        "logger=csv",
+        "judge=mmrole_rm",
+        f"judge.model={trained / 'model'}",
+        "judge.server.model.family=qwen2",  # the tiny base's family (the default is the experiment's qwen2_vl)
+        "judge.server.model.dtype=float32",
+        "judge.max_tokens.mmrole=4",
+        f"evaluator.answers={answers}",
+        f"hydra.run.dir={judged}",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    mmrole = json.loads((judged / "metrics.json").read_text())["eval"]["mmrole_eval"]
+    assert mmrole["judge_stats"]["replies"] >= len(METRICS) and mmrole["judge_stats"]["failures"] == 0
+    assert mmrole["files"]["comment_test"]["count"] == 1
+
+
+def test_records_without_a_reference_score_pair_are_refused():
+    from rpbench.data.records import EvalExample, Turn
+    from rpbench.eval.benchmarks import BENCHMARKS
+
+    record = EvalExample("r1", (Turn("user", "hi"),), "hello", "comment", {})
+    with pytest.raises(ValueError, match="test record 'r1' has none .*mmrole_reviews"):
+        BENCHMARKS.get("mmrole_rm").groupings([record])

@@ -153,7 +153,15 @@ class CoRLConfig(ObjectiveConfig):
                 "CoRL optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
                 "use objective.backward_chunk_size and objective.clip_grad_norm instead"
             )
-        for key in ("iterations", "reasoner_steps", "dialogue_steps", "mu", "max_prompt_length", "score_batch_size", "score_max_length"):
+        for key in (
+            "iterations",
+            "reasoner_steps",
+            "dialogue_steps",
+            "mu",
+            "max_prompt_length",
+            "score_batch_size",
+            "score_max_length",
+        ):
             if int(getattr(self, key)) < 1:
                 found.append(f"{key} must be an integer >= 1, got {getattr(self, key)}")
         if self.num_generations < 2:
@@ -211,12 +219,14 @@ class CoRLConfig(ObjectiveConfig):
 
 
 def reasoner_source(path: str) -> str:
-    """The model folder of ``reasoner_init_from``: a run folder (its ``model/reasoner`` or ``model``) or a model folder."""
+    """The model folder of ``reasoner_init_from``: a run folder (its ``model/reasoner`` or ``model``) or a model."""
     root = Path(path)
     for candidate in (root / "model" / REASONER, root / "model", root / REASONER, root):
         if (candidate / "config.json").is_file():
             return str(candidate)
-    raise ConfigError(f"objective.reasoner_init_from={path}: no saved model (config.json) in it or in its model/ folder")
+    raise ConfigError(
+        f"objective.reasoner_init_from={path}: no saved model (config.json) in it or in its model/ folder"
+    )
 
 
 class LoadedJudge(FrozenCopy):
@@ -233,7 +243,9 @@ def load_judge(name_or_path: str, like: nn.Module, tokenizer) -> LoadedJudge:
 
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=next(like.parameters()).dtype)
     if model.get_input_embeddings().weight.shape[0] < len(tokenizer):
-        raise ValueError(f"objective.judge_model={name_or_path}: its vocabulary is smaller than the dialogue tokenizer's")
+        raise ValueError(
+            f"objective.judge_model={name_or_path}: its vocabulary is smaller than the dialogue tokenizer's"
+        )
     return LoadedJudge(model)
 
 
@@ -298,9 +310,11 @@ class CoRLModule(GRPOModule):
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
         self.schedule = Schedule(int(cfg.iterations), int(cfg.reasoner_steps), int(cfg.dialogue_steps))
         self.seed = cfg.generation_seed
-        self.rewards = {REASONER: build_reward_fns(cfg.reasoner_rewards), DIALOGUE: build_reward_fns(cfg.dialogue_rewards)}
+        self.rewards = {
+            REASONER: build_reward_fns(cfg.reasoner_rewards),
+            DIALOGUE: build_reward_fns(cfg.dialogue_rewards),
+        }
         self.reward_fns = self.rewards[REASONER] + self.rewards[DIALOGUE]
-        self.counts_failures = False
         for reward in self.rewards[REASONER]:
             if callable(getattr(reward.fn, "bind", None)):
                 reward.fn.bind(self.score_with_dialogue)
@@ -309,7 +323,9 @@ class CoRLModule(GRPOModule):
                 reward.fn.bind(self.score_with_judge)
         dialogue_tokenizer = self.tokenizers[self.model_names[0]]
         self.reference = (
-            live_reference(self.model) if cfg.judge_model is None else load_judge(cfg.judge_model, self.model, dialogue_tokenizer)
+            live_reference(self.model)
+            if cfg.judge_model is None
+            else load_judge(cfg.judge_model, self.model, dialogue_tokenizer)
         )
         self.phase_tokenizers = {DIALOGUE: dialogue_tokenizer, REASONER: self.tokenizers[self.model_names[-1]]}
         models = self.named_models()
@@ -367,7 +383,9 @@ class CoRLModule(GRPOModule):
         return min(steps, self.trainer.max_steps) if self.trainer.max_steps != -1 else steps
 
     # -- scoring ----------------------------------------------------------------------------------
-    def mean_logps(self, model: nn.Module, conversations: Sequence[Sequence[Turn]], targets: Sequence[str]) -> list[float]:
+    def mean_logps(
+        self, model: nn.Module, conversations: Sequence[Sequence[Turn]], targets: Sequence[str]
+    ) -> list[float]:
         """Mean log-prob of each target reply (its tokens and end-of-turn token) after its conversation."""
         renderer = self.renderers[DIALOGUE]
         rows = [renderer.render_completion(c, t) for c, t in zip(conversations, targets, strict=True)]
@@ -432,7 +450,12 @@ class CoRLModule(GRPOModule):
         partial = partial_path(path)
         with partial.open("w", encoding="utf-8") as f:
             for sample_id, thought in self.reasoning.items():
-                row = {"id": sample_id, "iteration": iteration, "reasoning": thought, "core_features": core_features(thought)}
+                row = {
+                    "id": sample_id,
+                    "iteration": iteration,
+                    "reasoning": thought,
+                    "core_features": core_features(thought),
+                }
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         publish(partial, path)
 
@@ -442,7 +465,8 @@ class CoRLModule(GRPOModule):
 
     def decode(self, phase: str, rollouts: Rollouts) -> list[str]:
         return [
-            decode_completion(self.phase_tokenizers[phase], ids, self.stop_ids[phase]) for ids in rollouts.completion_ids
+            decode_completion(self.phase_tokenizers[phase], ids, self.stop_ids[phase])
+            for ids in rollouts.completion_ids
         ]
 
     def on_train_batch_start(self, batch, batch_idx):
@@ -545,7 +569,9 @@ class CoRLModule(GRPOModule):
         if not self.shared:
             return super().export_hf(out_dir, lora_adapter)
         if any(hasattr(p, "ds_id") for p in self.model.parameters()):
-            raise ValueError("CoRL with objective.shared_base=true cannot export ZeRO-3-sharded weights: use ZeRO-2 or DDP")
+            raise ValueError(
+                "CoRL with objective.shared_base=true cannot export ZeRO-3-sharded weights: use ZeRO-2 or DDP"
+            )
         if self.trainer.is_global_zero:
             reasoner = copy.deepcopy(self.model)
             reasoner.set_adapter(ADAPTERS[REASONER])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 from rpbench.data.records import Turn
@@ -34,7 +35,9 @@ THOUGHT_SYSTEM = (
     'Please generate a thought process that outlines what characteristics a "golden response" should have, '
     "based on the given input information, following the provided format template."
 )
-PXY_SYSTEM = "Please complete the agent response part after thinking the core features of the golden response to respond."
+PXY_SYSTEM = (
+    "Please complete the agent response part after thinking the core features of the golden response to respond."
+)
 JUDGE_INSTRUCTION = (
     'If the given Reference Golden Response matches 100% with the "Core Features of the Golden Response" as '
     "described, then please determine what percentage of the Core Features is matched by the given Candidate "
@@ -60,117 +63,10 @@ INPUT_TEMPLATE = """
 '''
 """
 
-THOUGHT_TEMPLATE = """
-# Task Guidelines
-Below, I will provide you with the input information for this task, including the user persona , agent character , and dialogue context.
-Please generate a thought process based on the provided Format Template of Generated Thought , using the input information I give you.
-{inputs}
-## Reference Golden Agent Response
-'''
-{golden}
-'''
-
-> System: Please output the thought process in the specified format below. 
-
-## Format Template of Generated Thought
-
-### Part 1: Restatement of Key Information
-
-#### Key Information in User Persona  
-- **Interests and Values**: 
-- **Aesthetic Preferences and Lifestyle**: 
-- **Daily Habits and Behavioral Traits**: 
-- **Professional Background and Role Values**: 
-- **Recent Experience and Triggering Event**: 
-- **Current Needs and Personal Alignment**: 
-
-#### Key Information in Agent Character
-- **Basic Identity and Background**: 
-- **Occupation and Expertise**:  
-- **Personality and Psychological Profile**: 
-- **Language Style and Communication Approach**: 
-- **Interests and Lifestyle Preferences**: 
-- **Relationships and Social Behavior**: 
-- **Values and Life Philosophy**: 
-
-#### Key Information in Dialogue Context  
-- **User's Past Engagement and State**:
-- **Agent's Role and Response Style**: 
-- **Current Dialogue Direction**: 
-
-### Summary of Key Information
-
-### Part 2: Iterative Revision
-
-#### Trial 1  
-**Initial attempt at capturing the essence of a strong response:**  
-... (the detailed thinking process concerning the content the expected response is omitted, e.g., the expected golden response should include ... ) ...
-
-**Based on this, the response might look like:**  
-> ""
-
-Verification: 
-Revision Suggestion: 
-
-#### Trial 2  
-**Refined understanding of what makes a great response:**  
-... (the detailed thinking process concerning the style the expected response is omitted, e.g., the expected golden response should be ... ) ...
-
-**Now the response could be:**  
-> ""
-
-Verification: 
-Revision Suggestion: 
-
-#### Trial 3  
-**Final integration of all essential elements for a perfect agent response:**  
-... (the detailed thinking process is omitted) ...
-
-**The response may become:**  
-> ""
-
-Verification: 
-Revision Suggestion: 
-
-### Part 3: Final Feature Set of the Golden Response  
-
-Here are all the essential features that should be included in the final golden response:
-
-```
-[Core Features of the Golden Response]
-
-## I. Content Characteristics
-
-### 1. Alignment with User Persona  
-- 
-- 
-
-### 2. Embodiment of Agent Character  
-- 
-- 
-
-### 3. Continuity within Dialogue Context  
-- 
-- 
-
-
-## II. Style Characteristics
-
-### 1. Tone and Language Suitable for the User  
-- 
-- 
-
-### 2. Expression Consistent with Agent Character  
-- 
-- 
-
-### 3. Naturalness within Dialogue Flow  
-- 
-- 
-```
-
-## Generated Thought
-"""
+# The authors' thought_completion template (its trailing spaces kept), with {inputs} and {golden} slots.
+THOUGHT_TEMPLATE = (resources.files("rpbench") / "resources" / "corl" / "thought_prompt.txt").read_text(
+    encoding="utf-8"
+)
 
 # The seven headers the thought-format reward checks (Part 1, the three "Key Information in ..." headers,
 # the summary, Part 2, Part 3).
@@ -212,7 +108,8 @@ def format_dialogue(context: Sequence[Turn]) -> str:
     for turn_number, start in enumerate(range(0, len(context), 2), start=1):
         query = context[start].content
         if start + 1 < len(context):
-            blocks.append(f"User Query {turn_number}: {query}\nAgent Response {turn_number}: {context[start + 1].content}\n")
+            reply = context[start + 1].content
+            blocks.append(f"User Query {turn_number}: {query}\nAgent Response {turn_number}: {reply}\n")
         else:
             blocks.append(f"User Query {turn_number}: {query}\n")
             last = turn_number
@@ -227,7 +124,8 @@ def role_play_input(prompt: Sequence[Turn], meta: Mapping[str, Any]) -> RolePlay
 
 def thought_prompt(x: RolePlayInput) -> list[Turn]:
     """The thought policy's prompt: x without the golden response (r depends on x alone)."""
-    return [Turn("system", THOUGHT_SYSTEM), Turn("user", THOUGHT_TEMPLATE.format(inputs=x.as_text(), golden=NO_REFERENCE))]
+    user = THOUGHT_TEMPLATE.format(inputs=x.as_text(), golden=NO_REFERENCE)
+    return [Turn("system", THOUGHT_SYSTEM), Turn("user", user)]
 
 
 def core_features(thought: str) -> str:

@@ -11,9 +11,11 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
+from conftest import run_script
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.models import load
+from rpbench.objectives import corl_cold_start
 from rpbench.objectives.corl import CoRLModule, Schedule
 from rpbench.objectives.corl_prompts import (
     CORE_FEATURES_MARKER,
@@ -52,7 +54,9 @@ def letter_fraction(prompts, completions, references) -> list[float]:
 
 def test_dialogue_is_formatted_as_the_authors_numbered_turns():
     turns = [Turn("user", "hi"), Turn("assistant", "hello"), Turn("user", "bye")]
-    assert format_dialogue(turns) == "User Query 1: hi\nAgent Response 1: hello\n\nUser Query 2: bye\n\nAgent Response 2: "
+    assert (
+        format_dialogue(turns) == "User Query 1: hi\nAgent Response 1: hello\n\nUser Query 2: bye\n\nAgent Response 2: "
+    )
 
 
 def test_thought_prompt_hides_the_golden_response_and_core_features_are_the_last_fenced_block():
@@ -65,7 +69,9 @@ def test_thought_prompt_hides_the_golden_response_and_core_features_are_the_last
 
 def test_thought_format_gives_half_for_the_fenced_block_and_half_for_all_seven_headers():
     fenced = f"```\n{CORE_FEATURES_MARKER}\nx\n```"
-    assert thought_format([], [fenced, HEADERS, HEADERS + fenced, HEADERS.replace("Part 2", "Part two") + fenced], []) == [
+    assert thought_format(
+        [], [fenced, HEADERS, HEADERS + fenced, HEADERS.replace("Part 2", "Part two") + fenced], []
+    ) == [
         0.5,
         0.5,
         1.0,
@@ -84,7 +90,11 @@ def test_thought_length_counts_space_separated_words_of_the_core_features():
 
 
 def test_response_format_needs_the_agent_response_header():
-    assert response_format([], ["##Agent Response\nhi", "## Agent  Response", "Agent Response: hi"], []) == [1.0, 0.0, 0.0]
+    assert response_format([], ["##Agent Response\nhi", "## Agent  Response", "Agent Response: hi"], []) == [
+        1.0,
+        0.0,
+        0.0,
+    ]
 
 
 def test_judge_ratio_is_the_clipped_likelihood_ratio_of_100_percent():
@@ -127,7 +137,9 @@ def test_schedule_alternates_reasoner_and_dialogue_phases():
 
 
 def build(compose, *overrides: str):
-    cfg = compose("objective=corl", "data=sample_rpgbench", "logger=none", "trainer.enable_progress_bar=false", *overrides)
+    cfg = compose(
+        "objective=corl", "data=sample_rpgbench", "logger=none", "trainer.enable_progress_bar=false", *overrides
+    )
     specs = CoRLModule.models_to_build(objective_config(cfg), dict(cfg.model))
     loaded = {name: load(spec) for name, spec in specs.items()}
     return cfg, {n: m for n, (m, _) in loaded.items()}, {n: t for n, (_, t) in loaded.items()}
@@ -275,3 +287,37 @@ def test_experiment_configs_compose(compose, model_name):
     assert cfg.model.lora.r == 16 and cfg.model.lora.alpha == 32
     objective_config(cfg)  # the typed settings accept it
     assert compose("experiment=rpgbench_corl_qwen3-4b", "model=llama3-8b").model.name == "llama3-8b"
+
+
+@pytest.mark.slow
+def test_run_py_trains_corl_on_the_bundled_rpgbench_sample_and_reports(tmp_path):
+    out = tmp_path / "run"
+    result = run_script("run.py", f"hydra.run.dir={out}", "objective=corl", "data=sample_rpgbench", "debug=short")
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["objective"] == "corl" and metrics["train"]["optimizer_steps"] == 3  # R, R, D
+    assert "held_out" in metrics["train"] and "eval" in metrics
+    assert (out / "report.md").exists() and (out / "corl" / "reasoning_iter1.jsonl").exists()
+    columns = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/reasoner/reward", "train/dialogue/reward", "train/phase", "val/loss"} <= set(columns)
+
+
+def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_data(tmp_path):
+    document = json.loads(SAMPLE.read_text())
+    thought = f"### Part 1: Restatement of Key Information\n```\n{CORE_FEATURES_MARKER}\n- be kind\n```"
+    samples = document["IDTrain"][:3]
+    for sample in samples:
+        sample["reasoning"] = thought
+    source = tmp_path / "rpgbench.json"
+    source.write_text(json.dumps({"IDTrain": samples}))
+    corl_cold_start.main([str(source), str(tmp_path / "out")])
+    thoughts = readers.read("custom", "train", tmp_path / "out" / "thought_sft.jsonl").examples
+    pxy = readers.read("custom", "train", tmp_path / "out" / "pxy_sft.jsonl").examples
+    assert len(thoughts) == len(pxy) == 3
+    assert thoughts[0].turns[-1].content == thought and "without any given reference" in thoughts[0].turns[1].content
+    assert pxy[0].turns[-1].content == pxy_target(samples[0]["agent_golden_response"])
+    assert "```\n- be kind\n```" in pxy[0].turns[1].content
+    del samples[1]["reasoning"]
+    source.write_text(json.dumps({"IDTrain": samples}))
+    with pytest.raises(ValueError, match="1 of 3 records have no 'reasoning'"):
+        corl_cold_start.main([str(source), str(tmp_path / "out")])

@@ -111,7 +111,11 @@ class JudgeRatio(ModelReward):
             raise RuntimeError("corl_judge_ratio: the objective sets each completion's core features first")
         rows = list(zip(prompts, self.features, references, strict=True))
         replies = [judge_prompt(x, f, g, c) for (x, f, g), c in zip(rows, completions, strict=True)]
-        goldens = [judge_prompt(x, f, g, pxy_target(g)) for x, f, g in rows]
-        scored = self._score(replies + goldens, [JUDGE_TARGET] * (2 * len(rows)))
-        n = len(rows)
-        return [min(math.exp(a - b), 1.0) for a, b in zip(scored[:n], scored[n:], strict=True)]
+        goldens: dict[str, list[Turn]] = {}  # a prompt's G completions share its golden row: scored once
+        keys = []
+        for x, f, g in rows:
+            golden = judge_prompt(x, f, g, pxy_target(g))
+            keys.append(goldens.setdefault(golden[1].content, golden)[1].content)
+        scored = self._score(replies + list(goldens.values()), [JUDGE_TARGET] * (len(replies) + len(goldens)))
+        golden_score = dict(zip(goldens, scored[len(replies) :], strict=True))
+        return [min(math.exp(a - golden_score[k]), 1.0) for a, k in zip(scored[: len(replies)], keys, strict=True)]

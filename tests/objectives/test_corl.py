@@ -102,16 +102,16 @@ def test_judge_ratio_is_the_clipped_likelihood_ratio_of_100_percent():
 
     def scorer(conversations, targets):
         seen.extend(zip(conversations, targets))
-        return [-1.0, -3.0, -2.0, -2.0]  # replies 1, 2; then the golden candidate of each
+        return [-1.0, -3.0, -2.5, -2.0, -2.0]  # three replies; then the golden candidate of each prompt
 
     reward = JudgeRatio()
     reward.bind(scorer)
-    scores = reward.with_features(["F1", "F2"])([X, X], ["reply one", "reply two"], ["gold", "gold"])
-    assert scores == [1.0, pytest.approx(math.exp(-1.0))]
-    assert all(target == JUDGE_TARGET for _, target in seen)
-    first, golden = seen[0][0][1].content, seen[2][0][1].content
+    scores = reward.with_features(["F1", "F2", "F2"])([X, X, X], ["reply one", "reply two", "three"], ["gold"] * 3)
+    assert scores == [1.0, pytest.approx(math.exp(-1.0)), pytest.approx(math.exp(-0.5))]
+    assert len(seen) == 5 and all(target == JUDGE_TARGET for _, target in seen)  # golden rows scored once each
+    first, golden = seen[0][0][1].content, seen[3][0][1].content
     assert "Candidate Response: reply one" in first and "```F1```" in first
-    assert f"Candidate Response: {pxy_target('gold')}```" in golden
+    assert f"Candidate Response: {pxy_target('gold')}```" in golden and "```F1```" in golden
 
 
 def test_model_rewards_say_when_no_model_is_bound():

@@ -321,3 +321,21 @@ def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_
     source.write_text(json.dumps({"IDTrain": samples}))
     with pytest.raises(ValueError, match="1 of 3 records have no 'reasoning'"):
         corl_cold_start.main([str(source), str(tmp_path / "out")])
+
+
+def test_a_judge_model_from_a_folder_scores_like_the_policys_frozen_start_and_stays_out_of_checkpoints(
+    compose, tmp_path
+):
+    cfg, models, tokenizers = build(compose)
+    models["dialogue"].save_pretrained(tmp_path / "judge")  # the same random start as the dialogue policy
+    module = CoRLModule(models, tokenizers, objective_config(cfg))
+    cfg, models, tokenizers = build(compose, f"objective.judge_model={tmp_path / 'judge'}")
+    loaded = CoRLModule(models, tokenizers, objective_config(cfg))
+    assert type(loaded.reference).__name__ == "LoadedJudge"
+    conversation = [pxy_prompt(X, "F")]
+    assert loaded.score_with_judge(conversation, ["100%"]) == pytest.approx(
+        module.score_with_judge(conversation, ["100%"]), rel=1e-5
+    )
+    checkpoint = {"state_dict": loaded.state_dict()}
+    loaded.on_save_checkpoint(checkpoint)
+    assert checkpoint["state_dict"] and not any(k.startswith("reference.") for k in checkpoint["state_dict"])

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
 from rpbench.atomic import partial_path, publish
@@ -346,7 +347,14 @@ class CoRLModule(GRPOModule):
             raise ConfigError("objective.shared_base=true trains two LoRA adapters of one base: set model.lora")
         config = copy.deepcopy(self.model.peft_config[ADAPTERS[DIALOGUE]])
         self.model.add_adapter(ADAPTERS[REASONER], config)
-        self.model.set_adapter(ADAPTERS[DIALOGUE])
+        self._activate(DIALOGUE)
+
+    def _activate(self, phase: str) -> None:
+        """Shared base: ``phase``'s adapter computes; both stay trainable (peft's ``set_adapter`` freezes the
+        inactive one), so that DDP, which registers the trainable parameters once, reduces both."""
+        self.model.set_adapter(ADAPTERS[phase])
+        for _, param in self.phase_parameters(DIALOGUE) + self.phase_parameters(REASONER):
+            param.requires_grad_(True)
 
     # -- models per phase -------------------------------------------------------------------------
     @contextmanager
@@ -355,20 +363,18 @@ class CoRLModule(GRPOModule):
         if not self.shared:
             yield self.named_models()[phase]
             return
-        self.model.set_adapter(ADAPTERS[phase])
+        self._activate(phase)
         try:
             yield self.model
         finally:
-            self.model.set_adapter(ADAPTERS[DIALOGUE])
+            self._activate(DIALOGUE)
 
     def phase_parameters(self, phase: str) -> list[tuple[str, nn.Parameter]]:
+        """The parameters a phase trains: its model's, or (shared base) its adapter's."""
         if not self.shared:
             return list(self.named_models()[phase].named_parameters())
         marker = f".{ADAPTERS[phase]}."
-        params = [(n, p) for n, p in self.model.named_parameters() if "lora_" in n and marker in n]
-        for _, param in params:
-            param.requires_grad_(True)
-        return params
+        return [(n, p) for n, p in self.model.named_parameters() if "lora_" in n and marker in n]
 
     def configure_optimizers(self):
         """One optimiser and schedule per phase (dialogue first), each sized in its phase's steps."""
@@ -377,6 +383,15 @@ class CoRLModule(GRPOModule):
             self.optimizer_and_schedule(self.phase_parameters(DIALOGUE), s.iterations * s.dialogue_steps),
             self.optimizer_and_schedule(self.phase_parameters(REASONER), s.iterations * s.reasoner_steps),
         ]
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        strategy = self.trainer.strategy
+        if isinstance(strategy, DDPStrategy) and not strategy._ddp_kwargs.get("find_unused_parameters"):
+            raise ValueError(
+                "CoRL trains one model (or adapter) per phase, so DDP sees parameters without gradients: "
+                "set trainer.strategy=ddp_find_unused_parameters_true"
+            )
 
     def planned_optimizer_steps(self) -> int:
         steps = self.schedule.total

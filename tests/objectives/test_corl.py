@@ -339,3 +339,27 @@ def test_a_judge_model_from_a_folder_scores_like_the_policys_frozen_start_and_st
     checkpoint = {"state_dict": loaded.state_dict()}
     loaded.on_save_checkpoint(checkpoint)
     assert checkpoint["state_dict"] and not any(k.startswith("reference.") for k in checkpoint["state_dict"])
+
+
+def test_shared_base_keeps_both_adapters_trainable_and_the_dialogue_adapter_active(compose):
+    lora = "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"
+    cfg, models, tokenizers = build(compose, "objective.shared_base=true", lora)
+    module = CoRLModule(models, tokenizers, objective_config(cfg))
+    adapters = [p for n, p in module.model.named_parameters() if "lora_" in n]
+    assert len(adapters) == 2 * len(module.phase_parameters("dialogue")) > 0
+    with module.acting("reasoner") as model:
+        assert model.active_adapter == "reasoner" and all(p.requires_grad for p in adapters)
+    assert module.model.active_adapter == "default" and all(p.requires_grad for p in adapters)
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_train_a_shared_base(tmp_path):
+    out = tmp_path / "run"
+    settings = ["objective=corl", "data=sample_rpgbench", "evaluator=none", "logger=none", "objective.batch_size=2"]
+    shared = ["objective.shared_base=true", "model.lora={r: 4, alpha: 8}", "trainer.devices=2"]
+    result = run_script(
+        "run.py", f"hydra.run.dir={out}", *settings, *shared, "trainer.strategy=ddp_find_unused_parameters_true"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 4
+    assert len((out / "corl" / "reasoning_iter1.jsonl").read_text().splitlines()) == 8  # 2 ranks x 2 prompts x 2 steps

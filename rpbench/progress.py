@@ -39,7 +39,7 @@ class TrainingProgress(Callback):
             torch.cuda.reset_peak_memory_stats(pl_module.device)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step, total = trainer.global_step, int(trainer.estimated_stepping_batches)
+        step, total = trainer.global_step, int(pl_module.planned_optimizer_steps())  # the objective's own count
         if step == self._last_step or (step % trainer.log_every_n_steps and step != total):
             return
         self._last_step = step

@@ -61,3 +61,24 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
     assert plain.norm() > 0
     assert 0.8 < float(deepspeed.norm() / plain.norm()) < 1.25  # the bug gave 0.5
     assert float(torch.nn.functional.cosine_similarity(plain, deepspeed, dim=0)) > 0.9
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_corl_trains_both_phases_on_one_gpu(tmp_path, shared):
+    out = tmp_path / f"corl-{shared}"
+    lora = ["model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"] if shared else []
+    result = run(
+        f"hydra.run.dir={out}",
+        "objective=corl",
+        "data=sample_rpgbench",
+        "evaluator=none",
+        "trainer=gpu",
+        "logger=none",
+        "trainer.enable_progress_bar=false",
+        f"objective.shared_base={str(shared).lower()}",
+        *lora,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 4  # tiny: 2 + 2 steps
+    for name in ("dialogue", "reasoner"):
+        assert (out / "model" / name / "config.json").exists()

@@ -112,9 +112,14 @@ class ObjectiveModule(L.LightningModule):
         )
 
     def configure_optimizers(self):
+        return self.optimizer_and_schedule(self.trained_parameters(), self.planned_optimizer_steps())
+
+    def optimizer_and_schedule(self, named_parameters, total_steps: int) -> dict[str, Any]:
+        """AdamW over the trainable ``(name, parameter)`` pairs (no decay on biases and norms) and the
+        configured learning-rate schedule over ``total_steps`` optimiser steps."""
         cfg = self.config
         decay, no_decay = [], []
-        for name, param in self.trained_parameters():
+        for name, param in named_parameters:
             if param.requires_grad:
                 (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
         optimizer = torch.optim.AdamW(
@@ -126,12 +131,11 @@ class ObjectiveModule(L.LightningModule):
             betas=tuple(float(b) for b in cfg.adam_betas),
             eps=float(cfg.adam_eps),
         )
-        total = self.planned_optimizer_steps()
         scheduler = get_scheduler(
             str(cfg.scheduler),
             optimizer,
-            num_warmup_steps=math.ceil(float(cfg.warmup_ratio) * total),
-            num_training_steps=total,
+            num_warmup_steps=math.ceil(float(cfg.warmup_ratio) * total_steps),
+            num_training_steps=total_steps,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 

@@ -103,6 +103,139 @@ def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int)
 ROLLOUT_BACKENDS = ("hf", "vllm")
 
 
+@dataclass(frozen=True)
+class UpdateSettings:
+    """How one generation batch updates a policy: ``mu`` optimiser steps of the clipped loss (plus ``beta``
+    times the k3 KL when a reference is given), aggregated as ``aggregation``, ``chunk_size`` completions
+    per backward (None: all at once)."""
+
+    mu: int
+    eps_low: float
+    eps_high: float
+    aggregation: str
+    max_completion_length: int
+    mask_truncated: bool
+    chunk_size: int | None
+    beta: float
+
+
+def optimise_policy(
+    module: ObjectiveModule,
+    model,
+    pad_token_id: int,
+    rollouts: Rollouts,
+    advantages: torch.Tensor,
+    live: bool,
+    settings: UpdateSettings,
+    optimizer,
+    scheduler,
+    reference=None,
+    last_step: int | None = None,
+) -> dict[str, float]:
+    """``settings.mu`` optimiser steps of ``model`` over a generation batch, with ``optimizer`` and its
+    ``scheduler`` (Lightning's wrapped ones of ``module``), stopping early at ``trainer.max_steps`` or at
+    optimiser step ``last_step`` (a phase's end). Returns the sums the step metrics are built from."""
+    lengths = [len(c) for c in rollouts.completion_ids]
+    size = int(settings.chunk_size or len(lengths))
+    chunks = [list(range(start, min(start + size, len(lengths)))) for start in range(0, len(lengths), size)]
+    batches = [
+        module.transfer_batch_to_device(completion_batch(rollouts, rows, pad_token_id), module.device, 0)
+        for rows in chunks
+    ]
+    keep = torch.tensor([not (settings.mask_truncated and t) for t in rollouts.truncated], device=module.device)
+    token_mean = settings.aggregation == "token_mean"
+
+    def logps_of(net, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        values, mask = completion_logps(net, batches[k], [lengths[i] for i in chunks[k]])
+        return values, mask & keep[chunks[k], None]
+
+    def units(mask: torch.Tensor) -> float:  # what the aggregation divides by: tokens or completions
+        return float(mask.sum()) if token_mean else float(mask.shape[0])
+
+    old = ref = None
+    if settings.mu > 1:  # with one step the ratio is 1 and old log-probs are the current ones, detached
+        with torch.no_grad():
+            old = [logps_of(model, k)[0] for k in range(len(chunks))]
+    if reference is not None:
+        with reference.forward_model() as reference_model:
+            ref = [logps_of(reference_model, k)[0] for k in range(len(chunks))]
+    # each chunk's aggregate weighs its share of the step's tokens (or completions) over all ranks,
+    # times the world size that DDP/DeepSpeed average gradients over
+    kept = [n for n, k in zip(lengths, keep.tolist(), strict=True) if k]
+    local_units = float(sum(kept)) if token_mean else float(len(lengths))
+    total = module.trainer.strategy.reduce(torch.tensor(local_units * live, device=module.device), reduce_op="sum")
+    share = rank_and_world()[1] * live / float(total.clamp(min=1))
+    stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "first_tokens": 0.0, "units": local_units}
+    # every rank makes as many backward calls (each all-reduces under DDP): a rank with fewer completions
+    # (a smaller last batch) repeats its first chunk with weight 0
+    n_chunks = max(all_gather_objects(len(chunks)))
+    for iteration in range(settings.mu):
+        if 0 <= module.trainer.max_steps <= module.global_step:  # max_steps counts optimiser steps
+            break
+        if last_step is not None and module.global_step >= last_step:
+            break
+        optimizer.zero_grad()
+        for slot in range(n_chunks):
+            real = slot < len(chunks)
+            k = slot if real else 0
+            rows = chunks[k]
+            logps, mask = logps_of(model, k)
+            old_logps = logps.detach() if old is None else old[k]
+            per_token, clip_fraction = clipped_policy_loss(
+                logps, old_logps, advantages[rows], mask, settings.eps_low, settings.eps_high
+            )
+            kl = k3_kl(logps, ref[k]) if ref is not None else None
+            if kl is not None:
+                per_token = per_token + settings.beta * kl
+            loss = aggregate_loss(per_token, mask, settings.aggregation, settings.max_completion_length)
+            module.manual_backward(loss * (units(mask) * share * real))
+            if not real:
+                continue
+            tokens = float(mask.sum())
+            stats["clipped"] += float(clip_fraction) * tokens
+            stats["tokens"] += tokens
+            if iteration == 0:
+                stats["loss"] += float(loss.detach()) * units(mask)
+                stats["first_tokens"] += tokens
+                if kl is not None:
+                    stats["kl"] += float((kl.detach() * mask).sum())
+        optimizer.step()
+        scheduler.step()
+    return stats
+
+
+def rollout_metrics(
+    rollouts: Rollouts,
+    scores: Mapping[str, Sequence[float]],
+    rewards: torch.Tensor,
+    advantages: torch.Tensor,
+    stats: Mapping[str, float],
+    group_size: int,
+    prefix: str,
+) -> dict[str, torch.Tensor | float]:
+    """The logged statistics of a generation batch (rewards, advantages, clipping, lengths), keys ``prefix...``."""
+    groups = rewards.view(-1, group_size)
+    lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
+    metrics = {
+        "reward/std": rewards.std(),
+        "advantages/mean": advantages.mean(),
+        "advantages/std": advantages.std(),
+        "advantages/abs_mean": advantages.abs().mean(),
+        "zero_std_groups": (groups.amax(1) == groups.amin(1)).float().mean(),
+        "clip_fraction": stats["clipped"] / max(stats["tokens"], 1.0),
+        "completion_length/mean": lengths.mean(),
+        "completion_length/min": lengths.min(),
+        "completion_length/max": lengths.max(),
+        "truncated_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
+        "generation_tokens_per_s": rollouts.n_tokens / max(rollouts.seconds, 1e-9),
+    }
+    for name, values in scores.items():
+        values_t = torch.tensor(values)
+        metrics[f"rewards/{name}/mean"] = values_t.mean()
+        metrics[f"rewards/{name}/std"] = values_t.std()
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
 @dataclass(frozen=True, kw_only=True)
 class GRPOConfig(ObjectiveConfig):
     """conf/objective/grpo.yaml."""
@@ -156,6 +289,19 @@ class GRPOConfig(ObjectiveConfig):
             found.append(str(error))
         return found
 
+    def update(self) -> UpdateSettings:
+        """How a generation batch updates the policy."""
+        return UpdateSettings(
+            mu=int(self.mu),
+            eps_low=float(self.epsilon_low),
+            eps_high=float(self.epsilon_high),
+            aggregation=str(self.loss_aggregation),
+            max_completion_length=int(self.max_completion_length),
+            mask_truncated=bool(self.mask_truncated),
+            chunk_size=self.backward_chunk_size,
+            beta=float(self.beta),
+        )
+
     def generation(self) -> GenerationOptions:
         """How completions are sampled."""
         return GenerationOptions(
@@ -207,11 +353,10 @@ class GRPOModule(ObjectiveModule):
         cfg = self.config
         self.automatic_optimization = False
         self.num_generations, self.mu, self.beta = cfg.num_generations, cfg.mu, cfg.beta
-        self.eps_low, self.eps_high = cfg.epsilon_low, cfg.epsilon_high
-        self.aggregation, self.advantage_scale = cfg.loss_aggregation, cfg.advantage_scale
-        self.mask_truncated = cfg.mask_truncated
+        self.advantage_scale = cfg.advantage_scale
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
         self.generation = cfg.generation()
+        self.update = cfg.update()
         self.reward_fns = build_reward_fns(cfg.rewards)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
@@ -326,71 +471,18 @@ class GRPOModule(ObjectiveModule):
 
     def optimise(self, rollouts: Rollouts, advantages: torch.Tensor, live: bool) -> dict[str, float]:
         """``mu`` optimiser steps over the generation batch, ``backward_chunk_size`` completions per backward."""
-        lengths = [len(c) for c in rollouts.completion_ids]
-        size = int(self.chunk_size or len(lengths))
-        chunks = [list(range(start, min(start + size, len(lengths)))) for start in range(0, len(lengths), size)]
-        batches = [
-            self.transfer_batch_to_device(completion_batch(rollouts, rows, self.tokenizer.pad_token_id), self.device, 0)
-            for rows in chunks
-        ]
-        keep = torch.tensor([not (self.mask_truncated and t) for t in rollouts.truncated], device=self.device)
-
-        def logps_of(model, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-            values, mask = completion_logps(model, batches[k], [lengths[i] for i in chunks[k]])
-            return values, mask & keep[chunks[k], None]
-
-        def units(mask: torch.Tensor) -> float:  # what the aggregation divides by: tokens or completions
-            return float(mask.sum()) if self.aggregation == "token_mean" else float(mask.shape[0])
-
-        old = ref = None
-        if self.mu > 1:  # with one step the ratio is 1 and old log-probs are the current ones, detached
-            with torch.no_grad():
-                old = [logps_of(self.model, k)[0] for k in range(len(chunks))]
-        if self.reference is not None:
-            with self.reference.forward_model() as reference_model:
-                ref = [logps_of(reference_model, k)[0] for k in range(len(chunks))]
-        # each chunk's aggregate weighs its share of the step's tokens (or completions) over all ranks,
-        # times the world size that DDP/DeepSpeed average gradients over
-        kept = [n for n, k in zip(lengths, keep.tolist(), strict=True) if k]
-        local_units = float(sum(kept)) if self.aggregation == "token_mean" else float(len(lengths))
-        total = self.trainer.strategy.reduce(torch.tensor(local_units * live, device=self.device), reduce_op="sum")
-        share = rank_and_world()[1] * live / float(total.clamp(min=1))
-        stats = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "first_tokens": 0.0, "units": local_units}
-        # every rank makes as many backward calls (each all-reduces under DDP): a rank with fewer completions
-        # (a smaller last batch) repeats its first chunk with weight 0
-        n_chunks = max(all_gather_objects(len(chunks)))
-        optimizer = self.optimizers()
-        for iteration in range(self.mu):
-            if 0 <= self.trainer.max_steps <= self.global_step:  # max_steps counts optimiser steps
-                break
-            optimizer.zero_grad()
-            for slot in range(n_chunks):
-                real = slot < len(chunks)
-                k = slot if real else 0
-                rows = chunks[k]
-                logps, mask = logps_of(self.model, k)
-                old_logps = logps.detach() if old is None else old[k]
-                per_token, clip_fraction = clipped_policy_loss(
-                    logps, old_logps, advantages[rows], mask, self.eps_low, self.eps_high
-                )
-                kl = k3_kl(logps, ref[k]) if ref is not None else None
-                if kl is not None:
-                    per_token = per_token + self.beta * kl
-                loss = aggregate_loss(per_token, mask, self.aggregation, self.generation.max_new_tokens)
-                self.manual_backward(loss * (units(mask) * share * real))
-                if not real:
-                    continue
-                tokens = float(mask.sum())
-                stats["clipped"] += float(clip_fraction) * tokens
-                stats["tokens"] += tokens
-                if iteration == 0:
-                    stats["loss"] += float(loss.detach()) * units(mask)
-                    stats["first_tokens"] += tokens
-                    if kl is not None:
-                        stats["kl"] += float((kl.detach() * mask).sum())
-            optimizer.step()
-            self.lr_schedulers().step()
-        return stats
+        return optimise_policy(
+            self,
+            self.model,
+            self.tokenizer.pad_token_id,
+            rollouts,
+            advantages,
+            live,
+            self.update,
+            self.optimizers(),
+            self.lr_schedulers(),
+            self.reference,
+        )
 
     def planned_optimizer_steps(self) -> int:
         """``mu`` optimiser steps per generation batch, capped by ``max_steps`` (which counts optimiser steps)."""
@@ -416,25 +508,7 @@ class GRPOModule(ObjectiveModule):
         advantages: torch.Tensor,
         stats: Mapping[str, float],
     ) -> None:
-        groups = rewards.view(-1, self.num_generations)
-        lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
-        metrics = {
-            "train/reward/std": rewards.std(),
-            "train/advantages/mean": advantages.mean(),
-            "train/advantages/std": advantages.std(),
-            "train/advantages/abs_mean": advantages.abs().mean(),
-            "train/zero_std_groups": (groups.amax(1) == groups.amin(1)).float().mean(),
-            "train/clip_fraction": stats["clipped"] / max(stats["tokens"], 1.0),
-            "train/completion_length/mean": lengths.mean(),
-            "train/completion_length/min": lengths.min(),
-            "train/completion_length/max": lengths.max(),
-            "train/truncated_fraction": sum(rollouts.truncated) / len(rollouts.truncated),
-            "train/generation_tokens_per_s": rollouts.n_tokens / max(rollouts.seconds, 1e-9),
-        }
-        for name, values in scores.items():
-            values_t = torch.tensor(values)
-            metrics[f"train/rewards/{name}/mean"] = values_t.mean()
-            metrics[f"train/rewards/{name}/std"] = values_t.std()
+        metrics = rollout_metrics(rollouts, scores, rewards, advantages, stats, self.num_generations, "train/")
         if self.reference is not None:
             metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
         metrics["train/optimizer_step"] = float(self.global_step)

@@ -93,6 +93,20 @@ def sample_completions(
     if not options.sampling:
         raise ValueError("GRPO needs sampled completions: set objective.temperature > 0")
     rows = repeat_each([list(p) for p in prompt_ids], num_generations)
+    return generate_rows(model, rows, options, stop_ids, pad_id, seed, synced_gpus)
+
+
+def generate_rows(
+    model: nn.Module,
+    rows: Sequence[Sequence[int]],
+    options: GenerationOptions,
+    stop_ids: Sequence[int],
+    pad_id: int,
+    seed: int,
+    synced_gpus: bool = False,
+) -> Rollouts:
+    """One completion of each prompt row, greedy or sampled as ``options`` say (seeded in a forked RNG)."""
+    rows = [list(r) for r in rows]
     device = next(model.parameters()).device
     ids, mask = left_pad(rows, pad_id)
     config = hf_generation_config(options, stop_ids, pad_id)

@@ -303,6 +303,7 @@ class CoRLModule(GRPOModule):
         ObjectiveModule.__init__(self, model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False
+        self.engine = None  # GRPO's vLLM rollout engine: CoRL has none (rollout_engine)
         self.shared = bool(cfg.shared_base)
         if self.shared:
             self._add_reasoner_adapter()
@@ -392,6 +393,10 @@ class CoRLModule(GRPOModule):
                 "CoRL trains one model (or adapter) per phase, so DDP sees parameters without gradients: "
                 "set trainer.strategy=ddp_find_unused_parameters_true"
             )
+
+    def rollout_engine(self) -> None:
+        """CoRL samples both policies with their own batched generate (no vLLM backend)."""
+        return None
 
     def planned_optimizer_steps(self) -> int:
         steps = self.schedule.total

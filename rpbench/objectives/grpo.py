@@ -379,16 +379,22 @@ class GRPOModule(ObjectiveModule):
                     "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
                     "trainer.strategy.config.gradient_clipping instead"
                 )
-        if self.config.rollout_backend == "vllm" and self.engine is None:
-            if rank_and_world()[1] > 1:
-                raise ValueError("objective.rollout_backend=vllm runs in one process: train with trainer.devices=1")
-            self.engine = VLLMEngine(
-                self.model,
-                self.tokenizer,
-                gpu_memory_utilization=float(self.config.vllm_gpu_memory_utilization),
-                what="objective.rollout_backend=vllm",
-                seed=self.seed,
-            )
+        if self.engine is None:
+            self.engine = self.rollout_engine()
+
+    def rollout_engine(self) -> VLLMEngine | None:
+        """The in-process vLLM engine of ``rollout_backend=vllm``; None: the model's own batched generate."""
+        if self.config.rollout_backend != "vllm":
+            return None
+        if rank_and_world()[1] > 1:
+            raise ValueError("objective.rollout_backend=vllm runs in one process: train with trainer.devices=1")
+        return VLLMEngine(
+            self.model,
+            self.tokenizer,
+            gpu_memory_utilization=float(self.config.vllm_gpu_memory_utilization),
+            what="objective.rollout_backend=vllm",
+            seed=self.seed,
+        )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         drop_reference_weights(checkpoint)

@@ -57,6 +57,17 @@ def tuning_file(cfg):
     return CONF_DIR / "tuning" / "tiny" / f"{cfg.objective.name}.yaml" if tiny else CONF_DIR / "absent.yaml"
 
 
+def tiny_eval_file(cfg):
+    """The evaluator settings the tiny model's tuning sets (tuning/tiny_eval/<evaluator>.yaml)."""
+    tiny = (CONF_DIR / "tuning" / f"{cfg.model.name}.yaml").is_file()
+    return CONF_DIR / "tuning" / "tiny_eval" / f"{cfg.evaluator.name}.yaml" if tiny else CONF_DIR / "absent.yaml"
+
+
+def later_files(cfg, group: str) -> list:
+    """The tuning files composed after ``group``'s option (the tiny default model's)."""
+    return {"objective": [tuning_file(cfg)], "evaluator": [tiny_eval_file(cfg)]}.get(group, [])
+
+
 def assert_option_in_effect(cfg, group: str, option: str, *later_files) -> None:
     """Every value the option's file sets is in the composed config, unless a later file (tuning,
     experiment) sets the same key."""
@@ -77,8 +88,7 @@ def test_every_option_composes(compose, group, option):
         return
     cfg = compose(f"{group}={option}")
     check(cfg)
-    tuning = tuning_file(cfg)  # the tiny default model's
-    assert_option_in_effect(cfg, group, option, *([tuning] if group == "objective" else []))
+    assert_option_in_effect(cfg, group, option, *later_files(cfg, group))
 
 
 @pytest.mark.parametrize(
@@ -91,8 +101,7 @@ def test_every_option_composes_inside_the_experiment(compose, group, option, tmp
     check(cfg)
     experiment = tmp_path / "experiment_part.yaml"
     OmegaConf.save(OmegaConf.load(CONF_DIR / "experiment" / "rolemrc_sft_qwen2.5-7b.yaml").get(group) or {}, experiment)
-    tuning = tuning_file(cfg)
-    assert_option_in_effect(cfg, group, option, experiment, *([tuning] if group == "objective" else []))
+    assert_option_in_effect(cfg, group, option, experiment, *later_files(cfg, group))
 
 
 def test_slurm_launcher_composes(compose):

@@ -1,7 +1,8 @@
 """RPGBench: reference metrics per subset tag and per distribution shift; WinRate against the golden
 responses from a judge ensemble (position-swapped); the generalization analysis (JS per shift,
-EMI / EMID, R-EMI / R-EMID, the bound and its convergence, ground-truth perplexity; see
-``rpbench.eval.generalization.analysis``) with the evaluated model as critic."""
+EMI / EMID, R-EMI / R-EMID, the bound in its scale-adjusted form and with Ĥ estimated from samples,
+its convergence, ground-truth perplexity; see ``rpbench.eval.generalization.analysis``) with the
+evaluated model as critic."""
 
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
+
+if TYPE_CHECKING:
+    from rpbench.eval.generalization.analysis import EntropySettings
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +54,21 @@ def generated_reasoning(cfg: DictConfig, model, tokenizer, examples: Sequence[Ev
 
 
 def own_samples(
-    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], k: int, out_dir: Path
+    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, out_dir: Path
 ) -> dict[str, list[str]]:
-    """``k`` samples per record from the evaluated model at temperature 1 (for Ĥ), kept in entropy_samples.jsonl."""
+    """``entropy.samples`` responses per record from the evaluated model at temperature 1, no top-p / top-k
+    (an estimate of H(P_θ(· | x)) needs the model's own distribution), seeded; kept in entropy_samples.jsonl."""
     from rpbench.eval.generate import generate_predictions
 
-    copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(k)]
-    options = {**as_container(cfg.evaluator.generation), "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(entropy.samples)]
+    options = {
+        **as_container(cfg.evaluator.generation),
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "max_new_tokens": entropy.max_new_tokens,
+        "seed": entropy.seed,
+    }
     options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
     generate_predictions(model, tokenizer, copies, out_dir / "entropy_samples.jsonl", options)
     drawn: dict[str, list[str]] = {}
@@ -106,7 +118,13 @@ class RPGBench(Benchmark):
         results: dict[str, Any],
     ) -> None:
         """JS, EMI / R-EMI, EMID / R-EMID, bound, convergence and perplexity into ``results``; plots."""
-        from rpbench.eval.generalization.analysis import AnalysisSettings, analyze, record_reasoning
+        from rpbench.eval.generalization.analysis import (
+            AnalysisSettings,
+            EntropySettings,
+            analyze,
+            entropy_prompts,
+            record_reasoning,
+        )
         from rpbench.eval.generalization.embed import load_text_embedder
         from rpbench.models.loading import chat_renderer
 
@@ -137,24 +155,21 @@ class RPGBench(Benchmark):
             int(g.batch_size),
             [int(n) for n in g.convergence_sizes],
             int(g.convergence_repeats),
-            int(g.entropy_samples),
+            EntropySettings(
+                int(g.entropy.samples),
+                int(g.entropy.max_new_tokens),
+                None if g.entropy.max_prompts is None else int(g.entropy.max_prompts),
+                int(g.entropy.seed),
+            ),
         )
-        drawn = (
-            own_samples(cfg, model, tokenizer, examples, settings.entropy_samples, out_dir)
-            if settings.entropy_samples
-            else None
-        )
+        sampled = entropy_prompts(examples, settings.entropy)
+        drawn = own_samples(cfg, model, tokenizer, sampled, settings.entropy, out_dir) if sampled else None
         renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
         model.eval()
         analysis = analyze(examples, predictions, model, renderer, embedder, settings, reasoning, source, drawn)
-        results["generalization"] = {
-            k: v
-            for k, v in analysis.items()
-            if k not in ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "perplexity")
-        }
-        if not analysis["bound_estimated"]:
-            results["generalization"].pop("bound_estimated")
-        for key in ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "perplexity"):
+        top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_estimated", "entropy", "perplexity")
+        results["generalization"] = {k: v for k, v in analysis.items() if k not in top}
+        for key in top:
             if key in analysis:
                 results[key] = analysis[key]
         plot_severity(results, out_dir / "js_vs_winrate.png")

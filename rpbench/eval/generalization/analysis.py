@@ -11,10 +11,14 @@ them), so every number on one split shares its samples. Records whose prediction
 whitespace) have no text embedding: they are left out and counted per shift
 (``excluded_empty_predictions``); a split left with fewer than 2 records is an error.
 
-With ``entropy_samples`` (record id -> the evaluated model's own samples at temperature 1) the bound
-is also given with Ĥ estimated (``bound_estimated``): Ĥ = max over the ID and shifted prompts of
-H(P_θ(· | x)) + H(P(· | x)), both Monte-Carlo entropies from the same model, as the critic that stands
-in for the golden conditional is the evaluated model.
+The bound comes in two forms. ``bound``: the scale-adjusted form, Ĥ = 1 (what the EMID code reports).
+``bound_estimated``, with ``entropy_samples`` (record id -> K responses sampled from the model at
+temperature 1, for the records ``entropy_prompts`` picks): Ĥ = max over the ID and shifted prompts x
+of H(P_θ(· | x)) + H(P(· | x)), each a length-normalised Monte-Carlo entropy (``conditional_entropy``:
+−mean_k ℓ(ŷ_k | x)). H(P(· | x)), the golden conditional, is estimated under the critic from the
+critic's own samples; the critic is the evaluated model, so its samples and scores are the model's
+and the two terms coincide (Ĥ = 2 · max_x H(P_θ(· | x))). ``entropy`` reports Ĥ and the per-split
+entropies.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -41,6 +45,23 @@ ID_SHIFT = "in_distribution"
 
 
 @dataclass(frozen=True)
+class EntropySettings:
+    """``evaluator.generalization.entropy`` (conf/evaluator/rpgbench.yaml documents each)."""
+
+    samples: int  # K per prompt; 0: off (the scale-adjusted bound only)
+    max_new_tokens: int
+    max_prompts: int | None  # per split; None: every record
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.samples < 0 or self.max_new_tokens < 1 or (self.max_prompts is not None and self.max_prompts < 1):
+            raise ValueError(
+                f"evaluator.generalization.entropy: samples must be >= 0 (0: off), max_new_tokens >= 1 and "
+                f"max_prompts >= 1 or null; got {self}"
+            )
+
+
+@dataclass(frozen=True)
 class AnalysisSettings:
     """``evaluator.generalization`` (conf/evaluator/rpgbench.yaml documents each)."""
 
@@ -52,7 +73,7 @@ class AnalysisSettings:
     batch_size: int
     convergence_sizes: Sequence[int]
     convergence_repeats: int
-    entropy_samples: int
+    entropy: EntropySettings
 
 
 def split_by_shift(examples: Sequence[EvalExample]) -> dict[str, list[int]]:
@@ -84,6 +105,42 @@ def _subsample(rows: list[int], limit: int, seed: int) -> list[int]:
     return sorted(np.random.default_rng(seed).choice(rows, size=limit, replace=False).tolist())
 
 
+def entropy_prompts(examples: Sequence[EvalExample], settings: EntropySettings) -> list[EvalExample]:
+    """The records Ĥ is estimated on: per shift at most ``max_prompts`` (seeded); none when off."""
+    if not settings.samples:
+        return []
+    rows = [
+        i
+        for k, split in enumerate(split_by_shift(examples).values())
+        for i in (split if settings.max_prompts is None else _subsample(split, settings.max_prompts, settings.seed + k))
+    ]
+    return [examples[i] for i in sorted(rows)]
+
+
+def split_entropies(
+    critic: torch.nn.Module,
+    renderer: ChatRenderer,
+    examples: Sequence[EvalExample],
+    samples: Mapping[str, Sequence[str]],
+    batch_size: int,
+) -> dict[str, torch.Tensor]:
+    """shift -> [n] per-prompt H(P_θ(· | x)) (nats per token) over the records that have ``samples``."""
+    chosen = [e for e in examples if e.id in samples]
+    return {
+        shift: conditional_entropy(
+            critic, renderer, [chosen[i].prompt for i in rows], [samples[chosen[i].id] for i in rows], None, batch_size
+        )
+        for shift, rows in split_by_shift(chosen).items()
+    }
+
+
+def estimated_entropy(entropies: Mapping[str, torch.Tensor], shift: str) -> float:
+    """Ĥ for ID vs ``shift``: max over both splits' prompts of H(P_θ(· | x)) + H(P(· | x)) (module docstring)."""
+    model = torch.cat([entropies[ID_SHIFT], entropies[shift]])
+    golden = model  # the critic (golden conditional's stand-in) is the evaluated model: same samples, same scores
+    return entropy_bound(model, golden)
+
+
 def emi_from(model_m: torch.Tensor, golden_m: torch.Tensor, n_negatives: int, seed: int) -> dict[str, float]:
     mi_model, mi_golden = club_mi_matrix(model_m, n_negatives, seed), club_mi_matrix(golden_m, n_negatives, seed)
     return {"emi": mi_model - mi_golden, "mi_model": mi_model, "mi_golden": mi_golden, "n": len(model_m)}
@@ -101,8 +158,10 @@ def analyze(
     entropy_samples: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """metrics.json's generalization keys: ``jsd``, ``emi``, ``emid``, ``r_emi``, ``r_emid``, ``bound``,
-    ``convergence`` and ``perplexity`` (module docstring), plus the settings and sample counts."""
+    ``bound_estimated`` and ``entropy`` (with ``entropy_samples``), ``convergence`` and ``perplexity``
+    (module docstring), plus the settings and sample counts."""
     s = settings
+    entropies = split_entropies(critic, renderer, examples, entropy_samples, s.batch_size) if entropy_samples else {}
     kept = [i for i, e in enumerate(examples) if predictions[e.id].strip()]
     excluded = Counter(str(e.meta.get("shift")) for i, e in enumerate(examples) if i not in set(kept))
     examples = [examples[i] for i in kept]
@@ -139,11 +198,6 @@ def analyze(
             ppl.setdefault(shift, {})[f"{'with' if r else 'without'}_reasoning"] = perplexity(
                 *args, pick(golden, rows), r, s.batch_size
             )
-    entropy = {}
-    if entropy_samples is not None:
-        for shift, rows in splits.items():
-            drawn = [entropy_samples[examples[i].id] for i in rows]
-            entropy[shift] = conditional_entropy(critic, renderer, pick(prompts, rows), drawn, None, s.batch_size)
     emi = {
         shift: emi_from(m["model"], m["golden"], s.n_negatives, s.seed)
         for (shift, c), m in matrices.items()
@@ -155,15 +209,15 @@ def analyze(
         if c == "reasoning"
     }
     shifted = [shift for shift in splits if shift != ID_SHIFT]
-    jsd, bound, bound_estimated, convergence = {}, {}, {}, {}
+    jsd, bound, bound_estimated, h_hat, convergence = {}, {}, {}, {}, {}
     cond = "reasoning" if reasoning is not None else "plain"
     for shift in shifted:
         severity = shift_severity(embedded[ID_SHIFT], embedded[shift], s.weighting)
         jsd[shift] = severity.as_dict()
         bound[shift] = bound_of(severity, None, s.delta_form).as_dict()
-        if entropy:
-            h = torch.cat([entropy[ID_SHIFT], entropy[shift]])
-            bound_estimated[shift] = bound_of(severity, entropy_bound(h, h), s.delta_form).as_dict()
+        if entropies:
+            h_hat[shift] = estimated_entropy(entropies, shift)
+            bound_estimated[shift] = bound_of(severity, h_hat[shift], s.delta_form).as_dict()
         largest = min(len(splits[ID_SHIFT]), len(splits[shift]))
         sizes = sorted({n for n in s.convergence_sizes if 2 <= n <= largest} | {largest})
         idm, odm = matrices[ID_SHIFT, cond], matrices[shift, cond]
@@ -181,11 +235,14 @@ def analyze(
         convergence[shift] = [
             {"n": p.n, "repeat": p.repeat, "bound": p.bound.value, "empirical": p.empirical} for p in points
         ]
+    entropy_prompt_count = (
+        "every prompt" if s.entropy.max_prompts is None else f"at most {s.entropy.max_prompts} prompts per split"
+    )
     result: dict[str, Any] = {
         "reasoning_source": reasoning_source,
         "critic": "the evaluated model",
         "embedder": embedder.describe(),
-        "settings": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in vars(s).items()},
+        "settings": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in asdict(s).items()},
         "n_per_split": {shift: len(rows) for shift, rows in splits.items()},
         "excluded_empty_predictions": dict(excluded),
         "n_truncated_texts": sum(e.n_truncated for e in embedded.values()),
@@ -193,16 +250,26 @@ def analyze(
         "emi": emi,
         "emid": {shift: emi[ID_SHIFT]["emi"] - emi[shift]["emi"] for shift in shifted},
         "bound": bound,
-        "bound_form": "scale_adjusted (H = 1), delta form " + s.delta_form,
-        "bound_estimated": bound_estimated,
+        "bound_form": "scale_adjusted (Ĥ = 1), delta form " + s.delta_form,
         "bound_estimated_form": (
-            f"H estimated from {s.entropy_samples} samples per prompt, delta form {s.delta_form}"
-            if bound_estimated
-            else "not computed (entropy_samples: 0)"
+            f"estimated (Ĥ from {s.entropy.samples} samples per prompt at temperature 1, at most "
+            f"{s.entropy.max_new_tokens} new tokens, on {entropy_prompt_count}), delta form {s.delta_form}"
+            if entropies
+            else "not computed (entropy.samples: 0)"
         ),
         "convergence": {"empirical": "r_emid" if reasoning is not None else "emid", "points": convergence},
         "perplexity": ppl,
     }
+    if entropies:
+        result["bound_estimated"] = bound_estimated
+        result["entropy"] = {
+            "h_hat": h_hat,
+            "golden_conditional": "the critic's own samples; the critic is the evaluated model, so the same entropies",
+            "per_split": {
+                shift: {"n_prompts": len(h), "mean": float(h.mean()), "max": float(h.max())}
+                for shift, h in entropies.items()
+            },
+        }
     if reasoning is not None:
         result["r_emi"] = r_emi
         result["r_emid"] = {shift: r_emi[ID_SHIFT]["emi"] - r_emi[shift]["emi"] for shift in shifted}

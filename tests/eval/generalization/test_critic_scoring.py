@@ -136,3 +136,42 @@ def test_a_response_cut_by_max_length_is_an_error():
     short = ChatRenderer(renderer.tokenizer, max_length=20)
     with pytest.raises(ValueError, match="does not fit in max_length=20"):
         pair_logps(model, short, PROMPTS, RESPONSES, [(0, 0)])
+
+
+def test_estimated_entropy_is_twice_the_largest_per_prompt_entropy_by_direct_forwards():
+    # Ĥ(ID vs user) = max over the ID and user prompts of H(model | x) + H(golden | x); the critic is the
+    # model, so both terms are -mean_k ℓ(ŷ_k | x) of the same samples (length-normalised)
+    from rpbench.data.records import EvalExample
+    from rpbench.eval.generalization.analysis import (
+        EntropySettings,
+        entropy_prompts,
+        estimated_entropy,
+        split_entropies,
+    )
+    from rpbench.eval.generalization.bound import bound_of
+    from rpbench.eval.generalization.shift import ShiftSeverity
+
+    model, renderer = tiny()
+    shifts = ["in_distribution", "user", "in_distribution", "character"]
+    examples = [EvalExample(f"r{i}", PROMPTS[i % 3], "g", "tag", {"shift": s}) for i, s in enumerate(shifts)]
+    samples = {"r0": RESPONSES[:2], "r1": [RESPONSES[2], "Aye."], "r2": ["Sometimes, yes.", "No."], "r3": ["Hm."]}
+    entropies = split_entropies(model, renderer, examples, samples, batch_size=2)
+    direct = {
+        e.id: -sum(direct_mean_logp("qwen2", e.prompt, y)[0] for y in samples[e.id]) / len(samples[e.id])
+        for e in examples
+    }
+    assert entropies["in_distribution"].tolist() == pytest.approx([direct["r0"], direct["r2"]], abs=1e-4)
+    h_hat = estimated_entropy(entropies, "user")
+    assert h_hat == pytest.approx(2 * max(direct["r0"], direct["r1"], direct["r2"]), abs=1e-4)
+    # the estimated bound scales the input term by Ĥ (roots 0.2, 0.3, 0.4; δ fourth roots 0.2, 0.3)
+    severity = ShiftSeverity(0.04, 0.09, 0.16, 0.0016, 0.0081, 2, 2, "equal")
+    bound = bound_of(severity, h_hat)
+    assert bound.entropy_form == "estimated" and bound.value == pytest.approx(math.sqrt(2 / 3) * h_hat * 0.9 + 2.4)
+    # prompt choice: at most max_prompts per shift, seeded; none when off
+    assert [e.id for e in entropy_prompts(examples, EntropySettings(2, 8, None, 0))] == ["r0", "r1", "r2", "r3"]
+    picked = entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
+    assert len(picked) == 3 and {e.meta["shift"] for e in picked} == set(shifts)
+    assert picked == entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
+    assert entropy_prompts(examples, EntropySettings(0, 8, None, 0)) == []
+    with pytest.raises(ValueError, match="max_prompts >= 1 or null"):
+        EntropySettings(2, 8, 0, 0)

@@ -49,3 +49,16 @@ def test_entropy_bound_is_the_max_of_the_per_prompt_sums():
     assert entropy_bound(model, golden) == pytest.approx(3.5)
     with pytest.raises(ValueError, match="equally long"):
         entropy_bound(model, golden[:2])
+
+
+def test_estimated_form_by_hand_for_a_given_entropy():
+    # Ĥ = 0.8 (e.g. 2 x 0.4 nats per token): input term sqrt(2/3) * 0.8 * 0.9, output term unchanged
+    scale_adjusted = remid_bound(JS, 0.0016, 0.0081)
+    estimated = remid_bound(JS, 0.0016, 0.0081, entropy=0.8)
+    assert estimated.entropy == 0.8 and estimated.entropy_form == "estimated"
+    assert estimated.input_term == pytest.approx(0.8 * scale_adjusted.input_term)
+    assert estimated.value == pytest.approx(math.sqrt(2 / 3) * 0.72 + 2.4)
+    assert estimated.output_term == scale_adjusted.output_term
+    assert remid_bound(JS, 0.0016, 0.0081, entropy=0.0).value == pytest.approx(2.4)
+    with pytest.raises(ValueError, match="finite non-negative"):
+        remid_bound(JS, 0.0016, 0.0081, entropy=float("nan"))

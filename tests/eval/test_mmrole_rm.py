@@ -123,6 +123,8 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
         "judge=mmrole_rm",
         f"judge.model={trained / 'model'}",
         "judge.server.model.family=qwen2",  # the tiny base's family (the default is the experiment's qwen2_vl)
+        "~judge.server.model.freeze_vision",
+        "judge.multimodal=false",
         "judge.server.model.dtype=float32",
         "judge.max_tokens.mmrole=4",
         f"evaluator.answers={answers}",

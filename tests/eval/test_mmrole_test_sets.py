@@ -113,6 +113,7 @@ def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
             f"hydra.run.dir={out}",
             f"paths.output_root={tmp_path}",
             "data=sample_mmrole",
+            "model=tiny-qwen2-vl",  # trains with the images, then answers the test sets without them
             "debug=short",
             "evaluator=mmrole",
             "evaluator.without_vision=true",

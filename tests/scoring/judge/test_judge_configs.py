@@ -15,21 +15,22 @@ CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 OPTIONS = sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml"))
 
 
-def judge_config(name: str) -> dict:
+def judge_config(name: str, *overrides: str) -> dict:
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name=None, overrides=["+paths=default", f"+judge={name}"])
+        cfg = compose(config_name=None, overrides=["+paths=default", f"+judge={name}", *overrides])
     return OmegaConf.to_container(cfg.judge, resolve=True)
 
 
-def test_the_group_has_the_five_options():
-    assert OPTIONS == ["local", "none", "openai", "rolemrc_published", "vllm"]
+def test_the_group_has_the_six_options():
+    assert OPTIONS == ["local", "mmrole_rm", "none", "openai", "rolemrc_published", "vllm"]
 
 
 @pytest.mark.parametrize("name", [n for n in OPTIONS if n != "none"])
 def test_option_builds_a_judge_config(name):
-    cfg = judge_config(name)
+    cfg = judge_config(name, *(["judge.model=outputs/rm/model"] if name == "mmrole_rm" else []))
     config = JudgeConfig.from_mapping(cfg)
-    assert cfg["backend"] == ("openai" if name in ("openai", "rolemrc_published") else name)
+    backend = {"openai": "openai", "rolemrc_published": "openai", "mmrole_rm": "local"}.get(name, name)
+    assert cfg["backend"] == backend
     assert config.cache_path.endswith("judge_cache.sqlite")
     if name == "local":
         ServeOptions.from_mapping({k: v for k, v in cfg["server"].items() if k != "model"})

@@ -54,7 +54,6 @@ from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.objectives.base import ObjectiveModule
-from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.corl_prompts import (
     RolePlayInput,
     core_features,
@@ -63,8 +62,14 @@ from rpbench.objectives.corl_prompts import (
     role_play_input,
     thought_prompt,
 )
-from rpbench.objectives.grpo import GRPOModule, UpdateSettings, optimise_policy, prompt_and_reference, rollout_metrics
-from rpbench.objectives.losses import ADVANTAGE_SCALES, AGGREGATION_MODES
+from rpbench.objectives.grpo import (
+    GroupSamplingConfig,
+    GRPOModule,
+    UpdateSettings,
+    optimise_policy,
+    prompt_and_reference,
+    rollout_metrics,
+)
 from rpbench.objectives.reference import FrozenCopy, is_peft_model, live_reference
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import RewardFn, build_reward_fns, score_rewards, weighted_sum
@@ -116,32 +121,19 @@ class Schedule:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoRLConfig(ObjectiveConfig):
+class CoRLConfig(GroupSamplingConfig):
     """conf/objective/corl.yaml."""
 
     shared_base: bool
     iterations: int
     reasoner_steps: int
     dialogue_steps: int
-    num_generations: int
-    temperature: float
-    top_p: float
-    top_k: int
-    mu: int
-    epsilon_low: float
-    epsilon_high: float
-    loss_aggregation: str
-    advantage_scale: str
-    mask_truncated: bool
     max_prompt_length: int
     reasoner_max_completion_length: int
     dialogue_max_completion_length: int
     reasoning_temperature: float
     reasoner_rewards: list[dict[str, Any]]
     dialogue_rewards: list[dict[str, Any]]
-    generation_seed: int
-    backward_chunk_size: int | None
-    clip_grad_norm: float | None
     score_batch_size: int
     score_max_length: int
     reasoner_init_from: str | None
@@ -149,34 +141,18 @@ class CoRLConfig(ObjectiveConfig):
 
     def problems(self) -> list[str]:
         found = super().problems()
-        if self.grad_accum != 1 or self.max_grad_norm:
-            found.append(
-                "CoRL optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
-                "use objective.backward_chunk_size and objective.clip_grad_norm instead"
-            )
         for key in (
             "iterations",
             "reasoner_steps",
             "dialogue_steps",
-            "mu",
             "max_prompt_length",
             "score_batch_size",
             "score_max_length",
         ):
             if int(getattr(self, key)) < 1:
                 found.append(f"{key} must be an integer >= 1, got {getattr(self, key)}")
-        if self.num_generations < 2:
-            found.append(f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}")
-        if self.loss_aggregation not in AGGREGATION_MODES:
-            found.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.loss_aggregation!r}")
-        if self.advantage_scale not in ADVANTAGE_SCALES:
-            found.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
-        if not self.temperature > 0:
-            found.append("temperature must be > 0: a group of greedy completions is identical")
         if self.shared_base and self.reasoner_init_from:
             found.append("reasoner_init_from needs two models: set objective.shared_base=false")
-        if self.backward_chunk_size is not None and int(self.backward_chunk_size) < 1:
-            found.append(f"backward_chunk_size must be >= 1 or null, got {self.backward_chunk_size}")
         try:
             self.generation(REASONER), self.generation(DIALOGUE), self.reasoning_generation()
         except ValueError as error:

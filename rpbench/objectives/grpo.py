@@ -237,11 +237,10 @@ def rollout_metrics(
 
 
 @dataclass(frozen=True, kw_only=True)
-class GRPOConfig(ObjectiveConfig):
-    """conf/objective/grpo.yaml."""
+class GroupSamplingConfig(ObjectiveConfig):
+    """What GRPO and CoRL share: groups of sampled completions, the clipped update, manual optimisation."""
 
     num_generations: int
-    max_completion_length: int
     temperature: float
     top_p: float
     top_k: int
@@ -251,38 +250,49 @@ class GRPOConfig(ObjectiveConfig):
     loss_aggregation: str
     advantage_scale: str
     mask_truncated: bool
-    beta: float
-    rewards: list[dict[str, Any]]
     generation_seed: int
     backward_chunk_size: int | None
     clip_grad_norm: float | None
-    rollout_backend: str
-    generation_cache: str
-    vllm_gpu_memory_utilization: float
 
     def problems(self) -> list[str]:
         found = super().problems()
         if self.grad_accum != 1 or self.max_grad_norm:
             found.append(
-                "GRPO optimises manually: keep objective.grad_accum=1 and objective.max_grad_norm=null; "
-                "use objective.backward_chunk_size and objective.clip_grad_norm instead"
+                f"objective={self.name} optimises manually: keep objective.grad_accum=1 and "
+                "objective.max_grad_norm=null; use objective.backward_chunk_size and objective.clip_grad_norm instead"
             )
         if self.num_generations < 2:
             found.append(f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}")
         if self.mu < 1:
             found.append(f"mu must be >= 1, got {self.mu}")
-        if self.beta < 0:
-            found.append(f"beta must be >= 0, got {self.beta}")
         if self.loss_aggregation not in AGGREGATION_MODES:
             found.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.loss_aggregation!r}")
         if self.advantage_scale not in ADVANTAGE_SCALES:
             found.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
         if not self.temperature > 0:
             found.append("temperature must be > 0: a group of greedy completions is identical")
-        if self.rollout_backend not in ROLLOUT_BACKENDS:
-            found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
         if self.backward_chunk_size is not None and int(self.backward_chunk_size) < 1:
             found.append(f"backward_chunk_size must be >= 1 or null, got {self.backward_chunk_size}")
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class GRPOConfig(GroupSamplingConfig):
+    """conf/objective/grpo.yaml."""
+
+    max_completion_length: int
+    beta: float
+    rewards: list[dict[str, Any]]
+    rollout_backend: str
+    generation_cache: str
+    vllm_gpu_memory_utilization: float
+
+    def problems(self) -> list[str]:
+        found = super().problems()
+        if self.beta < 0:
+            found.append(f"beta must be >= 0, got {self.beta}")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
         try:
             self.generation()
         except ValueError as error:

@@ -242,8 +242,8 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("objective.grad_accum=2", "GRPO optimises manually"),
-        ("objective.max_grad_norm=1.0", "GRPO optimises manually"),
+        ("objective.grad_accum=2", "objective=grpo optimises manually"),
+        ("objective.max_grad_norm=1.0", "objective=grpo optimises manually"),
         ("objective.temperature=0", "temperature must be > 0"),
         ("objective.num_generations=1", "num_generations must be >= 2"),
         ("objective.loss_aggregation=sum", "loss_aggregation must be one of"),

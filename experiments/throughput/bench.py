@@ -264,7 +264,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
     """Fit rpbench's objective module with its Lightning Trainer for ``args.steps`` steps."""
     import lightning as L
 
-    from rpbench.objectives.reference import sample_fingerprint
+    from rpbench.objectives.dpo import pair_sample
     from rpbench.objectives.registry import OBJECTIVES
     from rpbench.training import build_datamodule, build_trainer, objective_config
 
@@ -293,16 +293,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
         samples = []
         for p in setup.samples["dpo"]:
             rows = [(p["prompt"] + p[side], [-100] * len(p["prompt"]) + p[side]) for side in ("chosen", "rejected")]
-            samples.append(
-                {
-                    "id": p["id"],
-                    "chosen_input_ids": rows[0][0],
-                    "chosen_labels": rows[0][1],
-                    "rejected_input_ids": rows[1][0],
-                    "rejected_labels": rows[1][1],
-                    "fingerprint": sample_fingerprint(rows[0][0], rows[0][1], rows[1][0], rows[1][1]),
-                }
-            )
+            samples.append(pair_sample(p["id"], *rows[0], *rows[1]))
     else:
         samples = [
             {
@@ -331,7 +322,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
             timer.step_end(tokens)
 
     with tempfile.TemporaryDirectory(prefix="bench-rpbench-") as out_dir:
-        datamodule = build_datamodule(cfg, module_cls, samples, [], tokenizer.pad_token_id)
+        datamodule = build_datamodule(cfg, module_cls, samples, [], tokenizer)
         trainer = build_trainer(cfg, Path(out_dir), None, [Callback()])
         trainer.fit(module, datamodule=datamodule)
     params = matmul_params(model)

@@ -83,6 +83,27 @@ def packs_pairs(pair_layout: str, model) -> bool:
     return uses_varlen_kernel(causal_lm.config._attn_implementation)
 
 
+def pair_sample(
+    sample_id: str,
+    chosen_ids: list[int],
+    chosen_labels: list[int],
+    rejected_ids: list[int],
+    rejected_labels: list[int],
+    images: Sequence[str] = (),
+) -> dict[str, Any]:
+    """A DPO sample: both rows, the prompt's images (shared by both) and the fingerprint the reference cache
+    keys on."""
+    return {
+        "id": sample_id,
+        "chosen_input_ids": chosen_ids,
+        "chosen_labels": chosen_labels,
+        "rejected_input_ids": rejected_ids,
+        "rejected_labels": rejected_labels,
+        "images": list(images),
+        "fingerprint": sample_fingerprint(chosen_ids, chosen_labels, rejected_ids, rejected_labels, list(images)),
+    }
+
+
 @OBJECTIVES.register("dpo")
 class DPOModule(ObjectiveModule):
     data_split = "pairs"
@@ -101,17 +122,9 @@ class DPOModule(ObjectiveModule):
                 empty.append(example.id)
                 continue
             samples.append(
-                {
-                    "id": example.id,
-                    "chosen_input_ids": chosen.input_ids,
-                    "chosen_labels": chosen.labels,
-                    "rejected_input_ids": rejected.input_ids,
-                    "rejected_labels": rejected.labels,
-                    "images": list(chosen.images),  # the prompt's, shared by both rows
-                    "fingerprint": sample_fingerprint(
-                        chosen.input_ids, chosen.labels, rejected.input_ids, rejected.labels, chosen.images
-                    ),
-                }
+                pair_sample(
+                    example.id, chosen.input_ids, chosen.labels, rejected.input_ids, rejected.labels, chosen.images
+                )
             )
         return samples, empty
 

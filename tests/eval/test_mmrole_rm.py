@@ -40,7 +40,6 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
             "evaluator.backend=endpoint",
             f"evaluator.endpoint.base_url={srv.url}",
             "evaluator.endpoint.model=stub",
-            OPENAI_API_KEY="unused",
         )
         assert result.returncode == 0, result.stderr[-3000:]
         assert len(srv.requests) == len(held_out) == 32

@@ -42,3 +42,7 @@ def quiet_libraries() -> None:
     )
     # A frozen reference model (DPO, GRPO) sits in the module in eval mode on purpose.
     warnings.filterwarnings("ignore", message=r"Found \d+ module\(s\) in eval mode at the start of training")
+    # DeepSpeed's ZeRO collectives call torch APIs deprecated in torch 2.14: one warning per call otherwise.
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"
+    )

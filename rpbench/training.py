@@ -22,6 +22,7 @@ from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
 from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.deepspeed_strategy import deepspeed_strategy
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
 from rpbench.nonfinite import StopOnNonFiniteLoss
@@ -90,11 +91,9 @@ def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
     if isinstance(strategy, Mapping):
         if strategy.get("name") != "deepspeed":
             raise ValueError(f"trainer.strategy: only 'deepspeed' takes a config, got {strategy.get('name')!r}")
-        from lightning.pytorch.strategies import DeepSpeedStrategy
-
         config = dict(strategy.get("config", {}))
         config.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)
-        return DeepSpeedStrategy(config=config)
+        return deepspeed_strategy(config, str(trainer_cfg["accelerator"]))
     return strategy
 
 

@@ -214,4 +214,5 @@ class ObjectiveModule(L.LightningModule):
                         save()
             elif self.trainer.is_global_zero:
                 save()
+        self.trainer.strategy.barrier("export_hf")  # other ranks may reload the export next (ZeRO-3 evaluation)
         return Path(out_dir) if self.trainer.is_global_zero else None

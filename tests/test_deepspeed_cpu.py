@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
 
 CPU_ZERO = ["trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.strategy.config.bf16.enabled=false"]
-TWO_STEPS = ["trainer.devices=2", "logger=csv", "trainer.max_steps=2", "objective.batch_size=4", "objective.grad_accum=2"]
+TWO_STEPS = ["trainer.devices=2", "logger=csv", "trainer.max_steps=2", "objective.batch_size=4"]
 
 
 def _losses(out) -> list[float]:

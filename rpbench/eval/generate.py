@@ -11,8 +11,8 @@ run resumes where it stopped: ids already in the file are skipped (a line cut of
 and reported). Under multi-process runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes
 its own shard file; rank zero waits for every record to appear in the shards and merges them into
 ``predictions.jsonl`` in the order of the evaluation set. No collective is involved, so ranks with
-uneven shards never wait on each other, except inside ``generate`` under ZeRO-3/FSDP (``synced_gpus``),
-where every rank runs the same number of batches (padded with throw-away ones).
+uneven shards never wait on each other, except on a ZeRO-3-partitioned model (gathered once per batch, or
+``synced_gpus``) or under FSDP, where every rank runs the same number of batches (padded with throw-away ones).
 """
 
 from __future__ import annotations
@@ -38,7 +38,13 @@ from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.families import family_of_model
-from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, synced_gpus_needed
+from rpbench.models.generation import (
+    GenerationOptions,
+    default_stop_ids,
+    gathers_per_batch,
+    generate_batches,
+    synced_gpus_needed,
+)
 from rpbench.models.loading import family_renderer
 from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
@@ -284,7 +290,8 @@ def generate_predictions(
     share = examples[rank::world_size]
     todo = [ex for ex in share if ex.id not in done]
     synced = synced_gpus_needed(model, opts, world_size)
-    min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if synced else 0
+    in_step = synced or (world_size > 1 and gathers_per_batch(model, opts))  # every rank: as many generate calls
+    min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if in_step else 0
     stop_ids = default_stop_ids(model, tokenizer)
     renderer = prompt_renderer(model, tokenizer, opts.max_prompt_length or tokenizer.model_max_length)
     fitted = [fit_prompt(renderer, ex) for ex in todo]

@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rpbench.models.vision import is_image_text
+from rpbench.models.zero3 import gathered_for_generation, is_partitioned
 
 KV_CACHES = ("dynamic", "static")
 
@@ -27,7 +28,11 @@ class GenerationOptions:
     """Decoding settings. ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
 
     Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
-    so results depend on the config alone. ``synced_gpus`` None detects ZeRO-3/FSDP. ``cache``: the KV
+    so results depend on the config alone. On a ZeRO-3-partitioned model, ``gather_per_batch`` gathers the
+    whole model on every rank once per ``generate`` batch (no collectives per token, so ranks generating
+    different lengths never wait on each other); false keeps it partitioned (for a model too large for one
+    device) and generates with ``synced_gpus`` (every rank takes part in every token's gathers).
+    ``synced_gpus`` None detects that case and FSDP. ``cache``: the KV
     cache, ``dynamic`` (grows per token) or ``static`` (preallocated for prompt + ``max_new_tokens``: fixed
     shapes, the layout CUDA graphs and ``torch.compile`` need; same tokens).
     """
@@ -41,6 +46,7 @@ class GenerationOptions:
     batch_size: int = 8
     seed: int = 0
     synced_gpus: bool | None = None
+    gather_per_batch: bool = True
     merge_timeout_s: float = 3600.0
     progress: bool = True
     cache: str = "dynamic"
@@ -146,13 +152,25 @@ def decode_completion(tokenizer, ids: Sequence[int], stop_ids: Sequence[int]) ->
     return tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
 
 
+def gathers_per_batch(model, opts: GenerationOptions) -> bool:
+    """Whether each ``generate`` batch runs on the whole model gathered once (ZeRO-3 with ``gather_per_batch``):
+    every rank then makes the same number of batches."""
+    return opts.gather_per_batch and is_partitioned(model)
+
+
 def synced_gpus_needed(model, opts: GenerationOptions, world_size: int) -> bool:
+    """Whether ``generate`` syncs the ranks every token: set by ``synced_gpus``, or needed for a model that
+    stays partitioned while generating (ZeRO-3 without ``gather_per_batch``, FSDP)."""
     if opts.synced_gpus is not None:
         return opts.synced_gpus and world_size > 1
     from transformers.distributed.fsdp import is_fsdp_managed_module
     from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-    return world_size > 1 and (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
+    if world_size == 1:
+        return False
+    if is_partitioned(model):  # under Lightning no HfDeepSpeedConfig exists: the parameters tell
+        return not opts.gather_per_batch
+    return is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model)
 
 
 def generate_batches(
@@ -171,8 +189,8 @@ def generate_batches(
 
     ``images``: per prompt, the images its image tokens stand for, in order (a vision-language model's).
     With ``min_batches`` the loop continues with throw-away batches until that many ``generate`` calls
-    were made (ranks under ``synced_gpus`` must make the same number). Sampling reseeds torch with
-    ``seed + batch number`` before each batch.
+    were made (ranks under ``synced_gpus`` or ``gathers_per_batch`` must make the same number). Sampling
+    reseeds torch with ``seed + batch number`` before each batch.
     """
     if images is not None and len(images) != len(prompts):
         raise ValueError(f"{len(images)} image lists for {len(prompts)} prompts")
@@ -183,6 +201,7 @@ def generate_batches(
     filler = [list(prompts[order[-1]]) if prompts else tokenizer("hi", add_special_tokens=False)["input_ids"]]
     filler_images = [images[order[-1]]] if images and prompts else None
     device = next(model.parameters()).device
+    gather = gathers_per_batch(model, opts)
     was_training = model.training
     model.eval()
     try:
@@ -195,7 +214,7 @@ def generate_batches(
                 width = inputs["input_ids"].shape[1]
                 if opts.sampling:
                     torch.manual_seed(opts.seed + number)
-                with torch.no_grad():
+                with torch.no_grad(), gathered_for_generation(model, gather):
                     out = model.generate(
                         **{name: value.to(device) for name, value in inputs.items()},
                         generation_config=config,

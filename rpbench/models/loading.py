@@ -208,10 +208,20 @@ def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: M
     return model.to(inference_device(trainer_cfg)).eval()
 
 
-def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True, lora_adapter: bool = False) -> Path:
+def save_hf(
+    model,
+    tokenizer,
+    out_dir: str | Path,
+    merge_lora: bool = True,
+    lora_adapter: bool = False,
+    weights: Mapping[str, torch.Tensor] | None = None,
+    adapter_weights: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
     """Save in Hugging Face format (LoRA merged into the base weights unless ``merge_lora`` is false;
     with ``lora_adapter`` a LoRA model's adapter alone also goes to ``<out_dir>/adapter``).
 
+    ``weights`` / ``adapter_weights``: the state dicts to write instead of the model's own (a ZeRO-3 model's,
+    gathered by ``rpbench.models.zero3``; ``weights`` with any LoRA already merged).
     Written to a hidden sibling folder and renamed into place when complete: a kill mid-export never
     leaves a half-written ``out_dir`` (e.g. config files without weights)."""
     out = Path(out_dir)
@@ -219,9 +229,16 @@ def save_hf(model, tokenizer, out_dir: str | Path, merge_lora: bool = True, lora
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     if lora_adapter and hasattr(model, "peft_config"):
-        model.save_pretrained(partial / "adapter")  # before merging, which removes the adapter layers
-    if merge_lora and hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    model.save_pretrained(partial)
+        given = {} if adapter_weights is None else {"state_dict": dict(adapter_weights)}
+        model.save_pretrained(partial / "adapter", **given)  # before merging, which removes the adapter layers
+    if weights is not None:
+        if not merge_lora:
+            raise ValueError("save_hf writes given weights merged: merge_lora=false has no unmerged weights to write")
+        base = model.get_base_model() if hasattr(model, "peft_config") else model
+        base.save_pretrained(partial, state_dict=dict(weights))
+    else:
+        if merge_lora and hasattr(model, "merge_and_unload"):
+            model = model.merge_and_unload()
+        model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     return publish(partial, out)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.models import save_hf
 from rpbench.models.forward import supervised_nll_sum
+from rpbench.models.zero3 import is_partitioned, save_hf_partitioned
 from rpbench.objectives.config import ObjectiveConfig
 
 NO_DECAY = ("bias", "norm.weight", "layernorm.weight", "ln_f.weight")
@@ -198,21 +198,16 @@ class ObjectiveModule(L.LightningModule):
 
     # -- export -----------------------------------------------------------------------------------
     def export_hf(self, out_dir: str | Path, lora_adapter: bool = False) -> Path | None:
-        """Save each model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered first):
-        to ``out_dir``, or ``out_dir/<name>`` each when the objective trains several; ``lora_adapter``: a LoRA
-        model's adapter alone too, in ``<its folder>/adapter``."""
+        """Save each model + tokenizer in Hugging Face format from rank zero (ZeRO-3 weights gathered module
+        by module, rpbench.models.zero3): to ``out_dir``, or ``out_dir/<name>`` each when the objective trains
+        several; ``lora_adapter``: a LoRA model's adapter alone too, in ``<its folder>/adapter``."""
         models = self.named_models()
         for name, model in models.items():
             target = Path(out_dir) / name if len(models) > 1 else Path(out_dir)
-            params = list(model.parameters())
-            save = partial(save_hf, model, self.tokenizers[name], target, lora_adapter=lora_adapter)
-            if any(hasattr(p, "ds_id") for p in params):
-                import deepspeed
-
-                with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
-                    if self.trainer.is_global_zero:
-                        save()
+            if is_partitioned(model):  # gathered module by module, kept on rank zero only
+                write = self.trainer.is_global_zero
+                save_hf_partitioned(model, self.tokenizers[name], target, write, lora_adapter=lora_adapter)
             elif self.trainer.is_global_zero:
-                save()
+                save_hf(model, self.tokenizers[name], target, lora_adapter=lora_adapter)
         self.trainer.strategy.barrier("export_hf")  # other ranks may reload the export next (ZeRO-3 evaluation)
         return Path(out_dir) if self.trainer.is_global_zero else None

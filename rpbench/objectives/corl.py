@@ -52,7 +52,13 @@ from rpbench.data.records import Turn
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
-from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.generation import (
+    GenerationOptions,
+    decode_completion,
+    default_stop_ids,
+    gathers_per_batch,
+    synced_gpus_needed,
+)
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.corl_prompts import (
     RolePlayInput,
@@ -170,6 +176,7 @@ class CoRLConfig(GroupSamplingConfig):
             top_p=float(self.top_p),
             top_k=int(self.top_k),
             progress=False,
+            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def reasoning_generation(self) -> GenerationOptions:
@@ -180,6 +187,7 @@ class CoRLConfig(GroupSamplingConfig):
             top_p=float(self.top_p),
             top_k=int(self.top_k),
             progress=False,
+            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def update(self, phase: str) -> UpdateSettings:
@@ -418,11 +426,14 @@ class CoRLModule(GRPOModule):
             self._reasoning_iteration = iteration
         missing = [i for i, sample_id in enumerate(batch["id"]) if sample_id not in self.reasoning]
         new: dict[str, str] = {}
-        if missing:
-            rank, world_size = rank_and_world()
-            prompts = [self.fit_prompt(REASONER, thought_prompt(RolePlayInput(**batch["x"][i]))) for i in missing]
-            options = self.config.reasoning_generation()
-            with self.acting(REASONER) as model:
+        rank, world_size = rank_and_world()
+        options = self.config.reasoning_generation()
+        with self.acting(REASONER) as model:
+            synced = synced_gpus_needed(model, options, world_size)
+            in_step = world_size > 1 and (synced or gathers_per_batch(model, options))  # every rank generates
+            if missing or (in_step and any(all_gather_objects(bool(missing)))):
+                rows = missing or [0]  # [0]: a throw-away row, so this rank generates in step with the others
+                prompts = [self.fit_prompt(REASONER, thought_prompt(RolePlayInput(**batch["x"][i]))) for i in rows]
                 rollouts = generate_rows(
                     model,
                     prompts,
@@ -430,10 +441,10 @@ class CoRLModule(GRPOModule):
                     self.stop_ids[REASONER],
                     self.phase_tokenizers[REASONER].pad_token_id,
                     seed=sampling_seed(self.seed, self.global_step, rank, world_size),
-                    synced_gpus=synced_gpus_needed(model, options, world_size),
+                    synced_gpus=synced,
                 )
-            texts = self.decode(REASONER, rollouts)
-            new = {batch["id"][i]: text for i, text in zip(missing, texts, strict=True)}
+                texts = self.decode(REASONER, rollouts)[: len(missing)]
+                new = {batch["id"][i]: text for i, text in zip(missing, texts, strict=True)}
         for part in all_gather_objects(new):  # every rank calls it, with or without new thoughts
             self.reasoning.update(part)
         if any(all_gather_objects(bool(new))) and self.trainer.is_global_zero:

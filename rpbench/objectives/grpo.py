@@ -244,6 +244,7 @@ class GroupSamplingConfig(ObjectiveConfig):
     temperature: float
     top_p: float
     top_k: int
+    gather_per_batch: bool
     mu: int
     epsilon_low: float
     epsilon_high: float
@@ -321,6 +322,7 @@ class GRPOConfig(GroupSamplingConfig):
             top_k=int(self.top_k),
             progress=False,
             cache=str(self.generation_cache),
+            gather_per_batch=bool(self.gather_per_batch),
         )
 
 

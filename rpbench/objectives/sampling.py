@@ -20,6 +20,7 @@ from torch import nn
 
 from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
 from rpbench.models.vllm_engine import VLLMEngine
+from rpbench.models.zero3 import gathered_for_generation
 
 T = TypeVar("T")
 
@@ -105,7 +106,8 @@ def generate_rows(
     seed: int,
     synced_gpus: bool = False,
 ) -> Rollouts:
-    """One completion of each prompt row, greedy or sampled as ``options`` say (seeded in a forked RNG)."""
+    """One completion of each prompt row, greedy or sampled as ``options`` say (seeded in a forked RNG).
+    On a ZeRO-3-partitioned model every rank must call it (it gathers the model, see ``gather_per_batch``)."""
     rows = [list(r) for r in rows]
     device = next(model.parameters()).device
     ids, mask = left_pad(rows, pad_id)
@@ -113,7 +115,8 @@ def generate_rows(
     config.use_cache = True  # the KV cache, whatever the training config says (checkpointing turns it off)
     started = time.perf_counter()
     fork_devices: list[Any] = [device] if device.type == "cuda" else []
-    with generation_mode(model), torch.random.fork_rng(devices=fork_devices):
+    gather = gathered_for_generation(model, options.gather_per_batch)  # ZeRO-3: once per batch, not per token
+    with generation_mode(model), torch.random.fork_rng(devices=fork_devices), gather:
         torch.manual_seed(seed)
         out = model.generate(
             input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config, synced_gpus=synced_gpus

@@ -1,0 +1,149 @@
+"""Models partitioned by DeepSpeed ZeRO-3: their weights gathered module by module for an export, and all at
+once for generation.
+
+ZeRO-3 leaves every parameter a shard on each rank (the parameter has a ``ds_id``). An export gathers one
+module's own parameters at a time (a LoRA layer with its base layer and adapters) and keeps a CPU copy on the
+writing rank only, so the extra memory on a rank is the largest single module, never the model.
+Generation gathers the whole model once per batch and pins it: ``generate`` then runs without collectives,
+and ranks that stop after different numbers of tokens never wait on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from rpbench.models.loading import save_hf
+
+PEFT_PREFIX = "base_model.model."  # a peft model's keys; merged, the base model's keys lack it
+PINNED = -1  # an id no module has: while listed among a parameter's active modules, DeepSpeed never releases it
+
+
+def is_partitioned(model: nn.Module) -> bool:
+    """Whether ZeRO-3 partitions ``model``'s parameters (each rank holds shards)."""
+    return any(hasattr(p, "ds_id") for p in model.parameters())
+
+
+def _gathered(params: list[nn.Parameter]):
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)  # read-only: partitioned again on exit
+
+
+def _lora_layers(model: nn.Module) -> dict[str, nn.Module]:
+    """The peft LoRA layers of ``model`` by name; an adapter kind the gathered merge cannot reproduce is refused."""
+    if not hasattr(model, "peft_config"):
+        return {}
+    from peft.tuners.lora import Linear, LoraLayer
+
+    layers = {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    for name, layer in layers.items():
+        adapters = [a for a in layer.active_adapters if a in layer.lora_A]
+        if not isinstance(layer, Linear) or any(layer.use_dora.get(a) or layer.lora_bias.get(a) for a in adapters):
+            raise ValueError(
+                f"exporting a ZeRO-3 model merges LoRA layer by layer, for plain LoRA on linear layers only; "
+                f"{name} is a {type(layer).__name__} (DoRA or LoRA bias: export with trainer=deepspeed_zero2 or ddp)"
+            )
+    return layers
+
+
+def _merged_weights(layer: nn.Module) -> dict[str, torch.Tensor]:
+    """A gathered LoRA linear layer's base weights with its active adapters merged in, as peft's merge does."""
+    base = layer.get_base_layer()
+    weight = base.weight.detach().clone()
+    for adapter in layer.active_adapters:
+        if adapter in layer.lora_A:
+            weight += layer.get_delta_weight(adapter)
+    return {"weight": weight} | ({"bias": base.bias.detach()} if base.bias is not None else {})
+
+
+def gathered_state_dict(
+    model: nn.Module,
+    keep: bool,
+    *,
+    merge_lora: bool = True,
+    include: Callable[[str], bool] | None = None,
+    on_gathered: Callable[[str, nn.Module], None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """``model``'s state dict gathered one module at a time (its own parameters, not its children's), copied
+    to the CPU where ``keep`` (the writing rank; the others return ``{}``). Every rank must call it.
+
+    ``merge_lora``: a peft model's LoRA merged into its base weights under the base model's keys (what
+    ``merge_and_unload().state_dict()`` holds); otherwise its own keys. ``include``: only the keys it accepts
+    (modules with none are not gathered). ``on_gathered(name, module)`` runs while a module is gathered.
+    Tensors shared by several keys (tied embeddings) stay one tensor, as in ``state_dict()``.
+    """
+    include = include or (lambda key: True)
+    lora = _lora_layers(model) if merge_lora else {}
+    rename = (lambda key: key.removeprefix(PEFT_PREFIX)) if lora else (lambda key: key)
+    copies: dict[int, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
+
+    def add(key: str, tensor: torch.Tensor) -> None:  # a parameter or buffer: copied once, whatever its keys
+        if id(tensor) not in copies:
+            copies[id(tensor)] = tensor.detach().to("cpu", copy=True)
+        out[key] = copies[id(tensor)]
+
+    for name, module in model.named_modules(remove_duplicate=False):
+        prefix = f"{name}." if name else ""
+        if any(name.startswith(f"{layer}.") for layer in lora):
+            continue  # a LoRA layer's base layer and adapters: merged with the layer
+        if name in lora:
+            keys = {f"{prefix}{key}": key for key in ("weight", "bias")}
+            if not any(include(rename(key)) for key in keys):
+                continue
+            with _gathered(list(module.parameters())):
+                if on_gathered:
+                    on_gathered(name, module)
+                if keep:
+                    for key, tensor in _merged_weights(module).items():
+                        out[rename(f"{prefix}{key}")] = tensor.to("cpu", copy=True)
+            continue
+        persistent = [
+            (key, b) for key, b in module.named_buffers(recurse=False) if key not in module._non_persistent_buffers_set
+        ]
+        params = [(key, p) for key, p in module.named_parameters(recurse=False) if include(rename(prefix + key))]
+        buffers = [(key, b) for key, b in persistent if b is not None and include(rename(prefix + key))]
+        if not params and not buffers:
+            continue
+        with _gathered([p for _, p in params]):
+            if on_gathered:
+                on_gathered(name, module)
+            if keep:
+                for key, tensor in params + buffers:
+                    add(rename(prefix + key), tensor)
+    return out
+
+
+def save_hf_partitioned(model, tokenizer, out_dir: str | Path, write: bool, lora_adapter: bool = False) -> Path | None:
+    """``save_hf`` for a ZeRO-3 model: every rank takes part in gathering, the ``write`` rank saves (LoRA
+    merged; with ``lora_adapter`` the adapter alone too). Returns the folder where written."""
+    adapter = None
+    if lora_adapter and hasattr(model, "peft_config"):
+        adapter = gathered_state_dict(model, write, merge_lora=False, include=lambda key: "lora_" in key)
+    weights = gathered_state_dict(model, write)
+    if not write:
+        return None
+    return save_hf(model, tokenizer, out_dir, lora_adapter=lora_adapter, weights=weights, adapter_weights=adapter)
+
+
+@contextmanager
+def gathered_for_generation(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+    """The whole of a partitioned ``model`` gathered on every rank (a collective: every rank enters) and kept
+    gathered through any number of forward passes, then partitioned again. No-op for other models."""
+    if not enabled or not is_partitioned(model):
+        yield
+        return
+    params = list(model.parameters())
+    with _gathered(params):
+        for param in params:  # DeepSpeed's post-forward hooks would release (and re-gather per token) otherwise
+            param.ds_active_sub_modules.add(PINNED)
+        try:
+            yield
+        finally:
+            for param in params:
+                param.ds_active_sub_modules.discard(PINNED)

@@ -93,8 +93,7 @@ def gathered_state_dict(
         if any(name.startswith(f"{layer}.") for layer in lora):
             continue  # a LoRA layer's base layer and adapters: merged with the layer
         if name in lora:
-            keys = {f"{prefix}{key}": key for key in ("weight", "bias")}
-            if not any(include(rename(key)) for key in keys):
+            if not any(include(rename(f"{prefix}{key}")) for key in ("weight", "bias")):
                 continue
             with _gathered(list(module.parameters())):
                 if on_gathered:

@@ -122,11 +122,12 @@ class ObjectiveModule(L.LightningModule):
         for name, param in named_parameters:
             if param.requires_grad:
                 (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
+        groups = [
+            {"params": decay, "weight_decay": float(cfg.weight_decay)},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
         optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": float(cfg.weight_decay)},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
+            [group for group in groups if group["params"]],  # DeepSpeed's ZeRO optimizers refuse an empty group
             lr=float(cfg.lr),
             betas=tuple(float(b) for b in cfg.adam_betas),
             eps=float(cfg.adam_eps),

@@ -1,9 +1,11 @@
 """ZeRO-3 builds the trained models inside the engine's init context (two CPU processes, DeepSpeed's CPU
-accelerator over gloo): no rank holds a whole parameter once they are built, and DPO with a precomputed
-(default) or live reference makes the same steps as DDP, sharing the reference cache."""
+accelerator over gloo): no rank holds a whole parameter once they are built; DPO with a precomputed
+(default) or live reference makes the same steps as DDP, sharing the reference cache; GRPO's reference,
+built from the policy's config, gives DDP's KL."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -66,3 +68,39 @@ def test_zero3_dpo_live_reference_is_built_from_the_policy_config_and_matches_dd
     assert built["parameters"] == 2 * sum(weight.numel() for weight in _weights(out).values())
     assert not (out / "reference_logps.json").exists()
     assert _losses(out) == pytest.approx(_losses(ddp_dpo), rel=1e-4)  # the live reference gives the cached values
+
+
+GRPO = [
+    "objective=grpo",
+    "trainer.devices=2",
+    "trainer.enable_progress_bar=false",
+    "logger=csv",
+    "evaluator=none",
+    "save_model=false",
+    "data.max_train_samples=8",
+    "data.val_fraction=0",
+    "objective.batch_size=2",
+    "objective.num_generations=2",
+    "objective.max_completion_length=4",
+    "objective.clip_grad_norm=null",  # DeepSpeed clips itself
+    "objective.beta=0.1",
+    "objective.lr=0.01",
+    "objective.log_every_n_steps=1",
+]
+
+
+def _kl_and_loss(out) -> list[tuple[float, float]]:
+    rows = csv.DictReader((out / "metrics.csv").open())
+    return [(float(row["train/kl"]), float(row["train/loss"])) for row in rows if row["train/loss"]]
+
+
+@pytest.mark.slow
+def test_zero3_grpo_reference_built_from_the_policy_config_gives_ddp_kl(tmp_path):
+    curves = {}
+    for name, strategy in {"ddp": ["trainer.strategy=ddp"], "zero3": ["trainer=deepspeed_zero3", *CPU_ZERO]}.items():
+        result = run(f"hydra.run.dir={tmp_path / name}", *GRPO, *strategy)
+        assert result.returncode == 0, result.stderr[-3000:]
+        curves[name] = _kl_and_loss(tmp_path / name)
+    assert len(curves["ddp"]) == 2 and curves["ddp"][1][0] > 0  # the second step's policy has left the reference
+    for zero, plain in zip(curves["zero3"], curves["ddp"], strict=True):
+        assert zero == pytest.approx(plain, rel=1e-4, abs=1e-7)

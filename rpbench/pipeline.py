@@ -22,12 +22,12 @@ from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
-from rpbench.models import family_of, for_inference, load
+from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
 from rpbench.run_report import headline, write_report
 from rpbench.starting_point import untuned_start_warning
-from rpbench.training import objective_config, train
+from rpbench.training import objective_config, train, zero_stage
 from rpbench.validate import check_test_images, validate
 
 log = logging.getLogger(__name__)
@@ -62,12 +62,20 @@ def needs_model(cfg: DictConfig) -> bool:
 
 def build_models(cfg: DictConfig) -> dict[str, tuple]:
     """Name -> (model, tokenizer) of each model the objective trains (``models_to_build``; the first is the
-    one evaluated and probed), or of the configured model alone when nothing trains."""
+    one evaluated and probed), or of the configured model alone when nothing trains. Under ZeRO-3 a trained
+    model is a DeferredModel: the objective builds it inside the engine's init context, partitioned (the
+    evaluation reloads it from the run's export)."""
     specs = {"policy": model_config(cfg)}
-    if str(cfg.objective.name) != "none":
+    trains = str(cfg.objective.name) != "none"
+    if trains:
         module_cls = objective_class(str(cfg.objective.name))
         specs = module_cls.models_to_build(objective_config(cfg), model_config(cfg))
-    return {name: load(spec) for name, spec in specs.items()}
+    defer = trains and zero_stage(OmegaConf.to_container(cfg.trainer, resolve=True)) == 3
+    models = {}
+    for name, spec in specs.items():
+        tokenizer = load_tokenizer(spec)
+        models[name] = (DeferredModel(spec, tokenizer) if defer else load_model(spec, tokenizer), tokenizer)
+    return models
 
 
 def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:

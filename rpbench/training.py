@@ -25,6 +25,7 @@ from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.deepspeed_strategy import deepspeed_strategy
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
+from rpbench.models.zero3 import full_numel
 from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
@@ -95,6 +96,14 @@ def _strategy(trainer_cfg: Mapping[str, Any], micro_batch_size: int):
         config.setdefault("train_micro_batch_size_per_gpu", micro_batch_size)
         return deepspeed_strategy(config, str(trainer_cfg["accelerator"]))
     return strategy
+
+
+def zero_stage(trainer_cfg: Mapping[str, Any]) -> int:
+    """The DeepSpeed ZeRO stage of a ``trainer`` config whose strategy is a DeepSpeed config; 0 otherwise."""
+    strategy = trainer_cfg["strategy"]
+    if not isinstance(strategy, Mapping):
+        return 0
+    return int(dict(strategy.get("config", {})).get("zero_optimization", {}).get("stage", 0))
 
 
 def objective_config(cfg: DictConfig) -> ObjectiveConfig:
@@ -176,8 +185,8 @@ def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[d
 
 def log_parameters(module) -> None:
     """One line instead of Lightning's model summary table (frozen reference copies count as parameters)."""
-    total = sum(p.numel() for p in module.parameters())
-    trainable = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    total = sum(full_numel(p) for p in module.parameters())
+    trainable = sum(full_numel(p) for p in module.parameters() if p.requires_grad)
     log.info("%s: %s parameters, %s trainable", type(module).__name__, f"{total:,}", f"{trainable:,}")
 
 
@@ -247,13 +256,13 @@ def train(
     trainer = build_trainer(
         cfg, out_dir, logger, [history, progress, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
     )
-    log_parameters(module)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
     # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    log_parameters(module)  # after fit: models deferred to configure_model exist from then on
     if needs_final_validation(trainer, history):  # stopped between validations (e.g. on trainer.max_steps)
         trainer.validate(module, datamodule=datamodule, verbose=False)
     report: dict[str, Any] = {
@@ -274,6 +283,8 @@ def train(
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }
+    if module.zero3_init is not None:
+        report["zero3_init"] = module.zero3_init
     if trainer.is_global_zero and plot_loss_curve(progress.points, out_dir / CURVE_FILE):
         report["loss_curve"] = CURVE_FILE
     if history.history and history.history[0]["step"] == 0:  # fast_dev_run has no pass before training

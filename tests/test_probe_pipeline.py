@@ -123,7 +123,7 @@ def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, mon
     def no_model(*args, **kwargs):
         raise AssertionError("probe=compare must not build a model")
 
-    monkeypatch.setattr(pipeline, "load", no_model)
+    monkeypatch.setattr(pipeline, "load_tokenizer", no_model)  # every model the pipeline builds starts here
     out = tmp_path / "compare"
     run_in(compose, out, "objective=none", "evaluator=none", "logger=none", "probe=compare", f"probe.runs=[{a},{b}]")
     result = metrics_of(out)["probe"]

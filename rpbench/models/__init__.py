@@ -1,6 +1,7 @@
 """Model factory: ``load(cfg) -> (model, tokenizer)`` for tiny offline models and real HF models."""
 
 from rpbench.models.loading import (
+    DeferredModel,
     chat_renderer,
     end_of_turn_ids,
     family_of,
@@ -13,6 +14,7 @@ from rpbench.models.loading import (
 )
 
 __all__ = [
+    "DeferredModel",
     "chat_renderer",
     "end_of_turn_ids",
     "family_of",

@@ -14,16 +14,19 @@ import os
 import re
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from transformers import PreTrainedModel
 
 from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named
+from rpbench.models.zero3 import full_numel, gathered_state_dict, initialise_partitioned_lora, is_partitioned
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +107,18 @@ def end_of_turn_ids(cfg: Mapping[str, Any], tokenizer) -> list[int]:
 
 
 def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
-    """The model for ``cfg``: tiny random-init or ``from_pretrained``; then dtype, checkpointing, LoRA."""
+    """The model for ``cfg``: tiny random-init or ``from_pretrained``; then dtype, checkpointing, LoRA.
+
+    Under ZeRO-3 (rpbench.models.zero3) the model is built partitioned, in the precision the engine sets."""
     name = str(cfg["name_or_path"])
     family = family_of(cfg)
     dtype = DTYPES[str(cfg.get("dtype", "float32"))]
     attn = str(cfg.get("attn_implementation", "sdpa"))
     if is_tiny(cfg):
         overrides = {k: v for k, v in dict(cfg.get("tiny", {})).items() if k != "vocab_size"}
-        model = family.build_tiny_model(tokenizer, overrides, int(cfg.get("init_seed", 0)), attn).to(dtype)
+        model = family.build_tiny_model(tokenizer, overrides, int(cfg.get("init_seed", 0)), attn)
+        if not is_partitioned(model):
+            model = model.to(dtype)
     else:
         try:
             model = family.load_pretrained(
@@ -131,7 +138,7 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             )
         if cfg["freeze_vision"]:
             tower = vision_tower(model, family.vision_module).requires_grad_(False)
-            frozen = sum(p.numel() for p in tower.parameters())
+            frozen = sum(full_numel(p) for p in tower.parameters())
             log.info("model.freeze_vision=true: the vision tower's %s parameters are frozen", f"{frozen:,}")
     eot = end_of_turn_ids(cfg, tokenizer)
     model.generation_config.eos_token_id = eot
@@ -179,13 +186,28 @@ def apply_lora(
     )
     if gradient_checkpointing:
         model.enable_input_require_grads()
-    return get_peft_model(model, config)
+    model = get_peft_model(model, config)
+    if is_partitioned(model):
+        initialise_partitioned_lora(model)
+    return model
 
 
 def load(cfg: Mapping[str, Any]):
     """(model, tokenizer) for a model config."""
     tokenizer = load_tokenizer(cfg)
     return load_model(cfg, tokenizer), tokenizer
+
+
+@dataclass(frozen=True)
+class DeferredModel:
+    """A model config and its tokenizer, to build later (under ZeRO-3 inside the engine's init context, so
+    that the model is partitioned as it is created; see rpbench.models.zero3)."""
+
+    cfg: Mapping[str, Any]
+    tokenizer: Any
+
+    def build(self) -> nn.Module:
+        return load_model(self.cfg, self.tokenizer)
 
 
 def inference_device(trainer_cfg: Mapping[str, Any]) -> torch.device:
@@ -198,10 +220,10 @@ def inference_device(trainer_cfg: Mapping[str, Any]) -> torch.device:
 def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: Mapping[str, Any], saved: Path | None):
     """The model ready for generation and probing on this process's device.
 
-    Lightning leaves a trained model on the CPU; ZeRO-3 leaves it partitioned, so it is reloaded whole
-    from the Hugging Face export ``saved`` of the run.
+    Lightning leaves a trained model on the CPU; under ZeRO-3 it was built inside the objective (``model``
+    is a DeferredModel) or left partitioned, so it is reloaded whole from the run's Hugging Face export ``saved``.
     """
-    if any(hasattr(p, "ds_id") for p in model.parameters()):
+    if isinstance(model, DeferredModel) or is_partitioned(model):
         if saved is None or not saved.is_dir():
             raise ValueError("evaluating a ZeRO-3-trained model needs its export: set save_model=true")
         model = load_model({**model_cfg, "name_or_path": str(saved), "lora": None}, tokenizer)
@@ -242,3 +264,15 @@ def save_hf(
         model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     return publish(partial, out)
+
+
+def save_hf_partitioned(model, tokenizer, out_dir: str | Path, write: bool, lora_adapter: bool = False) -> Path | None:
+    """``save_hf`` for a ZeRO-3 model: every rank takes part in gathering, the ``write`` rank saves (LoRA
+    merged; with ``lora_adapter`` the adapter alone too). Returns the folder where written."""
+    adapter = None
+    if lora_adapter and hasattr(model, "peft_config"):
+        adapter = gathered_state_dict(model, write, merge_lora=False, include=lambda key: "lora_" in key)
+    weights = gathered_state_dict(model, write)
+    if not write:
+        return None
+    return save_hf(model, tokenizer, out_dir, lora_adapter=lora_adapter, weights=weights, adapter_weights=adapter)

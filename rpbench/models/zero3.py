@@ -1,5 +1,12 @@
-"""Models partitioned by DeepSpeed ZeRO-3: their weights gathered module by module for an export, and all at
-once for generation.
+"""Models partitioned by DeepSpeed ZeRO-3: built partitioned, read a parameter or module at a time, gathered
+for generation.
+
+Under ``trainer=deepspeed_zero3`` the trained models are not loaded before training: the objective gets a
+``DeferredModel`` per model (rpbench.models.loading) and builds it in Lightning's ``configure_model``,
+inside ``deepspeed.zero.Init``, while :func:`transformers_see_zero3` tells transformers so.
+``from_pretrained`` then creates every layer partitioned and copies the checkpoint's tensors into the
+shards (rank 0 reads them), and a tiny model built from a config is initialised module by module on rank 0
+(rpbench.models.tiny): no rank holds the whole model.
 
 ZeRO-3 leaves every parameter a shard on each rank (the parameter has a ``ds_id``). An export gathers one
 module's own parameters at a time (a LoRA layer with its base layer and adapters) and keeps a CPU copy on the
@@ -10,14 +17,12 @@ and ranks that stop after different numbers of tokens never wait on each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from typing import Any
 
 import torch
 from torch import nn
-
-from rpbench.models.loading import save_hf
 
 PEFT_PREFIX = "base_model.model."  # a peft model's keys; merged, the base model's keys lack it
 PINNED = -1  # an id no module has: while listed among a parameter's active modules, DeepSpeed never releases it
@@ -28,10 +33,15 @@ def is_partitioned(model: nn.Module) -> bool:
     return any(hasattr(p, "ds_id") for p in model.parameters())
 
 
-def _gathered(params: list[nn.Parameter]):
+def gathered(params: Iterable[nn.Parameter]):
+    """A context in which ZeRO-3-partitioned ``params`` are whole on every rank (read only: partitioned again
+    on exit); every rank must enter it with the same parameters. A no-op for parameters not partitioned."""
+    params = [p for p in params if hasattr(p, "ds_id")]
+    if not params:
+        return nullcontext()
     import deepspeed
 
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)  # read-only: partitioned again on exit
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
 
 def _lora_layers(model: nn.Module) -> dict[str, nn.Module]:
@@ -95,7 +105,7 @@ def gathered_state_dict(
         if name in lora:
             if not any(include(rename(f"{prefix}{key}")) for key in ("weight", "bias")):
                 continue
-            with _gathered(list(module.parameters())):
+            with gathered(list(module.parameters())):
                 if on_gathered:
                     on_gathered(name, module)
                 if keep:
@@ -109,25 +119,13 @@ def gathered_state_dict(
         buffers = [(key, b) for key, b in persistent if b is not None and include(rename(prefix + key))]
         if not params and not buffers:
             continue
-        with _gathered([p for _, p in params]):
+        with gathered([p for _, p in params]):
             if on_gathered:
                 on_gathered(name, module)
             if keep:
                 for key, tensor in params + buffers:
                     add(rename(prefix + key), tensor)
     return out
-
-
-def save_hf_partitioned(model, tokenizer, out_dir: str | Path, write: bool, lora_adapter: bool = False) -> Path | None:
-    """``save_hf`` for a ZeRO-3 model: every rank takes part in gathering, the ``write`` rank saves (LoRA
-    merged; with ``lora_adapter`` the adapter alone too). Returns the folder where written."""
-    adapter = None
-    if lora_adapter and hasattr(model, "peft_config"):
-        adapter = gathered_state_dict(model, write, merge_lora=False, include=lambda key: "lora_" in key)
-    weights = gathered_state_dict(model, write)
-    if not write:
-        return None
-    return save_hf(model, tokenizer, out_dir, lora_adapter=lora_adapter, weights=weights, adapter_weights=adapter)
 
 
 @contextmanager
@@ -138,7 +136,7 @@ def gathered_for_generation(model: nn.Module, enabled: bool = True) -> Iterator[
         yield
         return
     params = list(model.parameters())
-    with _gathered(params):
+    with gathered(params):
         for param in params:  # DeepSpeed's post-forward hooks would release (and re-gather per token) otherwise
             param.ds_active_sub_modules.add(PINNED)
         try:
@@ -146,3 +144,51 @@ def gathered_for_generation(model: nn.Module, enabled: bool = True) -> Iterator[
         finally:
             for param in params:
                 param.ds_active_sub_modules.discard(PINNED)
+
+
+def full_shape(param: nn.Parameter) -> tuple[int, ...]:
+    """The parameter's shape, also when partitioned (its local tensor is then empty)."""
+    return tuple(getattr(param, "ds_shape", param.shape))
+
+
+def full_numel(param: nn.Parameter) -> int:
+    """The parameter's element count, also when partitioned."""
+    return int(getattr(param, "ds_numel", param.numel()))
+
+
+def held_numel(param: nn.Parameter) -> int:
+    """The elements of the parameter this rank holds: its shard when partitioned."""
+    shard = getattr(param, "ds_tensor", None)
+    return param.numel() + (shard.numel() if shard is not None else 0)
+
+
+@contextmanager
+def transformers_see_zero3(config: Mapping[str, Any]) -> Iterator[None]:
+    """While inside, transformers builds models for ZeRO-3 (``is_deepspeed_zero3_enabled()``): partitioned
+    at creation, checkpoints loaded into the shards. Left before evaluation, which loads whole models."""
+    from transformers.integrations import HfDeepSpeedConfig
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+    seen = HfDeepSpeedConfig(dict(config))  # transformers keeps a weak reference: alive until the end
+    try:
+        yield
+    finally:
+        unset_hf_deepspeed_config()
+        del seen
+
+
+def initialise_partitioned_lora(model: nn.Module) -> None:
+    """Redo peft's adapter initialisation on a ZeRO-3-partitioned model (a collective: every rank calls it).
+
+    peft initialises an adapter after creating its layers; on partitioned layers (empty local tensors) that
+    initialisation does nothing, and ``lora_B`` would keep a random init instead of zeros. Here each layer's
+    adapters are gathered, initialised by peft on rank 0, and partitioned back from rank 0's values."""
+    import deepspeed
+    from peft.tuners.lora import LoraLayer
+
+    for module in model.modules():
+        if isinstance(module, LoraLayer):
+            params = [p for adapters in (module.lora_A, module.lora_B) for p in adapters.parameters()]
+            with deepspeed.zero.GatheredParameters(params, modifier_rank=0):
+                for adapter in module.lora_A:
+                    module.reset_lora_parameters(adapter, model.peft_config[adapter].init_lora_weights)

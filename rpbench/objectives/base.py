@@ -1,6 +1,10 @@
 """Shared LightningModule for every objective: optimizer, schedule, logging, held-out loss, HF export.
 
-Subclasses implement ``training_step`` (and may override ``evaluation_nll``). Batches come from
+Subclasses implement ``training_step`` (and may override ``evaluation_nll``); what they make from the
+models (a reference, stop ids...) they make in ``on_models_built``. The models arrive built, or as
+``DeferredModel``s that ``configure_model`` builds: Lightning calls it inside the strategy's init context,
+which under ZeRO-3 is ``deepspeed.zero.Init``, so a model is partitioned as it is created and never whole
+on a rank (``train.zero3_init`` in the run's results records what each rank held). Batches come from
 rpbench.data.datamodule with a ``loss_scale`` that turns a micro-batch's summed loss into its share of
 the global-batch mean (see rpbench.data.batching); ``backward_factor`` corrects it for a strategy whose
 engine divides by the accumulation count again.
@@ -10,7 +14,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +26,11 @@ from transformers import get_scheduler
 
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
-from rpbench.models import save_hf
+from rpbench.distributed import all_gather_objects
+from rpbench.models import DeferredModel, save_hf
 from rpbench.models.forward import supervised_nll_sum
-from rpbench.models.zero3 import is_partitioned, save_hf_partitioned
+from rpbench.models.loading import save_hf_partitioned
+from rpbench.models.zero3 import full_numel, full_shape, held_numel, is_partitioned, transformers_see_zero3
 from rpbench.objectives.config import ObjectiveConfig
 
 NO_DECAY = ("bias", "norm.weight", "layernorm.weight", "ln_f.weight")
@@ -43,6 +50,19 @@ def backward_loss_factor(strategy_name: str, grad_accum: int) -> int:
     return grad_accum if is_deepspeed(strategy_name) else 1
 
 
+def partition_report(module: torch.nn.Module) -> dict[str, Any]:
+    """Whether every parameter of ``module`` is partitioned, its largest parameter and the largest part of a
+    parameter each rank holds (every rank must call this)."""
+    params = list(module.parameters())
+    held = all_gather_objects(max(held_numel(p) for p in params))
+    return {
+        "partitioned": all(all_gather_objects(all(hasattr(p, "ds_id") for p in params))),
+        "parameters": sum(full_numel(p) for p in params),
+        "largest_parameter": max(full_numel(p) for p in params),
+        "largest_held_per_rank": held,
+    }
+
+
 class ObjectiveModule(L.LightningModule):
     """Subclasses set ``data_split`` (the data split they train on) and ``config_class`` (their typed
     settings), and implement ``render`` and ``training_step``; ``collate`` and ``sample_weight`` default to
@@ -51,7 +71,8 @@ class ObjectiveModule(L.LightningModule):
     An objective may train several models: ``models_to_build`` names them (default: one, ``policy``), the
     pipeline loads each, and the module receives them as ``{name: model}`` / ``{name: tokenizer}``. The
     first is ``self.model`` (the one evaluated and probed); the others are ``self.extra_models``. All of
-    them are optimised, checkpointed and exported (``model/``, or ``model/<name>/`` for several).
+    them are optimised, checkpointed and exported (``model/``, or ``model/<name>/`` for several). Under
+    ZeRO-3 the pipeline passes ``DeferredModel``s, built in ``configure_model``.
     """
 
     data_split = "train"
@@ -90,16 +111,49 @@ class ObjectiveModule(L.LightningModule):
         super().__init__()
         models = dict(model) if isinstance(model, Mapping) else {"policy": model}
         tokenizers = dict(tokenizer) if isinstance(tokenizer, Mapping) else {name: tokenizer for name in models}
-        primary = next(iter(models))
-        self.model, self.tokenizer = models.pop(primary), tokenizers[primary]
-        self.extra_models = torch.nn.ModuleDict(models) if models else None
-        self.model_names = [primary, *models]
-        self.tokenizers = tokenizers
+        self.model_names = list(models)
+        self.tokenizer, self.tokenizers = tokenizers[self.model_names[0]], tokenizers
         self.config = cfg if isinstance(cfg, ObjectiveConfig) else self.config_class.from_mapping(cfg)
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
         self.backward_factor = 1  # set for the run's strategy in on_fit_start
         self.last_validation: dict[str, float] = {}
+        self.zero3_init: dict[str, Any] | None = None  # what each rank held once its models were built
+        deferred = [isinstance(m, DeferredModel) for m in models.values()]
+        if any(deferred) and not all(deferred):
+            raise ValueError("give the objective every model built, or every model as a DeferredModel")
+        self.deferred: dict[str, DeferredModel] = models if all(deferred) else {}
+        self.model = self.extra_models = None
+        if not self.deferred:
+            self._take_models(models)
+
+    def _take_models(self, models: Mapping[str, torch.nn.Module]) -> None:
+        first, *others = self.model_names
+        self.model = models[first]
+        self.extra_models = torch.nn.ModuleDict({name: models[name] for name in others}) if others else None
+        self.on_models_built()
+
+    def on_models_built(self) -> None:
+        """Make what depends on the models (subclasses: a reference, stop ids...); called once they exist,
+        from ``__init__`` or (deferred models) inside ``configure_model``'s init context. Reads ``self.config``,
+        the models and tokenizers only: a subclass's own ``__init__`` may not have run yet."""
+
+    def policy_builder(self) -> Callable[[], torch.nn.Module] | None:
+        """What builds the policy again from its config (deferred models), for a reference with its initial
+        weights; None when the policy came built (a reference then copies it)."""
+        return self.deferred[self.model_names[0]].build if self.deferred else None
+
+    def configure_model(self) -> None:
+        """Build deferred models (Lightning calls this inside ``strategy.model_sharded_context()``: under
+        ZeRO-3 each layer is partitioned as it is created, and transformers loads checkpoints into the shards)."""
+        if self.model is not None:
+            return
+        strategy = self.trainer.strategy
+        zero3 = bool(getattr(strategy, "zero_stage_3", False))
+        with transformers_see_zero3(strategy.config) if zero3 else nullcontext():
+            self._take_models({name: spec.build() for name, spec in self.deferred.items()})
+        if zero3:
+            self.zero3_init = partition_report(self)
 
     # -- optimisation -----------------------------------------------------------------------------
     def on_fit_start(self) -> None:
@@ -121,7 +175,7 @@ class ObjectiveModule(L.LightningModule):
         decay, no_decay = [], []
         for name, param in named_parameters:
             if param.requires_grad:
-                (no_decay if name.endswith(NO_DECAY) or param.ndim < 2 else decay).append(param)
+                (no_decay if name.endswith(NO_DECAY) or len(full_shape(param)) < 2 else decay).append(param)
         groups = [
             {"params": decay, "weight_decay": float(cfg.weight_decay)},
             {"params": no_decay, "weight_decay": 0.0},

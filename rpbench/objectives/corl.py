@@ -76,7 +76,7 @@ from rpbench.objectives.grpo import (
     prompt_and_reference,
     rollout_metrics,
 )
-from rpbench.objectives.reference import FrozenCopy, is_peft_model, live_reference
+from rpbench.objectives.reference import FrozenModel, is_peft_model, live_reference
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import RewardFn, build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import (
@@ -214,12 +214,8 @@ def reasoner_source(path: str) -> str:
     )
 
 
-class LoadedJudge(FrozenCopy):
+class LoadedJudge(FrozenModel):
     """A frozen judge loaded from ``judge_model`` (not a copy of the policy); its weights stay out of checkpoints."""
-
-    def __init__(self, model: nn.Module):
-        nn.Module.__init__(self)
-        self.model = model.requires_grad_(False).eval()
 
 
 def load_judge(name_or_path: str, like: nn.Module, tokenizer) -> LoadedJudge:
@@ -288,9 +284,6 @@ class CoRLModule(GRPOModule):
         cfg = self.config
         self.automatic_optimization = False
         self.engine = None  # GRPO's vLLM rollout engine: CoRL has none (rollout_engine)
-        self.shared = bool(cfg.shared_base)
-        if self.shared:
-            self._add_reasoner_adapter()
         self.num_generations, self.mu = cfg.num_generations, cfg.mu
         self.advantage_scale = cfg.advantage_scale
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
@@ -307,9 +300,18 @@ class CoRLModule(GRPOModule):
         for reward in self.rewards[DIALOGUE]:
             if callable(getattr(reward.fn, "bind", None)):
                 reward.fn.bind(self.score_with_judge)
+        self.reasoning: dict[str, str] = {}  # sample id -> the current iteration's thought
+        self._reasoning_iteration = 0
+        self._step_tokens = 0
+
+    def on_models_built(self) -> None:
+        cfg = self.config
+        self.shared = bool(cfg.shared_base)
+        if self.shared:
+            self._add_reasoner_adapter()
         dialogue_tokenizer = self.tokenizers[self.model_names[0]]
         self.reference = (
-            live_reference(self.model)
+            live_reference(self.model, self.policy_builder())
             if cfg.judge_model is None
             else load_judge(cfg.judge_model, self.model, dialogue_tokenizer)
         )
@@ -323,9 +325,6 @@ class CoRLModule(GRPOModule):
             name: ChatRenderer(tok, tok.convert_ids_to_tokens(self.stop_ids[name][0]), int(cfg.score_max_length))
             for name, tok in self.phase_tokenizers.items()
         }
-        self.reasoning: dict[str, str] = {}  # sample id -> the current iteration's thought
-        self._reasoning_iteration = 0
-        self._step_tokens = 0
 
     def _add_reasoner_adapter(self) -> None:
         if not is_peft_model(self.model):

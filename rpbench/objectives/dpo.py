@@ -6,7 +6,8 @@ tokens (content and end-of-turn) are labelled. ``pair_layout`` says whether that
 attention backend is a flash-attention varlen kernel, which skips the masked blocks, padded otherwise). The
 loss is the mean over every pair of the global batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the
 chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled base, or (the default)
-log-probs precomputed once (``precompute_ref``; see reference.py).
+log-probs precomputed once (``precompute_ref``; see reference.py): at setup, or at fit start from the
+engine's partitioned model when the models are built in ``configure_model`` (ZeRO-3).
 
 Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
 chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out ``perplexity``).
@@ -161,13 +162,24 @@ class DPOModule(ObjectiveModule):
         self.beta, self.loss_type = self.config.beta, self.config.loss_type
         self.label_smoothing, self.sft_weight = self.config.label_smoothing, self.config.sft_weight
         self.precompute_ref = self.config.precompute_ref
-        self.packed_pairs = packs_pairs(self.config.pair_layout, self.model)
-        # built in setup() from the data when precomputed; a live reference must copy the initial weights now
-        self.reference = None if self.precompute_ref else live_reference(self.model)
         self._val_sums: torch.Tensor | None = None
+
+    def on_models_built(self) -> None:
+        self.packed_pairs = packs_pairs(self.config.pair_layout, self.model)
+        # precomputed from the data once the model can run (precompute_reference); a live reference takes
+        # the initial weights now
+        self.reference = None if self.config.precompute_ref else live_reference(self.model, self.policy_builder())
 
     # -- reference --------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
+        if self.model is not None:  # built: before the strategy wraps it
+            self.precompute_reference()
+
+    def on_fit_start(self) -> None:
+        super().on_fit_start()
+        self.precompute_reference()  # deferred models: built in configure_model, partitioned by the engine now
+
+    def precompute_reference(self) -> None:
         if not self.precompute_ref or self.reference is not None:
             return
         datamodule = self.trainer.datamodule

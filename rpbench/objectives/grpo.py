@@ -372,11 +372,13 @@ class GRPOModule(ObjectiveModule):
         self.reward_fns = build_reward_fns(cfg.rewards)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
-        self.reference = live_reference(self.model) if self.beta > 0 else None
-        self.stop_ids = default_stop_ids(self.model, self.tokenizer)
         self.seed = cfg.generation_seed
         self.engine: VLLMEngine | None = None  # built at fit start for rollout_backend=vllm
         self._step_tokens = 0
+
+    def on_models_built(self) -> None:
+        self.reference = live_reference(self.model, self.policy_builder()) if self.config.beta > 0 else None
+        self.stop_ids = default_stop_ids(self.model, self.tokenizer)
 
     def on_fit_start(self) -> None:
         super().on_fit_start()

@@ -1,17 +1,24 @@
 """The reference policy of DPO and GRPO: a frozen copy, the LoRA-disabled base, or log-probs cached on disk.
 
 - :class:`FrozenCopy`: a deep copy of the initial policy, frozen, registered as a submodule of the
-  LightningModule so it moves to the device with it (and ZeRO-3 partitions it like the policy). Its
-  weights are left out of Lightning checkpoints (:func:`drop_reference_weights`): on resume the copy is
-  rebuilt from the initial model, which is what the reference is.
+  LightningModule so it moves to the device with it. Its weights are left out of Lightning checkpoints
+  (:func:`drop_reference_weights`): on resume the copy is rebuilt from the initial model, which is what
+  the reference is. Under ZeRO-3 the policy is never whole on a rank, so there is nothing to copy: the
+  reference is built again from the policy's config inside the engine's init context
+  (:func:`live_reference` with ``build``), a :class:`FrozenModel` partitioned like the policy. As a frozen
+  submodule of the engine (no optimiser state, no gradients; its layers gathered for each forward) it
+  holds the same memory as a separate ZeRO-3 inference engine would, without a second engine to keep in
+  step with Lightning's.
 - :class:`DisabledAdapter`: the policy itself with its LoRA adapters switched off (peft
   ``disable_adapter()``): no second model in memory.
 - :class:`PrecomputedReference`: per-sequence log-probs of every training and validation sample computed
   once, before training, and cached in a JSON file keyed by sample id (each entry carries a fingerprint of
   the sample's tokens, the file a signature of the reference weights and precision). Under DDP/DeepSpeed,
   rank 0 reads the cache and broadcasts it; each rank computes the missing samples of its own share of
-  the batches with a plain (unsharded) forward; the results are gathered on every rank and rank 0
-  writes the file. No model needs to be kept in memory during training.
+  the batches; the results are gathered on every rank and rank 0 writes the file. No model needs to be
+  kept in memory during training. A ZeRO-3-partitioned model computes them once the engine exists, every
+  rank running the same forwards (a batch any rank lacks is computed on all), and its signature is read
+  a gathered parameter at a time: the same as unpartitioned, so strategies share a cache.
 
 Live references run under ``torch.no_grad``. A batch lays out ``R`` rows per sample in blocks: row
 ``k * n_samples + i`` is row ``k`` of sample ``i`` (DPO: chosen rows, then rejected rows).
@@ -24,7 +31,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +42,7 @@ from torch import nn
 
 from rpbench.distributed import all_gather_objects, barrier, broadcast_from_zero, rank_and_world
 from rpbench.models.forward import sequence_logps
+from rpbench.models.zero3 import gathered, is_partitioned
 
 log = logging.getLogger(__name__)
 
@@ -47,16 +55,14 @@ def is_peft_model(model: nn.Module) -> bool:
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
 
-class FrozenCopy(nn.Module):
-    """A frozen deep copy of the policy as it is now; stays in eval mode."""
+class FrozenModel(nn.Module):
+    """A model frozen in eval mode; its weights stay out of checkpoints."""
 
-    def __init__(self, policy: nn.Module):
+    def __init__(self, model: nn.Module):
         super().__init__()
-        self.model = copy.deepcopy(policy)
-        self.model.requires_grad_(False)
-        self.model.eval()
+        self.model = model.requires_grad_(False).eval()
 
-    def train(self, mode: bool = True) -> FrozenCopy:
+    def train(self, mode: bool = True) -> FrozenModel:
         return super().train(False)
 
     @contextmanager
@@ -67,6 +73,13 @@ class FrozenCopy(nn.Module):
     def sequence_logps(self, batch: Mapping[str, Any]) -> torch.Tensor:
         with self.forward_model() as model:
             return sequence_logps(model, batch)[0]
+
+
+class FrozenCopy(FrozenModel):
+    """A frozen deep copy of the policy as it is now."""
+
+    def __init__(self, policy: nn.Module):
+        super().__init__(copy.deepcopy(policy))
 
 
 class DisabledAdapter:
@@ -93,9 +106,12 @@ class DisabledAdapter:
             return sequence_logps(model, batch)[0]
 
 
-def live_reference(policy: nn.Module) -> FrozenCopy | DisabledAdapter:
-    """The LoRA-disabled base for a peft policy, else a frozen copy of the policy."""
-    return DisabledAdapter(policy) if is_peft_model(policy) else FrozenCopy(policy)
+def live_reference(policy: nn.Module, build: Callable[[], nn.Module] | None = None) -> FrozenModel | DisabledAdapter:
+    """The LoRA-disabled base for a peft policy; else the policy's initial weights, frozen: ``build()`` (the
+    policy built again from its config: under ZeRO-3, partitioned like it) when given, else a deep copy."""
+    if is_peft_model(policy):
+        return DisabledAdapter(policy)
+    return FrozenModel(build()) if build is not None else FrozenCopy(policy)
 
 
 # -- checkpoints ----------------------------------------------------------------------------------------
@@ -113,7 +129,7 @@ def restore_reference_weights(module: nn.Module, checkpoint: dict[str, Any]) -> 
     """Put the current frozen copy's weights into a checkpoint saved without them, before it is loaded."""
     reference = getattr(module, REFERENCE_ATTRIBUTE, None)
     state = checkpoint.get("state_dict")
-    if isinstance(reference, FrozenCopy) and state is not None:
+    if isinstance(reference, FrozenModel) and state is not None:
         for key, value in reference.state_dict().items():
             state.setdefault(f"{REFERENCE_ATTRIBUTE}.{key}", value)
 
@@ -130,19 +146,16 @@ def model_signature(model: nn.Module, precision: str) -> str:
     """Hash of parameter names, shapes, dtypes and a strided sample of their values, plus the precision.
 
     Cheap for any model size and exact (no floating-point reduction), so it is the same on every rank
-    and every run for the same weights.
+    and every run for the same weights; a ZeRO-3-partitioned parameter is gathered for the time it is
+    read (every rank must call this), which gives the signature of the same weights unpartitioned.
     """
     digest = hashlib.sha1(precision.encode())
     for name, param in model.named_parameters():
-        if hasattr(param, "ds_id"):
-            raise RuntimeError(
-                "precompute_ref needs unpartitioned weights, but the model is already sharded by DeepSpeed "
-                "ZeRO-3; the reference log-probs are computed before the strategy shards the model"
-            )
-        flat = param.detach().reshape(-1)
-        step = max(1, flat.numel() // SIGNATURE_VALUES_PER_TENSOR)
-        digest.update(f"{name}:{tuple(param.shape)}:{param.dtype}".encode())
-        digest.update(flat[::step][:SIGNATURE_VALUES_PER_TENSOR].float().cpu().numpy().tobytes())
+        with gathered([param]):
+            flat = param.detach().reshape(-1)
+            step = max(1, flat.numel() // SIGNATURE_VALUES_PER_TENSOR)
+            digest.update(f"{name}:{tuple(param.shape)}:{param.dtype}".encode())
+            digest.update(flat[::step][:SIGNATURE_VALUES_PER_TENSOR].float().cpu().numpy().tobytes())
     return digest.hexdigest()
 
 
@@ -200,10 +213,14 @@ class PrecomputedReference:
 
         Batches carry ``id`` and ``fingerprint`` lists (one per sample) and the padded rows; every rank
         must call this (it gathers). ``forward_context`` (e.g. the trainer's precision autocast) wraps
-        each forward. Returns the reference, which counts the entries it computed and reused.
+        each forward. A ZeRO-3-partitioned model needs every rank in each forward: all ranks run a batch
+        when any of them lacks one of its samples (their loaders hold the same number of batches).
+        Returns the reference, which counts the entries it computed and reused.
         """
         path = Path(path)
-        model.to(device)
+        lockstep = is_partitioned(model)
+        if not lockstep:
+            model.to(device)
         signature = model_signature(model, precision)
         rank, _ = rank_and_world()
         cached: dict[str, CacheEntry] = broadcast_from_zero(_read_cache(path, signature) if rank == 0 else None)
@@ -221,7 +238,8 @@ class PrecomputedReference:
                 for batch in loader:
                     ids, fingerprints = batch["id"], batch["fingerprint"]
                     seen.update(ids)
-                    if all(known(s, f) for s, f in zip(ids, fingerprints, strict=True)):
+                    missing = not all(known(s, f) for s, f in zip(ids, fingerprints, strict=True))
+                    if not (any(all_gather_objects(missing)) if lockstep else missing):
                         continue
                     with torch.no_grad(), (forward_context or nullcontext)():
                         sums = sequence_logps(model, _batch_to(batch, device))[0].double().cpu()

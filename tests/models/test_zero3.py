@@ -129,8 +129,7 @@ def _worker(rank: int, port: int, out: Path) -> None:
     torch.set_num_threads(1)
     import deepspeed
 
-    from rpbench.models.loading import apply_lora, load
-    from rpbench.models.zero3 import save_hf_partitioned
+    from rpbench.models.loading import apply_lora, load, save_hf_partitioned
 
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}

@@ -1,6 +1,7 @@
 """GRPO under DeepSpeed ZeRO-3 on two CPU processes (gloo), through `python run.py`: the rollouts run on the
-model gathered once per generation batch (nothing stays gathered between them: persistence threshold 0), and
-the run's rollouts (rewards), losses and exported weights are DDP's."""
+model gathered once per generation batch (nothing stays gathered between them: persistence threshold 0), the
+KL reference is built partitioned from the policy's config, and the run's rollouts (rewards), KL, losses and
+exported weights are DDP's."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ GRPO = [
     "objective.log_every_n_steps=1",
     "objective.lr=1e-3",
     "objective.clip_grad_norm=null",  # DeepSpeed clips itself: off in both
+    "objective.beta=0.1",
     "trainer.max_steps=2",
 ]
 ZERO3 = [
@@ -38,7 +40,7 @@ ZERO3 = [
 ]
 
 
-COMPARED = ["train/loss", "train/reward", "train/advantages/abs_mean", "train/completion_length/mean"]
+COMPARED = ["train/loss", "train/kl", "train/reward", "train/advantages/abs_mean", "train/completion_length/mean"]
 
 
 def _step_metrics(out) -> list[list[float]]:
@@ -60,7 +62,7 @@ def test_grpo_under_zero3_gathers_for_rollouts_and_matches_ddp(tmp_path):
         assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2
         runs[name] = out
     plain, zero = _step_metrics(runs["ddp"]), _step_metrics(runs["zero3"])
-    assert len(plain) == 2
+    assert len(plain) == 2 and plain[1][1] > 0  # the second step's policy has left the reference
     for step_zero, step_plain in zip(zero, plain, strict=True):
         assert step_zero == pytest.approx(step_plain, rel=1e-4, abs=1e-9)
     plain, zero = _weights(runs["ddp"]), _weights(runs["zero3"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from transformers import (
     AutoModelForImageTextToText,
     AutoProcessor,
@@ -23,7 +22,7 @@ from transformers import (
 
 from rpbench.data.records import Turn
 from rpbench.models.families.base import FAMILIES, ModelFamily
-from rpbench.models.tiny import TINY_DEFAULTS
+from rpbench.models.tiny import TINY_DEFAULTS, initialised
 from rpbench.models.tokenizer import TokenizerFamily, tiny_tokenizer
 from rpbench.models.vision import ImageTextTokenizer
 
@@ -94,9 +93,7 @@ class Qwen2VL(ModelFamily):
             tie_word_embeddings=bool(text["tie_word_embeddings"]),
         )
         config._attn_implementation = attn_implementation
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = Qwen2VLForConditionalGeneration(config)
+        model = initialised(Qwen2VLForConditionalGeneration, config, seed)
         model.generation_config.eos_token_id = tokenizer.eos_token_id
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         return model

@@ -1,0 +1,75 @@
+"""ZeRO-3 builds the trained models inside the engine's init context (two CPU processes, DeepSpeed's CPU
+accelerator over gloo): no rank holds a whole parameter once they are built; DPO with a precomputed
+(default) or live reference makes the same steps as DDP, sharing the reference cache; LoRA adapters built
+partitioned start at zero (GRPO's partitioned reference: tests/objectives/test_grpo_zero3.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, _weights
+
+from rpbench.models import DeferredModel
+from rpbench.pipeline import build_models
+from test_run import FAST, run
+
+DPO = ["objective=dpo", *FAST, *TWO_STEPS]
+
+
+def _run(out, *overrides):
+    result = run(f"hydra.run.dir={out}", *DPO, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def _signature(out) -> str:
+    return json.loads((out / "reference_logps.json").read_text())["signature"]
+
+
+def test_under_zero3_the_pipeline_loads_tokenizers_and_defers_the_trained_models(compose):
+    model, tokenizer = build_models(compose("objective=dpo", "trainer=deepspeed_zero3"))["policy"]
+    assert isinstance(model, DeferredModel) and model.tokenizer is tokenizer
+    assert not isinstance(build_models(compose("objective=dpo"))["policy"][0], DeferredModel)
+
+
+@pytest.mark.slow
+def test_lora_adapters_built_partitioned_start_at_zero(tmp_path):
+    """peft's initialisation, lost on partitioned layers, is redone: lora_B is zero, so the policy starts as
+    its LoRA-disabled reference and DPO's first loss is ln 2; the run trains and exports the merged model."""
+    lora = ["model.lora={r: 4, alpha: 8}", "objective.precompute_ref=false", "objective.lr=1e-2"]
+    out = _run(tmp_path / "zero3_lora", "trainer=deepspeed_zero3", *CPU_ZERO, *lora)
+    first, second = _losses(out)
+    assert first == pytest.approx(math.log(2), abs=1e-6)
+    assert abs(second - math.log(2)) > 1e-4  # the adapters trained
+    assert json.loads((out / "metrics.json").read_text())["train"]["zero3_init"]["partitioned"]
+    assert (out / "model" / "config.json").exists() and not (out / "model" / "adapter_config.json").exists()
+
+
+@pytest.fixture(scope="module")
+def ddp_dpo(tmp_path_factory):
+    return _run(tmp_path_factory.mktemp("ddp_dpo"), "trainer.strategy=ddp")
+
+
+@pytest.mark.slow
+def test_zero3_dpo_is_built_partitioned_and_matches_ddp_with_a_precomputed_reference(tmp_path, ddp_dpo):
+    out = _run(tmp_path / "zero3", "trainer=deepspeed_zero3", *CPU_ZERO)
+    built = json.loads((out / "metrics.json").read_text())["train"]["zero3_init"]
+    assert built["partitioned"]
+    assert len(built["largest_held_per_rank"]) == 2
+    half = -(-built["largest_parameter"] // 2)  # each rank holds its half (rounded up) of the largest parameter
+    assert all(0 < held <= half for held in built["largest_held_per_rank"])
+    assert _losses(out) == pytest.approx(_losses(ddp_dpo), rel=1e-4)
+    assert _signature(out) == _signature(ddp_dpo)  # the same weights sign the same: strategies share a cache
+
+
+@pytest.mark.slow
+def test_zero3_dpo_live_reference_is_built_from_the_policy_config_and_matches_ddp(tmp_path, ddp_dpo):
+    out = _run(tmp_path / "zero3_live", "trainer=deepspeed_zero3", *CPU_ZERO, "objective.precompute_ref=false")
+    built = json.loads((out / "metrics.json").read_text())["train"]["zero3_init"]
+    assert built["partitioned"]
+    # the reference (the policy built again, frozen) is partitioned with it: twice the policy's parameters
+    assert built["parameters"] == 2 * sum(weight.numel() for weight in _weights(out).values())
+    assert not (out / "reference_logps.json").exists()
+    assert _losses(out) == pytest.approx(_losses(ddp_dpo), rel=1e-4)  # the live reference gives the cached values

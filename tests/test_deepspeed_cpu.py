@@ -1,5 +1,6 @@
-"""DeepSpeed ZeRO-2 and ZeRO-3 through the real entry point on two CPU processes (DeepSpeed's CPU
-accelerator over gloo): the same losses and weights as plain DDP, an export that reloads, evaluation in step."""
+"""DeepSpeed ZeRO-2 (with the optimizer offloaded) and ZeRO-3 through the real entry point on two CPU
+processes (DeepSpeed's CPU accelerator over gloo): the same losses and weights as plain DDP, an export that
+reloads, evaluation in step."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def test_zero_matches_ddp_on_two_cpu_processes(tmp_path, ddp_run, stage):
     out = tmp_path / f"zero{stage}"
     evaluation = SMALL_EVAL if stage == 3 else ["evaluator=none"]  # ZeRO-3: evaluated from the gathered export
     zero = [f"trainer=deepspeed_zero{stage}", *CPU_ZERO]
+    if stage == 2:  # ZeRO-Offload: the optimizer state in host memory, stepped by DeepSpeed's CPU AdamW
+        zero.append("+trainer.strategy.config.zero_optimization.offload_optimizer={device: cpu}")
     result = run(f"hydra.run.dir={out}", *SHORT_TRAINING, *TWO_STEPS, *zero, *evaluation)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2

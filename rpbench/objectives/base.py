@@ -16,6 +16,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,22 @@ def partition_report(module: torch.nn.Module) -> dict[str, Any]:
         "largest_parameter": max(full_numel(p) for p in params),
         "largest_held_per_rank": held,
     }
+
+
+def offloads_optimizer(strategy) -> bool:
+    """Whether a DeepSpeed strategy's config keeps the optimizer state off the device (ZeRO-Offload)."""
+    config = getattr(strategy, "config", None) or {}
+    offload = config.get("zero_optimization", {}).get("offload_optimizer") or {}
+    return is_deepspeed(type(strategy).__name__) and offload.get("device", "none") != "none"
+
+
+def adamw_class(strategy) -> Callable[..., torch.optim.Optimizer]:
+    """AdamW; under ZeRO-Offload DeepSpeed's CPU AdamW (the same update, computed where the state lives)."""
+    if offloads_optimizer(strategy):
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return partial(DeepSpeedCPUAdam, adamw_mode=True)
+    return torch.optim.AdamW
 
 
 class ObjectiveModule(L.LightningModule):
@@ -180,7 +197,7 @@ class ObjectiveModule(L.LightningModule):
             {"params": decay, "weight_decay": float(cfg.weight_decay)},
             {"params": no_decay, "weight_decay": 0.0},
         ]
-        optimizer = torch.optim.AdamW(
+        optimizer = adamw_class(self.trainer.strategy)(
             [group for group in groups if group["params"]],  # DeepSpeed's ZeRO optimizers refuse an empty group
             lr=float(cfg.lr),
             betas=tuple(float(b) for b in cfg.adam_betas),

@@ -6,6 +6,8 @@ import json
 
 import pytest
 import torch
+from test_deepspeed_cpu import _losses
+from transformers import AutoModelForCausalLM
 
 from test_run import FAST, run
 
@@ -30,8 +32,6 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
     """One optimiser step over 2 accumulated micro-batches, under ZeRO-2 and without DeepSpeed. Adam's first
     step is lr * g / (|g| + eps): with eps 1e4 and lr 1e5 it is 10 g, so an engine dividing the loss by the
     accumulation count a second time would halve the update."""
-    from transformers import AutoModelForCausalLM
-
     from rpbench.models import load
 
     initial = _weights(load({"name_or_path": "tiny:qwen2"})[0])
@@ -82,3 +82,41 @@ def test_corl_trains_both_phases_on_one_gpu(tmp_path, shared):
     assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 4  # tiny: 2 + 2 steps
     for name in ("dialogue", "reasoner"):
         assert (out / "model" / name / "config.json").exists()
+
+
+SAME_STEPS = ["trainer.devices=1", "logger=csv", "trainer.max_steps=2", "objective.batch_size=4"]
+OBJECTIVES = {
+    "sft": [],
+    "dpo": ["objective=dpo"],
+    "grpo": [
+        "objective=grpo",
+        "data.max_train_samples=8",
+        "data.val_fraction=0",
+        "objective.batch_size=2",
+        "objective.num_generations=2",
+        "objective.max_completion_length=6",
+        "objective.beta=0.1",
+        "objective.clip_grad_norm=null",  # DeepSpeed clips itself: off in both
+    ],
+}
+_single_gpu_losses: dict[str, list[float]] = {}
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+@pytest.mark.parametrize("objective", list(OBJECTIVES))
+def test_zero_bf16_steps_match_a_single_gpu_run(tmp_path, objective, stage):
+    """bf16 SFT, DPO and GRPO steps under ZeRO-2/3 give the single-GPU run's losses (bf16 tolerance: DeepSpeed
+    computes with bf16 weights, Lightning's bf16-mixed autocasts fp32 ones)."""
+    settings = [*FAST, *SAME_STEPS, "objective.log_every_n_steps=1", *OBJECTIVES[objective]]
+    if objective not in _single_gpu_losses:
+        out = tmp_path / "single"
+        result = run(f"hydra.run.dir={out}", *settings, "trainer=gpu")
+        assert result.returncode == 0, result.stderr[-3000:]
+        _single_gpu_losses[objective] = _losses(out)
+    out = tmp_path / f"zero{stage}"
+    result = run(f"hydra.run.dir={out}", *settings, f"trainer=deepspeed_zero{stage}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(_losses(out)) == 2
+    assert _losses(out) == pytest.approx(_single_gpu_losses[objective], rel=3e-2)
+    reloaded = AutoModelForCausalLM.from_pretrained(out / "model")  # the export reloads with transformers
+    assert all(torch.isfinite(p).all() for p in reloaded.parameters())

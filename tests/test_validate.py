@@ -60,6 +60,11 @@ def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override
     assert named in refused_at_startup(compose, override)
 
 
+def test_an_objective_with_two_optimizers_is_refused_under_deepspeed(compose):
+    message = refused_at_startup(compose, "objective=corl", "data=sample_rpgbench", "trainer=deepspeed_zero2")
+    assert "objective=corl steps 2 optimizers and a DeepSpeed engine steps one" in message
+
+
 def test_every_problem_is_listed_in_one_message(compose):
     message = refused_at_startup(compose, "objective.batch_size=0", "seed=abc", "data.format=xml")
     assert message.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in message

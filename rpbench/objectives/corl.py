@@ -238,6 +238,7 @@ class CoRLModule(GRPOModule):
     data_split = "train"
     needs_tuned_start = True
     supports_packing = False
+    optimizers = 2  # one per phase
     config_class = CoRLConfig
 
     @classmethod
@@ -574,10 +575,6 @@ class CoRLModule(GRPOModule):
         """``model/dialogue`` and ``model/reasoner``; with a shared base, each adapter merged into its own copy."""
         if not self.shared:
             return super().export_hf(out_dir, lora_adapter)
-        if any(hasattr(p, "ds_id") for p in self.model.parameters()):
-            raise ValueError(
-                "CoRL with objective.shared_base=true cannot export ZeRO-3-sharded weights: use ZeRO-2 or DDP"
-            )
         if self.trainer.is_global_zero:
             reasoner = copy.deepcopy(self.model)
             reasoner.set_adapter(ADAPTERS[REASONER])

@@ -58,4 +58,6 @@ def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_pa
     (files,) = out.glob("wandb/offline-run-*/files")
     assert (files / "report.md").read_text() == (out / "report.md").read_text()
     assert json.loads((files / "metrics.json").read_text()) == json.loads((out / "metrics.json").read_text())
-    assert list(files.glob("media/table/eval/predictions_*.table.json"))
+    (table,) = files.glob("media/table/eval/predictions_*.table.json")
+    content = json.loads(table.read_text())
+    assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 2

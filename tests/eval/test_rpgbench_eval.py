@@ -142,10 +142,13 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         "evaluator=rpgbench",
         "data=sample_rpgbench",
         "judge=local",
+        "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
         "evaluator.generalization.reasoning_generator=self",
         "evaluator.generalization.convergence_repeats=1",
         "evaluator.generalization.entropy.samples=2",
         "evaluator.generalization.entropy.max_prompts=2",
+        "evaluator.generalization.entropy.max_new_tokens=16",
+        "evaluator.generation.max_new_tokens=16",
         "+evaluator.judges=[{},{}]",
         f"paths.output_root={tmp_path}",
     )

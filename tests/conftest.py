@@ -172,25 +172,45 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-@pytest.fixture
-def compose(tmp_path):
-    """compose(*overrides) -> resolved DictConfig, as `python run.py <overrides>` would build it."""
+def composed(out: Path, *overrides: str):
+    """The resolved DictConfig `python run.py <overrides>` would build, writing to ``out``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import open_dict
 
-    def _compose(*overrides: str):
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = hydra_compose(
-                "config", overrides=[f"hydra.run.dir={tmp_path / 'run'}", *overrides], return_hydra_config=True
-            )
-            with open_dict(cfg):
-                cfg.hydra.runtime.output_dir = str(tmp_path / "run")
-            HydraConfig.instance().set_config(cfg)
-        return cfg
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=[f"hydra.run.dir={out}", *overrides], return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(out)
+        HydraConfig.instance().set_config(cfg)
+    return cfg
 
-    yield _compose
+
+def run_in_process(out: Path, *overrides: str) -> dict:
+    """What `python run.py <overrides> hydra.run.dir=<out>` runs, without the process (its import time):
+    ``pipeline.run`` on the composed config less its ``hydra`` node, as run.py hands it; the run's results."""
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import open_dict
+
+    from rpbench.pipeline import run
+
+    cfg = composed(out, *overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
+        cfg.paths.output_dir = str(out)
+    try:
+        return run(cfg)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+@pytest.fixture
+def compose(tmp_path):
+    """compose(*overrides) -> resolved DictConfig, as `python run.py <overrides>` would build it."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    yield lambda *overrides: composed(tmp_path / "run", *overrides)
     GlobalHydra.instance().clear()

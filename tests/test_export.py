@@ -8,7 +8,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import run_script
+from conftest import run_in_process
 from rpbench.data.errors import ConfigError
 from rpbench.hub import upload_arguments
 from rpbench.validate import validate
@@ -24,9 +24,8 @@ def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_pa
     from rpbench.models import load
 
     out = tmp_path / "run"
-    result = run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
+    run_in_process(
+        out,
         "trainer.max_steps=2",
         "trainer.enable_progress_bar=false",
         "data.max_test_samples=4",
@@ -35,7 +34,6 @@ def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_pa
         LORA,
         "export.lora_adapter=true",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     card = (out / "model" / "README.md").read_text()
     assert "objective `sft`, from `tiny:qwen2` (model config `tiny-qwen2`), on data `sample`" in card

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import run_script
+from conftest import run_in_process, run_script
 
 TOKEN = "hf_test_token_never_written"
 
@@ -63,26 +63,21 @@ def hub() -> Iterator[tuple[str, list]]:
     server.server_close()
 
 
-def short_run(out, endpoint: str, *overrides: str):
-    return run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
+def short_run_settings(endpoint: str) -> list[str]:
+    return [
         "trainer.max_steps=1",
         "evaluator=none",
         "trainer.enable_progress_bar=false",
         f"export.hub.endpoint={endpoint}",
         "export.hub.token_env=RPBENCH_TEST_HUB_TOKEN",
-        *overrides,
-        HF_HUB_OFFLINE="0",
-        RPBENCH_TEST_HUB_TOKEN=TOKEN,
-    )
+    ]
 
 
-@pytest.mark.slow
-def test_push_off_sends_nothing(tmp_path, hub):
+def test_push_off_sends_nothing(tmp_path, hub, monkeypatch):
+    """In-process (the Hub client here is offline: an attempted upload would fail the run or reach the stand-in)."""
     endpoint, requests = hub
-    result = short_run(tmp_path / "run", endpoint)
-    assert result.returncode == 0, result.stderr[-3000:]
+    monkeypatch.setenv("RPBENCH_TEST_HUB_TOKEN", TOKEN)
+    run_in_process(tmp_path / "run", *short_run_settings(endpoint))
     assert requests == []
     assert "hub_commit" not in json.loads((tmp_path / "run" / "metrics.json").read_text())
 
@@ -91,7 +86,15 @@ def test_push_off_sends_nothing(tmp_path, hub):
 def test_push_uploads_the_model_folder_with_its_card_and_writes_no_token(tmp_path, hub):
     endpoint, requests = hub
     out = tmp_path / "run"
-    result = short_run(out, endpoint, "export.push_to_hub=true", "export.hub.repo_id=me/card-test")
+    result = run_script(  # a process of its own: the Hub client reads HF_HUB_OFFLINE when imported
+        "run.py",
+        f"hydra.run.dir={out}",
+        *short_run_settings(endpoint),
+        "export.push_to_hub=true",
+        "export.hub.repo_id=me/card-test",
+        HF_HUB_OFFLINE="0",
+        RPBENCH_TEST_HUB_TOKEN=TOKEN,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     calls = [call for call, _, _ in requests]
     assert calls == [

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import open_dict
 
 import rpbench.pipeline as pipeline
-from conftest import run_script
+from conftest import run_in_process
 
 NAMES = ["Holmes", "Watson", "Hudson", "Lestrade", "Moriarty", "Adler", "Mycroft", "Gregson", "Toby", "Wiggins"]
 
@@ -23,7 +23,6 @@ def chat(name: str) -> list[dict[str, str]]:
     ]
 
 
-@pytest.mark.slow
 def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parquet(tmp_path):
     train = tmp_path / "my.jsonl"
     train.write_text("".join(json.dumps({"messages": chat(n)}) + "\n" for n in NAMES))
@@ -31,8 +30,8 @@ def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parq
     rows = [{"prompt": f"Where does {n} live?", "completion": f"{n} lives in London."} for n in NAMES[:3]]
     pq.write_table(pa.Table.from_pylist(rows), test)
     out = tmp_path / "run"
-    result = run_script(
-        "run.py",
+    run_in_process(
+        out,
         "data=custom",
         f"data.files.train={train}",
         f"data.files.test={test}",
@@ -41,9 +40,7 @@ def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parq
         "trainer.enable_progress_bar=false",
         "evaluator.generation.max_new_tokens=4",
         "evaluator.metrics=[bleu,rougeL]",
-        f"hydra.run.dir={out}",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     records = metrics["records"]
     assert records["train"]["read"] == 10 and records["train"]["shape"] == "messages (messages: role/content)"

@@ -1,10 +1,15 @@
-"""Training killed with SIGKILL resumes in its folder to the state of an uninterrupted run."""
+"""Training killed with SIGKILL resumes in its folder to the state of an uninterrupted run.
+
+The killed run is `python run.py` in a subprocess; the uninterrupted run (shared by the tests, which only
+read it) and the reruns are what run.py runs, in-process (``run_in_process``)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import OFFLINE_ENV, REPO_ROOT, run_script
+from conftest import OFFLINE_ENV, REPO_ROOT, run_in_process
 
 # 96 records -> 86 training samples in 43 micro-batches of 2 per epoch, one optimizer step each: 86 steps.
 TRAINING = [
@@ -51,7 +56,8 @@ def run_killed_midway(out: Path) -> int:
     process = subprocess.Popen(
         [sys.executable, "run.py", f"hydra.run.dir={out}", *TRAINING],
         cwd=REPO_ROOT,
-        env={**os.environ, **OFFLINE_ENV},
+        # the thread count of the in-process runs it is compared with: the same floating-point sums
+        env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": str(torch.get_num_threads())},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -68,18 +74,23 @@ def run_killed_midway(out: Path) -> int:
     return checkpoint_step(ckpt)
 
 
-@pytest.mark.slow
-def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(tmp_path):
-    reference, resumed = tmp_path / "uninterrupted", tmp_path / "resumed"
-    first = run_script("run.py", f"hydra.run.dir={reference}", *TRAINING)
-    assert first.returncode == 0, first.stderr[-3000:]
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """The folder of a run of TRAINING that nothing interrupted."""
+    out = tmp_path_factory.mktemp("uninterrupted") / "run"
+    run_in_process(out, *TRAINING)
+    return out
 
+
+@pytest.mark.slow
+def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(uninterrupted, tmp_path, caplog):
+    reference, resumed = uninterrupted, tmp_path / "resumed"
     resume_step = run_killed_midway(resumed)
     assert not (resumed / "metrics.json").exists()  # it really died in training
     assert KILL_AFTER_STEP <= resume_step < TOTAL_STEPS and resume_step % STEPS_PER_EPOCH != 0
-    second = run_script("run.py", f"hydra.run.dir={resumed}", *TRAINING)
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "Restoring states from the checkpoint" in second.stdout + second.stderr
+    with caplog.at_level(logging.INFO):
+        run_in_process(resumed, *TRAINING)
+    assert "Restoring states from the checkpoint" in caplog.text
 
     expected = json.loads((reference / "metrics.json").read_text())["train"]
     got = json.loads((resumed / "metrics.json").read_text())["train"]
@@ -99,14 +110,10 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(tmp
         torch.testing.assert_close(tensor, weights[name], rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.slow
-def test_rerunning_a_finished_folder_keeps_its_before_and_after(tmp_path):
-    out = tmp_path / "run"
-    first = run_script("run.py", f"hydra.run.dir={out}", *TRAINING, "data.max_train_samples=24")
-    assert first.returncode == 0, first.stderr[-3000:]
+def test_rerunning_a_finished_folder_keeps_its_before_and_after(uninterrupted, tmp_path):
+    out = shutil.copytree(uninterrupted, tmp_path / "run")
     before = json.loads((out / "metrics.json").read_text())["train"]
-    second = run_script("run.py", f"hydra.run.dir={out}", *TRAINING, "data.max_train_samples=24")
-    assert second.returncode == 0, second.stderr[-3000:]
+    run_in_process(out, *TRAINING)
     after = json.loads((out / "metrics.json").read_text())["train"]
     assert after["held_out"] == before["held_out"] and after["optimizer_steps"] == before["optimizer_steps"]
     assert before["held_out"]["before"]["loss"] > before["held_out"]["after"]["loss"]

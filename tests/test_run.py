@@ -1,14 +1,16 @@
-"""`python run.py` end to end in a subprocess, as a user runs it."""
+"""`python run.py` end to end: in a subprocess where the process itself is tested (the command line, DDP's
+launch), otherwise what it runs, in-process (``run_in_process``)."""
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
 
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run_script
+from conftest import REPO_ROOT, run_in_process, run_script
 
 SHORT_TRAINING = [
     "objective.epochs=1",
@@ -27,8 +29,7 @@ def run(*overrides: str):
 @pytest.mark.slow
 def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     out = tmp_path / "run"
-    result = run(f"hydra.run.dir={out}", *SHORT_TRAINING, *SMALL_EVAL)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_in_process(out, *SHORT_TRAINING, *SMALL_EVAL)
     metrics = json.loads((out / "metrics.json").read_text())
     held_out = metrics["train"]["held_out"]
     assert held_out["after"]["loss"] < held_out["before"]["loss"]
@@ -45,16 +46,15 @@ def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["path"] == "predictions.jsonl"
 
 
-@pytest.mark.slow
-def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path):
+def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, caplog):
     out = tmp_path / "run"
-    first = run(f"hydra.run.dir={out}", *FAST)
-    assert first.returncode == 0, first.stderr[-3000:]
+    run_in_process(out, *FAST)
     steps = json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"]
     first_curve = (out / "metrics.csv").read_text()
-    second = run(f"hydra.run.dir={out}", *FAST, "objective.epochs=2")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "Restoring states from the checkpoint" in second.stdout + second.stderr
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        run_in_process(out, *FAST, "objective.epochs=2")
+    assert "Restoring states from the checkpoint" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2 * steps
     assert (out / "metrics.1.csv").read_text() == first_curve  # the resumed run kept the earlier curve
     logged_steps = [int(row["step"]) for row in csv.DictReader((out / "metrics.csv").open())]

@@ -140,13 +140,20 @@ def test_options_are_validated():
     assert ServeOptions.from_mapping({"retry_after": 1}).retry_after == "1"  # the header value
 
 
+@pytest.fixture(scope="module")
+def command_line_server():
+    """One `python -m rpbench.serve model=tiny-qwen2 port=0` for the command-line tests: (name, base URL)."""
+    with served_from_command_line("model=tiny-qwen2") as served:
+        yield served
+
+
 @pytest.mark.slow
-def test_command_line_serves_on_a_free_port():
-    with served_from_command_line("model=tiny-qwen2") as (name, base_url):
-        assert name == "tiny:qwen2" and base_url.startswith("http://127.0.0.1:")
-        assert base_url.endswith("/v1") and not base_url.endswith(":0/v1")
-        status, body = post(base_url, {"messages": HELLO, "max_tokens": 4, "temperature": 0})
-        assert status == 200 and body["model"] == "tiny:qwen2"
+def test_command_line_serves_on_a_free_port(command_line_server):
+    name, base_url = command_line_server
+    assert name == "tiny:qwen2" and base_url.startswith("http://127.0.0.1:")
+    assert base_url.endswith("/v1") and not base_url.endswith(":0/v1")
+    status, body = post(base_url, {"messages": HELLO, "max_tokens": 4, "temperature": 0})
+    assert status == 200 and body["model"] == "tiny:qwen2"
 
 
 def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path):
@@ -357,7 +364,7 @@ def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
 
 
 @pytest.mark.slow
-def test_command_line_server_refuses_abuse_and_keeps_serving():
+def test_command_line_server_refuses_abuse_and_keeps_serving(command_line_server):
     abuse = [
         ({"max_tokens": 1e30}, 400),
         ({"max_tokens": 10**9}, 400),
@@ -365,8 +372,8 @@ def test_command_line_server_refuses_abuse_and_keeps_serving():
         ({"temperature": math.nan}, 400),
         ({"model": "no-such-model"}, 404),
     ]
-    with served_from_command_line("model=tiny-qwen2") as (_name, base_url):
-        for body, code in abuse:
-            assert post(base_url, {"messages": HELLO, **body})[0] == code, body
-        status, reply = post(base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 4, "temperature": 0})
+    _name, base_url = command_line_server
+    for body, code in abuse:
+        assert post(base_url, {"messages": HELLO, **body})[0] == code, body
+    status, reply = post(base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 4, "temperature": 0})
     assert status == 200 and reply["usage"]["completion_tokens"] == 4

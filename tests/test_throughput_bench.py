@@ -16,6 +16,7 @@ def test_every_variant_of_both_frameworks_runs_and_is_written_to_the_csv(tmp_pat
     result = run_script(
         "experiments/throughput/bench.py",
         *("--repeats", "1", "--steps", "1", "--warmup", "0", "--no-generation-figure", "--csv", str(out)),
+        *("--max-len", "64", "--median", "32", "--pairs", "2", "--generations", "2", "--completion-len", "4"),
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "failed runs" not in result.stdout, result.stdout[-3000:]

@@ -1,4 +1,6 @@
-"""The trainer group passes Lightning Trainer options through; unknown keys are errors; debug=short."""
+"""The trainer group passes Lightning Trainer options through; unknown keys are errors; debug=short.
+
+The runs are `python run.py <overrides>` in-process (``run_in_process``): what run.py hands the pipeline."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import run_script
+from conftest import run_in_process
 from rpbench.data.errors import ConfigError
 from rpbench.validate import validate
 
@@ -39,11 +41,9 @@ def test_trainer_options_compose_without_a_plus(compose):
     assert (cfg.trainer.max_steps, cfg.trainer.limit_val_batches, cfg.trainer.fast_dev_run) == (3, 2, True)
 
 
-@pytest.mark.slow
 def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path):
     out = tmp_path / "run"
-    result = run_script("run.py", f"hydra.run.dir={out}", "debug=short", *QUIET)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_in_process(out, "debug=short", *QUIET)
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert train["optimizer_steps"] == 3
     before, after = train["held_out"]["before"], train["held_out"]["after"]
@@ -52,30 +52,25 @@ def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp
     assert not (out / "model").exists()  # debug=short exports nothing
 
 
-@pytest.mark.slow
 def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path):
     out = tmp_path / "run"
-    result = run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
+    run_in_process(
+        out,
         "trainer.max_steps=2",
         "+trainer.callbacks=[{_target_:lightning.pytorch.callbacks.LearningRateMonitor}]",
         "objective.log_every_n_steps=1",
         "save_model=false",
         *QUIET,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert train["optimizer_steps"] == 2 and train["held_out"]["after"]["step"] == 2
     rows = list(csv.DictReader((out / "metrics.csv").open()))
     assert any(row.get("lr-AdamW/pg1") for row in rows)  # logged by the LearningRateMonitor the spec names
 
 
-@pytest.mark.slow
 def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path):
     out = tmp_path / "run"
-    result = run_script("run.py", f"hydra.run.dir={out}", "debug=fast_dev_run", *QUIET)
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_in_process(out, "debug=fast_dev_run", *QUIET)
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert train["optimizer_steps"] == 1
     assert "held_out" not in train  # Lightning's fast_dev_run skips the pass before training: no "before" to report

@@ -8,7 +8,7 @@ import pytest
 from omegaconf import OmegaConf
 from wandb_records import run_records
 
-from conftest import run_script
+from conftest import run_in_process
 from rpbench.loggers import wandb_group, wandb_job_type
 
 
@@ -30,22 +30,19 @@ def test_group_is_the_experiment_of_a_single_run_or_the_configured_one(compose):
     assert wandb_group(compose("logger=wandb").logger, config) is None
 
 
-@pytest.mark.slow
-def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_path):
+def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_path, monkeypatch):
+    """What run.py runs, in-process."""
     out = tmp_path / "run"
-    result = run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_in_process(
+        out,
         "objective=none",
         "logger=wandb",
         "logger.tags=[baseline,tiny]",
         "data.max_test_samples=2",
         "evaluator.generation.max_new_tokens=4",
         "evaluator.metrics=[bleu]",
-        WANDB_MODE="offline",
-        OMP_NUM_THREADS="1",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     (run,) = run_records(out / "wandb")
     assert run == {
         "id": (out / "wandb_run_id.txt").read_text().strip(),
@@ -58,4 +55,6 @@ def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_pa
     (files,) = out.glob("wandb/offline-run-*/files")
     assert (files / "report.md").read_text() == (out / "report.md").read_text()
     assert json.loads((files / "metrics.json").read_text()) == json.loads((out / "metrics.json").read_text())
-    assert list(files.glob("media/table/eval/predictions_*.table.json"))
+    (table,) = files.glob("media/table/eval/predictions_*.table.json")
+    content = json.loads(table.read_text())
+    assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 2

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import run_script
+from conftest import run_in_process
 from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.sample import SAMPLE_DIR
@@ -88,12 +88,10 @@ def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path):
         read_data(compose("data=sample_rpgbench", f"data.files.augment={path}"), "train", need_test=False)
 
 
-@pytest.mark.slow
 def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path):
     out = tmp_path / "run"
-    result = run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
+    run_in_process(
+        out,
         "data=sample_rpgbench",
         "model=tiny-qwen3",
         f"data.files.augment={AUGMENT}",
@@ -102,7 +100,6 @@ def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path):
         "save_model=false",
         "trainer.enable_progress_bar=false",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     records, samples = metrics["records"], metrics["train"]["samples"]
     assert records["augment"]["read"] == N_AUGMENT and records["train"]["read"] == 30

@@ -1,4 +1,7 @@
-"""`python run.py evaluator=...` end to end: generation, metrics, judge, resume, MMRole files, comparison."""
+"""`python run.py evaluator=...` end to end: generation, metrics, judge, resume, MMRole files, comparison.
+
+The killed generation is `python run.py` in a subprocess; the other runs are what run.py runs, in-process
+(``run_in_process``). (The W&B prediction table: tests/test_wandb.py.)"""
 
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ import time
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_script, served_from_command_line
-from test_run import run
+from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_in_process
+from rpbench.serve import serve_in_thread
 
 RUBRIC_NAMES = [
     "knowledge_boundary.within",
@@ -38,8 +41,8 @@ def lines(path) -> list[dict]:
 @pytest.mark.wordnet
 def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
     out = tmp_path / "run"
-    result = run(
-        f"hydra.run.dir={out}",
+    run_in_process(
+        out,
         *SMALL,
         "evaluator=rolemrc",
         "judge=local",
@@ -47,7 +50,6 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
         "evaluator.generation.max_new_tokens=8",
         f"paths.output_root={tmp_path}",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     predictions = lines(out / "predictions.jsonl")
     assert len(predictions) == 8 and all("prediction" in p for p in predictions)
     metrics = json.loads((out / "metrics.json").read_text())["eval"]
@@ -66,17 +68,17 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
 
 @pytest.mark.slow
 def test_killed_generation_resumes_where_it_stopped(tmp_path):
-    out = tmp_path / "run"
+    out, total = tmp_path / "run", 12
     args = [
-        f"hydra.run.dir={out}",
         *SMALL,
         "evaluator=rolemrc",
+        f"data.max_test_samples={total}",
         "evaluator.generation.batch_size=1",
         "evaluator.generation.max_new_tokens=128",
         "evaluator.metrics=[bleu]",
     ]
     process = subprocess.Popen(
-        [sys.executable, "run.py", *args],
+        [sys.executable, "run.py", f"hydra.run.dir={out}", *args],
         cwd=REPO_ROOT,
         env={**os.environ, **OFFLINE_ENV},
         stdout=subprocess.DEVNULL,
@@ -90,29 +92,27 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     done_before = len(lines(predictions))
-    assert 3 <= done_before < 72, "the run must be killed mid-generation"
-    result = run(*args)
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert 3 <= done_before < total, "the run must be killed mid-generation"
+    run_in_process(out, *args)
     generation = json.loads((out / "metrics.json").read_text())["eval"]["generation"]
     assert generation["n_resumed"] >= done_before - 1  # a line cut by the kill is regenerated
-    assert generation["n_resumed"] + generation["n_generated"] == generation["n_total"] == 72
+    assert generation["n_resumed"] + generation["n_generated"] == generation["n_total"] == total
     ids = [p["id"] for p in lines(predictions)]
-    assert len(ids) == len(set(ids)) == 72
+    assert len(ids) == len(set(ids)) == total
 
 
 def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
     out = tmp_path / "run"
     release = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
     reviews = release / "in-test_reviews" / "qwen-vl-chat"
-    result = run(
-        f"hydra.run.dir={out}",
+    run_in_process(
+        out,
         "objective=none",
         "evaluator=mmrole",
         "data=mmrole",
         f"evaluator.reviews={reviews}",
         "model.name_or_path=does/not-exist",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     official = release / "in-test_results" / "qwen-vl-chat"
     for name in ("comment_test.csv", "human-role_test.csv", "inter-role_test.csv"):
         ours = list(csv.reader((out / "results" / name).open()))
@@ -122,13 +122,11 @@ def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_mo
     assert "MMRole-Eval" in (out / "report.md").read_text()
 
 
-@pytest.mark.slow
 def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=8"]
     first, second = tmp_path / "a", tmp_path / "b"
-    assert run(f"hydra.run.dir={first}", *common).returncode == 0
-    result = run(f"hydra.run.dir={second}", *common, "model.init_seed=1", f"evaluator.compare_to={first}")
-    assert result.returncode == 0, result.stderr[-3000:]
+    run_in_process(first, *common)
+    run_in_process(second, *common, "model.init_seed=1", f"evaluator.compare_to={first}")
     comparison = json.loads((second / "metrics.json").read_text())["eval"]["compare"]
     assert comparison["shared_records"] == 6
     ours = [r["metrics"]["bleu"] for r in lines(second / "scores.jsonl")]
@@ -136,8 +134,8 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     assert comparison["bleu"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
 
 
-@pytest.mark.slow
 def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
+    """rpbench.serve from a thread (its command line: tests/test_serve.py)."""
     common = [
         *SMALL,
         "evaluator=rolemrc",
@@ -145,39 +143,17 @@ def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_pat
         "evaluator.generation.max_new_tokens=12",
         "evaluator.metrics=[bleu]",
     ]
-    with served_from_command_line("model=tiny-qwen2") as (name, url):
-        remote = run(
-            f"hydra.run.dir={tmp_path / 'remote'}",
+    with serve_in_thread("tiny-qwen2") as served:
+        run_in_process(
+            tmp_path / "remote",
             *common,
             "evaluator.backend=endpoint",
-            f"evaluator.endpoint.base_url={url}",
-            f"evaluator.endpoint.model={name}",
+            f"evaluator.endpoint.base_url={served.base_url}",
+            f"evaluator.endpoint.model={served.server.name}",
         )
-    assert remote.returncode == 0, remote.stderr[-3000:]
-    local = run(f"hydra.run.dir={tmp_path / 'local'}", *common)
-    assert local.returncode == 0, local.stderr[-3000:]
+    run_in_process(tmp_path / "local", *common)
     by_id = lambda d: {p["id"]: p["prediction"] for p in lines(tmp_path / d / "predictions.jsonl")}
     assert by_id("remote") == by_id("local") and len(by_id("local")) == 6
-
-
-@pytest.mark.slow
-def test_wandb_logger_gets_the_prediction_table_offline(tmp_path):
-    out = tmp_path / "run"
-    result = run_script(
-        "run.py",
-        f"hydra.run.dir={out}",
-        *SMALL,
-        "evaluator=rolemrc",
-        "logger=wandb",
-        "data.max_test_samples=4",
-        "evaluator.generation.max_new_tokens=8",
-        "evaluator.metrics=[bleu]",
-        WANDB_MODE="offline",
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (table,) = out.glob("wandb/offline-run-*/files/media/table/eval/predictions_*.table.json")
-    content = json.loads(table.read_text())
-    assert content["columns"][:4] == ["id", "task", "prompt", "prediction"] and len(content["data"]) == 4
 
 
 def capturing_judge():
@@ -185,7 +161,6 @@ def capturing_judge():
     return chat_stub(lambda body: "1")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("prompt_file", [False, True], ids=["rpbench_rubrics", "prompt_file"])
 def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     import rpbench.pipeline as pipeline

@@ -1,5 +1,6 @@
 """`evaluator=mmrole_rm` end to end: reviews generated for the held-out samples, agreement with the reference
-judge's score pairs in metrics.json, rm_agreement.json, rm_scores.jsonl and the report; judge=mmrole_rm."""
+judge's score pairs in metrics.json, rm_agreement.json, rm_scores.jsonl and the report; judge=mmrole_rm.
+The runs are what `python run.py` runs, in-process (``run_in_process``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import statistics
 
 import pytest
 
-from conftest import REPO_ROOT, chat_stub, run_script
+from conftest import REPO_ROOT, chat_stub, run_in_process
 from rpbench.data import readers
+from rpbench.data.errors import RpbenchError
 from rpbench.data.mmrole_prompts import METRICS
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
@@ -17,7 +19,6 @@ HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # 
 TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "trainer.enable_progress_bar=false"]
 
 
-@pytest.mark.slow
 def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
     held_out = readers.read("mmrole_reviews", "test", BUNDLED, heldout=HELDOUT).examples
     by_prompt = {e.prompt[-1].content: e for e in held_out}
@@ -29,11 +30,10 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
 
     out = tmp_path / "run"
     with chat_stub(review) as srv:
-        result = run_script(
-            "run.py",
+        run_in_process(
+            out,
             "experiment=mmrole_reward_model",
             *TINY,
-            f"hydra.run.dir={out}",
             "objective=none",
             "data=sample_mmrole_reviews",
             "data.images=drop",
@@ -41,7 +41,6 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
             f"evaluator.endpoint.base_url={srv.url}",
             "evaluator.endpoint.model=stub",
         )
-        assert result.returncode == 0, result.stderr[-3000:]
         assert len(srv.requests) == len(held_out) == 32
     found = json.loads((out / "metrics.json").read_text())["eval"]["rm_agreement"]
     assert found == json.loads((out / "rm_agreement.json").read_text())
@@ -65,13 +64,11 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     assert "4 filled, seed 0" in report and "| Tone Consistency | 4 | 0.00% |" in report
 
 
-@pytest.mark.slow
 def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
     cfg = compose("evaluator=mmrole", "objective=none", "judge=mmrole_rm", f"judge.model={tmp_path}")
     assert cfg.judge.backend == "local" and cfg.judge.server.model.name_or_path == str(tmp_path)
-    result = run_script("run.py", "evaluator=mmrole", "objective=none", "judge=mmrole_rm", f"hydra.run.dir={tmp_path}")
-    assert result.returncode == 1
-    assert "judge.server.model.name_or_path is not set" in result.stderr + result.stdout
+    with pytest.raises(RpbenchError, match="judge.server.model.name_or_path is not set"):  # run.py: exit status 1
+        run_in_process(tmp_path / "run", "evaluator=mmrole", "objective=none", "judge=mmrole_rm")
 
 
 @pytest.mark.slow
@@ -79,11 +76,10 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
     """experiment=mmrole_reward_model on the bundled reviews (text only, tiny model), then judge=mmrole_rm
     serves its saved model/ as the MMRole-Eval judge, without an endpoint."""
     trained = tmp_path / "rm"
-    result = run_script(
-        "run.py",
+    run_in_process(
+        trained,
         "experiment=mmrole_reward_model",
         *TINY,
-        f"hydra.run.dir={trained}",
         "data=sample_mmrole_reviews",
         "data.images=drop",
         "debug=short",
@@ -94,7 +90,6 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
         "data.max_prompt_length=1024",
         "evaluator.generation.max_new_tokens=4",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((trained / "metrics.json").read_text())
     assert metrics["train"]["optimizer_steps"] == 3 and metrics["records"]["test"]["read"] == 8
     assert metrics["eval"]["rm_agreement"]["overall"]["n"] == 8  # debug=short: the first 8 held-out samples
@@ -114,8 +109,8 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
     }
     (answers / "comment_test.json").write_text(json.dumps([record]))
     judged = tmp_path / "judged"
-    result = run_script(
-        "run.py",
+    run_in_process(
+        judged,
         "evaluator=mmrole",
         "objective=none",
         "logger=csv",
@@ -127,9 +122,7 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
         "judge.server.model.dtype=float32",
         "judge.max_tokens.mmrole=4",
         f"evaluator.answers={answers}",
-        f"hydra.run.dir={judged}",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     mmrole = json.loads((judged / "metrics.json").read_text())["eval"]["mmrole_eval"]
     assert mmrole["judge_stats"]["replies"] >= len(METRICS) and mmrole["judge_stats"]["failures"] == 0
     assert mmrole["files"]["comment_test"]["count"] == 1

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, chat_stub
+from conftest import REPO_ROOT, chat_stub, run_in_process
 from rpbench.data.mmrole_prompts import METRICS
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.mmrole_eval import aggregate_review_sets
-from test_run import run
 
 ITR = "Image-Text Relevance"
 
@@ -109,8 +108,8 @@ def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
     """Trains on the sample's per-turn samples, then evaluates both test sets blind, judged by a stub."""
     out = tmp_path / "run"
     with chat_stub(lambda body: "Both fine. [Scores]: (8, 10)") as judge:
-        result = run(
-            f"hydra.run.dir={out}",
+        run_in_process(
+            out,
             f"paths.output_root={tmp_path}",
             "data=sample_mmrole",
             "model=tiny-qwen2-vl",  # trains with the images, then answers the test sets without them
@@ -125,7 +124,6 @@ def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
             "judge.model=stub",
             "judge.progress=false",
         )
-    assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["records"]["test"]["test_set.in"] == 8 and metrics["records"]["test"]["test_set.out"] == 6
     evaluation = metrics["eval"]

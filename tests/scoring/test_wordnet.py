@@ -90,7 +90,16 @@ def test_search_order_setting_then_nltk_data_then_system(nowhere, database, monk
 
 
 def finds_wordnet(env: dict[str, str]) -> bool:
-    probe = "from rpbench.scoring.wordnet import find_wordnet; find_wordnet()"
+    """find_wordnet() in a process with ``env``: the module loaded from its file (it needs only nltk), not
+    through rpbench.scoring, whose registries import every scorer."""
+    module = REPO_ROOT / "rpbench" / "scoring" / "wordnet.py"
+    probe = (
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('wordnet_probe', {str(module)!r})\n"
+        "wordnet = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(wordnet)\n"
+        "wordnet.find_wordnet()\n"
+    )
     return subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True).returncode == 0
 
 

@@ -172,10 +172,11 @@ def check_objective(cfg: DictConfig, problems: Problems) -> None:
     )
     if cfg.objective.packing:
         _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
+    count = OBJECTIVES.get(name).optimizer_count
     strategy = cfg.trainer.strategy
-    if isinstance(strategy, Mapping) and strategy.get("name") == "deepspeed" and OBJECTIVES.get(name).optimizers > 1:
+    if isinstance(strategy, Mapping) and strategy.get("name") == "deepspeed" and count > 1:
         problems.append(
-            f"objective={name} steps {OBJECTIVES.get(name).optimizers} optimizers and a DeepSpeed engine steps one: "
+            f"objective={name} steps {count} optimizers and a DeepSpeed engine steps one: "
             "train it with trainer=ddp (and trainer.strategy=ddp_find_unused_parameters_true), cpu or gpu"
         )
     if len(problems) == found_before:  # the objective's typed settings: unknown or missing keys, its own checks

@@ -96,7 +96,7 @@ class ObjectiveModule(L.LightningModule):
     supports_packing = False
     supports_images = True  # False: samples with images are refused (the objective cannot pass them on)
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
-    optimizers = 1  # optimizers stepped (a DeepSpeed engine steps one)
+    optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod

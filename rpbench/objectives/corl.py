@@ -238,7 +238,7 @@ class CoRLModule(GRPOModule):
     data_split = "train"
     needs_tuned_start = True
     supports_packing = False
-    optimizers = 2  # one per phase
+    optimizer_count = 2  # one per phase
     config_class = CoRLConfig
 
     @classmethod

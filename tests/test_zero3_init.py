@@ -1,7 +1,8 @@
 """ZeRO-3 builds the trained models inside the engine's init context (two CPU processes, DeepSpeed's CPU
 accelerator over gloo): no rank holds a whole parameter once they are built; DPO with a precomputed
-reference (the default) makes the same steps as DDP, sharing the reference cache; LoRA adapters built
-partitioned start at zero (GRPO's partitioned reference: tests/objectives/test_grpo_zero3.py)."""
+reference (the default) makes DDP's steps, exports DDP's weights and shares its reference cache, and the
+export is evaluated; LoRA adapters built partitioned start at zero (GRPO's partitioned reference:
+tests/objectives/test_grpo_zero3.py)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,17 @@ import json
 import math
 
 import pytest
-from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses
+from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_training
 
 from rpbench.models import DeferredModel
 from rpbench.pipeline import build_models
-from test_run import FAST, run
+from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
 
 DPO = ["objective=dpo", *FAST, *TWO_STEPS]
 
 
-def _run(out, *overrides):
-    result = run(f"hydra.run.dir={out}", *DPO, *overrides)
+def _run(out, *overrides, settings=DPO):
+    result = run(f"hydra.run.dir={out}", *settings, *overrides)
     assert result.returncode == 0, result.stderr[-3000:]
     return out
 
@@ -54,11 +55,14 @@ def ddp_dpo(tmp_path_factory):
 
 @pytest.mark.slow
 def test_zero3_dpo_is_built_partitioned_and_matches_ddp_with_a_precomputed_reference(tmp_path, ddp_dpo):
-    out = _run(tmp_path / "zero3", "trainer=deepspeed_zero3", *CPU_ZERO)
+    evaluated = ["objective=dpo", *SHORT_TRAINING, *SMALL_EVAL, *TWO_STEPS]  # evaluated from the gathered export
+    out = _run(tmp_path / "zero3", "trainer=deepspeed_zero3", *CPU_ZERO, settings=evaluated)
     built = json.loads((out / "metrics.json").read_text())["train"]["zero3_init"]
     assert built["partitioned"]
     assert len(built["largest_held_per_rank"]) == 2
     half = -(-built["largest_parameter"] // 2)  # each rank holds its half (rounded up) of the largest parameter
     assert all(0 < held <= half for held in built["largest_held_per_rank"])
-    assert _losses(out) == pytest.approx(_losses(ddp_dpo), rel=1e-4)
+    assert_same_training(out, ddp_dpo)
     assert _signature(out) == _signature(ddp_dpo)  # the same weights sign the same: strategies share a cache
+    ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 8  # both ranks generated their share of the test records

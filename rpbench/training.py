@@ -190,6 +190,15 @@ def log_parameters(module) -> None:
     log.info("%s: %s parameters, %s trainable", type(module).__name__, f"{total:,}", f"{trainable:,}")
 
 
+class ParameterCount(Callback):
+    """:func:`log_parameters` from rank zero once training starts (models deferred to ``configure_model``
+    exist from then on)."""
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            log_parameters(pl_module)
+
+
 def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
     """``last`` -> the run folder's last checkpoint if there is one (resume), else start fresh."""
     if ckpt_path == "last":
@@ -253,16 +262,14 @@ def train(
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
-    trainer = build_trainer(
-        cfg, out_dir, logger, [history, progress, StopOnNonFiniteLoss(), checkpoints], resuming=ckpt_path is not None
-    )
+    callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount()]
+    trainer = build_trainer(cfg, out_dir, logger, callbacks, resuming=ckpt_path is not None)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
     # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
     trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
-    log_parameters(module)  # after fit: models deferred to configure_model exist from then on
     if needs_final_validation(trainer, history):  # stopped between validations (e.g. on trainer.max_steps)
         trainer.validate(module, datamodule=datamodule, verbose=False)
     report: dict[str, Any] = {

@@ -253,9 +253,7 @@ def save_hf(
     if lora_adapter and hasattr(model, "peft_config"):
         given = {} if adapter_weights is None else {"state_dict": dict(adapter_weights)}
         model.save_pretrained(partial / "adapter", **given)  # before merging, which removes the adapter layers
-    if weights is not None:
-        if not merge_lora:
-            raise ValueError("save_hf writes given weights merged: merge_lora=false has no unmerged weights to write")
+    if weights is not None:  # LoRA already merged in them
         base = model.get_base_model() if hasattr(model, "peft_config") else model
         base.save_pretrained(partial, state_dict=dict(weights))
     else:

@@ -52,13 +52,7 @@ from rpbench.data.records import Turn
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
-from rpbench.models.generation import (
-    GenerationOptions,
-    decode_completion,
-    default_stop_ids,
-    gathers_per_batch,
-    synced_gpus_needed,
-)
+from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.corl_prompts import (
     RolePlayInput,
@@ -176,7 +170,6 @@ class CoRLConfig(GroupSamplingConfig):
             top_p=float(self.top_p),
             top_k=int(self.top_k),
             progress=False,
-            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def reasoning_generation(self) -> GenerationOptions:
@@ -187,7 +180,6 @@ class CoRLConfig(GroupSamplingConfig):
             top_p=float(self.top_p),
             top_k=int(self.top_k),
             progress=False,
-            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def update(self, phase: str) -> UpdateSettings:
@@ -429,9 +421,8 @@ class CoRLModule(GRPOModule):
         rank, world_size = rank_and_world()
         options = self.config.reasoning_generation()
         with self.acting(REASONER) as model:
-            synced = synced_gpus_needed(model, options, world_size)
-            in_step = world_size > 1 and (synced or gathers_per_batch(model, options))  # every rank generates
-            if missing or (in_step and any(all_gather_objects(bool(missing)))):
+            synced = synced_gpus_needed(model, options, world_size)  # then every rank generates, in step
+            if any(all_gather_objects(bool(missing))) if synced else missing:  # every rank asks, or none
                 rows = missing or [0]  # [0]: a throw-away row, so this rank generates in step with the others
                 prompts = [self.fit_prompt(REASONER, thought_prompt(RolePlayInput(**batch["x"][i]))) for i in rows]
                 rollouts = generate_rows(

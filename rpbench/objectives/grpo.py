@@ -244,7 +244,6 @@ class GroupSamplingConfig(ObjectiveConfig):
     temperature: float
     top_p: float
     top_k: int
-    gather_per_batch: bool
     mu: int
     epsilon_low: float
     epsilon_high: float
@@ -286,6 +285,7 @@ class GRPOConfig(GroupSamplingConfig):
     rewards: list[dict[str, Any]]
     rollout_backend: str
     generation_cache: str
+    gather_per_batch: bool
     vllm_gpu_memory_utilization: float
 
     def problems(self) -> list[str]:

@@ -50,9 +50,9 @@ from typing import Any
 from aiohttp import web
 from omegaconf import OmegaConf
 
+from rpbench.models.config_tree import compose_model_config
 from rpbench.scoring.judge.client import provide_local_server
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
 # Seconds a client is asked to wait (Retry-After) when the queue is full.
@@ -192,25 +192,6 @@ def model_identity(cfg: Mapping[str, Any]) -> str:
     if not path.exists():
         return name
     return f"local/{path.resolve().name}-{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:10]}"
-
-
-def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``model`` group entry ``name`` of rpbench's config tree, with ``model.*`` overrides."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    overrides = [f"+model={name}", *overrides]
-    if GlobalHydra.instance().is_initialized():  # inside a Hydra app: compose from its config tree
-        cfg = compose(config_name=None, overrides=overrides)
-    else:
-        if not (CONF_DIR / "model").is_dir():
-            raise FileNotFoundError(
-                "rpbench's config tree (conf/model) is not next to the package; "
-                "pass a model config mapping instead of a name"
-            )
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name=None, overrides=overrides)
-    return OmegaConf.to_container(cfg.model, resolve=True)  # type: ignore[return-value]
 
 
 class ChatServer:

@@ -213,13 +213,15 @@ def needs_final_validation(trainer: L.Trainer, history: ValidationHistory) -> bo
     return measured and not trainer.fast_dev_run
 
 
-def render_records(module_cls, examples: Sequence, renderer: ChatRenderer, source: str) -> tuple[list[dict], list[str]]:
+def render_records(
+    module_cls, config, examples: Sequence, renderer: ChatRenderer, source: str
+) -> tuple[list[dict], list[str]]:
     """The objective's ``render`` of each record; an image that cannot be used (missing, unreadable, or with
     the system turn over the length budget) is a DataFormatError naming ``source``, the record and field."""
     samples, empty = [], []
     for example in examples:
         try:
-            rendered, nothing = module_cls.render([example], renderer)
+            rendered, nothing = module_cls.render_for(config, [example], renderer)
         except (ImageError, ImageBudgetError) as error:
             raise DataFormatError(source, f"id {example.id!r}", "image", str(error)) from error
         samples += rendered
@@ -244,8 +246,9 @@ def train(
     renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
     split = str(cfg.objective.data_split or module_cls.data_split)
     source = f"data.files.{split} ({cfg.data.files[split]})"
-    train_samples, train_empty = render_records(module_cls, train_examples, renderer, source)
-    val_samples, val_empty = render_records(module_cls, val_examples, renderer, source)
+    config = objective_config(cfg)
+    train_samples, train_empty = render_records(module_cls, config, train_examples, renderer, source)
+    val_samples, val_empty = render_records(module_cls, config, val_examples, renderer, source)
     if not train_samples:
         raise ValueError(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
@@ -258,7 +261,7 @@ def train(
             "choose objective=sft or dpo, or data.images=drop to train on the text alone"
         )
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first)
-    module = module_cls(model, tokenizer, objective_config(cfg))
+    module = module_cls(model, tokenizer, config)
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)

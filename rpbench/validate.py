@@ -249,6 +249,7 @@ def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
     compare_to = ev.get("compare_to")
     if compare_to and not (Path(str(compare_to)) / "scores.jsonl").is_file():
         problems.append(f"evaluator.compare_to={compare_to}: expected an evaluated run's folder (with scores.jsonl)")
+    problems.extend(BENCHMARKS.get(name).problems(cfg))
 
 
 def check_probe(cfg: DictConfig, problems: Problems) -> None:

@@ -30,6 +30,8 @@ READER_OPTIONS = (
     "default_system",
     "per_turn_samples",
     "reasoning_in_target",
+    "policy_prompt",
+    "prompts_source",
     "heldout",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}

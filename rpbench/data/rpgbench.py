@@ -8,17 +8,22 @@ The file is one JSON object mapping split names to lists of samples: ``IDTrain``
      "agent_golden_response": str, "subset_tag": str, "reasoning": str (optional)}
 
 The context alternates user queries and agent responses, starting and ending on a user query. The
-prompt is a system turn built from the character and the persona (``system_prompt``) followed by the
-context as user/assistant turns; the golden response is the reference (test) or the supervised final
-turn (training). ``subset_tag`` gives the distribution shift (SHIFTS; an unknown tag is an error).
-``reasoning`` (optional) is a reasoning text r for the sample, inferred from its input alone (R-EMI
-conditions on it); the authors' CoRL data calls it ``thought_policy_generation``, read as the same
-field (a sample with both is an error). It goes to ``meta["reasoning"]`` when present.
+prompt is the released evaluation's layout (``rpbench.data.remid_prompts``): one system message and one
+user message with the tagged user persona, agent character and dialogue context (``policy_prompt:
+naive``: the untagged layout the authors use for base LLMs); the golden response is the reference (test)
+or the supervised final turn (training). ``subset_tag`` gives the distribution shift (SHIFTS; an unknown
+tag is an error) and the category the R-EMID analysis estimates on (``category``: ``IDTest`` for every
+in-distribution record, else the tag). ``reasoning`` (optional) is a reasoning text r for the sample,
+inferred from its input alone (R-EMI conditions on it); the authors' CoRL data calls it
+``thought_policy_generation``, read as the same field (a sample with both is an error). ``meta`` holds
+split, shift, category, persona, character, the dialogue context (``dialogue``: role/content dicts), the
+prompt slots (``x``) and the reasoning when present.
 
 Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
 (default TRAIN_SPLITS) for ``read_sft``; ``reasoning_in_target`` (``data.reasoning_in_target``, the
 Thinking recipes) makes ``read_sft`` supervise each sample's reasoning before its golden response
-(``reasoning_target``; a training sample without reasoning is then an error). Other options are ignored.
+(``reasoning_target``; a training sample without reasoning is then an error); ``policy_prompt`` (tagged |
+naive) and ``prompts_source`` (``prompts.source``) choose the prompt. Other options are ignored.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from rpbench.data.readers import (
     type_name,
 )
 from rpbench.data.records import EvalExample, SFTExample, Turn, reasoning_target
+from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
 
 TEST_SPLITS: tuple[str, ...] = ("IDTest", "OOD1Test", "OOD2Test", "OOD3Test")
 TRAIN_SPLITS: tuple[str, ...] = ("IDTrain",)
@@ -57,6 +63,8 @@ SHIFTS: dict[str, str] = {
     **dict.fromkeys(("Literature", "Film & Television", "Theater", "Gaming"), "character"),
     **dict.fromkeys(("TurnLevelComposition", "WordLevelComposition"), "composition"),
 }
+ID_CATEGORY = "IDTest"
+POLICY_PROMPTS = ("tagged", "naive")
 CONTEXT_KEYS = ("user_query", "agent_response")
 REASONING_KEYS = ("reasoning", "thought_policy_generation")  # ours, the authors' CoRL data's
 
@@ -66,13 +74,27 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
 
     def parse(raw: tuple[str, Any], source: Source) -> EvalExample:
         split, sample = raw
-        rid, source, prompt, golden, meta = _sample(sample, source, split)
+        rid, source, prompt, golden, meta = _sample(sample, source, split, prompt_options(options))
         tag = require_str(sample, "subset_tag", source)
         if tag not in SHIFTS:
             raise source.error("subset_tag", f"one of {sorted(SHIFTS)}, got {tag!r}")
-        return EvalExample(rid, prompt, golden, tag, {"shift": SHIFTS[tag], **meta})
+        return EvalExample(rid, prompt, golden, tag, {"shift": SHIFTS[tag], "category": category_of(tag), **meta})
 
     return _read(path, options.get("test_splits", TEST_SPLITS), parse, on_error)
+
+
+def category_of(tag: str) -> str:
+    """The category R-EMID is estimated on: ``IDTest`` for in-distribution tags, else the subset tag."""
+    return ID_CATEGORY if SHIFTS[tag] == "in_distribution" else tag
+
+
+def prompt_options(options: dict[str, Any]) -> tuple[str, str | None]:
+    """(policy_prompt, prompts_source) from the reader options: the data config's ``policy_prompt`` and
+    ``prompts_source`` (conf/data/rpgbench.yaml)."""
+    layout = options.get("policy_prompt", POLICY_PROMPTS[0])  # direct library calls: the released layout
+    if layout not in POLICY_PROMPTS:
+        raise ValueError(f"data.policy_prompt must be one of {list(POLICY_PROMPTS)}, got {layout!r}")
+    return layout, options.get("prompts_source")
 
 
 def read_sft(
@@ -83,7 +105,7 @@ def read_sft(
 
     def parse(raw: tuple[str, Any], source: Source) -> SFTExample:
         split, sample = raw
-        rid, source, prompt, golden, meta = _sample(sample, source, split)
+        rid, source, prompt, golden, meta = _sample(sample, source, split, prompt_options(options))
         if (tag := optional_str(sample, "subset_tag", source)) is not None:
             meta["subset_tag"] = tag
         if reasoning_in_target:
@@ -96,23 +118,6 @@ def read_sft(
         return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
 
     return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)
-
-
-def system_prompt(character: Mapping[str, Any], persona: str | Mapping[str, Any]) -> str:
-    """The system turn: the agent character's fields, then the user persona."""
-    return (
-        "Play the agent character described below in a conversation with the user described below. "
-        "Stay in character and reply to the user's last message.\n\n"
-        f"Agent character:\n{_render(character)}\n\nUser persona:\n{_render(persona)}"
-    )
-
-
-def _render(value: str | Mapping[str, Any]) -> str:
-    if isinstance(value, str):
-        return value
-    return "\n".join(
-        f"- {key}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for key, v in value.items()
-    )
 
 
 def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError) -> ReadResult:
@@ -141,8 +146,8 @@ def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iter
             yield source, sample if isinstance(sample, DataFormatError) else (split, sample)
 
 
-def _sample(raw: Any, source: Source, split: str):
-    """Common fields: (id, named source, prompt turns, golden response, meta)."""
+def _sample(raw: Any, source: Source, split: str, prompt: tuple[str, str | None]):
+    """Common fields: (id, named source, prompt turns, golden response, meta); ``prompt``: (layout, source)."""
     sample = as_object(raw, source)
     rid, source = record_id(sample, "sample_ID", source)
     persona = require(sample, "user_persona", source)
@@ -153,11 +158,19 @@ def _sample(raw: Any, source: Source, split: str):
         raise source.error("agent_character", "a non-empty object")
     context = _context(require_list(sample, "dialogue_context", source), source)
     golden = require_str(sample, "agent_golden_response", source)
-    prompt = (Turn("system", system_prompt(character, persona)), *context)
-    meta = {"split": split, "character": character, "persona": persona}
+    layout, prompts_source = prompt
+    x = RolePlayInput.of(persona, character, context)
+    turns = remid_prompts(prompts_source).policy(x, naive=layout == "naive")
+    meta = {
+        "split": split,
+        "character": character,
+        "persona": persona,
+        "dialogue": [t.as_message() for t in context],
+        "x": x.slots(),
+    }
     if (reasoning := _reasoning(sample, source)) is not None:
         meta["reasoning"] = reasoning
-    return rid, source, prompt, golden, meta
+    return rid, source, turns, golden, meta
 
 
 def _reasoning(sample: Mapping[str, Any], source: Source) -> str | None:

@@ -158,7 +158,9 @@ def evaluate(
     }
     if rank_and_world()[0] != 0:
         return results
-    predictions = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
+    generated = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
+    predictions, changed_predictions = benchmark.scored_predictions(generated)
+    results.update(changed_predictions)
     scored = reference_metrics(cfg, benchmark, examples, predictions)
     per_sample = scored.pop("per_sample")
     results["metrics"] = scored.pop("summary")

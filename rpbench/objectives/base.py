@@ -109,6 +109,13 @@ class ObjectiveModule(L.LightningModule):
         """Rendered samples, and the ids of records left with nothing to train on (reported, not trained)."""
         raise NotImplementedError
 
+    @classmethod
+    def render_for(
+        cls, config: ObjectiveConfig, examples: Sequence, renderer: ChatRenderer
+    ) -> tuple[list[dict], list[str]]:
+        """``render`` under the run's objective settings; an objective whose rendering reads them overrides it."""
+        return cls.render(examples, renderer)
+
     @staticmethod
     def collate(samples: list[dict], pad_token_id: int) -> dict:
         return pad_collate(samples, pad_token_id)

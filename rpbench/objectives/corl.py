@@ -49,19 +49,12 @@ from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import Turn
+from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.objectives.base import ObjectiveModule
-from rpbench.objectives.corl_prompts import (
-    RolePlayInput,
-    core_features,
-    pxy_prompt,
-    pxy_target,
-    role_play_input,
-    thought_prompt,
-)
 from rpbench.objectives.grpo import (
     GroupSamplingConfig,
     GRPOModule,
@@ -138,6 +131,11 @@ class CoRLConfig(GroupSamplingConfig):
     score_max_length: int
     reasoner_init_from: str | None
     judge_model: str | None
+    prompts_source: str | None
+
+    def prompts(self) -> RemidPrompts:
+        """The thought, pxy and judge templates: rpbench's, or the authors' from ``prompts.source``."""
+        return remid_prompts(self.prompts_source)
 
     def problems(self) -> list[str]:
         found = super().problems()
@@ -245,26 +243,23 @@ class CoRLModule(GRPOModule):
             reasoner["name_or_path"] = reasoner_source(config.reasoner_init_from)
         return {DIALOGUE: model_cfg, REASONER: reasoner}
 
-    @staticmethod
-    def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+    @classmethod
+    def render_for(cls, config: CoRLConfig, examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
         """Per record: its input x and golden response, and (for the held-out loss) the golden target after
         the pxy prompt with the record's own ``reasoning`` (empty core features without one)."""
+        prompts = config.prompts()
         samples, empty = [], []
         for example in examples:
-            prompt, golden = prompt_and_reference(example)
-            missing = [key for key in ("persona", "character") if key not in example.meta]
-            if missing:
+            _, golden = prompt_and_reference(example)
+            if "x" not in example.meta:
                 raise ValueError(
-                    f"record {example.id!r}: CoRL needs RPGBench records (user persona and agent character), "
-                    f"its meta lacks {missing}"
+                    f"record {example.id!r}: CoRL needs RPGBench records (user persona, agent character and "
+                    "dialogue context); its meta has no 'x'"
                 )
-            try:
-                x = role_play_input(prompt, example.meta)
-            except ValueError as error:
-                raise ValueError(f"record {example.id!r}: field dialogue_context: {error}") from error
+            x = RolePlayInput(**example.meta["x"])
             reasoning = example.meta.get("reasoning")
             rendered = renderer.render_completion(
-                pxy_prompt(x, core_features(reasoning) if reasoning else ""), pxy_target(golden)
+                prompts.pxy(x, prompts.core_features(reasoning) if reasoning else ""), prompts.target(golden)
             )
             if not rendered.n_supervised:
                 empty.append(example.id)
@@ -287,6 +282,10 @@ class CoRLModule(GRPOModule):
             DIALOGUE: build_reward_fns(cfg.dialogue_rewards),
         }
         self.reward_fns = self.rewards[REASONER] + self.rewards[DIALOGUE]
+        self.prompts = cfg.prompts()
+        for reward in self.reward_fns:
+            if callable(getattr(reward.fn, "with_prompts", None)):
+                reward.fn.with_prompts(self.prompts)
         for reward in self.rewards[REASONER]:
             if callable(getattr(reward.fn, "bind", None)):
                 reward.fn.bind(self.score_with_dialogue)
@@ -424,7 +423,7 @@ class CoRLModule(GRPOModule):
             synced = synced_gpus_needed(model, options, world_size)  # then every rank generates, in step
             if any(all_gather_objects(bool(missing))) if synced else missing:  # every rank asks, or none
                 rows = missing or [0]  # [0]: a throw-away row, so this rank generates in step with the others
-                prompts = [self.fit_prompt(REASONER, thought_prompt(RolePlayInput(**batch["x"][i]))) for i in rows]
+                prompts = [self.fit_prompt(REASONER, self.prompts.thought(RolePlayInput(**batch["x"][i]))) for i in rows]
                 rollouts = generate_rows(
                     model,
                     prompts,
@@ -452,7 +451,7 @@ class CoRLModule(GRPOModule):
                     "id": sample_id,
                     "iteration": iteration,
                     "reasoning": thought,
-                    "core_features": core_features(thought),
+                    "core_features": self.prompts.core_features(thought),
                 }
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
         publish(partial, path)
@@ -480,10 +479,12 @@ class CoRLModule(GRPOModule):
         prompts_x = [RolePlayInput(**x) for x in batch["x"]]
         thoughts = None
         if phase.name == REASONER:
-            prompt_ids = [self.fit_prompt(REASONER, thought_prompt(x)) for x in prompts_x]
+            prompt_ids = [self.fit_prompt(REASONER, self.prompts.thought(x)) for x in prompts_x]
         else:
-            thoughts = [core_features(t) for t in self.thoughts_for(batch, phase.iteration)]
-            prompt_ids = [self.fit_prompt(DIALOGUE, pxy_prompt(x, f)) for x, f in zip(prompts_x, thoughts, strict=True)]
+            thoughts = [self.prompts.core_features(t) for t in self.thoughts_for(batch, phase.iteration)]
+            prompt_ids = [
+                self.fit_prompt(DIALOGUE, self.prompts.pxy(x, f)) for x, f in zip(prompts_x, thoughts, strict=True)
+            ]
         rank, world_size = rank_and_world()
         options = self.config.generation(phase.name)
         with self.acting(phase.name) as model:

@@ -21,7 +21,7 @@ from pathlib import Path
 from rpbench.atomic import partial_path, publish
 from rpbench.data import readers
 from rpbench.data.records import Turn
-from rpbench.objectives.corl_prompts import core_features, pxy_prompt, pxy_target, role_play_input, thought_prompt
+from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.objectives.grpo import prompt_and_reference
 
 
@@ -29,17 +29,17 @@ def _chat(record_id: str, prompt: Sequence[Turn], reply: str) -> dict:
     return {"id": record_id, "messages": [*(t.as_message() for t in prompt), {"role": "assistant", "content": reply}]}
 
 
-def cold_start_records(examples: Sequence) -> tuple[list[dict], list[dict]]:
+def cold_start_records(examples: Sequence, prompts: RemidPrompts) -> tuple[list[dict], list[dict]]:
     """(thought SFT chats, pxy SFT chats) of RPGBench records that all have ``meta["reasoning"]``."""
     absent = [e.id for e in examples if not e.meta.get("reasoning")]
     if absent:
         raise ValueError(f"{len(absent)} of {len(examples)} records have no 'reasoning' field (first: {absent[:5]})")
     thought, pxy = [], []
     for example in examples:
-        prompt, golden = prompt_and_reference(example)
-        x, reasoning = role_play_input(prompt, example.meta), str(example.meta["reasoning"])
-        thought.append(_chat(example.id, thought_prompt(x), reasoning))
-        pxy.append(_chat(example.id, pxy_prompt(x, core_features(reasoning)), pxy_target(golden)))
+        _, golden = prompt_and_reference(example)
+        x, reasoning = RolePlayInput(**example.meta["x"]), str(example.meta["reasoning"])
+        thought.append(_chat(example.id, prompts.thought(x), reasoning))
+        pxy.append(_chat(example.id, prompts.pxy(x, prompts.core_features(reasoning)), prompts.target(golden)))
     return thought, pxy
 
 
@@ -56,9 +56,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("rpgbench_file", type=Path)
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--splits", nargs="+", default=["IDTrain"], help="RPGBench splits to convert")
+    parser.add_argument(
+        "--prompts-source", default=None, help="a DAMO-ConvAI clone: the authors' templates instead of rpbench's"
+    )
     args = parser.parse_args(argv)
     examples = readers.read("rpgbench", "train", args.rpgbench_file, train_splits=args.splits).examples
-    thought, pxy = cold_start_records(examples)
+    thought, pxy = cold_start_records(examples, remid_prompts(args.prompts_source))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(thought, args.out_dir / "thought_sft.jsonl")
     write_jsonl(pxy, args.out_dir / "pxy_sft.jsonl")

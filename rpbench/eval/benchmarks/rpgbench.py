@@ -1,8 +1,9 @@
-"""RPGBench: reference metrics per subset tag and per distribution shift; WinRate against the golden
-responses from a judge ensemble (position-swapped); the generalization analysis (JS per shift,
-EMI / EMID, R-EMI / R-EMID, the bound in its scale-adjusted form and with Ĥ estimated from samples,
-its convergence, ground-truth perplexity; see ``rpbench.eval.generalization.analysis``) with the
-evaluated model as critic."""
+"""RPGBench: reference metrics per category (each shift subtype and the ID set) and per distribution shift;
+WinRate against the golden responses from a judge ensemble (position-swapped); the R-EMID paper's
+generalization analysis per category (``rpbench.eval.generalization.analysis``) with one fixed estimator
+pair (``evaluator.critic`` / ``evaluator.reasoner``, ``rpbench.eval.generalization.estimator``) scoring every
+evaluated model. Predictions are scored without their think block (``<think>...</think>``); one whose block
+never closes has no reply and is counted (``think.unclosed``)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,30 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.records import EvalExample, Turn
+from rpbench.data.errors import ConfigError
+from rpbench.data.records import EvalExample
+from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
+from rpbench.eval.generalization.estimator import resolve_spec
+from rpbench.models.generation import GenerationOptions
 
 if TYPE_CHECKING:
     from rpbench.eval.generalization.analysis import EntropySettings
 
 log = logging.getLogger(__name__)
 
-REASONING_INSTRUCTION = (
-    "Before the agent replies: describe in two or three sentences the core features the agent's next "
-    "response should have (content, tone, character traits). Do not write the response itself."
-)
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def without_think(prediction: str) -> tuple[str, str]:
+    """(the reply to score, how it was read): ``plain``, ``stripped`` (a closed think block removed) or
+    ``unclosed`` (a think block that never closes: no reply, scored as empty)."""
+    if THINK_CLOSE in prediction:
+        return prediction.rsplit(THINK_CLOSE, 1)[1].strip(), "stripped"
+    if THINK_OPEN in prediction:
+        return "", "unclosed"
+    return prediction, "plain"
 
 
 def judge_configs(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -35,44 +47,35 @@ def judge_configs(cfg: DictConfig) -> list[dict[str, Any]]:
     return [as_container(OmegaConf.merge(cfg.judge, override)) for override in overrides]
 
 
-def generated_reasoning(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path) -> list[str]:
-    """r from x alone with the evaluated model (``reasoning_generator: self``), kept in reasoning.jsonl."""
+def generated_reasoning(
+    reasoner, tokenizer, prompts: RemidPrompts, examples: Sequence[EvalExample], options: GenerationOptions, out_dir: Path
+) -> dict[str, str]:
+    """r from x alone with the reasoner (its thought prompt, no golden response), kept in reasoning.jsonl."""
     from rpbench.eval.generate import generate_predictions
 
-    asked = [
-        replace(e, prompt=(*e.prompt[:-1], Turn("user", f"{e.prompt[-1].content}\n\n{REASONING_INSTRUCTION}")))
-        for e in examples
-    ]
-    options = as_container(cfg.evaluator.generation)
-    options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
-    generate_predictions(model, tokenizer, asked, out_dir / "reasoning.jsonl", options)
+    asked = [replace(e, prompt=tuple(prompts.thought(RolePlayInput(**e.meta["x"])))) for e in examples]
+    generate_predictions(reasoner, tokenizer, asked, out_dir / "reasoning.jsonl", options)
     by_id = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "reasoning.jsonl")}
     empty = [e.id for e in examples if not by_id[e.id].strip()]
     if empty:
-        raise ValueError(f"the reasoning generator wrote empty reasoning for {len(empty)} records (first: {empty[:5]})")
-    return [by_id[e.id] for e in examples]
+        raise ValueError(f"the reasoner wrote empty reasoning for {len(empty)} records (first: {empty[:5]})")
+    return {e.id: by_id[e.id] for e in examples}
 
 
-def own_samples(
-    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, out_dir: Path
+def sampled_responses(
+    model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, path: Path, options: GenerationOptions
 ) -> dict[str, list[str]]:
-    """``entropy.samples`` responses per record from the evaluated model at temperature 1, no top-p / top-k
-    (an estimate of H(P_θ(· | x)) needs the model's own distribution), seeded; kept in entropy_samples.jsonl."""
+    """``entropy.samples`` responses per record at temperature 1, no top-p / top-k (an estimate of
+    H(p(· | x)) needs the model's own distribution), seeded; kept in ``path``."""
     from rpbench.eval.generate import generate_predictions
 
     copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(entropy.samples)]
-    options = {
-        **as_container(cfg.evaluator.generation),
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "top_k": 0,
-        "max_new_tokens": entropy.max_new_tokens,
-        "seed": entropy.seed,
-    }
-    options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
-    generate_predictions(model, tokenizer, copies, out_dir / "entropy_samples.jsonl", options)
+    sampling = replace(
+        options, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=entropy.max_new_tokens, seed=entropy.seed
+    )
+    generate_predictions(model, tokenizer, copies, path, sampling)
     drawn: dict[str, list[str]] = {}
-    for row in read_jsonl(out_dir / "entropy_samples.jsonl"):
+    for row in read_jsonl(path):
         drawn.setdefault(row["id"].rsplit("#", 1)[0], []).append(row["prediction"])
     return drawn
 
@@ -81,8 +84,31 @@ class RPGBench(Benchmark):
     judged = True
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
-        """Task label, and the shift each subset tag belongs to (in distribution, user, character, ...)."""
-        return {**super().groupings(examples), "shift": [e.meta["shift"] for e in examples]}
+        """Task label, the category R-EMID is estimated on (IDTest, each shift subtype) and its shift type."""
+        return {
+            **super().groupings(examples),
+            "category": [e.meta["category"] for e in examples],
+            "shift": [e.meta["shift"] for e in examples],
+        }
+
+    def problems(self, cfg: DictConfig) -> list[str]:
+        """The estimator pair is named (and usable) when the generalization analysis is on."""
+        ev = cfg.evaluator
+        if not ev.generalization.enabled:
+            return []
+        found = []
+        for role in ("critic", "reasoner"):
+            try:
+                resolve_spec(role, ev[role], ev[f"{role}_adapter"])
+            except ConfigError as error:
+                found.append(str(error))
+        return found
+
+    def scored_predictions(self, predictions: Mapping[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
+        """Predictions without their think block, and the counts per reading (``without_think``)."""
+        read = {key: without_think(text) for key, text in predictions.items()}
+        counts = {kind: sum(how == kind for _, how in read.values()) for kind in ("plain", "stripped", "unclosed")}
+        return {key: reply for key, (reply, _) in read.items()}, {"think": counts}
 
     def judge(
         self,
@@ -117,57 +143,99 @@ class RPGBench(Benchmark):
         out_dir: Path,
         results: dict[str, Any],
     ) -> None:
-        """JS, EMI / R-EMI, EMID / R-EMID, bound, convergence and perplexity into ``results``; plots."""
+        """JS, EMI / R-EMI, EMID / R-EMID, bounds, convergence and perplexity per category into ``results``;
+        reasoning from the reasoner, scores from the critic; plots."""
+        import torch
+
         from rpbench.eval.generalization.analysis import (
             AnalysisSettings,
+            Critic,
+            EntropyInputs,
             EntropySettings,
             analyze,
             entropy_prompts,
-            record_reasoning,
         )
         from rpbench.eval.generalization.embed import load_text_embedder
+        from rpbench.eval.generalization.estimator import load_estimator
         from rpbench.models.loading import chat_renderer
 
-        g = cfg.evaluator.generalization
+        ev, g = cfg.evaluator, cfg.evaluator.generalization
         if not g.enabled:
             return
-        if model is None:
-            raise ValueError("evaluator=rpgbench: the generalization analysis scores with the model (backend=local)")
-        reasoning, source = record_reasoning(examples), "records' reasoning field"
-        if reasoning is None and g.reasoning_generator == "self":
-            reasoning, source = (
-                generated_reasoning(cfg, model, tokenizer, examples, out_dir),
-                "generated by the evaluated model",
-            )
-        elif reasoning is None and g.reasoning_generator is not None:
+        critic_spec = resolve_spec("critic", ev.critic, ev.critic_adapter)
+        reasoner_spec = resolve_spec("reasoner", ev.reasoner, ev.reasoner_adapter)
+        entropy = EntropySettings(
+            int(g.entropy.samples),
+            int(g.entropy.max_new_tokens),
+            None if g.entropy.max_prompts is None else int(g.entropy.max_prompts),
+            int(g.entropy.seed),
+        )
+        if model is None and (critic_spec.model_cfg is None or entropy.samples):
             raise ValueError(
-                f"evaluator.generalization.reasoning_generator={g.reasoning_generator!r}: choose null or self"
+                "evaluator=rpgbench with backend=endpoint: the generalization analysis needs the evaluated model "
+                "in-process for critic=self and for Ĥ (entropy.samples > 0); use backend=local, or a fixed critic "
+                "and entropy.samples=0"
             )
-        elif reasoning is None:
-            source = "none: no reasoning field and no reasoning generator, so plain EMI / EMID only (no R-EMI)"
-        embedder = load_text_embedder(g.encoder, int(g.layer), int(g.max_length), str(model.device))
+        device = model.device if model is not None else torch.device("cpu")
+        prompts = remid_prompts(cfg.prompts.source)
+        results["prompts"] = prompts.records()
+        generation = GenerationOptions.from_cfg(as_container(ev.generation))
+        reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
+        reasoning_options = GenerationOptions.from_cfg({**as_container(g.reasoning), "progress": True})
+        reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
+        del reasoner
+        if critic_spec.model_cfg is None:
+            critic_model, critic_tokenizer, critic_cfg = model, tokenizer, cfg.model
+        else:
+            (critic_model, critic_tokenizer), critic_cfg = load_estimator(critic_spec, device), critic_spec.model_cfg
+        critic = Critic(
+            critic_model,
+            chat_renderer(critic_cfg, critic_tokenizer, int(g.critic_max_length)),
+            prompts,
+            critic_spec.description,
+            critic_spec.model_cfg is None,
+        )
+        sampled = entropy_prompts(examples, entropy)
+        inputs = None
+        if sampled:
+            own = sampled_responses(
+                model,
+                tokenizer,
+                sampled,
+                entropy,
+                out_dir / "entropy_samples.jsonl",
+                replace(generation, max_prompt_length=int(cfg.data.max_prompt_length)),
+            )
+            with_r = [replace(e, prompt=tuple(critic.context(e, reasoning[e.id]))) for e in sampled]
+            critics = sampled_responses(
+                critic_model,
+                critic_tokenizer,
+                with_r,
+                entropy,
+                out_dir / "critic_samples.jsonl",
+                replace(generation, max_prompt_length=int(g.critic_max_length)),
+            )
+            inputs = EntropyInputs(model, chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length)), own, critics)
+        embedder = load_text_embedder(
+            g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback), str(device)
+        )
         settings = AnalysisSettings(
             str(g.weighting),
             str(g.delta_form),
             int(g.n_negatives),
+            None if g.max_samples is None else int(g.max_samples),
             int(g.seed),
-            int(g.max_pairs_n),
             int(g.batch_size),
             [int(n) for n in g.convergence_sizes],
             int(g.convergence_repeats),
-            EntropySettings(
-                int(g.entropy.samples),
-                int(g.entropy.max_new_tokens),
-                None if g.entropy.max_prompts is None else int(g.entropy.max_prompts),
-                int(g.entropy.seed),
-            ),
+            entropy,
         )
-        sampled = entropy_prompts(examples, settings.entropy)
-        drawn = own_samples(cfg, model, tokenizer, sampled, settings.entropy, out_dir) if sampled else None
-        renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
-        model.eval()
-        analysis = analyze(examples, predictions, model, renderer, embedder, settings, reasoning, source, drawn)
-        top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_estimated", "entropy", "perplexity")
+        critic_model.eval()
+        source = f"the reasoner ({reasoner_spec.description}), greedy" if not reasoning_options.temperature else (
+            f"the reasoner ({reasoner_spec.description}), temperature {reasoning_options.temperature}"
+        )
+        analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
+        top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
         results["generalization"] = {k: v for k, v in analysis.items() if k not in top}
         for key in top:
             if key in analysis:

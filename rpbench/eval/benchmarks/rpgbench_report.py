@@ -57,7 +57,7 @@ def _mean_at(points, key: str, n: int) -> float:
 
 
 def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
-    """Bound (scale-adjusted, Ĥ = 1) and empirical (R-)EMID against the number of samples, one colour per shift."""
+    """Theorem 3.4's bound and the empirical (R-)EMID against the number of samples, one colour per category."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +66,7 @@ def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(6, 4))
     for k, (shift, points) in enumerate(convergence["points"].items()):
         ns = sorted({p["n"] for p in points})
-        ax.plot(ns, [_mean_at(points, "bound", n) for n in ns], f"C{k}-", label=f"{shift} bound (Ĥ = 1)")
+        ax.plot(ns, [_mean_at(points, "bound", n) for n in ns], f"C{k}-", label=f"{shift} bound")
         ax.plot(
             ns, [_mean_at(points, "empirical", n) for n in ns], f"C{k}--", label=f"{shift} {convergence['empirical']}"
         )
@@ -93,37 +93,56 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         lines += [f"| {s} | {_f(g['winrate'])} | {g['judged']} | {g['no_verdict']} |" for s, g in w["groups"].items()]
         out.append("\n".join(lines) + "\n")
     if "jsd" in results:
-        g = results["generalization"]
-        has_r = "r_emid" in results
-        lines = [
-            "### Generalization (R-EMID paper)\n",
-            f"Critic: {g['critic']}; reasoning: {g['reasoning_source']}; embeddings: {g['embedder']['encoder']} "
-            f"layer {g['embedder']['layer']}; JS weighting {g['settings']['weighting']}; samples per split "
-            f"{g['n_per_split']}.\n",
-            f"Bound forms: *bound (Ĥ = 1)* is {g['bound_form']} (what the EMID code reports); "
-            f"*bound (Ĥ estimated)* is {g['bound_estimated_form']}; Ĥ = max over the ID and shifted prompts "
-            "of H(model | x) + H(golden | x), Monte-Carlo, nats per token.\n",
-            "| shift | JS user | JS character | JS dialogue | δ_P | δ_Q | EMID | R-EMID | bound (Ĥ = 1) "
-            "| bound (Ĥ estimated) | Ĥ |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        estimated = results.get("bound_estimated", {})
-        for s, j in results["jsd"].items():
-            r = _f(results["r_emid"][s]) if has_r else "–"
-            e = estimated.get(s, {})
-            lines.append(
-                f"| {s} | {_f(j['user'])} | {_f(j['character'])} | {_f(j['dialogue'])} | {_f(j['delta_p'])} | "
-                f"{_f(j['delta_q'])} | {_f(results['emid'][s])} | {r} | {_f(results['bound'][s]['value'])} | "
-                f"{_f(e.get('value'))} | {_f(e.get('entropy'))} |"
-            )
-        lines += ["", "| split | EMI | R-EMI | ppl(golden) | ppl(golden given r) |", "|---|---|---|---|---|"]
-        for s, e in results["emi"].items():
-            p = results["perplexity"][s]
-            r = _f(results["r_emi"][s]["emi"]) if has_r else "–"
-            lines.append(
-                f"| {s} | {_f(e['emi'])} | {r} | {_f(p['without_reasoning'], '.2f')} | "
-                f"{_f(p.get('with_reasoning'), '.2f')} |"
-            )
-        lines.append("\nPlots: js_vs_winrate.png (when judged), bound_convergence.png (the Ĥ = 1 bound).")
-        out.append("\n".join(lines) + "\n")
+        out.append(generalization_section(results))
     return out
+
+
+def generalization_section(results: Mapping[str, Any]) -> str:
+    """The R-EMID tables: per category (the paper's estimates), then the roll-up per shift type."""
+    g = results["generalization"]
+    has_r = "r_emid" in results
+    embedder = g["embedder"]
+    lines = [
+        "### Generalization (R-EMID paper), per category\n",
+        f"Critic: {g['critic']}; reasoning: {g['reasoning_source']}; embeddings: {embedder['encoder']} "
+        f"hidden_states[{embedder['layer']}], {embedder['pooling']}, {embedder['max_length']} tokens"
+        + (f" ({embedder['fallback_reason']})" if embedder.get("fallback_reason") else "")
+        + f"; JS weighting {g['settings']['weighting']}; samples per category {g['n_per_category']}; "
+        f"empty predictions left out {g['excluded_empty_predictions'] or 'none'}; texts cut at the encoder's "
+        f"length {g['n_truncated_texts']}.\n",
+        f"*bound*: {g['bound_form']}. *EMID-code bound*: {g['bound_emid_code_form']}.\n",
+    ]
+    if g["critic_is_evaluated_model"]:
+        lines.append("**The critic is the evaluated model: these EMI values are not comparable across models.**\n")
+    lines += [
+        "| category | JS user | JS character | JS dialogue | δ_P | δ_Q | EMID | R-EMID | bound | Ĥ | EMID-code bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c, j in results["jsd"].items():
+        b = results["bound"][c]
+        lines.append(
+            f"| {c} | {_f(j['user'])} | {_f(j['character'])} | {_f(j['dialogue'])} | {_f(j['delta_p'])} | "
+            f"{_f(j['delta_q'])} | {_f(results['emid'][c])} | {_f(results['r_emid'][c]) if has_r else '–'} | "
+            f"{_f(b['value'])} | {_f(b['entropy'])} | {_f(results['bound_emid_code'][c])} |"
+        )
+    lines += ["", "| category | n | EMI | R-EMI | ppl(golden) | ppl(golden given r) |", "|---|---|---|---|---|---|"]
+    for c, e in results["emi"].items():
+        p = results["perplexity"][c]
+        r = _f(results["r_emi"][c]["emi"]) if has_r else "–"
+        lines.append(
+            f"| {c} | {e['n']} | {_f(e['emi'])} | {r} | {_f(p['without_reasoning'], '.2f')} | "
+            f"{_f(p.get('with_reasoning'), '.2f')} |"
+        )
+    lines += [
+        "",
+        "Per shift type (mean over its categories):\n",
+        "| shift | categories | n | R-EMI | R-EMID | bound | EMID-code bound |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for shift, r in results["by_shift"].items():
+        lines.append(
+            f"| {shift} | {', '.join(r['categories'])} | {r['n']} | {_f(r.get('r_emi', r.get('emi')))} | "
+            f"{_f(r.get('r_emid', r.get('emid')))} | {_f(r.get('bound'))} | {_f(r.get('bound_emid_code'))} |"
+        )
+    lines.append("\nPlots: js_vs_winrate.png (when judged), bound_convergence.png.")
+    return "\n".join(lines) + "\n"

@@ -4,8 +4,8 @@
 
 with JS_s the RJSD of field s between ID and the shifted split, and δ_P / δ_Q the RJSD of model
 vs golden responses on ID / on the shifted split. Output term forms (``delta_form``):
+``"sum"``: 8 · (δ_P + δ_Q)^¼ (Δ = δ_P + δ_Q: Theorem 3.4 as the paper states it, the default);
 ``"max"``: 8 · max(δ_P, δ_Q)^¼ (Δ = max, as the EMID theorem);
-``"sum"``: 8 · (δ_P + δ_Q)^¼ (Δ = δ_P + δ_Q, as the R-EMID summary states Δ);
 ``"code"``: 4 · (δ_P^¼ + δ_Q^¼) (the EMID code's "true" bound), <= the "max" form <= the "sum" form.
 Ĥ (``entropy``): None means the scale-adjusted form, Ĥ = 1; a number is an estimate, e.g.
 ``entropy_bound`` of per-prompt Monte-Carlo entropies. ``emid_code_bound`` is what the EMID code
@@ -73,8 +73,8 @@ def remid_bound(
     js: Mapping[str, float],
     delta_p: float,
     delta_q: float,
-    entropy: float | None = None,
-    delta_form: DeltaForm = "max",
+    entropy: float | None,
+    delta_form: DeltaForm,
 ) -> Bound:
     """Theorem 3.4's bound from the three input JS terms and the two output terms (module docstring)."""
     if entropy is not None and not (math.isfinite(entropy) and entropy >= 0):
@@ -95,13 +95,17 @@ def remid_bound(
     )
 
 
-def bound_of(severity: ShiftSeverity, entropy: float | None = None, delta_form: DeltaForm = "max") -> Bound:
+def bound_of(severity: ShiftSeverity, entropy: float | None, delta_form: DeltaForm) -> Bound:
     return remid_bound(severity.input_terms(), severity.delta_p, severity.delta_q, entropy, delta_form)
 
 
 def emid_code_bound(js: Mapping[str, float], delta_p: float, delta_q: float) -> float:
     """The EMID code's reported (scale-adjusted) bound: Σ sqrt(JS_s) + δ_P^¼ + δ_Q^¼."""
     return _input_sum(js) + _root(delta_p, 0.25, "delta_p") + _root(delta_q, 0.25, "delta_q")
+
+
+def code_bound_of(severity: ShiftSeverity) -> float:
+    return emid_code_bound(severity.input_terms(), severity.delta_p, severity.delta_q)
 
 
 def entropy_bound(model_entropy: torch.Tensor, golden_entropy: torch.Tensor) -> float:

@@ -2,8 +2,8 @@
 
 For each repeat one seeded permutation of each split is drawn and the first n samples of it are
 used for every n in ``sizes`` (nested subsamples, so the curve moves only by added samples). The
-empirical R-EMID of a subsample comes from a callable; ``remid_from_matrices`` builds it from full
-pair log-prob matrices (``scoring.pair_logp_matrix``), so the model runs once, not once per size.
+empirical R-EMID of a subsample comes from a callable; ``remid_of_subsamples`` builds it from pair
+scorers that keep what they computed, so a pair is scored once however many subsamples use it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from rpbench.eval.generalization.bound import Bound, DeltaForm, bound_of
-from rpbench.eval.generalization.emi import club_mi_matrix
+from rpbench.eval.generalization.emi import PairScores, sampled_club_mi
 from rpbench.eval.generalization.rjsd import Weighting
 from rpbench.eval.generalization.shift import ShiftSeverity, SplitEmbeddings, shift_severity
 
@@ -41,21 +40,19 @@ class ConvergencePoint:
         }
 
 
-def remid_from_matrices(
-    id_model: torch.Tensor,
-    id_golden: torch.Tensor,
-    ood_model: torch.Tensor,
-    ood_golden: torch.Tensor,
+def remid_of_subsamples(
+    id_model: PairScores,
+    id_golden: PairScores,
+    ood_model: PairScores,
+    ood_golden: PairScores,
     n_negatives: int,
     seed: int,
 ) -> SubsampleREMID:
-    """(ID rows, OOD rows) -> EMI(ID subsample) - EMI(OOD subsample) from [n, n] matrices ℓ(y_j | x_i [, r_i])
-    of model responses and of golden responses on each split."""
+    """(ID rows, OOD rows) -> EMI(ID subsample) - EMI(OOD subsample), with scorers ℓ(y_j | x_i [, r_i]) of
+    model responses and of golden responses on each split (``scoring.PairScorer``: computed on demand)."""
 
-    def emi(model: torch.Tensor, golden: torch.Tensor, rows: Sequence[int]) -> float:
-        index = torch.as_tensor(list(rows), dtype=torch.long)
-        sub = lambda m: m[index][:, index]
-        return club_mi_matrix(sub(model), n_negatives, seed) - club_mi_matrix(sub(golden), n_negatives, seed)
+    def emi(model: PairScores, golden: PairScores, rows: Sequence[int]) -> float:
+        return sampled_club_mi(model, rows, n_negatives, seed) - sampled_club_mi(golden, rows, n_negatives, seed)
 
     return lambda id_rows, ood_rows: emi(id_model, id_golden, id_rows) - emi(ood_model, ood_golden, ood_rows)
 
@@ -66,10 +63,10 @@ def bound_convergence(
     empirical: SubsampleREMID,
     sizes: Sequence[int],
     seed: int,
-    repeats: int = 1,
-    entropy: float | None = None,
-    delta_form: DeltaForm = "max",
-    weighting: Weighting = "trace",
+    repeats: int,
+    entropy: float | None,
+    delta_form: DeltaForm,
+    weighting: Weighting,
 ) -> list[ConvergencePoint]:
     """Bound (``bound_of``) and ``empirical(id_rows, ood_rows)`` for n ID and n OOD samples, n in ``sizes``."""
     largest = min(len(id_split), len(ood_split))

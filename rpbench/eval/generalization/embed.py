@@ -1,11 +1,12 @@
 """Texts -> unit-norm sentence embeddings from one hidden layer of a local encoder, for the RJSD terms.
 
-The default encoder is the packaged all-MiniLM-L6-v2 (the model BERTScore falls back to, located the
-same way). ``layer`` indexes ``hidden_states``: 0 is the embedding layer (what the EMID code uses,
-with xlm-roberta-base), -1 the last layer, which is what MiniLM's sentence embedding is trained on;
-with layer -1 and the default length the vectors equal sentence-transformers' ``encode`` of MiniLM.
-Pooling is the mean over all non-padding tokens ([CLS]/[SEP] included, as sentence-transformers
-pools; the EMID code leaves out the first token), then L2 normalisation.
+The EMID code's recipe is the default (conf/evaluator/rpgbench.yaml): ``xlm-roberta-base`` (multilingual,
+as the user-shift personas are in de/es/zh/ja/ko), ``hidden_states[0]`` (the embedding layer), the
+masked mean without the first token (``pooling: mean_skip_first``; ``mean`` keeps every token, as
+sentence-transformers pools), 512 tokens, then L2 normalisation. ``layer`` indexes ``hidden_states``
+(-1: the last layer). When the encoder is not available locally and ``fallback`` is set, the packaged
+all-MiniLM-L6-v2 stands in (English only) and ``describe`` says so. Texts longer than ``max_length`` tokens
+are embedded from their first ``max_length`` tokens and counted.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch
 from rpbench.scoring.metrics import fallback_model_path
 
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+POOLINGS = ("mean_skip_first", "mean")
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,18 @@ class TextEmbedder:
     encoder: str
     layer: int
     max_length: int
+    pooling: str
     batch_size: int
+    fallback_reason: str | None = None
 
     def describe(self) -> dict[str, Any]:
-        return {"encoder": self.encoder, "layer": self.layer, "max_length": self.max_length, "pooling": "mean"}
+        return {
+            "encoder": self.encoder,
+            "layer": self.layer,
+            "max_length": self.max_length,
+            "pooling": self.pooling,
+            "fallback_reason": self.fallback_reason,
+        }
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], name: str = "texts") -> Embedded:
@@ -58,30 +68,43 @@ class TextEmbedder:
             ).to(device)
             hidden = self.model(**batch, output_hidden_states=True).hidden_states[self.layer].float()
             mask = batch["attention_mask"][..., None].float()
-            pooled = (hidden * mask).sum(1) / mask.sum(1)
+            if self.pooling == "mean_skip_first":
+                hidden, mask = hidden[:, 1:], mask[:, 1:]
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
             vectors.append(torch.nn.functional.normalize(pooled, dim=-1).cpu())
         return Embedded(torch.cat(vectors), truncated)
 
 
 def load_text_embedder(
-    encoder: str | None = None,
-    layer: int = -1,
-    max_length: int = 256,
+    encoder: str | None,
+    layer: int,
+    max_length: int,
+    pooling: str,
+    fallback: bool,
     device: str | None = None,
     batch_size: int = 32,
 ) -> TextEmbedder:
-    """An embedder on ``encoder`` (a name in the local Hugging Face cache or a folder; never downloads),
-    or on the packaged all-MiniLM-L6-v2 when ``encoder`` is None."""
+    """An embedder on ``encoder`` (a name in the local Hugging Face cache or a folder; never downloads), on the
+    packaged all-MiniLM-L6-v2 when ``encoder`` is None, or when it is missing and ``fallback`` is set."""
     from transformers import AutoModel, AutoTokenizer
 
-    path, name = (fallback_model_path(), PACKAGED_ENCODER) if encoder is None else (encoder, encoder)
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}")
+    path, name, reason = (fallback_model_path(), PACKAGED_ENCODER, None) if encoder is None else (encoder, encoder, None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModel.from_pretrained(path, local_files_only=True)
     except OSError as error:
-        raise OSError(f"encoder {name!r} is not available locally (download it with `hf download {name}`)") from error
+        if encoder is None or not fallback:
+            raise OSError(
+                f"encoder {name!r} is not available locally (download it with `hf download {name}`)"
+            ) from error
+        reason = f"{encoder} is not available locally; the packaged {PACKAGED_ENCODER} (English) stands in"
+        path, name = fallback_model_path(), PACKAGED_ENCODER
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModel.from_pretrained(path, local_files_only=True)
     n_layers = model.config.num_hidden_layers
     if not -(n_layers + 1) <= layer <= n_layers:
         raise ValueError(f"layer {layer} outside hidden_states of {name!r} (0..{n_layers}, or negative from the end)")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return TextEmbedder(model.eval().to(device), tokenizer, name, layer, max_length, batch_size)
+    return TextEmbedder(model.eval().to(device), tokenizer, name, layer, max_length, pooling, batch_size, reason)

@@ -9,16 +9,18 @@ where N is min(B(B-1), n_negatives) off-diagonal pairs (i != j) drawn uniformly 
 (seeded). EMI(split) = MI(x; model responses) - MI(x; golden responses); EMID(ID, OOD) =
 EMI(ID) - EMI(OOD), positive when the model degrades under the shift. R-EMI / R-EMID are the same
 numbers with the critic conditioned on a reasoning text r_i shared by every pair (i, ·):
-ℓ(y_j | x_i, r_i). This module is the arithmetic; ``scoring`` computes the ℓ values with a model.
+ℓ(y_j | x_i, r_i). This module is the arithmetic; ``scoring`` computes the ℓ values with a model, only
+for the pairs asked for.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
 
 import torch
+
+PairScores = Callable[[Sequence[tuple[int, int]]], torch.Tensor]
 
 
 def negative_pairs(n: int, n_negatives: int, seed: int) -> list[tuple[int, int]]:
@@ -44,35 +46,18 @@ def club_mi(positive: torch.Tensor, negative: torch.Tensor) -> float:
     return float(positive.double().mean() - negative.double().mean())
 
 
-def club_mi_matrix(logps: torch.Tensor, n_negatives: int, seed: int) -> float:
-    """CLUB MI from a full matrix ``logps[i, j]`` = ℓ(y_j | x_i): its diagonal against sampled off-diagonal pairs."""
+def sampled_club_mi(scorer: PairScores, rows: Sequence[int], n_negatives: int, seed: int) -> float:
+    """CLUB MI over the samples ``rows``: ℓ(y_i | x_i) for each row against sampled off-diagonal pairs among them.
+
+    ``scorer(pairs)`` returns ℓ(y_j | x_i) for (i, j) pairs (``scoring.PairScorer``, or a matrix lookup).
+    """
+    rows = list(rows)
+    negatives = [(rows[i], rows[j]) for i, j in negative_pairs(len(rows), n_negatives, seed)]
+    return club_mi(scorer([(r, r) for r in rows]), scorer(negatives))
+
+
+def matrix_scores(logps: torch.Tensor) -> PairScores:
+    """A scorer reading a full [n, n] matrix ``logps[i, j]`` = ℓ(y_j | x_i) (for tests and small splits)."""
     if logps.ndim != 2 or logps.shape[0] != logps.shape[1]:
         raise ValueError(f"expected a square [n, n] log-prob matrix, got {tuple(logps.shape)}")
-    pairs = torch.tensor(negative_pairs(logps.shape[0], n_negatives, seed))
-    return club_mi(logps.diagonal(), logps[pairs[:, 0], pairs[:, 1]])
-
-
-@dataclass(frozen=True)
-class EMI:
-    """EMI of one split: MI(x; model responses) - MI(x; golden responses); ``reasoning``: whether conditioned on r."""
-
-    emi: float
-    mi_model: float
-    mi_golden: float
-    n: int
-    n_negatives: int
-    reasoning: bool
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def emi_of(mi_model: float, mi_golden: float, n: int, n_negatives: int, reasoning: bool) -> EMI:
-    return EMI(mi_model - mi_golden, mi_model, mi_golden, n, n_negatives, reasoning)
-
-
-def emid(id_emi: EMI, ood_emi: EMI) -> float:
-    """EMI(ID) - EMI(OOD): positive = the model degrades under the shift. R-EMID when both are R-EMI."""
-    if id_emi.reasoning != ood_emi.reasoning:
-        raise ValueError("EMID of an R-EMI and a plain EMI: both splits must use reasoning, or neither")
-    return id_emi.emi - ood_emi.emi
+    return lambda pairs: torch.stack([logps[i, j] for i, j in pairs]).double()

@@ -1,16 +1,15 @@
 """Shift severity: RJSD per input field between ID and a shifted split, and the output-marginal terms.
 
-Fields of an RPGBench sample (``rpbench.data.rpgbench.read_test``): the user persona, the agent
-character (``meta``) and the dialogue context (the prompt's user/assistant turns). Objects are
-rendered as JSON; the dialogue as "User Query k: ...\\nAgent Response k: ..." lines, the authors'
-``format_dialogue_simple``. The output terms compare model responses with golden responses on the
-same split: δ_P on ID, δ_Q on the shifted split.
+Fields of an RPGBench sample (``rpbench.data.rpgbench.read_test``, ``meta["x"]``): the user persona, the
+agent character (``str()`` of the record's object, as the authors insert it) and the dialogue context
+("User Query k: ...\nAgent Response k: ..." blocks, ``remid_prompts.format_dialogue``), each embedded
+separately. The output terms compare model responses with golden responses on the same split: δ_P on
+ID, δ_Q on the shifted split.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,31 +22,15 @@ from rpbench.eval.generalization.rjsd import Weighting, representation_jsd
 INPUT_FIELDS = ("user", "character", "dialogue")
 
 
-def field_text(value: str | Mapping[str, Any]) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def dialogue_text(example: EvalExample) -> str:
-    lines, turn = [], 0
-    for t in example.prompt:
-        if t.role == "user":
-            turn += 1
-            lines.append(f"User Query {turn}: {t.content}")
-        elif t.role == "assistant":
-            lines.append(f"Agent Response {turn}: {t.content}")
-    return "\n".join(lines)
-
-
 def input_field_texts(examples: Sequence[EvalExample]) -> dict[str, list[str]]:
     """{"user", "character", "dialogue"} -> one text per example (RPGBench test records)."""
     for e in examples:
-        missing = [key for key in ("persona", "character") if key not in e.meta]
-        if missing:
-            raise ValueError(f"example {e.id!r}: meta lacks {missing}; expected an RPGBench test record")
+        if "x" not in e.meta:
+            raise ValueError(f"example {e.id!r}: meta lacks 'x'; expected an RPGBench test record")
     return {
-        "user": [field_text(e.meta["persona"]) for e in examples],
-        "character": [field_text(e.meta["character"]) for e in examples],
-        "dialogue": [dialogue_text(e) for e in examples],
+        "user": [e.meta["x"]["user_persona"] for e in examples],
+        "character": [e.meta["x"]["agent_character"] for e in examples],
+        "dialogue": [e.meta["x"]["str_dialogue_context"] for e in examples],
     }
 
 
@@ -116,7 +99,7 @@ class ShiftSeverity:
 
 
 def shift_severity(
-    id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting = "trace"
+    id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting
 ) -> ShiftSeverity:
     return ShiftSeverity(
         **{

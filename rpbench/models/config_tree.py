@@ -1,0 +1,36 @@
+"""rpbench's config tree (``conf/`` beside the package): model entries by name, for code that loads a
+model other than the run's (the server, the R-EMID estimator pair)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def model_entries() -> list[str]:
+    """The names of the ``model`` group's entries."""
+    return sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+
+
+def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``model`` group entry ``name`` of rpbench's config tree, with ``model.*`` overrides."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    overrides = [f"+model={name}", *overrides]
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app: compose from its config tree
+        cfg = compose(config_name=None, overrides=overrides)
+    else:
+        if not (CONF_DIR / "model").is_dir():
+            raise FileNotFoundError(
+                "rpbench's config tree (conf/model) is not next to the package; "
+                "pass a model config mapping instead of a name"
+            )
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name=None, overrides=overrides)
+    return OmegaConf.to_container(cfg.model, resolve=True)  # type: ignore[return-value]

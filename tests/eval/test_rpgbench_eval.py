@@ -20,7 +20,14 @@ from rpbench.serve import load_served_model, serve_in_thread
 
 def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
     prompt = (Turn("system", "You are Greta, an innkeeper."), Turn("user", "Any rooms free tonight?"))
-    return EvalExample(rid, prompt, golden, "tag", {"shift": shift, **meta})
+    category = "IDTest" if shift == "in_distribution" else f"{shift}-tag"
+    judged = {
+        "category": category,
+        "persona": "A tired traveller.",
+        "character": {"name": "Greta", "occupation": "innkeeper"},
+        "dialogue": [{"role": "user", "content": "Any rooms free tonight?"}],
+    }
+    return EvalExample(rid, prompt, golden, "tag", {"shift": shift, **judged, **meta})
 
 
 @pytest.mark.parametrize(
@@ -70,11 +77,12 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
             "parse_tries": 3,
             "max_tokens": {"rpgbench": 8},
         }
-        result = judge_winrate(examples, predictions, [judge, judge], [e.meta["shift"] for e in examples])
+        result = judge_winrate(examples, predictions, [judge, judge])
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
         assert server.stats.requests == 2 * (8 + 4)
     # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
-    for tally in result["per_judge"].values():
+    for judged in result["per_judge"].values():
+        tally = judged["overall"]
         assert {k: tally[k] for k in ("n", "judged", "wins", "no_verdict", "winrate", "parse_failures")} == {
             "n": 8,
             "judged": 6,
@@ -83,10 +91,11 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
             "winrate": 0.5,
             "parse_failures": 2,
         }
+        assert judged["by_shift"]["user"] == {"n": 6, "judged": 4, "wins": 1.0, "no_verdict": 2, "winrate": 0.25}
     assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
     assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
-    assert result["groups"]["in_distribution"]["winrate"] == 1.0
-    assert result["groups"]["user"] == {"n": 12, "judged": 8, "wins": 2.0, "no_verdict": 4, "winrate": 0.25}
+    assert result["by_shift"]["in_distribution"]["winrate"] == 1.0
+    assert result["by_shift"]["user"] == {"winrate": 0.25, "n_judges": 2, "judged": 8, "no_verdict": 4, "n": 12}
     r4 = [r for r in result["records"] if r["id"] == "r4"]
     assert [(r["model_first"], r["model_won"]) for r in r4[:2]] == [(True, 1.0), (False, 0.0)]
     assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}
@@ -94,7 +103,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
 
 def test_winrate_needs_a_prediction_for_every_record():
     with pytest.raises(ValueError, match="1 test records have no prediction"):
-        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}], ["in_distribution"])
+        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}])
 
 
 def test_splits_put_in_distribution_first_and_need_a_shift():
@@ -122,13 +131,13 @@ def test_emi_from_matrices_by_hand():
     assert result == pytest.approx({"emi": mi_model - mi_golden, "mi_model": mi_model, "mi_golden": mi_golden, "n": 2})
 
 
-def test_winrate_drop_per_shift_by_hand():
+def test_winrate_drop_per_category_by_hand():
     results = {
         "winrate": {
-            "groups": {"in_distribution": {"winrate": 0.6}, "user": {"winrate": 0.45}, "character": {"winrate": None}}
+            "by_category": {"IDTest": {"winrate": 0.6}, "german": {"winrate": 0.45}, "Gaming": {"winrate": None}}
         }
     }
-    assert winrate_drops(results) == pytest.approx({"user": 0.15})
+    assert winrate_drops(results) == pytest.approx({"german": 0.15})
     assert js_severity({"user": 0.1, "character": 0.2, "dialogue": 0.3}) == pytest.approx(0.6)
 
 

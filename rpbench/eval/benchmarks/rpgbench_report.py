@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ID_CATEGORY = "IDTest"
+from rpbench.eval.generalization.summary import ID_CATEGORY, js_severity
 
 
 def _f(value: Any, spec: str = ".4f") -> str:
@@ -20,11 +20,6 @@ def winrate_drops(results: Mapping[str, Any]) -> dict[str, float]:
     if base is None:
         return {}
     return {c: base - g["winrate"] for c, g in by_category.items() if c != ID_CATEGORY and g["winrate"] is not None}
-
-
-def js_severity(severity: Mapping[str, float]) -> float:
-    """One severity number per shifted category: the sum of the three input JS terms."""
-    return severity["user"] + severity["character"] + severity["dialogue"]
 
 
 def severity_points(results: Mapping[str, Any]) -> dict[str, tuple[float, float]]:

@@ -152,7 +152,12 @@ def test_report_tables_per_category_and_shift_with_each_judge(judged):
     assert row == "| german (user) | 1.0000 | -0.7500 | 1 | 2 | 2 | 1.0000 (2/2) | – (0/2) |"
     row = next(line for line in lines if line.startswith("| IDTest (in_distribution) |"))
     assert row == "| IDTest (in_distribution) | 0.2500 | – | 2 | 8 | 0 | 0.5000 (4/4) | 0.0000 (4/4) |"
-    assert "| user | 0.7500 | – | 2 | 6 | 2 | 0.5000 (4/4) | 1.0000 (2/4) |" in lines
+    assert "| user | 0.7500 | -0.5000 | 2 | 6 | 2 | 0.5000 (4/4) | 1.0000 (2/4) |" in lines
+    shift_header = next(k for k, line in enumerate(lines) if line.startswith("| shift |"))
+    assert lines[shift_header].startswith("| shift | ensemble WinRate | drop from in_distribution |")
+    assert lines[shift_header + 2].startswith("| in_distribution | 0.2500 | – |")
+    category_header = next(k for k, line in enumerate(lines) if line.startswith("| category (shift) |"))
+    assert lines[category_header + 2].startswith("| IDTest (in_distribution) |")
     assert "Overall ensemble WinRate: 0.4375 (2 judges with a verdict)" in section
     assert "No verdict (parse or request failure, never counted as a loss): 2 of 20" in section
 

@@ -13,13 +13,17 @@ def _f(value: Any, spec: str = ".4f") -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _drops(groups: Mapping[str, Mapping[str, Any]], base: str | None) -> dict[str, float]:
+    """group -> WinRate(base) - WinRate(group), for the other groups where both have one."""
+    rate = groups.get(base, {}).get("winrate")
+    if rate is None:
+        return {}
+    return {g: rate - e["winrate"] for g, e in groups.items() if g != base and e["winrate"] is not None}
+
+
 def winrate_drops(results: Mapping[str, Any]) -> dict[str, float]:
     """category -> ensemble WinRate(IDTest) - WinRate(category), for shifted categories where both have one."""
-    by_category = results.get("winrate", {}).get("by_category", {})
-    base = by_category.get(ID_CATEGORY, {}).get("winrate")
-    if base is None:
-        return {}
-    return {c: base - g["winrate"] for c, g in by_category.items() if c != ID_CATEGORY and g["winrate"] is not None}
+    return _drops(results.get("winrate", {}).get("by_category", {}), ID_CATEGORY)
 
 
 def severity_points(results: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
@@ -94,20 +98,20 @@ def _judge_cell(tally: Mapping[str, Any] | None) -> str:
 
 
 def _winrate_table(w: Mapping[str, Any], level: str, label: str) -> list[str]:
-    """One row per group of ``level`` (by_category / by_shift): ensemble, its drop from IDTest (categories),
-    counts, then each judge."""
+    """One row per group of ``level`` (by_category / by_shift), in distribution first: the ensemble, its
+    drop from the in-distribution group, counts, then each judge."""
     judges = w["judges"]
-    drops = winrate_drops({"winrate": w}) if level == "by_category" else {}
+    base = ID_CATEGORY if level == "by_category" else w["shift_of"].get(ID_CATEGORY)
+    groups = w[level]
+    shift = w["shift_of"] if level == "by_category" else {g: g for g in groups}
+    groups = {g: groups[g] for g in sorted(groups, key=lambda g: (g != base, shift[g], g))}
+    drops = _drops(groups, base)
     lines = [
-        f"| {label} | ensemble WinRate | drop from {ID_CATEGORY} | judges with a verdict | judged | no verdict | "
+        f"| {label} | ensemble WinRate | drop from {base} | judges with a verdict | judged | no verdict | "
         + " | ".join(f"{j} (judged/asked)" for j in judges)
         + " |",
         "|" + "---|" * (6 + len(judges)),
     ]
-    groups = w[level]
-    if level == "by_category":  # in distribution first, then by shift
-        order = sorted(groups, key=lambda c: (c != ID_CATEGORY, w["shift_of"][c], c))
-        groups = {c: groups[c] for c in order}
     for group, e in groups.items():
         cells = [_judge_cell(w["per_judge"][j][level].get(group)) for j in judges]
         name = f"{group} ({w['shift_of'][group]})" if level == "by_category" else group

@@ -20,7 +20,14 @@ from rpbench.serve import load_served_model, serve_in_thread
 
 def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
     prompt = (Turn("system", "You are Greta, an innkeeper."), Turn("user", "Any rooms free tonight?"))
-    return EvalExample(rid, prompt, golden, "tag", {"shift": shift, **meta})
+    category = "IDTest" if shift == "in_distribution" else f"{shift}-tag"
+    judged = {
+        "category": category,
+        "persona": "A tired traveller.",
+        "character": {"name": "Greta", "occupation": "innkeeper"},
+        "dialogue": [{"role": "user", "content": "Any rooms free tonight?"}],
+    }
+    return EvalExample(rid, prompt, golden, "tag", {"shift": shift, **judged, **meta})
 
 
 @pytest.mark.parametrize(
@@ -70,11 +77,12 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
             "parse_tries": 3,
             "max_tokens": {"rpgbench": 8},
         }
-        result = judge_winrate(examples, predictions, [judge, judge], [e.meta["shift"] for e in examples])
+        result = judge_winrate(examples, predictions, [judge, judge])
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
         assert server.stats.requests == 2 * (8 + 4)
     # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
-    for tally in result["per_judge"].values():
+    for judged in result["per_judge"].values():
+        tally = judged["overall"]
         assert {k: tally[k] for k in ("n", "judged", "wins", "no_verdict", "winrate", "parse_failures")} == {
             "n": 8,
             "judged": 6,
@@ -83,10 +91,11 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
             "winrate": 0.5,
             "parse_failures": 2,
         }
+        assert judged["by_shift"]["user"] == {"n": 6, "judged": 4, "wins": 1.0, "no_verdict": 2, "winrate": 0.25}
     assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
     assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
-    assert result["groups"]["in_distribution"]["winrate"] == 1.0
-    assert result["groups"]["user"] == {"n": 12, "judged": 8, "wins": 2.0, "no_verdict": 4, "winrate": 0.25}
+    assert result["by_shift"]["in_distribution"]["winrate"] == 1.0
+    assert result["by_shift"]["user"] == {"winrate": 0.25, "n_judges": 2, "judged": 8, "no_verdict": 4, "n": 12}
     r4 = [r for r in result["records"] if r["id"] == "r4"]
     assert [(r["model_first"], r["model_won"]) for r in r4[:2]] == [(True, 1.0), (False, 0.0)]
     assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}
@@ -94,7 +103,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
 
 def test_winrate_needs_a_prediction_for_every_record():
     with pytest.raises(ValueError, match="1 test records have no prediction"):
-        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}], ["in_distribution"])
+        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}])
 
 
 def test_splits_put_in_distribution_first_and_need_a_shift():
@@ -122,13 +131,13 @@ def test_emi_from_matrices_by_hand():
     assert result == pytest.approx({"emi": mi_model - mi_golden, "mi_model": mi_model, "mi_golden": mi_golden, "n": 2})
 
 
-def test_winrate_drop_per_shift_by_hand():
+def test_winrate_drop_per_category_by_hand():
     results = {
         "winrate": {
-            "groups": {"in_distribution": {"winrate": 0.6}, "user": {"winrate": 0.45}, "character": {"winrate": None}}
+            "by_category": {"IDTest": {"winrate": 0.6}, "german": {"winrate": 0.45}, "Gaming": {"winrate": None}}
         }
     }
-    assert winrate_drops(results) == pytest.approx({"user": 0.15})
+    assert winrate_drops(results) == pytest.approx({"german": 0.15})
     assert js_severity({"user": 0.1, "character": 0.2, "dialogue": 0.3}) == pytest.approx(0.6)
 
 
@@ -194,60 +203,3 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         f"| {ev['bound']['user']['value']:.4f} | {ev['bound_estimated']['user']['value']:.4f} | "
         f"{ev['entropy']['h_hat']['user']:.4f} |"
     )
-
-
-def write_run(root, name: str, r_emi: dict, winrate: dict, reasoning: bool = True):
-    run = root / name
-    run.mkdir()
-    key, dkey = ("r_emi", "r_emid") if reasoning else ("emi", "emid")
-    ev = {
-        "emi": {s: {"emi": v} for s, v in r_emi.items()},
-        "emid": {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"},
-        "winrate": {"groups": {s: {"winrate": w} for s, w in winrate.items()}},
-    }
-    ev[key] = {s: {"emi": v} for s, v in r_emi.items()}
-    ev[dkey] = {s: r_emi["in_distribution"] - v for s, v in r_emi.items() if s != "in_distribution"}
-    (run / "metrics.json").write_text(json.dumps({"eval": ev}))
-    return run
-
-
-def test_multi_model_summary_correlations_by_hand(tmp_path):
-    from rpbench.eval.generalization.summary import summarize_runs
-
-    # WinRate = 0.5 + R-EMI: the score setting is perfectly linear; R-EMIDs 0.1, 0.2, 0.4 against
-    # WinRate drops 0.1, 0.2, 0.4: the drop setting too
-    runs = [
-        write_run(
-            tmp_path, f"m{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - d}
-        )
-        for k, d in enumerate((0.1, 0.2, 0.4))
-    ]
-    summary = summarize_runs(runs)
-    assert summary["metric"] == "R-EMI / R-EMID"
-    assert summary["drop"]["n"] == 3 and summary["score"]["n"] == 6
-    assert summary["drop"]["pearson_r"] == pytest.approx(1.0) and summary["drop"]["spearman_rho"] == pytest.approx(1.0)
-    assert summary["score"]["pearson_r"] == pytest.approx(1.0)
-    # reversed drops: Spearman -1
-    flipped = [
-        write_run(
-            tmp_path, f"f{k}", {"in_distribution": 0.3, "user": 0.3 - d}, {"in_distribution": 0.8, "user": 0.8 - w}
-        )
-        for k, (d, w) in enumerate(((0.1, 0.4), (0.2, 0.2), (0.4, 0.1)))
-    ]
-    assert summarize_runs(flipped)["drop"]["spearman_rho"] == pytest.approx(-1.0)
-
-
-def test_summary_refuses_mixed_reasoning_and_missing_winrates(tmp_path):
-    from rpbench.eval.generalization.summary import summarize_runs
-
-    a = write_run(tmp_path, "a", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5})
-    b = write_run(
-        tmp_path, "b", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": 0.5}, reasoning=False
-    )
-    with pytest.raises(ValueError, match="some runs have R-EMI and some only EMI"):
-        summarize_runs([a, b])
-    c = write_run(tmp_path, "c", {"in_distribution": 0.3, "user": 0.1}, {"in_distribution": 0.8, "user": None})
-    with pytest.raises(ValueError, match=r"c: no WinRate for 'user'"):
-        summarize_runs([a, c])
-    with pytest.raises(FileNotFoundError, match="no metrics.json"):
-        summarize_runs([tmp_path / "absent"])

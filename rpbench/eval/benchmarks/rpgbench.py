@@ -120,12 +120,20 @@ class RPGBench(Benchmark):
         results: dict[str, Any],
         scores: list[dict[str, Any]],
     ) -> None:
-        """``winrate``: model vs golden, both orders, averaged over the judge ensemble; per shift too."""
+        """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
+        per category and per shift. The judge sees each record's character, persona and dialogue."""
+        from rpbench.scoring.judge import JudgeConfig
+        from rpbench.scoring.judge.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
-        judged = judge_winrate(examples, predictions, judge_configs(cfg), [e.meta["shift"] for e in examples])
+        judged = judge_winrate(examples, predictions, judge_configs(cfg))
         records = judged.pop("records")
         write_jsonl(out_dir / "judgements.jsonl", records)
+        overall = judged["overall"]
+        limit = JudgeConfig.from_mapping(as_container(cfg.judge)).warn_parse_failure_rate
+        warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
+        if warning:
+            judged["warning"] = warning
         results["winrate"] = judged
         wins: dict[str, list] = {}
         for row in records:

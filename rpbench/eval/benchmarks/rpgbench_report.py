@@ -6,44 +6,57 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-ID_SHIFT = "in_distribution"
+from rpbench.eval.generalization.summary import ID_CATEGORY, js_severity
 
 
 def _f(value: Any, spec: str = ".4f") -> str:
     return "–" if value is None else format(value, spec)
 
 
-def winrate_drops(results: Mapping[str, Any]) -> dict[str, float]:
-    """shift -> WinRate(ID) - WinRate(shift), for shifts where both were judged."""
-    groups = results.get("winrate", {}).get("groups", {})
-    base = groups.get(ID_SHIFT, {}).get("winrate")
-    if base is None:
+def _drops(groups: Mapping[str, Mapping[str, Any]], base: str | None) -> dict[str, float]:
+    """group -> WinRate(base) - WinRate(group), for the other groups where both have one."""
+    rate = groups.get(base, {}).get("winrate")
+    if rate is None:
         return {}
-    return {s: base - g["winrate"] for s, g in groups.items() if s != ID_SHIFT and g["winrate"] is not None}
+    return {g: rate - e["winrate"] for g, e in groups.items() if g != base and e["winrate"] is not None}
 
 
-def js_severity(severity: Mapping[str, float]) -> float:
-    """One severity number per shift: the sum of the three input JS terms."""
-    return severity["user"] + severity["character"] + severity["dialogue"]
+def winrate_drops(results: Mapping[str, Any]) -> dict[str, float]:
+    """category -> ensemble WinRate(IDTest) - WinRate(category), for shifted categories where both have one."""
+    return _drops(results.get("winrate", {}).get("by_category", {}), ID_CATEGORY)
+
+
+def severity_points(results: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
+    """category -> (JS severity, ensemble WinRate), for the categories with a JS entry and a WinRate."""
+    jsd, by_category = results.get("jsd", {}), results.get("winrate", {}).get("by_category", {})
+    return {
+        c: (js_severity(jsd[c]), by_category[c]["winrate"])
+        for c in jsd
+        if by_category.get(c, {}).get("winrate") is not None
+    }
 
 
 def plot_severity(results: Mapping[str, Any], path: Path) -> Path | None:
-    """JS severity vs WinRate drop per shift (no plot without both)."""
-    drops, jsd = winrate_drops(results), results.get("jsd", {})
-    shifts = [s for s in jsd if s in drops]
-    if not shifts:
+    """The paper's pilot figure: JS severity vs ensemble WinRate per shifted category, annotated, with
+    the IDTest WinRate as a dashed line (no plot without a category that has both)."""
+    points = severity_points(results)
+    if not points:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for s in shifts:
-        ax.scatter(js_severity(jsd[s]), drops[s])
-        ax.annotate(s, (js_severity(jsd[s]), drops[s]))
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for category, (x, y) in points.items():
+        ax.scatter(x, y, color="C0")
+        ax.annotate(category, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    base = results["winrate"]["by_category"].get(ID_CATEGORY, {}).get("winrate")
+    if base is not None:
+        ax.axhline(base, color="grey", linestyle="--", label=f"{ID_CATEGORY} WinRate")
+        ax.legend(fontsize=8)
     ax.set_xlabel("JS severity (user + character + dialogue)")
-    ax.set_ylabel("WinRate(ID) - WinRate(shift)")
+    ax.set_ylabel("WinRate (judge ensemble mean)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -78,20 +91,65 @@ def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
     return path
 
 
+def _judge_cell(tally: Mapping[str, Any] | None) -> str:
+    if tally is None:
+        return "–"
+    return f"{_f(tally['winrate'])} ({tally['judged']}/{tally['n']})"
+
+
+def _winrate_table(w: Mapping[str, Any], level: str, label: str) -> list[str]:
+    """One row per group of ``level`` (by_category / by_shift), in distribution first: the ensemble, its
+    drop from the in-distribution group, counts, then each judge."""
+    judges = w["judges"]
+    base = ID_CATEGORY if level == "by_category" else w["shift_of"].get(ID_CATEGORY)
+    groups = w[level]
+    shift = w["shift_of"] if level == "by_category" else {g: g for g in groups}
+    groups = {g: groups[g] for g in sorted(groups, key=lambda g: (g != base, shift[g], g))}
+    drops = _drops(groups, base)
+    lines = [
+        f"| {label} | ensemble WinRate | drop from {base} | judges with a verdict | judged | no verdict | "
+        + " | ".join(f"{j} (judged/asked)" for j in judges)
+        + " |",
+        "|" + "---|" * (6 + len(judges)),
+    ]
+    for group, e in groups.items():
+        cells = [_judge_cell(w["per_judge"][j][level].get(group)) for j in judges]
+        name = f"{group} ({w['shift_of'][group]})" if level == "by_category" else group
+        lines.append(
+            f"| {name} | {_f(e['winrate'])} | {_f(drops.get(group))} | {e['n_judges']} | {e['judged']} | "
+            f"{e['no_verdict']} | " + " | ".join(cells) + " |"
+        )
+    return lines
+
+
+def winrate_section(w: Mapping[str, Any]) -> str:
+    """WinRate per category and per shift: the ensemble (mean of the judges' WinRates) and each judge."""
+    o = w["overall"]
+    lines = [
+        "### WinRate vs golden responses (judge ensemble, position-swapped)\n",
+        f"Judges: {', '.join(w['judges'])}. Ensemble WinRate = the mean of the WinRates of the judges with a "
+        "verdict in the group; each judge's WinRate = model wins / verdicts over both orders. No verdict "
+        f"(parse or request failure, never counted as a loss): {o['no_verdict']} of {o['n']} judgements "
+        f"({o['parse_failures']} parse, {o['request_failures']} request failures).\n",
+    ]
+    if "warning" in w:
+        lines.append(f"**Warning:** {w['warning']}\n")
+    lines += [
+        f"Overall ensemble WinRate: {_f(o['winrate'])} ({o['n_judges']} judges with a verdict); per judge: "
+        + ", ".join(f"{j} {_judge_cell(w['per_judge'][j]['overall'])}" for j in w["judges"])
+        + ".\n",
+        *_winrate_table(w, "by_category", "category (shift)"),
+        "",
+        *_winrate_table(w, "by_shift", "shift"),
+        "\nPlot: js_vs_winrate.png (JS severity vs ensemble WinRate per category, when the analysis ran).",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def report_sections(results: Mapping[str, Any]) -> list[str]:
     out = []
     if "winrate" in results:
-        w = results["winrate"]
-        lines = [
-            "### WinRate vs golden responses (judge ensemble, position-swapped)\n",
-            f"Judges: {', '.join(w['per_judge'])}; no verdict (parse or request failure, not counted as "
-            f"losses): {w['overall']['no_verdict']} of {w['overall']['n']}.\n",
-            "| shift | WinRate | judged | no verdict |",
-            "|---|---|---|---|",
-            f"| overall | {_f(w['overall']['winrate'])} | {w['overall']['judged']} | {w['overall']['no_verdict']} |",
-        ]
-        lines += [f"| {s} | {_f(g['winrate'])} | {g['judged']} | {g['no_verdict']} |" for s, g in w["groups"].items()]
-        out.append("\n".join(lines) + "\n")
+        out.append(winrate_section(results["winrate"]))
     if "jsd" in results:
         out.append(generalization_section(results))
     return out

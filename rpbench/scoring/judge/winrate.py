@@ -1,31 +1,40 @@
 """RPGBench WinRate: pairwise judging of the model's response against the golden one, position-swapped,
-averaged over a judge ensemble.
+per judge, and the judge ensemble's WinRate as the mean of the judges' WinRates (the paper averages an
+ensemble of three judges).
 
-Each (record, judge) is asked twice, the model's response first as "A" and then second. A reply must
-be exactly ``A`` or ``B`` (optionally labelled / decorated); anything else is re-asked and finally
-counted as a parse failure, never as a loss. WinRate = model wins / parsed verdicts, over both
-orders and every judge; per judge and per group (shift) too.
+Each judge sees the agent character, the user persona and the dialogue context (from the record's
+``meta``), then the two candidates. Each (record, judge) is asked twice, the model's response first
+as "A" and then second. A reply must be exactly ``A`` or ``B`` (optionally labelled / decorated);
+anything else is re-asked and finally counted as a parse failure, never as a loss. Per judge:
+WinRate = model wins / parsed verdicts over both orders, overall, per category (the subtype the paper
+estimates on: IDTest or the subset tag) and per shift. Ensemble: the mean of the WinRates of the judges
+with a verdict there.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.scoring.judge.client import JudgeRequest, ParsedReply, open_judge
-from rpbench.scoring.judge.rolemrc_rubrics import render_dialogue
 
 TASK = "rpgbench"
-PROMPT_VERSION = "rpgbench-winrate-v1"
+PROMPT_VERSION = "rpgbench-winrate-v2"
 SYSTEM = (
-    "You are judging a role-play conversation. Given the agent's character and the dialogue so far, decide "
-    "which of two candidate agent responses is better: more in character, more engaging, more consistent "
-    "with the dialogue. Answer with a single letter: A or B."
+    "You are judging a role-play conversation. An agent plays the character described below for a user "
+    "with the persona described below. Given the character, the persona and the dialogue so far, decide "
+    "which of two candidate agent responses is the better next turn: more in character, better suited to "
+    "this user, more engaging, more consistent with the dialogue. Answer with a single letter: A or B."
 )
 REASK = "Answer with exactly one letter: A or B."
 _CHOICE = re.compile(r"^(?:(?:answer|verdict|better)\s*[:\-]?\s*)?[\*\"'`(\[]*([AB])[\*\"'`)\]]*\.?$", re.IGNORECASE)
+META_KEYS = ("shift", "category", "persona", "character", "dialogue")
+SPEAKERS = {"user": "User", "assistant": "Agent"}
+RECORDS_SOURCE = "RPGBench test records"
 
 
 def parse_choice(text: str) -> str | None:
@@ -34,10 +43,49 @@ def parse_choice(text: str) -> str | None:
     return match.group(1).upper() if match else None
 
 
+def render_profile(value: Any) -> str:
+    """A persona or character: a string as it is; an object as ``- key: value`` lines."""
+    if isinstance(value, str):
+        return value
+    lines = (f"- {k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
+    return "\n".join(lines)
+
+
+def check_meta(example: EvalExample) -> None:
+    """The meta fields the judge reads, each named when missing or malformed."""
+
+    def bad(field: str, problem: str) -> DataFormatError:
+        return DataFormatError(RECORDS_SOURCE, example.id, f"meta.{field}", problem)
+
+    for key in META_KEYS:
+        if key not in example.meta:
+            raise bad(key, "missing (the WinRate judge needs shift, category, persona, character, dialogue)")
+    for key in ("shift", "category"):
+        if not isinstance(example.meta[key], str) or not example.meta[key]:
+            raise bad(key, f"a non-empty string, got {example.meta[key]!r}")
+    for key in ("persona", "character"):
+        if not isinstance(example.meta[key], (str, Mapping)) or not example.meta[key]:
+            raise bad(key, f"a non-empty string or object, got {example.meta[key]!r}")
+    dialogue = example.meta["dialogue"]
+    if not isinstance(dialogue, Sequence) or isinstance(dialogue, str) or not dialogue:
+        raise bad("dialogue", f"a non-empty list of {{role, content}} turns, got {dialogue!r}")
+    for k, turn in enumerate(dialogue):
+        if not (isinstance(turn, Mapping) and turn.get("role") in SPEAKERS and isinstance(turn.get("content"), str)):
+            raise bad(f"dialogue[{k}]", f"a {{role: user|assistant, content: str}} turn, got {turn!r}")
+    if dialogue[-1]["role"] != "user":
+        raise bad("dialogue", "must end on a user turn (the one the agent answers)")
+
+
 def pairwise_messages(example: EvalExample, first: str, second: str) -> tuple[dict[str, str], ...]:
+    """The request: character, persona and dialogue (from ``meta``), then candidates A and B."""
+    meta = example.meta
+    dialogue = "\n\n".join(f"{SPEAKERS[t['role']]}: {t['content']}" for t in meta["dialogue"])
     user = (
-        f"## Conversation\n{render_dialogue(example.prompt)}\n\n"
-        f"## Response A\n{first}\n\n## Response B\n{second}\n\nWhich response is better? Answer A or B."
+        f"## Agent character\n{render_profile(meta['character'])}\n\n"
+        f"## User persona\n{render_profile(meta['persona'])}\n\n"
+        f"## Dialogue so far\n{dialogue}\n\n"
+        f"## Response A\n{first}\n\n## Response B\n{second}\n\n"
+        "Which response is the better next agent turn? Answer A or B."
     )
     return ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
 
@@ -54,32 +102,56 @@ def tally(wins: Sequence[float | None]) -> dict[str, Any]:
     }
 
 
+def ensemble(tallies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The ensemble over the judges' tallies of one group: the mean WinRate of the judges with a verdict
+    there (None when none has), how many those are, and the judged / no-verdict / asked counts summed."""
+    rates = [t["winrate"] for t in tallies if t["winrate"] is not None]
+    return {
+        "winrate": sum(rates) / len(rates) if rates else None,
+        "n_judges": len(rates),
+        "judged": sum(t["judged"] for t in tallies),
+        "no_verdict": sum(t["no_verdict"] for t in tallies),
+        "n": sum(t["n"] for t in tallies),
+    }
+
+
 def model_won(reply: ParsedReply, model_first: bool) -> float | None:
     if reply.value is None:
         return None
     return float(reply.value == ("A" if model_first else "B"))
 
 
+def _grouped(rows: Sequence[tuple[str, float | None]]) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list] = {}
+    for group, won in rows:
+        groups.setdefault(group, []).append(won)
+    return {g: tally(w) for g, w in sorted(groups.items())}
+
+
 def judge_winrate(
-    examples: Sequence[EvalExample],
-    predictions: Mapping[str, str],
-    judges: Sequence[Mapping[str, Any]],
-    groups: Sequence[str],
+    examples: Sequence[EvalExample], predictions: Mapping[str, str], judges: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """WinRate of ``predictions`` against the golden responses over ``judges`` (``judge`` configs) and
-    both orders; overall, per judge and per group (``groups[i]`` is record i's). Records per judgement
-    in ``records``."""
+    """WinRate of ``predictions`` against the golden responses for each of ``judges`` (``judge``
+    configs) over both orders, and the ensemble: overall, ``by_category``, ``by_shift`` (module
+    docstring). Records per judgement in ``records``."""
     if not judges:
         raise ValueError("WinRate needs at least one judge config")
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:
         raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
+    shift_of: dict[str, str] = {}
+    for e in examples:
+        check_meta(e)
+        category, shift = e.meta["category"], e.meta["shift"]
+        if shift_of.setdefault(category, shift) != shift:
+            problem = f"{shift!r}, but other records of {category!r} have {shift_of[category]!r}"
+            raise DataFormatError(RECORDS_SOURCE, e.id, "meta.shift", problem)
+    asks = [(e, model_first) for e in examples for model_first in (True, False)]
     records: list[dict[str, Any]] = []
     per_judge: dict[str, Any] = {}
     for k, judge_cfg in enumerate(judges):
         with open_judge(judge_cfg) as client:
             max_tokens = client.config.max_tokens_for(TASK)
-            asks = [(e, model_first) for e in examples for model_first in (True, False)]
             requests = [
                 JudgeRequest(
                     pairwise_messages(e, *((predictions[e.id], e.reference)[:: 1 if first else -1])),
@@ -93,27 +165,33 @@ def judge_winrate(
             stats = client.stats.as_dict()
         wins = [model_won(r, first) for r, (_, first) in zip(replies, asks)]
         per_judge[name] = {
-            **tally(wins),
-            "parse_failures": sum(r.status == "parse_failure" for r in replies),
-            "request_failures": sum(r.status == "request_failure" for r in replies),
+            "overall": {
+                **tally(wins),
+                "parse_failures": sum(r.status == "parse_failure" for r in replies),
+                "request_failures": sum(r.status == "request_failure" for r in replies),
+            },
+            "by_category": _grouped([(e.meta["category"], w) for (e, _), w in zip(asks, wins)]),
+            "by_shift": _grouped([(e.meta["shift"], w) for (e, _), w in zip(asks, wins)]),
             "judge_stats": stats,
         }
         records += [
             {"id": e.id, "judge": name, "model_first": first, "reply": r.text, "status": r.status, "model_won": w}
             for (e, first), r, w in zip(asks, replies, wins)
         ]
-    group_of = {e.id: g for e, g in zip(examples, groups)}
-    by_group: dict[str, list] = {}
-    for row in records:
-        by_group.setdefault(group_of[row["id"]], []).append(row["model_won"])
+    tallies = list(per_judge.values())
+    categories = sorted({e.meta["category"] for e in examples})
+    shifts = sorted({e.meta["shift"] for e in examples})
     return {
         "prompt_version": PROMPT_VERSION,
-        "overall": {
-            **tally([row["model_won"] for row in records]),
-            "parse_failures": sum(j["parse_failures"] for j in per_judge.values()),
-            "request_failures": sum(j["request_failures"] for j in per_judge.values()),
-        },
+        "judges": list(per_judge),
         "per_judge": per_judge,
-        "groups": {g: tally(w) for g, w in by_group.items()},
+        "overall": {
+            **ensemble([t["overall"] for t in tallies]),
+            "parse_failures": sum(t["overall"]["parse_failures"] for t in tallies),
+            "request_failures": sum(t["overall"]["request_failures"] for t in tallies),
+        },
+        "by_category": {c: ensemble([t["by_category"][c] for t in tallies]) for c in categories},
+        "by_shift": {s: ensemble([t["by_shift"][s] for t in tallies]) for s in shifts},
+        "shift_of": dict(sorted(shift_of.items())),
         "records": records,
     }

@@ -1,12 +1,10 @@
-"""Sampled CLUB arithmetic on hand-specified log-prob matrices, EMID's sign, and correlations."""
+"""Sampled CLUB arithmetic on hand-specified log-prob matrices and EMID's sign."""
 
 import math
 
 import pytest
-import scipy.stats
 import torch
 
-from rpbench.eval.generalization.correlation import correlate, winrate_drop
 from rpbench.eval.generalization.emi import club_mi_matrix, emi_of, emid, negative_pairs
 
 
@@ -49,15 +47,3 @@ def test_emid_is_positive_when_the_model_loses_information_under_shift():
     assert emid(id_emi, ood_emi) == pytest.approx(math.log(7)) and emid(id_emi, ood_emi) > 0
     with pytest.raises(ValueError, match="reasoning"):
         emid(id_emi, emi_of(0.0, 0.0, 4, 12, reasoning=False))
-
-
-def test_correlations_match_scipy_and_align_by_key():
-    remi = {("a", "ID"): 0.1, ("b", "ID"): 0.4, ("c", "ID"): 0.35, ("d", "ID"): 0.8}
-    winrate = {("d", "ID"): 0.9, ("a", "ID"): 0.2, ("c", "ID"): 0.3, ("b", "ID"): 0.5}  # other order
-    result = correlate(remi, winrate)
-    x, y = [0.1, 0.4, 0.35, 0.8], [0.2, 0.5, 0.3, 0.9]
-    assert result.pearson_r == pytest.approx(scipy.stats.pearsonr(x, y).statistic)
-    assert result.spearman_rho == pytest.approx(1.0) and result.n == 4
-    with pytest.raises(ValueError, match="only in judge"):
-        correlate(remi, {**winrate, ("e", "ID"): 0.1})
-    assert winrate_drop(0.6, 0.45) == pytest.approx(0.15)

@@ -13,7 +13,8 @@ import torch
 from conftest import run_in_process
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
-from rpbench.eval.generalization.analysis import emi_from, record_reasoning, split_by_shift
+from rpbench.eval.benchmarks.rpgbench import without_think
+from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve import load_served_model, serve_in_thread
 
@@ -106,29 +107,24 @@ def test_winrate_needs_a_prediction_for_every_record():
         judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}])
 
 
-def test_splits_put_in_distribution_first_and_need_a_shift():
+def test_categories_put_idtest_first_and_need_a_shifted_one():
     examples = [example("a", "user", "g"), example("b", "in_distribution", "g"), example("c", "character", "g")]
-    assert split_by_shift(examples) == {"in_distribution": [1], "character": [2], "user": [0]}
-    with pytest.raises(ValueError, match=r"needs in_distribution records and shifted ones, got \['user'\]"):
-        split_by_shift([example("a", "user", "g")])
+    assert split_by_category(examples) == {"IDTest": [1], "user-tag": [0], "character-tag": [2]}
+    with pytest.raises(ValueError, match=r"needs IDTest records and shifted ones, got \['user-tag'\]"):
+        split_by_category(examples[:1])
 
 
-def test_reasoning_comes_from_every_record_or_none():
-    with_r = [example("a", "user", "g", reasoning="warm"), example("b", "user", "g", reasoning="brief")]
-    assert record_reasoning(with_r) == ["warm", "brief"]
-    assert record_reasoning([example("a", "user", "g")]) is None
-    with pytest.raises(ValueError, match=r"1 test records lack the 'reasoning' field others have \(first: \['c'\]\)"):
-        record_reasoning([*with_r, example("c", "user", "g")])
-
-
-def test_emi_from_matrices_by_hand():
-    # 2 samples: the diagonal against both off-diagonal pairs (n_negatives >= 2 takes all)
-    model = torch.tensor([[-1.0, -3.0], [-2.0, -0.5]], dtype=torch.float64)
-    golden = torch.tensor([[-1.0, -1.5], [-1.5, -1.0]], dtype=torch.float64)
-    result = emi_from(model, golden, n_negatives=10, seed=0)
-    mi_model = (-1.0 - 0.5) / 2 - (-3.0 - 2.0) / 2  # 1.75
-    mi_golden = (-1.0 - 1.0) / 2 - (-1.5 - 1.5) / 2  # 0.5
-    assert result == pytest.approx({"emi": mi_model - mi_golden, "mi_model": mi_model, "mi_golden": mi_golden, "n": 2})
+@pytest.mark.parametrize(
+    "prediction, scored, how",
+    [
+        ("Hello there.", "Hello there.", "plain"),
+        ("<think>\nthe user is sad\n</think>\n\nHello there.", "Hello there.", "stripped"),
+        ("<think>\na</think>b</think> Hi", "Hi", "stripped"),  # the last closing tag ends the reasoning
+        ("<think>\nthe user is sad, so", "", "unclosed"),
+    ],
+)
+def test_think_blocks_are_stripped_before_scoring_and_unclosed_ones_counted(prediction, scored, how):
+    assert without_think(prediction) == (scored, how)
 
 
 def test_winrate_drop_per_category_by_hand():
@@ -143,7 +139,7 @@ def test_winrate_drop_per_category_by_hand():
 
 @pytest.mark.slow
 def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
-    """What run.py runs, in-process."""
+    """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
     run_dir = tmp_path / "run"
     run_in_process(
         run_dir,
@@ -152,54 +148,48 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         "data=sample_rpgbench",
         "judge=local",
         "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
-        "evaluator.generalization.reasoning_generator=self",
         "evaluator.generalization.convergence_repeats=1",
         "evaluator.generalization.entropy.samples=2",
-        "evaluator.generalization.entropy.max_prompts=2",
-        "evaluator.generalization.entropy.max_new_tokens=16",
+        "evaluator.generalization.entropy.max_prompts=1",
+        "evaluator.generalization.entropy.max_new_tokens=8",
+        "evaluator.generalization.reasoning.max_new_tokens=8",
         "evaluator.generation.max_new_tokens=16",
         "+evaluator.judges=[{},{}]",
         f"paths.output_root={tmp_path}",
     )
     ev = json.loads((run_dir / "metrics.json").read_text())["eval"]
-    shifts, ID = {"user", "character", "composition"}, "in_distribution"
-    assert set(ev["jsd"]) == set(ev["bound"]) == set(ev["r_emid"]) == shifts
-    assert set(ev["emi"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == shifts | {"in_distribution"}
+    records = {json.loads(line)["meta"]["category"] for line in (run_dir / "predictions.jsonl").read_text().splitlines()}
+    shifted = records - {"IDTest"}
+    assert len(shifted) == 11 and set(ev["jsd"]) == set(ev["bound"]) == set(ev["r_emid"]) == shifted
+    assert set(ev["emi"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == records
+    g = ev["generalization"]
+    assert g["critic"] == "model=tiny-qwen3" and not g["critic_is_evaluated_model"]
+    assert g["reasoning_source"].startswith("the reasoner (model=tiny-qwen3)")
+    assert set(ev["prompts"]) >= {"policy_system", "policy_user", "pxy_user", "thought_user"}
+    assert all(p["origin"] == "rpbench" and len(p["sha256"]) == 64 for p in ev["prompts"].values())
     # two judges, both orders, every record: judged + no verdict = all, none scored as a loss by default
     w = ev["winrate"]
-    assert len(w["per_judge"]) == 2 and w["overall"]["n"] == 2 * 2 * ev["n_records"]
-    assert w["overall"]["judged"] + w["overall"]["no_verdict"] == w["overall"]["n"]
-    for shift in shifts:
-        j, b = ev["jsd"][shift], ev["bound"][shift]
+    assert len(w["per_judge"]) == 2
+    for shift_tag in shifted:
+        j, b = ev["jsd"][shift_tag], ev["bound"][shift_tag]
         assert all(-1e-9 <= j[k] <= math.log(2) + 1e-9 for k in ("user", "character", "dialogue", "delta_p", "delta_q"))
-        by_hand = math.sqrt(2 / 3) * sum(math.sqrt(max(j[k], 0)) for k in ("user", "character", "dialogue"))
-        by_hand += 8 * max(max(j["delta_p"], 0), max(j["delta_q"], 0)) ** 0.25
-        assert b["value"] == pytest.approx(by_hand) and b["entropy_form"] == "scale_adjusted"
-        assert ev["r_emid"][shift] == pytest.approx(ev["r_emi"]["in_distribution"]["emi"] - ev["r_emi"][shift]["emi"])
-        assert ev["emid"][shift] == pytest.approx(ev["emi"]["in_distribution"]["emi"] - ev["emi"][shift]["emi"])
-        # the estimated form: Ĥ = 2 x the largest per-prompt entropy of ID and the shift (critic = model)
-        estimated, h = ev["bound_estimated"][shift], ev["entropy"]["per_split"]
-        h_hat = 2 * max(h["in_distribution"]["max"], h[shift]["max"])
-        assert estimated["entropy_form"] == "estimated" and ev["entropy"]["h_hat"][shift] == pytest.approx(h_hat)
-        assert estimated["entropy"] == pytest.approx(h_hat) and h_hat > 0
-        assert estimated["value"] == pytest.approx(h_hat * (by_hand - b["output_term"]) + b["output_term"])
-        points = ev["generalization"]["convergence"]["points"][shift]
-        assert points[-1]["n"] == min(ev["generalization"]["n_per_split"][s] for s in ("in_distribution", shift))
-    for values in ev["perplexity"].values():
-        assert set(values) == {"with_reasoning", "without_reasoning"} and all(v > 1 for v in values.values())
-    assert {s: v["n_prompts"] for s, v in ev["entropy"]["per_split"].items()} == dict.fromkeys(shifts | {ID}, 2)
-    drawn = [json.loads(line)["id"] for line in (run_dir / "entropy_samples.jsonl").read_text().splitlines()]
-    assert len(drawn) == 2 * 2 * 4 and all(f"{d.rsplit('#', 1)[0]}#1" in drawn for d in drawn)
-    assert ev["generalization"]["reasoning_source"] == "generated by the evaluated model"
-    assert (run_dir / "reasoning.jsonl").is_file() and (run_dir / "bound_convergence.png").is_file()
-    report = (run_dir / "report.md").read_text()
-    assert "### WinRate vs golden responses" in report and "### Generalization (R-EMID paper)" in report
-    assert "*bound (Ĥ = 1)* is scale_adjusted (Ĥ = 1), delta form max" in report
-    assert "*bound (Ĥ estimated)* is estimated (Ĥ from 2 samples per prompt at temperature 1" in report
-    lines = report.splitlines()
-    header = next(k for k, line in enumerate(lines) if line.endswith("| bound (Ĥ = 1) | bound (Ĥ estimated) | Ĥ |"))
-    row = next(line for line in lines[header:] if line.startswith("| user |"))
-    assert row.endswith(
-        f"| {ev['bound']['user']['value']:.4f} | {ev['bound_estimated']['user']['value']:.4f} | "
-        f"{ev['entropy']['h_hat']['user']:.4f} |"
+        roots = sum(math.sqrt(max(j[k], 0)) for k in ("user", "character", "dialogue"))
+        # Theorem 3.4 (Δ = δ_P + δ_Q) with Ĥ estimated, and the EMID code's bound beside it
+        h_hat = ev["entropy"]["h_hat"][shift_tag]
+        theorem = math.sqrt(2 / 3) * h_hat * roots + 8 * (max(j["delta_p"], 0) + max(j["delta_q"], 0)) ** 0.25
+        assert b["value"] == pytest.approx(theorem) and b["delta_form"] == "sum" and b["entropy_form"] == "estimated"
+        code = roots + max(j["delta_p"], 0) ** 0.25 + max(j["delta_q"], 0) ** 0.25
+        assert ev["bound_emid_code"][shift_tag] == pytest.approx(code)
+        assert ev["r_emid"][shift_tag] == pytest.approx(ev["r_emi"]["IDTest"]["emi"] - ev["r_emi"][shift_tag]["emi"])
+        points = g["convergence"]["points"][shift_tag]
+        assert points[-1]["n"] == min(g["n_per_category"][c] for c in ("IDTest", shift_tag))
+    user = [c for c in shifted if ev["by_shift"]["user"]["categories"].count(c)]
+    assert len(user) == 5 and ev["by_shift"]["user"]["r_emid"] == pytest.approx(
+        sum(ev["r_emid"][c] for c in user) / len(user)
     )
+    drawn = [json.loads(line)["id"] for line in (run_dir / "entropy_samples.jsonl").read_text().splitlines()]
+    assert len(drawn) == 2 * len(records)  # one prompt per category, two samples each
+    assert (run_dir / "reasoning.jsonl").is_file() and (run_dir / "critic_samples.jsonl").is_file()
+    report = (run_dir / "report.md").read_text()
+    assert "### Generalization (R-EMID paper), per category" in report and "Per shift type" in report
+    assert "Theorem 3.4" in report and "EMID code's scale-adjusted bound" in report

@@ -17,17 +17,8 @@ from rpbench.data.records import Turn
 from rpbench.models import load
 from rpbench.objectives import corl_cold_start
 from rpbench.objectives.corl import CoRLModule, Schedule
-from rpbench.objectives.corl_prompts import (
-    CORE_FEATURES_MARKER,
-    JUDGE_TARGET,
-    RolePlayInput,
-    core_features,
-    format_dialogue,
-    pxy_prompt,
-    pxy_target,
-    thought_prompt,
-)
-from rpbench.objectives.corl_rewards import JudgeRatio, response_format, thought_format, thought_length
+from rpbench.data.remid_prompts import JUDGE_TARGET, RolePlayInput, format_dialogue, remid_prompts
+from rpbench.objectives.corl_rewards import JudgeRatio, ResponseFormat, ThoughtFormat, ThoughtLength
 from rpbench.objectives.rewards import REWARDS
 from rpbench.training import objective_config, train
 
@@ -35,12 +26,21 @@ SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample
 RECORDS = readers.read("rpgbench", "train", SAMPLE).examples
 TRAIN, VAL = RECORDS[:8], RECORDS[8:10]
 X = RolePlayInput("a baker", "{'name': 'Ada'}", "User Query 1: hi\nAgent Response 1: ")
-HEADERS = (
-    "### Part 1: Restatement of Key Information\n#### Key Information in User Persona\n"
-    "#### Key Information in Agent Character\n#### Key Information in Dialogue Context\n"
-    "### Summary of Key Information\n### Part 2: Iterative Revision\n"
-    "### Part 3: Final Feature Set of the Golden Response\n"
-)
+PROMPTS = remid_prompts(None)
+MARKER = PROMPTS.marker
+HEADERS = "".join(f"### {section}\n" for section in PROMPTS.sections)
+
+
+def thought_format(prompts, completions, references):
+    return ThoughtFormat().with_prompts(PROMPTS)(prompts, completions, references)
+
+
+def thought_length(prompts, completions, references, target_words=600):
+    return ThoughtLength(target_words).with_prompts(PROMPTS)(prompts, completions, references)
+
+
+def response_format(prompts, completions, references):
+    return ResponseFormat().with_prompts(PROMPTS)(prompts, completions, references)
 
 
 @REWARDS.register("test_corl_first_letter")
@@ -61,37 +61,39 @@ def test_dialogue_is_formatted_as_the_authors_numbered_turns():
 
 
 def test_thought_prompt_hides_the_golden_response_and_core_features_are_the_last_fenced_block():
-    user = thought_prompt(X)[1].content
-    assert "a baker" in user and "Please give your analysis without any given reference response" in user
-    thought = f"intro\n```\n{CORE_FEATURES_MARKER}\n- warm tone\n```"
-    assert core_features(thought) == "\n- warm tone\n"
-    assert pxy_prompt(X, "F")[1].content.endswith("## Core Features of the Golden Response\n```F```\n\n")
+    user = PROMPTS.thought(X)[1].content
+    assert "a baker" in user and PROMPTS["no_reference"].text in user and "{" not in PROMPTS["no_reference"].text
+    assert len(PROMPTS.sections) == 7 and MARKER == "[Features of the Ideal Reply]"
+    thought = f"intro\n```\n{MARKER}\n- warm tone\n```"
+    assert PROMPTS.core_features(thought) == "\n- warm tone\n"
+    assert PROMPTS.pxy(X, "F")[1].content.endswith("## Features of the Ideal Reply\n```F```\n\n")
+    assert "Features of the Ideal Reply" not in PROMPTS.pxy(X, None)[1].content  # plain EMI: x alone
 
 
 def test_thought_format_gives_half_for_the_fenced_block_and_half_for_all_seven_headers():
-    fenced = f"```\n{CORE_FEATURES_MARKER}\nx\n```"
+    fenced = f"```\n{MARKER}\nx\n```"
     assert thought_format(
-        [], [fenced, HEADERS, HEADERS + fenced, HEADERS.replace("Part 2", "Part two") + fenced], []
+        [], [fenced, HEADERS, HEADERS + fenced, HEADERS.replace("Step 2", "Step two") + fenced], []
     ) == [
         0.5,
         0.5,
         1.0,
         0.5,
     ]
-    assert thought_format([], [f"{CORE_FEATURES_MARKER} without fences"], []) == [0.0]
+    assert thought_format([], [f"{MARKER} without fences"], []) == [0.0]
 
 
 def test_thought_length_counts_space_separated_words_of_the_core_features():
     words = " ".join(["w"] * 299)  # "\nw w ... w\n" splits on spaces into 299 pieces
-    block = f"```{CORE_FEATURES_MARKER}\n{words}\n```"
+    block = f"```{MARKER}\n{words}\n```"
     assert thought_length([], [block], []) == [pytest.approx(299 / 600)]
-    assert thought_length([], [f"```{CORE_FEATURES_MARKER}\n{words} {words} {words}\n```"], []) == [1.0]
+    assert thought_length([], [f"```{MARKER}\n{words} {words} {words}\n```"], []) == [1.0]
     assert thought_length([], [words], []) == [0.0]  # no fenced block
     assert thought_length([], [block], [], target_words=299) == [1.0]
 
 
-def test_response_format_needs_the_agent_response_header():
-    assert response_format([], ["##Agent Response\nhi", "## Agent  Response", "Agent Response: hi"], []) == [
+def test_response_format_needs_the_reply_header():
+    assert response_format([], ["##Agent Reply\nhi", "## Agent  Reply", "Agent Reply: hi"], []) == [
         1.0,
         0.0,
         0.0,
@@ -105,19 +107,19 @@ def test_judge_ratio_is_the_clipped_likelihood_ratio_of_100_percent():
         seen.extend(zip(conversations, targets))
         return [-1.0, -3.0, -2.5, -2.0, -2.0]  # three replies; then the golden candidate of each prompt
 
-    reward = JudgeRatio()
+    reward = JudgeRatio().with_prompts(PROMPTS)
     reward.bind(scorer)
     scores = reward.with_features(["F1", "F2", "F2"])([X, X, X], ["reply one", "reply two", "three"], ["gold"] * 3)
     assert scores == [1.0, pytest.approx(math.exp(-1.0)), pytest.approx(math.exp(-0.5))]
     assert len(seen) == 5 and all(target == JUDGE_TARGET for _, target in seen)  # golden rows scored once each
     first, golden = seen[0][0][1].content, seen[3][0][1].content
-    assert "Candidate Response: reply one" in first and "```F1```" in first
-    assert f"Candidate Response: {pxy_target('gold')}```" in golden and "```F1```" in golden
+    assert "Candidate reply: reply one" in first and "```F1```" in first
+    assert f"Candidate reply: {PROMPTS.target('gold')}```" in golden and "```F1```" in golden
 
 
 def test_model_rewards_say_when_no_model_is_bound():
     with pytest.raises(RuntimeError, match="needs a model"):
-        REWARDS.get("corl_thought_likelihood")()([X], ["t"], ["gold"])
+        REWARDS.get("corl_thought_likelihood")().with_prompts(PROMPTS)([X], ["t"], ["gold"])
 
 
 def test_schedule_alternates_reasoner_and_dialogue_phases():
@@ -150,14 +152,14 @@ def test_thought_likelihood_is_exp_of_the_dialogue_policys_mean_log_prob(compose
     cfg, models, tokenizers = build(compose)
     module = CoRLModule(models, tokenizers, objective_config(cfg))
     reward = next(r.fn for r in module.rewards["reasoner"] if r.name == "corl_thought_likelihood")
-    thought = f"```{CORE_FEATURES_MARKER}\nbe warm\n```"
+    thought = f"```{MARKER}\nbe warm\n```"
     [value] = reward([X], [thought], ["Hello there"])
 
     tokenizer, model = tokenizers["dialogue"], models["dialogue"].eval()
-    messages = [{"role": t.role, "content": t.content} for t in pxy_prompt(X, "\nbe warm\n")]
+    messages = [{"role": t.role, "content": t.content} for t in PROMPTS.pxy(X, "\nbe warm\n")]
     prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    target_ids = tokenizer(pxy_target("Hello there") + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    target_ids = tokenizer(PROMPTS.target("Hello there") + "<|im_end|>", add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt_ids + target_ids])
     with torch.no_grad():
         logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
@@ -220,7 +222,7 @@ def test_each_iteration_writes_the_reasoning_its_dialogue_phase_used(compose, tm
         lines = (tmp_path / "corl" / f"reasoning_iter{iteration}.jsonl").read_text().splitlines()
         entries = [json.loads(line) for line in lines]
         assert len(entries) == 4 and {e["iteration"] for e in entries} == {iteration}  # one batch of 4 prompts
-        assert all(e["core_features"] == core_features(e["reasoning"]) for e in entries)
+        assert all(e["core_features"] == PROMPTS.core_features(e["reasoning"]) for e in entries)
 
 
 @pytest.mark.slow
@@ -285,7 +287,7 @@ def test_records_without_persona_and_character_are_named(compose):
     from rpbench.models import chat_renderer
 
     with pytest.raises(ValueError, match=f"record {rolemrc[0].id!r}: CoRL needs RPGBench records"):
-        CoRLModule.render(rolemrc, chat_renderer(cfg.model, tokenizers["dialogue"], 1024))
+        CoRLModule.render_for(objective_config(cfg), rolemrc, chat_renderer(cfg.model, tokenizers["dialogue"], 1024))
 
 
 @pytest.mark.parametrize("model_name", ["llama3-8b", "qwen3-4b"])
@@ -315,7 +317,7 @@ def test_run_py_trains_corl_on_the_bundled_rpgbench_sample_and_reports(tmp_path)
 
 def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_data(tmp_path):
     document = json.loads(SAMPLE.read_text())
-    thought = f"### Part 1: Restatement of Key Information\n```\n{CORE_FEATURES_MARKER}\n- be kind\n```"
+    thought = f"### {PROMPTS.sections[0]}\n```\n{MARKER}\n- be kind\n```"
     samples = document["IDTrain"][:3]
     for sample in samples:
         sample["reasoning"] = thought
@@ -325,8 +327,8 @@ def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_
     thoughts = readers.read("custom", "train", tmp_path / "out" / "thought_sft.jsonl").examples
     pxy = readers.read("custom", "train", tmp_path / "out" / "pxy_sft.jsonl").examples
     assert len(thoughts) == len(pxy) == 3
-    assert thoughts[0].turns[-1].content == thought and "without any given reference" in thoughts[0].turns[1].content
-    assert pxy[0].turns[-1].content == pxy_target(samples[0]["agent_golden_response"])
+    assert thoughts[0].turns[-1].content == thought and PROMPTS["no_reference"].text in thoughts[0].turns[1].content
+    assert pxy[0].turns[-1].content == PROMPTS.target(samples[0]["agent_golden_response"])
     assert "```\n- be kind\n```" in pxy[0].turns[1].content
     del samples[1]["reasoning"]
     source.write_text(json.dumps({"IDTrain": samples}))
@@ -343,7 +345,7 @@ def test_a_judge_model_from_a_folder_scores_like_the_policys_frozen_start_and_st
     cfg, models, tokenizers = build(compose, f"objective.judge_model={tmp_path / 'judge'}")
     loaded = CoRLModule(models, tokenizers, objective_config(cfg))
     assert type(loaded.reference).__name__ == "LoadedJudge"
-    conversation = [pxy_prompt(X, "F")]
+    conversation = [PROMPTS.pxy(X, "F")]
     assert loaded.score_with_judge(conversation, ["100%"]) == pytest.approx(
         module.score_with_judge(conversation, ["100%"]), rel=1e-5
     )

@@ -1,4 +1,4 @@
-"""Bound convergence on nested seeded subsamples, with R-EMID from full pair log-prob matrices."""
+"""Bound convergence on nested seeded subsamples, with R-EMID from pair scorers over log-prob matrices."""
 
 import math
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rpbench.eval.generalization.bound import bound_of
-from rpbench.eval.generalization.convergence import bound_convergence, remid_from_matrices
-from rpbench.eval.generalization.emi import club_mi_matrix
+from rpbench.eval.generalization.convergence import bound_convergence, remid_of_subsamples
+from rpbench.eval.generalization.emi import matrix_scores, negative_pairs, sampled_club_mi
 from rpbench.eval.generalization.shift import SplitEmbeddings, shift_severity
 
 
@@ -21,15 +21,34 @@ def informative(n: int, matched: float, other: float) -> torch.Tensor:
     return torch.full((n, n), math.log(other), dtype=torch.float64).fill_diagonal_(math.log(matched))
 
 
-def test_remid_from_matrices_on_all_rows_is_emi_id_minus_emi_ood():
+def test_remid_of_subsamples_on_all_rows_is_emi_id_minus_emi_ood():
     n = 5
-    golden = informative(n, 0.6, 0.1)
-    remid = remid_from_matrices(golden, golden, torch.full((n, n), -1.0, dtype=torch.float64), golden, 1000, 0)
+    golden = matrix_scores(informative(n, 0.6, 0.1))
+    generic = matrix_scores(torch.full((n, n), -1.0, dtype=torch.float64))
+    remid = remid_of_subsamples(golden, golden, generic, golden, 1000, 0)
     # ID: model = golden (EMI 0); OOD: a critic that ignores x for model responses (MI 0) -> R-EMID = log 6
     assert remid(range(n), range(n)) == pytest.approx(math.log(6))
     assert remid([0, 2, 4], [1, 3, 4]) == pytest.approx(math.log(6))
-    expected = club_mi_matrix(golden[:3, :3], 1000, 0)
-    assert expected == pytest.approx(math.log(6))
+
+
+def test_remid_of_subsamples_by_hand_with_sampled_negatives():
+    # ℓ = 10i + j (ID model), 3i - j (ID golden), i·j (OOD model), i + 2j (OOD golden); 3 negatives each
+    ij = torch.arange(4, dtype=torch.float64)
+    i, j = ij[:, None], ij[None, :]
+    matrices = [10 * i + j, 3 * i - j, i * j, i + 2 * j]
+    id_rows, ood_rows = [0, 1, 3], [2, 3, 1]
+    negatives = negative_pairs(3, 3, seed=9)
+
+    def mi(m, rows):
+        positive = sum(m[r, r].item() for r in rows) / 3
+        return positive - sum(m[rows[a], rows[b]].item() for a, b in negatives) / 3
+
+    expected = (mi(matrices[0], id_rows) - mi(matrices[1], id_rows)) - (
+        mi(matrices[2], ood_rows) - mi(matrices[3], ood_rows)
+    )
+    remid = remid_of_subsamples(*map(matrix_scores, matrices), n_negatives=3, seed=9)
+    assert remid(id_rows, ood_rows) == pytest.approx(expected, abs=1e-12)
+    assert sampled_club_mi(matrix_scores(matrices[0]), id_rows, 3, 9) == pytest.approx(mi(matrices[0], id_rows))
 
 
 def test_points_use_nested_seeded_subsamples_and_their_own_bound():
@@ -40,15 +59,24 @@ def test_points_use_nested_seeded_subsamples_and_their_own_bound():
         seen.append((list(id_rows), list(ood_rows)))
         return float(len(id_rows))
 
-    points = bound_convergence(id_split, ood_split, empirical, sizes=[8, 3, 5], seed=7, repeats=2)
+    points = bound_convergence(id_split, ood_split, empirical, [8, 3, 5], 7, 2, None, "sum", "equal")
     assert [(p.repeat, p.n) for p in points] == [(r, n) for r in range(2) for n in (3, 5, 8)]
     for (id_rows, ood_rows), point in zip(seen, points):
         assert len(set(id_rows)) == point.n == len(set(ood_rows))
-        severity = shift_severity(id_split.subset(id_rows), ood_split.subset(ood_rows))
-        assert point.bound == bound_of(severity) and point.empirical == point.n
+        severity = shift_severity(id_split.subset(id_rows), ood_split.subset(ood_rows), "equal")
+        assert point.bound == bound_of(severity, None, "sum") and point.empirical == point.n
     assert seen[0][0] == seen[2][0][:3] and seen[1][1] == seen[2][1][:5]  # nested within a repeat
     assert seen[0] != seen[3]  # repeats draw new permutations
-    again = bound_convergence(id_split, ood_split, lambda a, b: 0.0, sizes=[3, 5, 8], seed=7, repeats=2)
+    again = bound_convergence(id_split, ood_split, lambda a, b: 0.0, [3, 5, 8], 7, 2, None, "sum", "equal")
     assert [p.severity for p in again] == [p.severity for p in points]
     with pytest.raises(ValueError, match=r"2\.\.10"):
-        bound_convergence(id_split, ood_split, empirical, sizes=[11], seed=0)
+        bound_convergence(id_split, ood_split, empirical, [11], 0, 1, None, "sum", "equal")
+
+
+def test_points_carry_the_entropy_and_delta_form_given():
+    id_split, ood_split = split(6, 2, 0.0), split(6, 3, 1.0)
+    points = bound_convergence(id_split, ood_split, lambda a, b: 0.0, [4], 0, 1, 2.0, "code", "trace")
+    (point,) = points
+    assert point.severity.weighting == "trace"
+    assert point.bound.entropy == 2.0 and point.bound.delta_form == "code"
+    assert point.bound == bound_of(point.severity, 2.0, "code")

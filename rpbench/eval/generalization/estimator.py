@@ -64,8 +64,8 @@ def resolve_spec(role: str, spec: str | None, adapter: str | None) -> EstimatorS
         if str(entry.get("name_or_path")) == spec:
             return EstimatorSpec(role, compose_model_config(name), adapter, f"{spec} (model={name})" + _with(adapter))
     raise ConfigError(
-        f"{key}={spec}: not a run folder (with config.yaml), a conf/model entry ({', '.join(entries)}), a hub id "
-        "one of them names, or self"
+        f"{key}={spec}: no run folder there (a CoRL run's folder holds config.yaml and model/), and not a "
+        f"conf/model entry ({', '.join(entries)}), a hub id one of them names, or self"
     )
 
 

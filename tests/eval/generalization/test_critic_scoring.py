@@ -2,23 +2,18 @@
 
 import functools
 import math
+from importlib import resources
+from pathlib import Path
 
 import pytest
 import torch
 
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import Turn, as_messages
-from rpbench.eval.generalization.emi import negative_pairs
-from rpbench.eval.generalization.scoring import (
-    REASONING_HEADER,
-    club_mutual_information,
-    conditional_entropy,
-    estimate_emi,
-    pair_logp_matrix,
-    pair_logps,
-    perplexity,
-    response_row,
-)
+from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
+from rpbench.data.rpgbench import read_test
+from rpbench.eval.generalization.emi import negative_pairs, sampled_club_mi
+from rpbench.eval.generalization.scoring import PairScorer, conditional_entropy, pair_logps, response_row
 from rpbench.models import load
 
 PROMPTS = [
@@ -38,6 +33,7 @@ PROMPTS = [
 ]
 RESPONSES = ["North, past the cliffs.", "A wild orchid, rare in these parts.", "The gulls keep me company."]
 REASONING = ["Nautical, brief.", "Name the plant, gently.", "Warm and wistful."]
+SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbench" / "rpgbench.json"))
 
 
 @functools.cache
@@ -46,15 +42,25 @@ def tiny(family: str = "qwen2"):
     return model.eval(), ChatRenderer(tokenizer, max_length=4096)
 
 
-def direct_mean_logp(family: str, prompt, response: str, reasoning: str | None = None) -> tuple[float, int]:
+@functools.cache
+def sample_records():
+    return read_test(SAMPLE).examples
+
+
+def pxy_contexts():
+    """The critic's R-EMI contexts (pxy prompt with r's core features) of three bundled sample records."""
+    prompts = remid_prompts(None)
+    records = sample_records()[:3]
+    return [prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(r)) for e, r in zip(records, REASONING)]
+
+
+def direct_mean_logp(family: str, prompt, response: str) -> tuple[float, int]:
     """Peer: the prompt's generation text, then response + <|im_end|>, one full-logits forward."""
     model, renderer = tiny(family)
     tokenizer = renderer.tokenizer
-    messages = as_messages(prompt)
-    if reasoning is not None:
-        messages[-1]["content"] += f"\n\n{REASONING_HEADER}\n```\n{reasoning}\n```"
     prompt_ids = tokenizer(
-        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True), add_special_tokens=False
+        tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
     )["input_ids"]
     response_ids = tokenizer(response + "<|im_end|>", add_special_tokens=False)["input_ids"]
     ids = torch.tensor([prompt_ids + response_ids])
@@ -63,6 +69,23 @@ def direct_mean_logp(family: str, prompt, response: str, reasoning: str | None =
     start = len(prompt_ids)
     picked = [logps[start + k - 1, t].item() for k, t in enumerate(response_ids)]
     return sum(picked) / len(picked), len(picked)
+
+
+class RowCounter:
+    """Counts the rows that go through the model's backbone (every scoring forward passes it)."""
+
+    def __init__(self, model):
+        self.rows = 0
+        self.handle = model.base_model.register_forward_pre_hook(self.count, with_kwargs=True)
+
+    def count(self, module, args, kwargs):
+        self.rows += (kwargs.get("input_ids") if "input_ids" in kwargs else args[0]).shape[0]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
@@ -74,103 +97,147 @@ def test_scored_span_is_the_response_and_its_end_of_turn_only(family):
     assert "The tide is with us" in renderer.tokenizer.decode(row.input_ids)  # the context's agent turn: not scored
 
 
-@pytest.mark.parametrize("with_reasoning", [False, True])
-def test_pair_logps_equal_a_direct_forward_per_pair(with_reasoning):
+@pytest.mark.parametrize("layout", ["chat", "pxy"])
+def test_pair_logps_equal_a_direct_forward_per_pair(layout):
     model, renderer = tiny()
-    reasoning = REASONING if with_reasoning else None
+    contexts = PROMPTS if layout == "chat" else pxy_contexts()
+    targets = RESPONSES if layout == "chat" else [remid_prompts(None).target(y) for y in RESPONSES]
     pairs = [(0, 0), (0, 2), (1, 0), (2, 1), (2, 2)]
-    got = pair_logps(model, renderer, PROMPTS, RESPONSES, pairs, reasoning, batch_size=2)
+    logps, counts = pair_logps(model, renderer, contexts, targets, pairs, batch_size=2)
+    assert logps.dtype == torch.float64 and logps.shape == counts.shape == (5,)
     for k, (i, j) in enumerate(pairs):
-        expected, n = direct_mean_logp("qwen2", PROMPTS[i], RESPONSES[j], reasoning[i] if reasoning else None)
-        assert got.mean_logp[k].item() == pytest.approx(expected, abs=1e-4)
-        assert got.n_tokens[k].item() == n
-    assert got.n_history_dropped == 0
+        expected, n = direct_mean_logp("qwen2", contexts[i], targets[j])
+        assert logps[k].item() == pytest.approx(expected, abs=1e-4)
+        assert counts[k].item() == n
 
 
-def test_club_and_emi_equal_the_formula_on_direct_log_probs():
+def test_pair_scorer_equals_direct_forwards_and_scores_each_pair_once():
     model, renderer = tiny()
-    golden = RESPONSES
-    generated = ["Aye.", "It is a flower.", "Sometimes, yes."]
+    scorer = PairScorer(model, renderer, PROMPTS, RESPONSES, batch_size=2)
+    assert len(scorer) == 3
+    direct = {(i, j): direct_mean_logp("qwen2", PROMPTS[i], RESPONSES[j]) for i in range(3) for j in range(3)}
+    with RowCounter(model) as counter:
+        first = scorer([(0, 1), (2, 2), (0, 1), (1, 0)])  # a repeat within one call is scored once
+        assert counter.rows == 3 and len(scorer.values) == 3
+        assert first.dtype == torch.float64
+        assert first.tolist() == pytest.approx([direct[p][0] for p in [(0, 1), (2, 2), (0, 1), (1, 0)]], abs=1e-4)
+        again = scorer([(1, 0), (0, 1), (1, 1)])  # only (1, 1) is new
+        assert counter.rows == 4 and len(scorer.values) == 4
+        assert again[:2].tolist() == [first[3].item(), first[0].item()]
+        assert again[2].item() == pytest.approx(direct[1, 1][0], abs=1e-4)
+        assert scorer.tokens[1, 1] == direct[1, 1][1]
+        # perplexity of rows 0..2's own targets: exp(Σ n_i · (-ℓ_i) / Σ n_i), token-weighted (not a mean of ℓ)
+        diagonal = [direct[i, i] for i in range(3)]
+        expected_ppl = math.exp(-sum(v * n for v, n in diagonal) / sum(n for _, n in diagonal))
+        assert scorer.perplexity(range(3)) == pytest.approx(expected_ppl, rel=1e-4)
+        assert counter.rows == 5 and len(scorer.values) == 5  # (1, 1) and (2, 2) were cached: only (0, 0) is new
+    with pytest.raises(ValueError, match="2 targets for 3 contexts"):
+        PairScorer(model, renderer, PROMPTS, RESPONSES[:2], batch_size=2)
+
+
+def test_club_on_a_pair_scorer_equals_the_formula_on_direct_log_probs():
+    model, renderer = tiny()
+    contexts = pxy_contexts()  # R-EMI: the critic conditioned on x and r's core features
+    target = remid_prompts(None).target
+    golden = [target(y) for y in RESPONSES]
+    generated = [target(y) for y in ["Aye.", "It is a flower.", "Sometimes, yes."]]
     negatives = negative_pairs(3, 4, seed=5)
 
-    def direct_mi(responses):
-        positive = sum(direct_mean_logp("qwen2", PROMPTS[i], responses[i], REASONING[i])[0] for i in range(3)) / 3
-        negative = sum(direct_mean_logp("qwen2", PROMPTS[i], responses[j], REASONING[i])[0] for i, j in negatives) / 4
+    def direct_mi(targets):
+        positive = sum(direct_mean_logp("qwen2", contexts[i], targets[i])[0] for i in range(3)) / 3
+        negative = sum(direct_mean_logp("qwen2", contexts[i], targets[j])[0] for i, j in negatives) / 4
         return positive - negative
 
-    mi = club_mutual_information(model, renderer, PROMPTS, golden, REASONING, n_negatives=4, seed=5)
-    assert mi == pytest.approx(direct_mi(golden), abs=1e-4)
-    result = estimate_emi(model, renderer, PROMPTS, generated, golden, REASONING, n_negatives=4, seed=5)
-    assert result.reasoning and result.n == 3 and result.n_negatives == 4
-    assert result.emi == pytest.approx(direct_mi(generated) - direct_mi(golden), abs=1e-4)
+    golden_scorer = PairScorer(model, renderer, contexts, golden, batch_size=4)
+    model_scorer = PairScorer(model, renderer, contexts, generated, batch_size=4)
+    mi_golden = sampled_club_mi(golden_scorer, range(3), n_negatives=4, seed=5)
+    assert mi_golden == pytest.approx(direct_mi(golden), abs=1e-4)
+    assert len(golden_scorer.values) == 3 + 4  # the positives and exactly the sampled negatives
+    emi = sampled_club_mi(model_scorer, range(3), 4, 5) - mi_golden
+    assert emi == pytest.approx(direct_mi(generated) - direct_mi(golden), abs=1e-4)
 
 
 def test_constructed_shift_gives_remid_equal_to_the_lost_golden_information():
     # ID: the model answers exactly the golden responses -> R-EMI(ID) = 0. OOD: one fixed reply for
     # every prompt -> with all negatives, MI(x; ŷ) = 0 exactly, so R-EMID = MI(x; golden on OOD).
     model, renderer = tiny()
-    id_emi = estimate_emi(model, renderer, PROMPTS, RESPONSES, RESPONSES, REASONING, n_negatives=6, seed=0)
-    ood_emi = estimate_emi(model, renderer, PROMPTS, ["I see."] * 3, RESPONSES, REASONING, n_negatives=6, seed=0)
-    assert id_emi.emi == 0.0
-    assert ood_emi.mi_model == pytest.approx(0.0, abs=1e-9)
-    assert id_emi.emi - ood_emi.emi == pytest.approx(ood_emi.mi_golden, abs=1e-9)
+    golden = PairScorer(model, renderer, PROMPTS, RESPONSES, batch_size=4)
+    fixed = PairScorer(model, renderer, PROMPTS, ["I see."] * 3, batch_size=4)
+    mi_golden = sampled_club_mi(golden, range(3), 6, 0)
+    id_emi = sampled_club_mi(golden, range(3), 6, 0) - mi_golden
+    mi_fixed = sampled_club_mi(fixed, range(3), 6, 0)
+    assert id_emi == 0.0
+    assert mi_fixed == pytest.approx(0.0, abs=1e-9)
+    assert id_emi - (mi_fixed - mi_golden) == pytest.approx(mi_golden, abs=1e-9)
 
 
-def test_matrix_perplexity_and_entropy_against_direct_values():
+def test_conditional_entropy_against_direct_values():
     model, renderer = tiny()
-    matrix = pair_logp_matrix(model, renderer, PROMPTS, RESPONSES)
-    direct = [[direct_mean_logp("qwen2", PROMPTS[i], RESPONSES[j]) for j in range(3)] for i in range(3)]
-    assert torch.allclose(matrix, torch.tensor([[v for v, _ in row] for row in direct], dtype=torch.float64), atol=1e-4)
-    diagonal = [direct[i][i] for i in range(3)]
-    expected_ppl = math.exp(-sum(v * n for v, n in diagonal) / sum(n for _, n in diagonal))
-    assert perplexity(model, renderer, PROMPTS, RESPONSES) == pytest.approx(expected_ppl, rel=1e-4)
     samples = [RESPONSES[:2], [RESPONSES[2]], RESPONSES]
-    entropy = conditional_entropy(model, renderer, PROMPTS, samples)
+    entropy = conditional_entropy(model, renderer, PROMPTS, samples, batch_size=2)
     for i, drawn in enumerate(samples):
         expected = -sum(direct_mean_logp("qwen2", PROMPTS[i], y)[0] for y in drawn) / len(drawn)
         assert entropy[i].item() == pytest.approx(expected, abs=1e-4)
+    with pytest.raises(ValueError, match="context 1: no sampled responses"):
+        conditional_entropy(model, renderer, PROMPTS, [["a"], [], ["b"]], batch_size=2)
+    with pytest.raises(ValueError, match="2 sample lists for 3 contexts"):
+        conditional_entropy(model, renderer, PROMPTS, [["a"], ["b"]], batch_size=2)
 
 
 def test_a_response_cut_by_max_length_is_an_error():
     model, renderer = tiny()
     short = ChatRenderer(renderer.tokenizer, max_length=20)
     with pytest.raises(ValueError, match="does not fit in max_length=20"):
-        pair_logps(model, short, PROMPTS, RESPONSES, [(0, 0)])
+        pair_logps(model, short, PROMPTS, RESPONSES, [(0, 0)], batch_size=1)
 
 
-def test_estimated_entropy_is_twice_the_largest_per_prompt_entropy_by_direct_forwards():
-    # Ĥ(ID vs user) = max over the ID and user prompts of H(model | x) + H(golden | x); the critic is the
-    # model, so both terms are -mean_k ℓ(ŷ_k | x) of the same samples (length-normalised)
-    from rpbench.data.records import EvalExample
-    from rpbench.eval.generalization.analysis import (
-        EntropySettings,
-        entropy_prompts,
-        estimated_entropy,
-        split_entropies,
-    )
-    from rpbench.eval.generalization.bound import bound_of
+def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
+    # Ĥ(ID vs german) = max over the ID and german prompts of H(model | x) + H(golden | x): the model's
+    # entropy from its samples under its own prompt, the golden one from the critic's samples under the
+    # critic's pxy context (with r); both -mean_k ℓ(y_k | ·), length-normalised
+    from rpbench.eval.generalization.analysis import Critic, EntropyInputs, EntropySettings, category_entropies
+    from rpbench.eval.generalization.analysis import entropy_prompts
+    from rpbench.eval.generalization.bound import bound_of, entropy_bound
     from rpbench.eval.generalization.shift import ShiftSeverity
 
     model, renderer = tiny()
-    shifts = ["in_distribution", "user", "in_distribution", "character"]
-    examples = [EvalExample(f"r{i}", PROMPTS[i % 3], "g", "tag", {"shift": s}) for i, s in enumerate(shifts)]
-    samples = {"r0": RESPONSES[:2], "r1": [RESPONSES[2], "Aye."], "r2": ["Sometimes, yes.", "No."], "r3": ["Hm."]}
-    entropies = split_entropies(model, renderer, examples, samples, batch_size=2)
-    direct = {
-        e.id: -sum(direct_mean_logp("qwen2", e.prompt, y)[0] for y in samples[e.id]) / len(samples[e.id])
-        for e in examples
-    }
-    assert entropies["in_distribution"].tolist() == pytest.approx([direct["r0"], direct["r2"]], abs=1e-4)
-    h_hat = estimated_entropy(entropies, "user")
-    assert h_hat == pytest.approx(2 * max(direct["r0"], direct["r1"], direct["r2"]), abs=1e-4)
+    prompts = remid_prompts(None)
+    records = sample_records()
+    examples = [e for e in records if e.meta["category"] == "IDTest"][:2]
+    examples += [e for e in records if e.meta["category"] == "german"][:2]
+    reasoning = {e.id: f"Reply as {e.id}, briefly." for e in examples}
+    critic = Critic(model, renderer, prompts, "tiny qwen2", is_evaluated_model=True)
+    model_samples = {e.id: [RESPONSES[k % 3], "Aye."] for k, e in enumerate(examples)}
+    critic_samples = {e.id: [prompts.target(RESPONSES[(k + 1) % 3])] for k, e in enumerate(examples)}
+    model_samples.pop(examples[1].id)  # a record that was not sampled is left out
+    inputs = EntropyInputs(model, renderer, model_samples, critic_samples)
+    entropies = category_entropies(critic, examples, reasoning, inputs, batch_size=2)
+    assert list(entropies) == ["IDTest", "german"]
+    assert [len(entropies[c]["model"]) for c in entropies] == [1, 2]
+
+    def h(prompt, drawn):
+        return -sum(direct_mean_logp("qwen2", prompt, y)[0] for y in drawn) / len(drawn)
+
+    kept = [examples[0], examples[2], examples[3]]
+    direct_model = [h(e.prompt, model_samples[e.id]) for e in kept]
+    direct_golden = [
+        h(prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(reasoning[e.id])), critic_samples[e.id])
+        for e in kept
+    ]
+    got_model = torch.cat([entropies["IDTest"]["model"], entropies["german"]["model"]]).tolist()
+    got_golden = torch.cat([entropies["IDTest"]["golden"], entropies["german"]["golden"]]).tolist()
+    assert got_model == pytest.approx(direct_model, abs=1e-4)
+    assert got_golden == pytest.approx(direct_golden, abs=1e-4)
+    h_hat = entropy_bound(torch.tensor(got_model), torch.tensor(got_golden))
+    assert h_hat == pytest.approx(max(m + g for m, g in zip(direct_model, direct_golden)), abs=1e-4)
     # the estimated bound scales the input term by Ĥ (roots 0.2, 0.3, 0.4; δ fourth roots 0.2, 0.3)
     severity = ShiftSeverity(0.04, 0.09, 0.16, 0.0016, 0.0081, 2, 2, "equal")
-    bound = bound_of(severity, h_hat)
+    bound = bound_of(severity, h_hat, "max")
     assert bound.entropy_form == "estimated" and bound.value == pytest.approx(math.sqrt(2 / 3) * h_hat * 0.9 + 2.4)
-    # prompt choice: at most max_prompts per shift, seeded; none when off
-    assert [e.id for e in entropy_prompts(examples, EntropySettings(2, 8, None, 0))] == ["r0", "r1", "r2", "r3"]
+    # prompt choice: at most max_prompts per category, seeded; none when off
+    assert entropy_prompts(examples, EntropySettings(2, 8, None, 0)) == examples
     picked = entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
-    assert len(picked) == 3 and {e.meta["shift"] for e in picked} == set(shifts)
+    assert len(picked) == 2 and {e.meta["category"] for e in picked} == {"IDTest", "german"}
     assert picked == entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
     assert entropy_prompts(examples, EntropySettings(0, 8, None, 0)) == []
     with pytest.raises(ValueError, match="max_prompts >= 1 or null"):

@@ -1,0 +1,161 @@
+"""The per-category R-EMID analysis end to end on the bundled RPGBench sample, with a tiny Qwen3 critic and the
+packaged MiniLM encoder; its numbers against direct per-category scoring and the bound formulas by hand."""
+
+import functools
+import math
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from rpbench.data import readers
+from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
+from rpbench.eval.generalization.analysis import (
+    AnalysisSettings,
+    Critic,
+    EntropySettings,
+    analyze,
+    split_by_category,
+)
+from rpbench.eval.generalization.embed import load_text_embedder
+from rpbench.eval.generalization.emi import sampled_club_mi
+from rpbench.eval.generalization.scoring import PairScorer, pair_logps
+from rpbench.models import load
+from rpbench.models.config_tree import compose_model_config
+from rpbench.models.loading import chat_renderer
+
+SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbench" / "rpgbench.json"))
+N_NEGATIVES = 6
+SEED = 3
+SETTINGS = AnalysisSettings(
+    weighting="equal",
+    delta_form="sum",
+    n_negatives=N_NEGATIVES,
+    max_samples=None,
+    seed=SEED,
+    batch_size=8,
+    convergence_sizes=[2],
+    convergence_repeats=1,
+    entropy=EntropySettings(0, 8, None, 0),
+)
+USER_CATEGORIES = ["german", "spanish", "chinese", "japanese", "korean"]
+SHIFTED_CATEGORIES = [
+    *USER_CATEGORIES,
+    *("Literature", "Film & Television", "Theater", "Gaming"),
+    *("TurnLevelComposition", "WordLevelComposition"),
+]
+
+
+@functools.cache
+def critic() -> Critic:
+    cfg = compose_model_config("tiny-qwen3")
+    model, tokenizer = load(cfg)
+    return Critic(model.eval(), chat_renderer(cfg, tokenizer, 2048), remid_prompts(None), "tiny-qwen3", False)
+
+
+@functools.cache
+def run():
+    examples = readers.read("rpgbench", "test", SAMPLE).examples
+    predictions = {e.id: e.reference[::-1] for e in examples}
+    empty = next(e for e in examples if e.meta["category"] == "german")
+    predictions[empty.id] = "  "  # no text to embed: left out and counted
+    reasoning = {e.id: f"Greet the user warmly and answer as {e.id} would." for e in examples}
+    embedder = load_text_embedder(None, -1, 128, "mean", False, device="cpu")
+    result = analyze(examples, predictions, critic(), embedder, SETTINGS, reasoning, "fixed test text")
+    return examples, predictions, reasoning, empty, result
+
+
+def direct_emi(chosen, predictions, reasoning) -> tuple[float, float, float]:
+    """(EMI, MI(model), ppl of golden) of one category's records, with contexts built here from the records."""
+    c = critic()
+    p = c.prompts
+    contexts = [p.pxy(RolePlayInput(**e.meta["x"]), None if reasoning is None else p.core_features(reasoning[e.id]))
+                for e in chosen]
+    golden = [p.target(e.reference) for e in chosen]
+    model = PairScorer(c.model, c.renderer, contexts, [p.target(predictions[e.id]) for e in chosen], 4)
+    mi_model = sampled_club_mi(model, range(len(chosen)), N_NEGATIVES, SEED)
+    mi_golden = sampled_club_mi(PairScorer(c.model, c.renderer, contexts, golden, 4), range(len(chosen)), N_NEGATIVES, SEED)
+    logps, counts = pair_logps(c.model, c.renderer, contexts, golden, [(i, i) for i in range(len(chosen))], 4)
+    ppl = math.exp(-float((logps * counts).sum() / counts.sum()))
+    return mi_model - mi_golden, mi_model, ppl
+
+
+def test_categories_counts_and_excluded_empty_predictions():
+    examples, _, _, empty, result = run()
+    categories = list(split_by_category(examples))
+    assert categories[0] == "IDTest" and set(categories[1:]) == set(SHIFTED_CATEGORIES)  # the paper's 11 shifts
+    assert list(result["emi"]) == list(result["r_emi"]) == categories
+    assert list(result["r_emid"]) == list(result["emid"]) == list(result["bound"]) == categories[1:]
+    assert result["excluded_empty_predictions"] == {"german": 1}
+    assert result["n_records_per_category"]["german"] == 3 and result["n_per_category"]["german"] == 2
+    assert result["n_per_category"]["IDTest"] == 6
+    for table in (result["emi"], result["r_emi"]):
+        for c, entry in table.items():
+            n = result["n_per_category"][c]
+            assert entry["n"] == n and entry["n_negatives"] == min(n * (n - 1), N_NEGATIVES)
+    assert result["emi"]["german"]["n_negatives"] == 2  # 2 records left: both off-diagonal pairs
+    assert result["reasoning_source"] == "fixed test text" and result["critic"] == "tiny-qwen3"
+    assert result["embedder"]["fallback_reason"] is None and result["embedder"]["pooling"] == "mean"
+    assert "entropy" not in result and "Ĥ = 1" in result["bound_form"]
+    assert all(math.isfinite(v) for ppl in result["perplexity"].values() for v in ppl.values())
+
+
+def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means():
+    _, _, _, _, result = run()
+    for key, table in (("r_emid", "r_emi"), ("emid", "emi")):
+        for c, value in result[key].items():
+            assert value == pytest.approx(result[table]["IDTest"]["emi"] - result[table][c]["emi"], abs=1e-12)
+    user = result["by_shift"]["user"]
+    assert user["categories"] == USER_CATEGORIES
+    assert user["n"] == 3 * 5 - 1
+    assert user["r_emid"] == pytest.approx(sum(result["r_emid"][c] for c in USER_CATEGORIES) / 5, abs=1e-12)
+    assert user["r_emi"] == pytest.approx(sum(result["r_emi"][c]["emi"] for c in USER_CATEGORIES) / 5, abs=1e-12)
+    assert set(result["by_shift"]) == {"in_distribution", "user", "character", "composition"}
+    assert result["by_shift"]["character"]["categories"] == ["Literature", "Film & Television", "Theater", "Gaming"]
+
+
+def test_emi_and_remi_equal_direct_scoring_of_each_category():
+    examples, predictions, reasoning, empty, result = run()
+    for category in ("IDTest", "german"):
+        chosen = [e for e in examples if e.meta["category"] == category and e.id != empty.id]
+        for table, r, ppl_key in (("emi", None, "without_reasoning"), ("r_emi", reasoning, "with_reasoning")):
+            emi, mi_model, ppl = direct_emi(chosen, predictions, r)
+            assert result[table][category]["emi"] == pytest.approx(emi, abs=1e-9)
+            assert result[table][category]["mi_model"] == pytest.approx(mi_model, abs=1e-9)
+            assert result["perplexity"][category][ppl_key] == pytest.approx(ppl, rel=1e-9)
+    # r's core features enter the critic's context: R-EMI and EMI differ
+    assert result["r_emi"]["IDTest"]["mi_golden"] != result["emi"]["IDTest"]["mi_golden"]
+
+
+def test_bounds_follow_the_formulas_on_the_reported_js_terms():
+    _, _, _, _, result = run()
+    for c, bound in result["bound"].items():
+        js = result["jsd"][c]
+        assert js["weighting"] == "equal" and js["n_id"] == 6 and js["n_ood"] == result["n_per_category"][c]
+        roots = sum(math.sqrt(max(js[f], 0.0)) for f in ("user", "character", "dialogue"))
+        dp, dq = max(js["delta_p"], 0.0), max(js["delta_q"], 0.0)
+        # Theorem 3.4, sum form, Ĥ = 1 (entropy off): sqrt(2/3) Σ sqrt(JS_s) + 8 (δ_P + δ_Q)^¼
+        assert bound["delta_form"] == "sum" and bound["entropy_form"] == "scale_adjusted"
+        assert bound["value"] == pytest.approx(math.sqrt(2 / 3) * roots + 8 * (dp + dq) ** 0.25, abs=1e-9)
+        # the EMID code's: Σ sqrt(JS_s) + δ_P^¼ + δ_Q^¼
+        assert result["bound_emid_code"][c] == pytest.approx(roots + dp**0.25 + dq**0.25, abs=1e-9)
+        assert 0 < js["delta_p"] <= math.log(2) + 1e-9  # reversed references are not the references
+
+
+def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
+    _, _, _, _, result = run()
+    convergence = result["convergence"]
+    assert convergence["empirical"] == "r_emid"
+    assert [p["n"] for p in convergence["points"]["german"]] == [2]
+    assert [p["n"] for p in convergence["points"]["Literature"]] == [2, 3]
+    for points in convergence["points"].values():
+        assert all(p["repeat"] == 0 and math.isfinite(p["empirical"]) and p["bound"] > 0 for p in points)
+
+
+def test_too_few_records_with_predictions_is_an_error():
+    examples, predictions, reasoning, _, _ = run()
+    gaming = [e.id for e in examples if e.meta["category"] == "Gaming"]
+    blank = {**predictions, **{rid: "" for rid in gaming[:2]}}
+    embedder = load_text_embedder(None, -1, 128, "mean", False, device="cpu")
+    with pytest.raises(ValueError, match=r"'Gaming': 1.*empty predictions left out: \{.*'Gaming': 2"):
+        analyze(examples, blank, critic(), embedder, SETTINGS, reasoning, "fixed test text")

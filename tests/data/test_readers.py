@@ -201,23 +201,27 @@ def test_rpgbench_sample_file():
     example = next(e for e in test.examples if e.id == raw["OOD1Test"][0]["sample_ID"])
     source = raw["OOD1Test"][0]
     assert example.task == source["subset_tag"] and example.reference == source["agent_golden_response"]
-    assert example.prompt[0].role == "system" and source["user_persona"] in example.prompt[0].content
-    assert all(str(v) in example.prompt[0].content for v in source["agent_character"].values())
-    assert [t.content for t in example.prompt[1:]] == [next(iter(d.values())) for d in source["dialogue_context"]]
+    assert [t.role for t in example.prompt] == ["system", "user"]  # the released evaluation layout
+    user = example.prompt[1].content
+    assert f"<User Persona>{source['user_persona']}</User Persona>" in user
+    assert f"<Agent Character>{source['agent_character']}</Agent Character>" in user
+    assert all(next(iter(d.values())) in user for d in source["dialogue_context"])
+    assert [t["content"] for t in example.meta["dialogue"]] == [next(iter(d.values())) for d in source["dialogue_context"]]
     train = readers.read("rpgbench", "train", path)
     assert len(train.examples) == len(raw["IDTrain"]) and all(e.turns[-1].role == "assistant" for e in train.examples)
     only_ood2 = rpgbench.read_test(path, test_splits=["OOD2Test"])
     assert {e.meta["split"] for e in only_ood2.examples} == {"OOD2Test"}
 
 
-def test_rpgbench_persona_object_and_system_prompt(tmp_path):
+def test_rpgbench_persona_object_and_training_layout(tmp_path):
     path = tmp_path / "b.json"
     persona = {"name": "Bo", "traits": ["calm", "tall"]}
     path.write_text(json.dumps({"IDTrain": [rpg_sample(user_persona=persona)]}), encoding="utf-8")
     [example] = rpgbench.read_sft(path).examples
-    assert example.turns[0].content == rpgbench.system_prompt({"name": "Cy"}, persona)
-    assert '- traits: ["calm", "tall"]' in example.turns[0].content and example.meta["subset_tag"] == "german"
-    assert [t.role for t in example.turns] == ["system", "user", "assistant", "user", "assistant"]
+    # the authors insert objects with str(): a persona object appears as its Python repr
+    assert f"<User Persona>{persona}</User Persona>" in example.turns[1].content
+    assert example.meta["subset_tag"] == "german" and example.meta["x"]["user_persona"] == str(persona)
+    assert [t.role for t in example.turns] == ["system", "user", "assistant"]
 
 
 def test_read_rejects_unknown_format_split_and_option():

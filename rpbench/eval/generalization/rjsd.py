@@ -55,13 +55,23 @@ def von_neumann_entropy(c: torch.Tensor) -> float:
     return float(-(eigenvalues * eigenvalues.log()).sum())
 
 
-def representation_jsd(p: torch.Tensor, q: torch.Tensor, weighting: Weighting = "trace") -> float:
-    """RJSD between embedding sets ``p`` [n_P, d] and ``q`` [n_Q, d] (rows L2-normalised here); see the module."""
+def row_entropy(y: torch.Tensor) -> float:
+    """``von_neumann_entropy(yᵀy)`` from the smaller of yᵀy [d, d] and the Gram matrix y yᵀ [n, n], which have
+    the same positive eigenvalues: O(min(n, d)³), so a few samples of wide embeddings cost little."""
+    return von_neumann_entropy(y @ y.T if y.shape[0] < y.shape[1] else y.T @ y)
+
+
+def representation_jsd(p: torch.Tensor, q: torch.Tensor, weighting: Weighting) -> float:
+    """RJSD between embedding sets ``p`` [n_P, d] and ``q`` [n_Q, d] (rows L2-normalised here); see the module.
+
+    Each matrix is written as yᵀy of scaled rows (``equal``: C / tr C = Zᵀ Z / n; the mixture (C_P + C_Q) / 2
+    stacks both sets' rows scaled by 1/√2), so every entropy is a ``row_entropy``."""
     if p.ndim == 2 and q.ndim == 2 and p.shape[1] != q.shape[1]:
         raise ValueError(f"embedding widths differ: {p.shape[1]} vs {q.shape[1]}")
-    c_p, c_q = second_moment(p), second_moment(q)
+    y_p, y_q = unit_rows(p, "p"), unit_rows(q, "q")
     if weighting == "equal":
-        c_p, c_q = c_p / c_p.trace(), c_q / c_q.trace()
+        y_p, y_q = y_p / math.sqrt(len(y_p)), y_q / math.sqrt(len(y_q))
     elif weighting != "trace":
         raise ValueError(f"weighting must be 'trace' or 'equal', got {weighting!r}")
-    return von_neumann_entropy((c_p + c_q) / 2) - (von_neumann_entropy(c_p) + von_neumann_entropy(c_q)) / 2
+    mixture = torch.cat([y_p, y_q]) / math.sqrt(2)
+    return row_entropy(mixture) - (row_entropy(y_p) + row_entropy(y_q)) / 2

@@ -39,6 +39,7 @@ SETTINGS = AnalysisSettings(
     entropy=EntropySettings(0, 8, None, 0),
 )
 USER_CATEGORIES = ["german", "spanish", "chinese", "japanese", "korean"]
+ANALYZED = ["IDTest", "german", "spanish", "Literature"]
 SHIFTED_CATEGORIES = [
     *USER_CATEGORIES,
     *("Literature", "Film & Television", "Theater", "Gaming"),
@@ -54,14 +55,25 @@ def critic() -> Critic:
 
 
 @functools.cache
+def embedder():
+    return load_text_embedder(None, -1, 128, "mean", False, device="cpu")
+
+
+@functools.cache
+def sample_records():
+    return readers.read("rpgbench", "test", SAMPLE).examples
+
+
+@functools.cache
 def run():
-    examples = readers.read("rpgbench", "test", SAMPLE).examples
+    # the sample's IDTest records and three shifted categories (two user shifts for the roll-up): every
+    # category costs forwards and RJSD eigendecompositions, so the test keeps four of the twelve
+    examples = [e for e in sample_records() if e.meta["category"] in ANALYZED]
     predictions = {e.id: e.reference[::-1] for e in examples}
     empty = next(e for e in examples if e.meta["category"] == "german")
     predictions[empty.id] = "  "  # no text to embed: left out and counted
     reasoning = {e.id: f"Greet the user warmly and answer as {e.id} would." for e in examples}
-    embedder = load_text_embedder(None, -1, 128, "mean", False, device="cpu")
-    result = analyze(examples, predictions, critic(), embedder, SETTINGS, reasoning, "fixed test text")
+    result = analyze(examples, predictions, critic(), embedder(), SETTINGS, reasoning, "fixed test text")
     return examples, predictions, reasoning, empty, result
 
 
@@ -80,10 +92,18 @@ def direct_emi(chosen, predictions, reasoning) -> tuple[float, float, float]:
     return mi_model - mi_golden, mi_model, ppl
 
 
+def test_the_sample_splits_into_idtest_and_each_subset_tag():
+    categories = split_by_category(sample_records())
+    assert list(categories)[0] == "IDTest" and set(list(categories)[1:]) == set(SHIFTED_CATEGORIES)
+    assert {c: len(rows) for c, rows in categories.items()} == {"IDTest": 6, **dict.fromkeys(SHIFTED_CATEGORIES, 3)}
+    for c, rows in categories.items():
+        assert {sample_records()[i].task if c != "IDTest" else "IDTest" for i in rows} == {c}
+
+
 def test_categories_counts_and_excluded_empty_predictions():
     examples, _, _, empty, result = run()
     categories = list(split_by_category(examples))
-    assert categories[0] == "IDTest" and set(categories[1:]) == set(SHIFTED_CATEGORIES)  # the paper's 11 shifts
+    assert categories == ANALYZED  # IDTest first, then each subset tag in record order
     assert list(result["emi"]) == list(result["r_emi"]) == categories
     assert list(result["r_emid"]) == list(result["emid"]) == list(result["bound"]) == categories[1:]
     assert result["excluded_empty_predictions"] == {"german": 1}
@@ -106,12 +126,20 @@ def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means():
         for c, value in result[key].items():
             assert value == pytest.approx(result[table]["IDTest"]["emi"] - result[table][c]["emi"], abs=1e-12)
     user = result["by_shift"]["user"]
-    assert user["categories"] == USER_CATEGORIES
-    assert user["n"] == 3 * 5 - 1
-    assert user["r_emid"] == pytest.approx(sum(result["r_emid"][c] for c in USER_CATEGORIES) / 5, abs=1e-12)
-    assert user["r_emi"] == pytest.approx(sum(result["r_emi"][c]["emi"] for c in USER_CATEGORIES) / 5, abs=1e-12)
-    assert set(result["by_shift"]) == {"in_distribution", "user", "character", "composition"}
-    assert result["by_shift"]["character"]["categories"] == ["Literature", "Film & Television", "Theater", "Gaming"]
+    assert user["categories"] == ["german", "spanish"]
+    assert user["n"] == 2 + 3  # german lost its empty prediction
+    assert user["r_emid"] == pytest.approx((result["r_emid"]["german"] + result["r_emid"]["spanish"]) / 2, abs=1e-12)
+    assert user["emid"] == pytest.approx((result["emid"]["german"] + result["emid"]["spanish"]) / 2, abs=1e-12)
+    assert user["r_emi"] == pytest.approx(
+        (result["r_emi"]["german"]["emi"] + result["r_emi"]["spanish"]["emi"]) / 2, abs=1e-12
+    )
+    assert user["bound"] == pytest.approx(
+        (result["bound"]["german"]["value"] + result["bound"]["spanish"]["value"]) / 2, abs=1e-12
+    )
+    assert list(result["by_shift"]) == ["in_distribution", "user", "character"]
+    assert result["by_shift"]["character"]["categories"] == ["Literature"]
+    assert result["by_shift"]["character"]["r_emid"] == result["r_emid"]["Literature"]
+    assert "r_emid" not in result["by_shift"]["in_distribution"]
 
 
 def test_emi_and_remi_equal_direct_scoring_of_each_category():
@@ -120,9 +148,10 @@ def test_emi_and_remi_equal_direct_scoring_of_each_category():
         chosen = [e for e in examples if e.meta["category"] == category and e.id != empty.id]
         for table, r, ppl_key in (("emi", None, "without_reasoning"), ("r_emi", reasoning, "with_reasoning")):
             emi, mi_model, ppl = direct_emi(chosen, predictions, r)
-            assert result[table][category]["emi"] == pytest.approx(emi, abs=1e-9)
-            assert result[table][category]["mi_model"] == pytest.approx(mi_model, abs=1e-9)
-            assert result["perplexity"][category][ppl_key] == pytest.approx(ppl, rel=1e-9)
+            # other batches (other padding) than the analysis': float32 rounding only
+            assert result[table][category]["emi"] == pytest.approx(emi, abs=1e-6)
+            assert result[table][category]["mi_model"] == pytest.approx(mi_model, abs=1e-6)
+            assert result["perplexity"][category][ppl_key] == pytest.approx(ppl, rel=1e-6)
     # r's core features enter the critic's context: R-EMI and EMI differ
     assert result["r_emi"]["IDTest"]["mi_golden"] != result["emi"]["IDTest"]["mi_golden"]
 
@@ -153,9 +182,9 @@ def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
 
 
 def test_too_few_records_with_predictions_is_an_error():
-    examples, predictions, reasoning, _, _ = run()
-    gaming = [e.id for e in examples if e.meta["category"] == "Gaming"]
-    blank = {**predictions, **{rid: "" for rid in gaming[:2]}}
-    embedder = load_text_embedder(None, -1, 128, "mean", False, device="cpu")
-    with pytest.raises(ValueError, match=r"'Gaming': 1.*empty predictions left out: \{.*'Gaming': 2"):
-        analyze(examples, blank, critic(), embedder, SETTINGS, reasoning, "fixed test text")
+    examples = [e for e in sample_records() if e.meta["category"] in ANALYZED]
+    literature = [e.id for e in examples if e.meta["category"] == "Literature"]
+    blank = {e.id: "" if e.id in literature[:2] else e.reference[::-1] for e in examples}
+    reasoning = {e.id: "Greet the user." for e in examples}
+    with pytest.raises(ValueError, match=r"'Literature': 1.*empty predictions left out: \{.*'Literature': 2"):
+        analyze(examples, blank, critic(), embedder(), SETTINGS, reasoning, "fixed test text")

@@ -5,17 +5,20 @@ Sources: a JSON Lines file, a JSON list (``.json``/``.jsonl``, see ``readers``),
 split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given).
 
 Shapes, detected from each record (every record of a file must have the same shape and form; the read
-report's ``shape`` says which was found):
+report's ``shape`` says which was found; a record holding the columns of two shapes is an error):
 
 - ``messages``: ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` (OpenAI) or
-  ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. Train: every
-  assistant turn is supervised; test: the last (assistant) turn is the reference.
+  ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. A content may
+  be OpenAI's list of text parts (``[{"type": "text", "text": str}, ...]``, joined with newlines). Train:
+  every assistant turn is supervised but those with OpenAI's ``"weight": 0`` (0 or 1, assistant turns
+  only); test: the last (assistant) turn is the reference.
 - ``prompt/completion``: strings (TRL's standard form) or message lists (conversational form). Train: the
   completion is supervised; test: it is the reference.
 - ``prompt/chosen/rejected``: strings or message lists (the pairs file).
 
 Options (the data config): ``columns`` maps our field names (``DEFAULT_COLUMNS``) to the file's, e.g.
-``{messages: conversations}``; ``tags`` names the message keys and role values (``role_tag``,
+``{messages: conversations}`` (a column you map must be in every record of its shape: a record without
+it is an error, as is an unknown field name); ``tags`` names the message keys and role values (``role_tag``,
 ``content_tag``, ``user_tag``, ``assistant_tag``, ``system_tag``; LLaMA-Factory's dataset_info.json
 names), unset: detected (role/content or from/value; roles user/assistant/system or human/gpt/system,
 any case); ``task_dimensions``: test label -> judge rubrics. A record's ``task`` label is optional;
@@ -26,11 +29,11 @@ metrics only). Records without an ``id`` are identified by the content of the fi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
 from rpbench.data.files import HUB_PREFIX
 from rpbench.data.readers import (
     FORMATS,
@@ -67,6 +70,9 @@ ROLE_NAMES = {"system": "system", "user": "user", "assistant": "assistant", "hum
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag")
 HUB_SPLITS = {"train": "train", "pairs": "train", "test": "test"}
 MESSAGES, COMPLETION, PREFERENCE = "messages", "prompt/completion", "prompt/chosen/rejected"
+SHAPE_FIELDS = {MESSAGES: ("messages",), COMPLETION: ("prompt", "completion"), PREFERENCE: ("prompt", "chosen", "rejected")}
+OPTIONAL_FIELDS = ("system", "task", "id")
+WEIGHT = "weight"  # OpenAI's per-message training weight: 0 (context only) or 1
 
 
 @dataclass
@@ -85,15 +91,18 @@ class Layout:
 
     columns: Mapping[str, str | None]
     tags: Mapping[str, str | None]
+    mapped: frozenset[str] = frozenset()  # the fields whose column the config names
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Layout:
         columns, tags = dict(options.get("columns") or {}), dict(options.get("tags") or {})
         for name, table, known in (("columns", columns, DEFAULT_COLUMNS), ("tags", tags, TAG_KEYS)):
             if unknown := sorted(set(table) - set(known)):
-                raise ValueError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
+                raise ConfigError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
         given = {key: value for key, value in columns.items() if value is not None}  # null: ours
-        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS})
+        if bad := {key: value for key, value in given.items() if not isinstance(value, str) or not value}:
+            raise ConfigError(f"data.columns: column names are non-empty strings, got {bad}")
+        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS}, frozenset(given))
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -104,9 +113,21 @@ class Layout:
         """The record's shape and form (e.g. ``("messages", "messages (messages: role/content)")``); a record of
         none of the shapes is an error naming the keys it has."""
         has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected")}
-        if has["chosen"] or has["rejected"]:
+        matched = {
+            MESSAGES: self.messages_column(record) is not None,
+            COMPLETION: has["completion"],
+            PREFERENCE: has["chosen"] or has["rejected"],
+        }
+        if sum(matched.values()) > 1:
+            both = [kind for kind, hit in matched.items() if hit]
+            raise source.error(
+                "<record>",
+                f"the columns of one record shape, got those of {' and '.join(both)} "
+                f"(keys {sorted(record)}): keep the columns of one shape per record",
+            )
+        if matched[PREFERENCE]:
             kind = PREFERENCE
-        elif has["completion"]:
+        elif matched[COMPLETION]:
             kind = COMPLETION
         elif column := self.messages_column(record):
             items = record[column]
@@ -129,18 +150,72 @@ class Layout:
         detected = next((keys for keys in MESSAGE_KEYS.values() if keys[0] in first), MESSAGE_KEYS["openai"])
         return self.tags["role_tag"] or detected[0], self.tags["content_tag"] or detected[1]
 
-    def turns(self, record: Mapping[str, Any], column: str, source: Source, *, last: str) -> tuple[Turn, ...]:
+    def check_mapped(self, record: Mapping[str, Any], kind: str, source: Source) -> None:
+        """A column the config maps for this shape (or a system, task or id column) is in the record."""
+        for name in (*SHAPE_FIELDS[kind], *OPTIONAL_FIELDS):
+            if name in self.mapped and self.columns[name] not in record:
+                column = self.columns[name]
+                raise source.error(column, f"present: data.columns.{name}={column} names it (missing)")
+
+    def turns(
+        self, record: Mapping[str, Any], column: str, source: Source, *, last: str, weights: bool = False
+    ) -> tuple[Turn, ...]:
+        """The turns of a message list; ``weights``: honour OpenAI's per-message ``weight`` (else refused)."""
         items = require_list(record, column, source)
         role_key, content_key = self.message_keys(items)
         roles = self.roles()
-        return parse_conversation(
+        items = [_text_message(item, source, f"{column}[{i}]", content_key) for i, item in enumerate(items)]
+        untrained = _untrained_replies(items, source, column, role_key, roles, weights)
+        turns = parse_conversation(
             items, source, column, last=last, role_key=role_key, content_key=content_key, roles=roles
+        )
+        replies = [i for i, turn in enumerate(turns) if turn.role == "assistant"]  # every one is kept
+        return tuple(
+            replace(turn, trained=False) if i in {replies[n] for n in untrained} else turn
+            for i, turn in enumerate(turns)
         )
 
     def system(self, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
         column = self.columns["system"]
         text = optional_str(record, column, source, allow_empty=True) if column else None
         return (Turn("system", text),) if text and text.strip() else ()
+
+
+def _text_message(item: Any, source: Source, where: str, content_key: str) -> Any:
+    """A message whose content is OpenAI's list of content parts, with its text parts joined by newlines
+    (a part of another type is an error); any other message as it is."""
+    if not isinstance(item, dict) or not isinstance(item.get(content_key), list):
+        return item
+    texts = []
+    for j, part in enumerate(item[content_key]):
+        field = f"{where}.{content_key}[{j}]"
+        if not isinstance(part, dict) or part.get("type") != "text":
+            got = part.get("type") if isinstance(part, dict) else type_name(part)
+            raise source.error(field, f'a text part {{"type": "text", "text": ...}} (data=custom reads text), got {got!r}')
+        texts.append(require_str(part, "text", source, f"{field}.text", allow_empty=True))
+    return {**item, content_key: "\n".join(texts)}
+
+
+def _untrained_replies(
+    items: list[Any], source: Source, column: str, role_key: str, roles: Mapping[str, str], weights: bool
+) -> set[int]:
+    """The ordinals (among assistant messages) of those with ``"weight": 0``; a weight other than 0 or 1,
+    on another role, or where weights do not apply (``weights`` False) is an error."""
+    untrained, replies = set(), 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue  # parse_conversation names it
+        is_reply = roles.get(str(item.get(role_key)).lower()) == "assistant"
+        if WEIGHT in item:
+            where, weight = f"{column}[{i}].{WEIGHT}", item[WEIGHT]
+            if not weights:
+                raise source.error(where, "no weight here (weights apply to the turns of a messages record)")
+            if not is_reply or isinstance(weight, bool) or weight not in (0, 1):
+                raise source.error(where, f"0 or 1 on an assistant message, got {weight!r} on {item.get(role_key)!r}")
+            if weight == 0:
+                untrained.add(replies)
+        replies += is_reply
+    return untrained
 
 
 # -- sources ------------------------------------------------------------------------------------------
@@ -189,6 +264,19 @@ def _rows(name: str, rows) -> Iterator[tuple[Source, Any]]:
         yield Source(name, index, positional=True), raw
 
 
+def _non_json_at(value: Any, where: str) -> tuple[str, str] | None:
+    """(field path, type) of the first value under ``value`` that JSON cannot hold, or None."""
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    elif value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    else:
+        return where, "binary data (a binary column)" if isinstance(value, bytes) else type(value).__name__
+    return next((found for name, item in items if (found := _non_json_at(item, name))), None)
+
+
 # -- readers ------------------------------------------------------------------------------------------
 
 
@@ -203,6 +291,7 @@ def _read(
     def parse(raw: Any, source: Source):
         record = as_object(raw, source)
         kind, shape = layout.shape(record, source)
+        layout.check_mapped(record, kind, source)
         if not first:
             first.update(shape=shape, record=source.record)
         elif shape != first["shape"]:
@@ -212,6 +301,8 @@ def _read(
             )
         columns = {**layout.columns, "messages": layout.messages_column(record)}
         used = {c: record[c] for f, c in columns.items() if c and c in record and f != "id"}
+        if foreign := _non_json_at(used, ""):  # an Arrow row's binary column, timestamp...
+            raise source.error(foreign[0], f"text or JSON values, got {foreign[1]}")
         if layout.columns["id"] in record:
             rid, source = record_id(record, layout.columns["id"], source)
         else:
@@ -249,7 +340,7 @@ def _reply(layout: Layout, record: Mapping[str, Any], field: str, source: Source
 
 
 def _conversation(layout: Layout, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
-    turns = layout.turns(record, layout.messages_column(record), source, last="assistant")
+    turns = layout.turns(record, layout.messages_column(record), source, last="assistant", weights=True)
     return turns if turns[0].role == "system" else layout.system(record, source) + turns
 
 
@@ -319,11 +410,11 @@ def _task_dimensions(table: Any) -> dict[str, list[str]]:
     if table is None:
         return {}
     if not isinstance(table, Mapping):
-        raise ValueError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
+        raise ConfigError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
     out = {}
     for label, dims in table.items():
-        if isinstance(dims, str) or not all(isinstance(d, str) for d in dims):
-            raise ValueError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
+        if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+            raise ConfigError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
         out[str(label)] = list(dims)
     return out
 

@@ -247,7 +247,7 @@ def train(
     train_samples, train_empty = render_records(module_cls, train_examples, renderer, source)
     val_samples, val_empty = render_records(module_cls, val_examples, renderer, source)
     if not train_samples:
-        raise ValueError(
+        raise ConfigError(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
             f"after truncation to data.max_length={cfg.data.max_length}"
         )

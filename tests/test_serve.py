@@ -377,3 +377,32 @@ def test_command_line_server_refuses_abuse_and_keeps_serving(command_line_server
         assert post(base_url, {"messages": HELLO, **body})[0] == code, body
     status, reply = post(base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 4, "temperature": 0})
     assert status == 200 and reply["usage"]["completion_tokens"] == 4
+
+
+def post_raw(url: str, raw: bytes) -> tuple[int, dict]:
+    request = urllib.request.Request(f"{url}/chat/completions", data=raw, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+HELLO_JSON = json.dumps(HELLO)
+HOSTILE_BODIES = {
+    "lone surrogate": (b'{"messages": [{"role": "user", "content": "hi \\ud800"}]}', "surrogate"),
+    "temperature 1e400": (f'{{"messages": {HELLO_JSON}, "temperature": 1e400}}'.encode(), "temperature"),
+    "100k-deep JSON": (b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested"),
+    "stream as a string": (f'{{"messages": {HELLO_JSON}, "stream": "no"}}'.encode(), "stream"),
+    "not JSON": (b"{messages", "JSON"),
+    "invalid UTF-8": (b'{"messages": "\xff"}', "JSON"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
+def test_hostile_request_bodies_get_a_400_that_says_why(tiny, name):
+    raw, fragment = HOSTILE_BODIES[name]
+    with serve_in_thread(tiny) as server:
+        status, body = post_raw(server.base_url, raw)
+        assert status == 400 and fragment in body["error"]["message"], body
+        assert post(server.base_url, {"messages": HELLO, "max_tokens": 2})[0] == 200  # still serving

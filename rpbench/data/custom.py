@@ -2,7 +2,8 @@
 
 Sources: a JSON Lines file, a JSON list (``.json``/``.jsonl``, see ``readers``), a Parquet file
 (``.parquet``), or a hub dataset ``hf://<name>[:<split>]`` loaded with ``datasets.load_dataset(name,
-split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given).
+split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given),
+given ``hub_timeout_s`` seconds (the data config's) to answer.
 
 Shapes, detected from each record (every record of a file must have the same shape and form; the read
 report's ``shape`` says which was found; a record holding the columns of two shapes is an error):
@@ -28,6 +29,7 @@ metrics only). Records without an ``id`` are identified by the content of the fi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -221,11 +223,12 @@ def _untrained_replies(
 # -- sources ------------------------------------------------------------------------------------------
 
 
-def iter_source(path: str | Path, split: str) -> Iterator[tuple[Source, Any]]:
-    """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset."""
+def iter_source(path: str | Path, split: str, hub_timeout_s: float | None = None) -> Iterator[tuple[Source, Any]]:
+    """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset (loaded within
+    ``hub_timeout_s`` seconds; None: no bound)."""
     name = str(path)
     if name.startswith(HUB_PREFIX):
-        yield from _hub_rows(name, split)
+        yield from _hub_rows(name, split, hub_timeout_s)
         return
     p = existing_file(path)
     if p.suffix.lower() == ".parquet":
@@ -243,19 +246,48 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
         raise DataFormatError(path, "file", "<document>", f"a readable Parquet file ({error})") from None
 
 
-def _hub_rows(name: str, split: str) -> Iterator[tuple[Source, Any]]:
+def _hub_rows(name: str, split: str, timeout_s: float | None) -> Iterator[tuple[Source, Any]]:
     import datasets
 
     dataset, _, hub_split = name.removeprefix(HUB_PREFIX).partition(":")
     hub_split = hub_split or HUB_SPLITS[split]
     try:
-        rows = datasets.load_dataset(dataset, split=hub_split)
+        rows = _within(timeout_s, lambda: datasets.load_dataset(dataset, split=hub_split))
+    except TimeoutError:
+        raise FileNotFoundError(
+            f"{name}: datasets.load_dataset({dataset!r}, split={hub_split!r}) did not finish within "
+            f"data.hub_timeout_s={timeout_s:g}s (an endpoint that does not answer?); raise it for a large "
+            "download, or download the dataset and pass its files"
+        ) from None
     except Exception as error:  # offline, missing, gated: the same advice
         raise FileNotFoundError(
             f"{name}: could not load dataset {dataset!r} split {hub_split!r} with datasets.load_dataset "
             f"({type(error).__name__}: {error})"
         ) from error
     yield from _rows(name, rows)
+
+
+def _within(timeout_s: float | None, call: Callable[[], Any]) -> Any:
+    """``call()``'s result, or TimeoutError when it has not returned after ``timeout_s`` seconds (it is left
+    running in a daemon thread, which does not keep the process alive)."""
+    if timeout_s is None:
+        return call()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="rpbench-hub-load", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(timeout_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _rows(name: str, rows) -> Iterator[tuple[Source, Any]]:
@@ -309,7 +341,8 @@ def _read(
             rid = content_id(used)
         return build(layout, record, source, rid, kind)
 
-    result = collect(str(path), iter_source(path, split), parse, on_error)
+    records = iter_source(path, split, options.get("hub_timeout_s"))
+    result = collect(str(path), records, parse, on_error)
     return ShapedReadResult(result.path, result.examples, result.skipped, shape=first.get("shape", ""))
 
 

@@ -297,3 +297,43 @@ def test_mapping_mistakes_are_configuration_errors(tmp_path):
         read("test", path, task_dimensions=["role_style"])
     with pytest.raises(ConfigError, match=r"data.task_dimensions\['chats'\] must be a list"):
         read("test", path, task_dimensions={"chats": 3})
+
+
+def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_path):
+    """A real TCP endpoint that accepts and never answers, as HF_ENDPOINT; the read stops at hub_timeout_s."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    script = (
+        "import sys, time\n"
+        "from rpbench.data import readers\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    readers.read('custom', 'train', 'hf://someone/chats', hub_timeout_s=3)\n"
+        "except FileNotFoundError as error:\n"
+        "    print(f'{time.monotonic() - start:.1f} {error}')\n"
+    )
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
+        "HF_HUB_OFFLINE": "0",
+        "HF_DATASETS_OFFLINE": "0",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        silent.close()
+    seconds, _, message = done.stdout.strip().partition(" ")
+    assert done.returncode == 0 and message, done.stderr[-2000:]
+    assert 3 <= float(seconds) < 10 and time.monotonic() - started < 60
+    assert "hf://someone/chats: datasets.load_dataset('someone/chats', split='train') did not finish" in message
+    assert "data.hub_timeout_s=3s" in message

@@ -125,6 +125,9 @@ class ChatRenderer:
         self.expand_images = expand_images
         self.image_spans = image_spans
         self.content = ContentText(tokenizer)
+        # Renders whose tokens were cut to the budget (a conversation, a reply row, a prompt), and reply
+        # pairs of which one reply was cut and the other kept whole: counted for the run's report.
+        self.cuts = {"truncated": 0, "cut_unevenly": 0}
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
@@ -205,6 +208,7 @@ class ChatRenderer:
             fewer = _drop_history(turns, final=2)
             if fewer is None:
                 kept = self._keep(ids, self.max_length, keep_end=False)
+                self.cuts["truncated"] += 1
                 return Rendered([ids[i] for i in kept], [labels[i] for i in kept], dropped, True, images)
             dropped += len(turns) - len(fewer)
             turns = fewer
@@ -247,6 +251,7 @@ class ChatRenderer:
         images = _images(turns)
         if len(ids) <= limit:
             return FittedPrompt(ids, dropped, images=images)
+        self.cuts["truncated"] += 1
         system = self._system_ids(turns, ids) if turns and turns[0].role == "system" else []
         if 0 < len(system) < limit or (system and images):
             kept = self._keep(ids, limit, keep_end=True, head=len(system))
@@ -289,7 +294,7 @@ class ChatRenderer:
         if len(prompt_ids) > self.max_length:
             prompt_ids = [prompt_ids[i] for i in self._keep(prompt_ids, self.max_length, keep_end=False)]
         room = self.max_length - len(prompt_ids)
-        return [
+        rows = [
             Rendered(
                 prompt_ids + ids[:room],
                 [IGNORE_INDEX] * len(prompt_ids) + ids[:room],
@@ -299,6 +304,10 @@ class ChatRenderer:
             )
             for ids in reply_ids
         ]
+        cut = {row.truncated for row in rows}
+        self.cuts["truncated"] += True in cut
+        self.cuts["cut_unevenly"] += len(cut) > 1
+        return rows
 
     def _prompt_and_reply(self, prompt: Sequence[Turn], reply: str) -> tuple[str, str]:
         """The text before the final reply (prompt and assistant header) and the reply's supervised text."""

@@ -343,7 +343,7 @@ def _read(
 
     records = iter_source(path, split, options.get("hub_timeout_s"))
     result = collect(str(path), records, parse, on_error)
-    return ShapedReadResult(result.path, result.examples, result.skipped, shape=first.get("shape", ""))
+    return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 
 
 def _label(layout: Layout, record: Mapping[str, Any], source: Source) -> str | None:

@@ -37,6 +37,7 @@ SPLITS: tuple[str, ...] = ("train", "pairs", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
+DUPLICATES = "duplicates"  # the read report's count of records skipped for repeating an earlier record's id
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors write first
 
 
@@ -184,13 +185,14 @@ def _first_byte(path: Path) -> bytes:
 def collect(
     path: Path, records: Iterator[tuple[Source, Any]], parse: Callable[[Any, Source], T], on_error: OnError
 ) -> ReadResult[T]:
-    """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped``.
+    """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped`` (a
+    repeated id is also counted as ``duplicates``).
 
     A file without records is an error. Record ids must be unique within a file (later stages key
     predictions and judgements by id); a record without an id repeats another when their contents are
     identical.
     """
-    result: ReadResult[T] = ReadResult(str(path))
+    result: ReadResult[T] = ReadResult(str(path), counts={DUPLICATES: 0})
     seen: dict[str, int | str] = {}
     n_records = 0
     for source, raw in records:
@@ -200,6 +202,7 @@ def collect(
                 raise raw
             example = parse(raw, source)
             if example.id in seen:
+                result.counts[DUPLICATES] += 1
                 raise source.error(
                     "id",
                     f"a unique record id; {example.id!r} is also record {seen[example.id]} (records without an "

@@ -39,7 +39,9 @@ def _train_lines(train: dict[str, Any]) -> list[str]:
     if any(any(per_split.values()) for per_split in cut.values()):
         lines.append(
             "Cut to data.max_length: "
-            + ", ".join(f"{kind} {per_split['train']} train, {per_split['val']} held-out" for kind, per_split in cut.items())
+            + ", ".join(
+                f"{kind} {per_split['train']} train, {per_split['val']} held-out" for kind, per_split in cut.items()
+            )
             + "."
         )
     skipped = samples["no_supervised_tokens"]

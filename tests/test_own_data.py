@@ -106,6 +106,7 @@ def test_per_split_counts_of_duplicates_skipped_and_truncated_records(tmp_path):
     assert samples["truncated"] == {"train": 1, "val": 0} and samples["cut_unevenly"] == {"train": 1, "val": 0}
     saved = json.loads((tmp_path / "dpo" / "metrics.json").read_text())["train"]["samples"]
     assert saved["cut_unevenly"] == {"train": 1, "val": 0}
-    assert "Cut to data.max_length: truncated 1 train, 0 held-out, cut_unevenly 1 train" in (
-        tmp_path / "dpo" / "report.md"
-    ).read_text()
+    assert (
+        "Cut to data.max_length: truncated 1 train, 0 held-out, cut_unevenly 1 train"
+        in (tmp_path / "dpo" / "report.md").read_text()
+    )

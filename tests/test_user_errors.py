@@ -44,9 +44,7 @@ def test_training_records_that_are_test_records(tmp_path):
 
 def test_no_trainable_sample_left_after_truncation(tmp_path):
     train = _chats(tmp_path / "my.jsonl")
-    message = _user_error(
-        tmp_path, "data=custom", f"data.files.train={train}", "evaluator=none", "data.max_length=4"
-    )
+    message = _user_error(tmp_path, "data=custom", f"data.files.train={train}", "evaluator=none", "data.max_length=4")
     assert message.startswith("no trainable samples") and "data.max_length=4" in message
 
 

@@ -1,11 +1,11 @@
 """Records -> token ids through the tokenizer's chat template, with an assistant-only loss mask.
 
-A conversation (SFT) supervises every assistant turn (but those marked ``trained=False``); a reply row (DPO's chosen and rejected, GRPO's
-reference) supervises only its final reply. Supervised means the rendered content and the end-of-turn
-token, nothing else (not the role header, not the newline a template adds after the end-of-turn token). The text is cut
-at the template's own boundaries and each piece tokenized alone, so the supervised spans decode to
-exactly the assistant contents (checked for every conversation) and a prompt is tokenized exactly
-as it is at generation time.
+A conversation (SFT) supervises every assistant turn (but those marked ``trained=False``); a reply row (DPO's
+chosen and rejected, GRPO's reference) supervises only its final reply. Supervised means the rendered content
+and the end-of-turn token, nothing else (not the role header, not the newline a template adds after the
+end-of-turn token). The text is cut at the template's own boundaries and each piece tokenized alone, so the
+supervised spans decode to exactly the assistant contents (checked for every conversation) and a prompt is
+tokenized exactly as it is at generation time.
 
 Content is text, never template structure: a control token's string inside a turn (``<|im_end|>``,
 ``<|image_pad|>``) is tokenized as ordinary text (``ContentText``), so no record opens or closes a turn.

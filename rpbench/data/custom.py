@@ -72,7 +72,11 @@ ROLE_NAMES = {"system": "system", "user": "user", "assistant": "assistant", "hum
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag")
 HUB_SPLITS = {"train": "train", "pairs": "train", "test": "test"}
 MESSAGES, COMPLETION, PREFERENCE = "messages", "prompt/completion", "prompt/chosen/rejected"
-SHAPE_FIELDS = {MESSAGES: ("messages",), COMPLETION: ("prompt", "completion"), PREFERENCE: ("prompt", "chosen", "rejected")}
+SHAPE_FIELDS = {
+    MESSAGES: ("messages",),
+    COMPLETION: ("prompt", "completion"),
+    PREFERENCE: ("prompt", "chosen", "rejected"),
+}
 OPTIONAL_FIELDS = ("system", "task", "id")
 WEIGHT = "weight"  # OpenAI's per-message training weight: 0 (context only) or 1
 
@@ -193,7 +197,9 @@ def _text_message(item: Any, source: Source, where: str, content_key: str) -> An
         field = f"{where}.{content_key}[{j}]"
         if not isinstance(part, dict) or part.get("type") != "text":
             got = part.get("type") if isinstance(part, dict) else type_name(part)
-            raise source.error(field, f'a text part {{"type": "text", "text": ...}} (data=custom reads text), got {got!r}')
+            raise source.error(
+                field, f'a text part {{"type": "text", "text": ...}} (data=custom reads text), got {got!r}'
+            )
         texts.append(require_str(part, "text", source, f"{field}.text", allow_empty=True))
     return {**item, content_key: "\n".join(texts)}
 

@@ -67,7 +67,9 @@ def test_a_control_string_in_a_reply_pair_or_prompt_is_text(family):
     assert evaluated == served
     plain = renderer.render_prompt(turns_with("x")[:-1])
     assert special_ids(tokenizer, served) == special_ids(tokenizer, plain)
-    generation = tokenizer.apply_chat_template([t.as_message() for t in prompt], tokenize=False, add_generation_prompt=True)
+    generation = tokenizer.apply_chat_template(
+        [t.as_message() for t in prompt], tokenize=False, add_generation_prompt=True
+    )
     assert tokenizer.decode(served) == generation
 
 

@@ -6,7 +6,8 @@ split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the t
 given ``hub_timeout_s`` seconds (the data config's) to answer.
 
 Shapes, detected from each record (every record of a file must have the same shape and form; the read
-report's ``shape`` says which was found; a record holding the columns of two shapes is an error):
+report's ``shape`` says which was found; a record holding the columns of two shapes is an error, unless
+``record_shape`` names the one to read):
 
 - ``messages``: ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` (OpenAI) or
   ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. A content may
@@ -98,6 +99,7 @@ class Layout:
     columns: Mapping[str, str | None]
     tags: Mapping[str, str | None]
     mapped: frozenset[str] = frozenset()  # the fields whose column the config names
+    chosen_shape: str | None = None  # the data config's record_shape: the one shape read (None: detected)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Layout:
@@ -108,7 +110,11 @@ class Layout:
         given = {key: value for key, value in columns.items() if value is not None}  # null: ours
         if bad := {key: value for key, value in given.items() if not isinstance(value, str) or not value}:
             raise ConfigError(f"data.columns: column names are non-empty strings, got {bad}")
-        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS}, frozenset(given))
+        shape = options.get("record_shape")
+        if shape is not None and shape not in SHAPE_FIELDS:
+            raise ConfigError(f"data.record_shape: one of {', '.join(SHAPE_FIELDS)} or null (detected), got {shape!r}")
+        tags = {key: tags.get(key) for key in TAG_KEYS}
+        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape)
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -124,25 +130,30 @@ class Layout:
             COMPLETION: has["completion"],
             PREFERENCE: has["chosen"] or has["rejected"],
         }
-        if sum(matched.values()) > 1:
+        if self.chosen_shape is not None:
+            matched = {kind: hit and kind == self.chosen_shape for kind, hit in matched.items()}
+        elif sum(matched.values()) > 1:
             both = [kind for kind, hit in matched.items() if hit]
             raise source.error(
                 "<record>",
-                f"the columns of one record shape, got those of {' and '.join(both)} "
-                f"(keys {sorted(record)}): keep the columns of one shape per record",
+                f"the columns of one record shape, got those of {' and '.join(both)} (keys {sorted(record)}): "
+                "keep one shape's columns per record, or choose the one to read with data.record_shape",
             )
         if matched[PREFERENCE]:
             kind = PREFERENCE
         elif matched[COMPLETION]:
             kind = COMPLETION
-        elif column := self.messages_column(record):
+        elif matched[MESSAGES]:
+            column = self.messages_column(record)
             items = record[column]
             keys = self.message_keys(items) if isinstance(items, list) and items else ("?", "?")
             return MESSAGES, f"{MESSAGES} ({column}: {keys[0]}/{keys[1]})"
         else:
             messages = self.columns["messages"] or " or ".join(MESSAGE_COLUMNS)
-            wanted = f"{messages}; prompt + completion; prompt + chosen + rejected"
-            raise source.error("<record>", f"one of the record shapes ({wanted}), got keys {sorted(record)}")
+            shapes = {MESSAGES: messages, COMPLETION: "prompt + completion", PREFERENCE: "prompt + chosen + rejected"}
+            wanted = "; ".join(w for kind, w in shapes.items() if self.chosen_shape in (None, kind))
+            what = "the record shape" if self.chosen_shape else "one of the record shapes"
+            raise source.error("<record>", f"{what} ({wanted}), got keys {sorted(record)}")
         form = "conversational: message lists" if isinstance(record.get(self.columns["prompt"]), list) else "strings"
         return kind, f"{kind} ({form})"
 
@@ -259,7 +270,7 @@ def _hub_rows(name: str, split: str, timeout_s: float | None) -> Iterator[tuple[
     hub_split = hub_split or HUB_SPLITS[split]
     try:
         rows = _within(timeout_s, lambda: datasets.load_dataset(dataset, split=hub_split))
-    except TimeoutError:
+    except Unfinished:
         raise FileNotFoundError(
             f"{name}: datasets.load_dataset({dataset!r}, split={hub_split!r}) did not finish within "
             f"data.hub_timeout_s={timeout_s:g}s (an endpoint that does not answer?); raise it for a large "
@@ -273,8 +284,12 @@ def _hub_rows(name: str, split: str, timeout_s: float | None) -> Iterator[tuple[
     yield from _rows(name, rows)
 
 
+class Unfinished(Exception):
+    """A call that did not return in its time (``_within``)."""
+
+
 def _within(timeout_s: float | None, call: Callable[[], Any]) -> Any:
-    """``call()``'s result, or TimeoutError when it has not returned after ``timeout_s`` seconds (it is left
+    """``call()``'s result, or Unfinished when it has not returned after ``timeout_s`` seconds (it is left
     running in a daemon thread, which does not keep the process alive)."""
     if timeout_s is None:
         return call()
@@ -290,7 +305,7 @@ def _within(timeout_s: float | None, call: Callable[[], Any]) -> Any:
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
-        raise TimeoutError(timeout_s)
+        raise Unfinished(timeout_s)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

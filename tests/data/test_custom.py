@@ -337,3 +337,20 @@ def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_p
     assert 3 <= float(seconds) < 10 and time.monotonic() - started < 60
     assert "hf://someone/chats: datasets.load_dataset('someone/chats', split='train') did not finish" in message
     assert "data.hub_timeout_s=3s" in message
+
+
+def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
+    from rpbench.data.errors import ConfigError
+
+    both = [{"prompt": USER, "chosen": ASSISTANT, "rejected": "No.", "messages": OPENAI}]
+    path = jsonl(tmp_path / "both.jsonl", both)
+    with pytest.raises(DataFormatError, match="choose the one to read with data.record_shape"):
+        read("pairs", path)
+    (pair,) = read("pairs", path, record_shape="prompt/chosen/rejected").examples
+    assert pair.prompt == (Turn("user", USER),) and pair.chosen == ASSISTANT
+    (chat,) = read("train", path, record_shape="messages").examples
+    assert chat.turns == TURNS
+    with pytest.raises(DataFormatError, match=r"field '<record>': the record shape \(prompt \+ completion\)"):
+        read("train", path, record_shape="prompt/completion")
+    with pytest.raises(ConfigError, match="data.record_shape: one of messages, "):
+        read("train", path, record_shape="chat")

@@ -23,7 +23,18 @@ GOOD = {  # one valid record per (format, split), the base the corpus damages
     ("rolemrc", "pairs"): {"id": "a", "prompt": CHAT[:1], "chosen": "Holmes.", "rejected": "No one."},
     ("rolemrc", "test"): {"id": "a", "question": CHAT[:1], "reference": "Holmes.", "task": "t"},
 }
+MMROLE = {
+    "id": "a",
+    "system": "You are Holmes.",
+    "image": "x.jpg",
+    "role": "Holmes",
+    "script": "A detective.",
+    "other_role": "a visitor",
+    "conversations": [{"from": "user", "value": "Who are you?"}, {"from": "assistant", "value": "Holmes."}],
+}
+GOOD[("mmrole", "train")] = GOOD[("mmrole", "test")] = MMROLE
 OPTIONS = {"rolemrc": {"task_dimensions": {"t": ["style"]}}}
+PREFIX = {"mmrole": "comment_"}  # MMRole's test files are named after their scenario
 DEEP = 100_000
 
 
@@ -78,7 +89,7 @@ def test_every_malformed_file_is_a_named_error(tmp_path, format, split):
     good = GOOD[(format, split)]
     files = []
     for name, content in _text_corpus(good).items():
-        files.append(tmp_path / name)
+        files.append(tmp_path / f"{PREFIX.get(format, '')}{name}")
         files[-1].write_bytes(content)
     if format == "custom":
         files += _parquet_corpus(tmp_path, good)
@@ -94,7 +105,8 @@ def test_a_byte_order_mark_is_read_like_any_utf8_file(tmp_path, format, split, c
     good = GOOD[(format, split)]
     body = json.dumps([good]) if container == "json" else json.dumps(good) + "\n"
     (tmp_path / "plain").mkdir(), (tmp_path / "marked").mkdir()
-    plain, marked = tmp_path / "plain" / f"data.{container}", tmp_path / "marked" / f"data.{container}"
+    name = f"{PREFIX.get(format, '')}data.{container}"
+    plain, marked = tmp_path / "plain" / name, tmp_path / "marked" / name
     plain.write_text(body, encoding="utf-8")
     marked.write_text(body, encoding="utf-8-sig")
     assert marked.read_bytes().startswith(b"\xef\xbb\xbf")

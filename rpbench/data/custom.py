@@ -362,7 +362,10 @@ def _read(
             rid = content_id(used)
         return build(layout, record, source, rid, kind)
 
-    records = iter_source(path, split, options.get("hub_timeout_s"))
+    timeout = options.get("hub_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise ConfigError(f"data.hub_timeout_s: a number of seconds > 0 (or null: no bound), got {timeout!r}")
+    records = iter_source(path, split, timeout)
     result = collect(str(path), records, parse, on_error)
     return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 

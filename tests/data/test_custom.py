@@ -354,3 +354,13 @@ def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
         read("train", path, record_shape="prompt/completion")
     with pytest.raises(ConfigError, match="data.record_shape: one of messages, "):
         read("train", path, record_shape="chat")
+
+
+def test_hub_timeout_must_be_a_positive_number(tmp_path):
+    from rpbench.data.errors import ConfigError
+
+    path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
+    for bad in ("soon", 0, True):
+        with pytest.raises(ConfigError, match="data.hub_timeout_s: a number of seconds > 0"):
+            read("train", path, hub_timeout_s=bad)
+    assert read("train", path, hub_timeout_s=1.5).examples[0].turns == TURNS

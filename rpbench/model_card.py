@@ -1,7 +1,8 @@
 """The model card (``model/README.md``) of a run's exported model: what it is and how it was made.
 
 Written after training and again after evaluation, from the run config and results (metrics.json's
-content): base model, data, objective, its hyperparameters, held-out loss and evaluation metrics.
+content): base model, data, objective, its hyperparameters, held-out loss and evaluation metrics. A local
+file or folder is named by its name alone: the card is pushed to the Hub, this machine's paths stay here.
 """
 
 from __future__ import annotations
@@ -45,21 +46,47 @@ def training_lines(train: dict[str, Any]) -> list[str]:
     return lines
 
 
+def is_local(name: str) -> bool:
+    """Whether ``name`` is a path on this machine (absolute, or an existing file or folder), not a hub name."""
+    return Path(name).expanduser().is_absolute() or Path(name).exists()
+
+
+def shown(name: str) -> str:
+    """``name`` as the card shows it: a local path by its last part, anything else (hub names) as it is."""
+    return Path(name).name if is_local(name) else name
+
+
+def data_files(files: Any) -> dict[str, str]:
+    """Each configured data file (test sets: ``test.<set>``) as the card shows it."""
+    out = {}
+    for split, entry in OmegaConf.to_container(files, resolve=True).items():
+        sets = entry if isinstance(entry, dict) else {None: entry}
+        for name, paths in sets.items():
+            listed = [paths] if isinstance(paths, str) else list(paths or [])
+            if listed:
+                out[split if name is None else f"{split}.{name}"] = ", ".join(shown(str(p)) for p in listed)
+    return out
+
+
 def card_text(cfg: DictConfig, results: dict[str, Any]) -> str:
-    base = str(cfg.init_from) if cfg.init_from else str(cfg.model.name_or_path)
-    tiny = str(cfg.model.name_or_path).startswith("tiny:")
+    base = str(cfg.model.name_or_path)
+    tiny = base.startswith("tiny:")
     front = ["---", "library_name: transformers", "tags: [rpbench, role-playing, " + str(cfg.objective.name) + "]"]
-    if not tiny and not cfg.init_from:
+    if not tiny and not cfg.init_from and not is_local(base):
         front.append(f"base_model: {base}")
     front.append("---")
-    files = {split: str(path) for split, path in cfg.data.files.items() if path}
+    files = data_files(cfg.data.files)
     lines = [
         *front,
         "",
         f"# {results['run_name']}",
         "",
         f"Trained with rpbench, objective `{cfg.objective.name}`, from "
-        + (f"the model of run `{results['model']}`" if cfg.init_from else f"`{base}` (model config `{cfg.model.name}`)")
+        + (
+            f"the model of run `{results['model']}`"
+            if cfg.init_from
+            else f"`{shown(base)}` (model config `{cfg.model.name}`)"
+        )
         + f", on data `{cfg.data.name}`.",
         "",
         "## Data",

@@ -254,7 +254,7 @@ class ChatServer:
                 headers = {"Retry-After": wait} if wait else {}
                 return _error(int(fault), f"injected fault for request {index}", kind, headers)
             try:
-                body = await request.json()
+                body = _json_body(await request.read())
                 conversation, images, sampling = self._parse(body)
             except UnknownModel as error:
                 return _error(404, str(error), "invalid_request_error", code="model_not_found")
@@ -301,6 +301,8 @@ class ChatServer:
         model = body.get("model")
         if model is not None and model not in (self.name, self.served.identity):
             raise UnknownModel(f"The model {model!r} does not exist: this server serves {self.name!r}")
+        if not isinstance(body.get("stream", False), bool):
+            raise BadRequest(f"stream must be true or false, got {body['stream']!r}")
         if body.get("stream_options") is not None and not (
             body.get("stream") and isinstance(body["stream_options"], dict)
         ):
@@ -627,6 +629,22 @@ def _data_url_image(image_url: Any, where: str):
         return image_from_bytes(data, f"{where}.image_url")
     except ImageError as error:
         raise BadRequest(str(error)) from error
+
+
+def _json_body(raw: bytes) -> Any:
+    """A request body as JSON, or BadRequest saying why not: invalid UTF-8 or JSON, nesting too deep to
+    parse, or a string escape spelling a lone UTF-16 surrogate (no Unicode text)."""
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BadRequest(f"the request body is not valid UTF-8 JSON ({error})") from None
+    except RecursionError:
+        raise BadRequest("the request body is not valid JSON here: nested too deeply to parse") from None
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest("the request body holds a lone UTF-16 surrogate (\\ud800-\\udfff): not Unicode text") from None
+    return body
 
 
 def _text(message: Mapping[str, Any]) -> str:

@@ -215,18 +215,23 @@ def needs_final_validation(trainer: L.Trainer, history: ValidationHistory) -> bo
 
 def render_records(
     module_cls, config, examples: Sequence, renderer: ChatRenderer, source: str
-) -> tuple[list[dict], list[str]]:
-    """The objective's ``render`` of each record; an image that cannot be used (missing, unreadable, or with
-    the system turn over the length budget) is a DataFormatError naming ``source``, the record and field."""
-    samples, empty = [], []
+) -> tuple[list[dict], list[str], dict[str, int]]:
+    """The objective's ``render`` of each record, the ids of records left with nothing to train, and how many
+    records were cut to ``data.max_length`` (``truncated``; ``cut_unevenly``: a pair with one reply cut and
+    the other whole). An image that cannot be used (missing, unreadable, or with the system turn over the
+    length budget) is a DataFormatError naming ``source``, the record and field."""
+    samples, empty, cuts = [], [], dict.fromkeys(renderer.cuts, 0)
     for example in examples:
+        before = dict(renderer.cuts)
         try:
             rendered, nothing = module_cls.render_for(config, [example], renderer)
         except (ImageError, ImageBudgetError) as error:
             raise DataFormatError(source, f"id {example.id!r}", "image", str(error)) from error
         samples += rendered
         empty += nothing
-    return samples, empty
+        for kind in cuts:
+            cuts[kind] += renderer.cuts[kind] > before[kind]
+    return samples, empty, cuts
 
 
 def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
@@ -247,10 +252,10 @@ def train(
     split = str(cfg.objective.data_split or module_cls.data_split)
     source = f"data.files.{split} ({cfg.data.files[split]})"
     config = objective_config(cfg)
-    train_samples, train_empty = render_records(module_cls, config, train_examples, renderer, source)
-    val_samples, val_empty = render_records(module_cls, config, val_examples, renderer, source)
+    train_samples, train_empty, train_cuts = render_records(module_cls, config, train_examples, renderer, source)
+    val_samples, val_empty, val_cuts = render_records(module_cls, config, val_examples, renderer, source)
     if not train_samples:
-        raise ValueError(
+        raise ConfigError(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
             f"after truncation to data.max_length={cfg.data.max_length}"
         )
@@ -289,6 +294,7 @@ def train(
                 "val": module_cls.supervised_tokens(val_samples),
             },
             "images": images,
+            **{kind: {"train": train_cuts[kind], "val": val_cuts[kind]} for kind in train_cuts},
         },
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,

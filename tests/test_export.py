@@ -81,3 +81,24 @@ def test_push_is_off_by_default_and_uploads_the_run_model_folder(compose, tmp_pa
         "repo_type": "model",
         "commit_message": "rpbench run sft-tiny-qwen2-sample",
     }
+
+
+def test_the_card_names_local_files_and_models_without_this_machines_paths(compose, tmp_path):
+    from rpbench.model_card import card_text
+
+    private = tmp_path / "home" / "alice" / "secret"
+    (private / "base-model").mkdir(parents=True)
+    cfg = compose(
+        "data=custom",
+        f"data.files.train={private / 'my.jsonl'}",
+        f"data.files.test={{chat: [{private / 'a_test.jsonl'}, {private / 'b_test.jsonl'}]}}",
+        "data.files.pairs=hf://org/pairs:train",
+        f"model.name_or_path={private / 'base-model'}",
+    )
+    card = card_text(cfg, {"run_name": "r", "model": "m"})
+    assert str(tmp_path) not in card and "alice" not in card
+    assert "- train: `my.jsonl`" in card and "- test.chat: `a_test.jsonl, b_test.jsonl`" in card
+    assert "- pairs: `hf://org/pairs:train`" in card  # a hub name is no local path
+    assert "from `base-model`" in card and "base_model:" not in card  # a local folder has no hub id
+    hub = compose("model=qwen2.5-7b-instruct")
+    assert f"base_model: {hub.model.name_or_path}" in card_text(hub, {"run_name": "r", "model": "m"})

@@ -75,3 +75,38 @@ def test_dpo_on_own_conversational_pairs_parquet(compose, tmp_path):
     assert results["records"]["pairs"]["read"] == 10
     assert results["records"]["pairs"]["shape"] == "prompt/chosen/rejected (conversational: message lists)"
     assert results["train"]["optimizer_steps"] >= 1
+
+
+def test_per_split_counts_of_duplicates_skipped_and_truncated_records(tmp_path):
+    """metrics.json counts, per split, the records skipped (and of those the duplicates) and the samples cut
+    to data.max_length: a 200k-character reply; a pair whose chosen reply is cut while the rejected one is whole."""
+    train = tmp_path / "my.jsonl"
+    records = [{"messages": chat(n), "id": n} for n in NAMES]
+    records[3]["messages"][2]["content"] = "It is elementary. " * 11_200  # about 200k characters
+    records.append(dict(records[0]))  # a repeated record: skipped, counted as a duplicate
+    records.append({"text": "no shape"})  # skipped, no duplicate
+    train.write_text("".join(json.dumps(r) + "\n" for r in records))
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"prompt": f"Who is {n}?", "chosen": f"{n}.", "rejected": f"Not {n}.", "id": n} for n in NAMES]
+    rows[2]["chosen"] = "A long answer. " * 2000
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = ("data=custom", "data.on_error=skip", "data.val_fraction=0", "evaluator=none", "logger=none")
+    common += ("trainer.max_steps=1", "trainer.enable_progress_bar=false", "data.max_length=256")
+    sft = run_in_process(tmp_path / "sft", *common, f"data.files.train={train}")
+    assert {k: sft["records"]["train"][k] for k in ("read", "skipped", "duplicates")} == {
+        "read": 10,
+        "skipped": 2,
+        "duplicates": 1,
+    }
+    samples = sft["train"]["samples"]
+    assert samples["truncated"] == {"train": 1, "val": 0} and samples["cut_unevenly"] == {"train": 0, "val": 0}
+    dpo = run_in_process(tmp_path / "dpo", *common, "objective=dpo", f"data.files.pairs={pairs}")
+    assert dpo["records"]["pairs"]["duplicates"] == 0
+    samples = dpo["train"]["samples"]
+    assert samples["truncated"] == {"train": 1, "val": 0} and samples["cut_unevenly"] == {"train": 1, "val": 0}
+    saved = json.loads((tmp_path / "dpo" / "metrics.json").read_text())["train"]["samples"]
+    assert saved["cut_unevenly"] == {"train": 1, "val": 0}
+    assert (
+        "Cut to data.max_length: truncated 1 train, 0 held-out, cut_unevenly 1 train"
+        in (tmp_path / "dpo" / "report.md").read_text()
+    )

@@ -1,11 +1,14 @@
 """Records -> token ids through the tokenizer's chat template, with an assistant-only loss mask.
 
-A conversation (SFT) supervises every assistant turn; a reply row (DPO's chosen and rejected, GRPO's
-reference) supervises only its final reply. Supervised means the rendered content and the end-of-turn
-token, nothing else (not the role header, not the newline a template adds after the end-of-turn token). The text is cut
-at the template's own boundaries and each piece tokenized alone, so the supervised spans decode to
-exactly the assistant contents (checked for every conversation) and a prompt is tokenized exactly
-as it is at generation time.
+A conversation (SFT) supervises every assistant turn (but those marked ``trained=False``); a reply row (DPO's
+chosen and rejected, GRPO's reference) supervises only its final reply. Supervised means the rendered content
+and the end-of-turn token, nothing else (not the role header, not the newline a template adds after the
+end-of-turn token). The text is cut at the template's own boundaries and each piece tokenized alone, so the
+supervised spans decode to exactly the assistant contents (checked for every conversation) and a prompt is
+tokenized exactly as it is at generation time.
+
+Content is text, never template structure: a control token's string inside a turn (``<|im_end|>``,
+``<|image_pad|>``) is tokenized as ordinary text (``ContentText``), so no record opens or closes a turn.
 
 Images (an image-text model's renderer): a rendered sample lists the images of the turns it keeps
 (``Rendered.images``), in order. Truncation never cuts into an image: history turns that carry one are
@@ -15,13 +18,52 @@ system turn) that alone exceed the budget are an ImageBudgetError.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rpbench.data.records import Turn
 
 IGNORE_INDEX = -100
 REPLY_MARKER = "\u2063rpbench-reply\u2063"  # stands in for an assistant reply to locate where replies start
+ESCAPE_OPEN, ESCAPE_CLOSE = "\U000f0000", "\U000f0001"  # private-use: no chat template writes them
+
+
+class ContentText:
+    """Keeps message contents out of the template's structure. ``escape`` replaces each control string in a
+    content (a special token's text, the reply marker, the escape character itself) with an escape that
+    no template or tokenizer reads as structure; ``encode`` tokenizes rendered text, each escape as its
+    string's ordinary text tokens (``split_special_tokens``), the rest as it is."""
+
+    def __init__(self, tokenizer):
+        special = {token.content for token in tokenizer.added_tokens_decoder.values() if token.special}
+        self.tokenizer = tokenizer
+        self.strings = sorted(special | {REPLY_MARKER, ESCAPE_OPEN}, key=len, reverse=True)
+        self._index = {string: i for i, string in enumerate(self.strings)}
+        self._control = re.compile("|".join(map(re.escape, self.strings)))
+        self._escaped = re.compile(f"{ESCAPE_OPEN}([0-9]+){ESCAPE_CLOSE}")
+
+    def escape(self, content: str) -> str:
+        return self._control.sub(lambda m: f"{ESCAPE_OPEN}{self._index[m[0]]}{ESCAPE_CLOSE}", content)
+
+    def escape_turns(self, turns: Sequence[Turn]) -> list[Turn]:
+        return [replace(turn, content=self.escape(turn.content)) for turn in turns]
+
+    def unescape(self, text: str) -> str:
+        return self._escaped.sub(lambda m: self.strings[int(m[1])], text) if ESCAPE_OPEN in text else text
+
+    def encode(self, text: str) -> list[int]:
+        if ESCAPE_OPEN not in text:
+            return self._plain(text)
+        ids, cursor = [], 0
+        for match in self._escaped.finditer(text):
+            ids += self._plain(text[cursor : match.start()])
+            ids += self._plain(self.strings[int(match[1])], split_special_tokens=True)
+            cursor = match.end()
+        return ids + self._plain(text[cursor:])
+
+    def _plain(self, text: str, **options) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False, **options)["input_ids"] if text else []
 
 
 class TemplateError(ValueError):
@@ -82,6 +124,10 @@ class ChatRenderer:
         self.message = message
         self.expand_images = expand_images
         self.image_spans = image_spans
+        self.content = ContentText(tokenizer)
+        # Renders whose tokens were cut to the budget (a conversation, a reply row, a prompt), and reply
+        # pairs of which one reply was cut and the other kept whole: counted for the run's report.
+        self.cuts = {"truncated": 0, "cut_unevenly": 0}
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
@@ -98,7 +144,8 @@ class ChatRenderer:
         """The rendered conversation as (text, supervised) pieces in order.
 
         Where an assistant reply starts is found by rendering the conversation up to that turn with a
-        marker as the reply: this works for any turn, the first one included.
+        marker as the reply: this works for any turn, the first one included. ``turns``: their contents
+        escaped (``ContentText.escape_turns``), as every public method passes them.
         """
         full = self._template(turns, generation_prompt=False)
         pieces: list[tuple[str, bool]] = []
@@ -126,14 +173,14 @@ class ChatRenderer:
                 )
             end += len(self.end_of_turn)
             pieces.append((full[cursor : len(prefix)], False))
-            pieces.append((reply[:end], True))
+            pieces.append((reply[:end], turn.trained))
             cursor = len(prefix) + end
         pieces.append((full[cursor:], False))
         return [(text, sup) for text, sup in pieces if text]
 
     # -- token level ------------------------------------------------------------------------------
     def _encode(self, text: str) -> list[int]:
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return self.content.encode(text)
 
     def _tokenize_pieces(self, pieces: list[tuple[str, bool]]) -> tuple[list[int], list[int]]:
         ids: list[int] = []
@@ -145,11 +192,11 @@ class ChatRenderer:
         return ids, labels
 
     def render_conversation(self, turns: Sequence[Turn]) -> Rendered:
-        """All assistant turns supervised. Over-long: drop history turns from the left (the system turn
-        and the final user/assistant exchange are kept, and so is every turn with an image), then cut the
-        end around image spans. ``n_supervised`` may be 0: the caller reports such samples instead of
-        training on them."""
-        turns = list(turns)
+        """Every assistant turn supervised (but ``trained=False`` ones). Over-long: drop history turns from
+        the left (the system turn and the final user/assistant exchange are kept, and so is every turn with
+        an image), then cut the end around image spans. ``n_supervised`` may be 0: the caller reports such
+        samples instead of training on them."""
+        turns = self.content.escape_turns(turns)
         if not turns or turns[-1].role != "assistant":
             raise ValueError("a conversation to train on must end on an assistant turn")
         dropped = 0
@@ -161,6 +208,7 @@ class ChatRenderer:
             fewer = _drop_history(turns, final=2)
             if fewer is None:
                 kept = self._keep(ids, self.max_length, keep_end=False)
+                self.cuts["truncated"] += 1
                 return Rendered([ids[i] for i in kept], [labels[i] for i in kept], dropped, True, images)
             dropped += len(turns) - len(fewer)
             turns = fewer
@@ -192,7 +240,7 @@ class ChatRenderer:
         fills the budget is itself cut from the left (``cut="left"``). Turns with an image are never
         dropped and cuts keep image spans whole (ImageBudgetError when images and system turn do not fit)."""
         limit = max_length or self.max_length
-        turns, dropped = list(prompt), 0
+        turns, dropped = self.content.escape_turns(prompt), 0
         while True:
             ids = self._encode(self._template(turns, generation_prompt=True))
             fewer = _drop_history(turns, final=1) if len(ids) > limit else None
@@ -203,6 +251,7 @@ class ChatRenderer:
         images = _images(turns)
         if len(ids) <= limit:
             return FittedPrompt(ids, dropped, images=images)
+        self.cuts["truncated"] += 1
         system = self._system_ids(turns, ids) if turns and turns[0].role == "system" else []
         if 0 < len(system) < limit or (system and images):
             kept = self._keep(ids, limit, keep_end=True, head=len(system))
@@ -228,7 +277,8 @@ class ChatRenderer:
         are cut. A prompt that alone fills the budget is cut at its end around image spans and leaves no
         reply token (``n_supervised == 0``: the caller reports it).
         """
-        turns, dropped = list(prompt), 0
+        turns, dropped = self.content.escape_turns(prompt), 0
+        replies = [self.content.escape(reply) for reply in replies]
         while True:
             split = [self._prompt_and_reply(turns, reply) for reply in replies]
             if any(text != split[0][0] for text, _ in split):
@@ -244,7 +294,7 @@ class ChatRenderer:
         if len(prompt_ids) > self.max_length:
             prompt_ids = [prompt_ids[i] for i in self._keep(prompt_ids, self.max_length, keep_end=False)]
         room = self.max_length - len(prompt_ids)
-        return [
+        rows = [
             Rendered(
                 prompt_ids + ids[:room],
                 [IGNORE_INDEX] * len(prompt_ids) + ids[:room],
@@ -254,6 +304,10 @@ class ChatRenderer:
             )
             for ids in reply_ids
         ]
+        cut = {row.truncated for row in rows}
+        self.cuts["truncated"] += True in cut
+        self.cuts["cut_unevenly"] += len(cut) > 1
+        return rows
 
     def _prompt_and_reply(self, prompt: Sequence[Turn], reply: str) -> tuple[str, str]:
         """The text before the final reply (prompt and assistant header) and the reply's supervised text."""
@@ -263,7 +317,7 @@ class ChatRenderer:
 
     def _encode_supervised(self, text: str) -> list[int]:
         ids = self._encode(text)
-        if self.tokenizer.decode(ids) != text:
+        if self.tokenizer.decode(ids) != self.content.unescape(text):
             raise TemplateError(f"supervised span does not round-trip through the tokenizer: {text[:60]!r}")
         return ids
 

@@ -2,20 +2,25 @@
 
 Sources: a JSON Lines file, a JSON list (``.json``/``.jsonl``, see ``readers``), a Parquet file
 (``.parquet``), or a hub dataset ``hf://<name>[:<split>]`` loaded with ``datasets.load_dataset(name,
-split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given).
+split=...)`` (split: ``train`` for the train and pairs files, ``test`` for the test file, unless given),
+given ``hub_timeout_s`` seconds (the data config's) to answer.
 
 Shapes, detected from each record (every record of a file must have the same shape and form; the read
-report's ``shape`` says which was found):
+report's ``shape`` says which was found; a record holding the columns of two shapes is an error, unless
+``record_shape`` names the one to read):
 
 - ``messages``: ``{"messages": [{"role": "system"|"user"|"assistant", "content": str}, ...]}`` (OpenAI) or
-  ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. Train: every
-  assistant turn is supervised; test: the last (assistant) turn is the reference.
+  ShareGPT's ``{"conversations": [{"from": "system"|"human"|"gpt", "value": str}, ...]}``. A content may
+  be OpenAI's list of text parts (``[{"type": "text", "text": str}, ...]``, joined with newlines). Train:
+  every assistant turn is supervised but those with OpenAI's ``"weight": 0`` (0 or 1, assistant turns
+  only); test: the last (assistant) turn is the reference.
 - ``prompt/completion``: strings (TRL's standard form) or message lists (conversational form). Train: the
   completion is supervised; test: it is the reference.
 - ``prompt/chosen/rejected``: strings or message lists (the pairs file).
 
 Options (the data config): ``columns`` maps our field names (``DEFAULT_COLUMNS``) to the file's, e.g.
-``{messages: conversations}``; ``tags`` names the message keys and role values (``role_tag``,
+``{messages: conversations}`` (a column you map must be in every record of its shape: a record without
+it is an error, as is an unknown field name); ``tags`` names the message keys and role values (``role_tag``,
 ``content_tag``, ``user_tag``, ``assistant_tag``, ``system_tag``; LLaMA-Factory's dataset_info.json
 names), unset: detected (role/content or from/value; roles user/assistant/system or human/gpt/system,
 any case); ``task_dimensions``: test label -> judge rubrics. A record's ``task`` label is optional;
@@ -25,12 +30,13 @@ metrics only). Records without an ``id`` are identified by the content of the fi
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
 from rpbench.data.files import HUB_PREFIX
 from rpbench.data.readers import (
     FORMATS,
@@ -67,6 +73,13 @@ ROLE_NAMES = {"system": "system", "user": "user", "assistant": "assistant", "hum
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag")
 HUB_SPLITS = {"train": "train", "pairs": "train", "test": "test"}
 MESSAGES, COMPLETION, PREFERENCE = "messages", "prompt/completion", "prompt/chosen/rejected"
+SHAPE_FIELDS = {
+    MESSAGES: ("messages",),
+    COMPLETION: ("prompt", "completion"),
+    PREFERENCE: ("prompt", "chosen", "rejected"),
+}
+OPTIONAL_FIELDS = ("system", "task", "id")
+WEIGHT = "weight"  # OpenAI's per-message training weight: 0 (context only) or 1
 
 
 @dataclass
@@ -85,15 +98,23 @@ class Layout:
 
     columns: Mapping[str, str | None]
     tags: Mapping[str, str | None]
+    mapped: frozenset[str] = frozenset()  # the fields whose column the config names
+    chosen_shape: str | None = None  # the data config's record_shape: the one shape read (None: detected)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Layout:
         columns, tags = dict(options.get("columns") or {}), dict(options.get("tags") or {})
         for name, table, known in (("columns", columns, DEFAULT_COLUMNS), ("tags", tags, TAG_KEYS)):
             if unknown := sorted(set(table) - set(known)):
-                raise ValueError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
+                raise ConfigError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
         given = {key: value for key, value in columns.items() if value is not None}  # null: ours
-        return cls({**DEFAULT_COLUMNS, **given}, {key: tags.get(key) for key in TAG_KEYS})
+        if bad := {key: value for key, value in given.items() if not isinstance(value, str) or not value}:
+            raise ConfigError(f"data.columns: column names are non-empty strings, got {bad}")
+        shape = options.get("record_shape")
+        if shape is not None and shape not in SHAPE_FIELDS:
+            raise ConfigError(f"data.record_shape: one of {', '.join(SHAPE_FIELDS)} or null (detected), got {shape!r}")
+        tags = {key: tags.get(key) for key in TAG_KEYS}
+        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape)
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -104,18 +125,35 @@ class Layout:
         """The record's shape and form (e.g. ``("messages", "messages (messages: role/content)")``); a record of
         none of the shapes is an error naming the keys it has."""
         has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected")}
-        if has["chosen"] or has["rejected"]:
+        matched = {
+            MESSAGES: self.messages_column(record) is not None,
+            COMPLETION: has["completion"],
+            PREFERENCE: has["chosen"] or has["rejected"],
+        }
+        if self.chosen_shape is not None:
+            matched = {kind: hit and kind == self.chosen_shape for kind, hit in matched.items()}
+        elif sum(matched.values()) > 1:
+            both = [kind for kind, hit in matched.items() if hit]
+            raise source.error(
+                "<record>",
+                f"the columns of one record shape, got those of {' and '.join(both)} (keys {sorted(record)}): "
+                "keep one shape's columns per record, or choose the one to read with data.record_shape",
+            )
+        if matched[PREFERENCE]:
             kind = PREFERENCE
-        elif has["completion"]:
+        elif matched[COMPLETION]:
             kind = COMPLETION
-        elif column := self.messages_column(record):
+        elif matched[MESSAGES]:
+            column = self.messages_column(record)
             items = record[column]
             keys = self.message_keys(items) if isinstance(items, list) and items else ("?", "?")
             return MESSAGES, f"{MESSAGES} ({column}: {keys[0]}/{keys[1]})"
         else:
             messages = self.columns["messages"] or " or ".join(MESSAGE_COLUMNS)
-            wanted = f"{messages}; prompt + completion; prompt + chosen + rejected"
-            raise source.error("<record>", f"one of the record shapes ({wanted}), got keys {sorted(record)}")
+            shapes = {MESSAGES: messages, COMPLETION: "prompt + completion", PREFERENCE: "prompt + chosen + rejected"}
+            wanted = "; ".join(w for kind, w in shapes.items() if self.chosen_shape in (None, kind))
+            what = "the record shape" if self.chosen_shape else "one of the record shapes"
+            raise source.error("<record>", f"{what} ({wanted}), got keys {sorted(record)}")
         form = "conversational: message lists" if isinstance(record.get(self.columns["prompt"]), list) else "strings"
         return kind, f"{kind} ({form})"
 
@@ -129,12 +167,29 @@ class Layout:
         detected = next((keys for keys in MESSAGE_KEYS.values() if keys[0] in first), MESSAGE_KEYS["openai"])
         return self.tags["role_tag"] or detected[0], self.tags["content_tag"] or detected[1]
 
-    def turns(self, record: Mapping[str, Any], column: str, source: Source, *, last: str) -> tuple[Turn, ...]:
+    def check_mapped(self, record: Mapping[str, Any], kind: str, source: Source) -> None:
+        """A column the config maps for this shape (or a system, task or id column) is in the record."""
+        for name in (*SHAPE_FIELDS[kind], *OPTIONAL_FIELDS):
+            if name in self.mapped and self.columns[name] not in record:
+                column = self.columns[name]
+                raise source.error(column, f"present: data.columns.{name}={column} names it (missing)")
+
+    def turns(
+        self, record: Mapping[str, Any], column: str, source: Source, *, last: str, weights: bool = False
+    ) -> tuple[Turn, ...]:
+        """The turns of a message list; ``weights``: honour OpenAI's per-message ``weight`` (else refused)."""
         items = require_list(record, column, source)
         role_key, content_key = self.message_keys(items)
         roles = self.roles()
-        return parse_conversation(
+        items = [_text_message(item, source, f"{column}[{i}]", content_key) for i, item in enumerate(items)]
+        untrained = _untrained_replies(items, source, column, role_key, roles, weights)
+        turns = parse_conversation(
             items, source, column, last=last, role_key=role_key, content_key=content_key, roles=roles
+        )
+        replies = [i for i, turn in enumerate(turns) if turn.role == "assistant"]  # every one is kept
+        return tuple(
+            replace(turn, trained=False) if i in {replies[n] for n in untrained} else turn
+            for i, turn in enumerate(turns)
         )
 
     def system(self, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
@@ -143,14 +198,54 @@ class Layout:
         return (Turn("system", text),) if text and text.strip() else ()
 
 
+def _text_message(item: Any, source: Source, where: str, content_key: str) -> Any:
+    """A message whose content is OpenAI's list of content parts, with its text parts joined by newlines
+    (a part of another type is an error); any other message as it is."""
+    if not isinstance(item, dict) or not isinstance(item.get(content_key), list):
+        return item
+    texts = []
+    for j, part in enumerate(item[content_key]):
+        field = f"{where}.{content_key}[{j}]"
+        if not isinstance(part, dict) or part.get("type") != "text":
+            got = part.get("type") if isinstance(part, dict) else type_name(part)
+            raise source.error(
+                field, f'a text part {{"type": "text", "text": ...}} (data=custom reads text), got {got!r}'
+            )
+        texts.append(require_str(part, "text", source, f"{field}.text", allow_empty=True))
+    return {**item, content_key: "\n".join(texts)}
+
+
+def _untrained_replies(
+    items: list[Any], source: Source, column: str, role_key: str, roles: Mapping[str, str], weights: bool
+) -> set[int]:
+    """The ordinals (among assistant messages) of those with ``"weight": 0``; a weight other than 0 or 1,
+    on another role, or where weights do not apply (``weights`` False) is an error."""
+    untrained, replies = set(), 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue  # parse_conversation names it
+        is_reply = roles.get(str(item.get(role_key)).lower()) == "assistant"
+        if WEIGHT in item:
+            where, weight = f"{column}[{i}].{WEIGHT}", item[WEIGHT]
+            if not weights:
+                raise source.error(where, "no weight here (weights apply to the turns of a messages record)")
+            if not is_reply or isinstance(weight, bool) or weight not in (0, 1):
+                raise source.error(where, f"0 or 1 on an assistant message, got {weight!r} on {item.get(role_key)!r}")
+            if weight == 0:
+                untrained.add(replies)
+        replies += is_reply
+    return untrained
+
+
 # -- sources ------------------------------------------------------------------------------------------
 
 
-def iter_source(path: str | Path, split: str) -> Iterator[tuple[Source, Any]]:
-    """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset."""
+def iter_source(path: str | Path, split: str, hub_timeout_s: float | None = None) -> Iterator[tuple[Source, Any]]:
+    """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset (loaded within
+    ``hub_timeout_s`` seconds; None: no bound)."""
     name = str(path)
     if name.startswith(HUB_PREFIX):
-        yield from _hub_rows(name, split)
+        yield from _hub_rows(name, split, hub_timeout_s)
         return
     p = existing_file(path)
     if p.suffix.lower() == ".parquet":
@@ -168,13 +263,19 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
         raise DataFormatError(path, "file", "<document>", f"a readable Parquet file ({error})") from None
 
 
-def _hub_rows(name: str, split: str) -> Iterator[tuple[Source, Any]]:
+def _hub_rows(name: str, split: str, timeout_s: float | None) -> Iterator[tuple[Source, Any]]:
     import datasets
 
     dataset, _, hub_split = name.removeprefix(HUB_PREFIX).partition(":")
     hub_split = hub_split or HUB_SPLITS[split]
     try:
-        rows = datasets.load_dataset(dataset, split=hub_split)
+        rows = _within(timeout_s, lambda: datasets.load_dataset(dataset, split=hub_split))
+    except Unfinished:
+        raise FileNotFoundError(
+            f"{name}: datasets.load_dataset({dataset!r}, split={hub_split!r}) did not finish within "
+            f"data.hub_timeout_s={timeout_s:g}s (an endpoint that does not answer?); raise it for a large "
+            "download, or download the dataset and pass its files"
+        ) from None
     except Exception as error:  # offline, missing, gated: the same advice
         raise FileNotFoundError(
             f"{name}: could not load dataset {dataset!r} split {hub_split!r} with datasets.load_dataset "
@@ -183,10 +284,50 @@ def _hub_rows(name: str, split: str) -> Iterator[tuple[Source, Any]]:
     yield from _rows(name, rows)
 
 
+class Unfinished(Exception):
+    """A call that did not return in its time (``_within``)."""
+
+
+def _within(timeout_s: float | None, call: Callable[[], Any]) -> Any:
+    """``call()``'s result, or Unfinished when it has not returned after ``timeout_s`` seconds (it is left
+    running in a daemon thread, which does not keep the process alive)."""
+    if timeout_s is None:
+        return call()
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, name="rpbench-hub-load", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise Unfinished(timeout_s)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def _rows(name: str, rows) -> Iterator[tuple[Source, Any]]:
     """Arrow rows (Parquet, datasets): their strings are valid UTF-8 already, so no surrogate check."""
     for index, raw in enumerate(rows):
         yield Source(name, index, positional=True), raw
+
+
+def _non_json_at(value: Any, where: str) -> tuple[str, str] | None:
+    """(field path, type) of the first value under ``value`` that JSON cannot hold, or None."""
+    if isinstance(value, dict):
+        items = [(f"{where}.{key}" if where else str(key), item) for key, item in value.items()]
+    elif isinstance(value, list):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    elif value is None or isinstance(value, (str, int, float, bool)):
+        return None
+    else:
+        return where, "binary data (a binary column)" if isinstance(value, bytes) else type(value).__name__
+    return next((found for name, item in items if (found := _non_json_at(item, name))), None)
 
 
 # -- readers ------------------------------------------------------------------------------------------
@@ -203,6 +344,7 @@ def _read(
     def parse(raw: Any, source: Source):
         record = as_object(raw, source)
         kind, shape = layout.shape(record, source)
+        layout.check_mapped(record, kind, source)
         if not first:
             first.update(shape=shape, record=source.record)
         elif shape != first["shape"]:
@@ -212,14 +354,20 @@ def _read(
             )
         columns = {**layout.columns, "messages": layout.messages_column(record)}
         used = {c: record[c] for f, c in columns.items() if c and c in record and f != "id"}
+        if foreign := _non_json_at(used, ""):  # an Arrow row's binary column, timestamp...
+            raise source.error(foreign[0], f"text or JSON values, got {foreign[1]}")
         if layout.columns["id"] in record:
             rid, source = record_id(record, layout.columns["id"], source)
         else:
             rid = content_id(used)
         return build(layout, record, source, rid, kind)
 
-    result = collect(str(path), iter_source(path, split), parse, on_error)
-    return ShapedReadResult(result.path, result.examples, result.skipped, shape=first.get("shape", ""))
+    timeout = options.get("hub_timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
+        raise ConfigError(f"data.hub_timeout_s: a number of seconds > 0 (or null: no bound), got {timeout!r}")
+    records = iter_source(path, split, timeout)
+    result = collect(str(path), records, parse, on_error)
+    return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 
 
 def _label(layout: Layout, record: Mapping[str, Any], source: Source) -> str | None:
@@ -249,7 +397,7 @@ def _reply(layout: Layout, record: Mapping[str, Any], field: str, source: Source
 
 
 def _conversation(layout: Layout, record: Mapping[str, Any], source: Source) -> tuple[Turn, ...]:
-    turns = layout.turns(record, layout.messages_column(record), source, last="assistant")
+    turns = layout.turns(record, layout.messages_column(record), source, last="assistant", weights=True)
     return turns if turns[0].role == "system" else layout.system(record, source) + turns
 
 
@@ -319,11 +467,11 @@ def _task_dimensions(table: Any) -> dict[str, list[str]]:
     if table is None:
         return {}
     if not isinstance(table, Mapping):
-        raise ValueError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
+        raise ConfigError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
     out = {}
     for label, dims in table.items():
-        if isinstance(dims, str) or not all(isinstance(d, str) for d in dims):
-            raise ValueError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
+        if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
+            raise ConfigError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
         out[str(label)] = list(dims)
     return out
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rpbench.data.errors import RpbenchError
 from rpbench.data.records import Example, content_hash, split_for_overlap
 
 SHOWN_IDS = 5
+
+
+class OverlapError(RpbenchError, ValueError):
+    """Training records that are also test records: a user error, printed as one line."""
 
 
 def check_overlap(
@@ -23,7 +28,7 @@ def check_overlap(
 ) -> int:
     """The number of ``train`` records whose (prompt, reference) also occurs in ``test``.
 
-    Raises ValueError with the count and the first ids unless ``allow_overlap`` (then the caller
+    Raises OverlapError with the count and the first ids unless ``allow_overlap`` (then the caller
     reports the count).
     """
     test_ids: dict[str, str] = {}
@@ -34,7 +39,7 @@ def check_overlap(
     ]
     if overlapping and not allow_overlap:
         shown = ", ".join(f"{train_id} (= {test_name} {test_id})" for train_id, test_id in overlapping[:SHOWN_IDS])
-        raise ValueError(
+        raise OverlapError(
             f"{len(overlapping)} {train_name} records also appear in {test_name} (same prompt and reference); "
             f"first: {shown}. Remove them, or set data.allow_overlap=true to train on them anyway."
         )

@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.readers import (
     FORMATS,
@@ -189,15 +189,17 @@ def _inline_images(turns: list[Turn], source: Source, image_root: str | Path | N
 def scenario_of(path: str | Path, scenario: Any) -> str:
     if scenario is not None:
         if scenario not in SCENARIOS:
-            raise ValueError(f"unknown MMRole scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
+            raise ConfigError(f"unknown MMRole scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
         return scenario
     name = existing_file(path).name
     for candidate in SCENARIOS:
         if name.startswith(candidate):
             return candidate
-    raise ValueError(
-        f"cannot tell the MMRole scenario from the file name {name!r}: name it "
-        f"<scenario>_test.json or pass options['scenario'] (one of {', '.join(SCENARIOS)})"
+    raise DataFormatError(
+        path,
+        "file",
+        "<file name>",
+        f"a name starting with its MMRole scenario ({', '.join(SCENARIOS)}), e.g. comment_test.json; got {name!r}",
     )
 
 

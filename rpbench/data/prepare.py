@@ -33,6 +33,8 @@ READER_OPTIONS = (
     "policy_prompt",
     "prompts_source",
     "heldout",
+    "hub_timeout_s",
+    "record_shape",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"

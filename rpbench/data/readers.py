@@ -4,8 +4,9 @@
 ``FORMATS`` under ``format`` (each format module registers its own; ``rpbench.data`` imports them):
 split ``train``, ``pairs`` or ``test`` -> that format's reader for the split.
 
-Files are JSON Lines (one object per line, blank lines ignored) or one JSON document; a file whose
-first non-blank character is ``[`` is read as a JSON list, anything else as JSON Lines. Records are
+Files are JSON Lines (one object per line, blank lines ignored) or one JSON document, in UTF-8 with or
+without a byte-order mark; a file whose first non-blank character is ``[`` is read as a JSON list,
+anything else as JSON Lines. Records are
 named in errors by 1-based line number (JSON Lines) or by 0-based index and id (JSON lists).
 
 Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
@@ -36,6 +37,8 @@ SPLITS: tuple[str, ...] = ("train", "pairs", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
+DUPLICATES = "duplicates"  # the read report's count of records skipped for repeating an earlier record's id
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors write first
 
 
 @dataclass(frozen=True)
@@ -106,9 +109,9 @@ def check_on_error(on_error: str) -> None:
 def load_document(path: Path) -> Any:
     """A whole file as one JSON value; a file that is not valid JSON fails as a whole."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataFormatError(path, "file", "<document>", f"valid UTF-8 JSON ({exc})") from None
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DataFormatError(path, "file", "<document>", f"valid UTF-8 JSON ({_why(exc)})") from None
 
 
 def iter_records(path: Path) -> Iterator[tuple[Source, Any]]:
@@ -124,15 +127,20 @@ def iter_records(path: Path) -> Iterator[tuple[Source, Any]]:
         return
     with path.open("rb") as lines:
         for number, line in enumerate(lines, start=1):
+            line = line.removeprefix(BOM) if number == 1 else line
             if not line.strip():
                 continue
             source = Source(str(path), number)
             try:
                 raw = json.loads(line.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                yield source, source.error("<line>", f"one valid UTF-8 JSON object per line ({exc})")
+            except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+                yield source, source.error("<line>", f"one valid UTF-8 JSON object per line ({_why(exc)})")
                 continue
             yield source, checked_text(raw, source)
+
+
+def _why(error: Exception) -> str:
+    return "nested too deeply to parse" if isinstance(error, RecursionError) else str(error)
 
 
 def checked_text(raw: Any, source: Source) -> Any:
@@ -164,8 +172,10 @@ def _surrogate_at(value: Any, where: str) -> str | None:
 
 
 def _first_byte(path: Path) -> bytes:
-    """The first non-whitespace byte of a file (empty for a blank file)."""
+    """The first non-whitespace byte of a file after any byte-order mark (empty for a blank file)."""
     with path.open("rb") as f:
+        if f.read(len(BOM)) != BOM:
+            f.seek(0)
         while chunk := f.read(4096):
             if stripped := chunk.lstrip():
                 return stripped[:1]
@@ -175,13 +185,14 @@ def _first_byte(path: Path) -> bytes:
 def collect(
     path: Path, records: Iterator[tuple[Source, Any]], parse: Callable[[Any, Source], T], on_error: OnError
 ) -> ReadResult[T]:
-    """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped``.
+    """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped`` (a
+    repeated id is also counted as ``duplicates``).
 
     A file without records is an error. Record ids must be unique within a file (later stages key
     predictions and judgements by id); a record without an id repeats another when their contents are
     identical.
     """
-    result: ReadResult[T] = ReadResult(str(path))
+    result: ReadResult[T] = ReadResult(str(path), counts={DUPLICATES: 0})
     seen: dict[str, int | str] = {}
     n_records = 0
     for source, raw in records:
@@ -191,6 +202,7 @@ def collect(
                 raise raw
             example = parse(raw, source)
             if example.id in seen:
+                result.counts[DUPLICATES] += 1
                 raise source.error(
                     "id",
                     f"a unique record id; {example.id!r} is also record {seen[example.id]} (records without an "

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.data.errors import ConfigError, OnError, ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
@@ -125,14 +125,14 @@ def _turns(record: Mapping[str, Any], key: str, source: Source, *, last: str):
 def _task_dimensions(options: Mapping[str, Any]) -> dict[str, list[str]]:
     table = options.get("task_dimensions")
     if not isinstance(table, Mapping) or not table:
-        raise ValueError(
+        raise ConfigError(
             "rolemrc.read_test needs options['task_dimensions']: a mapping from each test label "
             "to its judge rubric names (the data config's task_dimensions table)"
         )
     out: dict[str, list[str]] = {}
     for label, dims in table.items():
         if isinstance(dims, str) or not isinstance(dims, Sequence) or not all(isinstance(d, str) for d in dims):
-            raise ValueError(f"task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
+            raise ConfigError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
         out[str(label)] = list(dims)
     return out
 

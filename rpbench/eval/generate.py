@@ -97,13 +97,16 @@ def prompt_renderer(model, tokenizer, max_length: int) -> ChatRenderer:
     return family_renderer(family_of_model(model), tokenizer, max_length)
 
 
+TEST_FILE = "data.files.test"  # how the evaluation names the file of its records
+
+
 def fit_prompt(renderer: ChatRenderer, example: EvalExample) -> FittedPrompt:
     """``example``'s prompt fitted to the renderer's budget; an unusable image, or images that alone exceed
     the budget, are an error naming the record."""
     try:
         return renderer.fit_prompt(example.prompt)
     except (ImageError, ImageBudgetError) as error:
-        raise ValueError(f"record {example.id!r}: field 'prompt': {error}") from error
+        raise DataFormatError(TEST_FILE, repr(example.id), "prompt", str(error)) from error
 
 
 def prompt_images(tokenizer, example: EvalExample, fitted: FittedPrompt) -> list[str]:
@@ -112,9 +115,12 @@ def prompt_images(tokenizer, example: EvalExample, fitted: FittedPrompt) -> list
     tokens = fitted.input_ids.count(tokenizer.image_token_id)
     expected = sum(tokenizer.image_token_count(image) for image in fitted.images)
     if tokens != expected:
-        raise ValueError(
-            f"record {example.id!r}: its prompt was cut to max_prompt_length through its images ({tokens} of "
-            f"the {expected} image tokens of {list(fitted.images)} kept); raise max_prompt_length"
+        raise DataFormatError(
+            TEST_FILE,
+            repr(example.id),
+            "prompt",
+            f"a prompt that fits max_prompt_length with its images whole ({tokens} of the {expected} image tokens "
+            f"of {list(fitted.images)} kept); raise max_prompt_length",
         )
     return list(fitted.images)
 

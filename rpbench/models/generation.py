@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from rpbench.data.chat import ContentText
 from rpbench.models.vision import is_image_text
 from rpbench.models.zero3 import gathered_for_generation, is_partitioned
 
@@ -87,11 +88,29 @@ def render_prompts(
 ) -> list[list[int]]:
     """Token ids of each conversation in the chat template, ending with the assistant header. With
     ``images`` (per conversation, in the order its messages show them as ``{"type": "image"}`` parts),
-    each image placeholder is expanded to the image's tokens."""
-    texts = [tokenizer.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True) for c in conversations]
+    each image placeholder is expanded to the image's tokens. Contents are text: a control token's string
+    in a message is tokenized as ordinary text (``ContentText``)."""
+    content = ContentText(tokenizer)
+    texts = [
+        tokenizer.apply_chat_template(
+            [_escaped_message(content, m) for m in c], tokenize=False, add_generation_prompt=True
+        )
+        for c in conversations
+    ]
     if images is not None:
         texts = [tokenizer.expand_image_tokens(text, list(shown)) for text, shown in zip(texts, images, strict=True)]
-    return [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    return [content.encode(text) for text in texts]
+
+
+def _escaped_message(content: ContentText, message: Mapping[str, Any]) -> dict[str, Any]:
+    """``message`` with its text (a string, or the ``text`` of its content parts) escaped."""
+    value = message.get("content")
+    if isinstance(value, str):
+        return {**message, "content": content.escape(value)}
+    if isinstance(value, list):
+        parts = [{**p, "text": content.escape(p["text"])} if isinstance(p.get("text"), str) else p for p in value]
+        return {**message, "content": parts}
+    return dict(message)
 
 
 def default_stop_ids(model, tokenizer) -> list[int]:

@@ -89,7 +89,12 @@ class ImageTextTokenizer:
         return self.tokenizer.convert_tokens_to_ids(self.image_token)
 
     def _image_token_count(self, image: ImageInput) -> int:
-        grid = self.pixel_inputs([image])["image_grid_thw"][0]
+        try:
+            grid = self.pixel_inputs([image])["image_grid_thw"][0]
+        except ValueError as error:  # the processor's refusal: an extreme aspect ratio, too small an image
+            if isinstance(error, ImageError):
+                raise
+            raise ImageError(f"image {_named(image)} cannot be used by the model's image processor ({error})") from None
         return int(grid.prod()) // int(self.processor.image_processor.merge_size) ** 2
 
     def image_token_count(self, image: ImageInput) -> int:
@@ -152,6 +157,10 @@ class ImageTextTokenizer:
 
     def save_pretrained(self, out_dir: str | Path, **kwargs):
         return self.processor.save_pretrained(out_dir, **kwargs)
+
+
+def _named(image: ImageInput) -> str:
+    return f"{str(image)!r}" if not isinstance(image, PILImage.Image) else f"of size {image.size}"
 
 
 def is_image_text(tokenizer) -> bool:

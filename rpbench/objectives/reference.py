@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from rpbench.data.errors import ConfigError
 from rpbench.distributed import all_gather_objects, barrier, broadcast_from_zero, rank_and_world
 from rpbench.models.forward import sequence_logps
 from rpbench.models.zero3 import gathered, is_partitioned
@@ -184,8 +185,11 @@ def _write_cache(path: Path, signature: str, entries: Mapping[str, CacheEntry]) 
         "entries": {sid: {"fingerprint": e.fingerprint, "logps": list(e.logps)} for sid, e in entries.items()},
     }
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload), encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(payload), encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)  # left only when writing or replacing failed
 
 
 def _batch_to(batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
@@ -218,6 +222,8 @@ class PrecomputedReference:
         Returns the reference, which counts the entries it computed and reused.
         """
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"objective.ref_cache={path}: the cache is one file, got a folder (name a file in it)")
         lockstep = is_partitioned(model)
         if not lockstep:
             model.to(device)

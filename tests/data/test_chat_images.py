@@ -151,3 +151,15 @@ def test_reply_rows_carry_the_prompt_images(model_cfg, tokenizer, images):
     assert tokenizer.decode([t for t, lab in zip(chosen.input_ids, chosen.labels) if lab != IGNORE_INDEX]) == (
         "Red.<|im_end|>"
     )
+
+
+def test_an_image_the_processor_refuses_is_an_image_error_naming_it(model_cfg, tokenizer, tmp_path):
+    from rpbench.models.vision import ImageError
+
+    strip = tmp_path / "strip.png"
+    Image.new("RGB", (6000, 20), "red").save(strip)  # an aspect ratio of 300: Qwen2-VL's processor refuses it
+    turns = [Turn("user", "What is this?", image=str(strip)), Turn("assistant", "A strip.")]
+    with pytest.raises(ImageError, match=r"image '.*strip.png' cannot be used by the model's image processor"):
+        renderer(model_cfg, tokenizer, 4096).render_conversation(turns)
+    with pytest.raises(ImageError, match="aspect ratio"):
+        renderer(model_cfg, tokenizer, 4096).fit_prompt(turns[:1])

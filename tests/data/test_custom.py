@@ -95,7 +95,9 @@ def test_own_column_and_role_names(tmp_path):
     assert example.id == "x1" and example.prompt == TURNS[:2] and example.reference == ASSISTANT
     assert example.task == "address"
     with pytest.raises(DataFormatError) as error:  # ShareGPT's role names are not these tags
-        other = jsonl(tmp_path / "other.jsonl", [{"dialog": [{"speaker": "human", "text": USER}]}])
+        other = jsonl(
+            tmp_path / "other.jsonl", [{"dialog": [{"speaker": "human", "text": USER}], "uid": "x", "kind": "a"}]
+        )
         read("train", other, **options)
     assert str(error.value) == (
         f"{other}: record 1: field 'dialog[0].speaker': one of narrator, q, a (any case), got 'human'"
@@ -205,3 +207,160 @@ def test_mapping_from_the_command_line_reaches_the_reader(compose, tmp_path):
     assert result.examples[0].turns == TURNS and result.summary()["shape"] == "messages (dialog: speaker/text)"
     with pytest.raises(DataFormatError, match=r"own.jsonl: record 1: field '<record>': one of the record shapes"):
         read_split(compose("data=custom", f"data.files.train={path}").data, "train")  # unmapped: no known column
+
+
+def test_a_record_holding_two_shapes_is_an_error_not_a_silent_choice(tmp_path):
+    both = jsonl(tmp_path / "both.jsonl", [{"messages": OPENAI, "prompt": USER, "completion": ASSISTANT}])
+    for split in ("train", "test"):
+        with pytest.raises(DataFormatError) as error:
+            read(split, both)
+        assert error.value.record == 1 and error.value.field == "<record>"
+        assert "messages and prompt/completion" in error.value.problem
+    pair_and_completion = jsonl(
+        tmp_path / "pc.jsonl", [{"prompt": USER, "completion": ASSISTANT, "chosen": ASSISTANT, "rejected": "No."}]
+    )
+    with pytest.raises(DataFormatError, match="prompt/completion and prompt/chosen/rejected"):
+        read("pairs", pair_and_completion)
+
+
+def test_a_mapped_column_missing_from_a_record_is_an_error(tmp_path):
+    path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI[1:], "persona": SYSTEM}, {"messages": OPENAI[1:]}])
+    with pytest.raises(DataFormatError) as error:
+        read("train", path, columns={"system": "nonexistent"})
+    assert (error.value.record, error.value.field) == (1, "nonexistent")
+    assert "data.columns.system=nonexistent" in error.value.problem
+    with pytest.raises(DataFormatError, match=r"record 2: field 'persona': present: data.columns.system=persona"):
+        read("train", path, columns={"system": "persona"})
+    completions = jsonl(tmp_path / "pc.jsonl", [{"prompt": USER, "completion": ASSISTANT}])
+    with pytest.raises(DataFormatError, match=r"field 'label': present: data.columns.task=label"):
+        read("test", completions, columns={"task": "label"})
+    # A mapping for another shape (another file of the same config) does not apply to this one.
+    assert read("train", completions, columns={"chosen": "better"}).examples[0].turns == TURNS[1:]
+
+
+def test_openai_content_part_lists_are_read_as_their_text(tmp_path):
+    parts = [
+        {"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
+        {"role": "user", "content": [{"type": "text", "text": "Where do you"}, {"type": "text", "text": "live?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": ASSISTANT}]},
+    ]
+    path = jsonl(tmp_path / "parts.jsonl", [{"messages": parts}])
+    assert read("train", path).examples[0].turns == (
+        TURNS[0],
+        Turn("user", "Where do you\nlive?"),
+        TURNS[2],
+    )
+    pc = jsonl(tmp_path / "pc.jsonl", [{"prompt": parts[:2], "completion": parts[2:]}])
+    assert read("test", pc).examples[0].reference == ASSISTANT
+    image = [parts[0], {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x.png"}}]}, parts[2]]
+    with pytest.raises(DataFormatError) as error:
+        read("train", jsonl(tmp_path / "image.jsonl", [{"messages": image}]))
+    assert error.value.field == "messages[1].content[0]" and "'image_url'" in error.value.problem
+
+
+def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path):
+    from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
+    from rpbench.models import load_tokenizer
+
+    chat = [
+        {"role": "user", "content": "Who are you?"},
+        {"role": "assistant", "content": "Nobody you know.", "weight": 0},
+        {"role": "user", "content": USER},
+        {"role": "assistant", "content": ASSISTANT, "weight": 1},
+    ]
+    [example] = read("train", jsonl(tmp_path / "w.jsonl", [{"messages": chat}])).examples
+    assert [t.trained for t in example.turns] == [True, False, True, True]
+    tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2"})
+    rendered = ChatRenderer(tokenizer, "<|im_end|>").render_conversation(example.turns)
+    supervised = [t for t, label in zip(rendered.input_ids, rendered.labels) if label != IGNORE_INDEX]
+    assert tokenizer.decode(supervised) == ASSISTANT + "<|im_end|>"  # the weight-0 reply is not trained on
+    for bad, field in (
+        ({**chat[1], "weight": 0.5}, "messages[1].weight"),
+        ({**chat[0], "weight": 0}, "messages[0].weight"),
+    ):
+        records = [{"messages": [bad, *chat[1:]] if field.startswith("messages[0]") else [chat[0], bad, *chat[2:]]}]
+        with pytest.raises(DataFormatError) as error:
+            read("train", jsonl(tmp_path / "bad.jsonl", records))
+        assert error.value.field == field and "0 or 1 on an assistant message" in error.value.problem
+    in_prompt = [{"prompt": [{**chat[0], "weight": 1}], "completion": ASSISTANT}]
+    with pytest.raises(DataFormatError, match=r"field 'prompt\[0\].weight': no weight here"):
+        read("train", jsonl(tmp_path / "p.jsonl", in_prompt))
+
+
+def test_mapping_mistakes_are_configuration_errors(tmp_path):
+    from rpbench.data.errors import ConfigError
+
+    path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
+    with pytest.raises(ConfigError, match=r"data.columns: unknown keys \['speaker'\]"):
+        read("train", path, columns={"speaker": "who"})
+    with pytest.raises(ConfigError, match=r"data.task_dimensions must map test labels"):
+        read("test", path, task_dimensions=["role_style"])
+    with pytest.raises(ConfigError, match=r"data.task_dimensions\['chats'\] must be a list"):
+        read("test", path, task_dimensions={"chats": 3})
+
+
+def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_path):
+    """A real TCP endpoint that accepts and never answers, as HF_ENDPOINT; the read stops at hub_timeout_s."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    script = (
+        "import sys, time\n"
+        "from rpbench.data import readers\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        "    readers.read('custom', 'train', 'hf://someone/chats', hub_timeout_s=3)\n"
+        "except FileNotFoundError as error:\n"
+        "    print(f'{time.monotonic() - start:.1f} {error}')\n"
+    )
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
+        "HF_HUB_OFFLINE": "0",
+        "HF_DATASETS_OFFLINE": "0",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        silent.close()
+    seconds, _, message = done.stdout.strip().partition(" ")
+    assert done.returncode == 0 and message, done.stderr[-2000:]
+    assert 3 <= float(seconds) < 10 and time.monotonic() - started < 60
+    assert "hf://someone/chats: datasets.load_dataset('someone/chats', split='train') did not finish" in message
+    assert "data.hub_timeout_s=3s" in message
+
+
+def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
+    from rpbench.data.errors import ConfigError
+
+    both = [{"prompt": USER, "chosen": ASSISTANT, "rejected": "No.", "messages": OPENAI}]
+    path = jsonl(tmp_path / "both.jsonl", both)
+    with pytest.raises(DataFormatError, match="choose the one to read with data.record_shape"):
+        read("pairs", path)
+    (pair,) = read("pairs", path, record_shape="prompt/chosen/rejected").examples
+    assert pair.prompt == (Turn("user", USER),) and pair.chosen == ASSISTANT
+    (chat,) = read("train", path, record_shape="messages").examples
+    assert chat.turns == TURNS
+    with pytest.raises(DataFormatError, match=r"field '<record>': the record shape \(prompt \+ completion\)"):
+        read("train", path, record_shape="prompt/completion")
+    with pytest.raises(ConfigError, match="data.record_shape: one of messages, "):
+        read("train", path, record_shape="chat")
+
+
+def test_hub_timeout_must_be_a_positive_number(tmp_path):
+    from rpbench.data.errors import ConfigError
+
+    path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
+    for bad in ("soon", 0, True):
+        with pytest.raises(ConfigError, match="data.hub_timeout_s: a number of seconds > 0"):
+            read("train", path, hub_timeout_s=bad)
+    assert read("train", path, hub_timeout_s=1.5).examples[0].turns == TURNS

@@ -136,12 +136,17 @@ def test_records_without_a_system_prompt_get_the_default_and_are_counted(tmp_pat
     assert systems == {"own#1": "Be Ann.", "own#2": "Be Ann."} | {
         f"{rid}#{n}": DEFAULT_SYSTEM for rid in ("empty", "none") for n in (1, 2, 3)
     }
-    assert result.counts == {"system_filled": 2} and result.summary()["system_filled"] == 2  # records, not samples
-    assert mmrole.read_sft(path).counts == {}  # no default: nothing filled, no system turn
+    assert (
+        result.counts == {"system_filled": 2, "duplicates": 0} and result.summary()["system_filled"] == 2
+    )  # records, not samples
+    assert mmrole.read_sft(path).counts == {"duplicates": 0}  # no default: nothing filled, no system turn
     assert mmrole.read_sft(path).examples[1].turns[0].role == "user"
     test = dict(dialogue("t", n_turns=1, system=""), other_role="a curious human", script="S")
     result = mmrole.read_test(write(tmp_path, [test], "comment_test.json"), default_system=DEFAULT_SYSTEM)
-    assert result.examples[0].prompt[0] == Turn("system", DEFAULT_SYSTEM) and result.counts == {"system_filled": 1}
+    assert result.examples[0].prompt[0] == Turn("system", DEFAULT_SYSTEM) and result.counts == {
+        "system_filled": 1,
+        "duplicates": 0,
+    }
 
 
 def test_sample_config_reads_in_test_and_out_test_in_one_run(compose):
@@ -155,6 +160,7 @@ def test_sample_config_reads_in_test_and_out_test_in_one_run(compose):
         "read": 30,
         "skipped": 0,
         "first_skipped": [],
+        "duplicates": 0,
         "test_set.in": 24,
         "test_set.out": 6,
     }

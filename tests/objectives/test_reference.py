@@ -188,3 +188,18 @@ def test_precompute_on_two_ranks_splits_the_work_and_gives_every_rank_the_whole_
             assert values == pytest.approx(list(single.entries[sid].logps), rel=1e-5, abs=1e-5)
     written = json.loads((tmp_path / "ref.json").read_text())["entries"]
     assert set(written) == set(single.entries)
+
+
+def test_a_folder_as_ref_cache_is_a_configuration_error_leaving_nothing_behind(tmp_path):
+    import torch
+
+    from rpbench.data.errors import ConfigError
+    from rpbench.objectives.reference import PrecomputedReference, _write_cache
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=r"objective.ref_cache=.*cache: the cache is one file, got a folder"):
+        PrecomputedReference.build(torch.nn.Linear(1, 1), [], folder, torch.device("cpu"), "32-true")
+    with pytest.raises(OSError):  # a write that cannot replace its target removes its temporary file
+        _write_cache(folder, "signature", {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]

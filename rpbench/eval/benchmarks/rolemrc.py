@@ -43,14 +43,17 @@ class RoleMRC(Benchmark):
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
         from rpbench.scoring.judge import JudgeConfig, judge_rolemrc
-        from rpbench.scoring.judge.health import parse_failure_warning
+        from rpbench.scoring.judge.health import parse_failure_warning, request_failure_warning
 
         judged = judge_rolemrc(examples, predictions, as_container(cfg.judge), prepared)
         overall = judged["overall"]
-        limit = JudgeConfig.from_mapping(as_container(cfg.judge)).warn_parse_failure_rate
-        warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
-        if warning:
-            judged["warning"] = warning
+        judge_cfg = JudgeConfig.from_mapping(as_container(cfg.judge))
+        warnings = [
+            request_failure_warning(overall["request_failures"], overall["n"], judge_cfg.warn_request_failure_rate),
+            parse_failure_warning(overall["parse_failures"], overall["n"], judge_cfg.warn_parse_failure_rate),
+        ]
+        if any(warnings):
+            judged["warning"] = " ".join(w for w in warnings if w)
         records = judged.pop("records")
         write_jsonl(out_dir / "judgements.jsonl", records)
         bootstrap = as_container(cfg.evaluator.bootstrap)

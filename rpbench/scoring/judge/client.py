@@ -64,6 +64,8 @@ class JudgeConfig:
     parse_tries: int = 3
     # Above this share of parse failures among a run's judgements, the log and report.md warn.
     warn_parse_failure_rate: float = 0.2
+    # Above this share of requests without a reply after all retries, the log and report.md warn.
+    warn_request_failure_rate: float = 0.0
     price_input_per_1m: float = 0.0
     price_output_per_1m: float = 0.0
     cache_path: str | None = None

@@ -132,7 +132,14 @@ def test_choices_come_from_the_registries(compose):
 def test_the_shipped_experiments_and_defaults_validate(compose, monkeypatch):
     """(The DPO experiments start from the SFT runs' folders, so they validate once those exist.)"""
     monkeypatch.setenv("OPENAI_API_KEY", "set")
-    shipped = [[], ["judge=openai"], ["judge=local"], ["objective=dpo"], ["objective=grpo"], ["evaluator=rpgbench", "data=sample_rpgbench"]]
+    shipped = [
+        [],
+        ["judge=openai"],
+        ["judge=local"],
+        ["objective=dpo"],
+        ["objective=grpo"],
+        ["evaluator=rpgbench", "data=sample_rpgbench"],
+    ]
     shipped += [["experiment=rolemrc_sft_qwen2.5-7b"], ["experiment=rolemrc_sft_llama3.1-8b"]]
     for overrides in shipped:
         validate(compose(*overrides))

@@ -27,9 +27,7 @@ def main() -> None:
     parser.add_argument("--out-dir", type=Path, required=True)
     parser.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=BOOTSTRAP_SEED, help="bootstrap seed")
-    parser.add_argument(
-        "--score-with-id", action="store_true", help="add each run's IDTest point to the score setting"
-    )
+    parser.add_argument("--score-with-id", action="store_true", help="add each run's IDTest point to the score setting")
     args = parser.parse_args()
     summary = summarize_runs(args.runs, args.resamples, args.seed, args.score_with_id)
     write_summary(summary, args.out_dir)

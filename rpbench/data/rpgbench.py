@@ -28,7 +28,6 @@ naive) and ``prompts_source`` (``prompts.source``) choose the prompt. Other opti
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any

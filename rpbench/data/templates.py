@@ -119,9 +119,7 @@ def read_released(path: Path, released: Released) -> str:
             n for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
         ]
         if len(strings) != 1:
-            raise TemplateError(
-                f"{path}:{node.lineno}: {released.symbol} holds no single string or f-string template"
-            )
+            raise TemplateError(f"{path}:{node.lineno}: {released.symbol} holds no single string or f-string template")
         text = _template_text(strings[0], released.rename)
     return text
 

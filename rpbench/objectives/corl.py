@@ -423,7 +423,9 @@ class CoRLModule(GRPOModule):
             synced = synced_gpus_needed(model, options, world_size)  # then every rank generates, in step
             if any(all_gather_objects(bool(missing))) if synced else missing:  # every rank asks, or none
                 rows = missing or [0]  # [0]: a throw-away row, so this rank generates in step with the others
-                prompts = [self.fit_prompt(REASONER, self.prompts.thought(RolePlayInput(**batch["x"][i]))) for i in rows]
+                prompts = [
+                    self.fit_prompt(REASONER, self.prompts.thought(RolePlayInput(**batch["x"][i]))) for i in rows
+                ]
                 rollouts = generate_rows(
                     model,
                     prompts,

@@ -57,9 +57,7 @@ class ThoughtFormat(CoRLReward):
 
     def __call__(self, prompts, completions, references) -> list[float]:
         headers = [re.compile(r"#+\s*" + r"\s*".join(map(re.escape, h.split()))) for h in self.templates.sections]
-        return [
-            0.5 * self.fenced_features(c) + 0.5 * all(h.search(c) for h in headers) for c in completions
-        ]
+        return [0.5 * self.fenced_features(c) + 0.5 * all(h.search(c) for h in headers) for c in completions]
 
 
 @REWARDS.register("corl_thought_length")

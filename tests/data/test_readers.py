@@ -206,7 +206,9 @@ def test_rpgbench_sample_file():
     assert f"<User Persona>{source['user_persona']}</User Persona>" in user
     assert f"<Agent Character>{source['agent_character']}</Agent Character>" in user
     assert all(next(iter(d.values())) in user for d in source["dialogue_context"])
-    assert [t["content"] for t in example.meta["dialogue"]] == [next(iter(d.values())) for d in source["dialogue_context"]]
+    assert [t["content"] for t in example.meta["dialogue"]] == [
+        next(iter(d.values())) for d in source["dialogue_context"]
+    ]
     train = readers.read("rpgbench", "train", path)
     assert len(train.examples) == len(raw["IDTrain"]) and all(e.turns[-1].role == "assistant" for e in train.examples)
     only_ood2 = rpgbench.read_test(path, test_splits=["OOD2Test"])

@@ -16,7 +16,7 @@ from rpbench.data.templates import TemplateError
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rpgbench" / "rpgbench.json"
 ROOT = "RPM-Generalization/"
 
-THOUGHT = '''
+THOUGHT = """
 ## Inputs
 {user_persona} | {agent_character} | {str_dialogue_context}
 ## Reference
@@ -30,7 +30,7 @@ THOUGHT = '''
 [Key Points]
 - one
 ```
-'''
+"""
 
 
 def clone(root: Path) -> Path:
@@ -59,7 +59,9 @@ def clone(root: Path) -> Path:
         "estimator_training/CoEvolve_RL.py": """
             system_prompt_for_PxyReward = \"\"\"Rate it.\"\"\"
             instruction = \"\"\"Give a percentage.\"\"\"
-            prompt_for_model_PxyReward = f\"\"\"{prompt_for_model_pxy} R={expected_output_for_model_pxy} C={content} {instruction}\"\"\"
+            prompt_for_model_PxyReward = (
+                f"{prompt_for_model_pxy} R={expected_output_for_model_pxy} C={content} {instruction}"
+            )
         """,
     }
     for name, text in files.items():
@@ -79,7 +81,11 @@ def test_every_default_has_its_released_counterpart_and_the_same_slots(tmp_path)
     x = RolePlayInput("a baker", "{'name': 'Ada'}", "User Query 1: hi\n")
     assert released.policy(x)[1].content == "<P>a baker</P><C>{'name': 'Ada'}</C><D>User Query 1: hi\n</D>"
     assert released.policy(x, naive=True)[1].content.startswith("P: a baker C:")
-    assert released.marker == "[Key Points]" and released.sections == ("Part A: Facts", "About the user", "Part B: Result")
+    assert released.marker == "[Key Points]" and released.sections == (
+        "Part A: Facts",
+        "About the user",
+        "Part B: Result",
+    )
     assert released.pxy(x, "F")[1].content.endswith("\n## Key\n```F```") and released.target("hi") == "## Reply\nhi"
     assert "(none)" in released.thought(x)[1].content
     judge = released.judge(x, "F", "gold", "cand")[1].content
@@ -96,7 +102,9 @@ def test_a_clone_missing_a_template_is_named(tmp_path):
 
 def test_the_dialogue_layout_numbers_turns_and_leaves_the_last_reply_open():
     turns = [Turn("user", "hi"), Turn("assistant", "hello"), Turn("user", "bye")]
-    assert format_dialogue(turns) == "User Query 1: hi\nAgent Response 1: hello\n\nUser Query 2: bye\n\nAgent Response 2: "
+    assert (
+        format_dialogue(turns) == "User Query 1: hi\nAgent Response 1: hello\n\nUser Query 2: bye\n\nAgent Response 2: "
+    )
     with pytest.raises(ValueError, match="alternates"):
         format_dialogue([Turn("user", "a"), Turn("user", "b")])
 

@@ -44,7 +44,7 @@ def test_string_constant_is_a_format_template(clone):
     assert t.text == "Be {role}, briefly."
     assert t.render(role="Holmes") == "Be Holmes, briefly."
     assert t.origin == "pkg/prompts.py:system_prompt"
-    assert t.sha256 == hashlib.sha256("Be {role}, briefly.".encode()).hexdigest()
+    assert t.sha256 == hashlib.sha256(b"Be {role}, briefly.").hexdigest()
 
 
 def test_fstring_in_a_function_by_occurrence_with_renamed_slots(clone):

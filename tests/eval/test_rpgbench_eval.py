@@ -8,12 +8,11 @@ import json
 import math
 
 import pytest
-import torch
 
 from conftest import run_in_process
 from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.benchmarks.rpgbench import without_think
+from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve import load_served_model, serve_in_thread
@@ -158,7 +157,9 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         f"paths.output_root={tmp_path}",
     )
     ev = json.loads((run_dir / "metrics.json").read_text())["eval"]
-    records = {json.loads(line)["meta"]["category"] for line in (run_dir / "predictions.jsonl").read_text().splitlines()}
+    records = {
+        json.loads(line)["meta"]["category"] for line in (run_dir / "predictions.jsonl").read_text().splitlines()
+    }
     shifted = records - {"IDTest"}
     assert len(shifted) == 11 and set(ev["jsd"]) == set(ev["bound"]) == set(ev["r_emid"]) == shifted
     assert set(ev["emi"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == records

@@ -14,10 +14,10 @@ from lightning.pytorch.loggers import CSVLogger
 from conftest import run_in_process, run_script
 from rpbench.data import readers
 from rpbench.data.records import Turn
+from rpbench.data.remid_prompts import JUDGE_TARGET, RolePlayInput, format_dialogue, remid_prompts
 from rpbench.models import load
 from rpbench.objectives import corl_cold_start
 from rpbench.objectives.corl import CoRLModule, Schedule
-from rpbench.data.remid_prompts import JUDGE_TARGET, RolePlayInput, format_dialogue, remid_prompts
 from rpbench.objectives.corl_rewards import JudgeRatio, ResponseFormat, ThoughtFormat, ThoughtLength
 from rpbench.objectives.rewards import REWARDS
 from rpbench.training import objective_config, train

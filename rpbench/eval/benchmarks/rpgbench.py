@@ -48,7 +48,12 @@ def judge_configs(cfg: DictConfig) -> list[dict[str, Any]]:
 
 
 def generated_reasoning(
-    reasoner, tokenizer, prompts: RemidPrompts, examples: Sequence[EvalExample], options: GenerationOptions, out_dir: Path
+    reasoner,
+    tokenizer,
+    prompts: RemidPrompts,
+    examples: Sequence[EvalExample],
+    options: GenerationOptions,
+    out_dir: Path,
 ) -> dict[str, str]:
     """r from x alone with the reasoner (its thought prompt, no golden response), kept in reasoning.jsonl."""
     from rpbench.eval.generate import generate_predictions
@@ -239,8 +244,10 @@ class RPGBench(Benchmark):
             entropy,
         )
         critic_model.eval()
-        source = f"the reasoner ({reasoner_spec.description}), greedy" if not reasoning_options.temperature else (
-            f"the reasoner ({reasoner_spec.description}), temperature {reasoning_options.temperature}"
+        source = (
+            f"the reasoner ({reasoner_spec.description}), greedy"
+            if not reasoning_options.temperature
+            else (f"the reasoner ({reasoner_spec.description}), temperature {reasoning_options.temperature}")
         )
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
         top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")

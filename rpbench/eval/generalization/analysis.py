@@ -96,7 +96,9 @@ def split_by_category(examples: Sequence[EvalExample]) -> dict[str, list[int]]:
             raise ValueError(f"record {e.id!r}: meta lacks 'category'; expected an RPGBench test record")
         splits.setdefault(str(e.meta["category"]), []).append(i)
     if ID_CATEGORY not in splits or len(splits) < 2:
-        raise ValueError(f"the generalization analysis needs {ID_CATEGORY} records and shifted ones, got {sorted(splits)}")
+        raise ValueError(
+            f"the generalization analysis needs {ID_CATEGORY} records and shifted ones, got {sorted(splits)}"
+        )
     return {ID_CATEGORY: splits.pop(ID_CATEGORY), **splits}
 
 
@@ -234,7 +236,9 @@ def analyze(
         jsd[category] = severity.as_dict()
         if entropies:
             both = [entropies[ID_CATEGORY], entropies[category]]
-            h_hat[category] = entropy_bound(torch.cat([e["model"] for e in both]), torch.cat([e["golden"] for e in both]))
+            h_hat[category] = entropy_bound(
+                torch.cat([e["model"] for e in both]), torch.cat([e["golden"] for e in both])
+            )
         bound[category] = bound_of(severity, h_hat.get(category), s.delta_form).as_dict()
         code_bound[category] = code_bound_of(severity)
         largest = min(len(splits[ID_CATEGORY]), len(splits[category]))

@@ -90,7 +90,9 @@ def load_text_embedder(
 
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}")
-    path, name, reason = (fallback_model_path(), PACKAGED_ENCODER, None) if encoder is None else (encoder, encoder, None)
+    path, name, reason = (
+        (fallback_model_path(), PACKAGED_ENCODER, None) if encoder is None else (encoder, encoder, None)
+    )
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModel.from_pretrained(path, local_files_only=True)

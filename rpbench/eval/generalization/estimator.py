@@ -52,7 +52,9 @@ def resolve_spec(role: str, spec: str | None, adapter: str | None) -> EstimatorS
                 f"{key}=self: reasoning comes from a reasoning generator, never from the evaluated model "
                 "(its reasoning would leak its own reply into r)"
             )
-        return EstimatorSpec(role, None, None, "the evaluated model (critic=self: its EMI is not comparable across models)")
+        return EstimatorSpec(
+            role, None, None, "the evaluated model (critic=self: its EMI is not comparable across models)"
+        )
     folder = Path(spec).expanduser()
     if (folder / "config.yaml").is_file():
         return EstimatorSpec(role, _run_model(folder, role), adapter, f"{role} of run {folder.resolve().name}")
@@ -82,7 +84,8 @@ def _run_model(folder: Path, role: str) -> dict[str, Any]:
             model = OmegaConf.to_container(run_cfg.model, resolve=False)
             return {**model, "name_or_path": str(candidate), "lora": None}
     raise ConfigError(
-        f"evaluator.{role}={folder}: no exported model in model/{EXPORTED[role]} or model/ (run it with save_model=true)"
+        f"evaluator.{role}={folder}: no exported model in model/{EXPORTED[role]} or model/ "
+        "(run it with save_model=true)"
     )
 
 

@@ -74,7 +74,12 @@ class PairScorer:
     """ℓ(targets[j] | contexts[i]) for pairs asked for, each computed once (module docstring)."""
 
     def __init__(
-        self, model: nn.Module, renderer: ChatRenderer, contexts: Sequence[Context], targets: Sequence[str], batch_size: int
+        self,
+        model: nn.Module,
+        renderer: ChatRenderer,
+        contexts: Sequence[Context],
+        targets: Sequence[str],
+        batch_size: int,
     ):
         if len(contexts) != len(targets):
             raise ValueError(f"{len(targets)} targets for {len(contexts)} contexts")

@@ -98,9 +98,7 @@ class ShiftSeverity:
         return asdict(self)
 
 
-def shift_severity(
-    id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting
-) -> ShiftSeverity:
+def shift_severity(id_split: SplitEmbeddings, ood_split: SplitEmbeddings, weighting: Weighting) -> ShiftSeverity:
     return ShiftSeverity(
         **{
             name: representation_jsd(getattr(id_split, name), getattr(ood_split, name), weighting)

@@ -81,12 +81,16 @@ def direct_emi(chosen, predictions, reasoning) -> tuple[float, float, float]:
     """(EMI, MI(model), ppl of golden) of one category's records, with contexts built here from the records."""
     c = critic()
     p = c.prompts
-    contexts = [p.pxy(RolePlayInput(**e.meta["x"]), None if reasoning is None else p.core_features(reasoning[e.id]))
-                for e in chosen]
+    contexts = [
+        p.pxy(RolePlayInput(**e.meta["x"]), None if reasoning is None else p.core_features(reasoning[e.id]))
+        for e in chosen
+    ]
     golden = [p.target(e.reference) for e in chosen]
     model = PairScorer(c.model, c.renderer, contexts, [p.target(predictions[e.id]) for e in chosen], 4)
     mi_model = sampled_club_mi(model, range(len(chosen)), N_NEGATIVES, SEED)
-    mi_golden = sampled_club_mi(PairScorer(c.model, c.renderer, contexts, golden, 4), range(len(chosen)), N_NEGATIVES, SEED)
+    mi_golden = sampled_club_mi(
+        PairScorer(c.model, c.renderer, contexts, golden, 4), range(len(chosen)), N_NEGATIVES, SEED
+    )
     logps, counts = pair_logps(c.model, c.renderer, contexts, golden, [(i, i) for i in range(len(chosen))], 4)
     ppl = math.exp(-float((logps * counts).sum() / counts.sum()))
     return mi_model - mi_golden, mi_model, ppl

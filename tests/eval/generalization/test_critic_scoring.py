@@ -195,8 +195,13 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
     # Ĥ(ID vs german) = max over the ID and german prompts of H(model | x) + H(golden | x): the model's
     # entropy from its samples under its own prompt, the golden one from the critic's samples under the
     # critic's pxy context (with r); both -mean_k ℓ(y_k | ·), length-normalised
-    from rpbench.eval.generalization.analysis import Critic, EntropyInputs, EntropySettings, category_entropies
-    from rpbench.eval.generalization.analysis import entropy_prompts
+    from rpbench.eval.generalization.analysis import (
+        Critic,
+        EntropyInputs,
+        EntropySettings,
+        category_entropies,
+        entropy_prompts,
+    )
     from rpbench.eval.generalization.bound import bound_of, entropy_bound
     from rpbench.eval.generalization.shift import ShiftSeverity
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpbench.data.remid_prompts import format_dialogue
 from rpbench.data.records import Turn
+from rpbench.data.remid_prompts import format_dialogue
 from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.embed import PACKAGED_ENCODER, load_text_embedder
 from rpbench.eval.generalization.rjsd import representation_jsd

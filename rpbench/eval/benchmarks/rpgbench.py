@@ -173,6 +173,8 @@ class RPGBench(Benchmark):
         from rpbench.models.loading import chat_renderer
 
         ev, g = cfg.evaluator, cfg.evaluator.generalization
+        prompts = remid_prompts(cfg.prompts.source)
+        results["prompts"] = prompts.records()  # the policy's prompt is among them, analysed or not
         if not g.enabled:
             return
         critic_spec = resolve_spec("critic", ev.critic, ev.critic_adapter)
@@ -190,8 +192,6 @@ class RPGBench(Benchmark):
                 "and entropy.samples=0"
             )
         device = model.device if model is not None else torch.device("cpu")
-        prompts = remid_prompts(cfg.prompts.source)
-        results["prompts"] = prompts.records()
         generation = GenerationOptions.from_cfg(as_container(ev.generation))
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
         reasoning_options = GenerationOptions.from_cfg({**as_container(g.reasoning), "progress": True})

@@ -19,7 +19,7 @@ from rpbench.eval.generalization.analysis import (
 )
 from rpbench.eval.generalization.embed import load_text_embedder
 from rpbench.eval.generalization.emi import sampled_club_mi
-from rpbench.eval.generalization.scoring import PairScorer, pair_logps
+from rpbench.eval.generalization.scoring import PairScorer
 from rpbench.models import load
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.loading import chat_renderer
@@ -78,21 +78,22 @@ def run():
 
 
 def direct_emi(chosen, predictions, reasoning) -> tuple[float, float, float]:
-    """(EMI, MI(model), ppl of golden) of one category's records, with contexts built here from the records."""
+    """(EMI, MI(model), perplexity of the golden responses) of one category's records, with the critic's
+    contexts built here from the records (R-EMI: with r's core features)."""
     c = critic()
     p = c.prompts
     contexts = [
         p.pxy(RolePlayInput(**e.meta["x"]), None if reasoning is None else p.core_features(reasoning[e.id]))
         for e in chosen
     ]
-    golden = [p.target(e.reference) for e in chosen]
+    rows = range(len(chosen))
     model = PairScorer(c.model, c.renderer, contexts, [p.target(predictions[e.id]) for e in chosen], 4)
-    mi_model = sampled_club_mi(model, range(len(chosen)), N_NEGATIVES, SEED)
-    mi_golden = sampled_club_mi(
-        PairScorer(c.model, c.renderer, contexts, golden, 4), range(len(chosen)), N_NEGATIVES, SEED
-    )
-    logps, counts = pair_logps(c.model, c.renderer, contexts, golden, [(i, i) for i in range(len(chosen))], 4)
-    ppl = math.exp(-float((logps * counts).sum() / counts.sum()))
+    golden = PairScorer(c.model, c.renderer, contexts, [p.target(e.reference) for e in chosen], 4)
+    mi_model = sampled_club_mi(model, rows, N_NEGATIVES, SEED)
+    mi_golden = sampled_club_mi(golden, rows, N_NEGATIVES, SEED)
+    # perplexity: exp of the token-weighted NLL of each record's golden response given its own context
+    nll = sum(-golden.values[i, i] * golden.tokens[i, i] for i in rows)
+    ppl = math.exp(nll / sum(golden.tokens[i, i] for i in rows))
     return mi_model - mi_golden, mi_model, ppl
 
 
@@ -101,7 +102,11 @@ def test_the_sample_splits_into_idtest_and_each_subset_tag():
     assert list(categories)[0] == "IDTest" and set(list(categories)[1:]) == set(SHIFTED_CATEGORIES)
     assert {c: len(rows) for c, rows in categories.items()} == {"IDTest": 6, **dict.fromkeys(SHIFTED_CATEGORIES, 3)}
     for c, rows in categories.items():
-        assert {sample_records()[i].task if c != "IDTest" else "IDTest" for i in rows} == {c}
+        records = [sample_records()[i] for i in rows]
+        if c == "IDTest":
+            assert {e.meta["shift"] for e in records} == {"in_distribution"}
+        else:
+            assert {e.task for e in records} == {c}  # the subset tag
 
 
 def test_categories_counts_and_excluded_empty_predictions():

@@ -114,6 +114,28 @@ def image_note(images: Mapping[str, int]) -> str:
     )
 
 
+def conventions_note(conventions: Mapping[str, Any]) -> str:
+    """BLEU's treatment of empty texts and ROUGE-Lsum's argument order, in words."""
+    notes = []
+    if "bleu_empty" in conventions:
+        empty = conventions["bleu_empty"]
+        what = (
+            "left out of the BLEU mean (the released evaluation's NaN)"
+            if empty["policy"] == "drop"
+            else "scored BLEU 0 (evaluator.bleu.empty=zero; the release leaves them out)"
+        )
+        notes.append(f"{empty['samples_without_value']} samples with an empty prediction or reference {what}")
+    if "rougeLsum_order" in conventions:
+        order = conventions["rougeLsum_order"]
+        notes.append(
+            "ROUGE-Lsum with the response as rouge-score's first argument, as the released evaluation"
+            if order == "response_first"
+            else "ROUGE-Lsum with the reference as rouge-score's first argument (the release puts the response "
+            "first)"
+        )
+    return "; ".join(notes) + "."
+
+
 def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
     """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
     metrics = results["metrics"]
@@ -129,6 +151,8 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
     out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
     if "missing_metrics" in results:
         out.append("\n".join(f"Not computed: {m} ({reason})" for m, reason in results["missing_metrics"].items()))
+    if "metric_conventions" in results:
+        out.append(conventions_note(results["metric_conventions"]))
     if "bertscore_backbone" in results:
         backbone = results["bertscore_backbone"]
         out.append(

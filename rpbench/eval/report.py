@@ -114,6 +114,15 @@ def image_note(images: Mapping[str, int]) -> str:
     )
 
 
+def parse_failure_note(judge: Mapping[str, Any]) -> str:
+    """How unreadable verdicts count (``judge.parse_failure``), as a sentence before the judge tables."""
+    if judge["parse_failure"] == "wrong":
+        how = "count as wrong (0) in the accuracy, as the released llm_judge.py"
+    else:
+        how = "are left out of the accuracy (judge.parse_failure=exclude; the release counts them as wrong)"
+    return f"Unreadable verdicts ({judge['overall']['parse_failures']}) {how}.\n\n"
+
+
 def conventions_note(conventions: Mapping[str, Any]) -> str:
     """BLEU's treatment of empty texts and ROUGE-Lsum's argument order, in words."""
     notes = []
@@ -169,6 +178,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
             + (f"**Warning:** {judge['warning']}\n\n" if judge.get("warning") else "")
+            + parse_failure_note(judge)
             + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")

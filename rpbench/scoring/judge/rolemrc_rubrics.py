@@ -296,8 +296,10 @@ def judge_rolemrc(
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
     closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record
-    verdicts and, per rubric, per dimension and overall: n, judged, correct, parse_failures,
-    request_failures and accuracy = correct / judged (None when nothing was judged).
+    verdicts (the value scored: 0 for a parse failure under ``judge.parse_failure=wrong``, None for one left
+    out) and, per rubric, per dimension and overall: n, judged, correct, parse_failures, request_failures
+    and accuracy = correct / scored (judged, plus the parse failures under ``wrong``, the released
+    ``llm_judge.py``'s rule; None when nothing was scored). Request failures are always left out.
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:
@@ -310,18 +312,27 @@ def judge_rolemrc(
             for e, r in pairs
         ]
         replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
-        stats, model = client.stats.as_dict(), client.config.model
-    records = _per_record(examples, pairs, replies)
+        stats, model, policy = client.stats.as_dict(), client.config.model, client.config.parse_failure
+    scored = [scored_verdict(reply, policy) for reply in replies]
+    records = _per_record(examples, pairs, replies, scored)
     rubric_names = [r for _, r in pairs]
     return {
         "prompt_version": prompts.version,
         "judge_model": model,
+        "parse_failure": policy,
         "records": records,
-        "rubrics": _group(rubric_names, replies, key=lambda r: r),
-        "dimensions": _group(rubric_names, replies, key=dimension_of),
-        "overall": _tally(replies),
+        "rubrics": _group(rubric_names, replies, scored, key=lambda r: r),
+        "dimensions": _group(rubric_names, replies, scored, key=dimension_of),
+        "overall": _tally(replies, scored),
         "judge_stats": stats,
     }
+
+
+def scored_verdict(reply: ParsedReply, policy: str) -> int | None:
+    """The value a reply counts as: its verdict; 0 for a parse failure under ``wrong``; else None."""
+    if reply.status == "ok":
+        return reply.value
+    return 0 if reply.status == "parse_failure" and policy == "wrong" else None
 
 
 def _rubrics_of(example: EvalExample) -> list[str]:
@@ -342,36 +353,43 @@ def _rubrics_of(example: EvalExample) -> list[str]:
 
 
 def _per_record(
-    examples: Sequence[EvalExample], pairs: list[tuple[EvalExample, str]], replies: list[ParsedReply]
+    examples: Sequence[EvalExample],
+    pairs: list[tuple[EvalExample, str]],
+    replies: list[ParsedReply],
+    scored: list[int | None],
 ) -> list[dict[str, Any]]:
     by_id: dict[str, dict[str, Any]] = {
         e.id: {"id": e.id, "task": e.task, "verdicts": {}, "status": {}, "replies": {}, "attempts": {}}
         for e in examples
     }
-    for (example, rubric), reply in zip(pairs, replies):
+    for (example, rubric), reply, value in zip(pairs, replies, scored):
         record = by_id[example.id]
-        record["verdicts"][rubric] = reply.value
+        record["verdicts"][rubric] = value
         record["status"][rubric] = reply.status
         record["replies"][rubric] = reply.text if reply.error is None else reply.error
         record["attempts"][rubric] = reply.attempts
     return list(by_id.values())
 
 
-def _tally(replies: Sequence[ParsedReply]) -> dict[str, Any]:
-    judged = [r.value for r in replies if r.status == "ok"]
+def _tally(replies: Sequence[ParsedReply], scored: Sequence[int | None]) -> dict[str, Any]:
+    counted = [v for v in scored if v is not None]
     return {
         "n": len(replies),
-        "judged": len(judged),
-        "correct": sum(judged),
+        "judged": sum(r.status == "ok" for r in replies),
+        "correct": sum(counted),
         "parse_failures": sum(r.status == "parse_failure" for r in replies),
         "request_failures": sum(r.status == "request_failure" for r in replies),
-        "accuracy": sum(judged) / len(judged) if judged else None,
+        "accuracy": sum(counted) / len(counted) if counted else None,
     }
 
 
-def _group(names: Sequence[str], replies: Sequence[ParsedReply], key) -> dict[str, dict[str, Any]]:
-    groups: dict[str, list[ParsedReply]] = {}
-    for name, reply in zip(names, replies):
-        groups.setdefault(key(name), []).append(reply)
+def _group(
+    names: Sequence[str], replies: Sequence[ParsedReply], scored: Sequence[int | None], key
+) -> dict[str, dict[str, Any]]:
+    groups: dict[str, tuple[list[ParsedReply], list[int | None]]] = {}
+    for name, reply, value in zip(names, replies, scored):
+        group = groups.setdefault(key(name), ([], []))
+        group[0].append(reply)
+        group[1].append(value)
     order = list(dict.fromkeys(key(r) for r in RUBRICS))
-    return {g: _tally(groups[g]) for g in order if g in groups}
+    return {g: _tally(*groups[g]) for g in order if g in groups}

@@ -10,6 +10,9 @@ this input; changing them would change its scores.
 
 from __future__ import annotations
 
+import math
+import re
+
 PROMPT_VERSION = "mmrole-eval-v1"
 TASK = "mmrole"
 
@@ -110,3 +113,26 @@ def review_prompt(
         "Please ensure that your evaluations are unbiased and that the order in which the responses were "
         "presented does not affect your judgment."
     )
+
+
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+_SCORES_MARK = "[Scores]:"
+# "(a, b)" right after the marker; each number may carry a label ("Model A: 7").
+_PAIR = re.compile(rf"^\s*\(\s*(?:[^,():]*:\s*)?{_NUMBER}\s*,\s*(?:[^,():]*:\s*)?{_NUMBER}\s*\)")
+
+
+def parse_score_pair(text: str, low: float = 1.0, high: float = 10.0) -> tuple[float, float] | None:
+    """``(a, b)`` from a review ending in ``..., [Scores]: (a, b)``.
+
+    The marker must occur exactly once and both scores must lie in [low, high]; otherwise None (a parse
+    failure, never a guessed score).
+    """
+    if text.count(_SCORES_MARK) != 1:
+        return None
+    match = _PAIR.match(text.split(_SCORES_MARK, 1)[1])
+    if match is None:
+        return None
+    a, b = float(match.group(1)), float(match.group(2))
+    if not all(math.isfinite(x) and low <= x <= high for x in (a, b)):
+        return None
+    return a, b

@@ -31,6 +31,7 @@ READER_OPTIONS = (
     "per_turn_samples",
     "reasoning_in_target",
     "heldout",
+    "reference_judge",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"

@@ -1,0 +1,87 @@
+"""Templates from a released repository's Python files, read with their sha256; rpbench's defaults otherwise."""
+
+import hashlib
+import re
+import textwrap
+
+import pytest
+
+from rpbench.data.templates import Released, TemplateError, resolve, slots_of
+
+RELEASED = textwrap.dedent(
+    '''
+    system_prompt = """Be {role}, briefly."""
+    base = """
+    ## Persona
+    {user_persona}
+    """
+
+    def build(x, y):
+        prompt = f"plain {x}"
+        prompt = f"<P>{x}</P>\\n<D>{y}</D>"
+        fill(golden="no {reference} given")
+        message = {"messages": [{"role": "assistant", "content": f"## Reply\\n{y}"}]}
+        return prompt, message
+    '''
+)
+
+
+@pytest.fixture
+def clone(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "prompts.py").write_text(RELEASED, encoding="utf-8")
+    return tmp_path
+
+
+def test_default_when_no_source():
+    t = resolve("greeting", "Hello {name}.", Released("pkg/prompts.py", "system_prompt"), None)
+    assert (t.origin, t.text, t.slots) == ("rpbench", "Hello {name}.", ("name",))
+    assert t.record() == {"origin": "rpbench", "sha256": hashlib.sha256(b"Hello {name}.").hexdigest()}
+
+
+def test_string_constant_is_a_format_template(clone):
+    t = resolve("system", "Act as {role}.", Released("pkg/prompts.py", "system_prompt"), clone)
+    assert t.text == "Be {role}, briefly."
+    assert t.render(role="Holmes") == "Be Holmes, briefly."
+    assert t.origin == "pkg/prompts.py:system_prompt"
+    assert t.sha256 == hashlib.sha256("Be {role}, briefly.".encode()).hexdigest()
+
+
+def test_fstring_in_a_function_by_occurrence_with_renamed_slots(clone):
+    ref = Released("pkg/prompts.py", "prompt", occurrence=1, rename={"x": "persona", "y": "dialogue"})
+    t = resolve("user", "{persona} | {dialogue}", ref, clone)
+    assert t.text == "<P>{persona}</P>\n<D>{dialogue}</D>"
+    assert t.render(persona="a {b}", dialogue="c") == "<P>a {b}</P>\n<D>c</D>"
+    assert t.origin == "pkg/prompts.py:prompt#1"
+
+
+def test_keyword_argument(clone):
+    t = resolve("filler", "none: {reference}", Released("pkg/prompts.py", "golden"), clone)
+    assert t.render(reference="x") == "no x given"
+
+
+def test_the_single_fstring_inside_a_container(clone):
+    t = resolve("target", "R: {response}", Released("pkg/prompts.py", "message", rename={"y": "response"}), clone)
+    assert t.render(response="hi") == "## Reply\nhi"
+
+
+@pytest.mark.parametrize(
+    "ref, default, message",
+    [
+        (Released("pkg/missing.py", "system_prompt"), "{role}", "no such file"),
+        (Released("pkg/prompts.py", "nothing"), "{role}", "0 assignment(s) to 'nothing'"),
+        (Released("pkg/prompts.py", "prompt", occurrence=2), "{x}", "wanted number 3"),
+        (Released("pkg/prompts.py", "system_prompt"), "{persona}", "has slots ['role']"),
+    ],
+)
+def test_named_errors(clone, ref, default, message):
+    with pytest.raises(TemplateError, match=re.escape(message)) as error:
+        resolve("t", default, ref, clone)
+    assert "pkg" in str(error.value)
+
+
+def test_render_checks_slots():
+    t = resolve("t", "{a} and {b}", None, None)
+    with pytest.raises(TemplateError, match=r"missing \['b'\], unknown \['c'\]"):
+        t.render(a=1, c=2)
+    assert slots_of("{a}{{literal}}{a}{b}") == ("a", "b")

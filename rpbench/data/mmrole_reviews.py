@@ -13,9 +13,10 @@ evaluated ``answer`` next to the ground-truth ``value``, plus ``rm_review``: per
 ``{"review": str, "score": [a, b]}`` (A = evaluated answer, B = ground truth).
 
 Each record gives one sample per metric (as the paper segments each GPT-4 trajectory into eight): the
-system turn ``JUDGE_SYSTEM`` and the user turn ``review_prompt`` of that metric, exactly as the authors'
-``eval/RM_review.py`` asks the reward model (question = ``conversations[0].value``, Model A = the answer,
-Model B = the ground truth), the record's image on the user turn; the target is the review text. Train
+judge's system turn and its user turn for that metric, built as the authors' ``eval/RM_review.py`` asks the
+reward model (question = ``conversations[0].value``, Model A = the answer, Model B = the ground truth),
+the record's image on the user turn; the target is the review text. The prompts are rpbench's wording, or
+the authors' with option ``prompts_source`` (their clone; ``mmrole_prompts.review_prompts``). Train
 split: SFTExamples; test split: EvalExamples whose reference is the review text and whose ``meta`` holds
 ``metric``, ``score`` (the reference pair), ``reference_judge``, ``model``, ``question`` (record id),
 ``scenario`` and ``image``.
@@ -44,7 +45,7 @@ from typing import Any
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole import PROFILE_KEYS, scenario_of
-from rpbench.data.mmrole_prompts import JUDGE_SYSTEM, METRICS, review_prompt
+from rpbench.data.mmrole_prompts import METRICS, ReviewPrompts, review_prompts
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
@@ -140,8 +141,9 @@ def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, te
         raise ValueError("format mmrole_reviews: data.reference_judge (who wrote the reviews) is required")
     result = ReviewsReadResult(str(path))
     reviewed: list[Reviewed] = []
+    prompts = review_prompts(options.get("prompts_source"))
     for file in review_files(path):
-        reviewed += _read_file(file, options.get("image_root"), on_error, result)
+        reviewed += _read_file(file, options.get("image_root"), on_error, result, prompts)
     answered: dict[Question, list[str]] = {}
     for r in reviewed:
         if r.model in answered.get(r.question, []):
@@ -172,7 +174,9 @@ def _heldout_options(values: Any) -> dict[str, Any]:
     return dict(values)
 
 
-def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsReadResult) -> list[Reviewed]:
+def _read_file(
+    path: Path, image_root: Any, on_error: OnError, result: ReviewsReadResult, prompts: ReviewPrompts
+) -> list[Reviewed]:
     model, scenario = path.parent.name, scenario_of(path, None)
     seen: dict[str, int | str] = {}
     reviewed = []
@@ -203,7 +207,7 @@ def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsRe
         except DataFormatError as error:
             result.add_error(error, on_error)
             continue
-        system = Turn("system", JUDGE_SYSTEM)
+        system = Turn("system", prompts.system)
         samples = {}
         for metric in METRICS:
             try:
@@ -211,7 +215,7 @@ def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsRe
             except DataFormatError as error:
                 result.add_error(error, on_error)
                 continue
-            text = review_prompt(metric, question=question, answer_a=answer, answer_b=truth, **profile)
+            text = prompts.review(metric, question=question, answer_a=answer, answer_b=truth, **profile)
             samples[metric] = ((system, Turn("user", text, image=resolved)), review, pair)
         reviewed.append(Reviewed(model, (scenario, rid), samples, image))
     if n_records == 0:

@@ -9,8 +9,9 @@ finetuning format, as the authors' ``finetune.py`` reads it (``finetune/finetune
         {"from": "assistant", "value": "<GPT-4's evaluation>, [Scores]: (a, b)"}]}]
 
 The image is taken out of the user turn and attached to it (``rpbench.data.mmrole``, ``image_root``
-confines it). A record without a ``system`` prompt gets the judge's (``JUDGE_SYSTEM``, what the reward
-model is asked with; counted as ``system_filled``). The metric is the one whose name starts the last
+confines it). A record without a ``system`` prompt gets the judge's system prompt (what the reward model
+is asked with: rpbench's wording, or the authors' with option ``prompts_source``; counted as
+``system_filled``). The metric is the one whose name starts the last
 line of the prompt of the form ``<metric>: <question>`` (the prompt's aspect line); the reference pair is
 read from the answer as strictly as the judge's replies are (``parse_score_pair``). A record without
 either is an error naming file, record and field (``on_error=skip``: skipped and counted).
@@ -32,10 +33,9 @@ from typing import Any
 
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.mmrole import SYSTEM_FILLED, dialogue
-from rpbench.data.mmrole_prompts import JUDGE_SYSTEM, METRICS
+from rpbench.data.mmrole_prompts import METRICS, parse_score_pair, review_prompts
 from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, optional_str, read_file, record_id
 from rpbench.data.records import EvalExample, SFTExample
-from rpbench.data.mmrole_prompts import parse_score_pair
 
 SCENARIO = "reward_model"
 UNNAMED_MODEL = "not recorded"
@@ -57,7 +57,7 @@ def _read(path: str | Path, on_error: OnError, options: dict[str, Any], *, test:
     if not judge:
         raise ValueError("format mmrole_rm: data.reference_judge (who wrote the evaluations) is required")
     filled: set[str] = set()
-    settings = {**options, "default_system": JUDGE_SYSTEM}
+    settings = {**options, "default_system": review_prompts(options.get("prompts_source")).system}
 
     def parse(raw: Any, source: Source) -> SFTExample | EvalExample:
         record = as_object(raw, source)

@@ -32,6 +32,7 @@ READER_OPTIONS = (
     "reasoning_in_target",
     "heldout",
     "reference_judge",
+    "prompts_source",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"

@@ -32,7 +32,7 @@ def raw_records():
             yield path.parent.name, path.stem.removesuffix("_test"), record
 
 
-def test_one_sample_per_record_and_metric_with_the_authors_prompt():
+def test_one_sample_per_record_and_metric_with_the_judge_prompt():
     train, test = read("train"), read("test")
     assert (len(train.examples), len(test.examples)) == (7 * 3 * 8, 2 * 2 * 8)  # 9 questions x 3 models
     assert all(isinstance(e, SFTExample) for e in train.examples)

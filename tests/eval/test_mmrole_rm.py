@@ -91,6 +91,8 @@ def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(t
         assert len(srv.requests) == len(sample) == 16
     found = json.loads((out / "metrics.json").read_text())["eval"]["rm_agreement"]
     assert found["reference_judge"] == "GPT-4" and found["parse_failures"] == 0
+    prompts = json.loads((out / "metrics.json").read_text())["eval"]["prompts"]
+    assert prompts["mmrole_eval.system"]["origin"] == "rpbench" and len(prompts) == 5 + len(METRICS)
     assert found["overall"]["ratio"]["mae"] == 0.0 and found["overall"]["success_rate"] == 1.0
     # the file does not say which model answered: one model, so the paper's alpha (models as cases) is undefined
     assert found["cronbach_alpha"]["queries_as_items"]["model"] == {"alpha": None, "models": 1, "queries": 2}

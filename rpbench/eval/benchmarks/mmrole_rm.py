@@ -19,10 +19,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rpbench.data.mmrole_prompts import parse_score_pair, review_prompts
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, source_of, write_jsonl
 from rpbench.scoring.agreement import ScoredSample, agreement, model_scores
-from rpbench.scoring.judge.parse import parse_score_pair
 
 RESULTS_KEY = "rm_agreement"
 
@@ -51,6 +51,7 @@ class MMRoleRewardModel(Benchmark):
         samples = scored_samples(examples, predictions)
         found = agreement(samples, metrics_of(examples), policy, seed)
         found["reference_judge"] = reference_judge_of(examples)
+        results["prompts"] = review_prompts(source_of(cfg)).records()  # what the held-out prompts were built with
         (out_dir / f"{RESULTS_KEY}.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
         rows = [
             {

@@ -9,8 +9,14 @@ instruction. A test record lists its rubrics in ``meta["dimensions"]``; each pro
 digit. Verdicts are parsed strictly; an unreadable one is re-asked and then counted as a parse failure,
 apart from the accuracy (never as a 0).
 
-Another judge setup (e.g. the authors' exact prompts) is reproduced with a prompt file (``load_prompts``,
-config ``evaluator.judge_prompt_file``): YAML or JSON ``{"system": str | null, "rubrics": {rubric:
+The authors' own five prompts are read from the user's clone of their repository (config
+``prompts.source``; ``released_prompts``): their ``evaluation/llm_judge.py`` templates, one user message
+each, the knowledge-range one asked with ``within`` / ``outside`` and the multi-turn one with
+``answerable`` / ``unanswerable`` as their rubric says. ``PAPER_TEMPLATES`` holds rpbench's wording of
+them, the slots the released ones must have. Every template's origin and sha256 are recorded.
+
+Another judge setup is reproduced with a prompt file (``load_prompts``, config
+``evaluator.judge_prompt_file``): YAML or JSON ``{"system": str | null, "rubrics": {rubric:
 template}}`` naming all seven rubrics. Templates use ``str.format`` placeholders: ``{system}`` (the
 character setting), ``{dialogue}`` (the turns before the reply, "User:" / "Character:"),
 ``{transcript}`` (every prompt turn, system included, one per line as ``System Instruction: "..."``,
@@ -32,6 +38,7 @@ import yaml
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
+from rpbench.data.templates import RPBENCH, Released, Template, resolve
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 
@@ -125,18 +132,100 @@ class JudgePromptError(ValueError):
 
 @dataclass(frozen=True)
 class JudgePrompts:
-    """The judge's system message (None: none) and one user-message template per rubric."""
+    """The judge's system message (None: none), one user-message template per rubric, and where each
+    template came from (``records``: name -> {origin, sha256}, as metrics.json records them)."""
 
     system: str | None
     templates: Mapping[str, str]
     version: str
+    records: Mapping[str, Mapping[str, str]]
 
 
-DEFAULT_PROMPTS = JudgePrompts(
-    JUDGE_SYSTEM,
-    {rubric: TEMPLATE.replace("{criterion}", criterion) for rubric, criterion in RUBRICS.items()},
-    PROMPT_VERSION,
-)
+def _rpbench_rubrics() -> JudgePrompts:
+    templates = {rubric: TEMPLATE.replace("{criterion}", criterion) for rubric, criterion in RUBRICS.items()}
+    named = {"rolemrc_judge.system": JUDGE_SYSTEM} | {f"rolemrc_judge.{r}": t for r, t in templates.items()}
+    records = {name: Template(name, text, RPBENCH).record() for name, text in named.items()}
+    return JudgePrompts(JUDGE_SYSTEM, templates, PROMPT_VERSION, records)
+
+
+DEFAULT_PROMPTS = _rpbench_rubrics()
+
+# The authors' five judge prompts (evaluation/llm_judge.py) in rpbench's wording, with their slots under
+# rpbench's names: transcript (their {conversations}: every prompt turn, system included), response, and
+# range / rule (their {content}) / type.
+PAPER_FILE = "evaluation/llm_judge.py"
+PAPER_TEMPLATES: dict[str, tuple[str, Released]] = {
+    "knowledge_range": (
+        "A language model plays a character and answers a question about some passages:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should stay within the character's knowledge: answer correctly when the passages are within it, "
+        "refuse when they are beyond it (unless an answer is demanded in any case).\n"
+        "These passages and their question are {range} the character's knowledge.\n"
+        "Give only the score: 1 if the reply behaves as it should, 0 if not.\nScore:",
+        Released(PAPER_FILE, "KNOWLEDGE_RANGE", rename={"conversations": "transcript"}),
+    ),
+    "style_compliance": (
+        "A language model plays a character and answers a question about some passages:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should speak in the character's own style.\n"
+        "Give only the score: 1 if the reply shows the main features of that style, 0 if not.\nScore:",
+        Released(PAPER_FILE, "STYLE_COMPLIANCE", rename={"conversations": "transcript"}),
+    ),
+    "nested_instruction": (
+        "A language model plays a character and answers a question about some passages, under an extra "
+        "system-level rule ({rule}):\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should follow that rule: {rule}.\n"
+        "Give only the score: 1 if the reply follows the rule, 0 if not.\nScore:",
+        Released(PAPER_FILE, "NESTED_INSTRUCTION", rename={"conversations": "transcript", "content": "rule"}),
+    ),
+    "multi_turn_instruction": (
+        "A language model plays a character and answers a question about some passages over several turns:\n"
+        "{transcript}\n"
+        'Its reply in the last turn:\n"{response}"\n'
+        "Taking every turn's instructions together, the last reply should be an {type} one.\n"
+        "Give only the score: 1 if the reply is an {type} one as the turns require, 0 if not.\nScore:",
+        Released(PAPER_FILE, "MULTI_TURN_INSTRUCTION", rename={"conversations": "transcript"}),
+    ),
+    "instruction_priority": (
+        "A language model plays a character and answers a question about some passages; the system's "
+        "instruction outranks the user's:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "The system forbids what the user asks, so the reply should refuse.\n"
+        "Give only the score: 1 if the reply refuses as the system requires, 0 if not.\nScore:",
+        Released(PAPER_FILE, "INSTRUCTION_PRIORITY", rename={"conversations": "transcript"}),
+    ),
+}
+# Each rubric: the authors' template it is asked with and the values of its fixed slots (their
+# evaluation_config in llm_judge.py).
+PAPER_RUBRICS: dict[str, tuple[str, dict[str, str]]] = {
+    "knowledge_boundary.within": ("knowledge_range", {"range": "within"}),
+    "knowledge_boundary.outside": ("knowledge_range", {"range": "outside"}),
+    "role_style": ("style_compliance", {}),
+    "nested": ("nested_instruction", {}),
+    "multi_turn.answerable": ("multi_turn_instruction", {"type": "answerable"}),
+    "multi_turn.unanswerable": ("multi_turn_instruction", {"type": "unanswerable"}),
+    "prioritized": ("instruction_priority", {}),
+}
+
+
+def released_prompts(source: str) -> JudgePrompts:
+    """The authors' five prompts read from their repository cloned at ``source`` (see the module
+    docstring), each rubric's template with its fixed slots filled; no system message, as they ask."""
+    read = {name: resolve(f"rolemrc_judge.{name}", text, where, source) for name, (text, where) in PAPER_TEMPLATES.items()}
+    templates = {rubric: _filled(read[name].text, fixed) for rubric, (name, fixed) in PAPER_RUBRICS.items()}
+    digest = hashlib.sha256("".join(t.sha256 for t in read.values()).encode()).hexdigest()[:12]
+    return JudgePrompts(None, templates, f"released:{digest}", {t.name: t.record() for t in read.values()})
+
+
+def _filled(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with the slots named in ``values`` filled in, the other slots and literal braces kept."""
+    parts = []
+    for literal, name, _, _ in string.Formatter().parse(text):
+        parts.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name is not None:
+            parts.append(values[name].replace("{", "{{").replace("}", "}}") if name in values else "{" + name + "}")
+    return "".join(parts)
 
 
 def _template_fields(template: str, where: str) -> set[str]:
@@ -184,8 +273,9 @@ def load_prompts(path: str | Path) -> JudgePrompts:
         if not isinstance(template, str) or not template.strip():
             raise JudgePromptError(f"{path}: rubrics.{rubric}: expected a non-empty string")
         _template_fields(template, f"{path}: rubrics.{rubric}")
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    return JudgePrompts(system, dict(templates), f"file:{path.name}:{digest}")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    record = {"rolemrc_judge.prompt_file": {"origin": f"file:{path.name}", "sha256": digest}}
+    return JudgePrompts(system, dict(templates), f"file:{path.name}:{digest[:12]}", record)
 
 
 # Lead-ins of the nested rule sentence in RoleMRC system prompts, removed to leave the rule itself.

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
 
 import pytest
+
+from conftest import SHARED_DATA
 
 from rpbench.scoring.agreement import (
     ScoredSample,
@@ -145,3 +148,27 @@ def test_random_scores_are_seeded():
     first, again = agreement(failing, ["A"], "random_score", seed=7), agreement(failing, ["A"], "random_score", seed=7)
     assert first == again and first["parse_failures"] == 5 and first["fill_seed"] == 7
     assert agreement(failing, ["A"], "random_score", seed=8)["overall"]["ratio"] != first["overall"]["ratio"]
+
+
+RELEASED_REVIEWS = SHARED_DATA / "mmrole" / "in-test_reviews"
+
+
+@pytest.mark.skipif(not RELEASED_REVIEWS.is_dir(), reason=f"the MMRole release's reviews are not at {RELEASED_REVIEWS}")
+def test_the_papers_alpha_of_the_released_reward_model_on_the_release():
+    """MMRole-Eval_RM's scores of the three released models on the 216 In-Test queries, items = queries: the
+    same value as the covariance form over a table built here directly from the files."""
+    samples, table = [], {}
+    for path in sorted(RELEASED_REVIEWS.glob("*/*.json")):
+        for record in json.loads(path.read_text()):
+            query = f"{path.stem}/{record['id']}"
+            ratios = []
+            for metric, review in record["rm_review"].items():
+                pair = tuple(review["score"])
+                samples.append(ScoredSample(path.parent.name, query, metric, pair, pair))
+                ratios.append(pair[0] / pair[1])
+            table.setdefault(query, {})[path.parent.name] = statistics.mean(ratios)
+    metrics = list(dict.fromkeys(s.metric for s in samples))
+    found = alpha_over_queries(samples, [s.reference[0] / s.reference[1] for s in samples], metrics)
+    items = [[row[m] for m in sorted(row)] for row in table.values()]
+    assert (found["models"], found["queries"]) == (3, 216)
+    assert found["alpha"] == pytest.approx(peer_alpha(items)) and found["alpha"] == pytest.approx(0.9945, abs=1e-4)

@@ -140,7 +140,9 @@ class ReviewPrompts:
 
     def task_instruction(self, role: str, script: str, other_role: str) -> str:
         return self.templates["task"].render(
-            role_script=self.with_script(role, script), other_role_script=self.with_script(other_role, script), role=role
+            role_script=self.with_script(role, script),
+            other_role_script=self.with_script(other_role, script),
+            role=role,
         )
 
     def metric_question(self, metric: str, role: str, other_role: str) -> str:

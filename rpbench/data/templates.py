@@ -164,7 +164,8 @@ def _template_text(node: ast.AST, rename: Mapping[str, str]) -> str | None:
             source = ast.unparse(value.value)
             if not isinstance(value.value, ast.Name) and source not in rename:
                 raise TemplateError(
-                    f"line {node.lineno}: f-string field {source!r} is an expression, not a plain name (name it in rename)"
+                    f"line {node.lineno}: f-string field {source!r} is an expression, not a plain name "
+                    "(name it in rename)"
                 )
             if value.conversion != -1 or value.format_spec is not None:
                 raise TemplateError(f"line {node.lineno}: f-string field {source!r} has a conversion or format")

@@ -139,8 +139,7 @@ def conventions_note(conventions: Mapping[str, Any]) -> str:
         notes.append(
             "ROUGE-Lsum with the response as rouge-score's first argument, as the released evaluation"
             if order == "response_first"
-            else "ROUGE-Lsum with the reference as rouge-score's first argument (the release puts the response "
-            "first)"
+            else "ROUGE-Lsum with the reference as rouge-score's first argument (the release puts the response first)"
         )
     return "; ".join(notes) + "."
 

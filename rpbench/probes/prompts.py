@@ -1,12 +1,12 @@
-"""Test records -> the padded prompt batches a probe forwards, as generation first sees them.
+"""Test records -> the padded prompt batches a probe forwards.
 
 A prompt is rendered with the chat template and its history cut to ``data.max_prompt_length``, as for
 generation. Its last token is the probed position: without the generation header
 (``generation_header=False``) that is the end of the last turn, the token the authors' ``interpret.py``
-reads (it renders the question with no generation prompt and takes the last token); with it, the end of
-the assistant header, where generation starts. Each record is counted under the dimensions of its ``meta["dimensions"]`` (RoleMRC:
-the paper's five, ``knowledge_boundary.within`` -> ``knowledge_boundary``), or its task label when it
-has none.
+reads (it renders the question with no generation prompt and takes the last token); with it, the end
+of the assistant header, where generation starts. Each record is counted under the dimensions of its
+``meta["dimensions"]`` (RoleMRC: the paper's five, ``knowledge_boundary.within`` -> ``knowledge_boundary``),
+or its task label when it has none.
 """
 
 from __future__ import annotations

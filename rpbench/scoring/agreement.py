@@ -107,7 +107,11 @@ def model_scores(samples: Sequence[ScoredSample], policy: str, seed: int) -> lis
 
 
 def _errors(reference: Sequence[float], predicted: Sequence[float]) -> dict[str, float | None]:
-    return {"mae": mae(predicted, reference), "rmse": rmse(predicted, reference), "pearson": pearson(predicted, reference)}
+    return {
+        "mae": mae(predicted, reference),
+        "rmse": rmse(predicted, reference),
+        "pearson": pearson(predicted, reference),
+    }
 
 
 def _group(samples: Sequence[ScoredSample], scores: Sequence[float | None]) -> dict[str, Any]:
@@ -132,7 +136,9 @@ def _table(samples: Sequence[ScoredSample], values: Sequence[float | None], metr
     for s, v in zip(samples, values):
         table.setdefault((s.model, s.query), {})[s.metric] = v
     return {
-        key: row for key, row in table.items() if all(m in row for m in metrics) and all(row[m] is not None for m in metrics)
+        key: row
+        for key, row in table.items()
+        if all(m in row for m in metrics) and all(row[m] is not None for m in metrics)
     }
 
 

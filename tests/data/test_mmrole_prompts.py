@@ -11,7 +11,7 @@ import pytest
 from rpbench.data.mmrole_prompts import DEFAULTS, METRICS, review_prompts
 from rpbench.data.templates import TemplateError
 
-FAKE_RM_REVIEW = '''
+FAKE_RM_REVIEW = """
 def chat(system, question):
     return model.chat(query=question, system=system)
 
@@ -42,7 +42,7 @@ for data in data_list:
             f"T[{task}] M[{aspect_desc[score_key]}] "
             "{literal}, [Scores]: (a, b)"
         )
-'''
+"""
 
 
 @pytest.fixture
@@ -58,7 +58,9 @@ def test_default_prompts_are_rpbenchs_and_recorded():
     assert set(records) == {f"mmrole_eval.{name}" for name in DEFAULTS}
     assert all(r["origin"] == "rpbench" for r in records.values())
     assert records["mmrole_eval.review"]["sha256"] == hashlib.sha256(DEFAULTS["review"].encode()).hexdigest()
-    text = prompts.review("Fluency", question="Q?", answer_a="A.", answer_b="B.", role="Ann", script="S", other_role="Bo")
+    text = prompts.review(
+        "Fluency", question="Q?", answer_a="A.", answer_b="B.", role="Ann", script="S", other_role="Bo"
+    )
     assert "Q?" in text and "A." in text and "B." in text and "\nFluency: " in text and "Ann from S" in text
 
 
@@ -68,10 +70,14 @@ def test_the_authors_prompts_from_a_clone(clone):
     text = prompts.review(
         "Response Accuracy", question="q", answer_a="x", answer_b="y", role="Ann", script="S", other_role="Bo"
     )
-    assert text == "Q[q] A[x] B[y] T[TASK as Ann of S with Bo of S like Ann.] M[Response Accuracy: RA Bo?] {literal}, [Scores]: (a, b)"
+    task = "TASK as Ann of S with Bo of S like Ann."
+    assert text == f"Q[q] A[x] B[y] T[{task}] M[Response Accuracy: RA Bo?] {{literal}}, [Scores]: (a, b)"
     hypothetical = prompts.task_instruction("Ann", "Hypothetical Characters", "a curious human")
     assert hypothetical == "TASK as Ann (made up) with a curious human like Ann."
-    assert prompts.metric_question("Response Accuracy", "Ann", "a curious human") == "Response Accuracy: RA the curious human?"
+    assert (
+        prompts.metric_question("Response Accuracy", "Ann", "a curious human")
+        == "Response Accuracy: RA the curious human?"
+    )
     records = prompts.records()
     assert records["mmrole_eval.system"] == {
         "origin": "eval/RM_review.py:system#1",

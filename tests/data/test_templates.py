@@ -46,7 +46,7 @@ def test_string_constant_is_a_format_template(clone):
     assert t.text == "Be {role}, briefly."
     assert t.render(role="Holmes") == "Be Holmes, briefly."
     assert t.origin == "pkg/prompts.py:system_prompt"
-    assert t.sha256 == hashlib.sha256("Be {role}, briefly.".encode()).hexdigest()
+    assert t.sha256 == hashlib.sha256(b"Be {role}, briefly.").hexdigest()
 
 
 def test_fstring_in_a_function_by_occurrence_with_renamed_slots(clone):
@@ -90,7 +90,9 @@ def test_render_checks_slots():
 
 
 def test_a_dict_entry_by_key_and_an_expression_field_named_in_rename(clone):
-    t = resolve("tone", "Tone of {role}?", Released("pkg/prompts.py", "aspects", key="tone", rename={"x": "role"}), clone)
+    t = resolve(
+        "tone", "Tone of {role}?", Released("pkg/prompts.py", "aspects", key="tone", rename={"x": "role"}), clone
+    )
     assert (t.text, t.origin) == ("Tone: is it {role}'s?", "pkg/prompts.py:aspects['tone']")
     assert resolve("fluency", "Smooth?", Released("pkg/prompts.py", "aspects", key="fluency"), clone).text == (
         "Fluency: is it smooth?"

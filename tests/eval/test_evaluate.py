@@ -220,7 +220,11 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     judged = evaluation["judge"]
     assert judged["overall"]["accuracy"] == 1.0
     if prompt_file == "released":  # the clone's templates, each recorded with its sha256
-        texts = {name: line.split('"""')[1] for line in FAKE_LLM_JUDGE.strip().splitlines() for name in [line.split(" = ")[0]]}
+        texts = {
+            name: line.split('"""')[1]
+            for line in FAKE_LLM_JUDGE.strip().splitlines()
+            for name in [line.split(" = ")[0]]
+        }
         recorded = evaluation["prompts"]["rolemrc_judge.knowledge_range"]
         assert recorded == {
             "origin": "evaluation/llm_judge.py:KNOWLEDGE_RANGE",

@@ -20,7 +20,9 @@ TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "t
 
 
 def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
-    held_out = readers.read("mmrole_reviews", "test", BUNDLED, heldout=HELDOUT, reference_judge="MMRole-Eval_RM").examples
+    held_out = readers.read(
+        "mmrole_reviews", "test", BUNDLED, heldout=HELDOUT, reference_judge="MMRole-Eval_RM"
+    ).examples
     by_prompt = {e.prompt[-1].content: e for e in held_out}
 
     def review(body):  # exact reference reviews, but Fluency always (5, 10) and Tone Consistency unreadable

@@ -66,9 +66,7 @@ def test_prompt_batches_hold_the_rendered_prompts(tiny, side, header):
     assert [b["input_ids"].shape[0] for b in batches] == [2, 1]
     rows = [(b, i) for b in batches for i in range(b["input_ids"].shape[0])]
     for example, (batch, row) in zip(RECORDS, rows, strict=True):
-        text = tokenizer.apply_chat_template(
-            as_messages(example.prompt), tokenize=False, add_generation_prompt=header
-        )
+        text = tokenizer.apply_chat_template(as_messages(example.prompt), tokenize=False, add_generation_prompt=header)
         assert text.endswith("<|im_start|>assistant\n" if header else example.prompt[-1].content + "<|im_end|>\n")
         expected = tokenizer(text, add_special_tokens=False)["input_ids"]
         mask = batch["attention_mask"][row].bool()

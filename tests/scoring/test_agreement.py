@@ -10,7 +10,6 @@ import statistics
 import pytest
 
 from conftest import SHARED_DATA
-
 from rpbench.scoring.agreement import (
     ScoredSample,
     agreement,
@@ -124,7 +123,11 @@ def test_the_papers_alpha_takes_queries_as_items_and_models_as_cases():
     # by hand: item variances 0.04, 0.04/3; totals 1.6 1.2 1.8, variance 0.28/3: 2 (1 - 0.16/3 / (0.28/3))
     assert cronbach_alpha(items) == pytest.approx(2 * (1 - 0.16 / 0.28))
     found = agreement(samples, ["A", "B"], "random_score", seed=0)["cronbach_alpha"]
-    assert found["queries_as_items"]["reference"] == {"alpha": pytest.approx(peer_alpha(items)), "models": 3, "queries": 2}
+    assert found["queries_as_items"]["reference"] == {
+        "alpha": pytest.approx(peer_alpha(items)),
+        "models": 3,
+        "queries": 2,
+    }
     assert found["queries_as_items"]["model"] == found["queries_as_items"]["reference"]
     # the per-metric alpha: items A and B, cases the six answered records
     per_metric = [[0.8, 0.9, 0.5, 0.6, 0.9, 1.0], [0.6, 0.9, 0.5, 0.8, 0.9, 0.8]]

@@ -103,8 +103,8 @@ def _cell(value: float | None) -> str:
 
 
 FAILURE_WORDS = {
-    "random_score": "gets a seeded random score a/b, uniform in [0, 1) (the paper: \"The score is random if the "
-    "model fails to score\"; evaluator.parse_failure=random_score)",
+    "random_score": 'gets a seeded random score a/b, uniform in [0, 1) (the paper: "The score is random if the '
+    'model fails to score"; evaluator.parse_failure=random_score)',
     "random_pair": "gets a seeded random pair of scores, each uniform from 1 to 10 (evaluator.parse_failure="
     "random_pair; the paper's reading is random_score)",
     "exclude": "is left out (evaluator.parse_failure=exclude; the paper scores it at random)",
@@ -118,7 +118,10 @@ def _alpha(entry: Mapping[str, Any], unit: str) -> str:
 def agreement_section(found: Mapping[str, Any]) -> str:
     """The agreement table (score = a/b of the pair, as MMRole uses it) and Cronbach's alpha, as markdown."""
     judge = found["reference_judge"]
-    header = "| metric | n | success | MAE | RMSE | Pearson | MAE (scored) | RMSE (scored) | Pearson (scored) | MAE raw (scored) |"
+    header = (
+        "| metric | n | success | MAE | RMSE | Pearson | MAE (scored) | RMSE (scored) | Pearson (scored) "
+        "| MAE raw (scored) |"
+    )
     lines = [
         f"## MMRole-Eval reward model: agreement with {judge}",
         "",

@@ -212,7 +212,9 @@ PAPER_RUBRICS: dict[str, tuple[str, dict[str, str]]] = {
 def released_prompts(source: str) -> JudgePrompts:
     """The authors' five prompts read from their repository cloned at ``source`` (see the module
     docstring), each rubric's template with its fixed slots filled; no system message, as they ask."""
-    read = {name: resolve(f"rolemrc_judge.{name}", text, where, source) for name, (text, where) in PAPER_TEMPLATES.items()}
+    read = {
+        name: resolve(f"rolemrc_judge.{name}", text, where, source) for name, (text, where) in PAPER_TEMPLATES.items()
+    }
     templates = {rubric: _filled(read[name].text, fixed) for rubric, (name, fixed) in PAPER_RUBRICS.items()}
     digest = hashlib.sha256("".join(t.sha256 for t in read.values()).encode()).hexdigest()[:12]
     return JudgePrompts(None, templates, f"released:{digest}", {t.name: t.record() for t in read.values()})

@@ -192,7 +192,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         cmp = results["compare"]
         rows = [
             f"| {m} | {fmt_metric(v['delta'], m)} | [{fmt_metric(v['ci_low'], m)}, {fmt_metric(v['ci_high'], m)}] | "
-            f"{v['p_value']:.4f} | {v['n']} |"
+            f"{'–' if v['p_value'] is None else format(v['p_value'], '.4f')} | {v['n']} |"
             for m, v in cmp.items()
             if isinstance(v, dict)
         ]

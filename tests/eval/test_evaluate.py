@@ -130,9 +130,13 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     run_in_process(second, *common, "model.init_seed=1", f"evaluator.compare_to={first}")
     comparison = json.loads((second / "metrics.json").read_text())["eval"]["compare"]
     assert comparison["shared_records"] == 6
-    ours = [r["metrics"]["bleu"] for r in lines(second / "scores.jsonl")]
-    theirs = [r["metrics"]["bleu"] for r in lines(first / "scores.jsonl")]
-    assert comparison["bleu"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
+    ours = [r["metrics"]["rougeL"] for r in lines(second / "scores.jsonl")]
+    theirs = [r["metrics"]["rougeL"] for r in lines(first / "scores.jsonl")]
+    assert comparison["rougeL"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
+    # BLEU has no value for an empty reply (as the released evaluation): only pairs scored in both runs count
+    ours, theirs = ([r["metrics"]["bleu"] for r in lines(d / "scores.jsonl")] for d in (second, first))
+    both = [(a, b) for a, b in zip(ours, theirs) if a is not None and b is not None]
+    assert comparison["bleu"]["n"] == len(both) and comparison["bleu"]["n_missing"] == 6 - len(both)
 
 
 def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):

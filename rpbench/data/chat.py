@@ -229,12 +229,17 @@ class ChatRenderer:
         kept = text[len(text) - room :] if keep_end else text[:room]
         return sorted(protected.union(kept))
 
-    def render_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> list[int]:
+    def render_prompt(
+        self, prompt: Sequence[Turn], max_length: int | None = None, generation_prompt: bool = True
+    ) -> list[int]:
         """Token ids of ``prompt`` followed by the assistant generation header (see ``fit_prompt``)."""
-        return self.fit_prompt(prompt, max_length).input_ids
+        return self.fit_prompt(prompt, max_length, generation_prompt).input_ids
 
-    def fit_prompt(self, prompt: Sequence[Turn], max_length: int | None = None) -> FittedPrompt:
-        """``prompt`` with its generation header, fitted to ``max_length``: history turns are dropped from
+    def fit_prompt(
+        self, prompt: Sequence[Turn], max_length: int | None = None, generation_prompt: bool = True
+    ) -> FittedPrompt:
+        """``prompt`` with its generation header (``generation_prompt=False``: without it, the template
+        ending on the last turn's end), fitted to ``max_length``: history turns are dropped from
         the left (the system turn and the final turn kept); if that is not enough, the tokens after the
         system turn are cut from their left (``cut="after_system"``), and only a system turn that alone
         fills the budget is itself cut from the left (``cut="left"``). Turns with an image are never
@@ -242,7 +247,7 @@ class ChatRenderer:
         limit = max_length or self.max_length
         turns, dropped = self.content.escape_turns(prompt), 0
         while True:
-            ids = self._encode(self._template(turns, generation_prompt=True))
+            ids = self._encode(self._template(turns, generation_prompt=generation_prompt))
             fewer = _drop_history(turns, final=1) if len(ids) > limit else None
             if fewer is None:
                 break

@@ -67,7 +67,7 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
         require_str(record, "system", source, allow_empty=True)
-        turns, image = _dialogue(record, source, options, filled, rid)
+        turns, image = dialogue(record, source, options, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: require_str(record, key, source) for key in PROFILE_KEYS})
         items = record["conversations"]
@@ -88,7 +88,7 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        turns, image = _dialogue(record, source, options, filled, rid)
+        turns, image = dialogue(record, source, options, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: value for key in PROFILE_KEYS if (value := optional_str(record, key, source))})
         return SFTExample(rid, turns, meta)
@@ -132,7 +132,7 @@ def _counted(result: ReadResult, filled: set[str]) -> ReadResult:
     return result
 
 
-def _dialogue(
+def dialogue(
     record: dict[str, Any], source: Source, options: dict[str, Any], filled: set[str], rid: str
 ) -> tuple[tuple[Turn, ...], str]:
     """The record's turns (its system prompt first, or ``default_system`` when it has none; ``rid`` is added

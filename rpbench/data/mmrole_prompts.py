@@ -2,15 +2,28 @@
 
 The evaluated answer is Model A, the ground truth Model B; the judge writes a short comparison ending in
 ``[Scores]: (a, b)`` (1-10 each). The judge (``rpbench.eval.mmrole_eval``) and the reward model's training
-data (``rpbench.data.mmrole_reviews``) use the same prompts, so they live in the data layer. The section
-markers, metric questions and output-format line follow the MMRole repository's ``eval/RM_review.py`` (MIT
-licence, Copyright (c) 2024 YanqiDai) because the released MMRole-Eval reward model was trained on exactly
-this input; changing them would change its scores.
+data (``rpbench.data.mmrole_reviews``, ``rpbench.data.mmrole_rm``) use the same prompts, so they live in the
+data layer.
+
+The wording is rpbench's own, with the structure and slots of the authors' reward-model prompt
+(``eval/RM_review.py``: a system prompt; question, Model A's and Model B's responses in marked sections;
+the task instruction; one metric's question; the output format). ``review_prompts(source)`` with a clone
+of the authors' repository (config ``prompts.source``) reads their templates instead
+(``rpbench.data.templates``): the released MMRole-Eval reward model was trained on exactly that input, so
+judging with it, or distilling it, should use them. Each template's origin and sha256 are recorded.
 """
 
 from __future__ import annotations
 
-PROMPT_VERSION = "mmrole-eval-v1"
+import functools
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rpbench.data.templates import Released, Template, resolve
+
 TASK = "mmrole"
 
 METRICS: tuple[str, ...] = (
@@ -24,89 +37,180 @@ METRICS: tuple[str, ...] = (
     "Tone Consistency",
 )
 
-JUDGE_SYSTEM = (
-    "You are an objective and precise evaluator, specializing in rigorously assessing the "
-    "role-playing and multimodal understanding abilities of various models."
-)
 REASK = (
     "That evaluation could not be read. Give it again, ending with exactly one line of the form "
     "[Scores]: (score of Model A, score of Model B), each from 1 to 10."
 )
 
 HYPOTHETICAL = "Hypothetical Characters"
-CURIOUS_HUMAN = "a curious human"
+CURIOUS_HUMAN = "a curious human"  # the other_role of MMRole's human-role records (a data value)
+RELEASED_FILE = "eval/RM_review.py"
+
+# rpbench's wording. Slots as the authors': role_script / other_role_script (a character with its
+# series), role, the_other_role (the partner as the metric questions name it), and the review's sections.
+DEFAULTS: dict[str, str] = {
+    "system": (
+        "You are an impartial, exacting judge of how well models play a character and understand the image "
+        "they are shown."
+    ),
+    "task": (
+        "Both models were asked to speak directly as {role_script}, in conversation with {other_role_script}, "
+        "about the image shown, in the voice, manner and words of {role}."
+    ),
+    "hypothetical_suffix": ", one of the Hypothetical Characters,",
+    "script_joiner": " from ",
+    "review": (
+        "### Question\n\n{question}\n\n\n"
+        "### Response of Model A\n\n{answer_a}\n\n\n"
+        "### Response of Model B\n\n{answer_b}\n\n\n"
+        "### Instruction\n\n{task}\n\n"
+        "Judge both responses on this aspect only:\n{aspect}\n\n"
+        "First compare the two responses on it in a few sentences, then score each from 1 (very poor) to 10 "
+        "(excellent).\n\n"
+        "Answer in this form:\n<comparison>, [Scores]: (<score of Model A>, <score of Model B>)\n\n"
+        "Judge the content alone: the order in which the responses appear must not sway you."
+    ),
+    "aspect.Instruction Adherence": (
+        "Instruction Adherence: Do the responses speak directly as {role}, with only what {role} would say and "
+        "nothing added before or after to explain?"
+    ),
+    "aspect.Fluency": "Fluency: Are the responses grammatical and do they read smoothly?",
+    "aspect.Coherency": (
+        "Coherency: Do the responses follow on from the conversation without contradicting what was said or "
+        "established before?"
+    ),
+    "aspect.Image-Text Relevance": "Image-Text Relevance: Do the responses relate closely to what the image shows?",
+    "aspect.Response Accuracy": (
+        "Response Accuracy: Do the responses answer what {the_other_role} said, or open the conversation "
+        "fittingly from the image?"
+    ),
+    "aspect.Personality Consistency": (
+        "Personality Consistency: Do the responses show the personality of {role} faithfully and fully?"
+    ),
+    "aspect.Knowledge Consistency": (
+        "Knowledge Consistency: Do the responses agree with what {role} knows, has lived through, can do and "
+        "who {role} is related to?"
+    ),
+    "aspect.Tone Consistency": (
+        "Tone Consistency: Do the responses keep to {role}'s usual way of speaking and catchphrases, rather "
+        "than sounding like an AI assistant?"
+    ),
+}
+# Where the authors keep each (their eval/RM_review.py).
+RELEASED: dict[str, Released] = {
+    "system": Released(RELEASED_FILE, "system", occurrence=1),  # occurrence 0: the model.chat(system=...) call
+    "task": Released(RELEASED_FILE, "task"),
+    "hypothetical_suffix": Released(RELEASED_FILE, "role_script"),
+    "script_joiner": Released(RELEASED_FILE, "role_script", occurrence=1),
+    "review": Released(
+        RELEASED_FILE,
+        "text",
+        rename={"evaluated_answer": "answer_a", "groundtruth_answer": "answer_b", "aspect_desc[score_key]": "aspect"},
+    ),
+    **{f"aspect.{metric}": Released(RELEASED_FILE, "aspect_desc", key=metric) for metric in METRICS},
+}
 
 
-def _with_script(name: str, script: str) -> str:
-    if name == CURIOUS_HUMAN:
-        return name
-    if script == HYPOTHETICAL:
-        return f"{name}, a person who is one of the Hypothetical Characters,"
-    return f"{name} from {script}"
+@dataclass(frozen=True)
+class ReviewPrompts:
+    """The judge's templates, by name (``DEFAULTS``' names), rpbench's or the authors'."""
+
+    templates: Mapping[str, Template]
+
+    @property
+    def system(self) -> str:
+        return self.templates["system"].render()
+
+    @property
+    def version(self) -> str:
+        """Names the prompt set (part of the judge cache key): rpbench's or a digest of the authors'."""
+        joined = "".join(self.templates[name].sha256 for name in DEFAULTS)
+        return "mmrole-eval-v2-" + hashlib.sha256(joined.encode()).hexdigest()[:12]
+
+    def records(self) -> dict[str, dict[str, str]]:
+        """Each template's origin and sha256, as metrics.json records them."""
+        return {f"mmrole_eval.{name}": t.record() for name, t in self.templates.items()}
+
+    def with_script(self, name: str, script: str) -> str:
+        if name == CURIOUS_HUMAN:
+            return name
+        if script == HYPOTHETICAL:
+            return name + self.templates["hypothetical_suffix"].render()
+        return name + self.templates["script_joiner"].render() + script
+
+    def task_instruction(self, role: str, script: str, other_role: str) -> str:
+        return self.templates["task"].render(
+            role_script=self.with_script(role, script),
+            other_role_script=self.with_script(other_role, script),
+            role=role,
+        )
+
+    def metric_question(self, metric: str, role: str, other_role: str) -> str:
+        """The aspect line of one metric: ``<metric>: <question>``."""
+        if metric not in METRICS:
+            raise ValueError(f"unknown MMRole-Eval metric {metric!r}; known: {METRICS}")
+        template = self.templates[f"aspect.{metric}"]
+        values = {"role": role, "the_other_role": "the curious human" if other_role == CURIOUS_HUMAN else other_role}
+        return template.render(**{slot: values[slot] for slot in template.slots})
+
+    def review(
+        self, metric: str, *, question: str, answer_a: str, answer_b: str, role: str, script: str, other_role: str
+    ) -> str:
+        """The judge's user message for one metric: A and B are the two responses in presentation order."""
+        return self.templates["review"].render(
+            question=question,
+            answer_a=answer_a,
+            answer_b=answer_b,
+            task=self.task_instruction(role, script, other_role),
+            aspect=self.metric_question(metric, role, other_role),
+        )
 
 
-def task_instruction(role: str, script: str, other_role: str) -> str:
-    return (
-        f"The task instruction of the two models is to directly role-play as {_with_script(role, script)} "
-        f"and talk with {_with_script(other_role, script)} about the given image using the distinctive "
-        f"tone, manner and vocabulary of {role}."
-    )
+@functools.cache
+def review_prompts(source: str | None = None) -> ReviewPrompts:
+    """rpbench's prompts (``source`` None) or the authors', read from the clone at ``source``."""
+    return ReviewPrompts({name: resolve(name, text, RELEASED[name], source) for name, text in DEFAULTS.items()})
 
 
-def metric_question(metric: str, role: str, other_role: str) -> str:
-    """The question the judge answers for one metric."""
-    other = "the curious human" if other_role == CURIOUS_HUMAN else other_role
-    questions = {
-        "Instruction Adherence": (
-            f"Do the responses accurately adhere to the task instruction, directly "
-            f"role-playing as {role} and only including words that {role} should say, "
-            f"without any additional explanatory prefixes or suffixes?"
-        ),
-        "Fluency": "Are the responses grammatically correct and smoothly articulated?",
-        "Coherency": (
-            "Do the responses maintain a coherent thread of dialogue without contradicting earlier "
-            "parts of the conversation or previously established facts?"
-        ),
-        "Image-Text Relevance": "Are the responses closely related to the visual content of the image?",
-        "Response Accuracy": (
-            f"Do the responses accurately answer {other}'s words or appropriately initiate a "
-            f"conversation based on the image?"
-        ),
-        "Personality Consistency": f"Do the responses accurately and sufficiently reflect the personality of {role}?",
-        "Knowledge Consistency": (
-            f"Are the responses consistent with the factual knowledge that {role} should "
-            f"possess, including experiences, abilities, and relationships?"
-        ),
-        "Tone Consistency": (
-            f"Do the responses maintain a consistent tone that aligns with {role}'s typical "
-            f"manner of speaking and catchphrases, rather than resembling the style of AI "
-            f"assistants?"
-        ),
-    }
-    return f"{metric}: {questions[metric]}"
+DEFAULT_PROMPTS = review_prompts(None)
+JUDGE_SYSTEM = DEFAULT_PROMPTS.system
 
 
 def review_prompt(
-    metric: str, *, question: str, answer_a: str, answer_b: str, role: str, script: str, other_role: str
+    metric: str,
+    *,
+    question: str,
+    answer_a: str,
+    answer_b: str,
+    role: str,
+    script: str,
+    other_role: str,
+    prompts: ReviewPrompts = DEFAULT_PROMPTS,
 ) -> str:
-    """The judge's user message for one metric: A and B are the two responses in presentation order."""
-    if metric not in METRICS:
-        raise ValueError(f"unknown MMRole-Eval metric {metric!r}; known: {METRICS}")
-    sections = [
-        ("Question", question),
-        ("Model A's Response", answer_a),
-        ("Model B's Response", answer_b),
-    ]
-    body = "".join(f"## **[{name} Start]**\n\n{text}\n\n## **[{name} End]**\n\n\n" for name, text in sections)
-    return (
-        f"{body}## **[Instruction]**\n\n{task_instruction(role, script, other_role)}\n\n"
-        "Please evaluate the following aspect of each model's response:\n"
-        f"{metric_question(metric, role, other_role)}\n\n"
-        "Please provide a brief qualitative evaluation for the relative performance of the two models, followed by "
-        "paired quantitative scores from 1 to 10, where 1 indicates poor performance and 10 indicates excellent "
-        "performance.\n\n"
-        "The output should be in the following format:\n"
-        "{Qualitative Evaluation}, [Scores]: ({the score of Model A}, {the score of Model B})\n\n"
-        "Please ensure that your evaluations are unbiased and that the order in which the responses were "
-        "presented does not affect your judgment."
+    """``prompts.review`` (rpbench's wording by default)."""
+    return prompts.review(
+        metric, question=question, answer_a=answer_a, answer_b=answer_b, role=role, script=script, other_role=other_role
     )
+
+
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
+_SCORES_MARK = "[Scores]:"
+# "(a, b)" right after the marker; each number may carry a label ("Model A: 7").
+_PAIR = re.compile(rf"^\s*\(\s*(?:[^,():]*:\s*)?{_NUMBER}\s*,\s*(?:[^,():]*:\s*)?{_NUMBER}\s*\)")
+
+
+def parse_score_pair(text: str, low: float = 1.0, high: float = 10.0) -> tuple[float, float] | None:
+    """``(a, b)`` from a review ending in ``..., [Scores]: (a, b)``.
+
+    The marker must occur exactly once and both scores must lie in [low, high]; otherwise None (a parse
+    failure, never a guessed score).
+    """
+    if text.count(_SCORES_MARK) != 1:
+        return None
+    match = _PAIR.match(text.split(_SCORES_MARK, 1)[1])
+    if match is None:
+        return None
+    a, b = float(match.group(1)), float(match.group(2))
+    if not all(math.isfinite(x) and low <= x <= high for x in (a, b)):
+        return None
+    return a, b

@@ -1,4 +1,10 @@
-"""MMRole-Eval reward-model samples from released review files (MMRole section 5 and 6.4; format ``mmrole_reviews``).
+"""Reward-model samples from MMRole-Eval review files (format ``mmrole_reviews``).
+
+The released ``eval/in-test_reviews`` were written by the released reward model (MMRole-Eval_RM, the
+authors' ``eval/RM_review.py``), not by GPT-4: training on them distils that reward model. The paper's
+own reward-model data (GPT-4's evaluations) is format ``mmrole_rm`` (``rpbench.data.mmrole_rm``). Option
+``reference_judge`` (required; the data config's) names who wrote the reviews read, in every test
+sample's ``meta`` and in the agreement report.
 
 Input: a folder of ``<model>/<scenario>_test.json`` review files (every evaluated model), a folder of one
 model's ``<scenario>_test.json`` files, or one such file; the evaluated model is the file's folder name.
@@ -7,11 +13,13 @@ evaluated ``answer`` next to the ground-truth ``value``, plus ``rm_review``: per
 ``{"review": str, "score": [a, b]}`` (A = evaluated answer, B = ground truth).
 
 Each record gives one sample per metric (as the paper segments each GPT-4 trajectory into eight): the
-system turn ``JUDGE_SYSTEM`` and the user turn ``review_prompt`` of that metric, exactly as the authors'
-``eval/RM_review.py`` asks the reward model (question = ``conversations[0].value``, Model A = the answer,
-Model B = the ground truth), the record's image on the user turn; the target is the review text. Train
+judge's system turn and its user turn for that metric, built as the authors' ``eval/RM_review.py`` asks the
+reward model (question = ``conversations[0].value``, Model A = the answer, Model B = the ground truth),
+the record's image on the user turn; the target is the review text. The prompts are rpbench's wording, or
+the authors' with option ``prompts_source`` (their clone; ``mmrole_prompts.review_prompts``). Train
 split: SFTExamples; test split: EvalExamples whose reference is the review text and whose ``meta`` holds
-``metric``, ``score`` (the reference pair), ``model``, ``question`` (record id), ``scenario`` and ``image``.
+``metric``, ``score`` (the reference pair), ``reference_judge``, ``model``, ``question`` (record id),
+``scenario`` and ``image``.
 
 Held-out split (the paper's validation set: 20 questions, the responses of 2 randomly chosen models each,
 all 8 metrics = 320 samples): option ``heldout = {questions, models, seed}``. A question is a record id
@@ -37,7 +45,7 @@ from typing import Any
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole import PROFILE_KEYS, scenario_of
-from rpbench.data.mmrole_prompts import JUDGE_SYSTEM, METRICS, review_prompt
+from rpbench.data.mmrole_prompts import METRICS, ReviewPrompts, review_prompts
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
@@ -128,10 +136,14 @@ def select_heldout(
 def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, test: bool) -> ReviewsReadResult:
     check_on_error(on_error)
     heldout = _heldout_options(options.get("heldout"))
+    judge = options.get("reference_judge")
+    if not judge:
+        raise ValueError("format mmrole_reviews: data.reference_judge (who wrote the reviews) is required")
     result = ReviewsReadResult(str(path))
     reviewed: list[Reviewed] = []
+    prompts = review_prompts(options.get("prompts_source"))
     for file in review_files(path):
-        reviewed += _read_file(file, options.get("image_root"), on_error, result)
+        reviewed += _read_file(file, options.get("image_root"), on_error, result, prompts)
     answered: dict[Question, list[str]] = {}
     for r in reviewed:
         if r.model in answered.get(r.question, []):
@@ -147,7 +159,7 @@ def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, te
         is_held = (r.question, r.model) in held
         in_train = not is_held and (heldout["share_questions"] or r.question not in held_questions)
         if is_held if test else in_train:
-            result.examples += [_example(r, metric, sample, test) for metric, sample in r.samples.items()]
+            result.examples += [_example(r, metric, sample, test, str(judge)) for metric, sample in r.samples.items()]
     return result
 
 
@@ -162,7 +174,9 @@ def _heldout_options(values: Any) -> dict[str, Any]:
     return dict(values)
 
 
-def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsReadResult) -> list[Reviewed]:
+def _read_file(
+    path: Path, image_root: Any, on_error: OnError, result: ReviewsReadResult, prompts: ReviewPrompts
+) -> list[Reviewed]:
     model, scenario = path.parent.name, scenario_of(path, None)
     seen: dict[str, int | str] = {}
     reviewed = []
@@ -193,7 +207,7 @@ def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsRe
         except DataFormatError as error:
             result.add_error(error, on_error)
             continue
-        system = Turn("system", JUDGE_SYSTEM)
+        system = Turn("system", prompts.system)
         samples = {}
         for metric in METRICS:
             try:
@@ -201,7 +215,7 @@ def _read_file(path: Path, image_root: Any, on_error: OnError, result: ReviewsRe
             except DataFormatError as error:
                 result.add_error(error, on_error)
                 continue
-            text = review_prompt(metric, question=question, answer_a=answer, answer_b=truth, **profile)
+            text = prompts.review(metric, question=question, answer_a=answer, answer_b=truth, **profile)
             samples[metric] = ((system, Turn("user", text, image=resolved)), review, pair)
         reviewed.append(Reviewed(model, (scenario, rid), samples, image))
     if n_records == 0:
@@ -226,11 +240,18 @@ def _review(reviews: Mapping[str, Any], metric: str, source) -> tuple[str, tuple
     return text, (float(score[0]), float(score[1]))
 
 
-def _example(r: Reviewed, metric: str, sample: tuple, test: bool) -> SFTExample | EvalExample:
+def _example(r: Reviewed, metric: str, sample: tuple, test: bool, judge: str) -> SFTExample | EvalExample:
     prompt, review, pair = sample
     scenario, rid = r.question
     sample_id = f"{r.model}/{scenario}/{rid}/{metric}"
-    meta = {"metric": metric, "score": list(pair), "model": r.model, "question": rid, "scenario": scenario}
+    meta = {
+        "metric": metric,
+        "score": list(pair),
+        "reference_judge": judge,
+        "model": r.model,
+        "question": rid,
+        "scenario": scenario,
+    }
     if test:
         return EvalExample(sample_id, prompt, review, scenario, {**meta, "image": r.image})
     return SFTExample(sample_id, (*prompt, Turn("assistant", review)), meta)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.mmrole_prompts import METRICS, review_prompt
+
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
 # Folders of the sample holding records copied from a dataset (MIT), not generated here.
@@ -904,6 +906,59 @@ def mmrole_records() -> dict[str, list[dict[str, Any]]]:
     return files
 
 
+# Reward-model data (the MMRole dataset's RM_data files): rpbench's judge prompt around sample records, an
+# evaluated answer in the character's voice or in an assistant's, and an evaluation ending in the pair.
+RM_ASSISTANT_ANSWER = "As an AI assistant, I can describe the image: it shows some people in a place."
+RM_VERDICTS = {
+    "in_character": ("Model A speaks as the character does, much like Model B", (8, 9)),
+    "assistant": ("Model A answers as an assistant and drops the character, while Model B stays in it", (2, 9)),
+}
+
+
+def _rm_record(n: int, record: dict[str, Any], metric: str, style: str) -> dict[str, Any]:
+    question, reference = record["conversations"]
+    answer = reference["value"] if style == "in_character" else RM_ASSISTANT_ANSWER
+    prompt = review_prompt(
+        metric,
+        question=question["value"],
+        answer_a=answer,
+        answer_b=reference["value"],
+        role=record["role"],
+        script=record["script"],
+        other_role=record["other_role"],
+    )
+    verdict, (a, b) = RM_VERDICTS[style]
+    a = max(1, a - METRICS.index(metric) % 2)  # scores vary a little across metrics
+    return {
+        "id": f"rm_{n}",
+        "conversations": [
+            {"from": "user", "value": f"Picture 1: <img>{record['image']}</img>\n{prompt}"},
+            {"from": "assistant", "value": f"{verdict} on {metric.lower()}, [Scores]: ({a}, {b})"},
+        ],
+    }
+
+
+def mmrole_rm_records(mmrole: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """Reward-model samples (one per response and metric) for the first records of the sample's MMRole test
+    files: training from the comment and human-role files (both answers), the test file from inter-role."""
+    train = [
+        (record, style)
+        for scenario in ("comment", "human-role")
+        for record in mmrole[f"mmrole/{scenario}_test.json"][:3]
+        for style in RM_VERDICTS
+    ]
+    test = [(record, style) for record, style in zip(mmrole["mmrole/inter-role_test.json"][:2], RM_VERDICTS)]
+    files, n = {}, 0
+    for name, responses in (("RM-train", train), ("RM-test", test)):
+        records = []
+        for record, style in responses:
+            for metric in METRICS:
+                records.append(_rm_record(n, record, metric, style))
+                n += 1
+        files[f"mmrole_rm/{name}.json"] = records
+    return files
+
+
 # =====================================================================================================
 # RPGBench
 # =====================================================================================================
@@ -1306,7 +1361,14 @@ def rpgbench_augment_records() -> dict[str, dict[str, list[dict[str, Any]]]]:
 
 def sample_records() -> dict[str, Any]:
     """Every generated sample file (relative path -> content)."""
-    return {**rolemrc_records(), **mmrole_records(), **rpgbench_records(), **rpgbench_augment_records()}
+    mmrole = mmrole_records()
+    return {
+        **rolemrc_records(),
+        **mmrole,
+        **mmrole_rm_records(mmrole),
+        **rpgbench_records(),
+        **rpgbench_augment_records(),
+    }
 
 
 def render(relative: str, content: Any) -> bytes:

@@ -5,9 +5,11 @@ default is its own wording with the same structure and slots, and ``prompts.sour
 user's clone of the authors' repository) makes ``resolve`` read the authors' template from their file
 instead. ``Released`` says where: a file inside the clone and a Python variable assigned in it (module or
 function level, its ``occurrence``-th assignment) holding a string or an f-string; when the assigned value
-is a container, the one string inside it that has slots; a keyword argument ``symbol=...`` of a call counts as an
-assignment. An f-string's fields become ``{slots}``;
-``rename`` maps the authors' slot names to rpbench's. A released template must have the default's slots.
+is a container, the one string inside it that has slots (``key``: of a dict literal, the value under that
+key); a keyword argument ``symbol=...`` of a call counts as an assignment. An f-string's fields become
+``{slots}``; ``rename`` maps the authors' slot names to rpbench's, and names a field that is an expression
+(``"aspect_desc[score_key]": "aspect"``), which is an error otherwise. A released template must have the
+default's slots.
 
 Every template records where it came from and the sha256 of its text (``Template.record``), so a run's
 results prove which prompt was used.
@@ -38,9 +40,11 @@ class Released:
     symbol: str
     occurrence: int = 0
     rename: Mapping[str, str] = field(default_factory=dict)
+    key: str | None = None
 
     def describe(self) -> str:
-        return f"{self.file}:{self.symbol}" + (f"#{self.occurrence}" if self.occurrence else "")
+        where = f"{self.file}:{self.symbol}" + (f"[{self.key!r}]" if self.key is not None else "")
+        return where + (f"#{self.occurrence}" if self.occurrence else "")
 
 
 def slots_of(text: str) -> tuple[str, ...]:
@@ -113,6 +117,8 @@ def read_released(path: Path, released: Released) -> str:
             f"{path}: {len(values)} assignment(s) to {released.symbol!r}, wanted number {released.occurrence + 1}"
         )
     node = values[released.occurrence]
+    if released.key is not None:
+        node = _dict_entry(path, node, released)
     text = _template_text(node, released.rename)
     if text is None:
         strings = [n for n in ast.walk(node) if isinstance(n, ast.JoinedStr)] or [
@@ -122,6 +128,16 @@ def read_released(path: Path, released: Released) -> str:
             raise TemplateError(f"{path}:{node.lineno}: {released.symbol} holds no single string or f-string template")
         text = _template_text(strings[0], released.rename)
     return text
+
+
+def _dict_entry(path: Path, node: ast.AST, released: Released) -> ast.AST:
+    """The value under ``released.key`` of the dict literal ``node``."""
+    if not isinstance(node, ast.Dict):
+        raise TemplateError(f"{path}:{node.lineno}: {released.symbol} is not a dict literal (key {released.key!r})")
+    for key, value in zip(node.keys, node.values):
+        if isinstance(key, ast.Constant) and key.value == released.key:
+            return value
+    raise TemplateError(f"{path}:{node.lineno}: {released.symbol} has no key {released.key!r}")
 
 
 def _assigns(node: ast.AST, symbol: str) -> bool:
@@ -142,12 +158,18 @@ def _template_text(node: ast.AST, rename: Mapping[str, str]) -> str | None:
     for value in node.values:
         if isinstance(value, ast.Constant):
             parts.append(str(value.value).replace("{", "{{").replace("}", "}}"))
-        elif isinstance(value, ast.FormattedValue) and isinstance(value.value, ast.Name):
+        elif isinstance(value, ast.FormattedValue):
+            source = ast.unparse(value.value)
+            if not isinstance(value.value, ast.Name) and source not in rename:
+                raise TemplateError(
+                    f"line {node.lineno}: f-string field {source!r} is an expression, not a plain name "
+                    "(name it in rename)"
+                )
             if value.conversion != -1 or value.format_spec is not None:
-                raise TemplateError(f"line {node.lineno}: f-string field {value.value.id!r} has a conversion or format")
-            parts.append("{" + rename.get(value.value.id, value.value.id) + "}")
+                raise TemplateError(f"line {node.lineno}: f-string field {source!r} has a conversion or format")
+            parts.append("{" + rename.get(source, source) + "}")
         else:
-            raise TemplateError(f"line {node.lineno}: f-string field is an expression, not a plain name")
+            raise TemplateError(f"line {node.lineno}: unexpected part of an f-string")
     return "".join(parts)
 
 

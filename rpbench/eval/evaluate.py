@@ -106,7 +106,26 @@ def reference_metrics(
         result["bertscore_backbone"] = load_bertscorer(scorer_options.pop("model"), **scorer_options).describe()
     if missing:
         result["missing_metrics"] = missing
+    conventions = metric_conventions(names, options, per_sample)
+    if conventions:
+        result["metric_conventions"] = conventions
     return result
+
+
+def metric_conventions(
+    names: Sequence[str], options: Mapping[str, Mapping[str, Any]], per_sample: Mapping[str, Sequence[Any]]
+) -> dict[str, Any]:
+    """How BLEU treats samples without tokens (and how many it left out) and ROUGE-Lsum's argument order,
+    as configured (``evaluator.bleu.empty``, ``evaluator.rougeLsum.order``)."""
+    found: dict[str, Any] = {}
+    if "bleu" in names and "bleu" in options:
+        found["bleu_empty"] = {
+            "policy": options["bleu"]["empty"],
+            "samples_without_value": sum(v is None for v in per_sample["bleu"]),
+        }
+    if "rougeLsum" in names and "rougeLsum" in options:
+        found["rougeLsum_order"] = options["rougeLsum"]["order"]
+    return found
 
 
 def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -25,14 +25,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole_prompts import (
-    JUDGE_SYSTEM,
-    METRICS,
-    PROMPT_VERSION,
-    REASK,
-    TASK,
-    review_prompt,
-)
+from rpbench.data.mmrole_prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply
 from rpbench.scoring.judge.parse import parse_score_pair
 
@@ -187,10 +180,12 @@ def judge_answers(
     client: JudgeClient,
     reviews_dir: str | Path,
     *,
+    prompts: ReviewPrompts = DEFAULT_PROMPTS,
     image_root: str | Path | None = None,
     swap: bool = False,
 ) -> dict[str, Any]:
-    """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate.
+    """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate,
+    asking with ``prompts`` (rpbench's or the authors', ``mmrole_prompts.review_prompts``).
 
     One judge call per metric per record (two with ``swap``); the image is attached as a data URL when
     the judge is multimodal and ``image_root / record["image"]`` exists. An image path that leaves
@@ -209,7 +204,7 @@ def judge_answers(
         orders = [False, True] if swap else [False]
         parts = [_image_part(path, record, client, image_root, images) for record in records]
         jobs = [(i, metric, flipped) for i in range(len(records)) for metric in METRICS for flipped in orders]
-        requests = [_request(records[i], metric, flipped, parts[i], client) for i, metric, flipped in jobs]
+        requests = [_request(records[i], metric, flipped, parts[i], client, prompts) for i, metric, flipped in jobs]
         replies = client.judge_parsed(requests, parse_score_pair, REASK, desc=f"MMRole-Eval {path.stem}")
         for (i, metric, flipped), reply in zip(jobs, replies):
             records[i].setdefault(SWAPPED_KEY if flipped else REVIEW_KEY, {})[metric] = _review_entry(reply)
@@ -237,11 +232,16 @@ def judge_answer_sets(
 
 
 def _request(
-    record: Mapping[str, Any], metric: str, flipped: bool, image: dict | None, client: JudgeClient
+    record: Mapping[str, Any],
+    metric: str,
+    flipped: bool,
+    image: dict | None,
+    client: JudgeClient,
+    prompts: ReviewPrompts,
 ) -> JudgeRequest:
     turn = record["conversations"][1]
     answer, truth = turn["answer"], turn["value"]
-    text = review_prompt(
+    text = prompts.review(
         metric,
         question=record["conversations"][0]["value"],
         answer_a=truth if flipped else answer,
@@ -251,8 +251,8 @@ def _request(
         other_role=record["other_role"],
     )
     content: Any = [image, {"type": "text", "text": text}] if image else text
-    messages = ({"role": "system", "content": JUDGE_SYSTEM}, {"role": "user", "content": content})
-    return JudgeRequest(messages, client.config.max_tokens_for(TASK), PROMPT_VERSION)
+    messages = ({"role": "system", "content": prompts.system}, {"role": "user", "content": content})
+    return JudgeRequest(messages, client.config.max_tokens_for(TASK), prompts.version)
 
 
 def _review_entry(reply: ParsedReply) -> dict[str, Any]:

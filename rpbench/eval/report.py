@@ -114,6 +114,36 @@ def image_note(images: Mapping[str, int]) -> str:
     )
 
 
+def parse_failure_note(judge: Mapping[str, Any]) -> str:
+    """How unreadable verdicts count (``judge.parse_failure``), as a sentence before the judge tables."""
+    if judge["parse_failure"] == "wrong":
+        how = "count as wrong (0) in the accuracy, as the released llm_judge.py"
+    else:
+        how = "are left out of the accuracy (judge.parse_failure=exclude; the release counts them as wrong)"
+    return f"Unreadable verdicts ({judge['overall']['parse_failures']}) {how}.\n\n"
+
+
+def conventions_note(conventions: Mapping[str, Any]) -> str:
+    """BLEU's treatment of empty texts and ROUGE-Lsum's argument order, in words."""
+    notes = []
+    if "bleu_empty" in conventions:
+        empty = conventions["bleu_empty"]
+        what = (
+            "left out of the BLEU mean (the released evaluation's NaN)"
+            if empty["policy"] == "drop"
+            else "scored BLEU 0 (evaluator.bleu.empty=zero; the release leaves them out)"
+        )
+        notes.append(f"{empty['samples_without_value']} samples with an empty prediction or reference {what}")
+    if "rougeLsum_order" in conventions:
+        order = conventions["rougeLsum_order"]
+        notes.append(
+            "ROUGE-Lsum with the response as rouge-score's first argument, as the released evaluation"
+            if order == "response_first"
+            else "ROUGE-Lsum with the reference as rouge-score's first argument (the release puts the response first)"
+        )
+    return "; ".join(notes) + "."
+
+
 def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
     """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
     metrics = results["metrics"]
@@ -129,6 +159,8 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
     out.append(metric_table({"overall": metrics["overall"]}, "overall", with_ci=True))
     if "missing_metrics" in results:
         out.append("\n".join(f"Not computed: {m} ({reason})" for m, reason in results["missing_metrics"].items()))
+    if "metric_conventions" in results:
+        out.append(conventions_note(results["metric_conventions"]))
     if "bertscore_backbone" in results:
         backbone = results["bertscore_backbone"]
         out.append(
@@ -145,6 +177,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
             + (f"**Warning:** {judge['warning']}\n\n" if judge.get("warning") else "")
+            + parse_failure_note(judge)
             + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"
             + judge_table({"overall": judge["overall"]}, "all")
@@ -159,7 +192,7 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
         cmp = results["compare"]
         rows = [
             f"| {m} | {fmt_metric(v['delta'], m)} | [{fmt_metric(v['ci_low'], m)}, {fmt_metric(v['ci_high'], m)}] | "
-            f"{v['p_value']:.4f} | {v['n']} |"
+            f"{'–' if v['p_value'] is None else format(v['p_value'], '.4f')} | {v['n']} |"
             for m, v in cmp.items()
             if isinstance(v, dict)
         ]

@@ -120,7 +120,8 @@ def paired_bootstrap(
     ``delta = statistic(candidate) - statistic(baseline)``, its bootstrap CI, and a two-sided p-value
     for "no difference" from the bootstrap distribution shifted to the null,
     ``(1 + #{|delta* - delta| >= |delta|}) / (n_resamples + 1)``. Pairs where either score is missing
-    are left out and counted.
+    are left out and counted; with no pair left, delta, CI and p are None (e.g. BLEU when every reply of
+    a run is empty).
     """
     if len(baseline) != len(candidate):
         raise ValueError(f"paired runs differ in length: {len(baseline)} vs {len(candidate)} records")
@@ -129,7 +130,7 @@ def paired_bootstrap(
     keep = ~(np.isnan(a) | np.isnan(b))
     a, b = a[keep], b[keep]
     if a.size == 0:
-        raise ValueError("paired_bootstrap: no record has a score in both runs")
+        return {"n": 0, "n_missing": int(keep.size), "delta": None, "ci_low": None, "ci_high": None, "p_value": None}
 
     def difference(x, y, axis=-1):
         return statistic(y, axis=axis) - statistic(x, axis=axis)

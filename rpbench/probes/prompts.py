@@ -1,10 +1,12 @@
-"""Test records -> the padded prompt batches a probe forwards, as generation first sees them.
+"""Test records -> the padded prompt batches a probe forwards.
 
-A prompt is rendered exactly as for generation (chat template, generation header, history cut to
-``data.max_prompt_length``), so its last token is the position where the model first reads the
-whole instruction. Each record is counted under the dimensions of its ``meta["dimensions"]`` (RoleMRC:
-the paper's five, ``knowledge_boundary.within`` -> ``knowledge_boundary``), or its task label when it
-has none.
+A prompt is rendered with the chat template and its history cut to ``data.max_prompt_length``, as for
+generation. Its last token is the probed position: without the generation header
+(``generation_header=False``) that is the end of the last turn, the token the authors' ``interpret.py``
+reads (it renders the question with no generation prompt and takes the last token); with it, the end
+of the assistant header, where generation starts. Each record is counted under the dimensions of its
+``meta["dimensions"]`` (RoleMRC: the paper's five, ``knowledge_boundary.within`` -> ``knowledge_boundary``),
+or its task label when it has none.
 """
 
 from __future__ import annotations
@@ -53,8 +55,10 @@ def prompt_batches(
     renderer: ChatRenderer,
     max_prompt_length: int,
     batch_size: int,
+    generation_header: bool,
 ) -> PromptBatches:
-    """Batches of rendered prompts, padded on the tokenizer's padding side.
+    """Batches of rendered prompts (with or without the generation header), padded on the tokenizer's
+    padding side.
 
     Probes see text only: a record with an image is an error (``data.images=drop`` reads the records
     without their images, counted in the run's records).
@@ -76,7 +80,7 @@ def prompt_batches(
         for group in groups:
             samples = []
             for example in group:
-                ids = renderer.render_prompt(example.prompt, max_prompt_length)
+                ids = renderer.render_prompt(example.prompt, max_prompt_length, generation_header)
                 samples.append({"input_ids": ids, "labels": ids})
             batch = pad_collate(samples, tokenizer.pad_token_id, padding_side=side)
             yield {key: batch[key] for key in FORWARD_KEYS}

@@ -109,12 +109,16 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
     if not examples:
         raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
     renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
-    inputs = prompt_batches(examples, tokenizer, renderer, int(cfg.data.max_prompt_length), int(probe.batch_size))
+    header = bool(probe.generation_header)
+    inputs = prompt_batches(
+        examples, tokenizer, renderer, int(cfg.data.max_prompt_length), int(probe.batch_size), header
+    )
     stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
     save_stats(stats, out_dir)
     result = {
         "name": "topk_freq",
         "settings": asdict(settings),
+        "generation_header": header,
         "records": inputs.n_records,
         "layers": stats.layers,
         "width": stats.width,
@@ -131,6 +135,12 @@ PROBES.register("topk_freq")(Probe(frequency_probe, needs_model=True))
 def _frequency_section(result: Mapping[str, Any]) -> str:
     s = result["settings"]
     where = "the last prompt token" if s["position"] == "last_prompt" else "every real prompt token"
+    where += (
+        " (prompts rendered with the generation header: probe.generation_header=true; the authors' "
+        "interpret.py renders without it)"
+        if result["generation_header"]
+        else " (prompts rendered without the generation header, as the authors' interpret.py)"
+    )
     lines = [
         "## Probe: top-p% activation frequencies",
         "",

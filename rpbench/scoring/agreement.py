@@ -2,11 +2,18 @@
 
 MMRole scores an answer by the ratio a/b of the pair (a: evaluated answer, b: ground truth). Per metric and
 pooled over all metrics (``overall``): the scoring success rate, and MAE, RMSE and Pearson's r between the
-model's and the reference's ratios, and between their raw scores (a and b pooled). Statistics come twice:
-``with_random_fill`` (the paper: "The score is random if the model fails to score": a failed pair is
-replaced by a seeded uniform draw of two integer scores from 1 to 10, counted) and ``scored_only`` (the
-failures left out). Cronbach's alpha treats the metrics as items and the answered records as cases
-(ratios), for the model's and the reference's scores. Undefined values (no samples, constant data) are None.
+model's and the reference's ratios. A review whose pair cannot be read is scored by ``parse_failure``:
+
+- ``random_score`` (the paper: "The score is random if the model fails to score"): the score a/b is a seeded
+  uniform draw from [0, 1). The paper names no distribution; this is the reading that fits its Table 4
+  (see ``experiments/mmrole/README.md``);
+- ``random_pair``: a and b each a seeded uniform integer from 1 to 10 (the prompt's scale), the score a/b;
+- ``exclude``: the sample is left out.
+
+``scored_only`` gives the statistics over the readable samples alone, on the ratio and on the raw scores
+(a and b pooled). Cronbach's alpha comes twice: the paper's (queries are the items, the evaluated models
+the cases, a model's score on a query the mean of its metric scores) and with the metrics as items and
+the answered records as cases. Undefined values (no samples, constant data) are None.
 """
 
 from __future__ import annotations
@@ -19,14 +26,16 @@ from typing import Any
 
 Pair = tuple[float, float]
 SCORE_RANGE = (1, 10)
+PARSE_FAILURE_POLICIES = ("random_score", "random_pair", "exclude")
 
 
 @dataclass(frozen=True)
 class ScoredSample:
-    """One judged sample: its case (the answered record), metric, the reference pair and the model's (None:
-    the model failed to score)."""
+    """One judged sample: the evaluated model, the query it answered, the metric, the reference pair and the
+    model's (None: the model failed to score)."""
 
-    case: str
+    model: str
+    query: str
     metric: str
     reference: Pair
     predicted: Pair | None
@@ -77,73 +86,103 @@ def cronbach_alpha(items: Sequence[Sequence[float]]) -> float | None:
     return k / (k - 1) * (1 - sum(_variance(item) for item in items) / total_variance)
 
 
-def random_pair(rng: random.Random) -> Pair:
-    low, high = SCORE_RANGE
-    return float(rng.randint(low, high)), float(rng.randint(low, high))
-
-
-def filled(samples: Sequence[ScoredSample], seed: int) -> list[Pair]:
-    """Each sample's predicted pair, failures replaced by seeded random pairs (drawn in sample order)."""
+def model_scores(samples: Sequence[ScoredSample], policy: str, seed: int) -> list[float | None]:
+    """Each sample's score a/b as ``policy`` counts it (None: left out); random draws are seeded and made
+    in sample order, one per failure."""
+    if policy not in PARSE_FAILURE_POLICIES:
+        raise ValueError(f"evaluator.parse_failure: expected one of {PARSE_FAILURE_POLICIES}, got {policy!r}")
     rng = random.Random(seed)
-    return [s.predicted if s.predicted is not None else random_pair(rng) for s in samples]
+    low, high = SCORE_RANGE
+    scores: list[float | None] = []
+    for s in samples:
+        if s.predicted is not None:
+            scores.append(ratio(s.predicted))
+        elif policy == "random_score":
+            scores.append(rng.random())
+        elif policy == "random_pair":
+            scores.append(rng.randint(low, high) / rng.randint(low, high))
+        else:
+            scores.append(None)
+    return scores
 
 
-def _errors(reference: Sequence[Pair], predicted: Sequence[Pair]) -> dict[str, dict[str, float | None]]:
-    ref_ratio, pred_ratio = [ratio(p) for p in reference], [ratio(p) for p in predicted]
-    ref_raw, pred_raw = [x for p in reference for x in p], [x for p in predicted for x in p]
+def _errors(reference: Sequence[float], predicted: Sequence[float]) -> dict[str, float | None]:
     return {
-        "ratio": {
-            "mae": mae(pred_ratio, ref_ratio),
-            "rmse": rmse(pred_ratio, ref_ratio),
-            "pearson": pearson(pred_ratio, ref_ratio),
-        },
-        "raw": {"mae": mae(pred_raw, ref_raw), "rmse": rmse(pred_raw, ref_raw), "pearson": pearson(pred_raw, ref_raw)},
+        "mae": mae(predicted, reference),
+        "rmse": rmse(predicted, reference),
+        "pearson": pearson(predicted, reference),
     }
 
 
-def _group(samples: Sequence[ScoredSample], fill: Sequence[Pair]) -> dict[str, Any]:
+def _group(samples: Sequence[ScoredSample], scores: Sequence[float | None]) -> dict[str, Any]:
+    counted = [(ratio(s.reference), v) for s, v in zip(samples, scores) if v is not None]
     scored = [(s.reference, s.predicted) for s in samples if s.predicted is not None]
     return {
         "n": len(samples),
         "n_scored": len(scored),
+        "n_counted": len(counted),
         "success_rate": len(scored) / len(samples) if samples else None,
-        "with_random_fill": _errors([s.reference for s in samples], fill),
-        "scored_only": _errors([r for r, _ in scored], [p for _, p in scored]),
+        "ratio": _errors([r for r, _ in counted], [v for _, v in counted]),
+        "scored_only": {
+            "ratio": _errors([ratio(r) for r, _ in scored], [ratio(p) for _, p in scored]),
+            "raw": _errors([x for r, _ in scored for x in r], [x for _, p in scored for x in p]),
+        },
     }
 
 
-def _alphas(samples: Sequence[ScoredSample], fill: Sequence[Pair], metrics: Sequence[str]) -> dict[str, Any]:
-    """Cronbach's alpha over ``metrics`` (items) for the cases judged on all of them."""
-    cases: dict[str, dict[str, tuple[Pair, Pair, bool]]] = {}
-    for s, f in zip(samples, fill):
-        cases.setdefault(s.case, {})[s.metric] = (s.reference, f, s.predicted is not None)
-    complete = [c for c in cases.values() if all(m in c for m in metrics)]
-    scored = [c for c in complete if all(c[m][2] for m in metrics)]
-
-    def alpha(rows: list, which: int) -> float | None:
-        return cronbach_alpha([[ratio(row[m][which]) for row in rows] for m in metrics])
-
+def _table(samples: Sequence[ScoredSample], values: Sequence[float | None], metrics: Sequence[str]) -> dict:
+    """(model, query) -> metric -> value, for the records judged on every metric with every value present."""
+    table: dict[tuple[str, str], dict[str, float | None]] = {}
+    for s, v in zip(samples, values):
+        table.setdefault((s.model, s.query), {})[s.metric] = v
     return {
-        "cases": len(complete),
-        "reference": alpha(complete, 0),
-        "with_random_fill": alpha(complete, 1),
-        "scored_only": alpha(scored, 1),
-        "scored_only_cases": len(scored),
+        key: row
+        for key, row in table.items()
+        if all(m in row for m in metrics) and all(row[m] is not None for m in metrics)
     }
 
 
-def agreement(samples: Sequence[ScoredSample], metrics: Sequence[str], seed: int) -> dict[str, Any]:
-    """Per-metric and overall agreement (see the module docstring), the number of random fills and alphas."""
-    fill = filled(samples, seed)
+def alpha_over_queries(samples: Sequence[ScoredSample], values: Sequence[float | None], metrics: Sequence[str]) -> dict:
+    """The paper's alpha: items = queries, cases = evaluated models, a cell = the mean over ``metrics`` of
+    the model's scores on the query; over the queries every model has a complete score for."""
+    table = _table(samples, values, metrics)
+    models = sorted({s.model for s in samples})
+    queries = sorted({q for _, q in table})
+    shared = [q for q in queries if all((m, q) in table for m in models)]
+    items = [[sum(table[m, q].values()) / len(metrics) for m in models] for q in shared]
+    return {"alpha": cronbach_alpha(items) if items else None, "models": len(models), "queries": len(shared)}
+
+
+def alpha_over_metrics(samples: Sequence[ScoredSample], values: Sequence[float | None], metrics: Sequence[str]) -> dict:
+    """Items = metrics, cases = the answered records (model, query) with a score on every metric."""
+    rows = list(_table(samples, values, metrics).values())
+    items = [[row[m] for row in rows] for m in metrics]
+    return {"alpha": cronbach_alpha(items) if rows else None, "records": len(rows)}
+
+
+def agreement(samples: Sequence[ScoredSample], metrics: Sequence[str], policy: str, seed: int) -> dict[str, Any]:
+    """Per-metric and overall agreement (see the module docstring), the failure count and the alphas."""
+    scores = model_scores(samples, policy, seed)
+    reference = [ratio(s.reference) for s in samples]
     per_metric: dict[str, Any] = {}
     for metric in metrics:
         chosen = [i for i, s in enumerate(samples) if s.metric == metric]
-        per_metric[metric] = _group([samples[i] for i in chosen], [fill[i] for i in chosen])
+        per_metric[metric] = _group([samples[i] for i in chosen], [scores[i] for i in chosen])
     return {
         "metrics": list(metrics),
         "per_metric": per_metric,
-        "overall": _group(samples, fill),
-        "random_fills": sum(s.predicted is None for s in samples),
+        "overall": _group(samples, scores),
+        "parse_failure": policy,
+        "parse_failures": sum(s.predicted is None for s in samples),
         "fill_seed": seed,
-        "cronbach_alpha": _alphas(samples, fill, metrics),
+        "cronbach_alpha": {
+            "queries_as_items": {
+                "reference": alpha_over_queries(samples, reference, metrics),
+                "model": alpha_over_queries(samples, scores, metrics),
+            },
+            "metrics_as_items": {
+                "reference": alpha_over_metrics(samples, reference, metrics),
+                "model": alpha_over_metrics(samples, scores, metrics),
+            },
+        },
     }

@@ -6,7 +6,9 @@ Every metric is a function registered in ``METRICS``: it takes ``predictions`` a
 computes; ``evaluator.<metric>`` (if present) holds keyword options for one (BERTScore's backbone).
 
 - ``bleu``: RoleMRC's BLEU (Hugging Face ``evaluate``'s bleu per sample: 13a tokens, no smoothing,
-  0-1, so a sample without a 4-gram match scores 0), the mean of which the paper reports.
+  0-1, so a sample without a 4-gram match scores 0), the mean of which the paper reports. A sample with
+  an empty prediction or reference has no value (None; ``empty="zero"`` scores it 0 instead).
+- ROUGE F1 with the released evaluation's argument order (``order="response_first"``, see ``rouge``).
 - ``bleu_smoothed``: sacrebleu sentence BLEU with exp smoothing and effective order, 0-100.
 - every other metric 0-1.
 
@@ -87,7 +89,7 @@ def bleu_of(prediction: Sequence[str], reference: Sequence[str], max_order: int 
 
     Clipped n-gram precisions for n = 1..max_order, no smoothing: 0 when any order has no match (or the
     prediction is shorter than max_order); brevity penalty exp(1 - r/c) when c <= r. An empty prediction
-    or reference scores 0 (``evaluate`` raises ZeroDivisionError there).
+    or reference scores 0 here; ``paper_bleu`` decides what such a sample counts as.
     """
     if not prediction or not reference:
         return 0.0
@@ -104,11 +106,25 @@ def bleu_of(prediction: Sequence[str], reference: Sequence[str], max_order: int 
     return math.exp(log_precision) * brevity
 
 
+BLEU_EMPTY = ("drop", "zero")
+
+
 @METRICS.register("bleu")
-def paper_bleu(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
-    """RoleMRC's BLEU per sample (0-1; see ``bleu_of``); the paper reports the mean."""
+def paper_bleu(predictions: Sequence[str], references: Sequence[str], empty: str = "drop") -> list[float | None]:
+    """RoleMRC's BLEU per sample (0-1; see ``bleu_of``); the paper reports the mean.
+
+    A prediction or reference without tokens: ``empty="drop"`` gives None, so the sample is left out of
+    the mean and counted as missing (the released ``evaluation.py``: ``evaluate`` divides by zero there,
+    the sample's BLEU becomes NaN and the summary skips it); ``empty="zero"`` scores it 0.
+    """
+    if empty not in BLEU_EMPTY:
+        raise ValueError(f"evaluator.bleu.empty: expected one of {BLEU_EMPTY}, got {empty!r}")
     check_pairs(predictions, references)
-    return [bleu_of(bleu_tokens(p), bleu_tokens(r)) for p, r in zip(predictions, references)]
+    values: list[float | None] = []
+    for p, r in zip(predictions, references):
+        pred, ref = bleu_tokens(p), bleu_tokens(r)
+        values.append(None if empty == "drop" and not (pred and ref) else bleu_of(pred, ref))
+    return values
 
 
 @METRICS.register("bleu_smoothed")
@@ -150,24 +166,39 @@ class CJKRougeTokenizer(tokenizers.Tokenizer):
         return [self._stemmer.stem(t) if len(t) > 3 and t.isascii() else t for t in tokens]
 
 
+ROUGE_ORDERS = ("response_first", "reference_first")
+
+
 def rouge(
-    predictions: Sequence[str], references: Sequence[str], types: Sequence[str] = ROUGE_TYPES
+    predictions: Sequence[str],
+    references: Sequence[str],
+    types: Sequence[str] = ROUGE_TYPES,
+    order: str = "response_first",
 ) -> dict[str, list[float]]:
-    """ROUGE F1 per sample with stemming; ROUGE-Lsum treats each line as a sentence."""
+    """ROUGE F1 per sample with stemming; ROUGE-Lsum treats each line as a sentence.
+
+    rouge-score's ``score(target, prediction)`` is called as the released RoleMRC evaluation calls it,
+    with the response first (``order="response_first"``), or with the reference first
+    (``"reference_first"``, rouge-score's documented order). ROUGE-1/2/L F1 are the same either way;
+    ROUGE-Lsum differs on multi-line texts (its union LCS is taken per line of the first argument).
+    """
     check_pairs(predictions, references)
     unknown = set(types) - set(ROUGE_TYPES)
     if unknown:
         raise ValueError(f"unknown ROUGE types {sorted(unknown)}; known: {list(ROUGE_TYPES)}")
+    if order not in ROUGE_ORDERS:
+        raise ValueError(f"ROUGE order: expected one of {ROUGE_ORDERS}, got {order!r}")
     scorer = rouge_scorer.RougeScorer(list(types), tokenizer=CJKRougeTokenizer())
-    scores = [scorer.score(r, p) for p, r in zip(predictions, references)]
+    pairs = zip(predictions, references) if order == "response_first" else zip(references, predictions)
+    scores = [scorer.score(first, second) for first, second in pairs]
     return {t: [float(s[t].fmeasure) for s in scores] for t in types}
 
 
 def rouge_metric(rouge_type: str):
-    """ROUGE F1 of one type per sample, as a metric function."""
+    """ROUGE F1 of one type per sample, as a metric function (``order``: see ``rouge``)."""
 
-    def metric(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
-        return rouge(predictions, references, [rouge_type])[rouge_type]
+    def metric(predictions: Sequence[str], references: Sequence[str], order: str = "response_first") -> list[float]:
+        return rouge(predictions, references, [rouge_type], order)[rouge_type]
 
     return metric
 

@@ -1,4 +1,5 @@
-"""The MMRole-Eval reward-model format: one sample per review record and metric, the held-out split by question."""
+"""Reviews of the released MMRole-Eval reward model as reward-model data (distillation): one sample per review
+record and metric, the held-out split by question, every sample labelled with the reviews' judge."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ SMALL = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}
 
 
 def read(split, path=BUNDLED, heldout=SMALL, **options):
-    return readers.read("mmrole_reviews", split, path, heldout=heldout, **options)
+    return readers.read("mmrole_reviews", split, path, heldout=heldout, reference_judge="MMRole-Eval_RM", **options)
 
 
 def raw_records():
@@ -31,7 +32,7 @@ def raw_records():
             yield path.parent.name, path.stem.removesuffix("_test"), record
 
 
-def test_one_sample_per_record_and_metric_with_the_authors_prompt():
+def test_one_sample_per_record_and_metric_with_the_judge_prompt():
     train, test = read("train"), read("test")
     assert (len(train.examples), len(test.examples)) == (7 * 3 * 8, 2 * 2 * 8)  # 9 questions x 3 models
     assert all(isinstance(e, SFTExample) for e in train.examples)
@@ -69,6 +70,7 @@ def test_one_sample_per_record_and_metric_with_the_authors_prompt():
                 assert e.meta == {
                     "metric": metric,
                     "score": review["score"],
+                    "reference_judge": "MMRole-Eval_RM",
                     "model": model,
                     "question": record["id"],
                     "scenario": scenario,
@@ -165,6 +167,13 @@ def test_data_config_reads_both_splits_with_the_configured_selection(compose):
     assert (len(train.examples), len(test.examples)) == (7 * 3 * 8, 2 * 2 * 8)
     paper = compose("data=mmrole_reviews").data.heldout
     assert (paper.questions, paper.models) == (20, 2)
+    # the release's reviews were written by the released reward model (eval/RM_review.sh), not by GPT-4
+    assert {e.meta["reference_judge"] for e in test.examples} == {"MMRole-Eval_RM"}
+
+
+def test_who_wrote_the_reviews_must_be_named():
+    with pytest.raises(ValueError, match="data.reference_judge"):
+        readers.read("mmrole_reviews", "test", BUNDLED, heldout=SMALL)
 
 
 @pytest.mark.skipif(not FULL.is_dir(), reason=f"the MMRole release's reviews are not at {FULL}")

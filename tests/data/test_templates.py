@@ -21,6 +21,8 @@ RELEASED = textwrap.dedent(
         prompt = f"<P>{x}</P>\\n<D>{y}</D>"
         fill(golden="no {reference} given")
         message = {"messages": [{"role": "assistant", "content": f"## Reply\\n{y}"}]}
+        aspects = {"tone": f"Tone: is it {x}'s?", "fluency": "Fluency: is it smooth?"}
+        text = f"Judge {aspects[key]} of {y}"
         return prompt, message
     '''
 )
@@ -85,3 +87,19 @@ def test_render_checks_slots():
     with pytest.raises(TemplateError, match=r"missing \['b'\], unknown \['c'\]"):
         t.render(a=1, c=2)
     assert slots_of("{a}{{literal}}{a}{b}") == ("a", "b")
+
+
+def test_a_dict_entry_by_key_and_an_expression_field_named_in_rename(clone):
+    t = resolve(
+        "tone", "Tone of {role}?", Released("pkg/prompts.py", "aspects", key="tone", rename={"x": "role"}), clone
+    )
+    assert (t.text, t.origin) == ("Tone: is it {role}'s?", "pkg/prompts.py:aspects['tone']")
+    assert resolve("fluency", "Smooth?", Released("pkg/prompts.py", "aspects", key="fluency"), clone).text == (
+        "Fluency: is it smooth?"
+    )
+    ref = Released("pkg/prompts.py", "text", rename={"aspects[key]": "aspect", "y": "reply"})
+    assert resolve("body", "{aspect} / {reply}", ref, clone).text == "Judge {aspect} of {reply}"
+    with pytest.raises(TemplateError, match=r"field 'aspects\[key\]' is an expression"):
+        resolve("body", "{aspect} / {reply}", Released("pkg/prompts.py", "text"), clone)
+    with pytest.raises(TemplateError, match="has no key 'pace'"):
+        resolve("pace", "x", Released("pkg/prompts.py", "aspects", key="pace"), clone)

@@ -6,6 +6,7 @@ The killed generation is `python run.py` in a subprocess; the other runs are wha
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import signal
@@ -129,9 +130,13 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     run_in_process(second, *common, "model.init_seed=1", f"evaluator.compare_to={first}")
     comparison = json.loads((second / "metrics.json").read_text())["eval"]["compare"]
     assert comparison["shared_records"] == 6
-    ours = [r["metrics"]["bleu"] for r in lines(second / "scores.jsonl")]
-    theirs = [r["metrics"]["bleu"] for r in lines(first / "scores.jsonl")]
-    assert comparison["bleu"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
+    ours = [r["metrics"]["rougeL"] for r in lines(second / "scores.jsonl")]
+    theirs = [r["metrics"]["rougeL"] for r in lines(first / "scores.jsonl")]
+    assert comparison["rougeL"]["delta"] == pytest.approx(sum(ours) / 6 - sum(theirs) / 6)
+    # BLEU has no value for an empty reply (as the released evaluation): only pairs scored in both runs count
+    ours, theirs = ([r["metrics"]["bleu"] for r in lines(d / "scores.jsonl")] for d in (second, first))
+    both = [(a, b) for a, b in zip(ours, theirs) if a is not None and b is not None]
+    assert comparison["bleu"]["n"] == len(both) and comparison["bleu"]["n_missing"] == 6 - len(both)
 
 
 def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
@@ -161,7 +166,18 @@ def capturing_judge():
     return chat_stub(lambda body: "1")
 
 
-@pytest.mark.parametrize("prompt_file", [False, True], ids=["rpbench_rubrics", "prompt_file"])
+# A clone of the RoleMRC repository as prompts.source reads it: its judge file's five templates (text written
+# for this test, the authors' variable names and slots).
+FAKE_LLM_JUDGE = """
+KNOWLEDGE_RANGE = \"\"\"[knowledge] {conversations} [reply] {response} [range] {range}\"\"\"
+STYLE_COMPLIANCE = \"\"\"[style] {conversations} [reply] {response}\"\"\"
+NESTED_INSTRUCTION = \"\"\"[nested] {content} {conversations} [reply] {response} [rule again] {content}\"\"\"
+MULTI_TURN_INSTRUCTION = \"\"\"[multi] {conversations} [reply] {response} [type] {type}\"\"\"
+INSTRUCTION_PRIORITY = \"\"\"[priority] {conversations} [reply] {response}\"\"\"
+"""
+
+
+@pytest.mark.parametrize("prompt_file", [False, True, "released"], ids=["rpbench_rubrics", "prompt_file", "released"])
 def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     import rpbench.pipeline as pipeline
 
@@ -177,7 +193,11 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
         "judge.progress=false",
         f"judge.cache_path={tmp_path / 'judge.sqlite'}",
     ]
-    if prompt_file:
+    if prompt_file == "released":
+        (tmp_path / "clone" / "evaluation").mkdir(parents=True)
+        (tmp_path / "clone" / "evaluation" / "llm_judge.py").write_text(FAKE_LLM_JUDGE)
+        overrides.append(f"prompts.source={tmp_path / 'clone'}")
+    elif prompt_file:
         templates = {r: "{transcript}\n[reply] {response}\n[rule-free]" for r in RUBRIC_NAMES}
         templates["nested"] = "{transcript}\n[reply] {response}\n[rule] {rule}"
         (tmp_path / "prompts.yaml").write_text(json.dumps({"system": None, "rubrics": templates}))
@@ -200,8 +220,26 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     for record in raw:  # control: what the judge should see does reach it
         assert record["question"][0]["content"] in sent and record["question"][-1]["content"] in sent
     assert all(len(body["messages"]) == (1 if prompt_file else 2) for body in judge.requests)
-    judged = json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]["judge"]
+    evaluation = json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]
+    judged = evaluation["judge"]
     assert judged["overall"]["accuracy"] == 1.0
+    if prompt_file == "released":  # the clone's templates, each recorded with its sha256
+        texts = {
+            name: line.split('"""')[1]
+            for line in FAKE_LLM_JUDGE.strip().splitlines()
+            for name in [line.split(" = ")[0]]
+        }
+        recorded = evaluation["prompts"]["rolemrc_judge.knowledge_range"]
+        assert recorded == {
+            "origin": "evaluation/llm_judge.py:KNOWLEDGE_RANGE",
+            "sha256": hashlib.sha256(
+                texts["KNOWLEDGE_RANGE"].replace("{conversations}", "{transcript}").encode()
+            ).hexdigest(),
+        }
+        assert len(evaluation["prompts"]) == 5 and "[range] within" in sent and "[range] outside" in sent
+        assert "[type] answerable" in sent and "[type] unanswerable" in sent and "[rule again] " in sent
+    else:
+        assert all(entry["origin"] in ("rpbench", "file:prompts.yaml") for entry in evaluation["prompts"].values())
     assert list(judged["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| Knowledge Boundary | 100.00% [100.00%, 100.00%] | 24 / 24 | 0 | 0 |" in report  # 6 labels x 4 records

@@ -192,7 +192,7 @@ def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny
         {"match": "Fluency: Are the responses", "reply": "A is a bit stiff. [Scores]: (8, 10)"},
         {"match": "Tone Consistency: Do the responses", "reply": "Both sound right."},  # no scores
         {"match": REASK, "reply": "Still no numbers."},
-        {"match": "## **[Instruction]**", "reply": "Close call. [Scores]: (9, 10)"},
+        {"match": "### Instruction", "reply": "Close call. [Scores]: (9, 10)"},
     ]
     answers = answers_folder(tmp_path, official_answers(2))
     with serve_in_thread(tiny, {"scripted": scripted}) as server:
@@ -220,7 +220,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     record = official_answers(1)[0]
     record["conversations"][1]["value"] = "TRUTH-TEXT"
     record["conversations"][1]["answer"] = "ANSWER-TEXT"
-    first = "## **[Model A's Response Start]**\n\n"
+    first = "### Response of Model A\n\n"
     scripted = [
         {"match": first + "ANSWER-TEXT", "reply": "[Scores]: (8, 10)"},
         {"match": first + "TRUTH-TEXT", "reply": "[Scores]: (10, 6)"},
@@ -241,7 +241,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
 def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path):
     with_image, without = official_answers(2)
     with_image["image"] = "The_Avengers/30.jpg"  # one of the release's images in the sample; COCO images are not
-    with serve_in_thread(tiny, {"scripted": [{"match": "[Instruction]", "reply": "[Scores]: (9, 10)"}]}) as server:
+    with serve_in_thread(tiny, {"scripted": [{"match": "### Instruction", "reply": "[Scores]: (9, 10)"}]}) as server:
         results = judge_answers(
             answers_folder(tmp_path, [with_image, without]),
             judge(server, tmp_path, multimodal=True),

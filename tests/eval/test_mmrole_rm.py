@@ -20,7 +20,9 @@ TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "t
 
 
 def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
-    held_out = readers.read("mmrole_reviews", "test", BUNDLED, heldout=HELDOUT).examples
+    held_out = readers.read(
+        "mmrole_reviews", "test", BUNDLED, heldout=HELDOUT, reference_judge="MMRole-Eval_RM"
+    ).examples
     by_prompt = {e.prompt[-1].content: e for e in held_out}
 
     def review(body):  # exact reference reviews, but Fluency always (5, 10) and Tone Consistency unreadable
@@ -32,7 +34,7 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     with chat_stub(review) as srv:
         run_in_process(
             out,
-            "experiment=mmrole_reward_model",
+            "experiment=mmrole_rm_distill",
             *TINY,
             "objective=none",
             "data=sample_mmrole_reviews",
@@ -45,7 +47,8 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     found = json.loads((out / "metrics.json").read_text())["eval"]["rm_agreement"]
     assert found == json.loads((out / "rm_agreement.json").read_text())
     per_metric = found["per_metric"]
-    assert found["metrics"] == list(METRICS) and found["random_fills"] == 4
+    assert found["metrics"] == list(METRICS) and found["parse_failures"] == 4
+    assert (found["reference_judge"], found["parse_failure"]) == ("MMRole-Eval_RM", "random_score")
     assert per_metric["Tone Consistency"]["success_rate"] == 0.0 and found["overall"]["n_scored"] == 28
     ratios = [e.meta["score"][0] / e.meta["score"][1] for e in held_out if e.meta["metric"] == "Fluency"]
     fluency = per_metric["Fluency"]["scored_only"]["ratio"]
@@ -53,15 +56,50 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     assert fluency["rmse"] == pytest.approx(statistics.mean((0.5 - r) ** 2 for r in ratios) ** 0.5)
     for metric in ("Instruction Adherence", "Coherency", "Knowledge Consistency"):
         assert per_metric[metric]["scored_only"]["ratio"]["mae"] == 0.0
-        assert per_metric[metric]["with_random_fill"] == per_metric[metric]["scored_only"]
+        assert per_metric[metric]["ratio"] == per_metric[metric]["scored_only"]["ratio"]
     overall = found["overall"]["scored_only"]["ratio"]["mae"]
     assert overall == pytest.approx(sum(abs(0.5 - r) for r in ratios) / 28)
     rows = [json.loads(line) for line in (out / "rm_scores.jsonl").read_text().splitlines()]
     assert len(rows) == 32 and sum(r["parsed"] is None for r in rows) == 4
     assert all(r["parsed"] == [5.0, 10.0] for r in rows if r["metric"] == "Fluency")
     report = (out / "report.md").read_text()
-    assert "## MMRole-Eval reward model: agreement with the reference judge" in report
-    assert "4 filled, seed 0" in report and "| Tone Consistency | 4 | 0.00% |" in report
+    assert "## MMRole-Eval reward model: agreement with MMRole-Eval_RM" in report and "GPT-4" not in report
+    assert "4 unreadable, seed 0" in report and "| Tone Consistency | 4 | 0.00% |" in report
+    # each of the 4 unreadable Tone Consistency reviews counted with a seeded random score in [0, 1)
+    tone = [r for r in rows if r["metric"] == "Tone Consistency"]
+    assert all(r["parsed"] is None and 0 <= r["score_counted"] < 1 for r in tone)
+
+
+def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(tmp_path):
+    """experiment=mmrole_reward_model reads GPT-4's evaluations (the RM_data format); a model that writes
+    the reference evaluation back agrees exactly, and the report names GPT-4 as the reference judge."""
+    sample = readers.read(
+        "mmrole_rm", "test", REPO_ROOT / "rpbench/resources/sample/mmrole_rm/RM-test.json", reference_judge="GPT-4"
+    ).examples
+    by_prompt = {e.prompt[-1].content: e.reference for e in sample}
+    out = tmp_path / "run"
+    with chat_stub(lambda body: by_prompt[body["messages"][-1]["content"]]) as srv:
+        run_in_process(
+            out,
+            "experiment=mmrole_reward_model",
+            *TINY,
+            "objective=none",
+            "data=sample_mmrole_rm",
+            "data.images=drop",
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={srv.url}",
+            "evaluator.endpoint.model=stub",
+        )
+        assert len(srv.requests) == len(sample) == 16
+    found = json.loads((out / "metrics.json").read_text())["eval"]["rm_agreement"]
+    assert found["reference_judge"] == "GPT-4" and found["parse_failures"] == 0
+    prompts = json.loads((out / "metrics.json").read_text())["eval"]["prompts"]
+    assert prompts["mmrole_eval.system"]["origin"] == "rpbench" and len(prompts) == 5 + len(METRICS)
+    assert found["overall"]["ratio"]["mae"] == 0.0 and found["overall"]["success_rate"] == 1.0
+    # the file does not say which model answered: one model, so the paper's alpha (models as cases) is undefined
+    assert found["cronbach_alpha"]["queries_as_items"]["model"] == {"alpha": None, "models": 1, "queries": 2}
+    assert found["cronbach_alpha"]["metrics_as_items"]["model"]["records"] == 2
+    assert "## MMRole-Eval reward model: agreement with GPT-4" in (out / "report.md").read_text()
 
 
 def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
@@ -73,14 +111,14 @@ def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
 
 @pytest.mark.slow
 def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
-    """experiment=mmrole_reward_model on the bundled reviews (text only, tiny model), then judge=mmrole_rm
+    """experiment=mmrole_reward_model on the bundled RM_data sample (text only, tiny model), then judge=mmrole_rm
     serves its saved model/ as the MMRole-Eval judge, without an endpoint."""
     trained = tmp_path / "rm"
     run_in_process(
         trained,
         "experiment=mmrole_reward_model",
         *TINY,
-        "data=sample_mmrole_reviews",
+        "data=sample_mmrole_rm",
         "data.images=drop",
         "debug=short",
         "save_model=true",
@@ -133,5 +171,5 @@ def test_records_without_a_reference_score_pair_are_refused():
     from rpbench.eval.benchmarks import BENCHMARKS
 
     record = EvalExample("r1", (Turn("user", "hi"),), "hello", "comment", {})
-    with pytest.raises(ValueError, match="test record 'r1' has none .*mmrole_reviews"):
+    with pytest.raises(ValueError, match="test record 'r1' has none .*data=mmrole_rm"):
         BENCHMARKS.get("mmrole_rm").groupings([record])

@@ -156,3 +156,14 @@ def test_one_value_and_constant_data_are_point_intervals_for_both_methods():
         assert (one["ci_low"], one["ci_high"], one["p_value"]) == pytest.approx((0.3, 0.3, 1 / 1001))
     with pytest.raises(ValueError, match="percentile"):
         bootstrap_ci([0.1, 0.2], method="basic")
+
+
+def test_paired_bootstrap_without_a_pair_scored_in_both_runs_is_undefined():
+    assert paired_bootstrap([None, 0.5], [0.5, None]) == {
+        "n": 0,
+        "n_missing": 2,
+        "delta": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+    }

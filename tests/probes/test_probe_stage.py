@@ -52,18 +52,22 @@ def test_record_dimensions_fall_back_to_the_task_label():
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_prompt_batches_hold_the_generation_prompts(tiny, side):
+@pytest.mark.parametrize("header", [False, True])
+def test_prompt_batches_hold_the_rendered_prompts(tiny, side, header):
+    """Without the header (the authors' interpret.py) the last token ends the user turn; with it, the
+    assistant header."""
     _, tokenizer = tiny
     tokenizer.padding_side = side
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
-    inputs = prompt_batches(RECORDS, tokenizer, renderer, 384, batch_size=2)
+    inputs = prompt_batches(RECORDS, tokenizer, renderer, 384, batch_size=2, generation_header=header)
     assert inputs.dims == [[["style"], ["label_b"]], [["style", "knowledge"]]]
     assert inputs.n_records == 3
     batches = list(inputs.batches)
     assert [b["input_ids"].shape[0] for b in batches] == [2, 1]
     rows = [(b, i) for b in batches for i in range(b["input_ids"].shape[0])]
     for example, (batch, row) in zip(RECORDS, rows, strict=True):
-        text = tokenizer.apply_chat_template(as_messages(example.prompt), tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(as_messages(example.prompt), tokenize=False, add_generation_prompt=header)
+        assert text.endswith("<|im_start|>assistant\n" if header else example.prompt[-1].content + "<|im_end|>\n")
         expected = tokenizer(text, add_special_tokens=False)["input_ids"]
         mask = batch["attention_mask"][row].bool()
         assert batch["input_ids"][row][mask].tolist() == expected
@@ -77,9 +81,9 @@ def test_records_with_images_are_refused_unless_dropped(tiny):
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     pictured = [*RECORDS, record("p", "What is in the picture?", image="x.jpg")]
     with pytest.raises(ValueError, match=r"1 test records have images \(first: \['p'\]\).*data.images=drop"):
-        prompt_batches(pictured, tokenizer, renderer, 384, batch_size=2)
+        prompt_batches(pictured, tokenizer, renderer, 384, batch_size=2, generation_header=False)
     dropped, count = drop_images(pictured)  # data.images=drop reads them so
-    assert count == 1 and prompt_batches(dropped, tokenizer, renderer, 384, 2).n_records == len(pictured)
+    assert count == 1 and prompt_batches(dropped, tokenizer, renderer, 384, 2, False).n_records == len(pictured)
 
 
 def evaluation(per_sample: dict, dims: list, judge: dict | None = None) -> dict:

@@ -9,6 +9,7 @@ import sacrebleu
 import torch
 from rouge_score import rouge_scorer
 
+from rpbench.eval.stats import summarize
 from rpbench.scoring import wordnet
 from rpbench.scoring.metrics import (
     METRICS,
@@ -60,7 +61,21 @@ def test_paper_bleu_by_hand():
     # all precisions 1, 5 tokens against 7 ("mat." is two 13a tokens): BP = exp(1 - 7/5)
     [value] = paper_bleu(["the cat sat on the"], ["the cat sat on the mat."])
     assert value == pytest.approx(math.exp(1 - 7 / 5))
-    assert paper_bleu(["", "x"], ["a reference", ""]) == [0.0, 0.0]
+
+
+def test_paper_bleu_leaves_empty_texts_out_of_the_mean_as_the_release():
+    # The release's evaluate BLEU divides by zero on an empty side (ratio 0/r or c/0); the NaN is skipped
+    # by its summary. Whitespace-only tokenizes to nothing too.
+    predictions = ["the cat sat on the mat", "", "  ", "x"]
+    references = ["the cat sat on a mat", "a reference", "a reference", ""]
+    values = paper_bleu(predictions, references)
+    assert values[1:] == [None, None, None]
+    summary = summarize(values, n_resamples=10)
+    assert (summary["n"], summary["n_missing"]) == (1, 3)
+    assert summary["mean"] == pytest.approx((5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25)
+    assert paper_bleu(predictions, references, empty="zero")[1:] == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="evaluator.bleu.empty"):
+        paper_bleu(predictions, references, empty="nan")
 
 
 PEER_PAIRS = [
@@ -110,16 +125,32 @@ def test_rouge_by_hand_with_stemming():
 def test_rouge_lsum_splits_sentences_on_newlines():
     scores = rouge(["the cat sat\non the mat"], ["on the mat\nthe cat sat"])
     assert scores["rougeL"] == [pytest.approx(0.5)]  # LCS over the whole text: 3 of 6 tokens
-    assert scores["rougeLsum"] == [pytest.approx(1.0)]  # each reference sentence fully found
+    assert scores["rougeLsum"] == [pytest.approx(1.0)]  # each line fully found in the other text
 
 
-def test_rouge_equals_rouge_score_on_english():
+def test_rouge_equals_rouge_score_on_english_in_either_order():
     types = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
     reference = rouge_scorer.RougeScorer(types, use_stemmer=True)
-    ours = rouge([p for p, _ in ENGLISH], [r for _, r in ENGLISH])
+    released = rouge([p for p, _ in ENGLISH], [r for _, r in ENGLISH])
+    documented = rouge([p for p, _ in ENGLISH], [r for _, r in ENGLISH], order="reference_first")
     for i, (p, r) in enumerate(ENGLISH):
-        expected = reference.score(r, p)
-        assert {t: ours[t][i] for t in types} == {t: expected[t].fmeasure for t in types}
+        # the released evaluation.py: rouge_score.score(response, reference)
+        assert {t: released[t][i] for t in types} == {t: s.fmeasure for t, s in reference.score(p, r).items()}
+        assert {t: documented[t][i] for t in types} == {t: s.fmeasure for t, s in reference.score(r, p).items()}
+
+
+def test_rouge_lsum_follows_the_released_argument_order_on_multi_line_texts():
+    # tokens "i agree" twice (agree -> agre). Response first (the release): each of the response's two
+    # lines finds its 2 tokens in the one-line reference, 4 hits of 4 on both sides: F1 = 1. Reference
+    # first: the reference's one line takes the union of its LCS with each response line, the same 2
+    # positions, so 2 hits: P = R = 2/4, F1 = 0.5.
+    response, reference = "I agree\nI agree", "I agree I agree"
+    assert rouge([response], [reference], ["rougeLsum"])["rougeLsum"] == [pytest.approx(1.0)]
+    assert rouge([response], [reference], ["rougeLsum"], order="reference_first")["rougeLsum"] == [pytest.approx(0.5)]
+    # ROUGE-L F1 is symmetric: both orders give 1 here
+    assert rouge([response], [reference], ["rougeL"], order="reference_first")["rougeL"] == [pytest.approx(1.0)]
+    with pytest.raises(ValueError, match="ROUGE order"):
+        rouge([response], [reference], ["rougeLsum"], order="backwards")
 
 
 def test_rouge_scores_cjk_text():

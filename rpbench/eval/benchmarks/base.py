@@ -101,3 +101,9 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+
+
+def source_of(cfg: DictConfig) -> str | None:
+    """``prompts.source``: the user's clone of the authors' repository to read their prompts from, or None."""
+    source = cfg.prompts.source
+    return None if source is None else str(source)

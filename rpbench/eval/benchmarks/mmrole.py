@@ -22,9 +22,10 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rpbench.data.files import image_root
+from rpbench.data.mmrole_prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of
 from rpbench.eval.report import metric_table
 
 # How the report names the test sets of conf/data/mmrole.yaml (others by their own name).
@@ -56,6 +57,8 @@ class MMRole(Benchmark):
         if not (ev.get("reviews") or ev.get("answers")):
             return None
         results = {"mmrole_eval": mmrole_eval(cfg, out_dir, _folders(ev.answers) if ev.get("answers") else None)}
+        if not ev.get("reviews"):  # judged now: with these prompts
+            results["prompts"] = review_prompts(source_of(cfg)).records()
         results["report_sections"] = mmrole_sections(results["mmrole_eval"])
         return results
 
@@ -70,6 +73,7 @@ class MMRole(Benchmark):
         scores: list[dict[str, Any]],
     ) -> None:
         results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
+        results["prompts"] = review_prompts(source_of(cfg)).records()
 
     def analyze(
         self,
@@ -175,7 +179,14 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Folders | None) -> dict
 
         judge = judge_answer_sets if isinstance(answers, dict) else judge_answers
         with open_judge(as_container(cfg.judge)) as client:
-            results = judge(answers, client, out_dir / "reviews", swap=bool(ev.swap), image_root=image_root(cfg.data))
+            results = judge(
+                answers,
+                client,
+                out_dir / "reviews",
+                prompts=review_prompts(source_of(cfg)),
+                swap=bool(ev.swap),
+                image_root=image_root(cfg.data),
+            )
     csvs = write_results_csvs(results, out_dir / "results")
     results["csv_files"] = [p.relative_to(out_dir / "results").as_posix() for p in csvs]
     return results

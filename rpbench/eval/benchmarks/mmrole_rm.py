@@ -1,11 +1,13 @@
 """MMRole-Eval reward model (``evaluator=mmrole_rm``): how well the run's model, generating reviews for the
-held-out samples of ``data=mmrole_reviews``, agrees with the reference judge (GPT-4 in the release).
+held-out samples, agrees with the reference judge: GPT-4 for the paper's reward-model data
+(``data=mmrole_rm``), MMRole-Eval_RM for the released reviews (``data=mmrole_reviews``, distillation).
 
 Each prediction is parsed for its ``[Scores]: (a, b)`` pair (``parse_score_pair``, as strict as the authors'
 ``get_review_score``) and compared with the reference review's pair (``meta["score"]``): MMRole Tables 4,
 9 and 10 (MAE, RMSE, Pearson of a/b per metric and overall), the scoring success rate and Cronbach's alpha
-(``rpbench.scoring.agreement``). Written: ``rm_agreement.json``, ``rm_scores.jsonl`` (per sample: reference
-pair, parsed pair or null, the pair used with random fill) and a report section.
+(``rpbench.scoring.agreement``; ``evaluator.parse_failure`` scores an unreadable review). Written:
+``rm_agreement.json``, ``rm_scores.jsonl`` (per sample: reference pair, parsed pair or null, the score
+counted) and a report section naming the reference judge.
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rpbench.data.mmrole_prompts import parse_score_pair, review_prompts
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, write_jsonl
-from rpbench.scoring.agreement import ScoredSample, agreement, filled
-from rpbench.scoring.judge.parse import parse_score_pair
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, source_of, write_jsonl
+from rpbench.scoring.agreement import ScoredSample, agreement, model_scores
 
 RESULTS_KEY = "rm_agreement"
 
@@ -31,7 +33,7 @@ class MMRoleRewardModel(Benchmark):
         if unscored is not None:
             raise ValueError(
                 f"evaluator=mmrole_rm compares reviews with reference score pairs: test record {unscored.id!r} has "
-                "none (use a data config of format mmrole_reviews, e.g. data=mmrole_reviews)"
+                "none (use a reward-model data config: data=mmrole_rm, GPT-4's evaluations, or data=mmrole_reviews)"
             )
         return {"task": [e.task for e in examples], "metric": [e.meta["metric"] for e in examples]}
 
@@ -45,9 +47,11 @@ class MMRoleRewardModel(Benchmark):
         out_dir: Path,
         results: dict[str, Any],
     ) -> None:
-        seed = int(cfg.evaluator.fill_seed)
+        policy, seed = str(cfg.evaluator.parse_failure), int(cfg.evaluator.fill_seed)
         samples = scored_samples(examples, predictions)
-        found = agreement(samples, metrics_of(examples), seed)
+        found = agreement(samples, metrics_of(examples), policy, seed)
+        found["reference_judge"] = reference_judge_of(examples)
+        results["prompts"] = review_prompts(source_of(cfg)).records()  # what the held-out prompts were built with
         (out_dir / f"{RESULTS_KEY}.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
         rows = [
             {
@@ -55,9 +59,9 @@ class MMRoleRewardModel(Benchmark):
                 "metric": s.metric,
                 "reference": list(s.reference),
                 "parsed": s.predicted and list(s.predicted),
-                "with_random_fill": list(f),
+                "score_counted": score,
             }
-            for e, s, f in zip(examples, samples, filled(samples, seed))
+            for e, s, score in zip(examples, samples, model_scores(samples, policy, seed))
         ]
         write_jsonl(out_dir / "rm_scores.jsonl", rows)
         results[RESULTS_KEY] = found
@@ -71,12 +75,21 @@ def metrics_of(examples: Sequence[EvalExample]) -> list[str]:
     return list(dict.fromkeys(e.meta["metric"] for e in examples))
 
 
+def reference_judge_of(examples: Sequence[EvalExample]) -> str:
+    """Who wrote the reference reviews (``meta["reference_judge"]``, set by the data reader)."""
+    judges = sorted({str(e.meta["reference_judge"]) for e in examples})
+    if len(judges) != 1:
+        raise ValueError(f"evaluator=mmrole_rm: the held-out samples mix reference judges {judges}")
+    return judges[0]
+
+
 def scored_samples(examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> list[ScoredSample]:
-    """Each held-out sample's reference pair and the pair parsed from the model's review (None: unreadable).
-    A case is one answered record: the evaluated model's response to one question."""
+    """Each held-out sample's reference pair and the pair parsed from the model's review (None: unreadable),
+    with the evaluated model and the query (scenario/record id) it answered."""
     return [
         ScoredSample(
-            case=f"{e.meta['model']}/{e.meta['scenario']}/{e.meta['question']}",
+            model=e.meta["model"],
+            query=f"{e.meta['scenario']}/{e.meta['question']}",
             metric=e.meta["metric"],
             reference=(float(e.meta["score"][0]), float(e.meta["score"][1])),
             predicted=parse_score_pair(predictions[e.id]),
@@ -89,31 +102,45 @@ def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
+FAILURE_WORDS = {
+    "random_score": 'gets a seeded random score a/b, uniform in [0, 1) (the paper: "The score is random if the '
+    'model fails to score"; evaluator.parse_failure=random_score)',
+    "random_pair": "gets a seeded random pair of scores, each uniform from 1 to 10 (evaluator.parse_failure="
+    "random_pair; the paper's reading is random_score)",
+    "exclude": "is left out (evaluator.parse_failure=exclude; the paper scores it at random)",
+}
+
+
+def _alpha(entry: Mapping[str, Any], unit: str) -> str:
+    return f"{_cell(entry['alpha'])} ({entry[unit]} {unit})"
+
+
 def agreement_section(found: Mapping[str, Any]) -> str:
     """The agreement table (score = a/b of the pair, as MMRole uses it) and Cronbach's alpha, as markdown."""
+    judge = found["reference_judge"]
     header = (
         "| metric | n | success | MAE | RMSE | Pearson | MAE (scored) | RMSE (scored) | Pearson (scored) "
         "| MAE raw (scored) |"
     )
     lines = [
-        "## MMRole-Eval reward model: agreement with the reference judge",
+        f"## MMRole-Eval reward model: agreement with {judge}",
         "",
-        "Score = a/b of the pair (evaluated answer / ground truth), as MMRole scores. The first three columns "
-        "follow the paper (Tables 4, 9, 10): a review whose score pair cannot be read gets a seeded random pair "
-        f'("The score is random if the model fails to score"; {found["random_fills"]} filled, seed '
-        f"{found['fill_seed']}). The (scored) columns use the successfully scored samples only; raw = the two "
-        "scores of the pair (1-10) instead of their ratio.",
+        f"Reference reviews written by **{judge}**. Score = a/b of the pair (evaluated answer / ground truth), "
+        "as MMRole scores. The first three columns follow the paper (Tables 4, 9, 10): a review whose score "
+        f"pair cannot be read {FAILURE_WORDS[found['parse_failure']]}; {found['parse_failures']} unreadable, "
+        f"seed {found['fill_seed']}. The (scored) columns use the readable samples only; raw = the two scores "
+        "of the pair (1-10) instead of their ratio.",
         "",
         header,
         "| --- " * 10 + "|",
     ]
     groups = [(m, found["per_metric"][m]) for m in found["metrics"]] + [("overall", found["overall"])]
     for name, g in groups:
-        filled_, scored = g["with_random_fill"]["ratio"], g["scored_only"]["ratio"]
+        counted, scored = g["ratio"], g["scored_only"]["ratio"]
         cells = [
-            filled_["mae"],
-            filled_["rmse"],
-            filled_["pearson"],
+            counted["mae"],
+            counted["rmse"],
+            counted["pearson"],
             scored["mae"],
             scored["rmse"],
             scored["pearson"],
@@ -121,12 +148,14 @@ def agreement_section(found: Mapping[str, Any]) -> str:
         ]
         success = "–" if g["success_rate"] is None else f"{100 * g['success_rate']:.2f}%"
         lines.append(f"| {name} | {g['n']} | {success} | " + " | ".join(_cell(v) for v in cells) + " |")
-    alpha = found["cronbach_alpha"]
+    queries, metrics = found["cronbach_alpha"]["queries_as_items"], found["cronbach_alpha"]["metrics_as_items"]
     lines += [
         "",
-        f"Cronbach's alpha over the {len(found['metrics'])} metrics ({alpha['cases']} answered records): "
-        f"model {_cell(alpha['with_random_fill'])} (with random fill), {_cell(alpha['scored_only'])} "
-        f"({alpha['scored_only_cases']} records scored on every metric); reference judge {_cell(alpha['reference'])}.",
+        "Cronbach's alpha as the paper computes it (items = queries, cases = evaluated models, a model's score on "
+        f"a query = the mean of its {len(found['metrics'])} metric scores; over the queries every model was "
+        f"scored on): model {_alpha(queries['model'], 'queries')}, {judge} {_alpha(queries['reference'], 'queries')}"
+        f" (the paper: 0.70 for MMRole-Eval). With the metrics as items and the answered records as cases: model "
+        f"{_alpha(metrics['model'], 'records')}, {judge} {_alpha(metrics['reference'], 'records')}.",
     ]
     return "\n".join(lines)
 

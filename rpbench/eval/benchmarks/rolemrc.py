@@ -1,5 +1,6 @@
 """RoleMRC: reference metrics per task, per dimension (the paper's five) and per rubric; judged on
-rpbench's reference-free rubrics (or ``evaluator.judge_prompt_file``'s templates)."""
+rpbench's reference-free rubrics, the authors' prompts (``prompts.source``) or ``evaluator.judge_prompt_file``'s
+templates; the prompts' origins and sha256 go to metrics.json (``prompts``)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,17 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of, write_jsonl
 from rpbench.eval.stats import summarize
-from rpbench.scoring.judge.rolemrc_rubrics import DEFAULT_PROMPTS, dimension_of, dimensions_of, load_prompts
+from rpbench.scoring.judge.rolemrc_rubrics import (
+    DEFAULT_PROMPTS,
+    dimension_of,
+    dimensions_of,
+    load_prompts,
+    released_prompts,
+)
 
 
 class RoleMRC(Benchmark):
@@ -26,9 +34,16 @@ class RoleMRC(Benchmark):
         return {**super().groupings(examples), "dimension": [dimensions_of(r) for r in rubrics], "rubric": rubrics}
 
     def prepare_judge(self, cfg: DictConfig):
-        """rpbench's reference-free rubrics, or the templates of ``evaluator.judge_prompt_file`` (checked)."""
-        path = cfg.evaluator.judge_prompt_file
-        return DEFAULT_PROMPTS if path is None else load_prompts(str(path))
+        """rpbench's reference-free rubrics; the authors' prompts from their clone (``prompts.source``); or
+        the templates of ``evaluator.judge_prompt_file`` (checked)."""
+        path, source = cfg.evaluator.judge_prompt_file, source_of(cfg)
+        if path is not None and source is not None:
+            raise ConfigError(
+                "evaluator.judge_prompt_file and prompts.source both name the RoleMRC judge's prompts: set one"
+            )
+        if path is not None:
+            return load_prompts(str(path))
+        return DEFAULT_PROMPTS if source is None else released_prompts(source)
 
     def judge(
         self,
@@ -62,6 +77,7 @@ class RoleMRC(Benchmark):
                 verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
                 tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
         results["judge"] = judged
+        results["prompts"] = dict(prepared.records)
         verdicts = {rec["id"]: rec["verdicts"] for rec in records}
         for row in scores:
             row["verdicts"] = verdicts[row["id"]]

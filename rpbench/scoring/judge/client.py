@@ -43,6 +43,9 @@ class BadReply(Exception):
     """An HTTP 200 whose body is not a chat completion; retried like a 5xx."""
 
 
+PARSE_FAILURE_POLICIES = ("wrong", "exclude")
+
+
 @dataclass(frozen=True)
 class JudgeConfig:
     """Judge settings (the ``judge`` config group without ``backend`` and ``server``)."""
@@ -62,6 +65,10 @@ class JudgeConfig:
     top_p: float | None = None
     max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
     parse_tries: int = 3
+    # A RoleMRC verdict still unreadable after parse_tries: "wrong" counts it as a 0 (the released
+    # llm_judge.py scores an unparseable reply 0 and keeps it in the mean), "exclude" leaves it out of the
+    # accuracy. Counted either way.
+    parse_failure: str = "wrong"
     # Above this share of parse failures among a run's judgements, the log and report.md warn.
     warn_parse_failure_rate: float = 0.2
     # Above this share of requests without a reply after all retries, the log and report.md warn.
@@ -83,6 +90,10 @@ class JudgeConfig:
         config = cls(**values)
         if config.concurrency < 1 or config.parse_tries < 1 or config.max_retries < 0:
             raise ValueError("judge config: concurrency and parse_tries must be >= 1, max_retries >= 0")
+        if config.parse_failure not in PARSE_FAILURE_POLICIES:
+            raise ValueError(
+                f"judge.parse_failure: expected one of {PARSE_FAILURE_POLICIES}, got {config.parse_failure!r}"
+            )
         if not config.retry_after_max_s >= 0:
             raise ValueError(f"judge config: retry_after_max_s must be >= 0, got {config.retry_after_max_s}")
         return config

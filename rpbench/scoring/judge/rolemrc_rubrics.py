@@ -9,8 +9,14 @@ instruction. A test record lists its rubrics in ``meta["dimensions"]``; each pro
 digit. Verdicts are parsed strictly; an unreadable one is re-asked and then counted as a parse failure,
 apart from the accuracy (never as a 0).
 
-Another judge setup (e.g. the authors' exact prompts) is reproduced with a prompt file (``load_prompts``,
-config ``evaluator.judge_prompt_file``): YAML or JSON ``{"system": str | null, "rubrics": {rubric:
+The authors' own five prompts are read from the user's clone of their repository (config
+``prompts.source``; ``released_prompts``): their ``evaluation/llm_judge.py`` templates, one user message
+each, the knowledge-range one asked with ``within`` / ``outside`` and the multi-turn one with
+``answerable`` / ``unanswerable`` as their rubric says. ``PAPER_TEMPLATES`` holds rpbench's wording of
+them, the slots the released ones must have. Every template's origin and sha256 are recorded.
+
+Another judge setup is reproduced with a prompt file (``load_prompts``, config
+``evaluator.judge_prompt_file``): YAML or JSON ``{"system": str | null, "rubrics": {rubric:
 template}}`` naming all seven rubrics. Templates use ``str.format`` placeholders: ``{system}`` (the
 character setting), ``{dialogue}`` (the turns before the reply, "User:" / "Character:"),
 ``{transcript}`` (every prompt turn, system included, one per line as ``System Instruction: "..."``,
@@ -32,6 +38,7 @@ import yaml
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
+from rpbench.data.templates import RPBENCH, Released, Template, resolve
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 
@@ -125,18 +132,102 @@ class JudgePromptError(ValueError):
 
 @dataclass(frozen=True)
 class JudgePrompts:
-    """The judge's system message (None: none) and one user-message template per rubric."""
+    """The judge's system message (None: none), one user-message template per rubric, and where each
+    template came from (``records``: name -> {origin, sha256}, as metrics.json records them)."""
 
     system: str | None
     templates: Mapping[str, str]
     version: str
+    records: Mapping[str, Mapping[str, str]]
 
 
-DEFAULT_PROMPTS = JudgePrompts(
-    JUDGE_SYSTEM,
-    {rubric: TEMPLATE.replace("{criterion}", criterion) for rubric, criterion in RUBRICS.items()},
-    PROMPT_VERSION,
-)
+def _rpbench_rubrics() -> JudgePrompts:
+    templates = {rubric: TEMPLATE.replace("{criterion}", criterion) for rubric, criterion in RUBRICS.items()}
+    named = {"rolemrc_judge.system": JUDGE_SYSTEM} | {f"rolemrc_judge.{r}": t for r, t in templates.items()}
+    records = {name: Template(name, text, RPBENCH).record() for name, text in named.items()}
+    return JudgePrompts(JUDGE_SYSTEM, templates, PROMPT_VERSION, records)
+
+
+DEFAULT_PROMPTS = _rpbench_rubrics()
+
+# The authors' five judge prompts (evaluation/llm_judge.py) in rpbench's wording, with their slots under
+# rpbench's names: transcript (their {conversations}: every prompt turn, system included), response, and
+# range / rule (their {content}) / type.
+PAPER_FILE = "evaluation/llm_judge.py"
+PAPER_TEMPLATES: dict[str, tuple[str, Released]] = {
+    "knowledge_range": (
+        "A language model plays a character and answers a question about some passages:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should stay within the character's knowledge: answer correctly when the passages are within it, "
+        "refuse when they are beyond it (unless an answer is demanded in any case).\n"
+        "These passages and their question are {range} the character's knowledge.\n"
+        "Give only the score: 1 if the reply behaves as it should, 0 if not.\nScore:",
+        Released(PAPER_FILE, "KNOWLEDGE_RANGE", rename={"conversations": "transcript"}),
+    ),
+    "style_compliance": (
+        "A language model plays a character and answers a question about some passages:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should speak in the character's own style.\n"
+        "Give only the score: 1 if the reply shows the main features of that style, 0 if not.\nScore:",
+        Released(PAPER_FILE, "STYLE_COMPLIANCE", rename={"conversations": "transcript"}),
+    ),
+    "nested_instruction": (
+        "A language model plays a character and answers a question about some passages, under an extra "
+        "system-level rule ({rule}):\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "It should follow that rule: {rule}.\n"
+        "Give only the score: 1 if the reply follows the rule, 0 if not.\nScore:",
+        Released(PAPER_FILE, "NESTED_INSTRUCTION", rename={"conversations": "transcript", "content": "rule"}),
+    ),
+    "multi_turn_instruction": (
+        "A language model plays a character and answers a question about some passages over several turns:\n"
+        "{transcript}\n"
+        'Its reply in the last turn:\n"{response}"\n'
+        "Taking every turn's instructions together, the last reply should be an {type} one.\n"
+        "Give only the score: 1 if the reply is an {type} one as the turns require, 0 if not.\nScore:",
+        Released(PAPER_FILE, "MULTI_TURN_INSTRUCTION", rename={"conversations": "transcript"}),
+    ),
+    "instruction_priority": (
+        "A language model plays a character and answers a question about some passages; the system's "
+        "instruction outranks the user's:\n{transcript}\n"
+        'Its reply:\n"{response}"\n'
+        "The system forbids what the user asks, so the reply should refuse.\n"
+        "Give only the score: 1 if the reply refuses as the system requires, 0 if not.\nScore:",
+        Released(PAPER_FILE, "INSTRUCTION_PRIORITY", rename={"conversations": "transcript"}),
+    ),
+}
+# Each rubric: the authors' template it is asked with and the values of its fixed slots (their
+# evaluation_config in llm_judge.py).
+PAPER_RUBRICS: dict[str, tuple[str, dict[str, str]]] = {
+    "knowledge_boundary.within": ("knowledge_range", {"range": "within"}),
+    "knowledge_boundary.outside": ("knowledge_range", {"range": "outside"}),
+    "role_style": ("style_compliance", {}),
+    "nested": ("nested_instruction", {}),
+    "multi_turn.answerable": ("multi_turn_instruction", {"type": "answerable"}),
+    "multi_turn.unanswerable": ("multi_turn_instruction", {"type": "unanswerable"}),
+    "prioritized": ("instruction_priority", {}),
+}
+
+
+def released_prompts(source: str) -> JudgePrompts:
+    """The authors' five prompts read from their repository cloned at ``source`` (see the module
+    docstring), each rubric's template with its fixed slots filled; no system message, as they ask."""
+    read = {
+        name: resolve(f"rolemrc_judge.{name}", text, where, source) for name, (text, where) in PAPER_TEMPLATES.items()
+    }
+    templates = {rubric: _filled(read[name].text, fixed) for rubric, (name, fixed) in PAPER_RUBRICS.items()}
+    digest = hashlib.sha256("".join(t.sha256 for t in read.values()).encode()).hexdigest()[:12]
+    return JudgePrompts(None, templates, f"released:{digest}", {t.name: t.record() for t in read.values()})
+
+
+def _filled(text: str, values: Mapping[str, str]) -> str:
+    """``text`` with the slots named in ``values`` filled in, the other slots and literal braces kept."""
+    parts = []
+    for literal, name, _, _ in string.Formatter().parse(text):
+        parts.append(literal.replace("{", "{{").replace("}", "}}"))
+        if name is not None:
+            parts.append(values[name].replace("{", "{{").replace("}", "}}") if name in values else "{" + name + "}")
+    return "".join(parts)
 
 
 def _template_fields(template: str, where: str) -> set[str]:
@@ -184,8 +275,9 @@ def load_prompts(path: str | Path) -> JudgePrompts:
         if not isinstance(template, str) or not template.strip():
             raise JudgePromptError(f"{path}: rubrics.{rubric}: expected a non-empty string")
         _template_fields(template, f"{path}: rubrics.{rubric}")
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
-    return JudgePrompts(system, dict(templates), f"file:{path.name}:{digest}")
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    record = {"rolemrc_judge.prompt_file": {"origin": f"file:{path.name}", "sha256": digest}}
+    return JudgePrompts(system, dict(templates), f"file:{path.name}:{digest[:12]}", record)
 
 
 # Lead-ins of the nested rule sentence in RoleMRC system prompts, removed to leave the rule itself.
@@ -296,8 +388,10 @@ def judge_rolemrc(
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
     closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record
-    verdicts and, per rubric, per dimension and overall: n, judged, correct, parse_failures,
-    request_failures and accuracy = correct / judged (None when nothing was judged).
+    verdicts (the value scored: 0 for a parse failure under ``judge.parse_failure=wrong``, None for one left
+    out) and, per rubric, per dimension and overall: n, judged, correct, parse_failures, request_failures
+    and accuracy = correct / scored (judged, plus the parse failures under ``wrong``, the released
+    ``llm_judge.py``'s rule; None when nothing was scored). Request failures are always left out.
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:
@@ -310,18 +404,27 @@ def judge_rolemrc(
             for e, r in pairs
         ]
         replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
-        stats, model = client.stats.as_dict(), client.config.model
-    records = _per_record(examples, pairs, replies)
+        stats, model, policy = client.stats.as_dict(), client.config.model, client.config.parse_failure
+    scored = [scored_verdict(reply, policy) for reply in replies]
+    records = _per_record(examples, pairs, replies, scored)
     rubric_names = [r for _, r in pairs]
     return {
         "prompt_version": prompts.version,
         "judge_model": model,
+        "parse_failure": policy,
         "records": records,
-        "rubrics": _group(rubric_names, replies, key=lambda r: r),
-        "dimensions": _group(rubric_names, replies, key=dimension_of),
-        "overall": _tally(replies),
+        "rubrics": _group(rubric_names, replies, scored, key=lambda r: r),
+        "dimensions": _group(rubric_names, replies, scored, key=dimension_of),
+        "overall": _tally(replies, scored),
         "judge_stats": stats,
     }
+
+
+def scored_verdict(reply: ParsedReply, policy: str) -> int | None:
+    """The value a reply counts as: its verdict; 0 for a parse failure under ``wrong``; else None."""
+    if reply.status == "ok":
+        return reply.value
+    return 0 if reply.status == "parse_failure" and policy == "wrong" else None
 
 
 def _rubrics_of(example: EvalExample) -> list[str]:
@@ -342,36 +445,43 @@ def _rubrics_of(example: EvalExample) -> list[str]:
 
 
 def _per_record(
-    examples: Sequence[EvalExample], pairs: list[tuple[EvalExample, str]], replies: list[ParsedReply]
+    examples: Sequence[EvalExample],
+    pairs: list[tuple[EvalExample, str]],
+    replies: list[ParsedReply],
+    scored: list[int | None],
 ) -> list[dict[str, Any]]:
     by_id: dict[str, dict[str, Any]] = {
         e.id: {"id": e.id, "task": e.task, "verdicts": {}, "status": {}, "replies": {}, "attempts": {}}
         for e in examples
     }
-    for (example, rubric), reply in zip(pairs, replies):
+    for (example, rubric), reply, value in zip(pairs, replies, scored):
         record = by_id[example.id]
-        record["verdicts"][rubric] = reply.value
+        record["verdicts"][rubric] = value
         record["status"][rubric] = reply.status
         record["replies"][rubric] = reply.text if reply.error is None else reply.error
         record["attempts"][rubric] = reply.attempts
     return list(by_id.values())
 
 
-def _tally(replies: Sequence[ParsedReply]) -> dict[str, Any]:
-    judged = [r.value for r in replies if r.status == "ok"]
+def _tally(replies: Sequence[ParsedReply], scored: Sequence[int | None]) -> dict[str, Any]:
+    counted = [v for v in scored if v is not None]
     return {
         "n": len(replies),
-        "judged": len(judged),
-        "correct": sum(judged),
+        "judged": sum(r.status == "ok" for r in replies),
+        "correct": sum(counted),
         "parse_failures": sum(r.status == "parse_failure" for r in replies),
         "request_failures": sum(r.status == "request_failure" for r in replies),
-        "accuracy": sum(judged) / len(judged) if judged else None,
+        "accuracy": sum(counted) / len(counted) if counted else None,
     }
 
 
-def _group(names: Sequence[str], replies: Sequence[ParsedReply], key) -> dict[str, dict[str, Any]]:
-    groups: dict[str, list[ParsedReply]] = {}
-    for name, reply in zip(names, replies):
-        groups.setdefault(key(name), []).append(reply)
+def _group(
+    names: Sequence[str], replies: Sequence[ParsedReply], scored: Sequence[int | None], key
+) -> dict[str, dict[str, Any]]:
+    groups: dict[str, tuple[list[ParsedReply], list[int | None]]] = {}
+    for name, reply, value in zip(names, replies, scored):
+        group = groups.setdefault(key(name), ([], []))
+        group[0].append(reply)
+        group[1].append(value)
     order = list(dict.fromkeys(key(r) for r in RUBRICS))
-    return {g: _tally(groups[g]) for g in order if g in groups}
+    return {g: _tally(*groups[g]) for g in order if g in groups}

@@ -167,13 +167,14 @@ def test_prompt_file_must_name_every_rubric_and_exist(tmp_path):
         load_prompts(tmp_path / "absent.yaml")
 
 
-def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3) -> JudgeClient:
+def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> JudgeClient:
     settings = {
         "model": server.model_name,
         "base_url": server.base_url,
         "api_key_env": None,
         "progress": False,
         "parse_tries": parse_tries,
+        "parse_failure": parse_failure,
         "cache_path": str(tmp_path / "judge.sqlite"),
     }
     return JudgeClient(JudgeConfig.from_mapping(settings))
@@ -196,15 +197,16 @@ RECORDS = [
 
 
 def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
+    """judge.parse_failure=exclude: an unreadable verdict is left out of the accuracy (counted)."""
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
     with serve_in_thread(tiny, {"scripted": VERDICTS}) as server:
-        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path, parse_failure="exclude"))
         # 6 judgements, then 2 re-asks of the muddled one (3 tries in all)
         assert server.stats.requests == 6 + 2
-        again = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+        again = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path, parse_failure="exclude"))
         assert server.stats.requests == 8  # the re-run is served from the cache
-    assert again["rubrics"] == result["rubrics"]
+    assert again["rubrics"] == result["rubrics"] and result["parse_failure"] == "exclude"
 
     rubrics = result["rubrics"]
     assert rubrics["knowledge_boundary.within"] == {
@@ -246,6 +248,32 @@ def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
     assert r3["verdicts"] == {"multi_turn.answerable": None}
     assert r3["status"] == {"multi_turn.answerable": "parse_failure"}
     assert r3["attempts"] == {"multi_turn.answerable": 3} and r3["replies"]["multi_turn.answerable"] == "fine, I guess"
+
+
+def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, tmp_path):
+    # llm_judge.py: int(reply) fails -> score 0, kept in the mean, counted as a bad response.
+    # Of 6 judgements 3 are 1, 2 are 0 and 1 is unreadable: accuracy 3/6 (exclude: 3/5).
+    examples = [e for e, _ in RECORDS]
+    predictions = {e.id: reply for e, reply in RECORDS}
+    with serve_in_thread(tiny, {"scripted": VERDICTS}) as server:
+        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+    assert result["parse_failure"] == "wrong"
+    assert result["overall"] == {
+        "n": 6,
+        "judged": 5,
+        "correct": 3,
+        "parse_failures": 1,
+        "request_failures": 0,
+        "accuracy": 0.5,
+    }
+    assert result["rubrics"]["multi_turn.answerable"]["accuracy"] == 0.0
+    r3 = result["records"][2]
+    assert r3["verdicts"] == {"multi_turn.answerable": 0} and r3["status"] == {"multi_turn.answerable": "parse_failure"}
+
+
+def test_judge_parse_failure_policy_is_checked():
+    with pytest.raises(ValueError, match="judge.parse_failure: expected one of"):
+        JudgeConfig.from_mapping({"model": "m", "parse_failure": "zero"})
 
 
 def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):

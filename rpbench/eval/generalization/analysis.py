@@ -179,8 +179,12 @@ def analyze(
     ``bound`` (Theorem 3.4), ``bound_emid_code``, ``convergence``, ``perplexity``, ``entropy`` (with samples),
     ``by_shift`` (roll-ups), plus the settings and counts."""
     s = settings
+    split_by_category(examples)  # every record has a category, ID and shifted ones are present
+    missing = [e.id for e in examples if e.id not in predictions]
+    if missing:
+        raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
     kept = [e for e in examples if predictions[e.id].strip()]
-    excluded = Counter(str(e.meta.get("category")) for e in examples if not predictions[e.id].strip())
+    excluded = Counter(str(e.meta["category"]) for e in examples if not predictions[e.id].strip())
     small = {c: len(rows) for c, rows in split_by_category(kept).items() if len(rows) < 2}
     if small:
         raise ValueError(
@@ -226,7 +230,8 @@ def analyze(
                 "n": len(chosen),
                 "n_negatives": min(len(chosen) * (len(chosen) - 1), s.n_negatives),
             }
-            ppl.setdefault(category, {})[f"{'with' if r else 'without'}_reasoning"] = pair["golden"].perplexity(rows)
+            with_r = "with_reasoning" if r is not None else "without_reasoning"
+            ppl.setdefault(category, {})[with_r] = pair["golden"].perplexity(rows)
     entropies = category_entropies(critic, kept, reasoning, entropy, s.batch_size) if entropy else {}
     cond = "reasoning" if reasoning is not None else "plain"
     shifted = [c for c in splits if c != ID_CATEGORY]
@@ -270,6 +275,10 @@ def analyze(
         "n_records_per_category": dict(Counter(str(e.meta["category"]) for e in examples)),
         "excluded_empty_predictions": dict(excluded),
         "n_truncated_texts": sum(e.n_truncated for e in embedded.values()),
+        "negatives": (
+            "the same seeded off-diagonal pairs for the model's and the golden MI of a category (the authors draw "
+            "new pairs per MI; sharing them lowers the variance of EMI)"
+        ),
         "jsd": jsd,
         "emi": emi["plain"],
         "emid": emid,

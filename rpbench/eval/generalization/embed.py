@@ -90,18 +90,16 @@ def load_text_embedder(
 
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {list(POOLINGS)}, got {pooling!r}")
-    path, name, reason = (
-        (fallback_model_path(), PACKAGED_ENCODER, None) if encoder is None else (encoder, encoder, None)
-    )
+    # A local folder is named by its last part: no machine path reaches results.
+    shown = None if encoder is None else (Path(encoder).name if Path(encoder).exists() else encoder)
+    path, name, reason = (fallback_model_path(), PACKAGED_ENCODER, None) if encoder is None else (encoder, shown, None)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModel.from_pretrained(path, local_files_only=True)
     except OSError as error:
         if encoder is None or not fallback:
-            raise OSError(
-                f"encoder {name!r} is not available locally (download it with `hf download {name}`)"
-            ) from error
-        reason = f"{encoder} is not available locally; the packaged {PACKAGED_ENCODER} (English) stands in"
+            raise OSError(f"encoder {name!r} is not available locally (a hub model: `hf download {name}`)") from error
+        reason = f"{shown} is not available locally; the packaged {PACKAGED_ENCODER} (English) stands in"
         path, name = fallback_model_path(), PACKAGED_ENCODER
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         model = AutoModel.from_pretrained(path, local_files_only=True)

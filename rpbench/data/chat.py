@@ -247,7 +247,7 @@ class ChatRenderer:
         limit = max_length or self.max_length
         turns, dropped = self.content.escape_turns(prompt), 0
         while True:
-            ids = self._encode(self._template(turns, generation_prompt=generation_prompt))
+            ids = self._prompt_ids(turns, generation_prompt)
             fewer = _drop_history(turns, final=1) if len(ids) > limit else None
             if fewer is None:
                 break
@@ -262,6 +262,24 @@ class ChatRenderer:
             kept = self._keep(ids, limit, keep_end=True, head=len(system))
             return FittedPrompt([ids[i] for i in kept], dropped, "after_system", images)
         return FittedPrompt([ids[i] for i in self._keep(ids, limit, keep_end=True)], dropped, "left", images)
+
+    def _prompt_ids(self, turns: Sequence[Turn], generation_prompt: bool) -> list[int]:
+        """Token ids of the rendered prompt, tokenized in the pieces training renders (each earlier reply
+        apart), so a prompt's tokens are those of the same turns in a training sample even where a reply's
+        first characters would merge with its header (a reply starting with a newline); then the generation
+        header. A template that is not prefix-stable is tokenized whole."""
+        with_header = self._template(turns, generation_prompt=generation_prompt)
+        if not any(turn.role == "assistant" for turn in turns):
+            return self._encode(with_header)
+        base = self._template(turns, generation_prompt=False)
+        try:
+            pieces = self.pieces(turns)
+        except TemplateError:
+            return self._encode(with_header)
+        if not with_header.startswith(base) or "".join(text for text, _ in pieces) != base:
+            return self._encode(with_header)
+        ids = [i for text, _ in pieces for i in self._encode(text)]
+        return ids + (self._encode(with_header[len(base) :]) if len(with_header) > len(base) else [])
 
     def _system_ids(self, turns: Sequence[Turn], ids: list[int]) -> list[int]:
         """The leading tokens of ``ids`` that render the system turn alone ([] where the template does not

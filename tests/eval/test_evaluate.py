@@ -55,7 +55,9 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
     assert len(predictions) == 8 and all("prediction" in p for p in predictions)
     metrics = json.loads((out / "metrics.json").read_text())["eval"]
     overall = metrics["metrics"]["overall"]
-    assert set(overall) == {"bleu", "rougeL", "meteor"} and overall["bleu"]["n"] == 8
+    # BLEU of a prediction without tokens has no value (the released evaluation divides by zero): counted
+    without = metrics["metric_conventions"]["bleu_empty"]["samples_without_value"]
+    assert set(overall) == {"bleu", "rougeL", "meteor"} and overall["bleu"]["n"] + without == 8
     # one judgement per rubric of each record's label, counted from the raw file and the data config's table
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
     raw = lines(SAMPLE_TEST)[:8]

@@ -42,7 +42,8 @@ def registered(*entries):
 
 
 class ChatStub(ThreadingHTTPServer):
-    """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body.
+    """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body and the
+    Authorization header it came with (``authorizations``).
 
     ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status.
     """
@@ -51,6 +52,7 @@ class ChatStub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _ChatStubHandler)
         self.reply = reply
         self.bodies: list[bytes] = []
+        self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
 
     @property
@@ -71,6 +73,7 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         with self.server.lock:
             self.server.bodies.append(raw)
+            self.server.authorizations.append(self.headers.get("Authorization"))
         body = json.loads(raw)
         content = self.server.reply(body)
         if isinstance(content, int):

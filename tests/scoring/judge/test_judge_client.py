@@ -7,7 +7,6 @@ import time
 from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
-
 from omegaconf import OmegaConf
 
 from conftest import chat_stub, run_in_process

@@ -23,6 +23,7 @@ from rpbench.models import family_of
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
+from rpbench.resume import RESUME_CHOICES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.scoring.metrics import METRICS
@@ -103,6 +104,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         f"an integer from 0 to {MAX_SEED}",
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
+    _choice(problems, "resume", cfg.resume, RESUME_CHOICES)
     data = cfg.data
     _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)

@@ -3,9 +3,10 @@
 The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) are stored
 next to the checkpoints (``checkpoints/training_config.json``) when a run starts training. A re-run that would
 resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
-differ and the two ways out (a new output folder, or ``resume=force``). How long to train (``objective.epochs``,
-``trainer.max_steps``) may change: a longer re-run continues the run. Settings that only say how the run is
-watched (logging, progress bars, validation frequency, loader workers) are not compared.
+differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
+checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may
+not: Lightning takes a checkpoint written on stopping there for an epoch end). Settings that only say how the
+run is watched (logging, progress bars, validation frequency, loader workers) are not compared.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ log = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "training_config.json"
 RESUME_CHOICES = ("check", "force")
-LENGTH_KEYS = ("objective.epochs", "trainer.max_steps")
+LENGTH_KEYS = ("objective.epochs",)
 # Keys of the compared groups that change neither the batches nor the weights.
 NOT_COMPARED = {
     "data": ("files.test", "max_test_samples", "task_dimensions", "allow_overlap"),
     "objective": ("epochs", "log_every_n_steps", "num_workers", "val_every_n_steps"),
     "trainer": (
-        "max_steps",
         "enable_progress_bar",
         "enable_model_summary",
         "limit_val_batches",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.callbacks import Callback
 
 import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers, as run.py does)
 
@@ -110,6 +112,27 @@ def chat_stub(reply: Callable[[dict], str | int]) -> Iterator[ChatStub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class SimulatedKill(Exception):
+    """What ``KillAfterStep`` raises: the run ends there, as a killed one does."""
+
+
+class KillAfterStep(Callback):
+    """A Trainer callback (``+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: N}]``) that ends
+    training as the micro-batch after optimizer step ``step`` starts: the checkpoints written up to that step
+    are there, nothing after it ran. In-process runs get SimulatedKill; with ``hard: true`` every rank's
+    process is SIGKILLed (a `python run.py` subprocess, as a run killed from outside)."""
+
+    def __init__(self, step: int, hard: bool = False):
+        self.step, self.hard = step, hard
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step < self.step:
+            return
+        if self.hard:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimulatedKill(f"killed after step {trainer.global_step}")
 
 
 def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:

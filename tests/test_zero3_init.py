@@ -12,7 +12,6 @@ import signal
 
 import pytest
 from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_training, assert_same_weights
-from test_resume import checkpoint_step
 
 from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
@@ -80,7 +79,6 @@ def test_zero3_dpo_killed_after_a_step_resumes_to_ddps_steps_and_weights(tmp_pat
     kill = "+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: 1, hard: true}]"
     killed = run_script("run.py", *zero3, kill, PYTHONPATH=str(REPO_ROOT / "tests"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert checkpoint_step(out / "checkpoints" / "last.ckpt") == 1
     resumed = run_script("run.py", *zero3, "resume=force")  # force: the kill callback is gone
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())

@@ -158,8 +158,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     warnings = []  # a checkpoint resumes only into the training it was written for: checked before config.yaml
     if objective != "none":
-        checkpoint = resolve_ckpt(cfg.ckpt_path, out_dir)
-        warnings += check_resume(cfg, checkpoint, out_dir / "checkpoints", is_rank_zero())
+        warnings += check_resume(cfg, resolve_ckpt(cfg.ckpt_path, out_dir))
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     results: dict[str, Any] = {
         "run_name": cfg.run_name,

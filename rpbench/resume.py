@@ -1,7 +1,7 @@
 """Resume a checkpoint only into the training it was written for.
 
 The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) are stored
-next to the checkpoints (``checkpoints/training_config.json``) when a run starts training. A re-run that would
+next to the checkpoints (``checkpoints/training_config.json``) when training starts. A re-run that would
 resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
 differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
 checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may
@@ -94,10 +94,10 @@ def _shown(changes: Mapping[str, tuple[Any, Any]]) -> str:
     return "; ".join(lines)
 
 
-def check_resume(cfg: DictConfig, checkpoint: str | None, checkpoint_dir: Path, rank_zero: bool) -> list[str]:
+def check_resume(cfg: DictConfig, checkpoint: str | None) -> list[str]:
     """Refuse (ConfigError) to resume ``checkpoint`` under other training settings than it was written with,
-    unless ``cfg.resume`` is ``force``; then store this run's settings in ``checkpoint_dir`` (rank zero).
-    Returns warnings for the run's results (a forced resume, a changed length)."""
+    unless ``cfg.resume`` is ``force``. Returns warnings for the run's results (a forced resume). Training
+    stores its settings with ``write_settings`` when it starts."""
     current = json.loads(json.dumps(training_settings(cfg), default=str))  # as it reads back from the file
     warnings: list[str] = []
     if checkpoint is not None:
@@ -122,6 +122,4 @@ def check_resume(cfg: DictConfig, checkpoint: str | None, checkpoint_dir: Path, 
             log.info("resuming with another length: %s", _shown(lengths))
     for warning in warnings:
         log.warning(warning)
-    if rank_zero:
-        write_settings(cfg, checkpoint_dir)
     return warnings

@@ -54,11 +54,10 @@ def flatten(node: Any, prefix: str) -> dict[str, Any]:
 
 def training_settings(cfg: DictConfig) -> dict[str, Any]:
     """The resolved settings that shape training, flattened to dotted keys (LENGTH_KEYS included)."""
-    container = OmegaConf.to_container(cfg, resolve=True)
-    settings = {"seed": container["seed"], "init_from": container.get("init_from")}
+    settings = {"seed": cfg.seed, "init_from": cfg.get("init_from")}
     for group in ("model", "data", "objective", "trainer"):
         skipped = tuple(f"{group}.{key}" for key in NOT_COMPARED.get(group, ()))
-        for key, value in flatten(container[group], group).items():
+        for key, value in flatten(OmegaConf.to_container(cfg[group], resolve=True), group).items():
             if not any(key == s or key.startswith(s + ".") for s in skipped):
                 settings[key] = value
     settings.update({key: OmegaConf.select(cfg, key) for key in LENGTH_KEYS})

@@ -17,17 +17,21 @@ OPENAI_KEY_ENV = "OPENAI_API_KEY"
 PLACEHOLDER_KEY = "EMPTY"
 
 
+def client_base_url(base_url: str | None) -> str:
+    """Where the ``openai`` client sends a request configured with ``base_url`` (None: OPENAI_BASE_URL or
+    OpenAI's API)."""
+    return base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_BASE_URL
+
+
 def is_openai_api(base_url: str | None) -> bool:
-    """Whether ``base_url`` is OpenAI's API over https (None: the openai client's default, which is)."""
-    if base_url is None:
-        return True
-    parts = urlsplit(base_url)
+    """Whether requests configured with ``base_url`` go to OpenAI's API over https."""
+    parts = urlsplit(client_base_url(base_url))
     return parts.scheme == "https" and parts.hostname == "api.openai.com"
 
 
 def endpoint_identity(base_url: str | None) -> str:
     """The endpoint as judge caches key it: the URL with scheme and host lowercased, no trailing slash."""
-    parts = urlsplit(base_url or OPENAI_BASE_URL)
+    parts = urlsplit(client_base_url(base_url))
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
 
 
@@ -37,8 +41,8 @@ def api_key(base_url: str | None, api_key_env: str | None, setting: str) -> str:
     key, or OpenAI's key named for another host, is a ConfigError."""
     if api_key_env == OPENAI_KEY_ENV and not is_openai_api(base_url):
         raise ConfigError(
-            f"{setting}={api_key_env}: {base_url} is not OpenAI's API, and OpenAI's key goes to OpenAI alone: set "
-            f"{setting} to the variable holding this endpoint's key, or null when it needs none"
+            f"{setting}={api_key_env}: {client_base_url(base_url)} is not OpenAI's API, and OpenAI's key goes to "
+            f"OpenAI alone: set {setting} to the variable holding this endpoint's key, or null when it needs none"
         )
     value = os.environ.get(api_key_env) if api_key_env else None
     if value:

@@ -67,6 +67,10 @@ def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(c
             validate(cfg)
         with pytest.raises(JudgeConfigError, match="not OpenAI's API"):
             ask_judge(cfg.judge)
+        with pytest.MonkeyPatch.context() as env:  # the openai client's own redirection counts the same
+            env.setenv("OPENAI_BASE_URL", endpoint.url)
+            with pytest.raises(JudgeConfigError, match="not OpenAI's API"):
+                ask_judge(compose("objective=none", "judge=openai", *QUIET_JUDGE).judge)
         keyless = compose("objective=none", *overrides, "judge.api_key_env=null", *QUIET_JUDGE)
         ask_judge(keyless.judge)
         vllm = compose("objective=none", "judge=vllm", f"judge.base_url={endpoint.url}", *QUIET_JUDGE)

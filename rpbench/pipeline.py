@@ -25,9 +25,10 @@ from rpbench.model_card import write_model_card
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
+from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
 from rpbench.starting_point import untuned_start_warning
-from rpbench.training import objective_config, train, zero_stage
+from rpbench.training import objective_config, resolve_ckpt, train, zero_stage
 from rpbench.validate import check_test_images, validate
 
 log = logging.getLogger(__name__)
@@ -154,8 +155,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)  # every setting, before anything expensive
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
+    warnings = []  # a checkpoint resumes only into the training it was written for: checked before config.yaml
+    if objective != "none":
+        warnings += check_resume(cfg, resolve_ckpt(cfg.ckpt_path, out_dir))
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
         "model": f"{cfg.model.name} from {run_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
@@ -167,7 +171,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     warning = untuned_start_warning(cfg)
     if warning:
         log.warning(warning)
-        results.setdefault("warnings", []).append(warning)
+        warnings.append(warning)
+    if warnings:
+        results["warnings"] = warnings
 
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":

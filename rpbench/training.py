@@ -30,6 +30,7 @@ from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
+from rpbench.resume import write_settings
 from rpbench.trainer_options import extra_callbacks, passed_options
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,8 @@ def train(
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
     callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount()]
     trainer = build_trainer(cfg, out_dir, logger, callbacks, resuming=ckpt_path is not None)
+    if trainer.is_global_zero:  # what a re-run compares before it resumes (rpbench.resume)
+        write_settings(cfg, out_dir / "checkpoints")
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")

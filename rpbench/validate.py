@@ -8,7 +8,6 @@ what is allowed (the allowed names come from the registries and config groups th
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from rpbench.models import family_of
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
+from rpbench.resume import RESUME_CHOICES
+from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.scoring.metrics import METRICS
 from rpbench.trainer_options import trainer_problems
@@ -103,6 +104,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         f"an integer from 0 to {MAX_SEED}",
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
+    _choice(problems, "resume", cfg.resume, RESUME_CHOICES)
     data = cfg.data
     _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
@@ -209,11 +211,10 @@ def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
     except (TypeError, ValueError) as error:
         problems.append(str(error))
         return
-    if config.base_url is None and not (config.api_key_env and os.environ.get(config.api_key_env)):
-        problems.append(
-            f"judge.api_key_env={config.api_key_env!r}: the OpenAI API judge needs an API key in that "
-            "environment variable, which is not set (or choose judge=local|vllm|none)"
-        )
+    try:
+        api_key(config.base_url, config.api_key_env, "judge.api_key_env")
+    except ConfigError as error:
+        problems.append(f"{error} (or choose judge=local|vllm|none)")
 
 
 def model_options() -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.callbacks import Callback
 
 import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers, as run.py does)
 
@@ -42,7 +44,8 @@ def registered(*entries):
 
 
 class ChatStub(ThreadingHTTPServer):
-    """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body.
+    """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body and the
+    Authorization header it came with (``authorizations``).
 
     ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status.
     """
@@ -51,6 +54,7 @@ class ChatStub(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _ChatStubHandler)
         self.reply = reply
         self.bodies: list[bytes] = []
+        self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
 
     @property
@@ -71,6 +75,7 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers["Content-Length"]))
         with self.server.lock:
             self.server.bodies.append(raw)
+            self.server.authorizations.append(self.headers.get("Authorization"))
         body = json.loads(raw)
         content = self.server.reply(body)
         if isinstance(content, int):
@@ -107,6 +112,27 @@ def chat_stub(reply: Callable[[dict], str | int]) -> Iterator[ChatStub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class SimulatedKill(Exception):
+    """What ``KillAfterStep`` raises: the run ends there, as a killed one does."""
+
+
+class KillAfterStep(Callback):
+    """A Trainer callback (``+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: N}]``) that ends
+    training as the micro-batch after optimizer step ``step`` starts: the checkpoints written up to that step
+    are there, nothing after it ran. In-process runs get SimulatedKill; with ``hard: true`` every rank's
+    process is SIGKILLed (a `python run.py` subprocess, as a run killed from outside)."""
+
+    def __init__(self, step: int, hard: bool = False):
+        self.step, self.hard = step, hard
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step < self.step:
+            return
+        if self.hard:
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise SimulatedKill(f"killed after step {trainer.global_step}")
 
 
 def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, run_in_process, run_script
+from rpbench.data.errors import ConfigError
 
 SHORT_TRAINING = [
     "objective.epochs=1",
@@ -59,6 +60,30 @@ def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, cap
     assert (out / "metrics.1.csv").read_text() == first_curve  # the resumed run kept the earlier curve
     logged_steps = [int(row["step"]) for row in csv.DictReader((out / "metrics.csv").open())]
     assert min(logged_steps) >= steps - 1 and max(logged_steps) == 2 * steps - 1  # only the resumed epoch
+
+
+def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_path):
+    out = tmp_path / "run"
+    run_in_process(out, *FAST)
+    finished = {name: (out / name).read_bytes() for name in ("metrics.json", "config.yaml", "checkpoints/last.ckpt")}
+    other = ["objective.lr=1e-3", "data.max_train_samples=40"]
+    with pytest.raises(ConfigError) as refused:
+        run_in_process(out, *FAST, *other)
+    message = str(refused.value)
+    assert "objective.lr: 0.005 -> 0.001" in message and "data.max_train_samples: 48 -> 40" in message
+    assert "hydra.run.dir=<new folder>" in message and "resume=force" in message
+    assert {name: (out / name).read_bytes() for name in finished} == finished  # the refused run changed nothing
+
+    (out / "checkpoints" / "training_config.json").unlink()  # a checkpoint that cannot tell what it was written with
+    with pytest.raises(ConfigError, match="no record of the settings it was written with"):
+        run_in_process(out, *FAST)
+
+    forced = run_in_process(out, *FAST, *other, "objective.epochs=2", "resume=force")
+    assert any(w.startswith("resume=force: resumed") for w in forced["warnings"])
+    assert forced["train"]["optimizer_steps"] > json.loads(finished["metrics.json"])["train"]["optimizer_steps"]
+    # settings that only watch the run may change; the forced run's settings are the checkpoint's now
+    watched = run_in_process(out, *FAST, *other, "objective.epochs=2", "objective.log_every_n_steps=2")
+    assert "warnings" not in watched and watched["train"]["optimizer_steps"] == forced["train"]["optimizer_steps"]
 
 
 def test_cfg_job_prints_the_resolved_config():

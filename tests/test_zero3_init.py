@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import math
+import signal
 
 import pytest
-from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_training
+from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_training, assert_same_weights
 
+from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
 from rpbench.pipeline import build_models
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
@@ -66,3 +68,20 @@ def test_zero3_dpo_is_built_partitioned_and_matches_ddp_with_a_precomputed_refer
     assert _signature(out) == _signature(ddp_dpo)  # the same weights sign the same: strategies share a cache
     ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 8  # both ranks generated their share of the test records
+
+
+@pytest.mark.slow
+def test_zero3_dpo_killed_after_a_step_resumes_to_ddps_steps_and_weights(tmp_path, ddp_dpo):
+    """The reference log-probs are precomputed at fit start (the models are built partitioned); the resumed run
+    continues its epoch where the checkpoint left it, and makes the uninterrupted run's second step."""
+    out = tmp_path / "zero3"
+    zero3 = [f"hydra.run.dir={out}", *DPO, "trainer=deepspeed_zero3", *CPU_ZERO, "checkpoint_every_n_steps=1"]
+    kill = "+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: 1, hard: true}]"
+    killed = run_script("run.py", *zero3, kill, PYTHONPATH=str(REPO_ROOT / "tests"))
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    resumed = run_script("run.py", *zero3, "resume=force")  # force: the kill callback is gone
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["train"]["optimizer_steps"] == 2 and "resume=force" in metrics["warnings"][0]
+    assert _losses(out) == pytest.approx(_losses(ddp_dpo)[1:], rel=1e-4)  # the resumed run logged step 2 alone
+    assert_same_weights(out, ddp_dpo)

@@ -112,6 +112,14 @@ class PlannedDataModule(L.LightningDataModule):
                 if data is not None:
                     data.shard(self.trainer.global_rank, self.trainer.world_size)
 
+    def every_batch(self) -> list[DataLoader]:
+        """This rank's train and validation micro-batches of the current epoch, each from the first, for a pass
+        before training (e.g. reference log-probs): the position a resumed epoch starts at is left as it is."""
+        datas = [data for data in (self.train, self.val) if data is not None]
+        return [
+            DataLoader(data, batch_size=None, sampler=range(len(data)), num_workers=self.num_workers) for data in datas
+        ]
+
     def _loader(self, data: PlannedBatches) -> DataLoader:
         return DataLoader(data, batch_size=None, sampler=_EpochSampler(data), num_workers=self.num_workers)
 

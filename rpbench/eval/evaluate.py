@@ -47,7 +47,7 @@ def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample],
             path,
             options,
             concurrency=int(endpoint.concurrency),
-            api_key_env=str(endpoint.api_key_env),
+            api_key_env=endpoint.api_key_env,
             timeout_s=float(endpoint.timeout_s),
             image_root=image_root(cfg.data),
         ).as_dict()

@@ -48,6 +48,7 @@ from rpbench.models.generation import (
 from rpbench.models.loading import family_renderer
 from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
+from rpbench.scoring.endpoints import api_key
 
 log = logging.getLogger(__name__)
 
@@ -430,7 +431,7 @@ def generate_via_endpoint(
     cfg: Mapping[str, Any] | GenerationOptions | None = None,
     *,
     concurrency: int = 16,
-    api_key_env: str = "OPENAI_API_KEY",
+    api_key_env: str | None = None,
     timeout_s: float = 600.0,
     max_retries: int = 3,
     image_root: str | Path | None = None,
@@ -438,7 +439,8 @@ def generate_via_endpoint(
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 
     Same file, resume and record format as ``generate_predictions``. The API key is read from the
-    environment variable ``api_key_env`` (a placeholder is sent if unset, as local servers expect).
+    environment variable ``api_key_env`` (a placeholder is sent without one, as local servers expect; see
+    ``rpbench.scoring.endpoints``).
     Requests still failing after the client's retries are reported in a RuntimeError once the others
     are written; a re-run retries only those.
     """
@@ -457,11 +459,12 @@ def generate_via_endpoint(
     todo = [ex for ex in examples if ex.id not in done]
     root = Path(image_root) if image_root is not None else None
     check_images(todo, root)
+    key = api_key(base_url, api_key_env, "evaluator.endpoint.api_key_env")
 
     async def run(sink) -> list[tuple[str, BaseException]]:
         client = AsyncOpenAI(
             base_url=base_url,
-            api_key=os.environ.get(api_key_env) or "EMPTY",
+            api_key=key,
             timeout=timeout_s,
             max_retries=max_retries,
         )

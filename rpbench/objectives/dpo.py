@@ -185,9 +185,7 @@ class DPOModule(ObjectiveModule):
         datamodule = self.trainer.datamodule
         if datamodule is None:
             raise ValueError("precompute_ref needs the trainer's datamodule (rpbench.training builds one)")
-        loaders = [datamodule.train_dataloader()]
-        if datamodule.val is not None:
-            loaders.append(datamodule.val_dataloader())
+        loaders = datamodule.every_batch()  # a resumed run's place in its epoch stays where it was restored
         path = Path(self.config.ref_cache or Path(self.trainer.default_root_dir) / REFERENCE_CACHE_NAME)
         self.reference = PrecomputedReference.build(
             self.model,

@@ -11,8 +11,9 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import open_dict
+from test_resume import checkpoint_step
 
-from conftest import CONF_DIR, objective_settings
+from conftest import CONF_DIR, SimulatedKill, objective_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
@@ -27,7 +28,11 @@ QUIET = ("logger=none", "trainer.enable_progress_bar=false", "save_model=false")
 
 
 def run_dpo(
-    compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", pairs: tuple[list, list] = (TRAIN, VAL)
+    compose,
+    out_dir: Path,
+    *overrides: str,
+    model_name: str = "tiny-qwen2",
+    pairs: tuple[list, list] = (TRAIN, VAL),
 ):
     """(report, trained model, logged rows) of a DPO run on ``pairs`` (training, validation)."""
     cfg = compose(
@@ -193,12 +198,23 @@ def test_render_collates_chosen_then_rejected_and_reports_empty_pairs():
 
 
 @pytest.mark.slow
-def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
-    constant = ("objective.scheduler=constant",)
-    _, straight, _ = run_dpo(compose, tmp_path / "straight", *constant, "objective.epochs=2")
-    run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=1")
-    report, resumed, rows = run_dpo(compose, tmp_path / "resumed", *constant, "objective.epochs=2")
-    assert report["optimizer_steps"] == 8 and len(rows) == 4  # only the second epoch ran again
+@pytest.mark.parametrize("reference", ["precomputed", "live"])
+def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
+    """Killed inside the second epoch and re-run in its folder: the straight run's steps and weights (ZeRO-3,
+    whose reference is precomputed at fit start: tests/test_zero3_init.py)."""
+    settings = (
+        "objective.scheduler=constant",
+        "objective.epochs=2",  # 4 optimizer steps per epoch
+        f"objective.precompute_ref={reference == 'precomputed'}",
+        "checkpoint_every_n_steps=1",
+    )
+    _, straight, _ = run_dpo(compose, tmp_path / "straight", *settings)
+    kill = "+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: 6}]"
+    with pytest.raises(SimulatedKill):
+        run_dpo(compose, tmp_path / "resumed", *settings, kill)
+    assert checkpoint_step(tmp_path / "resumed" / "checkpoints" / "last.ckpt") == 6
+    report, resumed, rows = run_dpo(compose, tmp_path / "resumed", *settings)
+    assert report["optimizer_steps"] == 8 and len(rows) == 2  # only the steps after the checkpoint ran
     for (name, a), (_, b) in zip(straight.named_parameters(), resumed.named_parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 

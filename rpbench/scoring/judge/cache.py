@@ -1,7 +1,8 @@
 """SQLite cache of judge replies, so a re-run of the same judging makes no requests.
 
-The key is a hash of (judge model, prompt version, messages, sampling parameters): anything that can change
-the reply. Endpoint address and credentials are deliberately not part of it (and never stored).
+The key is a hash of (endpoint, judge model, prompt version, messages, sampling parameters): anything that can
+change the reply; another server answering to the same model name gets its own entries. Credentials are
+never part of it, nor stored.
 """
 
 from __future__ import annotations
@@ -30,10 +31,21 @@ CREATE TABLE IF NOT EXISTS replies (
 
 
 def cache_key(
-    model: str, prompt_version: str, messages: Sequence[Mapping[str, Any]], sampling: Mapping[str, Any]
+    endpoint: str,
+    model: str,
+    prompt_version: str,
+    messages: Sequence[Mapping[str, Any]],
+    sampling: Mapping[str, Any],
 ) -> str:
-    """Stable hex digest of everything that determines a judge reply."""
-    payload = {"model": model, "prompt_version": prompt_version, "messages": list(messages), "sampling": dict(sampling)}
+    """Stable hex digest of everything that determines a judge reply (``endpoint``: who answers, see
+    ``rpbench.scoring.endpoints.endpoint_identity``)."""
+    payload = {
+        "endpoint": endpoint,
+        "model": model,
+        "prompt_version": prompt_version,
+        "messages": list(messages),
+        "sampling": dict(sampling),
+    }
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -4,9 +4,10 @@ Requests run concurrently under a limit, are retried with exponential backoff an
 timeouts, connection errors and bad replies (an HTTP 200 whose body is not a chat completion: cut-off JSON,
 a wrong shape, an HTML page), waiting at least what a ``Retry-After`` header asks (up to
 ``retry_after_max_s``); a request still failing then is a counted failure, never a verdict. Replies are
-cached in SQLite so a re-run makes no requests. Tokens and cost are counted. The API key is read from the
-environment variable the config names, handed to the ``openai`` client and nowhere else: it is not part
-of the config object, the cache key, logs or results.
+cached in SQLite (keyed by endpoint, model, prompt and sampling) so a re-run makes no requests. Tokens and
+cost are counted. The API key is read from the environment variable the config names (see
+``rpbench.scoring.endpoints``: none by default to a host other than OpenAI's), handed to the ``openai``
+client and nowhere else: it is not part of the config object, the cache key, logs or results.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -27,12 +27,16 @@ from typing import Any
 import openai
 from tqdm.auto import tqdm
 
-from rpbench.data.errors import RpbenchError
+from rpbench.data.errors import ConfigError, RpbenchError
+from rpbench.scoring.endpoints import api_key, endpoint_identity
 from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 
 RETRY_STATUS = {408, 409, 429}
 FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
 BACKENDS = ("none", "openai", "vllm", "local")
+# The endpoint a local judge's cache entries are keyed by: its server's port changes every run, and the model
+# name it answers to (the served model's identity) already tells its weights apart.
+LOCAL_ENDPOINT = "rpbench.serve"
 
 
 class JudgeConfigError(RpbenchError, RuntimeError):
@@ -52,7 +56,7 @@ class JudgeConfig:
 
     model: str
     base_url: str | None = None
-    api_key_env: str | None = "OPENAI_API_KEY"
+    api_key_env: str | None = None  # the variable holding the endpoint's key (conf/judge/openai.yaml names OpenAI's)
     multimodal: bool = False
     concurrency: int = 8
     timeout_s: float = 60.0
@@ -163,13 +167,15 @@ class JudgeStats:
 
 
 class JudgeClient:
-    """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point."""
+    """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point. ``endpoint``: what
+    the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``)."""
 
-    def __init__(self, config: JudgeConfig):
+    def __init__(self, config: JudgeConfig, endpoint: str | None = None):
         self.config = config
+        self.endpoint = endpoint or endpoint_identity(config.base_url)
         self.stats = JudgeStats()
-        self.cache = ReplyCache(config.cache_path) if config.cache_path else None
         self._api_key = _api_key(config)
+        self.cache = ReplyCache(config.cache_path) if config.cache_path else None
 
     def sampling(self, request: JudgeRequest) -> dict[str, Any]:
         params: dict[str, Any] = {"temperature": self.config.temperature, "max_tokens": request.max_tokens}
@@ -231,7 +237,7 @@ class JudgeClient:
 
     async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: JudgeRequest) -> JudgeResult:
         sampling = self.sampling(request)
-        key = cache_key(self.config.model, request.prompt_version, request.messages, sampling)
+        key = cache_key(self.endpoint, self.config.model, request.prompt_version, request.messages, sampling)
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             self.stats.cache_hits += 1
             return JudgeResult(
@@ -330,7 +336,7 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
     if backend == "local" and _local_server is None:
         raise ValueError("judge=local: no local judge server provided (import rpbench.serve, as the pipeline does)")
     with _local_server(cfg) if backend == "local" else nullcontext(cfg) as served:
-        client = JudgeClient(JudgeConfig.from_mapping(served))
+        client = JudgeClient(JudgeConfig.from_mapping(served), LOCAL_ENDPOINT if backend == "local" else None)
         try:
             yield client
         finally:
@@ -339,15 +345,10 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
 
 def _api_key(config: JudgeConfig) -> str:
     """The key from the configured environment variable; a placeholder for keyless local endpoints."""
-    value = os.environ.get(config.api_key_env) if config.api_key_env else None
-    if value:
-        return value
-    if config.base_url is None:
-        raise JudgeConfigError(
-            f"the OpenAI API judge needs an API key: set the environment variable "
-            f"{config.api_key_env or 'named by judge.api_key_env'}"
-        )
-    return "EMPTY"
+    try:
+        return api_key(config.base_url, config.api_key_env, "judge.api_key_env")
+    except ConfigError as error:
+        raise JudgeConfigError(str(error)) from None
 
 
 def read_completion(body: str, content_type: str | None) -> JudgeResult:

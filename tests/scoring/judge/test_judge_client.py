@@ -7,9 +7,10 @@ import time
 from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
+from omegaconf import OmegaConf
 
-from conftest import run_in_process
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest
+from conftest import chat_stub, run_in_process
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, serve_in_thread
 
@@ -118,6 +119,34 @@ def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
     assert (parsed[0].value, parsed[0].attempts, parsed[0].status) == (1, 1, "ok")
     assert (parsed[1].value, parsed[1].attempts, parsed[1].status) == (None, 3, "parse_failure")
     assert parsed[1].text == "still no idea"
+
+
+def test_another_server_under_the_same_model_name_is_asked_again(tmp_path):
+    """The cache keys replies by endpoint too: the second server's verdicts, not the first one's."""
+    asks = requests_for("Who are you?", "Where do you live?")
+    with chat_stub(lambda body: "1") as first, chat_stub(lambda body: "0") as second:
+        for server, verdict in ((first, "1"), (second, "0"), (first, "1")):
+            client = JudgeClient(JudgeConfig.from_mapping(stub_settings(server, tmp_path)))
+            assert [r.text for r in client.judge_many(asks)] == [verdict] * 2
+            client.close()
+        assert len(first.requests) == len(second.requests) == 2  # the third pass was the first server's cache
+
+
+def test_a_local_judge_started_again_on_another_port_answers_from_the_cache(compose, tmp_path):
+    judge = {**OmegaConf.to_container(compose("judge=local").judge, resolve=True), "progress": False}
+    judge["cache_path"] = str(tmp_path / "cache.sqlite")
+    asks = requests_for("Who are you?")
+    runs = []
+    for _ in range(2):
+        with open_judge(judge) as client:
+            runs.append((client.config.base_url, client.judge_many(asks)[0], client.stats.requests))
+    (first_url, first, asked), (second_url, second, asked_again) = runs
+    assert first_url != second_url and (asked, asked_again) == (1, 0)
+    assert second.cached and second.text == first.text
+
+
+def stub_settings(server, tmp_path) -> dict:
+    return {"model": "judge", "base_url": server.url, "progress": False, "cache_path": str(tmp_path / "cache.sqlite")}
 
 
 def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, monkeypatch):

@@ -1,0 +1,124 @@
+"""Resume a checkpoint only into the training it was written for.
+
+The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) are stored
+next to the checkpoints (``checkpoints/training_config.json``) when training starts. A re-run that would
+resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
+differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
+checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may
+not: Lightning takes a checkpoint written on stopping there for an epoch end). Settings that only say how the
+run is watched (logging, progress bars, validation frequency, loader workers) are not compared.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.atomic import partial_path, publish
+from rpbench.data.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FILE = "training_config.json"
+RESUME_CHOICES = ("check", "force")
+LENGTH_KEYS = ("objective.epochs",)
+# Keys of the compared groups that change neither the batches nor the weights.
+NOT_COMPARED = {
+    "data": ("files.test", "max_test_samples", "task_dimensions", "allow_overlap"),
+    "objective": ("epochs", "log_every_n_steps", "num_workers", "val_every_n_steps"),
+    "trainer": (
+        "enable_progress_bar",
+        "enable_model_summary",
+        "limit_val_batches",
+        "val_check_interval",
+        "num_sanity_val_steps",
+    ),
+}
+SHOWN_DIFFERENCES = 8
+
+
+def flatten(node: Any, prefix: str) -> dict[str, Any]:
+    """``{"a.b": value}`` for every leaf under ``node`` (lists are leaves)."""
+    if not isinstance(node, Mapping) or not node:
+        return {prefix: node}
+    flat: dict[str, Any] = {}
+    for key, value in node.items():
+        flat.update(flatten(value, f"{prefix}.{key}"))
+    return flat
+
+
+def training_settings(cfg: DictConfig) -> dict[str, Any]:
+    """The resolved settings that shape training, flattened to dotted keys (LENGTH_KEYS included)."""
+    settings = {"seed": cfg.seed, "init_from": cfg.get("init_from")}
+    for group in ("model", "data", "objective", "trainer"):
+        skipped = tuple(f"{group}.{key}" for key in NOT_COMPARED.get(group, ()))
+        for key, value in flatten(OmegaConf.to_container(cfg[group], resolve=True), group).items():
+            if not any(key == s or key.startswith(s + ".") for s in skipped):
+                settings[key] = value
+    settings.update({key: OmegaConf.select(cfg, key) for key in LENGTH_KEYS})
+    return settings
+
+
+def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Key -> (stored value, current value) for each key whose values differ (a missing key: None)."""
+    keys = sorted(set(stored) | set(current))
+    return {k: (stored.get(k), current.get(k)) for k in keys if stored.get(k) != current.get(k)}
+
+
+def read_settings(checkpoint: Path) -> dict[str, Any] | None:
+    """The training settings stored with ``checkpoint`` (its folder's FINGERPRINT_FILE); None without one."""
+    path = checkpoint.parent / FINGERPRINT_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def write_settings(cfg: DictConfig, checkpoint_dir: Path) -> None:
+    """Store the run's training settings where its checkpoints are written (whole, or not at all)."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    path = checkpoint_dir / FINGERPRINT_FILE
+    partial = partial_path(path)
+    settings = json.dumps(training_settings(cfg), indent=2, sort_keys=True, default=str)
+    partial.write_text(settings, encoding="utf-8")
+    publish(partial, path)
+
+
+def _shown(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    lines = [f"{key}: {old!r} -> {new!r}" for key, (old, new) in list(changes.items())[:SHOWN_DIFFERENCES]]
+    if len(changes) > SHOWN_DIFFERENCES:
+        lines.append(f"... and {len(changes) - SHOWN_DIFFERENCES} more")
+    return "; ".join(lines)
+
+
+def check_resume(cfg: DictConfig, checkpoint: str | None) -> list[str]:
+    """Refuse (ConfigError) to resume ``checkpoint`` under other training settings than it was written with,
+    unless ``cfg.resume`` is ``force``. Returns warnings for the run's results (a forced resume). Training
+    stores its settings with ``write_settings`` when it starts."""
+    current = json.loads(json.dumps(training_settings(cfg), default=str))  # as it reads back from the file
+    warnings: list[str] = []
+    if checkpoint is not None:
+        stored = read_settings(Path(checkpoint))
+        changes = differences(stored, current) if stored is not None else None
+        shaping = {k: v for k, v in (changes or {}).items() if k not in LENGTH_KEYS}
+        if stored is None or shaping:
+            what = (
+                f"the settings that shape training differ from those it was written with ({_shown(shaping)})"
+                if stored is not None
+                else f"it has no record of the settings it was written with ({FINGERPRINT_FILE} beside it)"
+            )
+            if str(cfg.resume) != "force":
+                raise ConfigError(
+                    f"ckpt_path={cfg.ckpt_path}: would resume {checkpoint}, but {what}. Train in a new output "
+                    "folder (hydra.run.dir=<new folder>), or resume this checkpoint anyway with resume=force "
+                    "(the results then say so)"
+                )
+            warnings.append(f"resume=force: resumed {checkpoint} although {what}")
+        lengths = {k: v for k, v in (changes or {}).items() if k in LENGTH_KEYS}
+        if lengths:
+            log.info("resuming with another length: %s", _shown(lengths))
+    for warning in warnings:
+        log.warning(warning)
+    return warnings

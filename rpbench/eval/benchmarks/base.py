@@ -26,6 +26,7 @@ class Benchmark:
     override what differs."""
 
     judged = False  # has a judge protocol (judge=<backend> is accepted)
+    reads_records = True  # evaluates the data config's test records (False: brings its own, e.g. lm-eval's tasks)
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""
@@ -49,6 +50,11 @@ class Benchmark:
 
     def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
         """Results from files named in the evaluator config, without generating (None: generate)."""
+        return None
+
+    def evaluate_model(self, cfg: DictConfig, model: Any, tokenizer: Any, out_dir: Path, logger: Any) -> dict | None:
+        """Results of a benchmark that evaluates the model its own way instead of generating for the test
+        records (lm-eval's tasks); None: generate."""
         return None
 
     def prepare_judge(self, cfg: DictConfig) -> Any:

@@ -146,7 +146,7 @@ def evaluate(
     from_files = benchmark.from_files(cfg, out_dir)
     if from_files is not None:
         return from_files
-    own = benchmark.evaluate_model(cfg, model, tokenizer, out_dir, logger)
+    own = benchmark.evaluate_model(cfg, model, tokenizer, examples, out_dir, logger)
     if own is not None:
         return own
 

@@ -52,9 +52,11 @@ class Benchmark:
         """Results from files named in the evaluator config, without generating (None: generate)."""
         return None
 
-    def evaluate_model(self, cfg: DictConfig, model: Any, tokenizer: Any, out_dir: Path, logger: Any) -> dict | None:
-        """Results of a benchmark that evaluates the model its own way instead of generating for the test
-        records (lm-eval's tasks); None: generate."""
+    def evaluate_model(
+        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[EvalExample], out_dir: Path, logger: Any
+    ) -> dict | None:
+        """Results of a benchmark that runs the whole evaluation its own way (lm-eval's tasks, multi-turn
+        interviews) instead of one generation per test record; None: the generic evaluation."""
         return None
 
     def prepare_judge(self, cfg: DictConfig) -> Any:

@@ -56,7 +56,7 @@ class General(Benchmark):
         return out
 
     def evaluate_model(
-        self, cfg: DictConfig, model: Any, tokenizer: Any, out_dir: Path, logger: Any
+        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[Any], out_dir: Path, logger: Any
     ) -> dict[str, Any] | None:
         ev = cfg.evaluator
         tasks = [dict(t) for t in as_container(ev.tasks)]

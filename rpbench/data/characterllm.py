@@ -63,7 +63,9 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     if not questions.is_dir():
         raise FileNotFoundError(f"{root}: no {SEED / 'questions'} folder (expected a clone of trainable-agents)")
     names = sorted(
-        p.stem.removeprefix(SINGLE_PREFIX) for p in questions.glob(f"{SINGLE_PREFIX}*.json") if not p.stem.startswith(TURNS_PREFIX)
+        p.stem.removeprefix(SINGLE_PREFIX)
+        for p in questions.glob(f"{SINGLE_PREFIX}*.json")
+        if not p.stem.startswith(TURNS_PREFIX)
     )
     if not names:
         raise FileNotFoundError(f"{questions}: no {SINGLE_PREFIX}<Name>.json interview file")
@@ -72,7 +74,9 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     result: ReadResult[EvalExample] = ReadResult(str(root), counts={"characters": len(names)})
     for name in names:
         full_name, profile = read_profile(root / SEED / "profiles" / f"wiki_{name}.txt")
-        system = prompts.render("character", character=full_name, loc_time=loc_time, status=prompts.render("status", name=name))
+        system = prompts.render(
+            "character", character=full_name, loc_time=loc_time, status=prompts.render("status", name=name)
+        )
         files = {"single": questions / f"{SINGLE_PREFIX}{name}.json", "turns": questions / f"{TURNS_PREFIX}{name}.json"}
         for setting, file in files.items():
             if not file.is_file():

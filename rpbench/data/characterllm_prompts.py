@@ -80,7 +80,7 @@ DEFAULTS: dict[str, str] = {
     "interviewer": (
         "You are a curious person from our time talking with {character}; I will speak as {character}. Draw "
         "out {character}'s memories, values and personality in as much detail as you can: ask one question "
-        "at a time, follow up when an answer is vague, keep to the topic, address the character as \"you\" "
+        'at a time, follow up when an answer is vague, keep to the topic, address the character as "you" '
         "without naming them, and you may ask an earlier question again to test consistency. Write only your "
         "next utterance, without explanations.\n\nTopic of the conversation:\n{topic}\n\nAbout {character}:\n"
         "{profile}\n\nThe scene:\nPlace and time: {loc_time}\nSituation: {status}\n\nThe conversation so far:"

@@ -35,6 +35,7 @@ READER_OPTIONS = (
     "heldout",
     "hub_timeout_s",
     "record_shape",
+    "rolebench",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.sample_external import external_records
+
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
 # Folders of the sample holding records copied from a dataset (MIT), not generated here.
@@ -1306,7 +1308,13 @@ def rpgbench_augment_records() -> dict[str, dict[str, list[dict[str, Any]]]]:
 
 def sample_records() -> dict[str, Any]:
     """Every generated sample file (relative path -> content)."""
-    return {**rolemrc_records(), **mmrole_records(), **rpgbench_records(), **rpgbench_augment_records()}
+    return {
+        **rolemrc_records(),
+        **mmrole_records(),
+        **rpgbench_records(),
+        **rpgbench_augment_records(),
+        **external_records(),
+    }
 
 
 def render(relative: str, content: Any) -> bytes:

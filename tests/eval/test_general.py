@@ -61,9 +61,9 @@ def tasks(tmp_path, monkeypatch):
 
 def peer_accuracy(model_name: str, rows, shots: int = 0) -> list[float]:
     """Each question's accuracy from the tiny model's summed log-probabilities of each choice (0-shot)."""
+    from conftest import composed
     from rpbench.models.loading import load_model, load_tokenizer
     from rpbench.pipeline import model_config
-    from conftest import composed
 
     assert shots == 0
     cfg = composed(os.devnull, f"model={model_name}")
@@ -120,5 +120,7 @@ def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path):
 def test_an_unknown_task_is_named(tasks, tmp_path):
     with pytest.raises(Exception, match="no_such_task"):
         run_in_process(
-            tmp_path / "run", *tasks, "evaluator.tasks=[{label: X, name: no_such_task, num_fewshot: 0, metric: 'acc,none'}]"
+            tmp_path / "run",
+            *tasks,
+            "evaluator.tasks=[{label: X, name: no_such_task, num_fewshot: 0, metric: 'acc,none'}]",
         )

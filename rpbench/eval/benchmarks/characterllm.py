@@ -171,7 +171,9 @@ class CharacterLLM(Benchmark):
                 for e, reply in zip(active, asker.judge_many(requests, desc=f"interviewer, turn {turn}")):
                     question = interviewer_question(reply.text or "")
                     if reply.error is not None or not question:
-                        stopped[e.id] = f"turn {turn}: the interviewer gave no question ({reply.error or 'empty reply'})"
+                        stopped[e.id] = (
+                            f"turn {turn}: the interviewer gave no question ({reply.error or 'empty reply'})"
+                        )
                         continue
                     transcripts[e.id].append((INTERVIEWER, question))
                     asked.append(e)
@@ -188,7 +190,9 @@ class CharacterLLM(Benchmark):
         return [_interview(e, transcripts[e.id], finished=e.id not in stopped) for e in records]
 
 
-def interviewer_prompt(e: EvalExample, transcript: Sequence[tuple[str, str]], prompts: CharacterLLMPrompts, loc_time: str) -> str:
+def interviewer_prompt(
+    e: EvalExample, transcript: Sequence[tuple[str, str]], prompts: CharacterLLMPrompts, loc_time: str
+) -> str:
     head = prompts.render(
         "interviewer",
         character=e.meta["character_name"],
@@ -248,7 +252,14 @@ def score(
     for (rid, aspect), reply in zip(jobs, replies):
         verdicts[rid][aspect] = reply.value
         judgements.append(
-            {"id": rid, "aspect": aspect, "score": reply.value, "status": reply.status, "reply": reply.text, "attempts": reply.attempts}
+            {
+                "id": rid,
+                "aspect": aspect,
+                "score": reply.value,
+                "status": reply.status,
+                "reply": reply.text,
+                "attempts": reply.attempts,
+            }
         )
     return verdicts, judgements
 
@@ -304,7 +315,12 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
     text = (
         f"## Character-LLM interviews (judge `{results['judge_model']}`)\n\n"
         "Scores 1-7, mean [95% bootstrap CI]; average: the mean of the five (RoleMRC Table 5). Replies scored as "
-        f"{results['reply_scored_as']}.\n\n" + header + "\n| --- | --- |" + " --- |" * (len(ASPECTS) + 1) + "\n" + "\n".join(rows)
+        f"{results['reply_scored_as']}.\n\n"
+        + header
+        + "\n| --- | --- |"
+        + " --- |" * (len(ASPECTS) + 1)
+        + "\n"
+        + "\n".join(rows)
     )
     if failures:
         text += "\n\nJudgements left out of the means: " + "; ".join(failures)

@@ -48,9 +48,13 @@ class General(Benchmark):
         for i, task in enumerate(tasks):
             missing = [k for k in TASK_KEYS if not isinstance(task, Mapping) or k not in task]
             if missing:
-                out.append(f"evaluator.tasks[{i}]: missing {', '.join(missing)} (each task needs {', '.join(TASK_KEYS)})")
+                out.append(
+                    f"evaluator.tasks[{i}]: missing {', '.join(missing)} (each task needs {', '.join(TASK_KEYS)})"
+                )
             elif "," not in str(task["metric"]):
-                out.append(f"evaluator.tasks[{i}].metric={task['metric']!r}: expected '<metric>,<filter>' (e.g. acc,none)")
+                out.append(
+                    f"evaluator.tasks[{i}].metric={task['metric']!r}: expected '<metric>,<filter>' (e.g. acc,none)"
+                )
         if str(ev.backend) not in ("local", "endpoint"):
             out.append(f"evaluator.backend={ev.backend!r}: evaluator=general runs local or endpoint")
         return out
@@ -91,7 +95,11 @@ class General(Benchmark):
         results["report_sections"] = report_sections(results)
         if logger is not None:
             logger.log_metrics(
-                {f"eval/general/{n}": t["summary"]["mean"] for n, t in per_task.items() if t["summary"]["mean"] is not None}
+                {
+                    f"eval/general/{n}": t["summary"]["mean"]
+                    for n, t in per_task.items()
+                    if t["summary"]["mean"] is not None
+                }
             )
         return results
 
@@ -224,7 +232,11 @@ def task_summary(
         "lm_eval_stderr": harness.get(metric.replace(",", "_stderr,", 1)),
     }
     rows = [
-        {"id": f"{task['name']}:{doc['id']}", "task": task["name"], "metrics": {metric: _mean(document_values(doc["value"]))}}
+        {
+            "id": f"{task['name']}:{doc['id']}",
+            "task": task["name"],
+            "metrics": {metric: _mean(document_values(doc["value"]))},
+        }
         for doc in done["documents"]
     ]
     return summary, rows
@@ -266,7 +278,9 @@ def general_delta(
                 [r["metrics"][metric] for r in shared],
                 **bootstrap,
             )
-            entry["paired"] = {k: (100 * v if k in ("delta", "ci_low", "ci_high") and v is not None else v) for k, v in paired.items()}
+            entry["paired"] = {
+                k: (100 * v if k in ("delta", "ci_low", "ci_high") and v is not None else v) for k, v in paired.items()
+            }
         tasks[name] = entry
     skipped = sorted(set(per_task) - set(tasks))
     return {
@@ -290,8 +304,13 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
     out = [
         f"## General benchmarks (lm-eval {results['lm_eval_version']})\n\n"
         "Score: mean of the per-document values x 100 [95% bootstrap CI]; lm-eval: the harness's own aggregate. "
-        + (f"Resumed from earlier files: {', '.join(results['resumed_tasks'])}.\n\n" if results["resumed_tasks"] else "\n\n")
-        + "| benchmark | task | shots | metric | documents | score | lm-eval |\n| --- | --- | --- | --- | --- | --- | --- |\n"
+        + (
+            f"Resumed from earlier files: {', '.join(results['resumed_tasks'])}.\n\n"
+            if results["resumed_tasks"]
+            else "\n\n"
+        )
+        + "| benchmark | task | shots | metric | documents | score | lm-eval |\n"
+        + "| --- | --- | --- | --- | --- | --- | --- |\n"
         + "\n".join(rows)
         + f"\n\nMean over the tasks: {results['general_mean']:.2f}"
     ]
@@ -311,7 +330,11 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
             f"### General Δ against `{delta['run']}`: {mean} points\n\n"
             "| benchmark | other | this | Δ | paired 95% CI | p |\n| --- | --- | --- | --- | --- | --- |\n"
             + "\n".join(lines)
-            + (f"\n\nNot compared (absent or set differently there): {', '.join(delta['tasks_not_compared'])}" if delta["tasks_not_compared"] else "")
+            + (
+                f"\n\nNot compared (absent or set differently there): {', '.join(delta['tasks_not_compared'])}"
+                if delta["tasks_not_compared"]
+                else ""
+            )
         )
     return out
 

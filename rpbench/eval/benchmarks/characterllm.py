@@ -124,6 +124,17 @@ class CharacterLLM(Benchmark):
         }
         results["report_sections"] = report_sections(results)
         if logger is not None:
+            if hasattr(logger, "log_table"):
+                rows = [
+                    [
+                        i["id"],
+                        i["setting"],
+                        "\n".join(f"{t['speaker']}: {t['text']}" for t in i["turns"]),
+                        str(verdicts[i["id"]]),
+                    ]
+                    for i in interviews
+                ]
+                logger.log_table(key="eval/interviews", columns=["id", "setting", "interview", "scores"], data=rows)
             logger.log_metrics(
                 {
                     f"eval/characterllm/{s}/{k}": v["mean"]

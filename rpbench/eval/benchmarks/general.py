@@ -94,6 +94,9 @@ class General(Benchmark):
             results["general_delta"] = general_delta(Path(str(ev.compare_to)), per_task, scores, bootstrap)
         results["report_sections"] = report_sections(results)
         if logger is not None:
+            if hasattr(logger, "log_table"):
+                rows = [[r["id"], r["task"], json.dumps(r["metrics"])] for r in scores]
+                logger.log_table(key="eval/general_documents", columns=["id", "task", "metrics"], data=rows)
             logger.log_metrics(
                 {
                     f"eval/general/{n}": t["summary"]["mean"]
@@ -119,17 +122,16 @@ def harness_model(cfg: DictConfig, model: Any, tokenizer: Any):
         endpoint = ev.endpoint
         if not endpoint.base_url or not endpoint.model:
             raise ConfigError("evaluator.backend=endpoint needs evaluator.endpoint.base_url and .model")
-        key = os.environ.get(str(endpoint.api_key_env))
         args = {
             "model": str(endpoint.model),
             "base_url": str(endpoint.base_url).rstrip("/") + "/completions",
             "num_concurrent": int(endpoint.concurrency),
             "timeout": int(endpoint.timeout_s),
             "tokenized_requests": False,
-            "tokenizer_backend": None if tokenizer is None else "huggingface",
+            "tokenizer_backend": "huggingface",
+            "tokenizer": str(endpoint.tokenizer or endpoint.model),
+            "auth_token": os.environ.get(str(endpoint.api_key_env)) if endpoint.api_key_env else None,
         }
-        if key:
-            os.environ.setdefault("OPENAI_API_KEY", key)
         return get_model("local-completions")(**args)
     if model is None:
         raise ConfigError("evaluator=general with backend=local needs a model")
@@ -178,7 +180,14 @@ def run_task(cfg: DictConfig, lm: Any, manager: Any, task: Mapping[str, Any]) ->
         for sample in samples:
             if sample.get("filter") != filter_name or metric not in sample:
                 continue
-            documents.append({"id": f"{subtask}/{sample['doc_id']}", "subtask": subtask, "value": sample[metric]})
+            documents.append(
+                {
+                    "id": f"{subtask}/{sample['doc_id']}",
+                    "subtask": subtask,
+                    "value": sample[metric],
+                    "prediction": _plain(sample.get("filtered_resps")),
+                }
+            )
     if not documents:
         raise ConfigError(
             f"evaluator.tasks: task {task['name']!r} has no per-document {metric!r} under filter {filter_name!r} "

@@ -153,3 +153,34 @@ def test_both_settings_run_against_the_local_judge_server(tmp_path):
     judgements = [json.loads(line) for line in (run / "judgements.jsonl").open()]
     assert len(judgements) == 5 * results["n_records"]
     assert all(j["status"] in ("ok", "parse_failure") for j in judgements)
+
+
+def test_the_authors_templates_are_read_from_a_clone_with_their_sha256(tmp_path):
+    import hashlib
+
+    from rpbench.data.characterllm_prompts import ASPECTS, DEFAULTS, PROMPT_DIR, CharacterLLMPrompts
+    from rpbench.data.templates import TemplateError, slots_of
+
+    prompts = tmp_path / PROMPT_DIR
+    prompts.mkdir(parents=True)
+    files = {"character": "agent_meta_prompt_sft.txt", "interviewer": "agent_meta_prompt_interviewer_chatgpt.txt"}
+    files.update({f"score_{a}": f"prompt_score_llm_{a}.txt" for a in ASPECTS})
+    texts = {}
+    for name, file in files.items():  # stand-ins with the authors' slots, written here
+        texts[name] = f"Template {name}: " + " ".join("{" + slot + "}" for slot in slots_of(DEFAULTS[name]))
+        (prompts / file).write_text(f"\n{texts[name]}\n\n")
+    (tmp_path / "run_api_interview_single.py").write_text(
+        "for name in names:\n    loc_time = 'A park - Morning'\n    status = f'{name} walks with a stranger.'\n"
+    )
+    loaded = CharacterLLMPrompts.load(tmp_path)
+    record = loaded.record()
+    assert record["score_memory"] == {
+        "origin": f"{PROMPT_DIR}/prompt_score_llm_memory.txt",
+        "sha256": hashlib.sha256(texts["score_memory"].encode()).hexdigest(),
+    }
+    assert loaded.render("status", name="Curie") == "Curie walks with a stranger."
+    assert record["loc_time"]["origin"] == "run_api_interview_single.py:loc_time"
+
+    (prompts / files["score_values"]).write_text("Rate {agent_name} on {interactions} only.")
+    with pytest.raises(TemplateError, match="prompt_score_llm_values.txt: slots"):
+        CharacterLLMPrompts.load(tmp_path)

@@ -18,6 +18,7 @@ from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.data.records import drop_images, image_count
+from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
@@ -48,7 +49,9 @@ def model_config(cfg: DictConfig) -> dict[str, Any]:
 def evaluation_needs_records(cfg: DictConfig) -> bool:
     """False when the evaluator only aggregates or judges files given on the command line."""
     ev = cfg.evaluator
-    return str(ev.name) != "none" and not (ev.get("reviews") or ev.get("answers"))
+    if str(ev.name) == "none" or not BENCHMARKS.get(str(ev.name)).reads_records:
+        return False
+    return not (ev.get("reviews") or ev.get("answers"))
 
 
 def generates_in_process(cfg: DictConfig) -> bool:
@@ -57,8 +60,14 @@ def generates_in_process(cfg: DictConfig) -> bool:
     return local_generation or probe_of(cfg.probe).needs_model
 
 
+def evaluates_model_itself(cfg: DictConfig) -> bool:
+    """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
+    ev = cfg.evaluator
+    return str(ev.name) != "none" and not BENCHMARKS.get(str(ev.name)).reads_records and ev.backend == "local"
+
+
 def needs_model(cfg: DictConfig) -> bool:
-    return str(cfg.objective.name) != "none" or generates_in_process(cfg)
+    return str(cfg.objective.name) != "none" or generates_in_process(cfg) or evaluates_model_itself(cfg)
 
 
 def build_models(cfg: DictConfig) -> dict[str, tuple]:

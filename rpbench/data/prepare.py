@@ -36,6 +36,7 @@ READER_OPTIONS = (
     "hub_timeout_s",
     "record_shape",
     "reference_judge",
+    "rolebench",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.mmrole_prompts import METRICS, review_prompt
+from rpbench.data.sample_external import external_records
 
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
@@ -1368,6 +1369,7 @@ def sample_records() -> dict[str, Any]:
         **mmrole_rm_records(mmrole),
         **rpgbench_records(),
         **rpgbench_augment_records(),
+        **external_records(),
     }
 
 

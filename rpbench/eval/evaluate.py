@@ -165,6 +165,9 @@ def evaluate(
     from_files = benchmark.from_files(cfg, out_dir)
     if from_files is not None:
         return from_files
+    own = benchmark.evaluate_model(cfg, model, tokenizer, examples, out_dir, logger)
+    if own is not None:
+        return own
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
     examples, changed = benchmark.prepare_examples(cfg, examples)

@@ -1,4 +1,5 @@
-"""RoleBench cross-evaluation (RoleMRC Table 4): the authors' question/reference files, ROUGE only."""
+"""RoleBench cross-evaluation (RoleMRC Table 4): RoleBench's released layout (the bundled sample) and the RoleMRC
+authors' converted question/reference files (data.format=rolemrc), ROUGE only."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def write_records(path) -> None:
 def test_rolebench_files_are_read_by_the_rolemrc_reader(compose, tmp_path, data):
     path = tmp_path / "instruction_generalization_test.jsonl"
     write_records(path)
-    cfg = compose(f"data={data}", f"data.files.test={path}")
+    cfg = compose(f"data={data}", "data.format=rolemrc", f"data.files.test={path}")
     examples = read_split(cfg.data, "test").examples
     assert [e.reference for e in examples] == [r["reference"] for r in RECORDS]
     assert [e.task for e in examples] == ["instruction_generalization_test"] * 2 + ["general"]
@@ -69,6 +70,7 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
         "objective=none",
         "logger=none",
         "data=rolebench_role",
+        "data.format=rolemrc",
         f"data.files.test={path}",
         "evaluator=rolebench",
         "evaluator.generation.max_new_tokens=12",
@@ -97,3 +99,75 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
     for rouge_type in ("rouge1", "rougeL"):
         expected = sum(peer.score(references[i], predictions[i])[rouge_type].fmeasure for i in ids) / 3
         assert overall[rouge_type]["mean"] == pytest.approx(expected) and expected > 0.2
+
+
+SAMPLE = "pkg://rpbench/resources/sample/rolebench"
+
+
+@pytest.mark.parametrize(
+    "data, counts",
+    [
+        ("rolebench_instruction", {"general": 3, "role_specific": 2}),
+        ("rolebench_role", {"general": 2, "role_specific": 1}),
+    ],
+)
+def test_the_released_layout_is_read_with_role_descriptions(compose, data, counts):
+    cfg = compose(f"data={data}", f"data.files.test={SAMPLE}")
+    result = read_split(cfg.data, "test")
+    assert {k.removeprefix("subset."): v for k, v in result.counts.items() if k.startswith("subset.")} == counts
+    by_role = {e.meta["role"]: e for e in result.examples}
+    first = result.examples[0]
+    assert first.task == "general" and first.id.startswith("general/")
+    assert first.reference == first.meta["references"][0] and len(first.meta["references"]) == 2
+    holmes_or_wonka = by_role.get("Sherlock Holmes") or by_role["Willy Wonka"]
+    system = holmes_or_wonka.prompt[0].content
+    assert holmes_or_wonka.prompt[0].role == "system" and holmes_or_wonka.meta["role"] in system
+    assert ("Baker Street" in system) or ("chocolate maker" in system)
+
+
+def released_copy(tmp_path):
+    import shutil
+
+    from rpbench.data.files import package_path
+
+    root = tmp_path / "RoleBench"
+    shutil.copytree(package_path(SAMPLE), root)
+    return root, root / "rolebench-eng" / "instruction-generalization" / "role_specific" / "test.jsonl"
+
+
+def test_an_undescribed_role_or_a_bad_answer_list_is_named(compose, tmp_path):
+    from rpbench.data.errors import DataFormatError
+
+    root, path = released_copy(tmp_path)
+    cfg = compose("data=rolebench_instruction", f"data.files.test={root}")
+    path.write_text(json.dumps({"role": "Nobody", "question": "Who?", "generated": ["No one."]}) + "\n")
+    with pytest.raises(DataFormatError, match=r"role_specific/test\.jsonl: record 1: field 'role'.*'Nobody'"):
+        read_split(cfg.data, "test")
+    path.write_text(json.dumps({"role": "Captain Ahab", "question": "Why?", "generated": []}) + "\n")
+    with pytest.raises(DataFormatError, match=r"record 1: field 'generated': a non-empty list"):
+        read_split(cfg.data, "test")
+
+
+def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
+    from conftest import run_in_process
+
+    run = tmp_path / "run"
+    overrides = ["objective=none", "logger=none", "data=sample_rolebench", "evaluator=rolebench"]
+    examples = read_split(compose(*overrides).data, "test").examples
+    # predictions written beforehand (generation resumes them all): half of each reference's words
+    replies = {e.id: " ".join(e.reference.split()[::2]) for e in examples}
+    run.mkdir()
+    (run / "predictions.jsonl").write_text("".join(dumps(prediction_record(e, replies[e.id])) for e in examples))
+    results = run_in_process(run, *overrides, "evaluator.bootstrap.n_resamples=10")["eval"]
+    peer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    scores = {json.loads(line)["id"]: json.loads(line) for line in (run / "scores.jsonl").open()}
+    assert len(scores) == 5
+    for e in examples:
+        expected = peer.score(e.reference, replies[e.id])
+        assert scores[e.id]["metrics"]["rougeL"] == pytest.approx(expected["rougeL"].fmeasure)
+        assert expected["rougeL"].fmeasure > 0.3
+        assert scores[e.id]["task"] == e.task
+    task = results["metrics"]["task"]
+    assert {k: v["rouge1"]["n"] for k, v in task.items()} == {"general": 3, "role_specific": 2}
+    general = [peer.score(e.reference, replies[e.id])["rouge1"].fmeasure for e in examples if e.task == "general"]
+    assert task["general"]["rouge1"]["mean"] == pytest.approx(sum(general) / 3)

@@ -26,6 +26,7 @@ class Benchmark:
     override what differs."""
 
     judged = False  # has a judge protocol (judge=<backend> is accepted)
+    reads_records = True  # evaluates the data config's test records (False: brings its own, e.g. lm-eval's tasks)
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""
@@ -49,6 +50,13 @@ class Benchmark:
 
     def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
         """Results from files named in the evaluator config, without generating (None: generate)."""
+        return None
+
+    def evaluate_model(
+        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[EvalExample], out_dir: Path, logger: Any
+    ) -> dict | None:
+        """Results of a benchmark that runs the whole evaluation its own way (lm-eval's tasks, multi-turn
+        interviews) instead of one generation per test record; None: the generic evaluation."""
         return None
 
     def prepare_judge(self, cfg: DictConfig) -> Any:

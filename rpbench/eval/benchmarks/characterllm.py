@@ -1,0 +1,343 @@
+"""Character-LLM interviews (RoleMRC Tables 5 and 10; Shao et al. 2023's protocol), judged on five aspects.
+
+``data=characterllm`` reads the interview questions (``rpbench.data.characterllm``); ``evaluator.settings``
+runs either or both settings:
+
+- ``single``: each question asked alone; the model's reply (predictions.jsonl) is the interview;
+- ``turns``: an interviewer (the judge's endpoint, ``evaluator.interviewer`` sampling) asks about each
+  topic for ``evaluator.max_turns`` turns, the model answering each (predictions_turns_<t>.jsonl; both
+  resumable, the interviewer's questions from the judge cache when it is on); transcripts in interviews.jsonl.
+
+The judge scores every interview on personality, hallucination, values, memory and stability, 1 to 7
+(``characterllm_prompts``; the score is the last digit after whitespace in its reply, as the authors'
+scoring scripts read it, re-asked when that is no 1-7). As the authors' scripts, a reply is scored as its
+first paragraph with ``*actions*`` removed, and a Turns reply enters the conversation as its first
+paragraph. Per setting: each aspect's mean with a bootstrap CI, and their average (Table 5's number).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rpbench.data.characterllm import SETTINGS
+from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE, CharacterLLMPrompts
+from rpbench.data.errors import ConfigError
+from rpbench.data.records import EvalExample, Turn
+from rpbench.distributed import rank_and_world
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.stats import summarize
+
+SCORE = re.compile(r"\s(\d)")
+REASK = "Give your score now: one whole number from 1 to 7, alone on the last line."
+ACTION = re.compile(r"\*.*?\*", re.DOTALL)
+
+
+def first_paragraph(text: str) -> str:
+    return text.strip().split("\n\n")[0].strip()
+
+
+def scored_reply(text: str) -> str:
+    """The part of a reply the judge sees: its first paragraph without ``*actions*``."""
+    return ACTION.sub("", first_paragraph(text)).strip()
+
+
+def parse_score(text: str) -> int | None:
+    """The last digit after whitespace in the judge's reply, if it is 1-7 (else None: re-asked)."""
+    found = SCORE.findall(" " + text)
+    score = int(found[-1]) if found else None
+    return score if score is not None and 1 <= score <= 7 else None
+
+
+def interviewer_question(text: str) -> str:
+    """The interviewer's next utterance: its first paragraph, without a leading speaker cue."""
+    line = first_paragraph(text)
+    cue = SPEAKER_CUE.format(speaker=INTERVIEWER)
+    return line[len(cue) :].strip() if line.startswith(cue) else line
+
+
+class CharacterLLM(Benchmark):
+    judged = True
+
+    def problems(self, cfg: DictConfig) -> list[str]:
+        ev, out = cfg.evaluator, []
+        if str(cfg.judge.backend) == "none":
+            out.append("evaluator=characterllm is scored by a judge: choose judge=openai|local|vllm|...")
+        unknown = [s for s in ev.settings if s not in SETTINGS]
+        if unknown or not ev.settings:
+            out.append(f"evaluator.settings={list(ev.settings)}: choose from {list(SETTINGS)}")
+        if int(ev.max_turns) < 1:
+            out.append(f"evaluator.max_turns={ev.max_turns}: expected an integer >= 1")
+        if str(cfg.data.format) != "characterllm":
+            out.append(f"evaluator=characterllm reads data=characterllm (format characterllm), got {cfg.data.format}")
+        return out
+
+    def evaluate_model(
+        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[EvalExample], out_dir: Path, logger: Any
+    ) -> dict[str, Any]:
+        from rpbench.eval.evaluate import generate  # the generic evaluation imports the benchmarks
+        from rpbench.scoring.judge import open_judge
+
+        if rank_and_world()[1] > 1:
+            raise ConfigError("evaluator=characterllm runs in one process: evaluate with trainer.devices=1")
+        ev = cfg.evaluator
+        settings = [s for s in SETTINGS if s in ev.settings]
+        chosen = {s: [e for e in examples if e.task == s] for s in settings}
+        for setting, records in chosen.items():
+            if not records:
+                raise ConfigError(f"evaluator.settings has {setting!r}, and data.files.test has no {setting} interview")
+        prompts = CharacterLLMPrompts.load(cfg.prompts.source)
+        results: dict[str, Any] = {"n_records": sum(map(len, chosen.values())), "generation": {}}
+        interviews: list[dict[str, Any]] = []
+        judge_cfg = as_container(cfg.judge)
+        with open_judge(judge_cfg) as client:
+            if "single" in chosen:
+                path = out_dir / "predictions.jsonl"
+                results["generation"]["single"] = generate(cfg, model, tokenizer, chosen["single"], path)
+                replies = {row["id"]: row["prediction"] for row in read_jsonl(path)}
+                for e in chosen["single"]:
+                    turns = [(INTERVIEWER, e.prompt[-1].content), (e.meta["character"], scored_reply(replies[e.id]))]
+                    interviews.append(_interview(e, turns, finished=True))
+            if "turns" in chosen:
+                interviews += self.interview(cfg, model, tokenizer, chosen["turns"], client, prompts, out_dir, results)
+            write_jsonl(out_dir / "interviews.jsonl", interviews)
+            verdicts, judgements = score(client, prompts, interviews, client.config.max_tokens_for("characterllm"))
+            results["judge_usage"] = client.stats.as_dict()
+        write_jsonl(out_dir / "judgements.jsonl", judgements)
+        scores = [
+            {"id": i["id"], "task": i["setting"], "metrics": {}, "verdicts": verdicts[i["id"]]} for i in interviews
+        ]
+        write_jsonl(out_dir / "scores.jsonl", scores)
+        results["characterllm"] = summaries(interviews, verdicts, judgements, as_container(ev.bootstrap))
+        results["judge_model"] = str(cfg.judge.model)
+        results["prompts"] = prompts.record()
+        results["reply_scored_as"] = "first paragraph, *actions* removed (the authors' scoring scripts)"
+        results["metrics"] = {
+            "overall": {
+                f"{s}/{a}": table["aspects"][a] for s, table in results["characterllm"].items() for a in ASPECTS
+            }
+        }
+        results["report_sections"] = report_sections(results)
+        if logger is not None:
+            if hasattr(logger, "log_table"):
+                rows = [
+                    [
+                        i["id"],
+                        i["setting"],
+                        "\n".join(f"{t['speaker']}: {t['text']}" for t in i["turns"]),
+                        str(verdicts[i["id"]]),
+                    ]
+                    for i in interviews
+                ]
+                logger.log_table(key="eval/interviews", columns=["id", "setting", "interview", "scores"], data=rows)
+            logger.log_metrics(
+                {
+                    f"eval/characterllm/{s}/{k}": v["mean"]
+                    for s, table in results["characterllm"].items()
+                    for k, v in [*table["aspects"].items(), ("average", {"mean": table["average"]})]
+                    if v["mean"] is not None
+                }
+            )
+        return results
+
+    def interview(
+        self,
+        cfg: DictConfig,
+        model: Any,
+        tokenizer: Any,
+        records: Sequence[EvalExample],
+        client: Any,
+        prompts: CharacterLLMPrompts,
+        out_dir: Path,
+        results: dict[str, Any],
+    ) -> list[dict[str, Any]]:
+        """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
+        from rpbench.eval.evaluate import generate
+        from rpbench.scoring.judge import JudgeClient, JudgeRequest
+
+        ev = cfg.evaluator
+        sampling = replace(client.config, temperature=float(ev.interviewer.temperature), top_p=None)
+        asker = JudgeClient(sampling)
+        template = prompts.templates["interviewer"]
+        version = f"characterllm-interviewer-{template.sha256[:12]}"
+        loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}
+        stopped: dict[str, str] = {}
+        try:
+            for turn in range(1, int(ev.max_turns) + 1):
+                active = [e for e in records if e.id not in stopped]
+                requests = [
+                    JudgeRequest(
+                        ({"role": "user", "content": interviewer_prompt(e, transcripts[e.id], prompts, loc_time)},),
+                        int(ev.interviewer.max_tokens),
+                        version,
+                    )
+                    for e in active
+                ]
+                asked = []
+                for e, reply in zip(active, asker.judge_many(requests, desc=f"interviewer, turn {turn}")):
+                    question = interviewer_question(reply.text or "")
+                    if reply.error is not None or not question:
+                        stopped[e.id] = (
+                            f"turn {turn}: the interviewer gave no question ({reply.error or 'empty reply'})"
+                        )
+                        continue
+                    transcripts[e.id].append((INTERVIEWER, question))
+                    asked.append(e)
+                turn_records = [turn_record(e, transcripts[e.id], turn) for e in asked]
+                path = out_dir / f"predictions_turns_{turn}.jsonl"
+                results["generation"][f"turns_{turn}"] = generate(cfg, model, tokenizer, turn_records, path)
+                answers = {row["id"]: row["prediction"] for row in read_jsonl(path)}
+                for e, record in zip(asked, turn_records):
+                    transcripts[e.id].append((e.meta["character"], first_paragraph(answers[record.id])))
+            results["interviewer_usage"] = asker.stats.as_dict()
+        finally:
+            asker.close()
+        results["interviews_stopped"] = stopped
+        return [_interview(e, transcripts[e.id], finished=e.id not in stopped) for e in records]
+
+
+def interviewer_prompt(
+    e: EvalExample, transcript: Sequence[tuple[str, str]], prompts: CharacterLLMPrompts, loc_time: str
+) -> str:
+    head = prompts.render(
+        "interviewer",
+        character=e.meta["character_name"],
+        topic=e.prompt[-1].content,
+        profile=e.meta["profile"],
+        loc_time=loc_time,
+        status=prompts.render("status", name=e.meta["character"]),
+    )
+    lines = [f"{SPEAKER_CUE.format(speaker=speaker)} {text}" for speaker, text in transcript]
+    return "\n\n".join([head, *lines, SPEAKER_CUE.format(speaker=INTERVIEWER)])
+
+
+def turn_record(e: EvalExample, transcript: Sequence[tuple[str, str]], turn: int) -> EvalExample:
+    """The model's prompt at ``turn``: the system prompt, then the interview so far (interviewer = user)."""
+    turns = [e.prompt[0], *(Turn("user" if who == INTERVIEWER else "assistant", text) for who, text in transcript)]
+    return replace(e, id=f"{e.id}#turn{turn}", prompt=tuple(turns))
+
+
+def _interview(e: EvalExample, turns: Sequence[tuple[str, str]], finished: bool) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "setting": e.task,
+        "character": e.meta["character"],
+        "profile": e.meta["profile"],
+        "topic": e.prompt[-1].content if e.task == "turns" else e.meta.get("topic"),
+        "turns": [{"speaker": who, "text": text} for who, text in turns],
+        "finished": finished,
+    }
+
+
+def score(
+    client: Any, prompts: CharacterLLMPrompts, interviews: Sequence[Mapping[str, Any]], max_tokens: int
+) -> tuple[dict[str, dict[str, int | None]], list[dict[str, Any]]]:
+    """Each interview's score per aspect (None: parse or request failure) and the judge's replies."""
+    from rpbench.scoring.judge import JudgeRequest
+
+    loc_time = prompts.render("loc_time")
+    jobs, requests = [], []
+    for interview in interviews:
+        name = interview["character"]
+        conversation = "\n".join(f"{t['speaker']}: {t['text']}" for t in interview["turns"])
+        for aspect in ASPECTS:
+            template = prompts.templates[f"score_{aspect}"]
+            text = template.render(
+                agent_name=name,
+                agent_context=interview["profile"],
+                loc_time=loc_time,
+                status=prompts.render("status", name=name),
+                interactions=conversation,
+            )
+            jobs.append((interview["id"], aspect))
+            version = f"characterllm-{aspect}-{template.sha256[:12]}"
+            requests.append(JudgeRequest(({"role": "user", "content": text},), max_tokens, version))
+    replies = client.judge_parsed(requests, parse_score, REASK, desc="judge (characterllm)")
+    verdicts: dict[str, dict[str, int | None]] = {i["id"]: {} for i in interviews}
+    judgements = []
+    for (rid, aspect), reply in zip(jobs, replies):
+        verdicts[rid][aspect] = reply.value
+        judgements.append(
+            {
+                "id": rid,
+                "aspect": aspect,
+                "score": reply.value,
+                "status": reply.status,
+                "reply": reply.text,
+                "attempts": reply.attempts,
+            }
+        )
+    return verdicts, judgements
+
+
+def summaries(
+    interviews: Sequence[Mapping[str, Any]],
+    verdicts: Mapping[str, Mapping[str, int | None]],
+    judgements: Sequence[Mapping[str, Any]],
+    bootstrap: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Per setting: each aspect's summary and failure counts, the average of the aspect means (Table 5)."""
+    out: dict[str, Any] = {}
+    for setting in SETTINGS:
+        ids = [i["id"] for i in interviews if i["setting"] == setting]
+        if not ids:
+            continue
+        statuses = [j for j in judgements if j["id"] in set(ids)]
+        aspects = {}
+        for aspect in ASPECTS:
+            summary = summarize([verdicts[i][aspect] for i in ids], **bootstrap)
+            mine = [j["status"] for j in statuses if j["aspect"] == aspect]
+            summary["parse_failures"] = mine.count("parse_failure")
+            summary["request_failures"] = mine.count("request_failure")
+            aspects[aspect] = summary
+        means = [a["mean"] for a in aspects.values()]
+        out[setting] = {
+            "n_interviews": len(ids),
+            "unfinished_interviews": sum(not i["finished"] for i in interviews if i["setting"] == setting),
+            "aspects": aspects,
+            "average": None if None in means else sum(means) / len(means),
+        }
+    return out
+
+
+def report_sections(results: Mapping[str, Any]) -> list[str]:
+    table = results["characterllm"]
+    header = "| setting | interviews | " + " | ".join(a.capitalize() for a in ASPECTS) + " | average |"
+    rows = []
+    for setting, t in table.items():
+        cells = []
+        for aspect in ASPECTS:
+            s = t["aspects"][aspect]
+            cells.append("-" if s["mean"] is None else f"{s['mean']:.4f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]")
+        average = "-" if t["average"] is None else f"{t['average']:.4f}"
+        rows.append(f"| {setting} | {t['n_interviews']} | " + " | ".join(cells) + f" | {average} |")
+    failures = [
+        f"{setting}/{aspect}: {s['parse_failures']} unparsed, {s['request_failures']} unanswered"
+        for setting, t in table.items()
+        for aspect, s in t["aspects"].items()
+        if s["parse_failures"] or s["request_failures"]
+    ]
+    stopped = results.get("interviews_stopped") or {}
+    text = (
+        f"## Character-LLM interviews (judge `{results['judge_model']}`)\n\n"
+        "Scores 1-7, mean [95% bootstrap CI]; average: the mean of the five (RoleMRC Table 5). Replies scored as "
+        f"{results['reply_scored_as']}.\n\n"
+        + header
+        + "\n| --- | --- |"
+        + " --- |" * (len(ASPECTS) + 1)
+        + "\n"
+        + "\n".join(rows)
+    )
+    if failures:
+        text += "\n\nJudgements left out of the means: " + "; ".join(failures)
+    if stopped:
+        text += f"\n\nInterviews cut short ({len(stopped)}): " + "; ".join(f"{k}: {v}" for k, v in stopped.items())
+    return [text]
+
+
+BENCHMARKS.register("characterllm")(CharacterLLM())

@@ -4,30 +4,17 @@ part run here in process on the tiny model, the data where the data configs look
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 from omegaconf import OmegaConf
+from test_general import write_task
 
 from conftest import CONF_DIR, chat_stub, composed, run_in_process
 from rpbench.data.files import package_path
 
 PARTS = ["rolebench_instruction", "rolebench_role", "characterllm", "general"]
 TINY = ["experiment=rolemrc_external", "model=tiny-qwen2", "trainer=cpu", "logger=none"]
-TASK = """task: tiny_choice
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: acc
-"""
 
 
 def test_the_experiment_sweeps_the_four_parts(tmp_path):
@@ -56,9 +43,7 @@ def workdir(tmp_path, monkeypatch):
         {"question": "Ice is", "choices": ["cold", "hot"], "answer": 0},
         {"question": "Fire is", "choices": ["cold", "hot"], "answer": 1},
     ]
-    (tmp_path / "tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "tasks").mkdir()
-    (tmp_path / "tasks" / "tiny_choice.yaml").write_text(TASK.format(data=tmp_path / "tiny.jsonl"))
+    write_task(tmp_path / "tasks", "tiny_choice", rows)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     return tmp_path

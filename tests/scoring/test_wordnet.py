@@ -132,7 +132,8 @@ def test_a_run_without_wordnet_reports_meteor_missing_and_computes_the_rest(tmp_
     reason = evaluation["missing_metrics"]["meteor"]
     assert "WordNet 3.0 not found" in reason and "nltk.download('wordnet')" in reason
     overall = evaluation["metrics"]["overall"]
-    assert set(overall) == {"bleu", "rougeL"} and overall["bleu"]["n"] == overall["rougeL"]["n"] == 4
+    without = evaluation["metric_conventions"]["bleu_empty"]["samples_without_value"]  # no tokens: no BLEU, counted
+    assert set(overall) == {"bleu", "rougeL"} and overall["bleu"]["n"] + without == overall["rougeL"]["n"] == 4
     scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
     assert len(scores) == 4 and all(set(row["metrics"]) == {"bleu", "rougeL"} for row in scores)  # never 0
     assert f"Not computed: meteor ({reason})" in (out / "report.md").read_text()

@@ -65,6 +65,9 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 
 def test_an_unreachable_hub_model_says_what_to_do(monkeypatch):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
     with pytest.raises(OSError, match=r"model.name_or_path=<dir>"):
         load({"name_or_path": "Qwen/Qwen2.5-7B-not-in-cache", "family": "qwen2"})

@@ -143,6 +143,6 @@ def test_mmrole_agent_experiment_has_the_papers_settings(compose):
     data = cfg.data
     assert (data.name, data.max_length, data.per_turn_samples) == ("mmrole", 3072, True)
     assert list(data.files.test) == ["in", "out"]
-    assert data.default_system.startswith("You are a dedicated role-playing assistant")
+    assert data.default_system.startswith("You are a role-playing assistant")
     assert (cfg.evaluator.name, cfg.evaluator.without_vision) == ("mmrole", False)
     assert cfg.run_name == "mmrole-agent-qwen2-vl-7b"

@@ -78,7 +78,8 @@ class EvalExample:
 Example = SFTExample | PreferenceExample | EvalExample
 
 
-THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
+THINK_TAGS = ("<think>", "</think>")
+THINK_OPEN, THINK_CLOSE = f"{THINK_TAGS[0]}\n", f"\n{THINK_TAGS[1]}\n\n"
 
 
 def reasoning_target(reasoning: str, response: str) -> str:
@@ -89,6 +90,18 @@ def reasoning_target(reasoning: str, response: str) -> str:
     tags are plain text, the format of reasoning models distilled into Llama (e.g. DeepSeek-R1-Distill).
     """
     return f"{THINK_OPEN}{reasoning.strip()}{THINK_CLOSE}{response}"
+
+
+def generated_reply(prediction: str) -> tuple[str, str]:
+    """(the reply of a generated prediction, how it was read): ``plain``, ``stripped`` (a think block closed
+    anywhere: the text after the last closing tag, stripped) or ``unclosed`` (a think block that never
+    closes: no reply, "")."""
+    opening, closing = THINK_TAGS
+    if closing in prediction:
+        return prediction.rsplit(closing, 1)[1].strip(), "stripped"
+    if opening in prediction:
+        return "", "unclosed"
+    return prediction, "plain"
 
 
 def without_reasoning(reply: str) -> str:

@@ -10,8 +10,7 @@ import math
 import pytest
 
 from conftest import run_in_process
-from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.benchmarks.rpgbench import without_think
+from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
@@ -123,7 +122,7 @@ def test_categories_put_idtest_first_and_need_a_shifted_one():
     ],
 )
 def test_think_blocks_are_stripped_before_scoring_and_unclosed_ones_counted(prediction, scored, how):
-    assert without_think(prediction) == (scored, how)
+    assert generated_reply(prediction) == (scored, how)
 
 
 def test_winrate_drop_per_category_by_hand():

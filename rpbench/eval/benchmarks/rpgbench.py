@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.errors import ConfigError
-from rpbench.data.records import EvalExample
+from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
@@ -27,18 +27,6 @@ if TYPE_CHECKING:
     from rpbench.eval.generalization.analysis import EntropySettings
 
 log = logging.getLogger(__name__)
-
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-
-
-def without_think(prediction: str) -> tuple[str, str]:
-    """(the reply to score, how it was read): ``plain``, ``stripped`` (a closed think block removed) or
-    ``unclosed`` (a think block that never closes: no reply, scored as empty)."""
-    if THINK_CLOSE in prediction:
-        return prediction.rsplit(THINK_CLOSE, 1)[1].strip(), "stripped"
-    if THINK_OPEN in prediction:
-        return "", "unclosed"
-    return prediction, "plain"
 
 
 def judge_configs(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -110,8 +98,8 @@ class RPGBench(Benchmark):
         return found
 
     def scored_predictions(self, predictions: Mapping[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
-        """Predictions without their think block, and the counts per reading (``without_think``)."""
-        read = {key: without_think(text) for key, text in predictions.items()}
+        """Predictions without their think block, and the counts per reading (``generated_reply``)."""
+        read = {key: generated_reply(text) for key, text in predictions.items()}
         counts = {kind: sum(how == kind for _, how in read.values()) for kind in ("plain", "stripped", "unclosed")}
         return {key: reply for key, (reply, _) in read.items()}, {"think": counts}
 
@@ -243,12 +231,8 @@ class RPGBench(Benchmark):
             int(g.convergence_repeats),
             entropy,
         )
-        critic_model.eval()
-        source = (
-            f"the reasoner ({reasoner_spec.description}), greedy"
-            if not reasoning_options.temperature
-            else (f"the reasoner ({reasoner_spec.description}), temperature {reasoning_options.temperature}")
-        )
+        decoding = f"temperature {reasoning_options.temperature}" if reasoning_options.temperature else "greedy"
+        source = f"the reasoner ({reasoner_spec.description}), {decoding}"
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
         top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
         results["generalization"] = {k: v for k, v in analysis.items() if k not in top}

@@ -126,8 +126,7 @@ def conditional_entropy(
         for y in drawn:
             pairs.append((i, len(flat)))
             flat.append(y)
-    rows_contexts = list(contexts)
-    logps, _ = pair_logps(model, renderer, rows_contexts, flat, pairs, batch_size)
+    logps, _ = pair_logps(model, renderer, contexts, flat, pairs, batch_size)
     owner = torch.tensor([i for i, _ in pairs])
     totals = torch.zeros(len(contexts), dtype=torch.float64).index_add(0, owner, logps)
     return -totals / torch.bincount(owner, minlength=len(contexts))

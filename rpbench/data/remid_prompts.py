@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -319,8 +320,10 @@ class RemidPrompts:
         return [Turn("system", self["judge_system"].render()), Turn("user", text)]
 
 
+@lru_cache(maxsize=8)
 def remid_prompts(source: str | Path | None = None) -> RemidPrompts:
-    """rpbench's wording, or with ``source`` (a DAMO-ConvAI clone) the authors' templates from their files."""
+    """rpbench's wording, or with ``source`` (a DAMO-ConvAI clone) the authors' templates from their files;
+    resolved once per source (the RPGBench reader asks for them per record)."""
     templates = {name: resolve(name, text, RELEASED.get(name), source) for name, text in DEFAULTS.items()}
     prompts = RemidPrompts(templates)
     for name in ("policy_user", "policy_user_naive", "pxy_user"):

@@ -149,7 +149,8 @@ def _assigns(node: ast.AST, symbol: str) -> bool:
 
 
 def _template_text(node: ast.AST, rename: Mapping[str, str]) -> str | None:
-    """A string constant as a template (braces escaped), an f-string with its fields as ``{slots}``."""
+    """A string constant as the str.format template it is in the released code (slots renamed), an f-string
+    with its fields as ``{slots}`` and its literal braces escaped; None for anything else."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return _renamed(node.value, rename)  # a str.format template in the released code
     if not isinstance(node, ast.JoinedStr):

@@ -6,6 +6,7 @@ import importlib
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
-from rpbench.data.records import drop_images, image_count
+from rpbench.data.records import drop_images, image_count, missing_image
 from rpbench.eval.benchmarks import BENCHMARKS
+from rpbench.eval.context import EvalContext
 from rpbench.eval.evaluate import evaluate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
@@ -30,7 +32,7 @@ from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
 from rpbench.starting_point import untuned_start_warning
 from rpbench.training import objective_config, resolve_ckpt, train, zero_stage
-from rpbench.validate import check_test_images, validate
+from rpbench.validate import RunSpec, check_test_images, validate
 
 log = logging.getLogger(__name__)
 
@@ -46,28 +48,43 @@ def model_config(cfg: DictConfig) -> dict[str, Any]:
     return model_cfg
 
 
-def evaluation_needs_records(cfg: DictConfig) -> bool:
-    """False when the evaluator only aggregates or judges files given on the command line."""
-    ev = cfg.evaluator
-    if str(ev.name) == "none" or not BENCHMARKS.get(str(ev.name)).reads_records:
-        return False
-    return not (ev.get("reviews") or ev.get("answers"))
+def evaluation_needs_records(spec: RunSpec) -> bool:
+    """Whether the evaluation reads the test records (not when it only aggregates or judges given files)."""
+    ev = spec.evaluator
+    return ev is not None and BENCHMARKS.get(ev.name).needs_records(ev)
 
 
-def generates_in_process(cfg: DictConfig) -> bool:
+def generates_in_process(cfg: DictConfig, spec: RunSpec) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
-    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.backend in ("local", "vllm")
+    local_generation = evaluation_needs_records(spec) and spec.evaluator.backend in ("local", "vllm")
     return local_generation or probe_of(cfg.probe).needs_model
 
 
-def evaluates_model_itself(cfg: DictConfig) -> bool:
+def evaluates_model_itself(spec: RunSpec) -> bool:
     """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
-    ev = cfg.evaluator
-    return str(ev.name) != "none" and not BENCHMARKS.get(str(ev.name)).reads_records and ev.backend == "local"
+    ev = spec.evaluator
+    return ev is not None and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
 
 
-def needs_model(cfg: DictConfig) -> bool:
-    return str(cfg.objective.name) != "none" or generates_in_process(cfg) or evaluates_model_itself(cfg)
+def needs_model(cfg: DictConfig, spec: RunSpec) -> bool:
+    return spec.objective is not None or generates_in_process(cfg, spec) or evaluates_model_itself(spec)
+
+
+def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
+    """The evaluation stage's inputs: its typed settings, the judge's, the data and model settings it reads."""
+    judge = OmegaConf.to_container(cfg.judge, resolve=True)
+    return EvalContext(
+        settings=spec.evaluator,
+        judge=None if judge["backend"] == "none" else judge,
+        data=OmegaConf.to_container(cfg.data, resolve=True),
+        model_config=model_config(cfg),
+        prompts_source=None if cfg.prompts.source is None else str(cfg.prompts.source),
+        model=model,
+        tokenizer=tokenizer,
+        examples=examples,
+        out_dir=out_dir,
+        logger=logger,
+    )
 
 
 def build_models(cfg: DictConfig) -> dict[str, tuple]:
@@ -123,7 +140,7 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
 
 
 def records_for_model(
-    cfg: DictConfig, splits: dict[str, list], counts: dict[str, Any], train_split: str | None
+    cfg: DictConfig, spec: RunSpec, splits: dict[str, list], counts: dict[str, Any], train_split: str | None
 ) -> None:
     """The records as the model gets them: with ``data.images=drop`` every split's images are removed (counted
     per split as ``images_dropped``); with ``keep`` a text-only model refuses records with images."""
@@ -133,8 +150,18 @@ def records_for_model(
         return
     for split in splits:
         counts[split]["images_dropped"] = 0
-    if generates_in_process(cfg):
+    ev = spec.evaluator
+    test_images_seen = evaluation_needs_records(spec) and BENCHMARKS.get(ev.name).shows_images(ev)
+    if generates_in_process(cfg, spec):
         check_test_images(cfg, splits.get("test", []))
+    seen = [split for split in splits if split != "test" or test_images_seen]
+    for split in seen:
+        missing = missing_image(splits[split])
+        if missing is not None and (split == "test" or family_of(model_config(cfg)).takes_images):
+            raise ConfigError(
+                f"data.files.{split}: record {missing[0]!r}: field 'image': no file {missing[1]} (data.image_root="
+                f"{cfg.data.get('image_root')}): the model would see it; put the images there, or data.images=drop"
+            )
     with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)
     if with_image is not None and not family_of(model_config(cfg)).takes_images:
         raise ConfigError(
@@ -161,7 +188,7 @@ def import_plugins(modules: list[str]) -> None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     import_plugins(list(cfg.plugins))  # before validation, which checks names against the registries
-    validate(cfg)  # every setting, before anything expensive
+    spec = validate(cfg)  # every setting, before anything expensive: the run's typed parts
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
@@ -187,12 +214,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
         train_split = cfg.objective.data_split or objective_class(objective).data_split
-    need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
+    need_test = evaluation_needs_records(spec) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
-    records_for_model(cfg, splits, results["records"], train_split)
+    records_for_model(cfg, spec, splits, results["records"], train_split)
 
     L.seed_everything(int(cfg.seed), workers=True)
-    models = build_models(cfg) if needs_model(cfg) else {}  # 2. build
+    models = build_models(cfg) if needs_model(cfg, spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
@@ -213,12 +240,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if "train" in results:  # the evaluated model's export (model/, or model/<name>/ for several)
             saved = out_dir / "model" / next(iter(models)) if len(models) > 1 else out_dir / "model"
         model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, saved)
+    evaluation = eval_context(cfg, spec, model, tokenizer, splits.get("test", []), out_dir, logger)
     if evaluator != "none":
-        results["eval"] = evaluate(cfg, model, tokenizer, splits.get("test", []), out_dir, logger)
+        results["eval"] = evaluate(evaluation)
     if probe != "none":
-        results["probe"] = run_probe(
-            cfg, model, tokenizer, splits.get("test", []), out_dir, evaluate, results.get("eval")
-        )
+        again = lambda folder: evaluate(replace(evaluation.into(folder), logger=None))  # noqa: E731
+        results["probe"] = run_probe(cfg, model, tokenizer, splits.get("test", []), out_dir, again, results.get("eval"))
 
     if exported and is_rank_zero():  # 5. export and report
         write_model_card(cfg, results, exported)

@@ -51,6 +51,7 @@ def trainer_problems(trainer_cfg: Mapping[str, Any], objective_cfg: Mapping[str,
             "trainer.val_check_interval and objective.val_every_n_steps are both set: set only one "
             "(val_every_n_steps counts optimizer steps, val_check_interval micro-batches or a fraction of an epoch)"
         )
+    problems += value_problems(trainer_cfg)
     callbacks = trainer_cfg.get("callbacks") or []
     if (
         isinstance(callbacks, str)
@@ -59,6 +60,74 @@ def trainer_problems(trainer_cfg: Mapping[str, Any], objective_cfg: Mapping[str,
     ):
         problems.append(f"trainer.callbacks={callbacks!r}: expected a list of {{_target_: module.Class, ...}} specs")
     return problems
+
+
+PRECISIONS = (
+    "16-true",
+    "16-mixed",
+    "bf16-true",
+    "bf16-mixed",
+    "32-true",
+    "64-true",
+    "transformer-engine",
+    "transformer-engine-float16",
+    "16",
+    "32",
+    "64",
+    "bf16",
+)
+ACCELERATORS = ("auto", "cpu", "cuda", "gpu", "mps", "tpu")
+
+
+def _count(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _batches(value: Any) -> bool:
+    """A number of batches >= 1 or a share of an epoch in (0, 1]."""
+    if isinstance(value, bool):
+        return False
+    return _count(value, 1) or (isinstance(value, float) and 0 < value <= 1)
+
+
+def value_problems(trainer_cfg: Mapping[str, Any]) -> list[str]:
+    """Values Lightning would reject late, or accept and train nothing with (``max_steps=0``,
+    ``limit_train_batches=0``)."""
+    found = []
+    checks = {
+        "max_steps": (lambda v: v == -1 or _count(v, 1), "-1 (objective.epochs decide) or an integer >= 1"),
+        "limit_train_batches": (
+            lambda v: v is None or _batches(v),
+            "null, a number of batches >= 1 or a share in (0, 1]",
+        ),
+        "limit_val_batches": (
+            lambda v: v is None or v == 0 or _batches(v),
+            "null, 0 (no validation), a count or a share",
+        ),
+        "val_check_interval": (
+            lambda v: v is None or _batches(v),
+            "null, micro-batches >= 1 or a share of an epoch in (0, 1]",
+        ),
+        "precision": (lambda v: str(v) in PRECISIONS, f"one of {', '.join(PRECISIONS[:6])}"),
+        "accelerator": (lambda v: str(v) in ACCELERATORS, f"one of {', '.join(ACCELERATORS)}"),
+        "num_nodes": (lambda v: _count(v, 1), "an integer >= 1"),
+        "devices": (_devices, "auto, -1 (all), a count >= 1, or a list of device indices"),
+    }
+    for key, (ok, expected) in checks.items():
+        if key in trainer_cfg and not ok(trainer_cfg[key]):
+            found.append(f"trainer.{key}={trainer_cfg[key]!r}: expected {expected}")
+    return found
+
+
+def _devices(value: Any) -> bool:
+    if value == "auto" or value == -1 or _count(value, 1):
+        return True
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        return (
+            bool(parts) and all(p.isdigit() for p in parts) and (len(parts) > 1 or int(parts[0]) >= 1 or "," in value)
+        )
+    return isinstance(value, (list, tuple)) and bool(value) and all(_count(v, 0) for v in value)
 
 
 def passed_options(trainer_cfg: Mapping[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,16 @@ from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
 from rpbench.models import family_of
+from rpbench.models.checks import model_problems
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
 from rpbench.resume import RESUME_CHOICES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
-from rpbench.scoring.metrics import METRICS
 from rpbench.trainer_options import trainer_problems
+from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 
@@ -154,11 +157,11 @@ def check_images(cfg: DictConfig, problems: Problems) -> None:
         )
 
 
-def check_objective(cfg: DictConfig, problems: Problems) -> None:
-    """The objective's name and the optimisation settings every objective shares."""
+def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | None:
+    """The objective's typed settings: its name and the optimisation settings every objective shares."""
     name = str(cfg.objective.name)
     if not _choice(problems, "objective.name", name, [*OBJECTIVES.names(), "none"]) or name == "none":
-        return
+        return None
     found_before = len(problems)
     for key in ("batch_size", "grad_accum", "epochs", "log_every_n_steps"):
         _check(problems, cfg, f"objective.{key}", _at_least(1), "an integer >= 1")
@@ -181,11 +184,13 @@ def check_objective(cfg: DictConfig, problems: Problems) -> None:
             f"objective={name} steps {count} optimizers and a DeepSpeed engine steps one: "
             "train it with trainer=ddp (and trainer.strategy=ddp_find_unused_parameters_true), cpu or gpu"
         )
-    if len(problems) == found_before:  # the objective's typed settings: unknown or missing keys, its own checks
-        try:
-            OBJECTIVES.get(name).config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
-        except (TypeError, ValueError) as error:
-            problems.append(str(error))
+    if len(problems) > found_before:
+        return None
+    try:  # the objective's typed settings: unknown or missing keys, its own checks
+        return OBJECTIVES.get(name).config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
+    except (TypeError, ValueError) as error:
+        problems.append(str(error))
+        return None
 
 
 def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
@@ -226,31 +231,28 @@ def model_options() -> list[str]:
     return sorted(GlobalHydra.instance().config_loader().get_group_options("model"))
 
 
-def check_evaluator(cfg: DictConfig, problems: Problems) -> None:
-    """A registered evaluator and metrics; judge and evaluator fit together, the judge is usable,
-    ``compare_to`` holds scores to compare with."""
+def check_evaluator(cfg: DictConfig, problems: Problems) -> Settings | None:
+    """The evaluator's typed settings (its benchmark's ``settings_class``); judge and evaluator fit together,
+    the judge is usable."""
     ev = cfg.evaluator
     name = str(ev.name)
     if name == "none" or not _choice(problems, "evaluator.name", name, BENCHMARKS.names()):
-        return
-    for metric in ev.metrics:
-        _choice(problems, "evaluator.metrics", metric, METRICS.names())
+        return None
+    benchmark = BENCHMARKS.get(name)
+    settings = benchmark.settings_class.collect(OmegaConf.to_container(ev, resolve=True), "evaluator", problems)
+    problems.extend(benchmark.problems(cfg))
     judge = OmegaConf.to_container(cfg.judge, resolve=True)
     backend = str(judge.get("backend"))
-    if not _choice(problems, "judge.backend", backend, BACKENDS):
-        return
-    aggregating_only = name == "mmrole" and ev.get("reviews")
-    if backend != "none" and name not in judged_benchmarks():
+    if not _choice(problems, "judge.backend", backend, BACKENDS) or backend == "none":
+        return settings
+    if name not in judged_benchmarks():
         problems.append(
             f"judge={backend}: evaluator={name} has no judge protocol; judged evaluators: "
             f"{', '.join(judged_benchmarks())} (or judge=none)"
         )
-    elif backend != "none" and not aggregating_only:
+    elif settings is None or benchmark.needs_judge(settings):
         check_judge(judge, problems)
-    compare_to = ev.get("compare_to")
-    if compare_to and not (Path(str(compare_to)) / "scores.jsonl").is_file():
-        problems.append(f"evaluator.compare_to={compare_to}: expected an evaluated run's folder (with scores.jsonl)")
-    problems.extend(BENCHMARKS.get(name).problems(cfg))
+    return settings
 
 
 def check_probe(cfg: DictConfig, problems: Problems) -> None:
@@ -274,15 +276,27 @@ def check_probe(cfg: DictConfig, problems: Problems) -> None:
                 problems.append(f"probe.runs: {run} holds no {STATS_FILE} (run it with probe=topk_freq first)")
 
 
-def validate(cfg: DictConfig) -> None:
-    """Raise a ConfigError listing every problem of ``cfg``; return quietly when there is none."""
+@dataclass(frozen=True)
+class RunSpec:
+    """The typed parts of a run the stages receive, each parsed once by ``validate``."""
+
+    objective: ObjectiveConfig | None  # None: nothing trains
+    evaluator: Settings | None  # the benchmark's settings; None: no evaluation
+
+
+def validate(cfg: DictConfig) -> RunSpec:
+    """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
     problems: Problems = []
-    for check in (check_run, check_images, check_objective, check_evaluator, check_probe):
+    for check in (check_run, check_images, check_probe):
         check(cfg, problems)
+    objective = check_objective(cfg, problems)
+    evaluator = check_evaluator(cfg, problems)
+    problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return RunSpec(objective=objective, evaluator=evaluator)
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:

@@ -240,3 +240,11 @@ def compose(tmp_path):
 
     yield lambda *overrides: composed(tmp_path / "run", *overrides)
     GlobalHydra.instance().clear()
+
+
+def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
+    """The evaluation stage's context for a composed config, as the pipeline builds it (validated first)."""
+    from rpbench.pipeline import eval_context
+    from rpbench.validate import validate
+
+    return eval_context(cfg, validate(cfg), model, tokenizer, list(examples), Path(out_dir), None)

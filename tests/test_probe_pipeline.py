@@ -12,6 +12,7 @@ from omegaconf import OmegaConf, open_dict
 from PIL import Image
 
 import rpbench.pipeline as pipeline
+from conftest import evaluation_of
 from rpbench.data.prepare import read_split
 from rpbench.data.records import as_messages
 from rpbench.eval.evaluate import evaluate
@@ -220,8 +221,11 @@ def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
     )
     model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
     examples = read_split(cfg.data, "test").examples
-    baseline = evaluate(cfg, model, tokenizer, examples, tmp_path)
-    result = run_probe(cfg, model, tokenizer, examples, tmp_path, evaluate, baseline)
+    evaluation = evaluation_of(cfg, tmp_path, model, tokenizer, examples)
+    baseline = evaluate(evaluation)
+    result = run_probe(
+        cfg, model, tokenizer, examples, tmp_path, lambda folder: evaluate(evaluation.into(folder)), baseline
+    )
     assert result["factor"] == pytest.approx(1 - 1e-6) and result["factor_is_identity_in_model_dtype"]
     assert "rounds to 1 in bfloat16" in result["report_sections"][0]
     assert (tmp_path / "restrained" / "predictions.jsonl").read_text() == (tmp_path / "predictions.jsonl").read_text()

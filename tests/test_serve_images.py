@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from test_serve import post
 
+from conftest import evaluation_of
 from rpbench.data.mmrole import read_test
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.generation import generate_texts
@@ -112,9 +113,8 @@ def test_evaluator_generation_through_the_served_model_sends_the_images(tiny_vl,
             f"evaluator.endpoint.base_url={server.base_url}",
             f"evaluator.endpoint.model={server.model_name}",
             f"evaluator.generation.max_new_tokens={MAX_NEW}",
-            "+evaluator.generation.progress=false",
         )
-        report = generate(cfg, None, None, examples, tmp_path / "endpoint.jsonl")
+        report = generate(evaluation_of(cfg, tmp_path), examples, tmp_path / "endpoint.jsonl")
         requests = server.stats.requests
     assert requests == len(examples) and report["images"] == {"used": len(examples), "history_dropped": 0}
     read = [

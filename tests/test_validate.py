@@ -91,7 +91,7 @@ def test_compare_to_a_folder_without_scores_is_refused(compose, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     message = refused_at_startup(compose, f"evaluator.compare_to={other}")
-    assert f"evaluator.compare_to={other}: expected an evaluated run's folder (with scores.jsonl)" in message
+    assert f"evaluator.compare_to='{other}': expected an evaluated run's folder (with scores.jsonl)" in message
 
 
 def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path):
@@ -123,7 +123,7 @@ def test_choices_come_from_the_registries(compose):
             compose("objective.name=ppo", "probe.name=saliency", "judge.backend=mystery", "evaluator.metrics=[bleurt]")
         )
     message = str(error.value)
-    assert f"evaluator.metrics='bleurt': choose one of {', '.join(METRICS.names())}" in message
+    assert f"evaluator.metrics=['bleurt']: expected names from {', '.join(METRICS.names())}" in message
     assert f"objective.name='ppo': choose one of {', '.join([*OBJECTIVES.names(), 'none'])}" in message
     assert f"probe.name='saliency': choose one of {', '.join(PROBES.names())}" in message
     assert "judge.backend='mystery': choose one of" in message

@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 Role = Literal["system", "user", "assistant"]
@@ -115,6 +116,16 @@ def image_count(example: Example) -> int:
     """How many of the example's turns carry an image."""
     turns = example.turns if isinstance(example, SFTExample) else example.prompt
     return sum(turn.image is not None for turn in turns)
+
+
+def missing_image(examples: Sequence[Example]) -> tuple[str, str] | None:
+    """The first (record id, image path) whose image file does not exist, or None."""
+    for example in examples:
+        turns = example.turns if isinstance(example, SFTExample) else example.prompt
+        for turn in turns:
+            if turn.image is not None and not Path(turn.image).is_file():
+                return example.id, turn.image
+    return None
 
 
 def drop_images(examples: Sequence[Example]) -> tuple[list[Example], int]:

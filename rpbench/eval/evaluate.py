@@ -3,28 +3,28 @@
 What differs per benchmark (groupings, judge protocol, files read instead of generating) is the
 ``Benchmark`` registered under ``evaluator.name`` (``rpbench.eval.benchmarks``).
 
-``evaluate(cfg, model, tokenizer, examples, out_dir)`` writes into ``out_dir``: predictions.jsonl
-(resumable), scores.jsonl (per record: metric values and judge verdicts), judgements.jsonl (judge
-replies), radar.png, and for MMRole the official answers/reviews/results layout. It returns the
-machine-readable results plus ``report_sections`` (markdown) for report.md.
+``evaluate(ctx)`` (an ``EvalContext``: typed settings, model, records, run folder) writes into
+``ctx.out_dir``: predictions.jsonl (resumable), scores.jsonl (per record: metric values and judge
+verdicts), judgements.jsonl (judge replies), radar.png, and for MMRole the official answers/reviews/results
+layout. It returns the machine-readable results plus ``report_sections`` (markdown) for report.md.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
 from rpbench.distributed import rank_and_world
 from rpbench.eval import report
-from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
-from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
+from rpbench.eval.benchmarks.base import read_jsonl, write_jsonl
+from rpbench.eval.context import EvalContext
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
+from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
@@ -33,39 +33,35 @@ from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 log = logging.getLogger(__name__)
 
 
-def generate(cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
-    ev = cfg.evaluator
-    options = as_container(ev.generation)
+def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
+    """Predictions for ``examples`` into ``path`` (resumable) by the evaluator's backend; the generation report."""
+    ev = ctx.settings
     if ev.backend == "endpoint":
         endpoint = ev.endpoint
-        if not endpoint.base_url or not endpoint.model:
-            raise ValueError("evaluator.backend=endpoint needs evaluator.endpoint.base_url and .model")
         return generate_via_endpoint(
-            str(endpoint.base_url),
-            str(endpoint.model),
+            endpoint.base_url,
+            endpoint.model,
             examples,
             path,
-            options,
-            concurrency=int(endpoint.concurrency),
+            ev.generation.options(),
+            concurrency=endpoint.concurrency,
             api_key_env=endpoint.api_key_env,
-            timeout_s=float(endpoint.timeout_s),
-            image_root=image_root(cfg.data),
+            timeout_s=endpoint.timeout_s,
+            image_root=ctx.image_root,
         ).as_dict()
-    if ev.backend not in ("local", "vllm"):
-        raise ValueError(f"evaluator.backend={ev.backend!r}: choose local, vllm or endpoint")
-    if model is None:
+    if ctx.model is None:
         raise ValueError(f"evaluator.backend={ev.backend} needs a model")
     rank, world = rank_and_world()
-    options.setdefault("max_prompt_length", int(cfg.data.max_prompt_length))
+    options = ev.generation.options(max_prompt_length=int(ctx.data["max_prompt_length"]))
     engine = None
     if ev.backend == "vllm":
         if world > 1:
             raise ValueError("evaluator.backend=vllm runs in one process: evaluate with trainer.devices=1")
-        what = "evaluator.backend=vllm"
-        engine = VLLMEngine(model, tokenizer, gpu_memory_utilization=float(ev.vllm.gpu_memory_utilization), what=what)
+        utilization = ev.vllm.gpu_memory_utilization
+        engine = VLLMEngine(ctx.model, ctx.tokenizer, gpu_memory_utilization=utilization, what="evaluator.backend=vllm")
     try:
         report = generate_predictions(
-            model, tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine
+            ctx.model, ctx.tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine
         )
     finally:
         if engine is not None:
@@ -86,18 +82,17 @@ def unavailable_metrics(names: Sequence[str]) -> dict[str, str]:
 
 
 def reference_metrics(
-    cfg: DictConfig, benchmark: Benchmark, examples: Sequence[EvalExample], predictions: Mapping[str, str]
+    ev: EvaluatorSettings, benchmark: Benchmark, examples: Sequence[EvalExample], predictions: Mapping[str, str]
 ) -> dict:
-    ev = cfg.evaluator
     missing = unavailable_metrics(list(ev.metrics))
     names = [n for n in ev.metrics if n not in missing]
     preds = [predictions[e.id] for e in examples]
     refs = [e.reference for e in examples]
-    options = {name: as_container(ev[name]) for name in names if ev.get(name) is not None}
+    options = {name: opts for name, opts in ev.metric_options().items() if name in names}
     per_sample = compute_metrics(preds, refs, names, options)
     result = {
         "per_sample": per_sample,
-        "summary": aggregate(per_sample, benchmark.groupings(examples), **as_container(ev.bootstrap)),
+        "summary": aggregate(per_sample, benchmark.groupings(examples), **ev.bootstrap.as_kwargs()),
     }
     if {"bleu", "bleu_smoothed"} & set(names):
         result["corpus_bleu"] = corpus_bleu(preds, refs)  # sacrebleu's, 0-100; not a number the paper reports
@@ -128,15 +123,13 @@ def metric_conventions(
     return found
 
 
-def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def compare(ev: EvaluatorSettings, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Paired bootstrap of every metric and judge rubric against another run on the shared records
     (judge verdicts: only pairs both runs could judge)."""
-    other_dir = Path(str(cfg.evaluator.compare_to))
-    if not (other_dir / "scores.jsonl").is_file():
-        raise FileNotFoundError(f"evaluator.compare_to={cfg.evaluator.compare_to}: no scores.jsonl in it")
+    other_dir = Path(ev.compare_to)
     other = {row["id"]: row for row in read_jsonl(other_dir / "scores.jsonl")}
     shared = [row for row in scores if row["id"] in other]
-    bootstrap = as_container(cfg.evaluator.bootstrap)
+    bootstrap = ev.bootstrap.as_kwargs()
     result: dict[str, Any] = {"run": other_dir.name, "shared_records": len(shared)}
     for metric in scores[0]["metrics"] if scores else []:
         result[metric] = paired_bootstrap(
@@ -151,28 +144,23 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
     return result
 
 
-def evaluate(
-    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, logger=None
-) -> dict[str, Any]:
-    ev = cfg.evaluator
-    name = str(ev.name)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    judging = str(cfg.judge.backend) != "none"
-    benchmark = BENCHMARKS.get(name)
-    if judging and not benchmark.judged:
-        raise ValueError(f"evaluator={name} has no judge protocol: use judge=none (judges: {judged_benchmarks()})")
-    from_files = benchmark.from_files(cfg, out_dir)
+def evaluate(ctx: EvalContext) -> dict[str, Any]:
+    """The evaluation of ``ctx.settings.name``'s benchmark, written into ``ctx.out_dir``; its results."""
+    ev = ctx.settings
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    benchmark = BENCHMARKS.get(ev.name)
+    judging = ctx.judge is not None
+    from_files = benchmark.from_files(ctx)
     if from_files is not None:
         return from_files
-    own = benchmark.evaluate_model(cfg, model, tokenizer, examples, out_dir, logger)
+    own = benchmark.evaluate_model(ctx)
     if own is not None:
         return own
 
-    prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
-    examples, changed = benchmark.prepare_examples(cfg, examples)
-    generation = generate(cfg, model, tokenizer, examples, out_dir / "predictions.jsonl")
-    generation["path"] = str(Path(generation["path"]).relative_to(out_dir))  # results name files in the run folder
+    prepared = benchmark.prepare_judge(ctx) if judging else None  # a bad prompt file fails before generating
+    examples, changed = benchmark.prepare_examples(ctx)
+    generation = generate(ctx, examples, ctx.out_dir / "predictions.jsonl")
+    generation["path"] = str(Path(generation["path"]).relative_to(ctx.out_dir))  # files named in the run folder
     results: dict[str, Any] = {
         "n_records": len(examples),
         **changed,
@@ -180,10 +168,10 @@ def evaluate(
     }
     if rank_and_world()[0] != 0:
         return results
-    generated = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "predictions.jsonl")}
+    generated = {row["id"]: row["prediction"] for row in read_jsonl(ctx.out_dir / "predictions.jsonl")}
     predictions, changed_predictions = benchmark.scored_predictions(generated)
     results.update(changed_predictions)
-    scored = reference_metrics(cfg, benchmark, examples, predictions)
+    scored = reference_metrics(ev, benchmark, examples, predictions)
     per_sample = scored.pop("per_sample")
     results["metrics"] = scored.pop("summary")
     results.update(scored)
@@ -192,13 +180,17 @@ def evaluate(
         for i, e in enumerate(examples)
     ]
     if judging:
-        benchmark.judge(cfg, examples, predictions, out_dir, prepared, results, scores)
-    benchmark.analyze(cfg, model, tokenizer, examples, predictions, out_dir, results)
-    write_jsonl(out_dir / "scores.jsonl", scores)
-    if ev.get("compare_to"):
-        results["compare"] = compare(cfg, scores)
+        judged = benchmark.judge(replace(ctx, examples=examples), predictions, prepared)
+        results.update(judged.results)
+        for row in scores:
+            if row["id"] in judged.verdicts:
+                row["verdicts"] = judged.verdicts[row["id"]]
+    results.update(benchmark.analyze(replace(ctx, examples=examples), predictions, results))
+    write_jsonl(ctx.out_dir / "scores.jsonl", scores)
+    if ev.compare_to:
+        results["compare"] = compare(ev, scores)
     results["report_sections"] = report.sections(
-        results, str(ev.radar_metric), out_dir, benchmark.report_sections(results)
+        results, str(ev.radar_metric), ctx.out_dir, benchmark.report_sections(results)
     )
-    report.log_to(logger, results, examples, predictions, scores)
+    report.log_to(ctx.logger, results, examples, predictions, scores)
     return results

@@ -7,11 +7,19 @@ missing keys naming the valid ones; ``__post_init__`` checks the values.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+from transformers import SchedulerType
+
 C = TypeVar("C", bound="ObjectiveConfig")
+SCHEDULERS = tuple(kind.value for kind in SchedulerType)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,8 +73,20 @@ class ObjectiveConfig:
             found.append(f"warmup_ratio must be a share of the steps in [0, 1], got {self.warmup_ratio}")
         if int(self.num_workers) < 0:
             found.append(f"num_workers must be >= 0, got {self.num_workers}")
-        if len(self.adam_betas) != 2:
-            found.append(f"adam_betas must be two numbers, got {list(self.adam_betas)}")
+        if len(self.adam_betas) != 2 or not all(_finite(b) and 0 <= b < 1 for b in self.adam_betas):
+            found.append(f"adam_betas must be two numbers in [0, 1), got {list(self.adam_betas)}")
+        if not (_finite(self.adam_eps) and self.adam_eps > 0):
+            found.append(f"adam_eps must be a number > 0, got {self.adam_eps}")
+        if not (_finite(self.weight_decay) and self.weight_decay >= 0):
+            found.append(
+                f"weight_decay must be a number >= 0 (a negative one grows the weights), got {self.weight_decay}"
+            )
+        if self.max_grad_norm is not None and not (_finite(self.max_grad_norm) and self.max_grad_norm > 0):
+            found.append(f"max_grad_norm must be null (no clipping) or a number > 0, got {self.max_grad_norm}")
+        if self.scheduler not in SCHEDULERS:
+            found.append(
+                f"scheduler must be a transformers scheduler name ({', '.join(SCHEDULERS)}), got {self.scheduler!r}"
+            )
         return found
 
     def __post_init__(self) -> None:

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 RESTRAINED_DIR = "restrained"
 RESTRAINT_FILE = "restraint.json"
 
-Evaluate = Callable[..., dict]
+Evaluate = Callable[[Path], dict]  # the run's evaluation again, into another folder (no logger)
 
 
 @dataclass(frozen=True)
@@ -243,7 +243,7 @@ def restraint_probe(
     if rank_zero_only.rank == 0:
         _claim_folder(folder, setting)
     with restrain(model, neurons, factor):
-        restrained = evaluate(cfg, model, tokenizer, examples, folder, logger=None)
+        restrained = evaluate(folder)
     if rank_zero_only.rank != 0:
         return {"name": "restraint", "report_sections": []}
     table = before_after.before_after(baseline_eval, restrained)

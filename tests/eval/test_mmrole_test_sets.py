@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, chat_stub, run_in_process
+from conftest import REPO_ROOT, chat_stub, evaluation_of, run_in_process
 from rpbench.data.mmrole_prompts import METRICS
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS
@@ -58,7 +58,7 @@ def test_report_puts_in_test_and_out_test_side_by_side(compose, review_sets, tmp
     reviews = "{" + ",".join(f"{name}:{folder}" for name, folder in review_sets.items()) + "}"
     cfg = compose("data=mmrole", "objective=none", "evaluator=mmrole", f"evaluator.reviews={reviews}")
     out = tmp_path / "run"
-    results = BENCHMARKS.get("mmrole").from_files(cfg, out)
+    results = BENCHMARKS.get("mmrole").from_files(evaluation_of(cfg, out))
     (section,) = results["report_sections"]
     rows = section.splitlines()
     assert rows[2] == "| test set | n | " + " | ".join(METRICS) + " | overall |"
@@ -84,14 +84,16 @@ def examples() -> list[EvalExample]:
     ]
 
 
-def test_without_vision_takes_every_image_out_of_the_prompts(compose):
+def test_without_vision_takes_every_image_out_of_the_prompts(compose, tmp_path):
     benchmark = BENCHMARKS.get("mmrole")
-    blind_cfg = compose("evaluator=mmrole", "evaluator.without_vision=true")
-    blind, changed = benchmark.prepare_examples(blind_cfg, examples())
+    vision = ("data=sample_mmrole", "model=tiny-qwen2-vl", "evaluator=mmrole")
+    blind_cfg = compose(*vision, "evaluator.without_vision=true")
+    blind, changed = benchmark.prepare_examples(evaluation_of(blind_cfg, tmp_path, examples=examples()))
     assert changed == {"without_vision": {"records_with_images_removed": 2}}
     assert [[t.image for t in e.prompt] for e in blind] == [[None, None], [None], [None]]
     assert [e.prompt[-1].content for e in blind] == ["Look!", "Look!", "Hi"] and blind[0].meta["image"] == "a.jpg"
-    seeing, changed = benchmark.prepare_examples(compose("evaluator=mmrole"), examples())
+    seeing_cfg = compose(*vision)
+    seeing, changed = benchmark.prepare_examples(evaluation_of(seeing_cfg, tmp_path, examples=examples()))
     assert seeing == examples() and changed == {}
     (note,) = benchmark.report_sections({"without_vision": {"records_with_images_removed": 2}})
     assert note.startswith("**Without vision** (MMRole Table 6 ablation)") and "2 test records" in note

@@ -9,6 +9,7 @@ import importlib.util
 
 import pytest
 
+from conftest import evaluation_of
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.evaluate import generate
 from rpbench.models import load
@@ -21,7 +22,7 @@ def test_vllm_backend_without_vllm_names_the_setting(compose, tmp_path):
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
     examples = [EvalExample(id="a", prompt=(Turn("user", "Hi"),), reference="Hello", task="t", meta={})]
     with pytest.raises(ImportError, match=r"evaluator.backend=vllm needs vLLM, which is not installed"):
-        generate(cfg, model, tokenizer, examples, tmp_path / "predictions.jsonl")
+        generate(evaluation_of(cfg, tmp_path, model, tokenizer), examples, tmp_path / "predictions.jsonl")
     assert not (tmp_path / "predictions.jsonl").exists()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import chat_stub
+from conftest import chat_stub, evaluation_of
 from rpbench.data import readers
 from rpbench.data.errors import ConfigError
 from rpbench.eval.evaluate import generate
@@ -39,7 +39,7 @@ def generate_against(compose, tmp_path: Path, *overrides: str) -> list[str | Non
             "evaluator.endpoint.model=served",
             *overrides,
         )
-        generate(cfg, None, None, examples, tmp_path / "predictions.jsonl")
+        generate(evaluation_of(cfg, tmp_path), examples, tmp_path / "predictions.jsonl")
     return endpoint.authorizations
 
 

@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rpbench.data.records import EvalExample
+from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import EvaluatorSettings
 from rpbench.registry import Registry
+from rpbench.typed import Settings
 
 BENCHMARKS = Registry("evaluator")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A benchmark's judging: what goes into the results, and each judged record's verdicts by rubric."""
+
+    results: dict[str, Any]
+    verdicts: dict[str, dict[str, Any]]
 
 
 class Benchmark:
@@ -27,17 +39,28 @@ class Benchmark:
 
     judged = False  # has a judge protocol (judge=<backend> is accepted)
     reads_records = True  # evaluates the data config's test records (False: brings its own, e.g. lm-eval's tasks)
+    settings_class: type[Settings] = EvaluatorSettings  # its ``evaluator`` group, typed (a subclass adds its keys)
+
+    def needs_records(self, settings: Settings) -> bool:
+        """Whether this evaluation reads the data config's test records under ``settings``."""
+        return self.reads_records
+
+    def needs_judge(self, settings: Settings) -> bool:
+        """Whether a configured judge is asked under ``settings`` (its settings are checked at startup)."""
+        return self.judged
+
+    def shows_images(self, settings: Settings) -> bool:
+        """Whether the generating model (or endpoint) is given the test records' images under ``settings``."""
+        return True
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""
         return {"task": [e.task for e in examples]}
 
-    def prepare_examples(
-        self, cfg: DictConfig, examples: Sequence[EvalExample]
-    ) -> tuple[list[EvalExample], dict[str, Any]]:
+    def prepare_examples(self, ctx: EvalContext) -> tuple[list[EvalExample], dict[str, Any]]:
         """The test records as the model is to see them (an ablation may change its input), and what was
         changed, for the results (empty: nothing). Unchanged by default."""
-        return list(examples), {}
+        return list(ctx.examples), {}
 
     def scored_predictions(self, predictions: Mapping[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """The text scored of each generated prediction, and what was changed, for the results (empty:
@@ -45,48 +68,31 @@ class Benchmark:
         return dict(predictions), {}
 
     def problems(self, cfg: DictConfig) -> list[str]:
-        """What is wrong with this benchmark's settings, found at startup (validate). None by default."""
+        """What is wrong between this benchmark and the run's other groups (judge, data), found at startup
+        by validate; its own keys are checked by ``settings_class``. None by default."""
         return []
 
-    def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
-        """Results from files named in the evaluator config, without generating (None: generate)."""
+    def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """Results from files named in the evaluator settings, without generating (None: generate)."""
         return None
 
-    def evaluate_model(
-        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[EvalExample], out_dir: Path, logger: Any
-    ) -> dict | None:
+    def evaluate_model(self, ctx: EvalContext) -> dict | None:
         """Results of a benchmark that runs the whole evaluation its own way (lm-eval's tasks, multi-turn
         interviews) instead of one generation per test record; None: the generic evaluation."""
         return None
 
-    def prepare_judge(self, cfg: DictConfig) -> Any:
+    def prepare_judge(self, ctx: EvalContext) -> Any:
         """What the judge needs, checked before generating (a bad prompt file fails early)."""
         return None
 
-    def judge(
-        self,
-        cfg: DictConfig,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        prepared: Any,
-        results: dict[str, Any],
-        scores: list[dict[str, Any]],
-    ) -> None:
-        """Judge the predictions: add the judge's results to ``results`` and each record's to ``scores``."""
-        raise ValueError(f"evaluator={cfg.evaluator.name} has no judge protocol: use judge=none")
+    def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
+        """The judge's results, and each record's verdicts by rubric."""
+        raise ValueError(f"evaluator={ctx.settings.name} has no judge protocol: use judge=none")
 
-    def analyze(
-        self,
-        cfg: DictConfig,
-        model: Any,
-        tokenizer: Any,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        results: dict[str, Any],
-    ) -> None:
-        """Analyses that need the model after scoring (RPGBench's generalization numbers); none by default."""
+    def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
+        """Results of analyses that need the model after scoring (RPGBench's generalization numbers), given
+        the results so far; none by default."""
+        return {}
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         """Report sections of what this benchmark added to ``results`` (after the generic tables and radar)."""
@@ -98,20 +104,9 @@ def judged_benchmarks() -> list[str]:
     return [name for name in BENCHMARKS.names() if BENCHMARKS.get(name).judged]
 
 
-def as_container(node) -> Any:
-    """A config node as plain Python (resolved); anything else unchanged."""
-    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-
-
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def write_jsonl(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-
-
-def source_of(cfg: DictConfig) -> str | None:
-    """``prompts.source``: the user's clone of the authors' repository to read their prompts from, or None."""
-    source = cfg.prompts.source
-    return None if source is None else str(source)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from omegaconf import DictConfig
@@ -30,8 +29,11 @@ from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE,
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.distributed import rank_and_world
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl, write_jsonl
+from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
+from rpbench.typed import Settings
 
 SCORE = re.compile(r"\s(\d)")
 REASK = "Give your score now: one whole number from 1 to 7, alone on the last line."
@@ -61,50 +63,70 @@ def interviewer_question(text: str) -> str:
     return line[len(cue) :].strip() if line.startswith(cue) else line
 
 
+@dataclass(frozen=True, kw_only=True)
+class Interviewer(Settings):
+    temperature: float
+    max_tokens: int
+
+    def problems(self):
+        found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
+        return found + ([] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")])
+
+
+@dataclass(frozen=True, kw_only=True)
+class CharacterLLMSettings(EvaluatorSettings):
+    settings: tuple[str, ...]
+    max_turns: int
+    interviewer: Interviewer
+
+    needs_metrics = False  # judged alone
+
+    def problems(self):
+        found = super().problems()
+        if not self.settings or any(s not in SETTINGS for s in self.settings):
+            found.append(("settings", f"a non-empty list from {', '.join(SETTINGS)}"))
+        if self.max_turns < 1:
+            found.append(("max_turns", "an integer >= 1"))
+        return found
+
+
 class CharacterLLM(Benchmark):
     judged = True
+    settings_class = CharacterLLMSettings
 
     def problems(self, cfg: DictConfig) -> list[str]:
-        ev, out = cfg.evaluator, []
+        out = []
         if str(cfg.judge.backend) == "none":
             out.append("evaluator=characterllm is scored by a judge: choose judge=openai|local|vllm|...")
-        unknown = [s for s in ev.settings if s not in SETTINGS]
-        if unknown or not ev.settings:
-            out.append(f"evaluator.settings={list(ev.settings)}: choose from {list(SETTINGS)}")
-        if int(ev.max_turns) < 1:
-            out.append(f"evaluator.max_turns={ev.max_turns}: expected an integer >= 1")
         if str(cfg.data.format) != "characterllm":
             out.append(f"evaluator=characterllm reads data=characterllm (format characterllm), got {cfg.data.format}")
         return out
 
-    def evaluate_model(
-        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[EvalExample], out_dir: Path, logger: Any
-    ) -> dict[str, Any]:
+    def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import generate  # the generic evaluation imports the benchmarks
         from rpbench.scoring.judge import open_judge
 
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=characterllm runs in one process: evaluate with trainer.devices=1")
-        ev = cfg.evaluator
+        ev, out_dir, logger = ctx.settings, ctx.out_dir, ctx.logger
         settings = [s for s in SETTINGS if s in ev.settings]
-        chosen = {s: [e for e in examples if e.task == s] for s in settings}
+        chosen = {s: [e for e in ctx.examples if e.task == s] for s in settings}
         for setting, records in chosen.items():
             if not records:
                 raise ConfigError(f"evaluator.settings has {setting!r}, and data.files.test has no {setting} interview")
-        prompts = CharacterLLMPrompts.load(cfg.prompts.source)
+        prompts = CharacterLLMPrompts.load(ctx.prompts_source)
         results: dict[str, Any] = {"n_records": sum(map(len, chosen.values())), "generation": {}}
         interviews: list[dict[str, Any]] = []
-        judge_cfg = as_container(cfg.judge)
-        with open_judge(judge_cfg) as client:
+        with open_judge(dict(ctx.judge)) as client:
             if "single" in chosen:
                 path = out_dir / "predictions.jsonl"
-                results["generation"]["single"] = generate(cfg, model, tokenizer, chosen["single"], path)
+                results["generation"]["single"] = generate(ctx, chosen["single"], path)
                 replies = {row["id"]: row["prediction"] for row in read_jsonl(path)}
                 for e in chosen["single"]:
                     turns = [(INTERVIEWER, e.prompt[-1].content), (e.meta["character"], scored_reply(replies[e.id]))]
                     interviews.append(_interview(e, turns, finished=True))
             if "turns" in chosen:
-                interviews += self.interview(cfg, model, tokenizer, chosen["turns"], client, prompts, out_dir, results)
+                interviews += self.interview(ctx, chosen["turns"], client, prompts, results)
             write_jsonl(out_dir / "interviews.jsonl", interviews)
             verdicts, judgements = score(client, prompts, interviews, client.config.max_tokens_for("characterllm"))
             results["judge_usage"] = client.stats.as_dict()
@@ -113,8 +135,8 @@ class CharacterLLM(Benchmark):
             {"id": i["id"], "task": i["setting"], "metrics": {}, "verdicts": verdicts[i["id"]]} for i in interviews
         ]
         write_jsonl(out_dir / "scores.jsonl", scores)
-        results["characterllm"] = summaries(interviews, verdicts, judgements, as_container(ev.bootstrap))
-        results["judge_model"] = str(cfg.judge.model)
+        results["characterllm"] = summaries(interviews, verdicts, judgements, ev.bootstrap.as_kwargs())
+        results["judge_model"] = client.config.model
         results["prompts"] = prompts.record()
         results["reply_scored_as"] = "first paragraph, *actions* removed (the authors' scoring scripts)"
         results["metrics"] = {
@@ -147,33 +169,30 @@ class CharacterLLM(Benchmark):
 
     def interview(
         self,
-        cfg: DictConfig,
-        model: Any,
-        tokenizer: Any,
+        ctx: EvalContext,
         records: Sequence[EvalExample],
         client: Any,
         prompts: CharacterLLMPrompts,
-        out_dir: Path,
         results: dict[str, Any],
     ) -> list[dict[str, Any]]:
         """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
         from rpbench.eval.evaluate import generate
         from rpbench.scoring.judge import JudgeClient, JudgeRequest
 
-        ev = cfg.evaluator
-        sampling = replace(client.config, temperature=float(ev.interviewer.temperature), top_p=None)
+        ev = ctx.settings
+        sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=None)
         asker = JudgeClient(sampling)
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}
         stopped: dict[str, str] = {}
         try:
-            for turn in range(1, int(ev.max_turns) + 1):
+            for turn in range(1, ev.max_turns + 1):
                 active = [e for e in records if e.id not in stopped]
                 requests = [
                     JudgeRequest(
                         ({"role": "user", "content": interviewer_prompt(e, transcripts[e.id], prompts, loc_time)},),
-                        int(ev.interviewer.max_tokens),
+                        ev.interviewer.max_tokens,
                         version,
                     )
                     for e in active
@@ -189,8 +208,8 @@ class CharacterLLM(Benchmark):
                     transcripts[e.id].append((INTERVIEWER, question))
                     asked.append(e)
                 turn_records = [turn_record(e, transcripts[e.id], turn) for e in asked]
-                path = out_dir / f"predictions_turns_{turn}.jsonl"
-                results["generation"][f"turns_{turn}"] = generate(cfg, model, tokenizer, turn_records, path)
+                path = ctx.out_dir / f"predictions_turns_{turn}.jsonl"
+                results["generation"][f"turns_{turn}"] = generate(ctx, turn_records, path)
                 answers = {row["id"]: row["prediction"] for row in read_jsonl(path)}
                 for e, record in zip(asked, turn_records):
                     transcripts[e.id].append((e.meta["character"], first_paragraph(answers[record.id])))

@@ -21,14 +21,16 @@ import logging
 import math
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from rpbench.data.errors import ConfigError
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl, write_jsonl
+from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import Bootstrap, Endpoint
 from rpbench.eval.stats import paired_bootstrap, summarize
+from rpbench.typed import Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,34 +38,61 @@ RESULTS_DIR = "general"
 TASK_KEYS = ("name", "num_fewshot", "metric", "label")
 
 
-class General(Benchmark):
-    reads_records = False
+@dataclass(frozen=True, kw_only=True)
+class HarnessEndpoint(Endpoint):
+    tokenizer: str | None  # the Hugging Face tokenizer of the served model (None: the endpoint's model name)
 
-    def problems(self, cfg: DictConfig) -> list[str]:
-        ev = cfg.evaluator
-        out = []
-        tasks = as_container(ev.tasks) or []
-        if not tasks:
-            out.append("evaluator.tasks: expected at least one lm-eval task")
-        for i, task in enumerate(tasks):
+
+@dataclass(frozen=True, kw_only=True)
+class GeneralSettings(Settings):
+    """``evaluator=general``: lm-eval tasks on the run's model (local) or a served one (endpoint)."""
+
+    name: str
+    backend: str
+    endpoint: HarnessEndpoint
+    tasks: tuple[Any, ...]
+    include_path: str | None
+    include_defaults: bool
+    batch_size: int
+    max_length: int | None
+    limit: float | None
+    apply_chat_template: bool
+    seed: int
+    metrics: tuple[str, ...]
+    bootstrap: Bootstrap
+    compare_to: str | None
+    radar_metric: str | None
+
+    def problems(self):
+        found = []
+        if not self.tasks:
+            found.append(("tasks", "at least one lm-eval task"))
+        for i, task in enumerate(self.tasks):
             missing = [k for k in TASK_KEYS if not isinstance(task, Mapping) or k not in task]
             if missing:
-                out.append(
-                    f"evaluator.tasks[{i}]: missing {', '.join(missing)} (each task needs {', '.join(TASK_KEYS)})"
-                )
+                found.append((f"tasks[{i}]", f"a mapping with {', '.join(TASK_KEYS)} (missing {', '.join(missing)})"))
             elif "," not in str(task["metric"]):
-                out.append(
-                    f"evaluator.tasks[{i}].metric={task['metric']!r}: expected '<metric>,<filter>' (e.g. acc,none)"
-                )
-        if str(ev.backend) not in ("local", "endpoint"):
-            out.append(f"evaluator.backend={ev.backend!r}: evaluator=general runs local or endpoint")
-        return out
+                found.append((f"tasks[{i}].metric", "'<metric>,<filter>' (e.g. acc,none)"))
+        if self.backend not in ("local", "endpoint"):
+            found.append(("backend", "local or endpoint (evaluator=general)"))
+        if self.backend == "endpoint" and not (self.endpoint.base_url and self.endpoint.model):
+            found.append(("endpoint", "base_url and model set with backend=endpoint"))
+        if self.batch_size < 1:
+            found.append(("batch_size", "an integer >= 1"))
+        if self.limit is not None and self.limit <= 0:
+            found.append(("limit", "null (all documents), a count >= 1 or a share in (0, 1)"))
+        if self.max_length is not None and self.max_length < 1:
+            found.append(("max_length", "null or an integer >= 1"))
+        return found
 
-    def evaluate_model(
-        self, cfg: DictConfig, model: Any, tokenizer: Any, examples: Sequence[Any], out_dir: Path, logger: Any
-    ) -> dict[str, Any] | None:
-        ev = cfg.evaluator
-        tasks = [dict(t) for t in as_container(ev.tasks)]
+
+class General(Benchmark):
+    reads_records = False
+    settings_class = GeneralSettings
+
+    def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
+        ev, out_dir, logger = ctx.settings, ctx.out_dir, ctx.logger
+        tasks = [dict(t) for t in ev.tasks]
         folder = out_dir / RESULTS_DIR
         folder.mkdir(parents=True, exist_ok=True)
         lm = manager = None
@@ -73,10 +102,10 @@ class General(Benchmark):
             if path.is_file():
                 resumed.append(task["name"])
                 continue
-            lm = lm or harness_model(cfg, model, tokenizer)
-            manager = manager or task_manager(cfg)
-            path.write_text(json.dumps(run_task(cfg, lm, manager, task), ensure_ascii=False, indent=1))
-        bootstrap = as_container(ev.bootstrap)
+            lm = lm or harness_model(ev, ctx.model, ctx.tokenizer)
+            manager = manager or task_manager(ev)
+            path.write_text(json.dumps(run_task(ev, lm, manager, task), ensure_ascii=False, indent=1))
+        bootstrap = ev.bootstrap.as_kwargs()
         per_task, scores = {}, []
         for task in tasks:
             done = json.loads((folder / f"{task['name']}.json").read_text())
@@ -90,8 +119,8 @@ class General(Benchmark):
             "metrics": {"overall": {name: t["summary"] for name, t in per_task.items()}},
         }
         results["general_mean"] = _mean([100 * t["summary"]["mean"] for t in per_task.values()])
-        if ev.get("compare_to"):
-            results["general_delta"] = general_delta(Path(str(ev.compare_to)), per_task, scores, bootstrap)
+        if ev.compare_to:
+            results["general_delta"] = general_delta(Path(ev.compare_to), per_task, scores, bootstrap)
         results["report_sections"] = report_sections(results)
         if logger is not None:
             if hasattr(logger, "log_table"):
@@ -113,9 +142,8 @@ def lm_eval_version() -> str:
     return version("lm-eval")
 
 
-def harness_model(cfg: DictConfig, model: Any, tokenizer: Any):
+def harness_model(ev: GeneralSettings, model: Any, tokenizer: Any):
     """lm-eval's model: HFLM over the loaded model, or local-completions against the configured endpoint."""
-    ev = cfg.evaluator
     if str(ev.backend) == "endpoint":
         from lm_eval.api.registry import get_model
 
@@ -140,20 +168,18 @@ def harness_model(cfg: DictConfig, model: Any, tokenizer: Any):
     return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=int(ev.batch_size), max_length=ev.max_length)
 
 
-def task_manager(cfg: DictConfig):
+def task_manager(ev: GeneralSettings):
     """lm-eval's task index: its own tasks (``evaluator.include_defaults``) and ``evaluator.include_path``'s."""
     from lm_eval.tasks import TaskManager
 
-    ev = cfg.evaluator
     include = str(ev.include_path) if ev.include_path else None
     return TaskManager(include_path=include, include_defaults=bool(ev.include_defaults))
 
 
-def run_task(cfg: DictConfig, lm: Any, manager: Any, task: Mapping[str, Any]) -> dict[str, Any]:
+def run_task(ev: GeneralSettings, lm: Any, manager: Any, task: Mapping[str, Any]) -> dict[str, Any]:
     """lm-eval's results for one task at its shots, and its per-document metric values."""
     from lm_eval import simple_evaluate
 
-    ev = cfg.evaluator
     if task["name"] not in manager.all_tasks:
         raise ConfigError(
             f"evaluator.tasks: lm-eval knows no task {task['name']!r} (include_path={ev.include_path}, "

@@ -15,26 +15,48 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
-from rpbench.data.files import image_root
 from rpbench.data.mmrole_prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged
+from rpbench.eval.context import EvalContext
 from rpbench.eval.report import metric_table
+from rpbench.eval.settings import EvaluatorSettings
 
 # How the report names the test sets of conf/data/mmrole.yaml (others by their own name).
 SET_LABELS = {"in": "In-Test", "out": "Out-Test"}
 Folders = Path | dict[str, Path]
 
 
+@dataclass(frozen=True, kw_only=True)
+class MMRoleSettings(EvaluatorSettings):
+    reviews: Any  # a folder, or a mapping of test set to folder (open: checked when read)
+    answers: Any
+    swap: bool
+    without_vision: bool
+
+    open_keys = ("reviews", "answers")
+
+
 class MMRole(Benchmark):
     judged = True
+    settings_class = MMRoleSettings
+
+    def needs_records(self, settings: MMRoleSettings) -> bool:
+        """No test records when existing reviews are aggregated or existing answers judged."""
+        return not (settings.reviews or settings.answers)
+
+    def shows_images(self, settings: MMRoleSettings) -> bool:
+        """Not in the without-vision ablation (paper Table 6)."""
+        return not settings.without_vision
+
+    def needs_judge(self, settings: MMRoleSettings) -> bool:
+        """Aggregating existing reviews asks no judge."""
+        return not settings.reviews
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         groupings = super().groupings(examples)
@@ -42,54 +64,38 @@ class MMRole(Benchmark):
             groupings[TEST_SET] = [e.meta[TEST_SET] for e in examples]
         return groupings
 
-    def prepare_examples(
-        self, cfg: DictConfig, examples: Sequence[EvalExample]
-    ) -> tuple[list[EvalExample], dict[str, Any]]:
+    def prepare_examples(self, ctx: EvalContext) -> tuple[list[EvalExample], dict[str, Any]]:
         """Without vision (paper Table 6): every image taken out of the prompts, the records counted."""
-        if not cfg.evaluator.without_vision:
-            return list(examples), {}
-        removed = sum(any(turn.image for turn in e.prompt) for e in examples)
-        blind = [replace(e, prompt=tuple(replace(turn, image=None) for turn in e.prompt)) for e in examples]
+        if not ctx.settings.without_vision:
+            return list(ctx.examples), {}
+        removed = sum(any(turn.image for turn in e.prompt) for e in ctx.examples)
+        blind = [replace(e, prompt=tuple(replace(turn, image=None) for turn in e.prompt)) for e in ctx.examples]
         return blind, {"without_vision": {"records_with_images_removed": removed}}
 
-    def from_files(self, cfg: DictConfig, out_dir: Path) -> dict[str, Any] | None:
-        ev = cfg.evaluator
-        if not (ev.get("reviews") or ev.get("answers")):
+    def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:
+        ev = ctx.settings
+        if not (ev.reviews or ev.answers):
             return None
-        results = {"mmrole_eval": mmrole_eval(cfg, out_dir, _folders(ev.answers) if ev.get("answers") else None)}
-        if not ev.get("reviews"):  # judged now: with these prompts
-            results["prompts"] = review_prompts(source_of(cfg)).records()
+        results = {"mmrole_eval": mmrole_eval(ctx, _folders(ev.answers) if ev.answers else None)}
+        if not ev.reviews:  # judged now: with these prompts
+            results["prompts"] = review_prompts(ctx.prompts_source).records()
         results["report_sections"] = mmrole_sections(results["mmrole_eval"])
         return results
 
-    def judge(
-        self,
-        cfg: DictConfig,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        prepared: Any,
-        results: dict[str, Any],
-        scores: list[dict[str, Any]],
-    ) -> None:
-        results["mmrole_eval"] = mmrole_eval(cfg, out_dir, write_answers(examples, predictions, out_dir))
-        results["prompts"] = review_prompts(source_of(cfg)).records()
+    def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
+        """MMRole-Eval's score pairs of the answers, written in the official layout (no per-record verdicts:
+        a review scores a whole answers file's record on eight metrics, kept in reviews/)."""
+        answers = write_answers(ctx.examples, predictions, ctx.out_dir)
+        results = {"mmrole_eval": mmrole_eval(ctx, answers), "prompts": review_prompts(ctx.prompts_source).records()}
+        return Judged(results, {})
 
-    def analyze(
-        self,
-        cfg: DictConfig,
-        model: Any,
-        tokenizer: Any,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        results: dict[str, Any],
-    ) -> None:
+    def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
         """Not judged (judge=none): the answers still go to answers/ in the official layout, to judge later."""
-        if "mmrole_eval" not in results:
-            written = write_answers(examples, predictions, out_dir)
-            folders = written.values() if isinstance(written, dict) else [written]
-            results["mmrole_answers"] = [str(path.relative_to(out_dir)) for path in folders]
+        if ctx.judge is not None:
+            return {}
+        written = write_answers(ctx.examples, predictions, ctx.out_dir)
+        folders = written.values() if isinstance(written, dict) else [written]
+        return {"mmrole_answers": [str(path.relative_to(ctx.out_dir)) for path in folders]}
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         sections = []
@@ -155,11 +161,10 @@ def _write_answer_files(examples: Sequence[EvalExample], predictions: Mapping[st
 
 def _folders(value: Any) -> Folders:
     """A folder, or a mapping of test set to folder (``evaluator.reviews`` / ``evaluator.answers``)."""
-    value = as_container(value)
     return {str(name): Path(str(folder)) for name, folder in value.items()} if isinstance(value, dict) else Path(value)
 
 
-def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Folders | None) -> dict[str, Any]:
+def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
     """Aggregate ``evaluator.reviews``, or judge ``answers`` into reviews/; official CSVs in results/ (one
     folder per test set when there are several)."""
     from rpbench.eval.mmrole_eval import (
@@ -170,22 +175,22 @@ def mmrole_eval(cfg: DictConfig, out_dir: Path, answers: Folders | None) -> dict
         write_results_csvs,
     )
 
-    ev = cfg.evaluator
-    if ev.get("reviews"):
+    ev, out_dir = ctx.settings, ctx.out_dir
+    if ev.reviews:
         reviews = _folders(ev.reviews)
         results = aggregate_review_sets(reviews) if isinstance(reviews, dict) else aggregate_reviews(reviews)
     else:
         from rpbench.scoring.judge import open_judge
 
         judge = judge_answer_sets if isinstance(answers, dict) else judge_answers
-        with open_judge(as_container(cfg.judge)) as client:
+        with open_judge(dict(ctx.judge)) as client:
             results = judge(
                 answers,
                 client,
                 out_dir / "reviews",
-                prompts=review_prompts(source_of(cfg)),
-                swap=bool(ev.swap),
-                image_root=image_root(cfg.data),
+                prompts=review_prompts(ctx.prompts_source),
+                swap=ev.swap,
+                image_root=ctx.image_root,
             )
     csvs = write_results_csvs(results, out_dir / "results")
     results["csv_files"] = [p.relative_to(out_dir / "results").as_posix() for p in csvs]

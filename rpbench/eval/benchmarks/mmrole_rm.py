@@ -14,20 +14,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
-
-from omegaconf import DictConfig
 
 from rpbench.data.mmrole_prompts import parse_score_pair, review_prompts
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, source_of, write_jsonl
-from rpbench.scoring.agreement import ScoredSample, agreement, model_scores
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, write_jsonl
+from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import EvaluatorSettings
+from rpbench.scoring.agreement import PARSE_FAILURE_POLICIES, ScoredSample, agreement, model_scores
 
 RESULTS_KEY = "rm_agreement"
 
 
+@dataclass(frozen=True, kw_only=True)
+class RewardModelSettings(EvaluatorSettings):
+    parse_failure: str  # how an unreadable review is scored
+    fill_seed: int
+
+    def problems(self):
+        found = super().problems()
+        if self.parse_failure not in PARSE_FAILURE_POLICIES:
+            found.append(("parse_failure", f"one of {', '.join(PARSE_FAILURE_POLICIES)}"))
+        return found
+
+
 class MMRoleRewardModel(Benchmark):
+    settings_class = RewardModelSettings
+
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         unscored = next((e for e in examples if "score" not in e.meta), None)
         if unscored is not None:
@@ -37,21 +51,12 @@ class MMRoleRewardModel(Benchmark):
             )
         return {"task": [e.task for e in examples], "metric": [e.meta["metric"] for e in examples]}
 
-    def analyze(
-        self,
-        cfg: DictConfig,
-        model: Any,
-        tokenizer: Any,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        results: dict[str, Any],
-    ) -> None:
-        policy, seed = str(cfg.evaluator.parse_failure), int(cfg.evaluator.fill_seed)
+    def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
+        examples, out_dir = ctx.examples, ctx.out_dir
+        policy, seed = ctx.settings.parse_failure, ctx.settings.fill_seed
         samples = scored_samples(examples, predictions)
         found = agreement(samples, metrics_of(examples), policy, seed)
         found["reference_judge"] = reference_judge_of(examples)
-        results["prompts"] = review_prompts(source_of(cfg)).records()  # what the held-out prompts were built with
         (out_dir / f"{RESULTS_KEY}.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
         rows = [
             {
@@ -64,7 +69,8 @@ class MMRoleRewardModel(Benchmark):
             for e, s, score in zip(examples, samples, model_scores(samples, policy, seed))
         ]
         write_jsonl(out_dir / "rm_scores.jsonl", rows)
-        results[RESULTS_KEY] = found
+        # the prompts: what the held-out prompts were built with
+        return {"prompts": review_prompts(ctx.prompts_source).records(), RESULTS_KEY: found}
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         return [agreement_section(results[RESULTS_KEY])] if RESULTS_KEY in results else []

@@ -5,14 +5,12 @@ templates; the prompts' origins and sha256 go to metrics.json (``prompts``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-
-from omegaconf import DictConfig
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged, write_jsonl
+from rpbench.eval.context import EvalContext
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.rolemrc_rubrics import (
     DEFAULT_PROMPTS,
@@ -33,36 +31,27 @@ class RoleMRC(Benchmark):
         rubrics = [list(e.meta.get("dimensions", [])) for e in examples]
         return {**super().groupings(examples), "dimension": [dimensions_of(r) for r in rubrics], "rubric": rubrics}
 
-    def prepare_judge(self, cfg: DictConfig):
+    def prepare_judge(self, ctx: EvalContext):
         """rpbench's reference-free rubrics; the authors' prompts from their clone (``prompts.source``); or
         the templates of ``evaluator.judge_prompt_file`` (checked)."""
-        path, source = cfg.evaluator.judge_prompt_file, source_of(cfg)
+        path, source = ctx.settings.judge_prompt_file, ctx.prompts_source
         if path is not None and source is not None:
             raise ConfigError(
                 "evaluator.judge_prompt_file and prompts.source both name the RoleMRC judge's prompts: set one"
             )
         if path is not None:
-            return load_prompts(str(path))
+            return load_prompts(path)
         return DEFAULT_PROMPTS if source is None else released_prompts(source)
 
-    def judge(
-        self,
-        cfg: DictConfig,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        prepared: Any,
-        results: dict[str, Any],
-        scores: list[dict[str, Any]],
-    ) -> None:
+    def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
         from rpbench.scoring.judge import JudgeConfig, judge_rolemrc
         from rpbench.scoring.judge.health import parse_failure_warning, request_failure_warning
 
-        judged = judge_rolemrc(examples, predictions, as_container(cfg.judge), prepared)
+        judged = judge_rolemrc(ctx.examples, predictions, dict(ctx.judge), prepared)
         overall = judged["overall"]
-        judge_cfg = JudgeConfig.from_mapping(as_container(cfg.judge))
+        judge_cfg = JudgeConfig.from_mapping(ctx.judge)
         warnings = [
             request_failure_warning(overall["request_failures"], overall["n"], judge_cfg.warn_request_failure_rate),
             parse_failure_warning(overall["parse_failures"], overall["n"], judge_cfg.warn_parse_failure_rate),
@@ -70,17 +59,14 @@ class RoleMRC(Benchmark):
         if any(warnings):
             judged["warning"] = " ".join(w for w in warnings if w)
         records = judged.pop("records")
-        write_jsonl(out_dir / "judgements.jsonl", records)
-        bootstrap = as_container(cfg.evaluator.bootstrap)
+        write_jsonl(ctx.out_dir / "judgements.jsonl", records)
+        bootstrap = ctx.settings.bootstrap.as_kwargs()
         for level, key in (("rubrics", lambda r: r), ("dimensions", dimension_of)):
             for group, tally in judged[level].items():
                 verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
                 tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
-        results["judge"] = judged
-        results["prompts"] = dict(prepared.records)
-        verdicts = {rec["id"]: rec["verdicts"] for rec in records}
-        for row in scores:
-            row["verdicts"] = verdicts[row["id"]]
+        results = {"judge": judged, "prompts": dict(prepared.records)}
+        return Judged(results, {rec["id"]: rec["verdicts"] for rec in records})
 
 
 BENCHMARKS.register("rolemrc")(RoleMRC())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +18,11 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
+from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
+from rpbench.eval.settings import EvaluatorSettings
 from rpbench.models.generation import GenerationOptions
 
 if TYPE_CHECKING:
@@ -29,10 +31,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def judge_configs(cfg: DictConfig) -> list[dict[str, Any]]:
-    """The ensemble: ``cfg.judge`` with each entry of ``evaluator.judges`` merged over it (none: ``cfg.judge``)."""
-    overrides = list(cfg.evaluator.judges) or [{}]
-    return [as_container(OmegaConf.merge(cfg.judge, override)) for override in overrides]
+def judge_configs(judge: Mapping[str, Any], judges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ensemble: ``judge`` with each entry of ``evaluator.judges`` merged over it (none: ``judge``)."""
+    merged = [OmegaConf.merge(judge, override) for override in list(judges) or [{}]]
+    return [OmegaConf.to_container(config, resolve=True) for config in merged]
 
 
 def generated_reasoning(
@@ -73,8 +75,21 @@ def sampled_responses(
     return drawn
 
 
+@dataclass(frozen=True, kw_only=True)
+class RPGBenchSettings(EvaluatorSettings):
+    judges: Any  # the ensemble: judge settings merged over the judge group's, one mapping per judge
+    critic: str | None  # the R-EMID estimator pair: a CoRL run folder, a conf/model name, or self (critic)
+    reasoner: str | None
+    critic_adapter: str | None
+    reasoner_adapter: str | None
+    generalization: Any  # rpbench.eval.generalization.analysis.AnalysisSettings' values
+
+    open_keys = ("judges", "generalization")
+
+
 class RPGBench(Benchmark):
     judged = True
+    settings_class = RPGBenchSettings
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """Task label, the category R-EMID is estimated on (IDTest, each shift subtype) and its shift type."""
@@ -87,7 +102,7 @@ class RPGBench(Benchmark):
     def problems(self, cfg: DictConfig) -> list[str]:
         """The estimator pair is named (and usable) when the generalization analysis is on."""
         ev = cfg.evaluator
-        if not ev.generalization.enabled:
+        if not ev.generalization.enabled:  # the estimator pair across groups: validate's view of the config
             return []
         found = []
         for role in ("critic", "reasoner"):
@@ -103,49 +118,29 @@ class RPGBench(Benchmark):
         counts = {kind: sum(how == kind for _, how in read.values()) for kind in ("plain", "stripped", "unclosed")}
         return {key: reply for key, (reply, _) in read.items()}, {"think": counts}
 
-    def judge(
-        self,
-        cfg: DictConfig,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        prepared: Any,
-        results: dict[str, Any],
-        scores: list[dict[str, Any]],
-    ) -> None:
+    def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
         per category and per shift. The judge sees each record's character, persona and dialogue."""
         from rpbench.scoring.judge import JudgeConfig
         from rpbench.scoring.judge.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
-        judged = judge_winrate(examples, predictions, judge_configs(cfg))
+        judged = judge_winrate(ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges))
         records = judged.pop("records")
-        write_jsonl(out_dir / "judgements.jsonl", records)
+        write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         overall = judged["overall"]
-        limit = JudgeConfig.from_mapping(as_container(cfg.judge)).warn_parse_failure_rate
+        limit = JudgeConfig.from_mapping(ctx.judge).warn_parse_failure_rate
         warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
         if warning:
             judged["warning"] = warning
-        results["winrate"] = judged
-        wins: dict[str, list] = {}
+        wins: dict[str, dict[str, list]] = {}
         for row in records:
-            wins.setdefault(row["id"], []).append(row["model_won"])
-        for row in scores:
-            row["verdicts"] = {"winrate": wins[row["id"]]}
+            wins.setdefault(row["id"], {"winrate": []})["winrate"].append(row["model_won"])
+        return Judged({"winrate": judged}, wins)
 
-    def analyze(
-        self,
-        cfg: DictConfig,
-        model,
-        tokenizer,
-        examples: Sequence[EvalExample],
-        predictions: Mapping[str, str],
-        out_dir: Path,
-        results: dict[str, Any],
-    ) -> None:
-        """JS, EMI / R-EMI, EMID / R-EMID, bounds, convergence and perplexity per category into ``results``;
-        reasoning from the reasoner, scores from the critic; plots."""
+    def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
+        """JS, EMI / R-EMI, EMID / R-EMID, bounds, convergence and perplexity per category; reasoning from the
+        reasoner, scores from the critic; plots (JS against the judged WinRate in ``results``)."""
         import torch
 
         from rpbench.eval.generalization.analysis import (
@@ -160,11 +155,12 @@ class RPGBench(Benchmark):
         from rpbench.eval.generalization.estimator import load_estimator
         from rpbench.models.loading import chat_renderer
 
-        ev, g = cfg.evaluator, cfg.evaluator.generalization
-        prompts = remid_prompts(cfg.prompts.source)
-        results["prompts"] = prompts.records()  # the policy's prompt is among them, analysed or not
+        ev, g = ctx.settings, OmegaConf.create(ctx.settings.generalization)
+        model, tokenizer, examples, out_dir = ctx.model, ctx.tokenizer, ctx.examples, ctx.out_dir
+        prompts = remid_prompts(ctx.prompts_source)
+        added: dict[str, Any] = {"prompts": prompts.records()}  # the policy's prompt is among them, analysed or not
         if not g.enabled:
-            return
+            return added
         critic_spec = resolve_spec("critic", ev.critic, ev.critic_adapter)
         reasoner_spec = resolve_spec("reasoner", ev.reasoner, ev.reasoner_adapter)
         entropy = EntropySettings(
@@ -180,13 +176,13 @@ class RPGBench(Benchmark):
                 "and entropy.samples=0"
             )
         device = model.device if model is not None else torch.device("cpu")
-        generation = GenerationOptions.from_cfg(as_container(ev.generation))
+        generation = ev.generation.options()
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
-        reasoning_options = GenerationOptions.from_cfg({**as_container(g.reasoning), "progress": True})
+        reasoning_options = GenerationOptions.from_cfg({**OmegaConf.to_container(g.reasoning), "progress": True})
         reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
         del reasoner
         if critic_spec.model_cfg is None:
-            critic_model, critic_tokenizer, critic_cfg = model, tokenizer, cfg.model
+            critic_model, critic_tokenizer, critic_cfg = model, tokenizer, ctx.model_config
         else:
             (critic_model, critic_tokenizer), critic_cfg = load_estimator(critic_spec, device), critic_spec.model_cfg
         critic = Critic(
@@ -205,7 +201,7 @@ class RPGBench(Benchmark):
                 sampled,
                 entropy,
                 out_dir / "entropy_samples.jsonl",
-                replace(generation, max_prompt_length=int(cfg.data.max_prompt_length)),
+                replace(generation, max_prompt_length=int(ctx.data["max_prompt_length"])),
             )
             with_r = [replace(e, prompt=tuple(critic.context(e, reasoning[e.id]))) for e in sampled]
             critics = sampled_responses(
@@ -216,7 +212,8 @@ class RPGBench(Benchmark):
                 out_dir / "critic_samples.jsonl",
                 replace(generation, max_prompt_length=int(g.critic_max_length)),
             )
-            inputs = EntropyInputs(model, chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length)), own, critics)
+            renderer = chat_renderer(ctx.model_config, tokenizer, int(ctx.data["max_length"]))
+            inputs = EntropyInputs(model, renderer, own, critics)
         embedder = load_text_embedder(
             g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback), str(device)
         )
@@ -235,12 +232,11 @@ class RPGBench(Benchmark):
         source = f"the reasoner ({reasoner_spec.description}), {decoding}"
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
         top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
-        results["generalization"] = {k: v for k, v in analysis.items() if k not in top}
-        for key in top:
-            if key in analysis:
-                results[key] = analysis[key]
-        plot_severity(results, out_dir / "js_vs_winrate.png")
+        added["generalization"] = {k: v for k, v in analysis.items() if k not in top}
+        added.update({key: analysis[key] for key in top if key in analysis})
+        plot_severity({**results, **added}, out_dir / "js_vs_winrate.png")
         plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")
+        return added
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         return report_sections(results)

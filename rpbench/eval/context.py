@@ -1,0 +1,40 @@
+"""What the evaluation stage receives: its own typed settings and the plain objects of the stages before.
+
+``EvalContext`` is the one argument of every ``Benchmark`` hook (rpbench/eval/benchmarks/base.py): the
+benchmark's ``evaluator`` settings (typed, parsed once at startup), the judge's settings, the data and
+model settings evaluation reads (image folder, prompt lengths, chat template), the prompt source, the
+model and tokenizer (None when an endpoint generates), the test records, the run folder and the logger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from rpbench.data.files import image_root
+from rpbench.data.records import EvalExample
+from rpbench.typed import Settings
+
+
+@dataclass(frozen=True)
+class EvalContext:
+    settings: Settings  # the benchmark's typed ``evaluator`` settings
+    judge: Mapping[str, Any] | None  # the ``judge`` group, resolved; None: judge=none
+    data: Mapping[str, Any]  # the ``data`` group, resolved (image folder, prompt lengths)
+    model_config: Mapping[str, Any]  # the evaluated model's config (chat template, family)
+    prompts_source: str | None  # a clone of the authors' repository to read their prompts from (None: rpbench's)
+    model: Any
+    tokenizer: Any
+    examples: Sequence[EvalExample]
+    out_dir: Path
+    logger: Any = None
+
+    @property
+    def image_root(self) -> Path | None:
+        return image_root(self.data)
+
+    def into(self, out_dir: Path) -> EvalContext:
+        """The same evaluation written into another folder (a probe's restrained re-evaluation)."""
+        return replace(self, out_dir=Path(out_dir))

@@ -1,0 +1,184 @@
+"""The evaluation stage's typed settings (the ``evaluator`` config group), parsed once at startup.
+
+``EvaluatorSettings`` holds what every evaluator shares: where generation runs and how it decodes, the
+reference metrics and their options, the bootstrap, the comparison run and the radar chart. A benchmark
+with keys of its own declares a subclass as its ``settings_class`` (rpbench/eval/benchmarks/base.py);
+every value comes from the YAML (conf/evaluator/*.yaml), none from code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rpbench.eval.stats import METHODS
+from rpbench.models.generation import KV_CACHES, GenerationOptions
+from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS
+from rpbench.typed import Problem, Settings, as_dict
+
+BACKENDS = ("local", "vllm", "endpoint")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint(Settings):
+    """An OpenAI-compatible server that generates instead of the run's model (``backend=endpoint``)."""
+
+    base_url: str | None
+    model: str | None
+    api_key_env: str | None
+    concurrency: int
+    timeout_s: float
+
+    def problems(self) -> list[Problem]:
+        found = []
+        if self.concurrency < 1:
+            found.append(("concurrency", "an integer >= 1 (requests in flight)"))
+        if self.timeout_s <= 0:
+            found.append(("timeout_s", "a number of seconds > 0"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class VLLMOptions(Settings):
+    gpu_memory_utilization: float
+
+    def problems(self) -> list[Problem]:
+        ok = 0 < self.gpu_memory_utilization <= 1
+        return [] if ok else [("gpu_memory_utilization", "a share of the GPU in (0, 1]")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decoding(Settings):
+    """``evaluator.generation``: how predictions are decoded (temperature 0: greedy)."""
+
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    batch_size: int
+    seed: int
+    cache: str
+
+    def problems(self) -> list[Problem]:
+        found = []
+        if self.max_new_tokens < 1:
+            found.append(("max_new_tokens", "an integer >= 1"))
+        if self.temperature < 0:
+            found.append(("temperature", "a number >= 0 (0: greedy)"))
+        if not 0 < self.top_p <= 1:
+            found.append(("top_p", "a share in (0, 1]"))
+        if self.top_k < 0:
+            found.append(("top_k", "an integer >= 0 (0: off)"))
+        if self.batch_size < 1:
+            found.append(("batch_size", "an integer >= 1"))
+        if self.seed < 0:
+            found.append(("seed", "an integer >= 0"))
+        if self.cache not in KV_CACHES:
+            found.append(("cache", f"one of {', '.join(KV_CACHES)}"))
+        return found
+
+    def options(self, **runtime: Any) -> GenerationOptions:
+        """These settings with the ones the stage supplies (prompt length, progress, ...)."""
+        return GenerationOptions(**as_dict(self), **runtime)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bootstrap(Settings):
+    n_resamples: int
+    confidence: float
+    seed: int
+    method: str
+
+    def problems(self) -> list[Problem]:
+        found = []
+        if self.n_resamples < 1:
+            found.append(("n_resamples", "an integer >= 1"))
+        if not 0 < self.confidence < 1:
+            found.append(("confidence", "a level in (0, 1), e.g. 0.95"))
+        if self.method not in METHODS:
+            found.append(("method", f"one of {', '.join(METHODS)}"))
+        return found
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return as_dict(self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BleuOptions(Settings):
+    empty: str
+
+    def problems(self) -> list[Problem]:
+        return [] if self.empty in BLEU_EMPTY else [("empty", f"one of {', '.join(BLEU_EMPTY)}")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RougeLsumOptions(Settings):
+    order: str
+
+    def problems(self) -> list[Problem]:
+        return [] if self.order in ROUGE_ORDERS else [("order", f"one of {', '.join(ROUGE_ORDERS)}")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class BERTScoreOptions(Settings):
+    model: str
+    layer: int | None
+    fallback: bool
+    batch_size: int
+
+    def problems(self) -> list[Problem]:
+        found = [] if self.batch_size >= 1 else [("batch_size", "an integer >= 1")]
+        if self.layer is not None and self.layer < 1:
+            found.append(("layer", "null (the model's default) or a layer number >= 1"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluatorSettings(Settings):
+    """What every generating evaluator shares (conf/evaluator/rolemrc.yaml is the base the others extend)."""
+
+    name: str
+    backend: str
+    vllm: VLLMOptions
+    endpoint: Endpoint
+    generation: Decoding
+    metrics: tuple[str, ...]
+    bleu: BleuOptions
+    rougeLsum: RougeLsumOptions
+    bertscore: BERTScoreOptions
+    bootstrap: Bootstrap
+    compare_to: str | None
+    judge_prompt_file: str | None
+    radar_metric: str | None
+
+    needs_metrics = True  # the generic evaluation computes reference metrics: at least one is named
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if self.backend not in BACKENDS:
+            found.append(("backend", f"one of {', '.join(BACKENDS)}"))
+        if self.backend == "endpoint":
+            found += [
+                (f"endpoint.{key}", "set with backend=endpoint")
+                for key in ("base_url", "model")
+                if not getattr(self.endpoint, key)
+            ]
+        unknown = [m for m in self.metrics if m not in METRICS.names()]
+        if unknown:
+            found.append(("metrics", f"names from {', '.join(METRICS.names())}"))
+        elif self.needs_metrics and not self.metrics:
+            found.append(("metrics", "at least one metric"))
+        if self.radar_metric is not None and self.radar_metric not in METRICS.names():
+            found.append(("radar_metric", "null or a metric name (drawn when it is among evaluator.metrics)"))
+        if self.judge_prompt_file is not None and not Path(self.judge_prompt_file).is_file():
+            found.append(("judge_prompt_file", "null or an existing file"))
+        if self.compare_to is not None and not (Path(self.compare_to) / "scores.jsonl").is_file():
+            found.append(("compare_to", "an evaluated run's folder (with scores.jsonl)"))
+        return found
+
+    def metric_options(self) -> dict[str, Mapping[str, Any]]:
+        """Options per metric function, for the named metrics that take some."""
+        options = {"bleu": self.bleu, "rougeLsum": self.rougeLsum, "bertscore": self.bertscore}
+        return {name: as_dict(options[name]) for name in self.metrics if name in options}

@@ -1,0 +1,203 @@
+"""Typed, frozen settings read from one config group: each key parsed once, checked once, defaulted nowhere.
+
+A settings class is a frozen dataclass without defaults (every value comes from the YAML) that subclasses
+``Settings``. ``parse(values, where)`` converts a plain mapping to it: unknown and missing keys, values of
+the wrong type (a string where a number goes, NaN or infinity, a bool given as a number) and the class's
+own ``problems()`` are all reported together, each naming the dotted key, its value and what is expected::
+
+    @dataclass(frozen=True, kw_only=True)
+    class Bootstrap(Settings):
+        n_resamples: int
+        confidence: float
+
+        def problems(self):
+            return [("confidence", "a level in (0, 1)")] if not 0 < self.confidence < 1 else []
+
+    Bootstrap.parse({"n_resamples": 1000, "confidence": 2}, "evaluator.bootstrap")
+    # ConfigError: evaluator.bootstrap.confidence=2.0: expected a level in (0, 1)
+
+Fields typed with another ``Settings`` class are parsed recursively; ``tuple[X, ...]`` accepts a list;
+``Mapping[str, X]`` a mapping (returned read-only). A field named in ``open_keys`` takes any plain value.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, TypeVar, Union
+
+from rpbench.data.errors import ConfigError
+
+S = TypeVar("S", bound="Settings")
+Problem = tuple[str, str]  # (key relative to the settings, what is expected)
+
+
+class Invalid(Exception):
+    """A value that cannot be converted to its field's type; ``expected`` says what would be."""
+
+    def __init__(self, expected: str):
+        self.expected = expected
+
+
+def _describe(kind: Any) -> str:
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
+    if kind in names:
+        return names[kind]
+    origin = typing.get_origin(kind)
+    if origin in (Union, types.UnionType):
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        return " or ".join(_describe(a) for a in args) + (" or null" if type(None) in typing.get_args(kind) else "")
+    if origin is tuple:
+        return "a list"
+    if origin in (Mapping, dict):
+        return "a mapping"
+    if typing.get_origin(kind) is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(kind)))
+    return getattr(kind, "__name__", str(kind))
+
+
+def convert(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
+    """``value`` as ``kind`` (a field's annotation); raises Invalid, or adds nested settings' problems."""
+    if kind is Any:
+        return value
+    origin = typing.get_origin(kind)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(kind)
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return convert(value, arg, where, problems)
+            except Invalid:
+                continue
+        raise Invalid(_describe(kind))
+    if origin is typing.Literal:
+        if value in typing.get_args(kind):
+            return value
+        raise Invalid(_describe(kind))
+    if value is None:
+        raise Invalid(_describe(kind))
+    if isinstance(kind, type) and issubclass(kind, Settings):
+        if not isinstance(value, Mapping):
+            raise Invalid("a mapping")
+        return kind.collect(value, where, problems)
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise Invalid("true or false")
+    if kind is int:
+        if isinstance(value, bool):
+            raise Invalid("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise Invalid("an integer")
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise Invalid("a finite number")
+        return float(value)
+    if kind is str:
+        if isinstance(value, str):
+            return value
+        raise Invalid("a string")
+    if origin is tuple:
+        if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)):
+            raise Invalid("a list")
+        args = typing.get_args(kind)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value))
+        if len(args) != len(value):
+            raise Invalid(f"a list of {len(args)}")
+        return tuple(convert(v, a, f"{where}[{i}]", problems) for i, (v, a) in enumerate(zip(args, value)))
+    if origin in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise Invalid("a mapping")
+        _, item = typing.get_args(kind)
+        return types.MappingProxyType({str(k): convert(v, item, f"{where}.{k}", problems) for k, v in value.items()})
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Base of typed settings: see the module docstring."""
+
+    open_keys: ClassVar[tuple[str, ...]] = ()  # fields whose value is kept as given (benchmark-specific options)
+
+    def problems(self) -> list[Problem]:
+        """What is wrong with the values, as (key, expected) pairs; none by default."""
+        return []
+
+    @classmethod
+    def collect(cls: type[S], values: Mapping[str, Any], where: str, problems: list[str]) -> S | None:
+        """The settings of ``values``, or None with every problem added to ``problems``."""
+        hints = typing.get_type_hints(cls)
+        known = [f.name for f in fields(cls)]
+        found_before = len(problems)
+        for key in sorted(set(values) - set(known)):
+            problems.append(f"{where}.{key}: unknown key; valid keys: {', '.join(sorted(known))}")
+        converted = {}
+        for name in known:
+            if name not in values:
+                problems.append(f"{where}.{name}: missing (it has no default in code: set it in the YAML)")
+                continue
+            if name in cls.open_keys:
+                converted[name] = values[name]
+                continue
+            try:
+                converted[name] = convert(values[name], hints[name], f"{where}.{name}", problems)
+            except Invalid as error:
+                problems.append(f"{where}.{name}={values[name]!r}: expected {error.expected}")
+        if len(problems) > found_before:
+            return None
+        settings = cls(**converted)
+        for key, expected in settings.problems():
+            value = _shown(_dotted(settings, key))
+            problems.append(f"{where}.{key}={value}: expected {expected}")
+        return None if len(problems) > found_before else settings
+
+    @classmethod
+    def parse(cls: type[S], values: Mapping[str, Any], where: str) -> S:
+        """The settings of ``values``; a ConfigError listing every problem otherwise."""
+        problems: list[str] = []
+        settings = cls.collect(values, where, problems)
+        if settings is None:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+        return settings
+
+
+def _dotted(settings: Any, key: str) -> Any:
+    """The value at ``key`` (``a.b``, ``a[0].b``) under ``settings``."""
+    for part in key.replace("[", ".[").split("."):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            settings = settings[index] if isinstance(settings, (list, tuple)) and index < len(settings) else None
+        else:
+            settings = settings.get(part) if isinstance(settings, Mapping) else getattr(settings, part, None)
+    return settings
+
+
+def as_dict(settings: Settings) -> dict[str, Any]:
+    """The fields of ``settings`` as keyword arguments (nested settings stay typed)."""
+    return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it: plain data for nested settings and read-only mappings."""
+    if isinstance(value, Settings):
+        value = as_dict(value)
+    if isinstance(value, (types.MappingProxyType, Mapping)):
+        value = dict(value)
+    if isinstance(value, tuple):
+        value = list(value)
+    return repr(value)
+
+
+def defaults_declared(cls: type) -> list[str]:
+    """The fields of a settings class that declare a default in code (there should be none)."""
+    from dataclasses import MISSING
+
+    return [f.name for f in fields(cls) if f.default is not MISSING or f.default_factory is not MISSING]

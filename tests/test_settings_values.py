@@ -1,0 +1,161 @@
+"""Every group's settings are checked at startup from their typed configs: each out-of-range value below is
+named (key, value, what is allowed) by ``validate`` before anything loads, instead of a traceback after
+training or a run that silently does something else (greedy for a NaN temperature, no clipping for a
+negative max_grad_norm, NaN intervals for confidence 2, nothing trained for max_steps=0).
+
+The cases are classes of values (type, range, finiteness, choice, presence, existence) per config group; one
+test feeds each the composed config Hydra builds from the command line, as run.py does."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from rpbench.data.errors import ConfigError
+from rpbench.typed import Settings, defaults_declared
+from rpbench.validate import validate
+
+GENERATION = [
+    ("evaluator.generation.top_p=1.5", "evaluator.generation.top_p=1.5: expected a share in (0, 1]"),
+    ("evaluator.generation.top_p=abc", "evaluator.generation.top_p='abc': expected a finite number"),
+    ("evaluator.generation.temperature=nan", "evaluator.generation.temperature=nan: expected a finite number"),
+    ("evaluator.generation.temperature=inf", "evaluator.generation.temperature=inf: expected a finite number"),
+    ("evaluator.generation.temperature=-1", "evaluator.generation.temperature=-1.0: expected a number >= 0"),
+    ("evaluator.generation.top_k=-1", "evaluator.generation.top_k=-1: expected an integer >= 0"),
+    ("evaluator.generation.max_new_tokens=0", "evaluator.generation.max_new_tokens=0: expected an integer >= 1"),
+    ("evaluator.generation.max_new_tokens=2.5", "evaluator.generation.max_new_tokens=2.5: expected an integer"),
+    ("evaluator.generation.batch_size=0", "evaluator.generation.batch_size=0: expected an integer >= 1"),
+    ("evaluator.generation.cache=paged", "evaluator.generation.cache='paged': expected one of dynamic, static"),
+    ("+evaluator.generation.top_n=3", "evaluator.generation.top_n: unknown key"),
+]
+STATISTICS = [
+    ("evaluator.bootstrap.n_resamples=0", "evaluator.bootstrap.n_resamples=0: expected an integer >= 1"),
+    ("evaluator.bootstrap.confidence=2", "evaluator.bootstrap.confidence=2.0: expected a level in (0, 1)"),
+    ("evaluator.bootstrap.method=bootstrap", "evaluator.bootstrap.method='bootstrap': expected one of percentile, BCa"),
+    ("evaluator.metrics=[]", "evaluator.metrics=[]: expected at least one metric"),
+    ("evaluator.metrics=[rouge9]", "evaluator.metrics=['rouge9']: expected names from"),
+    ("evaluator.radar_metric=bleurt", "evaluator.radar_metric='bleurt': expected null or a metric name"),
+    ("evaluator.bleu.empty=skip", "evaluator.bleu.empty='skip': expected one of drop, zero"),
+    ("evaluator.rougeLsum.order=any", "evaluator.rougeLsum.order='any': expected one of"),
+]
+ENDPOINTS = [
+    ("evaluator.backend=endpoint", "evaluator.endpoint.base_url=None: expected set with backend=endpoint"),
+    ("evaluator.backend=remote", "evaluator.backend='remote': expected one of local, vllm, endpoint"),
+    ("evaluator.endpoint.concurrency=0", "evaluator.endpoint.concurrency=0: expected an integer >= 1"),
+    ("evaluator.endpoint.timeout_s=0", "evaluator.endpoint.timeout_s=0.0: expected a number of seconds > 0"),
+    ("evaluator.judge_prompt_file=no_such_prompts.yaml", "evaluator.judge_prompt_file='no_such_prompts.yaml'"),
+]
+OPTIMISATION = [
+    ("objective.weight_decay=-0.1", "weight_decay must be a number >= 0"),
+    ("objective.max_grad_norm=-1", "max_grad_norm must be null (no clipping) or a number > 0"),
+    ("objective.adam_betas=[0.9,1.5]", "adam_betas must be two numbers in [0, 1)"),
+    ("objective.adam_eps=0", "adam_eps must be a number > 0"),
+    ("objective.scheduler=cosine_annealing", "scheduler must be a transformers scheduler name"),
+]
+TRAINER = [
+    ("trainer.max_steps=0", "trainer.max_steps=0: expected -1 (objective.epochs decide) or an integer >= 1"),
+    ("trainer.limit_train_batches=0", "trainer.limit_train_batches=0: expected null, a number of batches >= 1"),
+    ("trainer.val_check_interval=0", "trainer.val_check_interval=0: expected null, micro-batches >= 1"),
+    ("trainer.precision=fp8", "trainer.precision='fp8': expected one of"),
+    ("trainer.devices=0", "trainer.devices=0: expected auto, -1 (all), a count >= 1"),
+    ("trainer.accelerator=npu", "trainer.accelerator='npu': expected one of"),
+]
+MODEL = [
+    ("model.dtype=fp8", "model.dtype='fp8': choose one of float32, bfloat16, float16"),
+    ("model.attn_implementation=fast", "model.attn_implementation='fast': choose one of"),
+    ("model.lora={r:0,alpha:16,dropout:0.0,target_modules:[q_proj]}", "model.lora.r=0: expected an integer rank >= 1"),
+    ("model.lora={r:8,alpha:16,dropout:1.5,target_modules:[q_proj]}", "model.lora.dropout=1.5: expected a probability"),
+    ("model.lora={r:8,rank:4}", "model.lora.rank: unknown key"),
+    ("model.name_or_path=./no/such/model", "model.name_or_path='./no/such/model': expected a Hugging Face hub id"),
+]
+CASES = GENERATION + STATISTICS + ENDPOINTS + OPTIMISATION + TRAINER + MODEL
+
+
+@pytest.fixture(scope="module")
+def default_config(tmp_path_factory):
+    """The default run's composed config (composed once: each case changes one key of a copy)."""
+    from hydra import compose, initialize_config_dir
+
+    from conftest import REPO_ROOT
+
+    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
+        return compose("config", overrides=[f"paths.output_root={tmp_path_factory.mktemp('runs')}"])
+
+
+def with_override(cfg, override: str):
+    """``cfg`` with one command-line override applied, its value parsed by Hydra's own override grammar."""
+    parsed = OverridesParser.create().parse_override(override)
+    changed = cfg.copy()
+    OmegaConf.update(changed, parsed.key_or_group, parsed.value(), merge=False, force_add=True)
+    return changed
+
+
+@pytest.mark.parametrize(("override", "named"), CASES, ids=[c[0] for c in CASES])
+def test_an_out_of_range_value_is_named_at_startup(default_config, override, named):
+    with pytest.raises(ConfigError) as error:
+        validate(with_override(default_config, override))
+    assert named in str(error.value)
+
+
+def test_the_default_run_is_valid(default_config):
+    assert validate(default_config).objective.name == "sft"
+
+
+def test_every_problem_of_a_group_is_listed_together(compose):
+    cfg = compose("evaluator.generation.top_p=0", "evaluator.generation.top_k=-2", "evaluator.bootstrap.confidence=1")
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    lines = str(error.value).splitlines()[1:]
+    assert [line.split(":")[0].strip() for line in lines] == [
+        "evaluator.generation.top_p=0.0",
+        "evaluator.generation.top_k=-2",
+        "evaluator.bootstrap.confidence=1.0",
+    ]
+
+
+@pytest.mark.parametrize(
+    "evaluator",
+    ["rolemrc", "rolebench", "mmrole", "mmrole_rm", "rpgbench", "characterllm", "general"],
+)
+def test_each_evaluator_parses_to_its_typed_settings_once(compose, evaluator):
+    data = {"mmrole": "sample_mmrole", "mmrole_rm": "sample_mmrole_rm", "rpgbench": "sample_rpgbench"}
+    data |= {"characterllm": "sample_characterllm", "rolebench": "sample_rolebench"}
+    overrides = [f"evaluator={evaluator}", f"data={data.get(evaluator, 'sample')}", "objective=none"]
+    overrides += ["judge=local"] if evaluator == "characterllm" else []
+    overrides += ["model=tiny-qwen2-vl"] if evaluator.startswith("mmrole") else []
+    settings = validate(compose(*overrides)).evaluator
+    assert settings.name == evaluator and defaults_declared(type(settings)) == []
+    assert math.isfinite(settings.bootstrap.confidence) and settings.bootstrap.method == "percentile"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inner(Settings):
+    share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outer(Settings):
+    count: int
+    names: tuple[str, ...]
+    inner: Inner
+    limit: int | None
+
+
+def test_a_settings_class_converts_and_refuses_by_annotation():
+    parsed = Outer.parse({"count": 3.0, "names": ["a"], "inner": {"share": 1}, "limit": None}, "x")
+    assert parsed == Outer(count=3, names=("a",), inner=Inner(share=1.0), limit=None)
+    assert type(parsed.count) is int and type(parsed.inner.share) is float
+    with pytest.raises(ConfigError) as error:
+        Outer.parse({"count": True, "names": "a", "inner": {"share": "x", "more": 1}, "extra": 0}, "x")
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "x.extra: unknown key; valid keys: count, inner, limit, names",
+        "x.count=True: expected an integer",
+        "x.names='a': expected a list",
+        "x.inner.more: unknown key; valid keys: share",
+        "x.inner.share='x': expected a finite number",
+        "x.limit: missing (it has no default in code: set it in the YAML)",
+    ]

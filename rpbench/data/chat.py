@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from rpbench.data.records import Turn
+from rpbench.data.records import Turn, as_messages
 
 IGNORE_INDEX = -100
 REPLY_MARKER = "\u2063rpbench-reply\u2063"  # stands in for an assistant reply to locate where replies start
@@ -104,7 +104,8 @@ class FittedPrompt:
 
 class ChatRenderer:
     """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn;
-    ``message`` turns a Turn into a chat-template message (the model family's: text, or text with images);
+    ``messages`` turns a conversation's Turns into chat-template messages (the model family's: text, or text
+    with images, a system turn where its template takes one);
     ``expand_images(text, image paths)`` repeats each image placeholder to the image's token count and
     ``image_spans(ids)`` finds each image's ``[start, end)`` token span (an image-text model's tokenizer:
     ``rpbench.models.vision.ImageTextTokenizer.expand_image_tokens`` / ``image_spans``)."""
@@ -114,14 +115,14 @@ class ChatRenderer:
         tokenizer,
         end_of_turn: str | None = None,
         max_length: int = 2048,
-        message: Callable[[Turn], dict] = Turn.as_message,
+        messages: Callable[[Sequence[Turn]], list[dict]] = as_messages,
         expand_images: Callable[[str, list[str]], str] | None = None,
         image_spans: Callable[[Sequence[int]], list[tuple[int, int]]] | None = None,
     ):
         self.tokenizer = tokenizer
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         self.max_length = max_length
-        self.message = message
+        self.messages = messages
         self.expand_images = expand_images
         self.image_spans = image_spans
         self.content = ContentText(tokenizer)
@@ -134,7 +135,7 @@ class ChatRenderer:
         """The chat-template text of ``turns``; with ``expand_images``, each image placeholder is repeated as
         many times as the image has tokens, so every length below is the model's real one."""
         text = self.tokenizer.apply_chat_template(
-            [self.message(turn) for turn in turns], tokenize=False, add_generation_prompt=generation_prompt
+            self.messages(turns), tokenize=False, add_generation_prompt=generation_prompt
         )
         if self.expand_images is None:
             return text

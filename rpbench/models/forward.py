@@ -4,13 +4,16 @@ Batches come from ``rpbench.data.collate``: padded (``attention_mask`` [B, T]) o
 ``cu_seqlens``). Labels follow the Hugging Face convention: ``labels[t]`` is predicted from the
 hidden state at ``t - 1``. Only those hidden states go through the output layer, in chunks, and
 each chunk's logits are recomputed in backward instead of stored, so memory holds one chunk of
-vocabulary-wide logits at a time rather than [B, T, V]. For the summed NLL of SFT on CUDA, liger-kernel's
-fused linear cross-entropy replaces the chunks where it is installed (the ``gpu`` extra).
+vocabulary-wide logits at a time rather than [B, T, V]. What the model's family does to those logits
+(e.g. Gemma-2's final softcapping: ``ModelFamily.logit_transform``) is applied to each chunk, and its image
+inputs (``ModelFamily.image_inputs``) are passed on. For the summed NLL of SFT on CUDA, liger-kernel's
+fused linear cross-entropy replaces the chunks where it is installed (the ``gpu`` extra) and the logits are
+plain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +22,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from rpbench.data.chat import IGNORE_INDEX
+from rpbench.models.families import ModelFamily, family_or_base
 
 DEFAULT_CHUNK_SIZE = 2048
-# An image-text model's image inputs in a batch (rpbench.models.vision.ImageTextTokenizer.model_image_inputs).
-IMAGE_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
-UNSUPPORTED_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale")
+LogitTransform = Callable[[torch.Tensor], torch.Tensor]
 
 
 def uses_varlen_kernel(attn_implementation: str) -> bool:
@@ -35,8 +37,9 @@ def is_packed(batch: Mapping[str, Any]) -> bool:
     return "cu_seqlens" in batch
 
 
-def has_images(batch: Mapping[str, Any]) -> bool:
-    return "pixel_values" in batch
+def has_images(batch: Mapping[str, Any], image_inputs: Sequence[str]) -> bool:
+    """Whether the batch holds any of a model's image inputs (``ModelFamily.image_inputs``)."""
+    return any(key in batch for key in image_inputs)
 
 
 def block_causal_mask(cu_seqlens: torch.Tensor, total: int, device: torch.device) -> torch.Tensor:
@@ -49,7 +52,10 @@ def block_causal_mask(cu_seqlens: torch.Tensor, total: int, device: torch.device
 
 
 def model_inputs(
-    batch: Mapping[str, Any], attn_implementation: str, dtype: torch.dtype = torch.float32
+    batch: Mapping[str, Any],
+    attn_implementation: str,
+    dtype: torch.dtype = torch.float32,
+    image_inputs: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Keyword arguments for the model (or its backbone) for a padded or packed batch.
 
@@ -61,15 +67,15 @@ def model_inputs(
     packed samples on those backends only when transformers infers packing from them, which it
     skips whenever a KV cache exists (``use_cache`` defaults to true); ``use_cache`` is off here.
 
-    A padded batch with images also passes the image inputs and no position ids: the model computes its
-    multimodal (3-D) positions from the attention mask and the images itself.
+    A padded batch with images also passes the image inputs (``image_inputs``: the model family's) and no
+    position ids: the model computes its multimodal (3-D) positions from the attention mask and the images.
     """
     inputs = {"input_ids": batch["input_ids"], "position_ids": batch["position_ids"], "use_cache": False}
-    if has_images(batch):
+    if has_images(batch, image_inputs):
         if is_packed(batch):
             raise ValueError("packed batches cannot hold images: set objective.packing=false")
         del inputs["position_ids"]
-        inputs.update({key: batch[key] for key in IMAGE_INPUTS})
+        inputs.update({key: batch[key] for key in image_inputs})
     if not is_packed(batch):
         inputs["attention_mask"] = batch["attention_mask"]
         return inputs
@@ -114,8 +120,12 @@ def _causal_lm(model: nn.Module) -> nn.Module:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
-def _token_logps(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _token_logps(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, transform: LogitTransform | None
+) -> torch.Tensor:
     logits = head(hidden).float()
+    if transform is not None:
+        logits = transform(logits)
     return logits.gather(-1, targets[:, None]).squeeze(-1) - logits.logsumexp(-1)
 
 
@@ -129,15 +139,12 @@ def _sequence_index(batch: Mapping[str, Any], selected: torch.Tensor) -> tuple[t
     return index.long(), len(cu_seqlens) - 1
 
 
-def labelled_hidden(causal_lm: nn.Module, batch: Mapping[str, Any]) -> tuple[torch.Tensor, ...]:
+def labelled_hidden(
+    causal_lm: nn.Module, batch: Mapping[str, Any], family: type[ModelFamily]
+) -> tuple[torch.Tensor, ...]:
     """The backbone's last hidden states that predict a label [n, d], those labels [n], and the [B, T-1] mask."""
-    for name in UNSUPPORTED_LOGIT_TRANSFORMS:
-        if getattr(causal_lm.config, name, None) not in (None, 1.0):
-            raise ValueError(
-                f"{type(causal_lm).__name__} applies {name}={getattr(causal_lm.config, name)} to its "
-                "logits; labelled_logps supports plain linear output layers only"
-            )
-    inputs = model_inputs(batch, causal_lm.config._attn_implementation, dtype=causal_lm.dtype)
+    attn = causal_lm.config._attn_implementation
+    inputs = model_inputs(batch, attn, dtype=causal_lm.dtype, image_inputs=family.image_inputs)
     hidden = causal_lm.base_model(**inputs).last_hidden_state
     targets = batch["labels"][:, 1:].to(hidden.device)
     selected = targets != IGNORE_INDEX
@@ -147,17 +154,21 @@ def labelled_hidden(causal_lm: nn.Module, batch: Mapping[str, Any]) -> tuple[tor
 def labelled_logps(model: nn.Module, batch: Mapping[str, Any], chunk_size: int = DEFAULT_CHUNK_SIZE) -> LabelledLogps:
     """Log-probs (fp32) of every labelled token: backbone, then the output layer on labelled positions only.
 
-    Works for transformers causal LMs with a plain linear output layer, peft-wrapped or not. The
+    Works for transformers causal LMs of a registered family, peft-wrapped or not. The
     output layer runs on at most ``chunk_size`` positions at a time; under autograd each chunk is
     recomputed in backward. A batch without labels still runs the output layer (on nothing), so
     every parameter gets a (zero) gradient and distributed ranks stay in step.
     """
     causal_lm = _causal_lm(model)
-    hidden, targets, selected = labelled_hidden(causal_lm, batch)
+    family = family_or_base(causal_lm)
+    transform = family.logit_transform(causal_lm.config)
+    hidden, targets, selected = labelled_hidden(causal_lm, batch, family)
     head = causal_lm.get_output_embeddings()
     with_grad = torch.is_grad_enabled()
     pieces = [
-        checkpoint(_token_logps, head, h, t, use_reentrant=False) if with_grad else _token_logps(head, h, t)
+        checkpoint(_token_logps, head, h, t, transform, use_reentrant=False)
+        if with_grad
+        else _token_logps(head, h, t, transform)
         for h, t in zip(hidden.split(chunk_size), targets.split(chunk_size), strict=True)
     ]
     sequence_index, n_sequences = _sequence_index(batch, selected)
@@ -189,19 +200,24 @@ def supervised_nll_sum(
     """Summed negative log-likelihood of the labelled tokens, and their count (divide globally).
 
     ``fused`` (None: wherever possible) computes it with liger's fused linear cross-entropy, which never
-    holds a chunk of logits either; possible on CUDA, with liger-kernel installed and a plain linear head
-    (a batch without labels takes the chunked path, which still gives every parameter a zero gradient).
+    holds a chunk of logits either; possible on CUDA, with liger-kernel installed and a plain linear head whose
+    logits the family leaves as they are (a batch without labels takes the chunked path, which still gives every
+    parameter a zero gradient).
     """
     causal_lm = _causal_lm(model)
+    family = family_or_base(causal_lm)
     head = causal_lm.get_output_embeddings()
     loss_class = fused_linear_cross_entropy()
-    possible = loss_class is not None and type(head) is nn.Linear and head.weight.is_cuda
+    plain = family.logit_transform(causal_lm.config) is None
+    possible = loss_class is not None and type(head) is nn.Linear and plain and head.weight.is_cuda
     if fused and not possible:
-        raise RuntimeError("fused cross-entropy needs liger-kernel (the gpu extra), CUDA and a plain linear head")
+        raise RuntimeError(
+            "fused cross-entropy needs liger-kernel (the gpu extra), CUDA and a plain linear head with plain logits"
+        )
     if not possible or fused is False or not bool((batch["labels"][:, 1:] != IGNORE_INDEX).any()):
         out = labelled_logps(model, batch, chunk_size)
         return -out.token_logps.sum(), out.n_tokens
-    hidden, targets, _ = labelled_hidden(causal_lm, batch)
+    hidden, targets, _ = labelled_hidden(causal_lm, batch, family)
     # the output layer in the hidden states' dtype, as autocast would run it (bf16-mixed keeps fp32 weights)
     weight = head.weight.to(hidden.dtype)
     bias = head.bias.to(hidden.dtype) if head.bias is not None else None

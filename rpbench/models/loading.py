@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,7 @@ def family_renderer(
     expand = tokenizer.expand_image_tokens if family.takes_images else None
     spans = tokenizer.image_spans if family.takes_images else None
     return ChatRenderer(
-        tokenizer, end_of_turn, max_length, message=family.message, expand_images=expand, image_spans=spans
+        tokenizer, end_of_turn, max_length, messages=family.messages, expand_images=expand, image_spans=spans
     )
 
 
@@ -153,6 +153,7 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             gradient_checkpointing=bool(cfg.get("gradient_checkpointing")),
             task=family.lora_task_type,
             exclude=family.vision_module,
+            default_targets=family.lora_target_modules,
         )
     return model
 
@@ -171,16 +172,21 @@ def apply_lora(
     gradient_checkpointing: bool = False,
     task: str = "CAUSAL_LM",
     exclude: str | None = None,
+    default_targets: Sequence[str] = (),
 ):
     """Wrap ``model`` with peft LoRA adapters (only adapter weights train); ``exclude``: a module (e.g. the
-    vision tower) whose layers get no adapter, whatever ``target_modules`` names."""
+    vision tower) whose layers get no adapter, whatever ``target_modules`` names; ``default_targets``: the
+    modules adapted when ``target_modules`` is not given (the model family's)."""
     from peft import LoraConfig, get_peft_model
 
+    targets = list(lora.get("target_modules") or default_targets)
+    if not targets:
+        raise ValueError("model.lora: set target_modules (the model's family names no default)")
     config = LoraConfig(
         r=int(lora.get("r", 16)),
         lora_alpha=int(lora.get("alpha", 32)),
         lora_dropout=float(lora.get("dropout", 0.05)),
-        target_modules=list(lora.get("target_modules", ["q_proj", "k_proj", "v_proj", "o_proj"])),
+        target_modules=targets,
         exclude_modules=rf"(.*\.)?{re.escape(exclude)}\..*" if exclude else None,
         task_type=task,
     )

@@ -7,6 +7,8 @@ of each image placeholder of a rendered text into that many tokens (``expand_ima
 counts, truncation and label masks see the real length), the pixel inputs of a list of images
 (``pixel_inputs``) and saving the whole processor (``save_pretrained``), so an exported model loads with
 ``AutoProcessor``. An image is a file path or an already-open PIL image (the server's decoded uploads).
+What differs between vision-language families (the processor's outputs the model takes, how many tokens an
+image becomes) a family's subclass says: ``pixel_input_names`` and ``image_token_counts``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import torch
 from PIL import Image as PILImage
 
 _OWN = ("processor", "tokenizer", "image_token", "span_tokens", "_count")
+# The per-token modality the model's image inputs include (1: an image token), as transformers' processors name it.
+MODALITY_INPUT = "mm_token_type_ids"
 
 ImageInput = str | Path | PILImage.Image
 
@@ -56,7 +60,12 @@ class ImageTextTokenizer:
     """``processor``: a Hugging Face processor with ``tokenizer``, ``image_processor`` and ``image_token``
     (one placeholder token per image in rendered text, expanded to the image's token count);
     ``span_tokens``: the tokens that open and close an image's tokens in rendered text (e.g.
-    ``<|vision_start|>``, ``<|vision_end|>``), which belong to the image's span (``image_spans``)."""
+    ``<|vision_start|>``, ``<|vision_end|>``), which belong to the image's span (``image_spans``).
+
+    A family's subclass sets ``pixel_input_names`` (the image processor's outputs the model takes) and
+    implements ``image_token_counts``."""
+
+    pixel_input_names: tuple[str, ...]
 
     def __init__(self, processor, span_tokens: tuple[str, str] | None = None):
         object.__setattr__(self, "processor", processor)
@@ -88,14 +97,18 @@ class ImageTextTokenizer:
     def image_token_id(self) -> int:
         return self.tokenizer.convert_tokens_to_ids(self.image_token)
 
+    def image_token_counts(self, pixels: dict[str, torch.Tensor]) -> list[int]:
+        """How many image tokens each image of ``pixels`` (``pixel_inputs``) becomes."""
+        raise NotImplementedError
+
     def _image_token_count(self, image: ImageInput) -> int:
         try:
-            grid = self.pixel_inputs([image])["image_grid_thw"][0]
+            [count] = self.image_token_counts(self.pixel_inputs([image]))
         except ValueError as error:  # the processor's refusal: an extreme aspect ratio, too small an image
             if isinstance(error, ImageError):
                 raise
             raise ImageError(f"image {_named(image)} cannot be used by the model's image processor ({error})") from None
-        return int(grid.prod()) // int(self.processor.image_processor.merge_size) ** 2
+        return count
 
     def image_token_count(self, image: ImageInput) -> int:
         """How many image tokens ``image`` becomes (cached per path)."""
@@ -133,13 +146,13 @@ class ImageTextTokenizer:
         return spans
 
     def pixel_inputs(self, images: Sequence[ImageInput]) -> dict[str, torch.Tensor]:
-        """``pixel_values`` and ``image_grid_thw`` of ``images``, in order."""
+        """The model's pixel inputs (``pixel_input_names``) of ``images``, in order."""
         out = self.processor.image_processor(images=[load_image(i) for i in images], return_tensors="pt")
-        return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
+        return {name: out[name] for name in self.pixel_input_names}
 
     def model_image_inputs(self, input_ids: torch.Tensor, images: Sequence[ImageInput]) -> dict[str, torch.Tensor]:
         """The model's image inputs for a batch of token ids whose image tokens belong, in row-major order,
-        to ``images``: pixel values, grids and the per-token modality (1: image token); none for a batch
+        to ``images``: their pixel inputs and the per-token modality (1: image token); none for a batch
         without images. A ValueError when the ids hold another number of image tokens than the images make."""
         is_image = input_ids == self.image_token_id
         if not images:
@@ -147,13 +160,13 @@ class ImageTextTokenizer:
                 raise ValueError(f"the token ids hold {int(is_image.sum())} image tokens but no image was given")
             return {}
         pixels = self.pixel_inputs(images)
-        expected = int(pixels["image_grid_thw"].prod(-1).sum()) // int(self.processor.image_processor.merge_size) ** 2
+        expected = sum(self.image_token_counts(pixels))
         if int(is_image.sum()) != expected:
             raise ValueError(
                 f"the token ids hold {int(is_image.sum())} image tokens, the {len(images)} images make {expected} "
                 "(was a prompt cut inside an image?)"
             )
-        return {**pixels, "mm_token_type_ids": is_image.long()}
+        return {**pixels, MODALITY_INPUT: is_image.long()}
 
     def save_pretrained(self, out_dir: str | Path, **kwargs):
         return self.processor.save_pretrained(out_dir, **kwargs)

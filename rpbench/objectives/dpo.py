@@ -9,6 +9,7 @@ chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled
 log-probs precomputed once (``precompute_ref``; see reference.py): at setup, or at fit start from the
 engine's partitioned model when the models are built in ``configure_model`` (ZeRO-3).
 
+``PreferenceModule`` holds what every objective on pairs shares (SimPO's too: simpo.py).
 Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
 chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out ``perplexity``).
 """
@@ -105,12 +106,37 @@ def pair_sample(
     }
 
 
-@OBJECTIVES.register("dpo")
-class DPOModule(ObjectiveModule):
+def preference_terms(
+    losses: torch.Tensor,
+    chosen_rewards: torch.Tensor,
+    rejected_rewards: torch.Tensor,
+    logps: torch.Tensor,
+    counts: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """What ``PreferenceModule.pair_terms`` returns: a loss's per-pair values and rewards, with the summed
+    log-probs of both replies and the chosen reply's per-token NLL (``logps``/``counts``: the batch's rows,
+    chosen first)."""
+    n = len(losses)
+    return {
+        "losses": losses,
+        "chosen_rewards": chosen_rewards,
+        "rejected_rewards": rejected_rewards,
+        "chosen_logps": logps[:n],
+        "rejected_logps": logps[n:],
+        "chosen_nll": -logps[:n] / counts[:n].clamp(min=1),
+    }
+
+
+class PreferenceModule(ObjectiveModule):
+    """An objective on chosen/rejected pairs: rendering, collation, the policy's sequence log-probs of both
+    replies (``policy_logps``), the optional chosen-reply NLL term (``nll_weight``), logging and held-out
+    metrics. A subclass sets ``loss_name`` and implements ``pair_terms`` (per pair: ``losses``, the implicit
+    rewards, log-probs and the chosen NLL); its config has ``pair_layout``."""
+
     data_split = "pairs"
     needs_tuned_start = True
     supports_packing = False
-    config_class = DPOConfig
+    loss_name: str  # its per-pair loss, logged as train/<loss_name>
 
     @staticmethod
     def render(examples: Sequence[PreferenceExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -157,15 +183,97 @@ class DPOModule(ObjectiveModule):
         """Every pair weighs the same in the global-batch mean."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOConfig):
+    def __init__(self, model, tokenizer, cfg):
         super().__init__(model, tokenizer, cfg)
-        self.beta, self.loss_type = self.config.beta, self.config.loss_type
-        self.label_smoothing, self.sft_weight = self.config.label_smoothing, self.config.sft_weight
-        self.precompute_ref = self.config.precompute_ref
+        self.nll_weight = 0.0  # weight of the chosen reply's per-token NLL added to each pair's loss (0: off)
         self._val_sums: torch.Tensor | None = None
 
     def on_models_built(self) -> None:
         self.packed_pairs = packs_pairs(self.config.pair_layout, self.model)
+
+    def policy_logps(self, batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Summed log-probs [2B] and labelled-token counts [2B] of the batch's rows (chosen, then rejected)."""
+        return sequence_logps(self.model, unpad(batch) if self.packed_pairs else batch)
+
+    def pair_terms(self, batch) -> dict[str, torch.Tensor]:
+        """Per pair: ``losses``, ``chosen_rewards``, ``rejected_rewards``, ``chosen_logps``, ``rejected_logps``,
+        ``chosen_nll``."""
+        raise NotImplementedError
+
+    def training_step(self, batch, batch_idx):
+        terms = self.pair_terms(batch)
+        per_pair = terms["losses"] + self.nll_weight * terms["chosen_nll"] if self.nll_weight else terms["losses"]
+        if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
+            self._log_pairs(terms, per_pair)
+        return per_pair.sum() * batch["loss_scale"] * self.backward_factor
+
+    def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
+        chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]
+        metrics = {
+            f"train/{self.loss_name}": terms["losses"].detach().mean(),
+            "train/rewards/chosen": chosen.mean(),
+            "train/rewards/rejected": rejected.mean(),
+            "train/rewards/accuracy": (chosen > rejected).float().mean(),
+            "train/rewards/margin": (chosen - rejected).mean(),
+            "train/logps/chosen": terms["chosen_logps"].detach().mean(),
+            "train/logps/rejected": terms["rejected_logps"].detach().mean(),
+        }
+        if self.nll_weight:
+            metrics["train/chosen_nll"] = terms["chosen_nll"].detach().mean()
+        self.log("train/loss", per_pair.detach().mean(), prog_bar=True, rank_zero_only=True)
+        self.log_dict(metrics, rank_zero_only=True)
+
+    # -- held-out pairs ---------------------------------------------------------------------------
+    def on_validation_epoch_start(self) -> None:
+        self._val_sums = torch.zeros(len(VALIDATION_SUMS), device=self.device, dtype=torch.float64)
+
+    def validation_step(self, batch, batch_idx) -> None:
+        terms = self.pair_terms(batch)
+        live = float(batch["loss_scale"] > 0)
+        margin = terms["chosen_rewards"] - terms["rejected_rewards"]
+        sums = torch.stack(
+            [
+                terms["losses"].sum(),
+                (margin > 0).sum(),
+                margin.sum(),
+                terms["chosen_nll"].sum(),
+                torch.tensor(float(len(batch["id"])), device=margin.device),
+            ]
+        )
+        self._val_sums += sums.detach().double() * live
+
+    def on_validation_epoch_end(self) -> None:
+        totals = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum").tolist()
+        sums = dict(zip(VALIDATION_SUMS, totals, strict=True))
+        pairs = sums.pop("pairs")
+        if pairs > 0:
+            means = {key: value / pairs for key, value in sums.items()}
+            self.last_validation = {
+                "loss": means["loss"],
+                "reward_accuracy": means["correct"],
+                "reward_margin": means["margin"],
+                "chosen_nll": means["chosen_nll"],
+                "perplexity": math.exp(min(means["chosen_nll"], 50.0)),
+                "pairs": int(pairs),
+            }
+            for key in ("loss", "reward_accuracy", "reward_margin", "chosen_nll"):
+                self.log(f"val/{key}", self.last_validation[key], sync_dist=False)
+
+
+@OBJECTIVES.register("dpo")
+class DPOModule(PreferenceModule):
+    loss_name = "dpo_loss"
+    config_class = DPOConfig
+
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOConfig):
+        super().__init__(model, tokenizer, cfg)
+        self.nll_weight = self.config.sft_weight
+        self.beta, self.loss_type = self.config.beta, self.config.loss_type
+        self.label_smoothing = self.config.label_smoothing
+        self.precompute_ref = self.config.precompute_ref
+
+    def on_models_built(self) -> None:
+        super().on_models_built()
         # precomputed from the data once the model can run (precompute_reference); a live reference takes
         # the initial weights now
         self.reference = None if self.config.precompute_ref else live_reference(self.model, self.policy_builder())
@@ -209,14 +317,12 @@ class DPOModule(ObjectiveModule):
     def pair_terms(self, batch) -> dict[str, torch.Tensor]:
         """Per pair: DPO loss, implicit rewards, summed log-probs, and the chosen reply's per-token NLL."""
         n = len(batch["id"])
-        if self.packed_pairs:
-            batch = unpad(batch)
-        logps, counts = sequence_logps(self.model, batch)
+        logps, counts = self.policy_logps(batch)
         ref_logps = self.reference.sequence_logps(batch).to(logps.dtype)
         policy, reference = logps, ref_logps
         if self.loss_type == "ipo":  # IPO compares per-token mean log-probs
             policy, reference = logps / counts.clamp(min=1), ref_logps / counts.clamp(min=1)
-        losses, chosen_rewards, rejected_rewards = dpo_loss(
+        losses = dpo_loss(
             policy[:n],
             policy[n:],
             reference[:n],
@@ -225,70 +331,4 @@ class DPOModule(ObjectiveModule):
             loss_type=self.loss_type,
             label_smoothing=self.label_smoothing,
         )
-        return {
-            "losses": losses,
-            "chosen_rewards": chosen_rewards,
-            "rejected_rewards": rejected_rewards,
-            "chosen_logps": logps[:n],
-            "rejected_logps": logps[n:],
-            "chosen_nll": -logps[:n] / counts[:n].clamp(min=1),
-        }
-
-    def training_step(self, batch, batch_idx):
-        terms = self.pair_terms(batch)
-        per_pair = terms["losses"] + self.sft_weight * terms["chosen_nll"] if self.sft_weight else terms["losses"]
-        if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
-            self._log_pairs(terms, per_pair)
-        return per_pair.sum() * batch["loss_scale"] * self.backward_factor
-
-    def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
-        chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]
-        metrics = {
-            "train/dpo_loss": terms["losses"].detach().mean(),
-            "train/rewards/chosen": chosen.mean(),
-            "train/rewards/rejected": rejected.mean(),
-            "train/rewards/accuracy": (chosen > rejected).float().mean(),
-            "train/rewards/margin": (chosen - rejected).mean(),
-            "train/logps/chosen": terms["chosen_logps"].detach().mean(),
-            "train/logps/rejected": terms["rejected_logps"].detach().mean(),
-        }
-        if self.sft_weight:
-            metrics["train/chosen_nll"] = terms["chosen_nll"].detach().mean()
-        self.log("train/loss", per_pair.detach().mean(), prog_bar=True, rank_zero_only=True)
-        self.log_dict(metrics, rank_zero_only=True)
-
-    # -- held-out pairs ---------------------------------------------------------------------------
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(len(VALIDATION_SUMS), device=self.device, dtype=torch.float64)
-
-    def validation_step(self, batch, batch_idx) -> None:
-        terms = self.pair_terms(batch)
-        live = float(batch["loss_scale"] > 0)
-        margin = terms["chosen_rewards"] - terms["rejected_rewards"]
-        sums = torch.stack(
-            [
-                terms["losses"].sum(),
-                (margin > 0).sum(),
-                margin.sum(),
-                terms["chosen_nll"].sum(),
-                torch.tensor(float(len(batch["id"])), device=margin.device),
-            ]
-        )
-        self._val_sums += sums.detach().double() * live
-
-    def on_validation_epoch_end(self) -> None:
-        totals = self.trainer.strategy.reduce(self._val_sums, reduce_op="sum").tolist()
-        sums = dict(zip(VALIDATION_SUMS, totals, strict=True))
-        pairs = sums.pop("pairs")
-        if pairs > 0:
-            means = {key: value / pairs for key, value in sums.items()}
-            self.last_validation = {
-                "loss": means["loss"],
-                "reward_accuracy": means["correct"],
-                "reward_margin": means["margin"],
-                "chosen_nll": means["chosen_nll"],
-                "perplexity": math.exp(min(means["chosen_nll"], 50.0)),
-                "pairs": int(pairs),
-            }
-            for key in ("loss", "reward_accuracy", "reward_margin", "chosen_nll"):
-                self.log(f"val/{key}", self.last_validation[key], sync_dist=False)
+        return preference_terms(*losses, logps, counts)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from rpbench.models.families import ModelFamily, family_of_model
+from rpbench.models.families import family_or_base
 
 INPUT_SUFFIX = ":input"
 
@@ -59,10 +59,7 @@ def _decoder_prefix(model: nn.Module) -> str:
 def hook_presets(model: nn.Module) -> dict[str, tuple[str, str]]:
     """Preset -> (pattern, side) of the registered family covering ``model``; the base family's
     (the Llama/Qwen decoder shape) when no family covers it."""
-    try:
-        return dict(family_of_model(model).hook_presets)
-    except ValueError:
-        return dict(ModelFamily.hook_presets)
+    return dict(family_or_base(model).hook_presets)
 
 
 def resolve_hook_points(model: nn.Module, modules: str | Sequence[str]) -> list[HookPoint]:

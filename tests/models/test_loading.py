@@ -10,6 +10,7 @@ from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import Turn
 from rpbench.models import end_of_turn_ids, load, save_hf
+from rpbench.models.families.qwen2 import Qwen2
 from rpbench.models.forward import supervised_nll_sum
 
 TURNS = [Turn("system", "You are Holmes."), Turn("user", "Who are you?"), Turn("assistant", "A detective.")]
@@ -34,6 +35,8 @@ def test_lora_trains_only_the_adapters_and_exports_a_merged_model(tmp_path):
     model, tokenizer = load(cfg)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
+    adapted = {n.split(".lora_A")[0].rsplit(".", 1)[-1] for n in trainable if ".lora_A" in n}
+    assert adapted == {"q_proj", "k_proj", "v_proj", "o_proj"} == set(Qwen2.lora_target_modules)  # the family's
     with torch.no_grad():  # make the adapters matter so merging is observable
         for name, param in model.named_parameters():
             if "lora_B" in name:

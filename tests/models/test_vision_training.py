@@ -15,7 +15,8 @@ from PIL import Image
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample, Turn
 from rpbench.models import chat_renderer, load, save_hf
-from rpbench.models.forward import IMAGE_INPUTS, sequence_logps
+from rpbench.models.families.qwen2_vl import Qwen2VL
+from rpbench.models.forward import sequence_logps
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.objectives.dpo import DPOModule
 from rpbench.training import log_parameters, with_image_inputs
@@ -70,7 +71,7 @@ def batch_of(tokenizer, rows: list[dict], padding_side: str = "right") -> dict:
 
 def hf_logps(model, batch: dict) -> torch.Tensor:
     """Summed log-probs of a one-row batch's labels from the model's own forward (its own M-RoPE positions)."""
-    images = {key: batch[key] for key in IMAGE_INPUTS if key in batch}
+    images = {key: batch[key] for key in Qwen2VL.image_inputs if key in batch}
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **images).logits
     targets = batch["labels"][0, 1:]
     kept = targets != -100

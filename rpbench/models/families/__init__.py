@@ -1,8 +1,8 @@
 """Registered model families (``model.family``): each module registers one."""
 
-from rpbench.models.families.base import FAMILIES, ModelFamily, family_named, family_of_model
+from rpbench.models.families.base import FAMILIES, ModelFamily, family_named, family_of_model, family_or_base
 from rpbench.registry import import_modules
 
 import_modules(__name__, __path__)
 
-__all__ = ["FAMILIES", "ModelFamily", "family_named", "family_of_model"]
+__all__ = ["FAMILIES", "ModelFamily", "family_named", "family_of_model", "family_or_base"]

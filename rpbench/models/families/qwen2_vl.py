@@ -1,7 +1,8 @@
 """Qwen2-VL / Qwen2.5-VL: image-text-to-text models (ChatML, images as <|vision_start|><|image_pad|>...).
 
-The tokenizer is an ``ImageTextTokenizer`` over the model's processor; a turn with an image renders as
-the image followed by its text. The tiny version: a 2-layer text model, a 2-block vision tower and an
+The tokenizer is an ``ImageTextTokenizer`` over the model's processor (``Qwen2VLTokenizer``: an image's
+patch grid ``image_grid_thw``, merged ``merge_size`` x ``merge_size`` into tokens); a turn with an image
+renders as the image followed by its text. The tiny version: a 2-layer text model, a 2-block vision tower and an
 offline processor whose images become a few dozen tokens.
 """
 
@@ -24,7 +25,7 @@ from rpbench.data.records import Turn
 from rpbench.models.families.base import FAMILIES, ModelFamily
 from rpbench.models.tiny import TINY_DEFAULTS, initialised
 from rpbench.models.tokenizer import TokenizerFamily, tiny_tokenizer
-from rpbench.models.vision import ImageTextTokenizer
+from rpbench.models.vision import MODALITY_INPUT, ImageTextTokenizer
 
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 IMAGE_SPAN_TOKENS = ("<|vision_start|>", "<|vision_end|>")  # around an image's <|image_pad|> tokens
@@ -33,12 +34,24 @@ TINY_PIXELS = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
 TINY_VISION = {"depth": 2, "embed_dim": 32, "num_heads": 2, "mlp_ratio": 2}
 
 
+class Qwen2VLTokenizer(ImageTextTokenizer):
+    """An image is pixel patches on a temporal x height x width grid (``image_grid_thw``), each
+    ``merge_size`` x ``merge_size`` block of patches one image token."""
+
+    pixel_input_names = ("pixel_values", "image_grid_thw")
+
+    def image_token_counts(self, pixels: dict) -> list[int]:
+        merged = int(self.processor.image_processor.merge_size) ** 2
+        return [int(grid.prod()) // merged for grid in pixels["image_grid_thw"]]
+
+
 @FAMILIES.register("qwen2_vl")
 class Qwen2VL(ModelFamily):
     model_types = ("qwen2_vl", "qwen2_5_vl")
     auto_model = AutoModelForImageTextToText
     takes_images = True
     vision_module = "visual"  # the vision tower (and its merger) inside the model
+    image_inputs = (*Qwen2VLTokenizer.pixel_input_names, MODALITY_INPUT)
     tiny_tokenizer = TokenizerFamily(
         special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>", *VISION_TOKENS),
         bos=None,
@@ -50,7 +63,7 @@ class Qwen2VL(ModelFamily):
 
     @classmethod
     def load_tokenizer(cls, name: str, revision: str | None, trust_remote_code: bool):
-        return ImageTextTokenizer(
+        return Qwen2VLTokenizer(
             AutoProcessor.from_pretrained(name, revision=revision, trust_remote_code=trust_remote_code),
             span_tokens=IMAGE_SPAN_TOKENS,
         )
@@ -64,7 +77,7 @@ class Qwen2VL(ModelFamily):
             video_processor=Qwen2VLVideoProcessor(),
             chat_template=tokenizer.chat_template,
         )
-        return ImageTextTokenizer(processor, span_tokens=IMAGE_SPAN_TOKENS)
+        return Qwen2VLTokenizer(processor, span_tokens=IMAGE_SPAN_TOKENS)
 
     @classmethod
     def build_tiny_model(cls, tokenizer, overrides: Mapping[str, Any], seed: int, attn_implementation: str):

@@ -15,7 +15,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.errors import ConfigError
-from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
+from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
@@ -108,6 +108,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     data = cfg.data
     _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
+    _choice(problems, "data.duplicates", data.duplicates, DUPLICATE_POLICIES)
     _check(
         problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
     )

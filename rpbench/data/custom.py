@@ -46,6 +46,7 @@ from rpbench.data.readers import (
     check_on_error,
     collect,
     content_id,
+    duplicate_policy,
     existing_file,
     iter_records,
     optional_str,
@@ -366,7 +367,8 @@ def _read(
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
         raise ConfigError(f"data.hub_timeout_s: a number of seconds > 0 (or null: no bound), got {timeout!r}")
     records = iter_source(path, split, timeout)
-    result = collect(str(path), records, parse, on_error)
+    duplicates = "error" if split == "test" else duplicate_policy(options)
+    result = collect(str(path), records, parse, on_error, duplicates)
     return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 
 

@@ -40,6 +40,7 @@ from rpbench.data.readers import (
     DataFormat,
     Source,
     as_object,
+    duplicate_policy,
     existing_file,
     optional_str,
     parse_conversation,
@@ -93,7 +94,7 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
         meta.update({key: value for key in PROFILE_KEYS if (value := optional_str(record, key, source))})
         return SFTExample(rid, turns, meta)
 
-    result = _counted(read_file(path, parse, on_error), filled)
+    result = _counted(read_file(path, parse, on_error, duplicate_policy(options)), filled)
     if options.get("per_turn_samples"):
         result.examples = _per_turn(result.path, result.examples)
     return result

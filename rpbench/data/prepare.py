@@ -12,6 +12,7 @@ held-out loss stays measured on the training file's records alone)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -37,9 +38,11 @@ READER_OPTIONS = (
     "record_shape",
     "reference_judge",
     "rolebench",
+    "duplicates",
 )
 MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
 TEST_SET = "test_set"
+log = logging.getLogger(__name__)
 
 
 def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None) -> ReadResult:
@@ -51,7 +54,10 @@ def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None)
         if file != "test":
             raise ConfigError(f"data.files.{file}: one file (test sets, a mapping of names to files, are for test)")
         return _read_test_sets(data_cfg, entry)
-    return _limited(data_cfg, file, _read_file(data_cfg, split, str(entry or ""), file))
+    result = _read_file(data_cfg, split, str(entry or ""), file)
+    if dropped := result.counts.get(readers.DUPLICATES_DROPPED):
+        log.info("data.files.%s: %d identical records without an id dropped, the first of each kept", file, dropped)
+    return _limited(data_cfg, file, result)
 
 
 def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> None:

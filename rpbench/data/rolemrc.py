@@ -29,6 +29,7 @@ from rpbench.data.readers import (
     Source,
     as_object,
     optional_str,
+    duplicate_policy,
     parse_conversation,
     read_file,
     record_id,
@@ -44,7 +45,7 @@ LABEL_PARTS = ("family", "first_speaker", "narration", "outcome")
 
 
 def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Conversations whose assistant turns are supervised. No options are used; others are ignored."""
+    """Conversations whose assistant turns are supervised. Options: ``duplicates``; others are ignored."""
 
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
@@ -52,11 +53,11 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
         turns = _turns(record, "conversations", source, last="assistant")
         return SFTExample(rid, turns, _label_meta(record, source))
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, on_error, duplicate_policy(options))
 
 
 def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[PreferenceExample]:
-    """Preference pairs. No options are used; others are ignored."""
+    """Preference pairs. Options: ``duplicates``; others are ignored."""
 
     def parse(raw: Any, source: Source) -> PreferenceExample:
         record = as_object(raw, source)
@@ -68,7 +69,7 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
             raise source.error("rejected", "a reply different from 'chosen' (an identical pair teaches nothing)")
         return PreferenceExample(rid, prompt, chosen, rejected, _label_meta(record, source))
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, on_error, duplicate_policy(options))
 
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:

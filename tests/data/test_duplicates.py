@@ -26,7 +26,9 @@ def jsonl(path: Path, records: list) -> str:
 @pytest.fixture
 def dump(tmp_path) -> str:
     """A scraped dump: one record three times, another once, none with an id."""
-    return jsonl(tmp_path / "dump.jsonl", [{"messages": CHAT}, {"messages": OTHER}, {"messages": CHAT}, {"messages": CHAT}])
+    return jsonl(
+        tmp_path / "dump.jsonl", [{"messages": CHAT}, {"messages": OTHER}, {"messages": CHAT}, {"messages": CHAT}]
+    )
 
 
 def test_drop_is_the_default_keeps_the_first_counts_and_logs(compose, dump, caplog):

@@ -159,9 +159,6 @@ class DPOModule(ObjectiveModule):
 
     def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOConfig):
         super().__init__(model, tokenizer, cfg)
-        self.beta, self.loss_type = self.config.beta, self.config.loss_type
-        self.label_smoothing, self.sft_weight = self.config.label_smoothing, self.config.sft_weight
-        self.precompute_ref = self.config.precompute_ref
         self._val_sums: torch.Tensor | None = None
 
     def on_models_built(self) -> None:
@@ -180,7 +177,7 @@ class DPOModule(ObjectiveModule):
         self.precompute_reference()  # deferred models: built in configure_model, partitioned by the engine now
 
     def precompute_reference(self) -> None:
-        if not self.precompute_ref or self.reference is not None:
+        if not self.config.precompute_ref or self.reference is not None:
             return
         datamodule = self.trainer.datamodule
         if datamodule is None:
@@ -214,16 +211,16 @@ class DPOModule(ObjectiveModule):
         logps, counts = sequence_logps(self.model, batch)
         ref_logps = self.reference.sequence_logps(batch).to(logps.dtype)
         policy, reference = logps, ref_logps
-        if self.loss_type == "ipo":  # IPO compares per-token mean log-probs
+        if self.config.loss_type == "ipo":  # IPO compares per-token mean log-probs
             policy, reference = logps / counts.clamp(min=1), ref_logps / counts.clamp(min=1)
         losses, chosen_rewards, rejected_rewards = dpo_loss(
             policy[:n],
             policy[n:],
             reference[:n],
             reference[n:],
-            beta=self.beta,
-            loss_type=self.loss_type,
-            label_smoothing=self.label_smoothing,
+            beta=self.config.beta,
+            loss_type=self.config.loss_type,
+            label_smoothing=self.config.label_smoothing,
         )
         return {
             "losses": losses,
@@ -234,9 +231,14 @@ class DPOModule(ObjectiveModule):
             "chosen_nll": -logps[:n] / counts[:n].clamp(min=1),
         }
 
+    def per_pair_loss(self, terms: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The loss trained on, per pair: ``pair_terms``' losses plus the SFT term when ``sft_weight`` is set."""
+        sft_weight = self.config.sft_weight
+        return terms["losses"] + sft_weight * terms["chosen_nll"] if sft_weight else terms["losses"]
+
     def training_step(self, batch, batch_idx):
         terms = self.pair_terms(batch)
-        per_pair = terms["losses"] + self.sft_weight * terms["chosen_nll"] if self.sft_weight else terms["losses"]
+        per_pair = self.per_pair_loss(terms)
         if batch["loss_scale"] > 0:  # repeated micro-batches that only even out ranks are not logged
             self._log_pairs(terms, per_pair)
         return per_pair.sum() * batch["loss_scale"] * self.backward_factor
@@ -244,7 +246,7 @@ class DPOModule(ObjectiveModule):
     def _log_pairs(self, terms: dict[str, torch.Tensor], per_pair: torch.Tensor) -> None:
         chosen, rejected = terms["chosen_rewards"], terms["rejected_rewards"]
         metrics = {
-            "train/dpo_loss": terms["losses"].detach().mean(),
+            f"train/{self.config.name}_loss": terms["losses"].detach().mean(),
             "train/rewards/chosen": chosen.mean(),
             "train/rewards/rejected": rejected.mean(),
             "train/rewards/accuracy": (chosen > rejected).float().mean(),
@@ -252,10 +254,15 @@ class DPOModule(ObjectiveModule):
             "train/logps/chosen": terms["chosen_logps"].detach().mean(),
             "train/logps/rejected": terms["rejected_logps"].detach().mean(),
         }
-        if self.sft_weight:
+        if self.logs_chosen_nll:
             metrics["train/chosen_nll"] = terms["chosen_nll"].detach().mean()
         self.log("train/loss", per_pair.detach().mean(), prog_bar=True, rank_zero_only=True)
         self.log_dict(metrics, rank_zero_only=True)
+
+    @property
+    def logs_chosen_nll(self) -> bool:
+        """Whether the chosen replies' NLL is part of the loss (and so logged apart)."""
+        return bool(self.config.sft_weight)
 
     # -- held-out pairs ---------------------------------------------------------------------------
     def on_validation_epoch_start(self) -> None:

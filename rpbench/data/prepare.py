@@ -40,7 +40,12 @@ READER_OPTIONS = (
     "rolebench",
     "duplicates",
 )
-MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
+MAX_SAMPLES = {
+    "train": "max_train_samples",
+    "pairs": "max_train_samples",
+    "labelled": "max_train_samples",
+    "test": "max_test_samples",
+}
 TEST_SET = "test_set"
 log = logging.getLogger(__name__)
 

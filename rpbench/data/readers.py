@@ -2,7 +2,8 @@
 
 ``read(format, split, path, on_error=..., **options)`` dispatches to the ``DataFormat`` registered in
 ``FORMATS`` under ``format`` (each format module registers its own; ``rpbench.data`` imports them):
-split ``train``, ``pairs`` or ``test`` -> that format's reader for the split.
+split ``train``, ``pairs``, ``labelled`` (KTO's labelled completions) or ``test`` -> that format's reader for
+the split.
 
 Files are JSON Lines (one object per line, blank lines ignored) or one JSON document, in UTF-8 with or
 without a byte-order mark; a file whose first non-blank character is ``[`` is read as a JSON list,
@@ -35,7 +36,7 @@ from rpbench.registry import Registry
 T = TypeVar("T")
 Reader = Callable[..., ReadResult]
 
-SPLITS: tuple[str, ...] = ("train", "pairs", "test")
+SPLITS: tuple[str, ...] = ("train", "pairs", "labelled", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
@@ -56,6 +57,7 @@ class DataFormat:
     train: Reader | None = None
     pairs: Reader | None = None
     test: Reader | None = None
+    labelled: Reader | None = None
 
 
 FORMATS = Registry("data format")

@@ -61,6 +61,17 @@ class PreferenceExample:
 
 
 @dataclass(frozen=True)
+class LabelledExample:
+    """A prompt (ending on a user turn) with one assistant reply labelled ``desirable`` or not (KTO's data)."""
+
+    id: str
+    prompt: tuple[Turn, ...]
+    completion: str
+    desirable: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EvalExample:
     """A prompt (ending on a user turn) with its reference reply.
 
@@ -75,7 +86,7 @@ class EvalExample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-Example = SFTExample | PreferenceExample | EvalExample
+Example = SFTExample | PreferenceExample | LabelledExample | EvalExample
 
 
 THINK_TAGS = ("<think>", "</think>")
@@ -145,4 +156,6 @@ def split_for_overlap(example: Example) -> tuple[tuple[Turn, ...], str]:
         return example.turns[:-1], without_reasoning(example.turns[-1].content)
     if isinstance(example, PreferenceExample):
         return example.prompt, example.chosen
+    if isinstance(example, LabelledExample):
+        return example.prompt, example.completion
     return example.prompt, example.reference

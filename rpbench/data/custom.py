@@ -59,6 +59,7 @@ from rpbench.data.readers import (
     type_name,
 )
 from rpbench.data.records import EvalExample, LabelledExample, PreferenceExample, SFTExample, Turn
+from rpbench.data.supervision import TurnField
 
 DEFAULT_COLUMNS = {
     "messages": None,  # None: "messages", else "conversations"
@@ -106,6 +107,7 @@ class Layout:
     tags: Mapping[str, str | None]
     mapped: frozenset[str] = frozenset()  # the fields whose column the config names
     chosen_shape: str | None = None  # the data config's record_shape: the one shape read (None: detected)
+    turn_field: TurnField | None = None  # data.supervise's per-turn field (training files)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Layout:
@@ -120,7 +122,7 @@ class Layout:
         if shape is not None and shape not in SHAPE_FIELDS:
             raise ConfigError(f"data.record_shape: one of {', '.join(SHAPE_FIELDS)} or null (detected), got {shape!r}")
         tags = {key: tags.get(key) for key in TAG_KEYS}
-        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape)
+        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape, options.get("turn_field"))
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -198,7 +200,14 @@ class Layout:
         items = [_text_message(item, source, f"{column}[{i}]", content_key) for i, item in enumerate(items)]
         untrained = _untrained_replies(items, source, column, role_key, roles, weights)
         turns = parse_conversation(
-            items, source, column, last=last, role_key=role_key, content_key=content_key, roles=roles
+            items,
+            source,
+            column,
+            last=last,
+            role_key=role_key,
+            content_key=content_key,
+            roles=roles,
+            turn_field=self.turn_field,
         )
         replies = [i for i, turn in enumerate(turns) if turn.role == "assistant"]  # every one is kept
         return tuple(

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
 from rpbench.data.records import Turn
+from rpbench.data.supervision import SPEAKER_KEY, TurnField
 from rpbench.registry import Registry
 
 T = TypeVar("T")
@@ -353,12 +354,14 @@ def parse_conversation(
     role_key: str,
     content_key: str,
     roles: Mapping[str, str],
+    turn_field: TurnField | None = None,
 ) -> tuple[Turn, ...]:
     """Turns from ``[{role_key: ..., content_key: ...}, ...]``; ``roles`` maps lower-cased raw roles to ours.
 
     Enforced: every role is known; a system turn only comes first, and an empty one counts as none;
     every other turn has non-empty content; user and assistant turns alternate (either may open);
-    there is at least one of them; the conversation ends on a ``last`` turn.
+    there is at least one of them; the conversation ends on a ``last`` turn. A message's ``name`` (a string)
+    is its turn's speaker; ``turn_field`` (``data.supervise``'s per-turn field) marks the turns trained on.
     """
     turns: list[Turn] = []
     previous: str | None = None
@@ -377,8 +380,10 @@ def parse_conversation(
                 f"{where}.{role_key}", f"user and assistant turns alternating (turn {i - 1} is also {role})"
             )
         previous = role
+        trained = turn_field.trained(item, role, source, where) if turn_field else True
+        speaker = item.get(SPEAKER_KEY) if isinstance(item.get(SPEAKER_KEY), str) else None
         if role != "system" or content.strip():
-            turns.append(Turn(role, content))
+            turns.append(Turn(role, content, trained=trained, speaker=speaker))
     if not any(t.role != "system" for t in turns):
         raise source.error(field, "a conversation with at least one user or assistant turn")
     if turns[-1].role != last:

@@ -20,12 +20,14 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant")
 class Turn:
     """One message. ``image`` is the image of a multimodal turn: a path inside the benchmark's image root
     (resolved, when the reader was given the root; ``files.confined_path``). ``trained``: False for an
-    assistant turn a conversation keeps as context only, not trained on (OpenAI's per-message ``weight: 0``)."""
+    assistant turn a conversation keeps as context only, not trained on (OpenAI's per-message ``weight: 0``,
+    ``data.supervise``, ``data.speaker``). ``speaker``: the named speaker of a multi-character conversation."""
 
     role: Role
     content: str
     image: str | None = None
     trained: bool = True
+    speaker: str | None = None
 
     def as_message(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}

@@ -52,7 +52,8 @@ def _train_lines(train: dict[str, Any]) -> list[str]:
         )
     held_out = train.get("held_out")
     if held_out:
-        names = [k for k in held_out["after"] if k not in ("step", "tokens", "pairs")]  # counts, not measures
+        counts = ("step", "tokens", "pairs", "completions")  # counts, not measures
+        names = [k for k in held_out["after"] if k not in counts]
         lines += ["", "| held-out | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
         for phase in ("before", "after"):
             values = [held_out[phase].get(name) for name in names]

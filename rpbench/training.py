@@ -235,6 +235,15 @@ def render_records(
     return samples, empty, cuts
 
 
+def supervision_report(data_cfg, module_cls, train_samples: Sequence, val_samples: Sequence) -> dict[str, Any]:
+    """``data.supervise`` and ``data.speaker``, and the assistant turns trained on per split, for objectives
+    that train on conversation turns (SFT)."""
+    turns = {"train": module_cls.supervised_turns(train_samples), "val": module_cls.supervised_turns(val_samples)}
+    if turns["train"] is None:
+        return {}
+    return {"supervision": {"supervise": str(data_cfg.supervise), "speaker": data_cfg.speaker, "turns": turns}}
+
+
 def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
     """The images the samples train on (each sample's ``images``)."""
     return sum(len(sample.get("images") or ()) for sample in samples)
@@ -299,6 +308,7 @@ def train(
             "images": images,
             **{kind: {"train": train_cuts[kind], "val": val_cuts[kind]} for kind in train_cuts},
         },
+        **supervision_report(cfg.data, module_cls, train_samples, val_samples),
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }

@@ -16,7 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.errors import ConfigError
-from rpbench.data.readers import FORMATS, ON_ERROR_CHOICES
+from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
@@ -89,6 +89,10 @@ def _in_range(low: float, high: float, high_inclusive: bool) -> Callable[[Any], 
     return ok
 
 
+def _name(optional: bool) -> Callable[[Any], bool]:
+    return lambda value: (optional and value is None) or (isinstance(value, str) and bool(value.strip()))
+
+
 def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) -> bool:
     if str(value) in allowed:
         return True
@@ -111,6 +115,9 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     data = cfg.data
     _choice(problems, "data.format", data.format, FORMATS.names())
     _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
+    _choice(problems, "data.duplicates", data.duplicates, DUPLICATE_POLICIES)
+    _check(problems, cfg, "data.supervise", _name(optional=False), "all, last or a per-turn field's name")
+    _check(problems, cfg, "data.speaker", _name(optional=True), "null (every speaker) or a speaker's name")
     _check(
         problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
     )

@@ -86,6 +86,12 @@ class Rendered:
     def n_supervised(self) -> int:
         return sum(label != IGNORE_INDEX for label in self.labels)
 
+    @property
+    def n_supervised_turns(self) -> int:
+        """The runs of supervised tokens: one per trained assistant turn kept (a header always parts two)."""
+        supervised = [label != IGNORE_INDEX for label in self.labels]
+        return sum(now and not before for before, now in zip([False, *supervised], supervised, strict=False))
+
     def as_sample(self) -> dict[str, list]:
         return {"input_ids": self.input_ids, "labels": self.labels, "images": list(self.images)}
 

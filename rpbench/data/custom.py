@@ -17,6 +17,8 @@ report's ``shape`` says which was found; a record holding the columns of two sha
 - ``prompt/completion``: strings (TRL's standard form) or message lists (conversational form). Train: the
   completion is supervised; test: it is the reference.
 - ``prompt/chosen/rejected``: strings or message lists (the pairs file).
+- ``prompt/completion/label``: a completion labelled desirable (``true``) or undesirable (``false``), TRL's
+  unpaired preference form (the labelled file, ``data.files.labelled``: KTO's data).
 
 Options (the data config): ``columns`` maps our field names (``DEFAULT_COLUMNS``) to the file's, e.g.
 ``{messages: conversations}`` (a column you map must be in every record of its shape: a record without
@@ -46,6 +48,7 @@ from rpbench.data.readers import (
     check_on_error,
     collect,
     content_id,
+    duplicate_policy,
     existing_file,
     iter_records,
     optional_str,
@@ -55,7 +58,8 @@ from rpbench.data.readers import (
     require_str,
     type_name,
 )
-from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
+from rpbench.data.records import EvalExample, LabelledExample, PreferenceExample, SFTExample, Turn
+from rpbench.data.supervision import TurnField
 
 DEFAULT_COLUMNS = {
     "messages": None,  # None: "messages", else "conversations"
@@ -64,6 +68,7 @@ DEFAULT_COLUMNS = {
     "completion": "completion",
     "chosen": "chosen",
     "rejected": "rejected",
+    "label": "label",
     "task": "task",
     "id": "id",
 }
@@ -71,12 +76,14 @@ MESSAGE_COLUMNS = ("messages", "conversations")
 MESSAGE_KEYS = {"openai": ("role", "content"), "sharegpt": ("from", "value")}
 ROLE_NAMES = {"system": "system", "user": "user", "assistant": "assistant", "human": "user", "gpt": "assistant"}
 TAG_KEYS = ("role_tag", "content_tag", "user_tag", "assistant_tag", "system_tag")
-HUB_SPLITS = {"train": "train", "pairs": "train", "test": "test"}
+HUB_SPLITS = {"train": "train", "pairs": "train", "labelled": "train", "test": "test"}
 MESSAGES, COMPLETION, PREFERENCE = "messages", "prompt/completion", "prompt/chosen/rejected"
+LABELLED = "prompt/completion/label"
 SHAPE_FIELDS = {
     MESSAGES: ("messages",),
     COMPLETION: ("prompt", "completion"),
     PREFERENCE: ("prompt", "chosen", "rejected"),
+    LABELLED: ("prompt", "completion", "label"),
 }
 OPTIONAL_FIELDS = ("system", "task", "id")
 WEIGHT = "weight"  # OpenAI's per-message training weight: 0 (context only) or 1
@@ -100,6 +107,7 @@ class Layout:
     tags: Mapping[str, str | None]
     mapped: frozenset[str] = frozenset()  # the fields whose column the config names
     chosen_shape: str | None = None  # the data config's record_shape: the one shape read (None: detected)
+    turn_field: TurnField | None = None  # data.supervise's per-turn field (training files)
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> Layout:
@@ -114,7 +122,7 @@ class Layout:
         if shape is not None and shape not in SHAPE_FIELDS:
             raise ConfigError(f"data.record_shape: one of {', '.join(SHAPE_FIELDS)} or null (detected), got {shape!r}")
         tags = {key: tags.get(key) for key in TAG_KEYS}
-        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape)
+        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape, options.get("turn_field"))
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -124,11 +132,12 @@ class Layout:
     def shape(self, record: Mapping[str, Any], source: Source) -> tuple[str, str]:
         """The record's shape and form (e.g. ``("messages", "messages (messages: role/content)")``); a record of
         none of the shapes is an error naming the keys it has."""
-        has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected")}
+        has = {f: self.columns[f] in record for f in ("prompt", "completion", "chosen", "rejected", "label")}
         matched = {
             MESSAGES: self.messages_column(record) is not None,
-            COMPLETION: has["completion"],
+            COMPLETION: has["completion"] and not has["label"],
             PREFERENCE: has["chosen"] or has["rejected"],
+            LABELLED: has["completion"] and has["label"],
         }
         if self.chosen_shape is not None:
             matched = {kind: hit and kind == self.chosen_shape for kind, hit in matched.items()}
@@ -141,6 +150,8 @@ class Layout:
             )
         if matched[PREFERENCE]:
             kind = PREFERENCE
+        elif matched[LABELLED]:
+            kind = LABELLED
         elif matched[COMPLETION]:
             kind = COMPLETION
         elif matched[MESSAGES]:
@@ -150,7 +161,12 @@ class Layout:
             return MESSAGES, f"{MESSAGES} ({column}: {keys[0]}/{keys[1]})"
         else:
             messages = self.columns["messages"] or " or ".join(MESSAGE_COLUMNS)
-            shapes = {MESSAGES: messages, COMPLETION: "prompt + completion", PREFERENCE: "prompt + chosen + rejected"}
+            shapes = {
+                MESSAGES: messages,
+                COMPLETION: "prompt + completion",
+                PREFERENCE: "prompt + chosen + rejected",
+                LABELLED: "prompt + completion + label",
+            }
             wanted = "; ".join(w for kind, w in shapes.items() if self.chosen_shape in (None, kind))
             what = "the record shape" if self.chosen_shape else "one of the record shapes"
             raise source.error("<record>", f"{what} ({wanted}), got keys {sorted(record)}")
@@ -184,7 +200,14 @@ class Layout:
         items = [_text_message(item, source, f"{column}[{i}]", content_key) for i, item in enumerate(items)]
         untrained = _untrained_replies(items, source, column, role_key, roles, weights)
         turns = parse_conversation(
-            items, source, column, last=last, role_key=role_key, content_key=content_key, roles=roles
+            items,
+            source,
+            column,
+            last=last,
+            role_key=role_key,
+            content_key=content_key,
+            roles=roles,
+            turn_field=self.turn_field,
         )
         replies = [i for i, turn in enumerate(turns) if turn.role == "assistant"]  # every one is kept
         return tuple(
@@ -366,7 +389,8 @@ def _read(
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
         raise ConfigError(f"data.hub_timeout_s: a number of seconds > 0 (or null: no bound), got {timeout!r}")
     records = iter_source(path, split, timeout)
-    result = collect(str(path), records, parse, on_error)
+    duplicates = "error" if split == "test" else duplicate_policy(options)
+    result = collect(str(path), records, parse, on_error, duplicates)
     return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 
 
@@ -439,6 +463,24 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
     return _read(path, "pairs", on_error, options, build)
 
 
+def read_labelled(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+    """prompt/completion/label records: a completion labelled desirable (``true``) or undesirable (``false``)."""
+
+    def build(layout: Layout, record, source: Source, rid: str, shape: str) -> LabelledExample:
+        if shape != LABELLED:
+            raise _wrong_split(shape, "labelled", source, "prompt/completion/label records")
+        column = layout.columns["label"]
+        label = record[column]
+        if not isinstance(label, bool):
+            raise source.error(column, f"true (desirable) or false (undesirable), got {label!r}")
+        meta = {"task": task} if (task := _label(layout, record, source)) else {}
+        return LabelledExample(
+            rid, _prompt(layout, record, source), _reply(layout, record, "completion", source), label, meta
+        )
+
+    return _read(path, "labelled", on_error, options, build)
+
+
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
     """Prompts with references: the last assistant turn of a conversation, or the completion.
 
@@ -476,4 +518,4 @@ def _task_dimensions(table: Any) -> dict[str, list[str]]:
     return out
 
 
-FORMATS.register("custom")(DataFormat(train=read_sft, pairs=read_pairs, test=read_test))
+FORMATS.register("custom")(DataFormat(train=read_sft, pairs=read_pairs, labelled=read_labelled, test=read_test))

@@ -40,6 +40,7 @@ from rpbench.data.readers import (
     DataFormat,
     Source,
     as_object,
+    duplicate_policy,
     existing_file,
     optional_str,
     parse_conversation,
@@ -91,9 +92,11 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
         turns, image = dialogue(record, source, options, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: value for key in PROFILE_KEYS if (value := optional_str(record, key, source))})
+        speakers = {"assistant": meta.get("role"), "user": meta.get("other_role")}  # data.speaker reads them
+        turns = tuple(replace(t, speaker=t.speaker or speakers.get(t.role)) for t in turns)
         return SFTExample(rid, turns, meta)
 
-    result = _counted(read_file(path, parse, on_error), filled)
+    result = _counted(read_file(path, parse, on_error, duplicate_policy(options)), filled)
     if options.get("per_turn_samples"):
         result.examples = _per_turn(result.path, result.examples)
     return result
@@ -144,7 +147,14 @@ def dialogue(
     items = require_list(record, "conversations", source)
     turns = list(
         parse_conversation(
-            items, source, "conversations", last="assistant", role_key="from", content_key="value", roles=ROLES
+            items,
+            source,
+            "conversations",
+            last="assistant",
+            role_key="from",
+            content_key="value",
+            roles=ROLES,
+            turn_field=options.get("turn_field"),
         )
     )
     image_root = options.get("image_root") or None

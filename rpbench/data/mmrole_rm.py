@@ -34,7 +34,16 @@ from typing import Any
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.mmrole import SYSTEM_FILLED, dialogue
 from rpbench.data.mmrole_prompts import METRICS, parse_score_pair, review_prompts
-from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, optional_str, read_file, record_id
+from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
+    Source,
+    as_object,
+    duplicate_policy,
+    optional_str,
+    read_file,
+    record_id,
+)
 from rpbench.data.records import EvalExample, SFTExample
 
 SCENARIO = "reward_model"
@@ -84,7 +93,7 @@ def _read(path: str | Path, on_error: OnError, options: dict[str, Any], *, test:
             return EvalExample(rid, turns[:2], evaluation, metric, meta)
         return SFTExample(rid, turns, meta)
 
-    result = read_file(path, parse, on_error)
+    result = read_file(path, parse, on_error, "error" if test else duplicate_policy(options))
     if filled:
         result.counts[SYSTEM_FILLED] = sum(example.id in filled for example in result.examples)
     return result

@@ -12,11 +12,12 @@ held-out loss stays measured on the training file's records alone)."""
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from rpbench.data import readers
+from rpbench.data import readers, supervision
 from rpbench.data.errors import ConfigError, DataFormatError, ReadResult
 from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
 
@@ -37,9 +38,16 @@ READER_OPTIONS = (
     "record_shape",
     "reference_judge",
     "rolebench",
+    "duplicates",
 )
-MAX_SAMPLES = {"train": "max_train_samples", "pairs": "max_train_samples", "test": "max_test_samples"}
+MAX_SAMPLES = {
+    "train": "max_train_samples",
+    "pairs": "max_train_samples",
+    "labelled": "max_train_samples",
+    "test": "max_test_samples",
+}
 TEST_SET = "test_set"
+log = logging.getLogger(__name__)
 
 
 def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None) -> ReadResult:
@@ -51,7 +59,10 @@ def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None)
         if file != "test":
             raise ConfigError(f"data.files.{file}: one file (test sets, a mapping of names to files, are for test)")
         return _read_test_sets(data_cfg, entry)
-    return _limited(data_cfg, file, _read_file(data_cfg, split, str(entry or ""), file))
+    result = _read_file(data_cfg, split, str(entry or ""), file)
+    if dropped := result.counts.get(readers.DUPLICATES_DROPPED):
+        log.info("data.files.%s: %d identical records without an id dropped, the first of each kept", file, dropped)
+    return _limited(data_cfg, file, result)
 
 
 def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> None:
@@ -66,13 +77,24 @@ def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> 
 
 
 def _read_file(data_cfg: Mapping[str, Any], split: str, name: str, file: str | None = None) -> ReadResult:
-    """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader."""
+    """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader; a
+    training file's conversations supervised as ``data.supervise`` and ``data.speaker`` say (``supervision``)."""
     path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, file or split, name or None)
     options = {key: as_plain(data_cfg[key]) for key in READER_OPTIONS if data_cfg.get(key) is not None}
     if "image_root" in options:
         options["image_root"] = image_root(data_cfg)
     on_error = str(data_cfg.get("on_error", "raise"))
-    return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
+    if split != "train":
+        return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
+    field = supervision.turn_field(data_cfg["supervise"])
+    result = readers.read(str(data_cfg["format"]), split, path, on_error=on_error, turn_field=field, **options)
+    configured = f"data.files.{file or split}"
+    supervision.check_found(field, configured)
+    result.examples, counts = supervision.apply_supervision(
+        result.examples, str(data_cfg["supervise"]), data_cfg["speaker"], configured
+    )
+    result.counts.update(counts)
+    return result
 
 
 def _limited(data_cfg: Mapping[str, Any], file: str, result: ReadResult) -> ReadResult:

@@ -2,7 +2,8 @@
 
 ``read(format, split, path, on_error=..., **options)`` dispatches to the ``DataFormat`` registered in
 ``FORMATS`` under ``format`` (each format module registers its own; ``rpbench.data`` imports them):
-split ``train``, ``pairs`` or ``test`` -> that format's reader for the split.
+split ``train``, ``pairs``, ``labelled`` (KTO's labelled completions) or ``test`` -> that format's reader for
+the split.
 
 Files are JSON Lines (one object per line, blank lines ignored) or one JSON document, in UTF-8 with or
 without a byte-order mark; a file whose first non-blank character is ``[`` is read as a JSON list,
@@ -11,9 +12,11 @@ named in errors by 1-based line number (JSON Lines) or by 0-based index and id (
 
 Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
 ``"\\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
-so its id, and the train/validation split, survive renaming the file or adding lines; two records of
-identical content then share an id, which is an error like any repeated id (under ``on_error=skip``
-the repeat is skipped and counted).
+so its id, and the train/validation split, survive renaming the file or adding lines. Two such records of
+identical content are duplicates, handled as the reader's ``duplicates`` option says (``DUPLICATE_POLICIES``:
+``drop`` the repeats, ``keep`` them under the ids ``<id>#2``, ``#3``..., or ``error``; a reader given none,
+as every test split, is strict: ``error``). A repeated id a record names itself is always an error (under
+``on_error=skip`` the repeat is skipped and counted).
 """
 
 from __future__ import annotations
@@ -26,18 +29,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
 from rpbench.data.records import Turn
+from rpbench.data.supervision import SPEAKER_KEY, TurnField
 from rpbench.registry import Registry
 
 T = TypeVar("T")
 Reader = Callable[..., ReadResult]
 
-SPLITS: tuple[str, ...] = ("train", "pairs", "test")
+SPLITS: tuple[str, ...] = ("train", "pairs", "labelled", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 CONTENT_ID_CHARS = 16
-DUPLICATES = "duplicates"  # the read report's count of records skipped for repeating an earlier record's id
+DUPLICATES = "duplicates"  # the read report's count of records repeating an earlier record's id
+DUPLICATES_DROPPED = "duplicates_dropped"  # of those, identical records without an id dropped (duplicates=drop)
+DUPLICATE_POLICIES: tuple[str, ...] = ("drop", "keep", "error")
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors write first
 
 
@@ -52,6 +58,7 @@ class DataFormat:
     train: Reader | None = None
     pairs: Reader | None = None
     test: Reader | None = None
+    labelled: Reader | None = None
 
 
 FORMATS = Registry("data format")
@@ -182,17 +189,33 @@ def _first_byte(path: Path) -> bytes:
     return b""
 
 
+def duplicate_policy(options: Mapping[str, Any]) -> str:
+    """The ``duplicates`` option of a reader's options (the data config's ``data.duplicates``); a reader
+    given none (a test split, a direct call) is strict: ``error``."""
+    policy = options.get("duplicates") or "error"
+    if policy not in DUPLICATE_POLICIES:
+        raise ConfigError(f"data.duplicates: one of {', '.join(DUPLICATE_POLICIES)}, got {policy!r}")
+    return policy
+
+
 def collect(
-    path: Path, records: Iterator[tuple[Source, Any]], parse: Callable[[Any, Source], T], on_error: OnError
+    path: Path,
+    records: Iterator[tuple[Source, Any]],
+    parse: Callable[[Any, Source], T],
+    on_error: OnError,
+    duplicates: str = "error",
 ) -> ReadResult[T]:
     """Parse every record; a bad record raises or, under ``on_error=skip``, is listed in ``skipped`` (a
     repeated id is also counted as ``duplicates``).
 
     A file without records is an error. Record ids must be unique within a file (later stages key
     predictions and judgements by id); a record without an id repeats another when their contents are
-    identical.
+    identical: a duplicate, dropped (counted as ``duplicates_dropped`` too), kept under a numbered id, or
+    an error, as ``duplicates`` says.
     """
     result: ReadResult[T] = ReadResult(str(path), counts={DUPLICATES: 0})
+    if duplicates == "drop":
+        result.counts[DUPLICATES_DROPPED] = 0
     seen: dict[str, int | str] = {}
     n_records = 0
     for source, raw in records:
@@ -203,10 +226,19 @@ def collect(
             example = parse(raw, source)
             if example.id in seen:
                 result.counts[DUPLICATES] += 1
+                if isinstance(example.id, ContentId) and duplicates != "error":
+                    if duplicates == "drop":
+                        result.counts[DUPLICATES_DROPPED] += 1
+                        continue
+                    example = replace(example, id=_numbered(example.id, seen))
+                    seen[example.id] = source.record
+                    result.examples.append(example)
+                    continue
                 raise source.error(
                     "id",
                     f"a unique record id; {example.id!r} is also record {seen[example.id]} (records without an "
-                    "id are identified by their content: identical records repeat one id)",
+                    "id are identified by their content: identical records repeat one id; data.duplicates=drop "
+                    "or keep takes them)",
                 )
             seen[example.id] = source.record
             result.examples.append(example)
@@ -217,11 +249,22 @@ def collect(
     return result
 
 
-def read_file(path: str | Path, parse: Callable[[Any, Source], T], on_error: OnError) -> ReadResult[T]:
-    """Read a JSON Lines file or JSON list with ``parse`` applied to each record."""
+def _numbered(record_id: str, seen: Mapping[str, Any]) -> str:
+    """The first ``<id>#<n>`` (n >= 2) not yet taken: a kept duplicate's id."""
+    n = 2
+    while f"{record_id}#{n}" in seen:
+        n += 1
+    return f"{record_id}#{n}"
+
+
+def read_file(
+    path: str | Path, parse: Callable[[Any, Source], T], on_error: OnError, duplicates: str = "error"
+) -> ReadResult[T]:
+    """Read a JSON Lines file or JSON list with ``parse`` applied to each record (``duplicates``: see
+    ``collect``)."""
     check_on_error(on_error)
     p = existing_file(path)
-    return collect(p, iter_records(p), parse, on_error)
+    return collect(p, iter_records(p), parse, on_error, duplicates)
 
 
 # -- field checks -------------------------------------------------------------------------------------
@@ -276,11 +319,15 @@ def record_id(record: Mapping[str, Any], key: str, source: Source) -> tuple[str,
     return str(value), source.named(str(value))
 
 
-def content_id(record: Mapping[str, Any]) -> str:
+class ContentId(str):
+    """The id of a record that names none: its ``content_id``. Two records sharing one are duplicates."""
+
+
+def content_id(record: Mapping[str, Any]) -> ContentId:
     """A stable id from a record's content: a hash of its canonical JSON (key order and spacing do not
     count), the same wherever the record sits and whatever the file is called."""
     canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:CONTENT_ID_CHARS]
+    return ContentId(hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:CONTENT_ID_CHARS])
 
 
 def type_name(value: Any) -> str:
@@ -307,12 +354,14 @@ def parse_conversation(
     role_key: str,
     content_key: str,
     roles: Mapping[str, str],
+    turn_field: TurnField | None = None,
 ) -> tuple[Turn, ...]:
     """Turns from ``[{role_key: ..., content_key: ...}, ...]``; ``roles`` maps lower-cased raw roles to ours.
 
     Enforced: every role is known; a system turn only comes first, and an empty one counts as none;
     every other turn has non-empty content; user and assistant turns alternate (either may open);
-    there is at least one of them; the conversation ends on a ``last`` turn.
+    there is at least one of them; the conversation ends on a ``last`` turn. A message's ``name`` (a string)
+    is its turn's speaker; ``turn_field`` (``data.supervise``'s per-turn field) marks the turns trained on.
     """
     turns: list[Turn] = []
     previous: str | None = None
@@ -331,8 +380,10 @@ def parse_conversation(
                 f"{where}.{role_key}", f"user and assistant turns alternating (turn {i - 1} is also {role})"
             )
         previous = role
+        trained = turn_field.trained(item, role, source, where) if turn_field else True
+        speaker = item.get(SPEAKER_KEY) if isinstance(item.get(SPEAKER_KEY), str) else None
         if role != "system" or content.strip():
-            turns.append(Turn(role, content))
+            turns.append(Turn(role, content, trained=trained, speaker=speaker))
     if not any(t.role != "system" for t in turns):
         raise source.error(field, "a conversation with at least one user or assistant turn")
     if turns[-1].role != last:

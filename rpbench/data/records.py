@@ -21,12 +21,14 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant")
 class Turn:
     """One message. ``image`` is the image of a multimodal turn: a path inside the benchmark's image root
     (resolved, when the reader was given the root; ``files.confined_path``). ``trained``: False for an
-    assistant turn a conversation keeps as context only, not trained on (OpenAI's per-message ``weight: 0``)."""
+    assistant turn a conversation keeps as context only, not trained on (OpenAI's per-message ``weight: 0``,
+    ``data.supervise``, ``data.speaker``). ``speaker``: the named speaker of a multi-character conversation."""
 
     role: Role
     content: str
     image: str | None = None
     trained: bool = True
+    speaker: str | None = None
 
     def as_message(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
@@ -62,6 +64,17 @@ class PreferenceExample:
 
 
 @dataclass(frozen=True)
+class LabelledExample:
+    """A prompt (ending on a user turn) with one assistant reply labelled ``desirable`` or not (KTO's data)."""
+
+    id: str
+    prompt: tuple[Turn, ...]
+    completion: str
+    desirable: bool
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class EvalExample:
     """A prompt (ending on a user turn) with its reference reply.
 
@@ -76,7 +89,7 @@ class EvalExample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-Example = SFTExample | PreferenceExample | EvalExample
+Example = SFTExample | PreferenceExample | LabelledExample | EvalExample
 
 
 THINK_TAGS = ("<think>", "</think>")
@@ -156,4 +169,6 @@ def split_for_overlap(example: Example) -> tuple[tuple[Turn, ...], str]:
         return example.turns[:-1], without_reasoning(example.turns[-1].content)
     if isinstance(example, PreferenceExample):
         return example.prompt, example.chosen
+    if isinstance(example, LabelledExample):
+        return example.prompt, example.completion
     return example.prompt, example.reference

@@ -28,6 +28,7 @@ from rpbench.data.readers import (
     DataFormat,
     Source,
     as_object,
+    duplicate_policy,
     optional_str,
     parse_conversation,
     read_file,
@@ -36,6 +37,7 @@ from rpbench.data.readers import (
     require_str,
 )
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample
+from rpbench.data.supervision import TurnField
 
 ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
 LABEL_KEY = "task"
@@ -44,19 +46,20 @@ LABEL_PARTS = ("family", "first_speaker", "narration", "outcome")
 
 
 def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Conversations whose assistant turns are supervised. No options are used; others are ignored."""
+    """Conversations whose assistant turns are supervised. Options: ``duplicates``, ``turn_field`` (the
+    per-turn field of ``data.supervise``); others are ignored."""
 
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        turns = _turns(record, "conversations", source, last="assistant")
+        turns = _turns(record, "conversations", source, last="assistant", turn_field=options.get("turn_field"))
         return SFTExample(rid, turns, _label_meta(record, source))
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, on_error, duplicate_policy(options))
 
 
 def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[PreferenceExample]:
-    """Preference pairs. No options are used; others are ignored."""
+    """Preference pairs. Options: ``duplicates``; others are ignored."""
 
     def parse(raw: Any, source: Source) -> PreferenceExample:
         record = as_object(raw, source)
@@ -68,7 +71,7 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
             raise source.error("rejected", "a reply different from 'chosen' (an identical pair teaches nothing)")
         return PreferenceExample(rid, prompt, chosen, rejected, _label_meta(record, source))
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, on_error, duplicate_policy(options))
 
 
 def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
@@ -117,9 +120,11 @@ def _label_meta(record: Mapping[str, Any], source: Source) -> dict[str, Any]:
     return {} if label is None else parse_label(label, source)
 
 
-def _turns(record: Mapping[str, Any], key: str, source: Source, *, last: str):
+def _turns(record: Mapping[str, Any], key: str, source: Source, *, last: str, turn_field: TurnField | None = None):
     items = require_list(record, key, source)
-    return parse_conversation(items, source, key, last=last, role_key="role", content_key="content", roles=ROLES)
+    return parse_conversation(
+        items, source, key, last=last, role_key="role", content_key="content", roles=ROLES, turn_field=turn_field
+    )
 
 
 def _task_dimensions(options: Mapping[str, Any]) -> dict[str, list[str]]:

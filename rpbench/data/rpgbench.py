@@ -41,6 +41,7 @@ from rpbench.data.readers import (
     check_on_error,
     checked_text,
     collect,
+    duplicate_policy,
     existing_file,
     load_document,
     optional_str,
@@ -116,10 +117,12 @@ def read_sft(
             golden = reasoning_target(meta["reasoning"], golden)
         return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
 
-    return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error)
+    return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error, duplicate_policy(options))
 
 
-def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError) -> ReadResult:
+def _read(
+    path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError, duplicates: str = "error"
+) -> ReadResult:
     check_on_error(on_error)
     p = existing_file(path)
     document = load_document(p)
@@ -134,7 +137,7 @@ def _read(path: str | Path, splits: Sequence[str] | str, parse, on_error: OnErro
             raise DataFormatError(
                 p, "file", split, f"a list of samples ({problem}; splits in the file: {', '.join(document) or 'none'})"
             )
-    return collect(p, _records(p, document, splits), parse, on_error)
+    return collect(p, _records(p, document, splits), parse, on_error, duplicates)
 
 
 def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iterator[tuple[Source, Any]]:

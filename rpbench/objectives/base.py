@@ -126,6 +126,12 @@ class ObjectiveModule(L.LightningModule):
         return {"all": sum(label != IGNORE_INDEX for s in samples for label in s["labels"][1:])}
 
     @staticmethod
+    def supervised_turns(samples: Sequence[dict]) -> int | None:
+        """Assistant turns trained on in rendered samples, as the run reports them (None: the objective
+        does not train on conversation turns)."""
+        return None
+
+    @staticmethod
     def sample_weight(sample: dict) -> int:
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])

@@ -200,6 +200,11 @@ class PreferenceModule(ObjectiveModule):
         ``chosen_nll``."""
         raise NotImplementedError
 
+    @property
+    def logs_chosen_nll(self) -> bool:
+        """Whether the chosen replies' NLL is part of the loss (and so logged apart)."""
+        return bool(self.nll_weight)
+
     def training_step(self, batch, batch_idx):
         terms = self.pair_terms(batch)
         per_pair = terms["losses"] + self.nll_weight * terms["chosen_nll"] if self.nll_weight else terms["losses"]
@@ -218,7 +223,7 @@ class PreferenceModule(ObjectiveModule):
             "train/logps/chosen": terms["chosen_logps"].detach().mean(),
             "train/logps/rejected": terms["rejected_logps"].detach().mean(),
         }
-        if self.nll_weight:
+        if self.logs_chosen_nll:
             metrics["train/chosen_nll"] = terms["chosen_nll"].detach().mean()
         self.log("train/loss", per_pair.detach().mean(), prog_bar=True, rank_zero_only=True)
         self.log_dict(metrics, rank_zero_only=True)
@@ -288,7 +293,7 @@ class DPOModule(PreferenceModule):
         self.precompute_reference()  # deferred models: built in configure_model, partitioned by the engine now
 
     def precompute_reference(self) -> None:
-        if not self.precompute_ref or self.reference is not None:
+        if not self.config.precompute_ref or self.reference is not None:
             return
         datamodule = self.trainer.datamodule
         if datamodule is None:
@@ -320,15 +325,15 @@ class DPOModule(PreferenceModule):
         logps, counts = self.policy_logps(batch)
         ref_logps = self.reference.sequence_logps(batch).to(logps.dtype)
         policy, reference = logps, ref_logps
-        if self.loss_type == "ipo":  # IPO compares per-token mean log-probs
+        if self.config.loss_type == "ipo":  # IPO compares per-token mean log-probs
             policy, reference = logps / counts.clamp(min=1), ref_logps / counts.clamp(min=1)
         losses = dpo_loss(
             policy[:n],
             policy[n:],
             reference[:n],
             reference[n:],
-            beta=self.beta,
-            loss_type=self.loss_type,
-            label_smoothing=self.label_smoothing,
+            beta=self.config.beta,
+            loss_type=self.config.loss_type,
+            label_smoothing=self.config.label_smoothing,
         )
         return preference_terms(*losses, logps, counts)

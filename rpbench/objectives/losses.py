@@ -1,4 +1,4 @@
-"""Pure loss functions over log-probabilities for the DPO and GRPO objectives.
+"""Pure loss functions over log-probabilities for the DPO family (DPO, ORPO, KTO) and GRPO.
 
 Every function here is stateless and device-agnostic; the LightningModules only wire them together, and
 the log-probabilities come from ``rpbench.models.forward`` (the SFT loss is its ``supervised_nll_sum``).
@@ -7,10 +7,24 @@ Per-token GRPO tensors are ``(batch, completion_len)`` and aligned with the comp
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
-DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge", "robust")
+DPO_LOSS_TYPES = (
+    "sigmoid",
+    "ipo",
+    "hinge",
+    "robust",
+    "exo_pair",
+    "nca_pair",
+    "bco_pair",
+    "sppo_hard",
+    "apo_zero",
+    "apo_down",
+)
+SMOOTHED_LOSS_TYPES = ("sigmoid", "robust", "exo_pair")  # the DPO losses that read label_smoothing
 ADVANTAGE_SCALES = ("group", "batch", "none")
 AGGREGATION_MODES = ("token_mean", "seq_mean", "dr_grpo")
 
@@ -40,11 +54,18 @@ def dpo_loss(
     - ``ipo``: ``(d - 1 / (2 * beta)) ** 2``. TRL divides each log-ratio by its completion's token count;
       here the caller normalises: pass per-token mean log-probs (``sum_logps / n_tokens``) for policy and
       reference alike. The returned rewards are then per token too;
-    - ``robust``: ``(-(1 - ls) * logsigmoid(beta * d) + ls * logsigmoid(-beta * d)) / (1 - 2 * ls)``.
+    - ``robust``: ``(-(1 - ls) * logsigmoid(beta * d) + ls * logsigmoid(-beta * d)) / (1 - 2 * ls)``;
+    - ``exo_pair`` (EXO, eq. 16): ``q * (logsigmoid(beta * d) - log(1 - ls)) + (1 - q) * (logsigmoid(-beta * d)
+      - log(ls))`` with ``q = sigmoid(beta * d)``; needs ``ls > 0`` (the EXO paper uses 1e-3);
+    - with the rewards ``c = beta * (pc - rc)`` and ``r = beta * (pr - rr)``: ``nca_pair``: ``-logsigmoid(c)
+      - logsigmoid(-c) / 2 - logsigmoid(-r) / 2``; ``bco_pair``: ``-logsigmoid(c) - logsigmoid(-r)`` (TRL
+      >= 1.0: no running reward baseline); ``apo_zero``: ``1 - sigmoid(c) + sigmoid(r)``; ``apo_down``:
+      ``sigmoid(c) + 1 - sigmoid(c - r)``;
+    - ``sppo_hard``: ``(pc - rc - 1 / (2 * beta)) ** 2 + (pr - rr + 1 / (2 * beta)) ** 2``.
 
     ``label_smoothing`` (``ls``, the assumed label-flip probability, in ``[0, 0.5)``) applies to
-    ``sigmoid`` and ``robust`` only; a non-zero value with ``hinge`` or ``ipo`` is an error. An optional
-    SFT (NLL) term on the chosen responses is the caller's to add.
+    ``SMOOTHED_LOSS_TYPES`` only; a non-zero value with another is an error. An optional SFT (NLL) term on
+    the chosen responses is the caller's to add.
     """
     if loss_type not in DPO_LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {DPO_LOSS_TYPES}, got {loss_type!r}")
@@ -52,8 +73,10 @@ def dpo_loss(
         raise ValueError(f"beta must be > 0, got {beta}")
     if not 0.0 <= label_smoothing < 0.5:
         raise ValueError(f"label_smoothing must lie in [0, 0.5), got {label_smoothing}")
-    if label_smoothing and loss_type not in ("sigmoid", "robust"):
-        raise ValueError(f"label_smoothing applies to 'sigmoid' and 'robust' only, not {loss_type!r}")
+    if label_smoothing and loss_type not in SMOOTHED_LOSS_TYPES:
+        raise ValueError(f"label_smoothing applies to {', '.join(SMOOTHED_LOSS_TYPES)} only, not {loss_type!r}")
+    if loss_type == "exo_pair" and not label_smoothing:
+        raise ValueError("loss_type 'exo_pair' needs label_smoothing > 0 (the EXO paper uses 1e-3)")
 
     chosen_logratios = policy_chosen_logps - ref_chosen_logps
     rejected_logratios = policy_rejected_logps - ref_rejected_logps
@@ -65,9 +88,87 @@ def dpo_loss(
         losses = torch.relu(1 - beta * margin)
     elif loss_type == "ipo":
         losses = (margin - 1 / (2 * beta)) ** 2
-    else:
+    elif loss_type == "robust":
         losses = (-(1 - ls) * F.logsigmoid(beta * margin) + ls * F.logsigmoid(-beta * margin)) / (1 - 2 * ls)
+    elif loss_type == "exo_pair":
+        logits = beta * margin
+        losses = torch.sigmoid(logits) * (F.logsigmoid(logits) - math.log1p(-ls)) + torch.sigmoid(-logits) * (
+            F.logsigmoid(-logits) - math.log(ls)
+        )
+    elif loss_type == "sppo_hard":
+        losses = (chosen_logratios - 0.5 / beta) ** 2 + (rejected_logratios + 0.5 / beta) ** 2
+    else:
+        losses = _reward_pair_loss(loss_type, beta * chosen_logratios, beta * rejected_logratios)
     return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
+
+
+def _reward_pair_loss(loss_type: str, chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """The DPO losses of each reply's own reward (``beta`` times its log-ratio), not of their margin alone."""
+    if loss_type == "nca_pair":
+        return -F.logsigmoid(chosen) - 0.5 * F.logsigmoid(-chosen) - 0.5 * F.logsigmoid(-rejected)
+    if loss_type == "bco_pair":
+        return -F.logsigmoid(chosen) - F.logsigmoid(-rejected)
+    if loss_type == "apo_zero":
+        return 1 - torch.sigmoid(chosen) + torch.sigmoid(rejected)
+    return torch.sigmoid(chosen) + 1 - torch.sigmoid(chosen - rejected)  # apo_down
+
+
+def log1mexp(x: torch.Tensor) -> torch.Tensor:
+    """``log(1 - exp(x))`` for ``x < 0``, accurate near 0 and far below it (Maechler's two branches)."""
+    return torch.where(x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+
+
+def orpo_loss(
+    chosen_mean_logps: torch.Tensor, rejected_mean_logps: torch.Tensor, *, beta: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-pair ORPO odds-ratio terms (to add to the chosen reply's NLL), and the log odds ratios.
+
+    Inputs are ``(batch,)`` per-token mean log-probs (``p = exp(mean)``), as TRL's ORPOTrainer reads them:
+    ``log_odds = (pc - pr) - (log(1 - exp(pc)) - log(1 - exp(pr)))``, term ``-beta * logsigmoid(log_odds)``
+    (``beta``: the paper's lambda). Reference-free: the implicit rewards TRL logs are ``beta * p``.
+    """
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    log_odds = (chosen_mean_logps - rejected_mean_logps) - (log1mexp(chosen_mean_logps) - log1mexp(rejected_mean_logps))
+    return -beta * F.logsigmoid(log_odds), log_odds.detach()
+
+
+def kto_kl(policy_mismatched_logps: torch.Tensor, ref_mismatched_logps: torch.Tensor) -> torch.Tensor:
+    """KTO's reference point: the batch-mean log-ratio of mismatched (prompt, completion) pairs, detached and
+    clamped at 0 (TRL's ``KL``; averaged over ranks by the caller before the clamp when there are several)."""
+    return (policy_mismatched_logps - ref_mismatched_logps).mean().detach()
+
+
+def kto_loss(
+    policy_logps: torch.Tensor,
+    ref_logps: torch.Tensor,
+    desirable: torch.Tensor,
+    kl: torch.Tensor,
+    *,
+    beta: float,
+    desirable_weight: float,
+    undesirable_weight: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-completion KTO losses (eq. 7 of the KTO paper, TRL's ``kto`` loss) and implicit rewards.
+
+    ``r = policy - ref`` (summed log-probs); a ``desirable`` completion has loss ``desirable_weight * (1 -
+    sigmoid(beta * (r - kl)))``, an undesirable one ``undesirable_weight * (1 - sigmoid(beta * (kl - r)))``,
+    with ``kl`` the reference point (``kto_kl``, clamped at 0 here). Rewards: ``beta * r``.
+    """
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if desirable_weight < 0 or undesirable_weight < 0:
+        raise ValueError(
+            f"desirable_weight and undesirable_weight must be >= 0, got {desirable_weight}, {undesirable_weight}"
+        )
+    logratios = policy_logps - ref_logps
+    kl = kl.clamp(min=0).detach()
+    losses = torch.where(
+        desirable,
+        desirable_weight * (1 - torch.sigmoid(beta * (logratios - kl))),
+        undesirable_weight * (1 - torch.sigmoid(beta * (kl - logratios))),
+    )
+    return losses, beta * logratios.detach()
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -27,10 +27,14 @@ class SFTModule(ObjectiveModule):
             else:
                 rendered = renderer.render_conversation(example.turns)
             if rendered.n_supervised:
-                samples.append({**rendered.as_sample(), "id": example.id})
+                samples.append({**rendered.as_sample(), "id": example.id, "turns": rendered.n_supervised_turns})
             else:
                 empty.append(example.id)
         return samples, empty
+
+    @staticmethod
+    def supervised_turns(samples: Sequence[dict]) -> int:
+        return sum(sample["turns"] for sample in samples)
 
     def training_step(self, batch, batch_idx):
         nll, tokens = self.evaluation_nll(batch)

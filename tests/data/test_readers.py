@@ -229,7 +229,7 @@ def test_rpgbench_persona_object_and_training_layout(tmp_path):
 def test_read_rejects_unknown_format_split_and_option():
     with pytest.raises(ValueError, match=", ".join(readers.FORMATS.names())):
         readers.read("no_such_format", "train", "x.jsonl")
-    with pytest.raises(ValueError, match="train, pairs, test"):
+    with pytest.raises(ValueError, match="train, pairs, labelled, test"):
         readers.read("rolemrc", "dev", "x.jsonl")
     with pytest.raises(ValueError, match="no 'pairs' split; choose one of train, test"):
         readers.read("mmrole", "pairs", "x.json")

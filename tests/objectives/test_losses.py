@@ -140,6 +140,12 @@ DPO_CASES = [
     # to the sorted log-ratio gaps of the batch, which for a single pair is that pair's own gap.
     ("sigmoid", 0.1, 0.1, "aot"),
     ("sigmoid", 0.3, 0.25, "aot"),
+    ("exo_pair", 0.1, 1e-3, "exo_pair"),
+    ("nca_pair", 0.1, 0.0, "nca_pair"),
+    ("bco_pair", 0.1, 0.0, "bco_pair"),
+    ("sppo_hard", 0.1, 0.0, "sppo_hard"),
+    ("apo_zero", 0.1, 0.0, "apo_zero"),
+    ("apo_down", 0.1, 0.0, "apo_down"),
 ]
 
 

@@ -82,7 +82,6 @@ def test_the_pages_hold_commands():
     assert len([c for page, c in found if page == "README.md"]) >= 8 and len(found) >= 60
 
 
-@pytest.mark.slow  # about 0.5 s a composition, ~50 distinct commands
 def test_every_documented_command_composes():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

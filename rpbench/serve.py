@@ -4,7 +4,11 @@
     python -m rpbench.serve model=qwen2.5-7b-instruct model.dtype=bfloat16 max_batch_size=16
 
 Endpoints: ``POST /v1/chat/completions`` (``stream=true``: OpenAI's server-sent chunks as tokens are
-generated, usage in a last chunk with ``stream_options.include_usage``), ``GET /v1/models``, ``GET /health``.
+generated, usage in a last chunk with ``stream_options.include_usage``), ``POST /v1/completions`` (OpenAI's
+text completions of a raw prompt, no chat template: ``prompt`` a string, token ids or a list of either;
+``echo`` and ``logprobs`` give the prompt's own token log-probabilities, with ``max_tokens=0`` nothing is
+generated: what lm-eval's ``local-completions`` scores loglikelihood tasks with; ``stop`` strings cut the
+text), ``GET /v1/models``, ``GET /health``.
 The model is served as ``name=`` (default: the model folder's name, or the hub id's last part); requests
 may also name its full identity (the hub id, or ``local/<folder>-<hash of its path>``, which judge caches
 key on). Requests are checked as
@@ -57,6 +61,9 @@ FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
 # Seconds a client is asked to wait (Retry-After) when the queue is full.
 BUSY_RETRY_AFTER_S = 1
+# /v1/completions as OpenAI's: the most alternatives ``logprobs`` may ask per token; max_tokens when none is named.
+MAX_LOGPROBS = 5
+DEFAULT_COMPLETION_TOKENS = 16
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,18 @@ class ServerStats:
     stopped_after_tokens: deque[int] = field(default_factory=lambda: deque(maxlen=STATS_HISTORY))
 
 
+@dataclass(frozen=True)
+class CompletionJob:
+    """A checked /v1/completions request: its prompts as token ids, sampling (max_tokens 0: score only),
+    whether to echo the prompt, the top alternatives to report per token (None: no logprobs), stop strings."""
+
+    prompts: list[list[int]]
+    sampling: Sampling
+    echo: bool
+    logprobs: int | None
+    stop: tuple[str, ...]
+
+
 class BadRequest(Exception):
     pass
 
@@ -165,6 +184,8 @@ class Pending:
     # stream=true: the reply's text pieces as they are generated (put from the generation thread).
     pieces: asyncio.Queue | None = None
     images: list[Any] = field(default_factory=list)
+    # max_tokens 0 (a /v1/completions scoring request): the top alternatives per position to report.
+    top: int = 0
 
 
 def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
@@ -214,6 +235,7 @@ class ChatServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.on_startup.append(self._start_batcher)
@@ -286,12 +308,158 @@ class ChatServer:
             if stream:
                 return await self._stream(request, pending, None, len(prompt_ids), usage)
             try:
-                text, completion_tokens, finish = await future
+                text, completion_tokens, finish, _ = await future
             except ClientLeft:
                 return web.Response(status=499)  # nobody reads it: "client closed request"
             return web.json_response(self._completion(text, len(prompt_ids), completion_tokens, finish))
         finally:
             self.stats.in_flight -= 1
+
+    async def _completions(self, request: web.Request) -> web.Response:
+        """``POST /v1/completions``: a text completion per prompt, with ``echo`` and ``logprobs`` as OpenAI's."""
+        self.stats.requests += 1
+        self.stats.arrivals.append(time.time())
+        try:
+            job = self._parse_completion(_json_body(await request.read()))
+        except UnknownModel as error:
+            return _error(404, str(error), "invalid_request_error", code="model_not_found")
+        except (BadRequest, ValueError, TypeError) as error:
+            return _error(400, str(error), "invalid_request_error")
+        if self._queue.maxsize - self._queue.qsize() < len(job.prompts):
+            self.stats.queue_full += 1
+            message = f"the server is busy ({self.options.max_queue} requests are waiting): retry later"
+            return _error(503, message, "server_error", {"Retry-After": str(BUSY_RETRY_AFTER_S)})
+        try:
+            done = await asyncio.gather(*(self._complete(request, job, ids) for ids in job.prompts))
+        except ClientLeft:
+            return web.Response(status=499)
+        except asyncio.QueueFull:
+            self.stats.queue_full += 1
+            message = f"the server is busy ({self.options.max_queue} requests are waiting): retry later"
+            return _error(503, message, "server_error", {"Retry-After": str(BUSY_RETRY_AFTER_S)})
+        choices = [{"index": i, **choice} for i, (choice, _) in enumerate(done)]
+        prompt_tokens = sum(len(ids) for ids in job.prompts)
+        return web.json_response(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": self.name,
+                "choices": choices,
+                "usage": _usage(prompt_tokens, sum(n for _, n in done)),
+            }
+        )
+
+    def _parse_completion(self, body: Any) -> CompletionJob:
+        """A /v1/completions body checked as OpenAI checks it, its prompts as token ids (a text prompt is
+        tokenized as given: no special tokens added)."""
+        if not isinstance(body, dict):
+            raise BadRequest("the request body must be a JSON object")
+        model = body.get("model")
+        if model is not None and model not in (self.name, self.served.identity):
+            raise UnknownModel(f"The model {model!r} does not exist: this server serves {self.name!r}")
+        if body.get("stream"):
+            raise BadRequest("stream=true is not supported on /v1/completions")
+        if body.get("n", 1) != 1 or body.get("best_of", 1) != 1:
+            raise BadRequest("only n=1 and best_of=1 are supported")
+        echo = body.get("echo", False)
+        if not isinstance(echo, bool):
+            raise BadRequest(f"echo must be true or false, got {echo!r}")
+        logprobs = body.get("logprobs")
+        if logprobs is not None and (not _is_int(logprobs) or not 0 <= logprobs <= MAX_LOGPROBS):
+            raise BadRequest(f"logprobs must be an integer from 0 to {MAX_LOGPROBS}, got {logprobs!r}")
+        max_tokens = body.get("max_tokens", DEFAULT_COMPLETION_TOKENS)
+        if not _is_int(max_tokens) or max_tokens < 0 or (max_tokens == 0 and not echo):
+            raise BadRequest(f"max_tokens must be an integer >= 1 (0 only with echo=true), got {max_tokens!r}")
+        stop = body.get("stop")
+        stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
+        if len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
+            raise BadRequest(f"stop: a non-empty string or a list of up to 4, got {stop!r}")
+        temperature, top_p = _number(body, "temperature", 1.0), _number(body, "top_p", 1.0)
+        if not 0 <= temperature <= 2:
+            raise BadRequest(f"temperature must be between 0 and 2, got {temperature!r}")
+        if not 0 < top_p <= 1:
+            raise BadRequest(f"top_p must be in (0, 1], got {top_p!r}")
+        if body.get("seed") is not None and not _is_int(body["seed"]):
+            raise BadRequest(f"seed must be an integer, got {body['seed']!r}")
+        prompts = self._prompt_ids(body.get("prompt"))
+        if len(prompts) > self.options.max_queue:
+            raise BadRequest(f"prompt: at most {self.options.max_queue} prompts per request, got {len(prompts)}")
+        for i, ids in enumerate(prompts):
+            if not ids or len(ids) + max_tokens > self.context:
+                raise BadRequest(
+                    f"prompt[{i}]: {len(ids)} tokens plus max_tokens={max_tokens} must be between 1 and this "
+                    f"model's maximum context length, {self.context} tokens"
+                )
+        return CompletionJob(prompts, Sampling(max_tokens, temperature, top_p), echo, logprobs, stops)
+
+    def _prompt_ids(self, prompt: Any) -> list[list[int]]:
+        """``prompt`` as a list of token-id prompts: a string, a list of strings, token ids or lists of them."""
+        vocab = self.served.model.get_input_embeddings().num_embeddings
+        if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt)):
+            prompt = [prompt]
+        if not isinstance(prompt, list) or not prompt:
+            raise BadRequest("prompt: a string, a list of strings, a list of token ids, or a list of such lists")
+        out = []
+        for i, one in enumerate(prompt):
+            if isinstance(one, str):
+                with self._tokenizer_lock:
+                    out.append(self.served.tokenizer(one, add_special_tokens=False).input_ids)
+            elif isinstance(one, list) and all(_is_int(t) and 0 <= t < vocab for t in one):
+                out.append(list(one))
+            else:
+                raise BadRequest(f"prompt[{i}]: a string or a list of token ids in [0, {vocab})")
+        return out
+
+    async def _complete(self, request: web.Request, job: CompletionJob, prompt: list[int]) -> tuple[dict, int]:
+        """One prompt's choice (without its index) and its completion tokens: generated (unless max_tokens
+        is 0), cut at the first ``stop`` string, and scored when ``logprobs`` is asked."""
+        generated, text, finish = [], "", "length"
+        if job.sampling.max_tokens:
+            _, _, finish, generated = await self._queued(request, prompt, job.sampling)
+            generated, text, finish = self._cut(generated, job.stop, finish)
+        choice = {"text": (self._piece(prompt) if job.echo else "") + text, "finish_reason": finish, "logprobs": None}
+        if job.logprobs is not None:
+            logprobs, tops = await self._queued(request, prompt + generated, Sampling(0, 0.0, 1.0), job.logprobs)
+            start = 0 if job.echo else len(prompt)
+            choice["logprobs"] = self._logprobs_object((prompt + generated)[start:], logprobs[start:], tops[start:])
+        return choice, len(generated)
+
+    async def _queued(self, request: web.Request, ids: list[int], sampling: Sampling, top: int = 0) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(Pending(ids, sampling, lambda: _client_gone(request), future, top=top))
+        return await future
+
+    def _cut(self, ids: list[int], stops: Sequence[str], finish: str) -> tuple[list[int], str, str]:
+        """The generated ids and text up to the end-of-turn token or the first ``stop`` string (excluded from
+        the text); the stop token stays in the ids, as it is reported in logprobs."""
+        text = self._piece([t for t in ids if t not in self.served.stop_ids])
+        cuts = [text.index(s) for s in stops if s in text]
+        if not cuts:
+            return ids, text, finish
+        text = text[: min(cuts)]
+        keep = next(k for k in range(len(ids) + 1) if len(self._piece(ids[:k])) >= len(text))
+        return ids[:keep], text, "stop"
+
+    def _piece(self, ids: Sequence[int]) -> str:
+        with self._tokenizer_lock:
+            return self.served.tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    def _logprobs_object(
+        self, ids: list[int], logprobs: list[float | None], tops: list[list[tuple[int, float]] | None]
+    ) -> dict[str, Any]:
+        """OpenAI's completion logprobs: tokens, token_logprobs, top_logprobs and text_offset."""
+        with self._tokenizer_lock:
+            decode = self.served.tokenizer.decode
+            tokens = [decode([t]) for t in ids]
+            top = [None if t is None else {decode([i]): value for i, value in t} for t in tops]
+        offsets = [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+        return {"tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top, "text_offset": offsets}
+
+    def _score(self, group: list[Pending]) -> list[tuple[list[float | None], list[list[tuple[int, float]] | None]]]:
+        """Per request, each token's log-probability given the ones before it (None for the first) and the
+        ``top`` most likely tokens at that position."""
+        return token_logprobs(self.served.model, [p.prompt_ids for p in group], max(p.top for p in group))
 
     def _parse(self, body: Any) -> tuple[list[dict[str, Any]], list[Any], Sampling]:
         """The conversation, its images (in order) and sampling settings of a request body, checked as
@@ -408,8 +576,9 @@ class ChatServer:
                 group = [p for p in group if p not in left]
                 if not group:
                     continue
+                work = (self._score, group) if sampling.max_tokens == 0 else (self._run, group, sampling)
                 try:
-                    outputs = await loop.run_in_executor(self._executor, self._run, group, sampling)
+                    outputs = await loop.run_in_executor(self._executor, *work)
                 except Exception as error:  # noqa: BLE001 - each waiting request gets it (a 500)
                     outputs = [error] * len(group)
                 for pending, output in zip(group, outputs):
@@ -423,9 +592,10 @@ class ChatServer:
                     else:
                         pending.future.set_result(output)
 
-    def _run(self, group: list[Pending], sampling: Sampling) -> list[tuple[str, int, str] | Exception]:
-        """Generate for one group: per request the text, the generated tokens before the stop token, and
-        the finish reason; a request whose client left stops at the next token (ClientLeft)."""
+    def _run(self, group: list[Pending], sampling: Sampling) -> list[tuple[str, int, str, list[int]] | Exception]:
+        """Generate for one group: per request the text, the generated tokens before the stop token, the
+        finish reason and the generated ids (the stop token included); a request whose client left stops at
+        the next token (ClientLeft)."""
         import torch
         from transformers import StoppingCriteriaList
 
@@ -461,7 +631,8 @@ class ChatServer:
                 continue
             generated = next((i for i, t in enumerate(row) if t in stop_ids), len(row))
             text = self._decode(row)
-            results.append((text, generated, "stop" if generated < len(row) else "length"))
+            finish = "stop" if generated < len(row) else "length"
+            results.append((text, generated, finish, row[: generated + 1]))
         return results
 
     def _decode(self, row: Sequence[int]) -> str:
@@ -512,7 +683,7 @@ class ChatServer:
                 known = pending.future.result()
             except ClientLeft:
                 return response
-        text, completion_tokens, finish = known
+        text, completion_tokens, finish = known[:3]
         if text.startswith(sent) and len(text) > len(sent):
             await send({"content": text[len(sent) :]})
         await send({}, finish)
@@ -656,6 +827,35 @@ def _text(message: Mapping[str, Any]) -> str:
 def _client_gone(request: web.Request) -> bool:
     transport = request.transport
     return transport is None or transport.is_closing()
+
+
+def token_logprobs(
+    model, rows: Sequence[Sequence[int]], top: int
+) -> list[tuple[list[float | None], list[list[tuple[int, float]] | None]]]:
+    """Per row of token ids, each token's log-probability under ``model`` given the tokens before it (None for
+    the first) and the ``top`` most likely (id, log-probability) pairs at that position (right-padded batch)."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+    out = []
+    for i, row in enumerate(rows):
+        logp = logits[i, : len(row) - 1].float().log_softmax(-1)
+        chosen = logp.gather(1, torch.tensor(row[1:], device=device)[:, None])[:, 0].tolist()
+        best = logp.topk(top, dim=-1) if top else None
+        alternatives = (
+            [list(zip(b, v)) for b, v in zip(best.indices.tolist(), best.values.tolist())]
+            if best is not None
+            else [[] for _ in chosen]
+        )
+        out.append(([None, *chosen], [None, *alternatives]))
+    return out
 
 
 def context_length(model) -> int:

@@ -23,6 +23,7 @@ from rpbench.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
 from rpbench.objectives.config import ObjectiveConfig
+from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
@@ -127,6 +128,7 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
     if cfg.model.get("unsupported"):
         problems.append(f"model={cfg.model.name}: {cfg.model.unsupported}")
+    problems.extend(quantization_problems(cfg.model))
     if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
 

@@ -58,7 +58,7 @@ def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp
     # results: held-out loss and the test metrics, as metrics.json has them
     assert f"held-out loss {held_out['before']['loss']:.4f} -> {held_out['after']['loss']:.4f}" in result.stdout
     assert f"rougeL {metrics['eval']['metrics']['overall']['rougeL']['mean']:.4f}" in result.stdout
-    # the PNGs the README lists, decodable and of the size they are drawn at
+    # the PNGs docs/outputs.md lists, decodable and of the size they are drawn at
     assert metrics["train"]["loss_curve"] == CURVE_FILE
     with Image.open(out / CURVE_FILE) as image:
         image.verify()

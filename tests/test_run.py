@@ -87,7 +87,7 @@ def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_
 
 
 def test_cfg_job_prints_the_resolved_config():
-    result = run("--cfg", "job", "--resolve", "objective=none")  # as the README shows it
+    result = run("--cfg", "job", "--resolve", "objective=none")  # as docs/configuration.md shows it
     assert result.returncode == 0, result.stderr[-2000:]
     assert "${" not in result.stdout
     cfg = yaml.safe_load(result.stdout)

@@ -3,7 +3,8 @@
 A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
 ``family`` (a registered model family, rpbench.models.families: how to load, render and probe it),
 ``dtype``, ``attn_implementation``, ``gradient_checkpointing``, ``chat_template`` (null keeps the
-tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``tiny`` (size overrides); a family
+tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``quantization`` (null, 4bit or 8bit:
+QLoRA, rpbench.models.quantization), ``tiny`` (size overrides); a family
 with a vision tower (``vision_module``) also ``freeze_vision`` (true: the tower does not train).
 """
 
@@ -26,6 +27,7 @@ from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named
+from rpbench.models.quantization import quantization_config
 from rpbench.models.zero3 import full_numel, gathered_state_dict, initialise_partitioned_lora, is_partitioned
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,7 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
         if not is_partitioned(model):
             model = model.to(dtype)
     else:
+        quantized = quantization_config(cfg, dtype)
         try:
             model = family.load_pretrained(
                 name,
@@ -127,6 +130,7 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
                 attn_implementation=attn,
                 revision=cfg.get("revision"),
                 trust_remote_code=bool(cfg.get("trust_remote_code", False)),
+                **({"quantization_config": quantized} if quantized is not None else {}),
             )
         except (OSError, ValueError) as error:
             raise _offline_hint(name, error) from error
@@ -143,6 +147,10 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
     eot = end_of_turn_ids(cfg, tokenizer)
     model.generation_config.eos_token_id = eot
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if cfg.get("quantization"):  # QLoRA: norms in float32, inputs requiring grad for checkpointing
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
     if cfg.get("gradient_checkpointing"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False

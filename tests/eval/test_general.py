@@ -133,3 +133,32 @@ def test_an_unknown_task_is_named(tasks, tmp_path):
             *tasks,
             "evaluator.tasks=[{label: X, name: no_such_task, num_fewshot: 0, metric: 'acc,none'}]",
         )
+
+
+def test_the_endpoint_backend_scores_as_the_local_one(tasks, tmp_path):
+    """backend=endpoint: lm-eval's local-completions against rpbench.serve (echo + logprobs on
+    /v1/completions) gives the loglikelihood accuracy backend=local gives on the same model."""
+    from rpbench.serve import load_served_model, serve_in_thread
+
+    served = load_served_model("tiny-qwen2")
+    served.tokenizer.save_pretrained(tmp_path / "tokenizer")
+    with serve_in_thread(served) as server:
+        remote = run_in_process(
+            tmp_path / "endpoint",
+            *tasks,
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={server.base_url}",
+            f"evaluator.endpoint.model={server.model_name}",
+            f"evaluator.endpoint.tokenizer={tmp_path / 'tokenizer'}",
+            "evaluator.endpoint.concurrency=2",
+        )["eval"]["general"]
+        assert server.stats.requests > 0
+    local = run_in_process(tmp_path / "local", *tasks)["eval"]["general"]
+    expected = peer_accuracy("tiny-qwen2", QUESTIONS)
+    assert remote["rpb_mc_a"]["summary"]["mean"] == local["rpb_mc_a"]["summary"]["mean"] == sum(expected) / 5
+    assert remote["rpb_mc_b"]["summary"]["mean"] == local["rpb_mc_b"]["summary"]["mean"]
+    rows = {
+        name: sorted((r["id"], r["metrics"]) for r in map(json.loads, (tmp_path / name / "scores.jsonl").open()))
+        for name in ("endpoint", "local")
+    }
+    assert rows["endpoint"] == rows["local"]

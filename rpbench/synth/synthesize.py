@@ -19,7 +19,6 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from rpbench import serve  # noqa: F401  (provides judge=local's server)
 from rpbench.atomic import partial_path, publish
 from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap

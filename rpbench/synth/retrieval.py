@@ -113,8 +113,8 @@ def _pool_lines(path: Path) -> Iterator[tuple[int, int, str]]:
 class PoolIndex:
     """The pool's faiss index and offsets; ``triplet(i)`` reads record i back from the pool file."""
 
-    def __init__(self, pool: Path, index: Any, offsets: np.ndarray, meta: dict[str, Any]):
-        self.pool, self.index, self.offsets, self.meta = pool, index, offsets, meta
+    def __init__(self, pool: Path, index: Any, offsets: np.ndarray, meta: dict[str, Any], on_gpu: bool):
+        self.pool, self.index, self.offsets, self.meta, self.on_gpu = pool, index, offsets, meta, on_gpu
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -163,9 +163,10 @@ def open_pool_index(pool: str | Path, encoder: Encoder, batch_size: int) -> tupl
         built = True
     meta = json.loads(meta_file.read_text())
     index = faiss.read_index(str(folder / "index.faiss"))
-    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+    on_gpu = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if on_gpu:
         index = faiss.index_cpu_to_all_gpus(index)
-    return PoolIndex(pool, index, np.load(folder / "offsets.npy"), meta), built
+    return PoolIndex(pool, index, np.load(folder / "offsets.npy"), meta, on_gpu), built
 
 
 def _build(pool: Path, encoder: Encoder, batch_size: int, folder: Path, identity: dict[str, Any]) -> None:

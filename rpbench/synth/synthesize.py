@@ -142,7 +142,7 @@ class Run:
             "index": "built" if built else "reused",
             "encoder": encoder.name,
             "paper_encoder": PAPER_ENCODER,
-            "faiss_gpu": type(index.index).__name__.startswith("Gpu") or "Shards" in type(index.index).__name__,
+            "faiss_gpu": index.on_gpu,
         }
 
     def stage_dialogues(self) -> dict[str, Any]:

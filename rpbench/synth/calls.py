@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from rpbench.data.errors import RpbenchError
 from rpbench.scoring.judge import JudgeClient, JudgeRequest, JudgeStats
+from rpbench.scoring.judge.client import reasked
 from rpbench.synth.stagefile import StageFile
 
 USAGE_KEYS = ("requests", "cache_hits", "retries", "failures", "prompt_tokens", "completion_tokens", "cost_usd")
@@ -154,11 +155,7 @@ def _ask_checked(
                 continue
             reasons[i].append(checked.reason)
             out[i] = (None, reasons[i], None)
-            follow_up = (
-                {"role": "assistant", "content": result.text or ""},
-                {"role": "user", "content": reask.format(reason=checked.reason)},
-            )
-            requests[i] = replace(requests[i], messages=(*requests[i].messages, *follow_up))
+            requests[i] = reasked(requests[i], result.text or "", reask.format(reason=checked.reason))
             retry.append(i)
         pending = retry
         if not pending:

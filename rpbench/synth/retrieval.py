@@ -26,6 +26,8 @@ from rpbench.data.errors import ConfigError, DataFormatError
 NO_ANSWER = "No Answer Present."
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 INDEX_FORMAT = 1
+# Pool records read, embedded and added to the index at a time (the pool itself is never held in memory).
+CHUNK_RECORDS = 4096
 
 
 @dataclass(frozen=True)
@@ -146,7 +148,9 @@ def _pool_identity(pool: Path, encoder: str) -> dict[str, Any]:
     return {"format": INDEX_FORMAT, "encoder": encoder, "pool_bytes": stat.st_size, "pool_mtime_ns": stat.st_mtime_ns}
 
 
-def open_pool_index(pool: str | Path, encoder: Encoder, batch_size: int) -> tuple[PoolIndex, bool]:
+def open_pool_index(
+    pool: str | Path, encoder: Encoder, batch_size: int, chunk_records: int = CHUNK_RECORDS
+) -> tuple[PoolIndex, bool]:
     """The pool's index, built (and saved beside the pool) unless a matching one is there; (index, built)."""
     import faiss
 
@@ -159,7 +163,7 @@ def open_pool_index(pool: str | Path, encoder: Encoder, batch_size: int) -> tupl
     if not (
         meta_file.is_file() and {k: v for k, v in json.loads(meta_file.read_text()).items() if k != "count"} == identity
     ):
-        _build(pool, encoder, batch_size, folder, identity)
+        _build(pool, encoder, batch_size, chunk_records, folder, identity)
         built = True
     meta = json.loads(meta_file.read_text())
     index = faiss.read_index(str(folder / "index.faiss"))
@@ -169,7 +173,9 @@ def open_pool_index(pool: str | Path, encoder: Encoder, batch_size: int) -> tupl
     return PoolIndex(pool, index, np.load(folder / "offsets.npy"), meta, on_gpu), built
 
 
-def _build(pool: Path, encoder: Encoder, batch_size: int, folder: Path, identity: dict[str, Any]) -> None:
+def _build(
+    pool: Path, encoder: Encoder, batch_size: int, chunk_records: int, folder: Path, identity: dict[str, Any]
+) -> None:
     import faiss
     from tqdm.auto import tqdm
 
@@ -191,9 +197,9 @@ def _build(pool: Path, encoder: Encoder, batch_size: int, folder: Path, identity
         for number, offset, line in _pool_lines(pool):
             texts.append(embedding_text(read_triplet(line, pool, number)))
             chunk_offsets.append(offset)
-            if len(texts) == batch_size * 16:
+            if len(texts) == chunk_records:
                 flush()
-                bar.update(batch_size * 16)
+                bar.update(chunk_records)
         if texts:
             bar.update(len(texts))
             flush()

@@ -22,7 +22,7 @@ def pool(tmp_path_factory):
 def test_most_and_least_relevant_triplets_on_a_known_pool(pool):
     path, where = pool
     encoder = load_encoder(None)
-    index, built = open_pool_index(path, encoder, batch_size=4)  # 20 records: flushed in two chunks
+    index, built = open_pool_index(path, encoder, batch_size=16, chunk_records=16)  # 20 records: chunks of 16 and 4
     assert built and len(index) == 20 and (index_dir(path) / "index.faiss").is_file()
     profiles = [{"id": topic} for topic in TOPICS]
     texts = [persona for persona, _ in TOPICS.values()]
@@ -40,7 +40,7 @@ def test_most_and_least_relevant_triplets_on_a_known_pool(pool):
     unanswerable = [t for r in records for t in r["most"] if not t["answerable"]]
     assert unanswerable and all(t["answers"] == [] for t in unanswerable)  # "No Answer Present." is no answer
 
-    assert open_pool_index(path, encoder, batch_size=4)[1] is False  # reused
+    assert open_pool_index(path, encoder, batch_size=16)[1] is False  # reused
 
 
 def test_the_index_is_rebuilt_when_the_pool_changes_and_bad_records_are_named(tmp_path):

@@ -199,6 +199,10 @@ class Run:
         examples = {}
         for split, records in files.items():
             path = self.out / OUTPUTS[split]
+            if not records:  # e.g. no test profiles (test_fraction=0): no file, rather than an unreadable empty one
+                path.unlink(missing_ok=True)
+                examples[split], read[split] = [], {"file": None, "records": 0, "per_label": {}}
+                continue
             write_jsonl(path, records)
             result = readers[split](path, task_dimensions=task_dimensions)
             examples[split] = result.examples
@@ -208,18 +212,19 @@ class Run:
                 "per_label": dict(sorted(Counter(r["task"] for r in records).items())),
             }
         against = self.config.overlap_test_file
-        test_examples = (
-            examples["test"] if against is None else read_test(against, task_dimensions=task_dimensions).examples
-        )
+        if against is None:
+            test_examples, test_name = examples["test"], read["test"]["file"]
+        else:  # named by its file name: no machine path in the summary
+            test_examples, test_name = read_test(against, task_dimensions=task_dimensions).examples, Path(against).name
         overlap = {
-            "test_file": against or OUTPUTS["test"],
+            "test_file": test_name,
             **{
                 split: check_overlap(
                     examples[split],
                     test_examples,
                     allow_overlap=self.config.allow_overlap,
                     train_name=OUTPUTS[split],
-                    test_name=Path(against).name if against else OUTPUTS["test"],
+                    test_name=str(test_name),
                 )
                 for split in ("train", "pairs")
             },
@@ -271,6 +276,7 @@ def synthesize(
             if planned_ids is not None:
                 summary["output"] = run.assemble(planned_ids, task_dimensions)
                 write_json(summary_path, summary)
+    log.info("synthesis written to %s (summary: %s)", out, SUMMARY)
     return summary
 
 

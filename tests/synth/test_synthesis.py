@@ -164,6 +164,17 @@ def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_p
     assert (retrieval["index"], retrieval["profiles"]) == ("reused", 0)  # the profiles were retrieved in the run before
 
 
+def test_without_test_profiles_no_test_file_is_written(tmp_path, synthesized, inputs):
+    copy_run(synthesized, tmp_path)
+    summary = synthesize_from_config(
+        config(tmp_path, synthesized[1].url, *inputs, "synth.stages=[dialogues]", "synth.test_fraction=0")
+    )
+    assert summary["output"]["files"]["test"] == {"file": None, "records": 0, "per_label": {}}
+    assert summary["output"]["overlap"] == {"test_file": None, "train": 0, "pairs": 0}
+    assert not (tmp_path / "out" / "rolemrc_test.jsonl").exists()
+    assert summary["stages"]["dialogues"]["profiles"] == {"train": 11, "test": 0}
+
+
 def test_reply_checks_name_their_reasons():
     from rpbench.synth.dialogues import check_chat, check_replies
     from rpbench.synth.profiles import check_profile

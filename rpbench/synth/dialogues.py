@@ -99,9 +99,10 @@ def plan(
         random.Random(f"{seed}:{split}:{category}").shuffle(order)
         used: set[str] = set()
         labels = LABELS[category]
+        eligible = {label: iter([p for p in order if triplet_for(retrieved[p], label) is not None]) for label in labels}
         for slot in range(count):
             label = labels[slot % len(labels)]
-            pid = next((p for p in order if p not in used and triplet_for(retrieved[p], label) is not None), None)
+            pid = next((p for p in eligible[label] if p not in used), None)
             if pid is None:
                 short[category] = short.get(category, 0) + 1
                 continue
@@ -134,7 +135,7 @@ class Builder:
         self.templates, self.max_tokens, self.exchanges, self.seed = templates, max_tokens, exchanges, seed
 
     def task(self, item: Planned, profile: Mapping[str, Any], retrieved: Mapping[str, Any]) -> Task:
-        narration = "_with_narration" in item.label
+        narration = "with_narration" in item.label
         rng = random.Random(f"{self.seed}:{item.id}")
         triplet = triplet_for(retrieved, item.label)
         sheet = profile_text(profile, narration)
@@ -186,6 +187,7 @@ class Builder:
         elif category in ("no_answer", "refusal"):
             seeds = [rng.choice(prompts.SEEDS[category])]
         elif category == "attempt":
+            turns = [_turn("user", f"{question}\n\n{rng.choice(prompts.ATTEMPT_PLEA)}")]
             seeds = [rng.choice(prompts.SEEDS["attempt"]).format(answer=answer)]
         elif category == "nested":
             rule, rule_check = _nested_rule(label.rsplit("-", 1)[1], rng)

@@ -106,6 +106,11 @@ def test_every_stage_writes_its_file_and_the_rolemrc_readers_take_the_output(syn
     # pairs: the stylised reply chosen, the plain seed rejected
     pair = next(r for r in lines(out / "rolemrc_train-rl.jsonl") if r["task"] == "role_related_mrc_answer_no_narration")
     assert pair["chosen"].startswith("Well, friend,") and pair["chosen"].endswith(pair["rejected"][1:])
+    # narration where the label asks for it, none elsewhere (chats: in some replies; single replies: first)
+    for record in lines(out / "rolemrc_train-sft.jsonl"):
+        replies = [t["content"] for t in record["conversations"] if t["role"] == "assistant"]
+        narrated = [r.startswith("(") for r in replies]
+        assert any(narrated) if "with_narration" in record["task"] else not any(narrated), record
     # test records: profiles of the test split only
     test_profiles = {r["profile_id"] for r in lines(out / "dialogues.jsonl") if r["split"] == "test"}
     train_profiles = {r["profile_id"] for r in lines(out / "dialogues.jsonl") if r["split"] == "train"}

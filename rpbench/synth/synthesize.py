@@ -19,6 +19,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from rpbench.atomic import partial_path, publish
 from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
@@ -132,10 +134,12 @@ class Run:
         pending = [p for p in self.profiles() if p["id"] not in out.done]
         encoder = load_encoder(self.config.encoder)
         index, built = open_pool_index(self.config.pool_file, encoder, self.config.embed_batch_size)
-        for start in range(0, len(pending), self.config.batch_size):
-            batch = pending[start : start + self.config.batch_size]
-            texts = [retrieval_text(p["profile"]) for p in batch]
-            out.append(retrieve(index, encoder, batch, texts, self.config.top_k, self.config.embed_batch_size))
+        with tqdm(total=len(pending), desc="retrieval", unit="profile", disable=not self.progress) as bar:
+            for start in range(0, len(pending), self.config.batch_size):
+                batch = pending[start : start + self.config.batch_size]
+                texts = [retrieval_text(p["profile"]) for p in batch]
+                out.append(retrieve(index, encoder, batch, texts, self.config.top_k, self.config.embed_batch_size))
+                bar.update(len(batch))
         return {
             "profiles": len(pending),
             "pool_records": len(index),

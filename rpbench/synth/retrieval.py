@@ -121,11 +121,14 @@ class PoolIndex:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def triplet(self, i: int) -> dict[str, Any]:
+    def triplets(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Records ``indices`` of the pool, read back from the file at their offsets."""
+        out = []
         with self.pool.open("rb") as f:
-            f.seek(int(self.offsets[i]))
-            line = f.readline().decode("utf-8")
-        return {"pool_index": int(i), **read_triplet(line, self.pool, -1)}
+            for i in indices:
+                f.seek(int(self.offsets[i]))
+                out.append({"pool_index": int(i), **read_triplet(f.readline().decode("utf-8"), self.pool, -1)})
+        return out
 
     def search(
         self, queries: np.ndarray, k: int
@@ -222,12 +225,10 @@ def retrieve(
     """A retrieval record per profile: its ``most`` and ``least`` relevant triplets, each with its score."""
     most, least = index.search(encoder.embed(texts, batch_size), k)
     records = []
-    for profile, top, bottom in zip(profiles, most, least):
-        records.append(
-            {
-                "id": profile["id"],
-                "most": [{**index.triplet(i), "score": round(s, 6)} for i, s in top],
-                "least": [{**index.triplet(i), "score": round(s, 6)} for i, s in bottom],
-            }
-        )
+    for profile, *ends in zip(profiles, most, least):
+        record = {"id": profile["id"]}
+        for end, ranked in zip(("most", "least"), ends):
+            triplets = index.triplets([i for i, _ in ranked])
+            record[end] = [{**t, "score": round(score, 6)} for t, (_, score) in zip(triplets, ranked)]
+        records.append(record)
     return records

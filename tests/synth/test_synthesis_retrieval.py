@@ -51,7 +51,7 @@ def test_the_index_is_rebuilt_when_the_pool_changes_and_bad_records_are_named(tm
     with path.open("a") as f:
         f.write("\n" + json.dumps({**record, "query": "another"}) + "\n")  # a blank line is no record
     rebuilt, built = open_pool_index(path, encoder, batch_size=4)
-    assert built and len(rebuilt) == 2 and rebuilt.triplet(1)["query"] == "another"
+    assert built and len(rebuilt) == 2 and rebuilt.triplets([1])[0]["query"] == "another"
     with path.open("a") as f:
         f.write(json.dumps({**record, "passages": {"passage_text": []}}) + "\n")
     with pytest.raises(DataFormatError, match=r"pool.jsonl: record line 4: field 'passages'"):

@@ -41,11 +41,16 @@ def main(cfg: DictConfig) -> None:
     quiet_libraries()
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
+    from rpbench.synth.synthesize import synthesize_from_config
+
+    tasks = {"train_eval": run, "synthesize": synthesize_from_config}
+    if cfg.task not in tasks:
+        raise SystemExit(f"error: task={cfg.task}: expected one of {list(tasks)}")
 
     error_file = Path(cfg.paths.output_dir) / "error.txt"  # why the job failed (a sweep's summary lists it)
     error_file.unlink(missing_ok=True)  # from an earlier attempt in this folder
     try:
-        run(cfg)
+        tasks[cfg.task](cfg)
     except Exception as error:
         error_file.parent.mkdir(parents=True, exist_ok=True)
         error_file.write_text(f"{type(error).__name__}: {error}\n")

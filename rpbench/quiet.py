@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import warnings
 
-# One INFO line per HTTP request (httpx: "HTTP/1.1 200 OK"; openai: retries) is noise at run level.
-CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "openai")
+# One INFO line per HTTP request (httpx: "HTTP/1.1 200 OK"; openai: retries) is noise at run level; so are
+# faiss's CPU-feature probing and sentence-transformers' "loading from <path>" (task=synthesize).
+CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "openai", "faiss.loader", "sentence_transformers")
 
 
 class DropMessages(logging.Filter):

@@ -224,11 +224,7 @@ class JudgeClient:
                 value = parse(result.text or "")
                 out[i] = ParsedReply(value, result.text, attempt)
                 if value is None:
-                    follow_up = (
-                        {"role": "assistant", "content": result.text or ""},
-                        {"role": "user", "content": reask},
-                    )
-                    current[i] = replace(current[i], messages=(*current[i].messages, *follow_up))
+                    current[i] = reasked(current[i], result.text or "", reask)
                     retry.append(i)
             pending = retry
             if not pending:
@@ -307,6 +303,12 @@ class JudgeClient:
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
+
+
+def reasked(request: JudgeRequest, reply: str, reask: str) -> JudgeRequest:
+    """``request`` continued by its unusable ``reply`` and the ``reask`` message (a new request, not a cache hit)."""
+    follow_up = ({"role": "assistant", "content": reply}, {"role": "user", "content": reask})
+    return replace(request, messages=(*request.messages, *follow_up))
 
 
 LocalServer = Callable[[Mapping[str, Any]], AbstractContextManager[Mapping[str, Any]]]

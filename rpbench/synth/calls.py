@@ -1,0 +1,163 @@
+"""Generator calls of a stage: batched, concurrent up to ``judge.concurrency``, cached and retried by the judge
+client (``rpbench.scoring.judge``), checked, re-asked with the reason of a rejection, counted.
+
+Each task's reply goes through its ``check``: a value, or a named reason. A rejected reply is sent back with
+the reason (so the retry is a new request, not a cache hit), up to ``tries``; a task still rejected is
+written to the stage's rejected file with every reason. A request that got no reply after the client's
+retries is not written: a re-run asks it again. Progress (with ETA) is one bar per stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from rpbench.data.errors import RpbenchError
+from rpbench.scoring.judge import JudgeClient, JudgeRequest, JudgeStats
+from rpbench.scoring.judge.client import reasked
+from rpbench.synth.stagefile import StageFile
+
+USAGE_KEYS = ("requests", "cache_hits", "retries", "failures", "prompt_tokens", "completion_tokens", "cost_usd")
+
+
+class BudgetReached(RpbenchError):
+    """The generator's cost passed ``synth.budget_usd``: the run stops; a re-run resumes."""
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A reply's value after checking, or why it was rejected (``reason``: a short name, then details)."""
+
+    value: Any = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    request: JudgeRequest
+    check: Callable[[str], Checked]
+    # What the written record keeps besides the outcome (the inputs the task was built from).
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StageTally:
+    """What a stage did in this run: items written, rejected (by reason), failed requests, usage, seconds."""
+
+    planned: int = 0
+    already_done: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    failed: int = 0
+    reasons: Counter = field(default_factory=Counter)
+    usage: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "planned": self.planned,
+            "already_done": self.already_done,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "failed_requests": self.failed,
+            "rejection_reasons": dict(sorted(self.reasons.items())),  # every rejected reply, retried or dropped
+            **self.usage,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def usage_between(before: JudgeStats, after: JudgeStats) -> dict[str, float]:
+    return {k: round(getattr(after, k) - getattr(before, k), 6) for k in USAGE_KEYS}
+
+
+def reason_name(reason: str) -> str:
+    """The counted name of a rejection reason (its part before the first colon)."""
+    return reason.split(":", 1)[0]
+
+
+def run_tasks(
+    client: JudgeClient,
+    stage: str,
+    tasks: Sequence[Task],
+    accepted: StageFile,
+    rejected: StageFile,
+    *,
+    tries: int,
+    batch_size: int,
+    budget_usd: float | None,
+    spent_before_usd: float = 0.0,
+    reask: str,
+    progress: bool = True,
+) -> StageTally:
+    """Ask every task not yet in ``accepted`` or ``rejected``; write each outcome as its batch completes."""
+    started, before = time.monotonic(), replace(client.stats)
+    tally = StageTally(planned=len(tasks))
+    pending = [t for t in tasks if t.id not in accepted.done and t.id not in rejected.done]
+    tally.already_done = len(tasks) - len(pending)
+    bar = tqdm(total=len(tasks), initial=tally.already_done, desc=stage, unit="item", disable=not progress)
+    try:
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start : start + batch_size]
+            outcomes = _ask_checked(client, stage, batch, tries, reask)
+            good, bad = [], []
+            for task, (value, reasons, error) in zip(batch, outcomes):
+                tally.reasons.update(reason_name(r) for r in reasons)
+                if error is not None:
+                    tally.failed += 1
+                elif value is not None:
+                    good.append({"id": task.id, **task.meta, **value})
+                else:
+                    bad.append({"id": task.id, **task.meta, "reasons": reasons})
+            accepted.append(good)
+            rejected.append(bad)
+            tally.accepted += len(good)
+            tally.rejected += len(bad)
+            bar.update(len(batch))
+            spent = spent_before_usd + client.stats.cost_usd - before.cost_usd
+            if budget_usd is not None and spent > budget_usd and start + batch_size < len(pending):
+                raise BudgetReached(
+                    f"synth.budget_usd={budget_usd}: {spent:.4f} USD spent, stopped in stage {stage} after "
+                    f"{tally.already_done + tally.accepted + tally.rejected}/{len(tasks)} items; rerun with a larger "
+                    "budget to continue from there"
+                )
+    finally:
+        bar.close()
+        tally.usage = usage_between(before, client.stats)
+        tally.seconds = time.monotonic() - started
+    return tally
+
+
+def _ask_checked(
+    client: JudgeClient, stage: str, tasks: Sequence[Task], tries: int, reask: str
+) -> list[tuple[dict[str, Any] | None, list[str], str | None]]:
+    """(value, rejection reasons, request error) per task, after up to ``tries`` checked attempts."""
+    requests = [t.request for t in tasks]
+    reasons: list[list[str]] = [[] for _ in tasks]
+    out: list[tuple[dict[str, Any] | None, list[str], str | None]] = [(None, [], None)] * len(tasks)
+    pending = list(range(len(tasks)))
+    for _ in range(tries):
+        results = asyncio.run(client.ajudge_many([requests[i] for i in pending], desc=stage))
+        retry = []
+        for i, result in zip(pending, results):
+            if result.error is not None:
+                out[i] = (None, reasons[i], result.error)
+                continue
+            checked = tasks[i].check(result.text or "")
+            if checked.reason is None:
+                out[i] = (checked.value, reasons[i], None)
+                continue
+            reasons[i].append(checked.reason)
+            out[i] = (None, reasons[i], None)
+            requests[i] = reasked(requests[i], result.text or "", reask.format(reason=checked.reason))
+            retry.append(i)
+        pending = retry
+        if not pending:
+            break
+    return out

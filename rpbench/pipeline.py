@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib
 import json
 import logging
 import os
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -54,16 +57,23 @@ def evaluation_needs_records(cfg: DictConfig) -> bool:
     return not (ev.get("reviews") or ev.get("answers"))
 
 
+def evaluates_a_model(cfg: DictConfig) -> bool:
+    """False for the evaluators that measure files and records alone (judge agreement, shift report)."""
+    return str(cfg.evaluator.name) != "none" and BENCHMARKS.get(str(cfg.evaluator.name)).needs_model
+
+
 def generates_in_process(cfg: DictConfig) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
-    local_generation = evaluation_needs_records(cfg) and cfg.evaluator.backend in ("local", "vllm")
+    local_generation = (
+        evaluation_needs_records(cfg) and evaluates_a_model(cfg) and cfg.evaluator.backend in ("local", "vllm")
+    )
     return local_generation or probe_of(cfg.probe).needs_model
 
 
 def evaluates_model_itself(cfg: DictConfig) -> bool:
     """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
     ev = cfg.evaluator
-    return str(ev.name) != "none" and not BENCHMARKS.get(str(ev.name)).reads_records and ev.backend == "local"
+    return evaluates_a_model(cfg) and not BENCHMARKS.get(str(ev.name)).reads_records and ev.backend == "local"
 
 
 def needs_model(cfg: DictConfig) -> bool:
@@ -106,7 +116,7 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
         configured = str(cfg.data.files[file])  # reported as configured: no machine paths in results
         summary = result.summary()
         summary["first_skipped"] = [m.replace(str(summary["path"]), configured) for m in summary["first_skipped"]]
-        report[file] = {**summary, "path": configured}
+        report[file] = {**summary, "path": configured, "records_sha256": records_sha256(result.examples)}
     if train_split and "test" in splits:
         trained = {"train": train_split, **({"augment": "augment"} if augment else {})}
         for label, file in trained.items():
@@ -120,6 +130,14 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     if augment:
         check_augment_ids(splits[train_split], splits["augment"], str(cfg.data.files.augment))
     return splits, report
+
+
+def records_sha256(examples: list) -> str:
+    """The content hash of the records read (every field, in order): the data's identity across machines."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(json.dumps(dataclasses.asdict(example), sort_keys=True, default=str).encode())
+    return digest.hexdigest()
 
 
 def records_for_model(
@@ -175,6 +193,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "data": cfg.data.name,
         "objective": objective,
         "evaluator": evaluator,
+        "rpbench_version": metadata.version("rpbench"),
     }
 
     warning = untuned_start_warning(cfg)

@@ -151,7 +151,41 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
     return result
 
 
+def judge_estimate(cfg: DictConfig, benchmark: Benchmark, examples: Sequence[EvalExample]) -> dict[str, Any]:
+    """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
+    ``judge.budget`` a JudgeBudgetError stops the run before anything is generated."""
+    from rpbench.scoring.judge import JudgeConfig
+    from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, check_budget, estimate
+
+    judge = JudgeConfig.from_mapping(as_container(cfg.judge))
+    reply_chars = CHARS_PER_TOKEN * int(cfg.evaluator.generation.max_new_tokens)
+    texts = [sum(len(t.content) for t in e.prompt) + len(e.reference) + reply_chars for e in examples]
+    counts = benchmark.judge_requests(cfg, examples)
+    found = estimate(
+        list(zip(counts, texts, strict=True)),
+        judge.max_tokens_for(str(cfg.evaluator.name)),
+        judge.price_input_per_1m,
+        judge.price_output_per_1m,
+    )
+    check_budget(found, judge.budget)
+    log.info("judge estimate: %d requests, %d tokens, %.4f USD", found.requests, found.tokens, found.cost_usd)
+    return found.as_dict()
+
+
 def evaluate(
+    cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, logger=None
+) -> dict[str, Any]:
+    """``evaluate_benchmark``, with the judge's requests, tokens and cost of the run (``judge_cost``)."""
+    from rpbench.scoring.judge.client import counting_usage
+
+    with counting_usage() as usage:
+        results = evaluate_benchmark(cfg, model, tokenizer, examples, out_dir, logger)
+    if str(cfg.judge.backend) != "none":
+        results["judge_cost"] = {**results.get("judge_cost", {}), **usage.as_dict()}
+    return results
+
+
+def evaluate_benchmark(
     cfg: DictConfig, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, logger=None
 ) -> dict[str, Any]:
     ev = cfg.evaluator
@@ -165,9 +199,10 @@ def evaluate(
     from_files = benchmark.from_files(cfg, out_dir)
     if from_files is not None:
         return from_files
+    estimated = {"judge_cost": {"estimate": judge_estimate(cfg, benchmark, examples)}} if judging else {}
     own = benchmark.evaluate_model(cfg, model, tokenizer, examples, out_dir, logger)
     if own is not None:
-        return own
+        return {**own, **estimated}
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
     examples, changed = benchmark.prepare_examples(cfg, examples)
@@ -177,6 +212,7 @@ def evaluate(
         "n_records": len(examples),
         **changed,
         "generation": generation,
+        **estimated,
     }
     if rank_and_world()[0] != 0:
         return results

@@ -30,7 +30,7 @@ from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE,
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.distributed import rank_and_world
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, as_container, read_jsonl, write_jsonl
 from rpbench.eval.stats import summarize
 
 SCORE = re.compile(r"\s(\d)")
@@ -62,7 +62,11 @@ def interviewer_question(text: str) -> str:
 
 
 class CharacterLLM(Benchmark):
+    headlines = (Headline("single-turn average", ("characterllm", "single"), "average"),)
     judged = True
+
+    def judge_requests(self, cfg: DictConfig, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(ASPECTS)] * len(examples)  # one score per aspect of each interview
 
     def problems(self, cfg: DictConfig) -> list[str]:
         ev, out = cfg.evaluator, []

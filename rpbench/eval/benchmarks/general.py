@@ -27,7 +27,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rpbench.data.errors import ConfigError
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, as_container, read_jsonl, write_jsonl
 from rpbench.eval.stats import paired_bootstrap, summarize
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ TASK_KEYS = ("name", "num_fewshot", "metric", "label")
 
 
 class General(Benchmark):
+    headlines = (Headline("mean accuracy (%)", ("general_mean",), ""),)
     reads_records = False
 
     def problems(self, cfg: DictConfig) -> list[str]:

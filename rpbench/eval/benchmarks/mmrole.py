@@ -22,10 +22,11 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rpbench.data.files import image_root
+from rpbench.data.mmrole_prompts import METRICS as REVIEW_METRICS
 from rpbench.data.mmrole_prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, rouge_l, as_container, source_of
 from rpbench.eval.report import metric_table
 
 # How the report names the test sets of conf/data/mmrole.yaml (others by their own name).
@@ -34,7 +35,11 @@ Folders = Path | dict[str, Path]
 
 
 class MMRole(Benchmark):
+    headlines = (Headline("MMRole-Eval overall", ("mmrole_eval", "all"), "overall"), rouge_l())
     judged = True
+
+    def judge_requests(self, cfg: DictConfig, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(REVIEW_METRICS)] * len(examples)  # one review per MMRole-Eval metric
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         groupings = super().groupings(examples)

@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, source_of, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, rouge_l, as_container, source_of, write_jsonl
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.rolemrc_rubrics import (
     DEFAULT_PROMPTS,
@@ -24,7 +24,11 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
 
 
 class RoleMRC(Benchmark):
+    headlines = (Headline("judge accuracy", ("judge", "overall"), "accuracy", "verdicts"), rouge_l())
     judged = True
+
+    def judge_requests(self, cfg: DictConfig, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(e.meta.get("dimensions") or ()) for e in examples]  # one per rubric of the record's label
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """``dimension``: the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, as_container, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.generalization.estimator import resolve_spec
 from rpbench.models.generation import GenerationOptions
@@ -74,7 +74,11 @@ def sampled_responses(
 
 
 class RPGBench(Benchmark):
+    headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
     judged = True
+
+    def judge_requests(self, cfg: DictConfig, examples: Sequence[EvalExample]) -> list[int]:
+        return [2 * len(judge_configs(cfg))] * len(examples)  # each judge, both orders
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """Task label, the category R-EMID is estimated on (IDTest, each shift subtype) and its shift type."""

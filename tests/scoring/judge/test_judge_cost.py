@@ -1,0 +1,50 @@
+"""A judged run's cost in metrics.json (requests and tokens, from the endpoint's ``usage``), its estimate, and
+``judge.budget`` stopping a run before anything is generated: a real run against a judge on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import CONF_DIR, chat_stub, run_in_process
+from rpbench.scoring.judge.budget import JudgeBudgetError
+
+RUN = [
+    "objective=none",
+    "logger=none",
+    "evaluator=rolemrc",
+    "evaluator.metrics=[rougeL]",
+    "evaluator.generation.max_new_tokens=2",
+    "evaluator.bootstrap.n_resamples=10",
+    "data.max_test_samples=3",
+    "judge=openai",
+    "judge.api_key_env=null",
+    "judge.progress=false",
+    "judge.cache_path=null",
+]
+
+
+def test_judge_cost_is_counted_and_estimated(tmp_path):
+    with chat_stub(lambda body: "1") as judge:
+        results = run_in_process(tmp_path / "run", *RUN, f"judge.base_url={judge.url}")
+        asked = len(judge.requests)
+    cost = results["eval"]["judge_cost"]
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    scored = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    rubrics = sum(len(table[row["task"]]) for row in scored)  # one request per rubric of a record's label
+    assert cost["requests"] == cost["replies"] == asked == cost["estimate"]["requests"] == rubrics > 0
+    # the stub's usage: 1 prompt and 1 completion token per reply
+    assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
+    assert cost["estimate"]["completion_tokens"] == asked * 16  # judge.max_tokens.rolemrc
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert written["rpbench_version"] == results["rpbench_version"] and len(written["records"]["test"]["records_sha256"]) == 64
+
+
+def test_a_run_past_its_judge_budget_does_not_start(tmp_path):
+    with chat_stub(lambda body: "1") as judge:
+        with pytest.raises(JudgeBudgetError, match=r"tokens \d+ > judge.budget.tokens=10"):
+            run_in_process(tmp_path / "run", *RUN, f"judge.base_url={judge.url}", "judge.budget.tokens=10")
+        assert judge.requests == []
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()

@@ -72,6 +72,10 @@ def headline(results: dict[str, Any]) -> list[str]:
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
         lines.append(f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged)")
+    humans = results.get("eval", {}).get("judge_agreement")
+    if humans and humans["n_compared"]:
+        stats = ", ".join(f"{k} {v:.4f}" for k, v in (("Spearman", humans["spearman"]), ("accuracy", humans["accuracy"])) if v is not None)
+        lines.append(f"judge vs humans on {humans['n_compared']} items: {stats or 'undefined (constant ratings)'}")
     return lines
 
 

@@ -24,6 +24,7 @@ from rpbench.distributed import rank_and_world
 from rpbench.eval import report
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark, judged_benchmarks
 from rpbench.eval.benchmarks.base import as_container, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.judge_agreement import agreement_section, human_agreement_of_run
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
@@ -229,12 +230,15 @@ def evaluate_benchmark(
     ]
     if judging:
         benchmark.judge(cfg, examples, predictions, out_dir, prepared, results, scores)
+        if ev.get("human_ratings"):
+            results["judge_agreement"] = human_agreement_of_run(cfg, scores)
     benchmark.analyze(cfg, model, tokenizer, examples, predictions, out_dir, results)
     write_jsonl(out_dir / "scores.jsonl", scores)
     if ev.get("compare_to"):
         results["compare"] = compare(cfg, scores)
-    results["report_sections"] = report.sections(
-        results, str(ev.radar_metric), out_dir, benchmark.report_sections(results)
-    )
+    sections = benchmark.report_sections(results)
+    if "judge_agreement" in results:
+        sections.append(agreement_section(results["judge_agreement"]))
+    results["report_sections"] = report.sections(results, str(ev.radar_metric), out_dir, sections)
     report.log_to(logger, results, examples, predictions, scores)
     return results

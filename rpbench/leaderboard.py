@@ -67,9 +67,11 @@ class Cell:
     ci_high: float | None
     higher_is_better: bool
     units: dict[str, float | None] = field(default_factory=dict)  # scores.jsonl unit -> score
+    judge_cost: dict[str, float] = field(default_factory=dict)  # requests, tokens, cost_usd: summed over its runs
     seeds: int = 1
     conflict: str | None = None  # the cell's runs differ in identity
     flag: str | None = None  # the cell differs from its column's identity
+    other_version: bool = False  # written by another rpbench version than most of its column (ranked, shown)
 
 
 def find_runs(folders: Iterable[Path]) -> list[Path]:
@@ -166,12 +168,17 @@ def read_cell(run: Path) -> tuple[Cell | None, str | None]:
     objective = results.get("objective", "none")
     row = model if objective == "none" else f"{model} + {objective}"
     cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
+    cost = results["eval"].get("judge_cost") or {}
+    if "requests" in cost:
+        tokens = cost["prompt_tokens"] + cost["completion_tokens"]
+        cell.judge_cost = {"requests": cost["requests"], "tokens": tokens, "cost_usd": cost["cost_usd"]}
     return cell, None
 
 
 def combine(cells: Sequence[Cell]) -> Cell:
     """One (row, benchmark) cell from its runs: the median run when they share an identity, else a conflict."""
     identities = {c.identity.comparable() for c in cells}
+    spent = {k: sum(c.judge_cost.get(k, 0) for c in cells) for k in ("requests", "tokens", "cost_usd")}
     if len(identities) > 1:
         first = cells[0]
         differ = [name for i, name in enumerate(("headline", "judge", "data")) if len({x[i] for x in identities}) > 1]
@@ -186,10 +193,11 @@ def combine(cells: Sequence[Cell]) -> Cell:
             first.higher_is_better,
             seeds=len(cells),
             conflict=f"{len(cells)} runs differ in {', '.join(differ)}: not combined",
+            judge_cost=spent,
         )
     ordered = sorted(cells, key=lambda c: c.value)
     median = ordered[(len(ordered) - 1) // 2]
-    median.seeds = len(cells)
+    median.seeds, median.judge_cost = len(cells), spent
     return median
 
 
@@ -245,8 +253,13 @@ def build(folders: Iterable[Path]) -> Leaderboard:
         reference = column_identity(column)
         for c in column:
             if c.conflict is None and c.identity.comparable() != reference:
-                differ = [n for n, a, b in zip(("headline", "judge", "data"), c.identity.comparable(), reference) if a != b]
+                differ = [
+                    n for n, a, b in zip(("headline", "judge", "data"), c.identity.comparable(), reference) if a != b
+                ]
                 c.flag = f"{', '.join(differ)} differ from the column's: not ranked"
+        versions = Counter(c.identity.version for c in column)
+        for c in column:
+            c.other_version = versions[c.identity.version] < max(versions.values())
         ranked = {c.row: c.value for c in column if c.conflict is None and c.flag is None}
         higher = next(c.higher_is_better for c in column)
         rank.update({(row, benchmark): r for row, r in ranks(ranked, higher).items()})
@@ -295,6 +308,8 @@ def cell_text(cell: Cell | None) -> str:
     text = f"{_number(cell.value)} [{_number(cell.ci_low)}, {_number(cell.ci_high)}]"
     if cell.seeds > 1:
         text += f" (median of {cell.seeds})"
+    if cell.other_version:
+        text += f" (rpbench {cell.identity.version})"
     return text + (f" ⚠ {cell.flag}" if cell.flag else "")
 
 
@@ -303,25 +318,35 @@ def markdown(board: Leaderboard) -> str:
         "# Leaderboard",
         "",
         "Each benchmark's headline with its 95% CI; rank 1 is best. Flagged cells (judge, data or headline unlike",
-        "their column's) and conflicts are not ranked; a missing cell is missing, never 0.",
+        "their column's) and conflicts are not ranked; a missing cell is missing, never 0. A cell written by another",
+        "rpbench version than most of its column names it.",
         "",
         "| model | mean rank (min-max, benchmarks) | " + " | ".join(board.benchmarks) + " |",
         "| --- | --- |" + " --- |" * len(board.benchmarks),
     ]
     for row in board.rows:
         o = board.overall[row]
-        overall = "–" if o["mean_rank"] is None else f"{o['mean_rank']:.2f} ({o['min']:g}-{o['max']:g}, {o['benchmarks']})"
+        overall = (
+            "–" if o["mean_rank"] is None else f"{o['mean_rank']:.2f} ({o['min']:g}-{o['max']:g}, {o['benchmarks']})"
+        )
         cells = [cell_text(board.cells.get((row, b))) for b in board.benchmarks]
         lines.append(f"| {row} | {overall} | " + " | ".join(cells) + " |")
     lines += ["", "## Adjacent models (paired bootstrap on shared records; delta = lower - upper)", ""]
-    lines += ["| upper | lower | benchmark | shared | delta | 95% CI | p |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [
+        "| upper | lower | benchmark | shared | delta | 95% CI | p |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for t in board.adjacent:
         ci = f"[{_number(t.get('ci_low'))}, {_number(t.get('ci_high'))}]"
         p = "–" if t.get("p_value") is None else f"{t['p_value']:.4f}"
-        lines.append(
-            f"| {t['upper']} | {t['lower']} | {t['benchmark']} | {t['shared_units']} | {_number(t.get('delta'))} | {ci} | {p} |"
-        )
-    lines += ["", "## What produced each cell", "", "| model | benchmark | headline | judge | test data sha256 | rpbench | runs |"]
+        delta = _number(t.get("delta"))
+        lines.append(f"| {t['upper']} | {t['lower']} | {t['benchmark']} | {t['shared_units']} | {delta} | {ci} | {p} |")
+    lines += [
+        "",
+        "## What produced each cell",
+        "",
+        "| model | benchmark | headline | judge | test data sha256 | rpbench | runs |",
+    ]
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for (row, benchmark), c in sorted(board.cells.items()):
         i = c.identity
@@ -334,7 +359,7 @@ def markdown(board: Leaderboard) -> str:
 
 CSV_COLUMNS = [
     "model", "benchmark", "headline", "value", "ci_low", "ci_high", "rank", "mean_rank", "seeds", "judge",
-    "data_sha256", "rpbench_version", "flag", "conflict", "runs",
+    "data_sha256", "rpbench_version", "flag", "conflict", "judge_requests", "judge_tokens", "judge_cost_usd", "runs",
 ]  # fmt: skip
 
 
@@ -354,6 +379,7 @@ def csv_rows(board: Leaderboard) -> list[dict[str, Any]]:
                     **{"headline": i.headline, "value": c.value, "ci_low": c.ci_low, "ci_high": c.ci_high},
                     **{"rank": board.rank.get((row, benchmark)), "seeds": c.seeds, "judge": i.judge},
                     **{"data_sha256": i.data, "rpbench_version": i.version, "flag": c.flag, "conflict": c.conflict},
+                    **{f"judge_{k}": v for k, v in c.judge_cost.items()},
                     "runs": c.run,
                 }
             )
@@ -370,7 +396,10 @@ def plot(board: Leaderboard, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6, 0.5 * len(shown) + 1.5))
     y = list(range(len(shown)))[::-1]
     means = [board.overall[r]["mean_rank"] for r in shown]
-    spread = [[m - board.overall[r]["min"] for r, m in zip(shown, means)], [board.overall[r]["max"] - m for r, m in zip(shown, means)]]
+    spread = [
+        [m - board.overall[r]["min"] for r, m in zip(shown, means)],
+        [board.overall[r]["max"] - m for r, m in zip(shown, means)],
+    ]
     ax.errorbar(means, y, xerr=spread, fmt="o", capsize=4)
     ax.set_yticks(y, shown)
     ax.set_xlabel("mean rank over benchmarks (bars: min-max; 1 = best)")

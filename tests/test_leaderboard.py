@@ -24,6 +24,12 @@ def write_run(folder, model, evaluator, value, per_record, *, judge="none", data
         rows = [{"id": f"r{i}", "task": "t", "metrics": {"rougeL": v}} for i, v in enumerate(per_record)]
     else:
         evaluation = {"judge": {"overall": {"accuracy": value}}, "metrics": {"overall": {}}}
+        evaluation["judge_cost"] = {
+            "requests": len(per_record),
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "cost_usd": 0.5,
+        }
         rows = [{"id": f"r{i}", "metrics": {}, "verdicts": {"role_style": v}} for i, v in enumerate(per_record)]
     results = {
         "model": model,
@@ -40,7 +46,12 @@ def write_run(folder, model, evaluator, value, per_record, *, judge="none", data
 
 
 def test_ranks_are_one_for_the_best_and_ties_share_their_mean():
-    assert ranks({"a": 0.5, "b": 0.9, "c": 0.5, "d": 0.1}, higher_is_better=True) == {"b": 1, "a": 2.5, "c": 2.5, "d": 4}
+    assert ranks({"a": 0.5, "b": 0.9, "c": 0.5, "d": 0.1}, higher_is_better=True) == {
+        "b": 1,
+        "a": 2.5,
+        "c": 2.5,
+        "d": 4,
+    }
     assert ranks({"a": 3.0, "b": 1.0}, higher_is_better=False) == {"b": 1, "a": 2}
 
 
@@ -74,7 +85,13 @@ def test_leaderboard_of_runs_and_sweeps(tmp_path):
     assert ("mid", "mmrole") not in board.cells
     # mean ranks: big (1+1)/2, mid 2 (rolebench only), small (3+2)/2
     assert board.rows == ["big", "mid", "small"]
-    assert board.overall["small"] == {"mean_rank": 2.5, "min": 2, "max": 3, "std": np.std([3, 2], ddof=1), "benchmarks": 2}
+    assert board.overall["small"] == {
+        "mean_rank": 2.5,
+        "min": 2,
+        "max": 3,
+        "std": np.std([3, 2], ddof=1),
+        "benchmarks": 2,
+    }
     # CI of a judge headline without one in metrics.json: bootstrapped from the run's verdicts
     assert board.cells["big", "rolemrc"].ci_low <= 0.75 <= board.cells["big", "rolemrc"].ci_high
     # adjacent pairs: big-mid on rolebench only (mid is not ranked on rolemrc), mid-small on rolebench
@@ -89,8 +106,17 @@ def test_leaderboard_of_runs_and_sweeps(tmp_path):
     assert "0.7000 [0.6000, 0.8000] (median of 3)" in text
     assert "judge differ" in text and "conflict (2 runs differ in data" in text and "| missing |" in text
     assert "| small | rolebench | ROUGE-L | none | aaaaaaaaaaaaaaaa | 0.0.9 |" in text
+    assert "0.2000 [0.1000, 0.3000] (rpbench 0.0.9)" in text
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
-    assert len(rows) == 9 and {r["flag"] for r in rows if r["benchmark"] == "mmrole" and r["model"] != "big"} == {"missing"}
+    assert len(rows) == 9 and {r["flag"] for r in rows if r["benchmark"] == "mmrole" and r["model"] != "big"} == {
+        "missing"
+    }
+    big_rolemrc = next(r for r in rows if (r["model"], r["benchmark"]) == ("big", "rolemrc"))
+    assert (big_rolemrc["judge_requests"], big_rolemrc["judge_tokens"], big_rolemrc["judge_cost_usd"]) == (
+        "4",
+        "12",
+        "0.5",
+    )
     assert (out / "leaderboard.png").stat().st_size > 0
 
 

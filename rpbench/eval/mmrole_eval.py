@@ -152,7 +152,9 @@ def review_ratios(reviews_dir: str | Path) -> dict[tuple[str, str], tuple[float,
     for path in sorted(Path(reviews_dir).glob("*.json")):
         for index, record in enumerate(_read_list(path)):
             rid = record.get("id", index) if isinstance(record, Mapping) else index
-            review, swapped = (record.get(REVIEW_KEY), record.get(SWAPPED_KEY)) if isinstance(record, Mapping) else (None, None)
+            review, swapped = (
+                (record.get(REVIEW_KEY), record.get(SWAPPED_KEY)) if isinstance(record, Mapping) else (None, None)
+            )
             for metric in METRICS if review else ():
                 ratio, _ = _ratio(path, rid, REVIEW_KEY, review, metric)
                 other = _ratio(path, rid, SWAPPED_KEY, swapped, metric)[0] if swapped else None

@@ -26,7 +26,7 @@ from rpbench.data.mmrole_prompts import METRICS as REVIEW_METRICS
 from rpbench.data.mmrole_prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, rouge_l, as_container, source_of
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, as_container, rouge_l, source_of
 from rpbench.eval.report import metric_table
 
 # How the report names the test sets of conf/data/mmrole.yaml (others by their own name).

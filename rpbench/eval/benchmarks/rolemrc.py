@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, rouge_l, as_container, source_of, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, as_container, rouge_l, source_of, write_jsonl
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.rolemrc_rubrics import (
     DEFAULT_PROMPTS,

@@ -29,11 +29,15 @@ def part_texts(examples: Sequence[EvalExample]) -> dict[str, list[str | None]]:
         return dict(input_field_texts(examples))
     system = [" ".join(t.content for t in e.prompt if t.role == "system") or None for e in examples]
     users = ["\n".join(t.content for t in e.prompt if t.role == "user") or None for e in examples]
-    dialogue = ["\n".join([*(f"{t.role}: {t.content}" for t in e.prompt), f"assistant: {e.reference}"]) for e in examples]
+    dialogue = [
+        "\n".join([*(f"{t.role}: {t.content}" for t in e.prompt), f"assistant: {e.reference}"]) for e in examples
+    ]
     return {"user": users, "character": system, "dialogue": dialogue}
 
 
-def embedded_parts(embedder: TextEmbedder, examples: Sequence[EvalExample]) -> dict[str, tuple[list[int], torch.Tensor]]:
+def embedded_parts(
+    embedder: TextEmbedder, examples: Sequence[EvalExample]
+) -> dict[str, tuple[list[int], torch.Tensor]]:
     """Part -> (the records that have it, their embeddings in that order)."""
     out = {}
     for part, texts in part_texts(examples).items():

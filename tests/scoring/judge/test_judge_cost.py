@@ -36,11 +36,17 @@ def test_judge_cost_and_agreement_with_humans(tmp_path):
     records = read_test(SAMPLE_TEST).examples
     rated = [(r.id, rubric) for r in records for rubric in table[r.task]]
     # humans' majority 1 on even items, 0 on odd ones; the judge says 1 to everything
-    humans = [{"id": i, "rubric": rubric, "ratings": [1, 1, 0] if n % 2 == 0 else [0, 0, 1]} for n, (i, rubric) in enumerate(rated)]
+    humans = [
+        {"id": i, "rubric": rubric, "ratings": [1, 1, 0] if n % 2 == 0 else [0, 0, 1]}
+        for n, (i, rubric) in enumerate(rated)
+    ]
     (tmp_path / "humans.jsonl").write_text("".join(json.dumps(h) + "\n" for h in humans))
     with chat_stub(lambda body: "1") as judge:
         results = run_in_process(
-            tmp_path / "run", *RUN, f"judge.base_url={judge.url}", f"evaluator.human_ratings={tmp_path / 'humans.jsonl'}"
+            tmp_path / "run",
+            *RUN,
+            f"judge.base_url={judge.url}",
+            f"evaluator.human_ratings={tmp_path / 'humans.jsonl'}",
         )
         asked = len(judge.requests)
     cost = results["eval"]["judge_cost"]
@@ -57,7 +63,10 @@ def test_judge_cost_and_agreement_with_humans(tmp_path):
     assert found["accuracy"] == sum(majority_one) / len(majority_one)
     assert "## Judge agreement with human ratings (judge `gpt-4o-mini`)" in (tmp_path / "run" / "report.md").read_text()
     written = json.loads((tmp_path / "run" / "metrics.json").read_text())
-    assert written["rpbench_version"] == results["rpbench_version"] and len(written["records"]["test"]["records_sha256"]) == 64
+    assert (
+        written["rpbench_version"] == results["rpbench_version"]
+        and len(written["records"]["test"]["records_sha256"]) == 64
+    )
 
 
 def test_a_run_past_its_judge_budget_does_not_start(tmp_path):

@@ -199,9 +199,10 @@ def summarize(sweep_dir: Path) -> Path | None:
     summary.write_text(markdown(shown, jobs, omitted))
     failed = sum(job.error is not None for job in jobs)
     print(f"sweep summary: {summary} ({len(jobs)} jobs, {failed} failed)", flush=True)
-    from rpbench.leaderboard import leaderboard  # imports every benchmark: only once a sweep is done
+    if any(metric.startswith("eval/") for job in jobs for metric in job.metrics):
+        from rpbench.leaderboard import leaderboard  # imports every benchmark: only for evaluated runs
 
-    leaderboard([sweep_dir], sweep_dir)  # when its runs evaluated benchmarks with a headline
+        leaderboard([sweep_dir], sweep_dir)
     return summary
 
 

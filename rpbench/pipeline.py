@@ -22,7 +22,7 @@ from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.data.records import drop_images, image_count
 from rpbench.eval.benchmarks import BENCHMARKS
-from rpbench.eval.evaluate import evaluate
+from rpbench.eval.evaluate import evaluate, judge_estimate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
@@ -209,6 +209,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     need_test = evaluation_needs_records(cfg) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     records_for_model(cfg, splits, results["records"], train_split)
+    if evaluator != "none" and str(cfg.judge.backend) != "none" and evaluation_needs_records(cfg):
+        results["judge_estimate"] = judge_estimate(cfg, BENCHMARKS.get(evaluator), splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
     models = build_models(cfg) if needs_model(cfg) else {}  # 2. build

@@ -154,7 +154,7 @@ def compare(cfg: DictConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, A
 
 def judge_estimate(cfg: DictConfig, benchmark: Benchmark, examples: Sequence[EvalExample]) -> dict[str, Any]:
     """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
-    ``judge.budget`` a JudgeBudgetError stops the run before anything is generated."""
+    ``judge.budget`` a JudgeBudgetError. The pipeline asks before it trains or generates anything."""
     from rpbench.scoring.judge import JudgeConfig
     from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, check_budget, estimate
 
@@ -164,7 +164,8 @@ def judge_estimate(cfg: DictConfig, benchmark: Benchmark, examples: Sequence[Eva
     counts = benchmark.judge_requests(cfg, examples)
     found = estimate(
         list(zip(counts, texts, strict=True)),
-        judge.max_tokens_for(str(cfg.evaluator.name)),
+        # a plugin's benchmark without a judge.max_tokens entry of its own: the longest reply of any
+        judge.max_tokens.get(str(cfg.evaluator.name), max(judge.max_tokens.values())),
         judge.price_input_per_1m,
         judge.price_output_per_1m,
     )
@@ -182,7 +183,7 @@ def evaluate(
     with counting_usage() as usage:
         results = evaluate_benchmark(cfg, model, tokenizer, examples, out_dir, logger)
     if str(cfg.judge.backend) != "none":
-        results["judge_cost"] = {**results.get("judge_cost", {}), **usage.as_dict()}
+        results["judge_cost"] = usage.as_dict()
     return results
 
 
@@ -200,10 +201,9 @@ def evaluate_benchmark(
     from_files = benchmark.from_files(cfg, out_dir)
     if from_files is not None:
         return from_files
-    estimated = {"judge_cost": {"estimate": judge_estimate(cfg, benchmark, examples)}} if judging else {}
     own = benchmark.evaluate_model(cfg, model, tokenizer, examples, out_dir, logger)
     if own is not None:
-        return {**own, **estimated}
+        return own
 
     prepared = benchmark.prepare_judge(cfg) if judging else None  # a bad prompt file fails before generating
     examples, changed = benchmark.prepare_examples(cfg, examples)
@@ -213,7 +213,6 @@ def evaluate_benchmark(
         "n_records": len(examples),
         **changed,
         "generation": generation,
-        **estimated,
     }
     if rank_and_world()[0] != 0:
         return results

@@ -49,13 +49,13 @@ def test_judge_cost_and_agreement_with_humans(tmp_path):
             f"evaluator.human_ratings={tmp_path / 'humans.jsonl'}",
         )
         asked = len(judge.requests)
-    cost = results["eval"]["judge_cost"]
+    cost, estimate = results["eval"]["judge_cost"], results["judge_estimate"]
     scored = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
     rubrics = sum(len(table[row["task"]]) for row in scored)  # one request per rubric of a record's label
-    assert cost["requests"] == cost["replies"] == asked == cost["estimate"]["requests"] == rubrics > 0
+    assert cost["requests"] == cost["replies"] == asked == estimate["requests"] == rubrics > 0
     # the stub's usage: 1 prompt and 1 completion token per reply
     assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
-    assert cost["estimate"]["completion_tokens"] == asked * 16  # judge.max_tokens.rolemrc
+    assert estimate["completion_tokens"] == asked * 16  # judge.max_tokens.rolemrc
     found = results["eval"]["judge_agreement"]
     judged = [(row["id"], rubric) for row in scored for rubric in row["verdicts"]]
     majority_one = [n % 2 == 0 for n, key in enumerate(rated) if key in set(judged)]

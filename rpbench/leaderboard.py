@@ -36,6 +36,7 @@ import yaml
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.benchmarks.base import Headline
 from rpbench.eval.stats import paired_bootstrap, summarize
+from rpbench.scoring.human_agreement import average_ranks
 
 UNRECORDED = "unrecorded"  # an identity field an earlier rpbench did not write
 BOOTSTRAP = {"n_resamples": 1000, "confidence": 0.95, "seed": 0}
@@ -209,17 +210,9 @@ def column_identity(cells: Sequence[Cell]) -> tuple[str, str, str]:
 
 def ranks(values: Mapping[str, float], higher_is_better: bool) -> dict[str, float]:
     """1 = best; tied values share the mean of their ranks."""
-    ordered = sorted(values, key=lambda k: -values[k] if higher_is_better else values[k])
-    out: dict[str, float] = {}
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and values[ordered[j + 1]] == values[ordered[i]]:
-            j += 1
-        for k in ordered[i : j + 1]:
-            out[k] = (i + j) / 2 + 1
-        i = j + 1
-    return out
+    names = list(values)
+    order = average_ranks([-values[k] if higher_is_better else values[k] for k in names])
+    return dict(zip(names, order))
 
 
 @dataclass

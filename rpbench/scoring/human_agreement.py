@@ -79,6 +79,7 @@ def code(value: Any, pairwise: bool, where: str) -> float:
 
 
 def average_ranks(values: Sequence[float]) -> list[float]:
+    """Each value's rank in ascending order (1 = smallest); tied values share the mean of their ranks."""
     order = sorted(range(len(values)), key=lambda i: values[i])
     out = [0.0] * len(values)
     i = 0

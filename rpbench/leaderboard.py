@@ -145,7 +145,10 @@ def score_units(run: Path, how: str) -> dict[str, float | None]:
 
 def read_cell(run: Path) -> tuple[Cell | None, str | None]:
     """The run's cell, or None and why it has none."""
-    results = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    try:
+        results = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{run / 'metrics.json'}: not JSON ({error.msg} at char {error.pos})") from None
     benchmark = results.get("evaluator", "none")
     if benchmark == "none" or "eval" not in results:
         return None, "no evaluation"

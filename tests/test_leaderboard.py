@@ -120,6 +120,10 @@ def test_leaderboard_of_runs_and_sweeps(tmp_path):
     assert (out / "leaderboard.png").stat().st_size > 0
 
 
-def test_command_line_names_a_folder_without_runs(tmp_path, capsys):
+def test_command_line_names_a_folder_without_runs_and_a_broken_metrics_file(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
     assert f"no run with a benchmark headline under {tmp_path}" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text('{"model": ')
+    assert main([str(tmp_path)]) == 1
+    assert f"error: {tmp_path / 'run' / 'metrics.json'}: not JSON" in capsys.readouterr().err

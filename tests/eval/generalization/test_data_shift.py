@@ -42,18 +42,31 @@ def write(path, rows):
 
 
 def quantum_jsd(p: np.ndarray, q: np.ndarray) -> float:
-    """Equal-weight JSD of the trace-normalised second moments of unit rows, from eigenvalues."""
+    """Equal-weight JSD of the trace-normalised second moments of unit rows, from eigenvalues: each matrix is
+    YᵀY (C_p = Zpᵀ Zp / n_p; the mixture stacks both sets' rows scaled by 1/sqrt(2 n)), whose positive
+    eigenvalues are those of the small Gram matrix Y Yᵀ."""
 
-    def entropy(c):
-        w = np.linalg.eigvalsh(c)
+    def entropy(y):
+        w = np.linalg.eigvalsh(y @ y.T)
         w = w[w > 1e-12] / w[w > 1e-12].sum()
         return float(-(w * np.log(w)).sum())
 
-    cp, cq = p.T @ p / len(p), q.T @ q / len(q)
-    return entropy((cp + cq) / 2) - (entropy(cp) + entropy(cq)) / 2
+    yp, yq = p / np.sqrt(len(p)), q / np.sqrt(len(q))
+    return entropy(np.vstack([yp, yq]) / np.sqrt(2)) - (entropy(yp) + entropy(yq)) / 2
 
 
-def test_shift_report_between_splits_of_own_data(tmp_path):
+@pytest.fixture
+def one_thread():
+    """Tiny encoder batches run faster on one thread than on two shared cores."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_shift_report_between_splits_of_own_data(tmp_path, one_thread):
     files = {"train": write(tmp_path / "train.jsonl", TRAIN), "test": write(tmp_path / "test.jsonl", TEST)}
     files["again"] = write(tmp_path / "again.jsonl", TRAIN)
     splits = "{" + ",".join(f"{k}:{v}" for k, v in files.items()) + "}"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import statistics
 import sys
 from collections import Counter
@@ -171,7 +172,8 @@ def read_cell(run: Path) -> tuple[Cell | None, str | None]:
     model = str(results.get("model"))
     objective = results.get("objective", "none")
     row = model if objective == "none" else f"{model} + {objective}"
-    cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
+    shown = os.path.relpath(run)  # as the user named it, relative: no machine path in the leaderboard
+    cell = Cell(row, benchmark, shown, identity, value, low, high, headline.higher_is_better, units)
     cost = results["eval"].get("judge_cost") or {}
     if "requests" in cost:
         tokens = cost["prompt_tokens"] + cost["completion_tokens"]
@@ -236,7 +238,7 @@ def build(folders: Iterable[Path]) -> Leaderboard:
     for run in runs:
         cell, why = read_cell(run)
         if cell is None:
-            skipped.append((str(run), why))
+            skipped.append((os.path.relpath(run), why))
         else:
             found.setdefault((cell.row, cell.benchmark), []).append(cell)
     cells = {key: combine(members) for key, members in found.items()}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib
 import json
 import logging
 import os
 from dataclasses import replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +24,7 @@ from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.data.records import drop_images, image_count, missing_image
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.context import EvalContext
-from rpbench.eval.evaluate import evaluate
+from rpbench.eval.evaluate import evaluate, judge_estimate
 from rpbench.hub import push_to_hub
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
@@ -54,16 +57,23 @@ def evaluation_needs_records(spec: RunSpec) -> bool:
     return ev is not None and BENCHMARKS.get(ev.name).needs_records(ev)
 
 
+def evaluates_a_model(spec: RunSpec) -> bool:
+    """False for the evaluators that measure files and records alone (judge agreement, shift report)."""
+    return spec.evaluator is not None and BENCHMARKS.get(spec.evaluator.name).needs_model
+
+
 def generates_in_process(cfg: DictConfig, spec: RunSpec) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
-    local_generation = evaluation_needs_records(spec) and spec.evaluator.backend in ("local", "vllm")
+    local_generation = (
+        evaluation_needs_records(spec) and evaluates_a_model(spec) and spec.evaluator.backend in ("local", "vllm")
+    )
     return local_generation or probe_of(cfg.probe).needs_model
 
 
 def evaluates_model_itself(spec: RunSpec) -> bool:
     """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
     ev = spec.evaluator
-    return ev is not None and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
+    return evaluates_a_model(spec) and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
 
 
 def needs_model(cfg: DictConfig, spec: RunSpec) -> bool:
@@ -123,7 +133,7 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
         configured = str(cfg.data.files[file])  # reported as configured: no machine paths in results
         summary = result.summary()
         summary["first_skipped"] = [m.replace(str(summary["path"]), configured) for m in summary["first_skipped"]]
-        report[file] = {**summary, "path": configured}
+        report[file] = {**summary, "path": configured, "records_sha256": records_sha256(result.examples)}
     if train_split and "test" in splits:
         trained = {"train": train_split, **({"augment": "augment"} if augment else {})}
         for label, file in trained.items():
@@ -137,6 +147,14 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
     if augment:
         check_augment_ids(splits[train_split], splits["augment"], str(cfg.data.files.augment))
     return splits, report
+
+
+def records_sha256(examples: list) -> str:
+    """The content hash of the records read (every field, in order): the data's identity across machines."""
+    digest = hashlib.sha256()
+    for example in examples:
+        digest.update(json.dumps(dataclasses.asdict(example), sort_keys=True, default=str).encode())
+    return digest.hexdigest()
 
 
 def records_for_model(
@@ -202,6 +220,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "data": cfg.data.name,
         "objective": objective,
         "evaluator": evaluator,
+        "rpbench_version": metadata.version("rpbench"),
     }
 
     warning = untuned_start_warning(cfg)
@@ -217,6 +236,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     need_test = evaluation_needs_records(spec) or probe_of(cfg.probe).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     records_for_model(cfg, spec, splits, results["records"], train_split)
+    if evaluator != "none" and str(cfg.judge.backend) != "none" and evaluation_needs_records(spec):
+        judge = OmegaConf.to_container(cfg.judge, resolve=True)
+        benchmark = BENCHMARKS.get(evaluator)
+        results["judge_estimate"] = judge_estimate(spec.evaluator, judge, benchmark, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
     models = build_models(cfg) if needs_model(cfg, spec) else {}  # 2. build

@@ -73,6 +73,18 @@ def headline(results: dict[str, Any]) -> list[str]:
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
         lines.append(f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged)")
+    humans = results.get("eval", {}).get("judge_agreement")
+    if humans and humans["n_compared"]:
+        stats = ", ".join(
+            f"{k} {v:.4f}"
+            for k, v in (("Spearman", humans["spearman"]), ("accuracy", humans["accuracy"]))
+            if v is not None
+        )
+        lines.append(f"judge vs humans on {humans['n_compared']} items: {stats or 'undefined (constant ratings)'}")
+    cost = results.get("eval", {}).get("judge_cost")
+    if cost and "requests" in cost:
+        tokens = cost["prompt_tokens"] + cost["completion_tokens"]
+        lines.append(f"judge cost: {cost['requests']} requests, {tokens} tokens, {cost['cost_usd']:.4f} USD")
     return lines
 
 

@@ -4,7 +4,8 @@
 Writes into the sweep folder:
 - ``runs.csv``: one row per job (overrides, status, error, every numeric metric);
 - ``summary.csv``: one row per (group, metric): n, median, mean, std (sample, n-1), min, max;
-- ``summary.md``: the same for the metrics that vary between runs, and the failed jobs with their error.
+- ``summary.md``: the same for the metrics that vary between runs, and the failed jobs with their error;
+- ``leaderboard.md``/``.csv``/``.png`` when the runs evaluated benchmarks (``rpbench.leaderboard``).
 
 A Hydra callback writes it at the end of ``sweep.py``; ``python sweep.py --collect <sweep dir>`` rebuilds it
 for a finished or partly finished sweep.
@@ -198,6 +199,10 @@ def summarize(sweep_dir: Path) -> Path | None:
     summary.write_text(markdown(shown, jobs, omitted))
     failed = sum(job.error is not None for job in jobs)
     print(f"sweep summary: {summary} ({len(jobs)} jobs, {failed} failed)", flush=True)
+    if any(metric.startswith("eval/") for job in jobs for metric in job.metrics):
+        from rpbench.leaderboard import leaderboard  # imports every benchmark: only for evaluated runs
+
+        leaderboard([sweep_dir], sweep_dir)
     return summary
 
 

@@ -22,8 +22,8 @@ from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
-from rpbench.objectives.config import ObjectiveConfig
 from rpbench.models.quantization import quantization_problems
+from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of

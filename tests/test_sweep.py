@@ -71,6 +71,16 @@ def test_collect_rebuilds_the_summary_of_a_partly_failed_sweep(tmp_path):
     assert [r["seed"] for r in runs] == ["1", "2", "3", "1", "2", "3"]
 
 
+def test_summary_of_evaluated_runs_writes_the_leaderboard(tmp_path):
+    for num, (model, rouge) in enumerate([("small", 0.2), ("big", 0.4)]):
+        evaluation = {"metrics": {"overall": {"rougeL": {"mean": rouge, "ci_low": rouge - 0.1, "ci_high": rouge}}}}
+        metrics = {"model": model, "objective": "none", "evaluator": "rolebench", "eval": evaluation}
+        job_folder(tmp_path, f"{num}_job", [f"model={model}", "evaluator=rolebench"], metrics)
+    summarize(tmp_path)
+    board = (tmp_path / "leaderboard.md").read_text()
+    assert board.index("| big | 1.00 (1-1, 1) | 0.4000 [0.3000, 0.4000] |") < board.index("| small | 2.00")
+
+
 def test_collect_on_a_folder_without_jobs_says_so(tmp_path):
     result = run_script("sweep.py", "--collect", str(tmp_path))
     assert result.returncode == 1 and "no job folders" in result.stderr

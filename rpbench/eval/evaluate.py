@@ -22,6 +22,7 @@ from rpbench.distributed import rank_and_world
 from rpbench.eval import report
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.base import read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.judge_agreement import agreement_section, human_agreement_of_run
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.settings import EvaluatorSettings
@@ -144,7 +145,42 @@ def compare(ev: EvaluatorSettings, scores: Sequence[Mapping[str, Any]]) -> dict[
     return result
 
 
+def judge_estimate(
+    settings: EvaluatorSettings, judge: Mapping[str, Any], benchmark: Benchmark, examples: Sequence[EvalExample]
+) -> dict[str, Any]:
+    """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
+    ``judge.budget`` a JudgeBudgetError. The pipeline asks before it trains or generates anything."""
+    from rpbench.scoring.judge import JudgeConfig
+    from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, check_budget, estimate
+
+    config = JudgeConfig.from_mapping(judge)
+    reply_chars = CHARS_PER_TOKEN * settings.generation.max_new_tokens
+    texts = [sum(len(t.content) for t in e.prompt) + len(e.reference) + reply_chars for e in examples]
+    counts = benchmark.judge_requests(settings, examples)
+    found = estimate(
+        list(zip(counts, texts, strict=True)),
+        # a plugin's benchmark without a judge.max_tokens entry of its own: the longest reply of any
+        config.max_tokens.get(settings.name, max(config.max_tokens.values())),
+        config.price_input_per_1m,
+        config.price_output_per_1m,
+    )
+    check_budget(found, config.budget)
+    log.info("judge estimate: %d requests, %d tokens, %.4f USD", found.requests, found.tokens, found.cost_usd)
+    return found.as_dict()
+
+
 def evaluate(ctx: EvalContext) -> dict[str, Any]:
+    """``evaluate_benchmark``, with the judge's requests, tokens and cost of the run (``judge_cost``)."""
+    from rpbench.scoring.judge.client import counting_usage
+
+    with counting_usage() as usage:
+        results = evaluate_benchmark(ctx)
+    if ctx.judge is not None:
+        results["judge_cost"] = usage.as_dict()
+    return results
+
+
+def evaluate_benchmark(ctx: EvalContext) -> dict[str, Any]:
     """The evaluation of ``ctx.settings.name``'s benchmark, written into ``ctx.out_dir``; its results."""
     ev = ctx.settings
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
@@ -185,12 +221,15 @@ def evaluate(ctx: EvalContext) -> dict[str, Any]:
         for row in scores:
             if row["id"] in judged.verdicts:
                 row["verdicts"] = judged.verdicts[row["id"]]
+        if ev.human_ratings:
+            results["judge_agreement"] = human_agreement_of_run(ev, ctx.judge, scores)
     results.update(benchmark.analyze(replace(ctx, examples=examples), predictions, results))
     write_jsonl(ctx.out_dir / "scores.jsonl", scores)
     if ev.compare_to:
         results["compare"] = compare(ev, scores)
-    results["report_sections"] = report.sections(
-        results, str(ev.radar_metric), ctx.out_dir, benchmark.report_sections(results)
-    )
+    sections = benchmark.report_sections(results)
+    if "judge_agreement" in results:
+        sections.append(agreement_section(results["judge_agreement"]))
+    results["report_sections"] = report.sections(results, str(ev.radar_metric), ctx.out_dir, sections)
     report.log_to(ctx.logger, results, examples, predictions, scores)
     return results

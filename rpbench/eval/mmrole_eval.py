@@ -146,6 +146,23 @@ class _Tally:
         return summary
 
 
+def review_ratios(reviews_dir: str | Path) -> dict[tuple[str, str], tuple[float, float | None]]:
+    """(record id, metric) -> (a/b, the swapped review's a/b or None) of every scored review in the folder."""
+    out = {}
+    for path in sorted(Path(reviews_dir).glob("*.json")):
+        for index, record in enumerate(_read_list(path)):
+            rid = record.get("id", index) if isinstance(record, Mapping) else index
+            review, swapped = (
+                (record.get(REVIEW_KEY), record.get(SWAPPED_KEY)) if isinstance(record, Mapping) else (None, None)
+            )
+            for metric in METRICS if review else ():
+                ratio, _ = _ratio(path, rid, REVIEW_KEY, review, metric)
+                other = _ratio(path, rid, SWAPPED_KEY, swapped, metric)[0] if swapped else None
+                if ratio is not None:
+                    out[str(rid), metric] = (ratio, other)
+    return out
+
+
 def _ratio(path: Path, rid: Any, key: str, review: Any, metric: str) -> tuple[float | None, str | None]:
     """The evaluated answer's score over the ground truth's for one metric (a/b; b/a in a swapped review,
     where the ground truth came first), or (None, "parse" | "request") when the review has no score."""

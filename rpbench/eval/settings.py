@@ -15,6 +15,7 @@ from typing import Any
 
 from rpbench.eval.stats import METHODS
 from rpbench.models.generation import KV_CACHES, GenerationOptions
+from rpbench.scoring.human_agreement import LEVELS
 from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS
 from rpbench.typed import Problem, Settings, as_dict
 
@@ -152,6 +153,8 @@ class EvaluatorSettings(Settings):
     compare_to: str | None
     judge_prompt_file: str | None
     radar_metric: str | None
+    human_ratings: str | None  # people's ratings of the judged records: the judge's agreement is reported
+    human_level: str
 
     needs_metrics = True  # the generic evaluation computes reference metrics: at least one is named
 
@@ -174,6 +177,10 @@ class EvaluatorSettings(Settings):
             found.append(("radar_metric", "null or a metric name (drawn when it is among evaluator.metrics)"))
         if self.judge_prompt_file is not None and not Path(self.judge_prompt_file).is_file():
             found.append(("judge_prompt_file", "null or an existing file"))
+        if self.human_ratings is not None and not Path(self.human_ratings).is_file():
+            found.append(("human_ratings", "null or an existing file of human ratings"))
+        if self.human_level not in LEVELS:
+            found.append(("human_level", f"one of {', '.join(LEVELS)}"))
         if self.compare_to is not None and not (Path(self.compare_to) / "scores.jsonl").is_file():
             found.append(("compare_to", "an evaluated run's folder (with scores.jsonl)"))
         return found

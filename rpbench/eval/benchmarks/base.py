@@ -33,6 +33,24 @@ class Judged:
     verdicts: dict[str, dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class Headline:
+    """A benchmark's leaderboard number (``rpbench.leaderboard``). ``path`` leads from metrics.json's ``eval`` to
+    a mapping holding it under ``value`` (and its CI under ``ci_low``/``ci_high`` when computed), or to the
+    number itself (``value`` empty). ``scores``: how a record's score is read from scores.jsonl for CIs and
+    paired tests: ``metrics/<name>``, or ``verdicts`` (each verdict of the record is one unit); empty: none."""
+
+    label: str
+    path: tuple[str, ...]
+    value: str = "mean"
+    scores: str = ""
+    higher_is_better: bool = True
+
+
+def rouge_l() -> Headline:
+    return Headline("ROUGE-L", ("metrics", "overall", "rougeL"), scores="metrics/rougeL")
+
+
 class Benchmark:
     """A benchmark without a judge protocol whose results are broken down by task label; subclasses
     override what differs."""
@@ -52,6 +70,9 @@ class Benchmark:
     def shows_images(self, settings: Settings) -> bool:
         """Whether the generating model (or endpoint) is given the test records' images under ``settings``."""
         return True
+
+    needs_model = True  # evaluates a model (False: judges or measures files and records alone)
+    headlines: tuple[Headline, ...] = ()  # its leaderboard number: the first of these a run's results hold
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""
@@ -80,6 +101,10 @@ class Benchmark:
         """Results of a benchmark that runs the whole evaluation its own way (lm-eval's tasks, multi-turn
         interviews) instead of one generation per test record; None: the generic evaluation."""
         return None
+
+    def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
+        """How many judge requests each test record costs (for the estimate against ``judge.budget``): one."""
+        return [1] * len(examples)
 
     def prepare_judge(self, ctx: EvalContext) -> Any:
         """What the judge needs, checked before generating (a bad prompt file fails early)."""

@@ -29,7 +29,7 @@ from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE,
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.distributed import rank_and_world
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
@@ -91,8 +91,12 @@ class CharacterLLMSettings(EvaluatorSettings):
 
 
 class CharacterLLM(Benchmark):
+    headlines = (Headline("single-turn average", ("characterllm", "single"), "average"),)
     judged = True
     settings_class = CharacterLLMSettings
+
+    def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(ASPECTS)] * len(examples)  # one score per aspect of each interview
 
     def problems(self, cfg: DictConfig) -> list[str]:
         out = []

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import ConfigError
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import Bootstrap, Endpoint
 from rpbench.eval.stats import paired_bootstrap, summarize
@@ -87,6 +87,7 @@ class GeneralSettings(Settings):
 
 
 class General(Benchmark):
+    headlines = (Headline("mean accuracy (%)", ("general_mean",), ""),)
     reads_records = False
     settings_class = GeneralSettings
 

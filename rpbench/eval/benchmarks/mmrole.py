@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.mmrole_prompts import METRICS as REVIEW_METRICS
 from rpbench.data.mmrole_prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l
 from rpbench.eval.context import EvalContext
 from rpbench.eval.report import metric_table
 from rpbench.eval.settings import EvaluatorSettings
@@ -43,6 +44,7 @@ class MMRoleSettings(EvaluatorSettings):
 
 
 class MMRole(Benchmark):
+    headlines = (Headline("MMRole-Eval overall", ("mmrole_eval", "all"), "overall"), rouge_l())
     judged = True
     settings_class = MMRoleSettings
 
@@ -57,6 +59,9 @@ class MMRole(Benchmark):
     def needs_judge(self, settings: MMRoleSettings) -> bool:
         """Aggregating existing reviews asks no judge."""
         return not settings.reviews
+
+    def judge_requests(self, settings: MMRoleSettings, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(REVIEW_METRICS)] * len(examples)  # one review per MMRole-Eval metric
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         groupings = super().groupings(examples)

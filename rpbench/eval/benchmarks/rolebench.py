@@ -1,5 +1,10 @@
 """RoleBench cross-evaluation (RoleMRC Table 4): reference metrics per task label; no judge."""
 
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, rouge_l
 
-BENCHMARKS.register("rolebench")(Benchmark())
+
+class RoleBench(Benchmark):
+    headlines = (rouge_l(),)  # RoleBench's paper ranks by ROUGE-L
+
+
+BENCHMARKS.register("rolebench")(RoleBench())

@@ -9,8 +9,9 @@ from typing import Any
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l, write_jsonl
 from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.rolemrc_rubrics import (
     DEFAULT_PROMPTS,
@@ -22,7 +23,11 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
 
 
 class RoleMRC(Benchmark):
+    headlines = (Headline("judge accuracy", ("judge", "overall"), "accuracy", "verdicts"), rouge_l())
     judged = True
+
+    def judge_requests(self, settings: EvaluatorSettings, examples: Sequence[EvalExample]) -> list[int]:
+        return [len(e.meta.get("dimensions") or ()) for e in examples]  # one per rubric of the record's label
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """``dimension``: the paper's five (Knowledge Boundary, Role Style, Multi-turn, Nested,

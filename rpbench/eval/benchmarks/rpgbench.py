@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Judged, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
@@ -88,8 +88,12 @@ class RPGBenchSettings(EvaluatorSettings):
 
 
 class RPGBench(Benchmark):
+    headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
     judged = True
     settings_class = RPGBenchSettings
+
+    def judge_requests(self, settings: RPGBenchSettings, examples: Sequence[EvalExample]) -> list[int]:
+        return [2 * max(1, len(settings.judges))] * len(examples)  # each judge, both orders
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """Task label, the category R-EMID is estimated on (IDTest, each shift subtype) and its shift type."""

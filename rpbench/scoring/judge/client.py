@@ -81,6 +81,8 @@ class JudgeConfig:
     price_output_per_1m: float = 0.0
     cache_path: str | None = None
     progress: bool = True
+    # The most a run may spend on the judge, estimated before it starts ({usd, tokens}; null: no limit).
+    budget: Mapping[str, float | None] | None = None
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any]) -> JudgeConfig:
@@ -164,6 +166,24 @@ class JudgeStats:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def add(self, other: JudgeStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+_totals: list[JudgeStats] = []  # the open ``counting_usage`` blocks
+
+
+@contextmanager
+def counting_usage() -> Iterator[JudgeStats]:
+    """The summed counters of every client closed inside the block (a run's judge cost, all judges together)."""
+    total = JudgeStats()
+    _totals.append(total)
+    try:
+        yield total
+    finally:
+        _totals.remove(total)
 
 
 class JudgeClient:
@@ -301,6 +321,8 @@ class JudgeClient:
         ) / 1e6
 
     def close(self) -> None:
+        for total in _totals:
+            total.add(self.stats)
         if self.cache is not None:
             self.cache.close()
 

@@ -1,0 +1,68 @@
+"""``evaluator=shift``: how far the splits of one's data are apart (``generalization.data_shift``), before
+training and without a model: the files of ``evaluator.splits`` (null: every ``data.files`` entry set), each
+read as test records with the data config's reader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.errors import ConfigError
+from rpbench.data.prepare import read_split
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
+from rpbench.eval.benchmarks.rpgbench import RPGBenchSettings
+from rpbench.eval.context import EvalContext
+from rpbench.eval.generalization.data_shift import shift_section, split_shift
+from rpbench.eval.generalization.embed import load_text_embedder
+
+
+def split_files(named: Any, data_files: Any) -> dict[str, str]:
+    """``evaluator.splits`` (split name -> file), or every ``data.files`` entry that is set."""
+    chosen = dict(named) if named is not None else dict(data_files)
+    return {str(name): str(path) for name, path in chosen.items() if path is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShiftSettings(RPGBenchSettings):
+    """conf/evaluator/shift.yaml: the R-EMID evaluator's encoder settings and the splits compared."""
+
+    splits: Any  # split name -> file (null: the data config's files)
+
+    open_keys = (*RPGBenchSettings.open_keys, "splits")
+    needs_metrics = False
+
+
+class Shift(Benchmark):
+    reads_records = False  # reads every split itself
+    needs_model = False
+    settings_class = ShiftSettings
+
+    def problems(self, cfg: DictConfig) -> list[str]:
+        splits = cfg.evaluator.splits
+        files = split_files(None if splits is None else OmegaConf.to_container(splits), cfg.data.files)
+        if len(files) < 2:
+            return [f"evaluator=shift compares two or more splits; got {sorted(files) or 'none'} (set evaluator.splits "
+                    "or data.files.<split>)"]  # fmt: skip
+        return []
+
+    def from_files(self, ctx: EvalContext) -> dict[str, Any]:
+        files = split_files(ctx.settings.splits, ctx.data["files"])
+        data = {**ctx.data, "files": files}
+        splits, counts = {}, {}
+        for name in files:
+            try:
+                result = read_split(data, "test", name)
+            except FileNotFoundError as error:
+                raise ConfigError(f"evaluator=shift, split {name}: {error}") from error
+            splits[name], counts[name] = result.examples, {"read": len(result.examples), "skipped": len(result.skipped)}
+        g = OmegaConf.create(ctx.settings.generalization)
+        embedder = load_text_embedder(
+            g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback)
+        )
+        found = {**split_shift(splits, embedder, str(g.weighting)), "read": counts}
+        return {"shift": found, "report_sections": [shift_section(found)]}
+
+
+BENCHMARKS.register("shift")(Shift())

@@ -1,0 +1,77 @@
+"""A judged run's cost in metrics.json (requests and tokens, from the endpoint's ``usage``), its estimate, its
+agreement with a human ratings file beside its scores, and ``judge.budget`` stopping a run before anything is
+generated: real runs against a judge on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import CONF_DIR, REPO_ROOT, chat_stub, run_in_process
+from rpbench.data.rolemrc import read_test
+from rpbench.scoring.judge.budget import JudgeBudgetError
+
+RUN = [
+    "objective=none",
+    "logger=none",
+    "evaluator=rolemrc",
+    "evaluator.metrics=[rougeL]",
+    "evaluator.generation.max_new_tokens=2",
+    "evaluator.bootstrap.n_resamples=10",
+    "data.max_test_samples=3",
+    "judge=openai",
+    "judge.api_key_env=null",
+    "judge.progress=false",
+    "judge.cache_path=null",
+]
+
+
+SAMPLE_TEST = REPO_ROOT / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
+
+
+def test_judge_cost_and_agreement_with_humans(tmp_path):
+    table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
+    records = read_test(SAMPLE_TEST).examples
+    rated = [(r.id, rubric) for r in records for rubric in table[r.task]]
+    # humans' majority 1 on even items, 0 on odd ones; the judge says 1 to everything
+    humans = [
+        {"id": i, "rubric": rubric, "ratings": [1, 1, 0] if n % 2 == 0 else [0, 0, 1]}
+        for n, (i, rubric) in enumerate(rated)
+    ]
+    (tmp_path / "humans.jsonl").write_text("".join(json.dumps(h) + "\n" for h in humans))
+    with chat_stub(lambda body: "1") as judge:
+        results = run_in_process(
+            tmp_path / "run",
+            *RUN,
+            f"judge.base_url={judge.url}",
+            f"evaluator.human_ratings={tmp_path / 'humans.jsonl'}",
+        )
+        asked = len(judge.requests)
+    cost, estimate = results["eval"]["judge_cost"], results["judge_estimate"]
+    scored = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    rubrics = sum(len(table[row["task"]]) for row in scored)  # one request per rubric of a record's label
+    assert cost["requests"] == cost["replies"] == asked == estimate["requests"] == rubrics > 0
+    # the stub's usage: 1 prompt and 1 completion token per reply
+    assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
+    assert estimate["completion_tokens"] == asked * 16  # judge.max_tokens.rolemrc
+    found = results["eval"]["judge_agreement"]
+    judged = [(row["id"], rubric) for row in scored for rubric in row["verdicts"]]
+    majority_one = [n % 2 == 0 for n, key in enumerate(rated) if key in set(judged)]
+    assert found["n_compared"] == len(judged) == asked and found["n_without_verdict"] == len(rated) - asked
+    assert found["accuracy"] == sum(majority_one) / len(majority_one)
+    assert "## Judge agreement with human ratings (judge `gpt-4o-mini`)" in (tmp_path / "run" / "report.md").read_text()
+    written = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert (
+        written["rpbench_version"] == results["rpbench_version"]
+        and len(written["records"]["test"]["records_sha256"]) == 64
+    )
+
+
+def test_a_run_past_its_judge_budget_does_not_start(tmp_path):
+    with chat_stub(lambda body: "1") as judge:
+        with pytest.raises(JudgeBudgetError, match=r"tokens \d+ > judge.budget.tokens=10"):
+            run_in_process(tmp_path / "run", *RUN, f"judge.base_url={judge.url}", "judge.budget.tokens=10")
+        assert judge.requests == []
+    assert not (tmp_path / "run" / "predictions.jsonl").exists()

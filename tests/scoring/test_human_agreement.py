@@ -1,0 +1,125 @@
+"""Judge-vs-human statistics against scipy / scikit-learn and hand-computed values, a pairwise ratings file
+with its three biases, and evaluator=judge_agreement on MMRole's released reviews with the shipped sample."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau, spearmanr
+from sklearn.metrics import cohen_kappa_score
+
+from conftest import REPO_ROOT, SHARED_DATA, run_in_process
+from rpbench.scoring.human_agreement import (
+    agreement,
+    cohen_kappa,
+    kendall_tau_b,
+    krippendorff_alpha,
+    model_family,
+    spearman,
+)
+from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
+
+MMROLE_SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "human_ratings" / "mmrole_in_test.jsonl"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_correlations_and_kappas_match_scipy_and_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    x, y = rng.integers(1, 6, 40).astype(float), rng.integers(1, 6, 40).astype(float)  # ties on both sides
+    y[:20] = x[:20]  # some agreement
+    assert spearman(x, y) == pytest.approx(spearmanr(x, y).statistic)
+    assert kendall_tau_b(x, y) == pytest.approx(kendalltau(x, y).statistic)
+    for weights in (None, "linear", "quadratic"):
+        assert cohen_kappa(x, y, weights) == pytest.approx(cohen_kappa_score(x, y, weights=weights))
+
+
+def test_krippendorff_alpha_of_a_hand_computed_table():
+    # units (1,1), (1,2), (2,2), (2,2), one unit rated once (not pairable): coincidences o11=2, o12=o21=1,
+    # o22=4; n1=3, n2=5, n=8: D_o = 2/8, D_e = 2*3*5/(8*7); alpha = 1 - D_o/D_e = 8/15
+    rows = [[1, 1, 2, 2, 1], [1, 2, 2, 2, None]]
+    assert krippendorff_alpha(rows, "nominal") == pytest.approx(8 / 15)
+    assert krippendorff_alpha([[1, 1], [1, 1]], "nominal") is None  # one value: undefined
+
+
+def test_model_family():
+    assert [model_family(m) for m in ("gpt-4o", "Qwen/Qwen2.5-7B", "llama-3-8b")] == ["gpt", "qwen", "llama"]
+
+
+def write_lines(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_pairwise_ratings_file_with_position_length_and_self_preference_biases(tmp_path):
+    humans = write_lines(
+        tmp_path / "humans.jsonl",
+        [
+            {"id": "i1", "rubric": "style", "ratings": ["a", "a", "b"], "models": {"a": "gpt-4o", "b": "llama-3"},
+             "responses": {"a": "x" * 10, "b": "x" * 5}},
+            {"id": "i2", "rubric": "style", "ratings": ["b", "b", "b"], "models": {"a": "gpt-4o", "b": "qwen-2"},
+             "responses": {"a": "x" * 20, "b": "x" * 5}},
+            {"id": "i3", "rubric": "style", "ratings": ["tie", "a", "b"], "models": {"a": "llama-3", "b": "qwen-2"},
+             "responses": {"a": "x" * 5, "b": "x" * 5}},
+            {"id": "i4", "rubric": "style", "ratings": ["b", "b", "a"], "models": {"a": "qwen-2", "b": "gpt-4o"},
+             "responses": {"a": "x" * 3, "b": "x" * 9}},
+        ],
+    )  # fmt: skip
+    judge = write_lines(
+        tmp_path / "judge.jsonl",
+        [
+            {"id": "i1", "rubric": "style", "verdict": "a", "swapped_verdict": "a"},
+            {"id": "i2", "rubric": "style", "verdict": "a", "swapped_verdict": "b"},
+            {"id": "i3", "rubric": "style", "verdict": "tie", "swapped_verdict": "tie"},
+            {"id": "i4", "rubric": "style", "verdict": "b", "swapped_verdict": "b"},
+            {"id": "i5", "rubric": "style", "verdict": "b"},
+        ],
+    )
+    items = read_human_ratings(humans)
+    found = agreement(items, read_judge_verdicts(judge, pairwise=True), "ordinal", model_family("gpt-4o"))
+    assert (found["n_compared"], found["n_verdicts_without_humans"], found["n_without_majority"]) == (4, 1, 1)
+    assert found["accuracy"] == pytest.approx(2 / 3)  # i1 right, i2 wrong, i4 right (i3: no majority)
+    judged, majority = [1, 1, -1], [1, -1, -1]  # a = 1, b = -1
+    assert found["cohen_kappa"]["unweighted"] == pytest.approx(cohen_kappa_score(judged, majority))
+    assert found["spearman"] == pytest.approx(spearmanr([1, 1, 0, -1], [1 / 3, -1, 0, -1 / 3]).statistic)
+    bias = found["bias"]
+    assert bias["position"] == {"n": 4, "swap_consistency": 0.75}
+    assert bias["length"]["judge_spearman"] == pytest.approx(spearmanr([1, 1, 0, -1], [5, 15, 0, -6]).statistic)
+    # gpt's response in i1, i2, i4: the judge picks it 3 times, the humans' majority twice
+    assert bias["self_preference"] == {"judge_family": "gpt", "n_own": 3, "excess_over_humans": pytest.approx(1 / 3)}
+
+
+def test_a_bad_rating_names_file_line_and_field(tmp_path):
+    bad = write_lines(tmp_path / "humans.jsonl", [{"id": "r1", "rubric": "style", "ratings": []}])
+    with pytest.raises(ValueError, match=r"humans.jsonl: record line 1 \(r1\): field 'ratings'"):
+        read_human_ratings(bad)
+
+
+def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
+    reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
+    results = run_in_process(
+        tmp_path / "run",
+        "objective=none",
+        "logger=none",
+        "evaluator=judge_agreement",
+        f"evaluator.human_ratings={MMROLE_SAMPLE}",
+        f"evaluator.judge_verdicts={reviews}",
+        "evaluator.human_level=interval",
+    )
+    assert results["model"] == "not loaded"
+    found = results["eval"]["judge_agreement"]
+    humans = {(r["id"], r["rubric"]): r["ratings"] for r in map(json.loads, MMROLE_SAMPLE.read_text().splitlines())
+              if r["model"] == "qwen-vl-chat"}  # fmt: skip
+    ratios = {}
+    for record in json.loads((reviews / "comment_test.json").read_text()):
+        for metric, review in record["rm_review"].items():
+            if (record["id"], metric) in humans:
+                ratios[record["id"], metric] = review["score"][0] / review["score"][1]
+    keys = sorted(humans)
+    judge, center = [ratios[k] for k in keys], [np.mean(humans[k]) for k in keys]
+    assert (found["n_compared"], found["n_without_verdict"]) == (12, 24)  # the other two models' items
+    assert found["spearman"] == pytest.approx(spearmanr(judge, center).statistic)
+    assert found["mae"] == pytest.approx(np.mean(np.abs(np.array(judge) - center)))
+    assert found["accuracy"] is None and found["cohen_kappa"]["unweighted"] is None  # interval ratings
+    assert "## Judge agreement with human ratings" in (tmp_path / "run" / "report.md").read_text()

@@ -1,0 +1,129 @@
+"""`python -m rpbench.leaderboard`: run folders (metrics.json, config.yaml, scores.jsonl as runs write them)
+-> leaderboard.md/.csv/.png, ranks, seeds, flags, conflicts, missing cells and paired tests."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from rpbench.leaderboard import build, main, ranks
+
+DATA = "a" * 64
+
+
+def write_run(folder, model, evaluator, value, per_record, *, judge="none", data=DATA, version="0.1.0", ci=True):
+    """A run folder as the pipeline leaves it, with a RoleMRC-style judge headline or a ROUGE-L one."""
+    folder.mkdir(parents=True)
+    if judge == "none":
+        entry = {"mean": value, **({"ci_low": value - 0.1, "ci_high": value + 0.1} if ci else {})}
+        evaluation = {"metrics": {"overall": {"rougeL": entry}}}
+        rows = [{"id": f"r{i}", "task": "t", "metrics": {"rougeL": v}} for i, v in enumerate(per_record)]
+    else:
+        evaluation = {"judge": {"overall": {"accuracy": value}}, "metrics": {"overall": {}}}
+        evaluation["judge_cost"] = {
+            "requests": len(per_record),
+            "prompt_tokens": 10,
+            "completion_tokens": 2,
+            "cost_usd": 0.5,
+        }
+        rows = [{"id": f"r{i}", "metrics": {}, "verdicts": {"role_style": v}} for i, v in enumerate(per_record)]
+    results = {
+        "model": model,
+        "objective": "none",
+        "evaluator": evaluator,
+        "rpbench_version": version,
+        "records": {"test": {"read": len(per_record), "records_sha256": data}},
+        "eval": evaluation,
+    }
+    (folder / "metrics.json").write_text(json.dumps(results))
+    backend, _, name = judge.partition(":")
+    (folder / "config.yaml").write_text(yaml.safe_dump({"judge": {"backend": backend, "model": name or None}}))
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_ranks_are_one_for_the_best_and_ties_share_their_mean():
+    assert ranks({"a": 0.5, "b": 0.9, "c": 0.5, "d": 0.1}, higher_is_better=True) == {
+        "b": 1,
+        "a": 2.5,
+        "c": 2.5,
+        "d": 4,
+    }
+    assert ranks({"a": 3.0, "b": 1.0}, higher_is_better=False) == {"b": 1, "a": 2}
+
+
+def test_leaderboard_of_runs_and_sweeps(tmp_path):
+    sweep = tmp_path / "sweep"
+    rng = np.random.default_rng(0)
+    good = rng.uniform(0.5, 1.0, 30).round(3).tolist()
+    bad = rng.uniform(0.0, 0.5, 30).round(3).tolist()
+    # rolebench: three models; "big" has three seeds (median 0.7), "mid" one run, "small" one run
+    for seed, value in enumerate([0.9, 0.7, 0.6]):
+        write_run(sweep / f"{seed}_big_rb", "big", "rolebench", value, good)
+    write_run(sweep / "3_mid_rb", "mid", "rolebench", 0.5, bad)
+    write_run(tmp_path / "old" / "small_rb", "small", "rolebench", 0.2, bad, version="0.0.9")
+    # rolemrc, judged by gpt-4o: big 0.8, small 0.6; mid judged by another model: flagged, not ranked
+    write_run(sweep / "4_big_rm", "big", "rolemrc", 0.8, [1, 1, 0, 1], judge="openai:gpt-4o")
+    write_run(sweep / "5_small_rm", "small", "rolemrc", 0.6, [1, 0, 0, 1], judge="openai:gpt-4o")
+    write_run(sweep / "6_mid_rm", "mid", "rolemrc", 0.9, [1, 1, 1, 1], judge="openai:other")
+    # mmrole: big twice on different test data: a conflict, never combined; no other model has it (missing)
+    write_run(sweep / "7_big_mm", "big", "mmrole", 0.4, good)
+    write_run(sweep / "8_big_mm", "big", "mmrole", 0.3, good, data="b" * 64)
+    (sweep / "9_failed").mkdir()  # a job without results is not a run
+
+    board = build([sweep, tmp_path / "old"])
+    assert board.benchmarks == ["mmrole", "rolebench", "rolemrc"]
+    big, mid, small = (board.cells[m, "rolebench"] for m in ("big", "mid", "small"))
+    assert (big.value, big.seeds, big.run.endswith("1_big_rb")) == (0.7, 3, True)
+    assert [board.rank[m, "rolebench"] for m in ("big", "mid", "small")] == [1, 2, 3]
+    assert board.cells["mid", "rolemrc"].flag and ("mid", "rolemrc") not in board.rank
+    assert board.rank["big", "rolemrc"] == 1 and board.rank["small", "rolemrc"] == 2
+    assert board.cells["big", "mmrole"].conflict and board.cells["big", "mmrole"].value is None
+    assert ("mid", "mmrole") not in board.cells
+    # mean ranks: big (1+1)/2, mid 2 (rolebench only), small (3+2)/2
+    assert board.rows == ["big", "mid", "small"]
+    assert board.overall["small"] == {
+        "mean_rank": 2.5,
+        "min": 2,
+        "max": 3,
+        "std": np.std([3, 2], ddof=1),
+        "benchmarks": 2,
+    }
+    # CI of a judge headline without one in metrics.json: bootstrapped from the run's verdicts
+    assert board.cells["big", "rolemrc"].ci_low <= 0.75 <= board.cells["big", "rolemrc"].ci_high
+    # adjacent pairs: big-mid on rolebench only (mid is not ranked on rolemrc), mid-small on rolebench
+    pairs = [(t["upper"], t["lower"], t["benchmark"]) for t in board.adjacent]
+    assert pairs == [("big", "mid", "rolebench"), ("mid", "small", "rolebench")]
+    assert board.adjacent[0]["delta"] == pytest.approx(np.mean(bad) - np.mean(good)) and board.adjacent[0]["n"] == 30
+    assert board.adjacent[0]["p_value"] < 0.01 and board.adjacent[1]["delta"] == 0
+
+    out = tmp_path / "board"
+    assert main([str(sweep), str(tmp_path / "old"), "--out", str(out)]) == 0
+    text = (out / "leaderboard.md").read_text()
+    assert "0.7000 [0.6000, 0.8000] (median of 3)" in text
+    assert "judge differ" in text and "conflict (2 runs differ in data" in text and "| missing |" in text
+    assert "| small | rolebench | ROUGE-L | none | aaaaaaaaaaaaaaaa | 0.0.9 |" in text
+    assert "0.2000 [0.1000, 0.3000] (rpbench 0.0.9)" in text
+    rows = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert len(rows) == 9 and {r["flag"] for r in rows if r["benchmark"] == "mmrole" and r["model"] != "big"} == {
+        "missing"
+    }
+    big_rolemrc = next(r for r in rows if (r["model"], r["benchmark"]) == ("big", "rolemrc"))
+    assert (big_rolemrc["judge_requests"], big_rolemrc["judge_tokens"], big_rolemrc["judge_cost_usd"]) == (
+        "4",
+        "12",
+        "0.5",
+    )
+    assert (out / "leaderboard.png").stat().st_size > 0
+
+
+def test_command_line_names_a_folder_without_runs_and_a_broken_metrics_file(tmp_path, capsys):
+    assert main([str(tmp_path)]) == 1
+    assert f"no run with a benchmark headline under {tmp_path}" in capsys.readouterr().err
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.json").write_text('{"model": ')
+    assert main([str(tmp_path)]) == 1
+    assert f"error: {tmp_path / 'run' / 'metrics.json'}: not JSON" in capsys.readouterr().err

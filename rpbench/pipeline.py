@@ -30,7 +30,7 @@ from rpbench.loggers import build_logger, finish_logger
 from rpbench.model_card import write_model_card
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
-from rpbench.probes.stage import probe_of, run_probe
+from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
 from rpbench.starting_point import untuned_start_warning
@@ -62,12 +62,12 @@ def evaluates_a_model(spec: RunSpec) -> bool:
     return spec.evaluator is not None and BENCHMARKS.get(spec.evaluator.name).needs_model
 
 
-def generates_in_process(cfg: DictConfig, spec: RunSpec) -> bool:
+def generates_in_process(spec: RunSpec) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
     local_generation = (
         evaluation_needs_records(spec) and evaluates_a_model(spec) and spec.evaluator.backend in ("local", "vllm")
     )
-    return local_generation or probe_of(cfg.probe).needs_model
+    return local_generation or PROBES.get(spec.probe.name).needs_model
 
 
 def evaluates_model_itself(spec: RunSpec) -> bool:
@@ -76,8 +76,8 @@ def evaluates_model_itself(spec: RunSpec) -> bool:
     return evaluates_a_model(spec) and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
 
 
-def needs_model(cfg: DictConfig, spec: RunSpec) -> bool:
-    return spec.objective is not None or generates_in_process(cfg, spec) or evaluates_model_itself(spec)
+def needs_model(spec: RunSpec) -> bool:
+    return spec.objective is not None or generates_in_process(spec) or evaluates_model_itself(spec)
 
 
 def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
@@ -170,7 +170,7 @@ def records_for_model(
         counts[split]["images_dropped"] = 0
     ev = spec.evaluator
     test_images_seen = evaluation_needs_records(spec) and BENCHMARKS.get(ev.name).shows_images(ev)
-    if generates_in_process(cfg, spec):
+    if generates_in_process(spec):
         check_test_images(cfg, splits.get("test", []))
     seen = [split for split in splits if split != "test" or test_images_seen]
     for split in seen:
@@ -233,7 +233,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
     if objective != "none":
         train_split = cfg.objective.data_split or objective_class(objective).data_split
-    need_test = evaluation_needs_records(spec) or probe_of(cfg.probe).needs_model
+    need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     records_for_model(cfg, spec, splits, results["records"], train_split)
     if evaluator != "none" and str(cfg.judge.backend) != "none" and evaluation_needs_records(spec):
@@ -242,7 +242,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["judge_estimate"] = judge_estimate(spec.evaluator, judge, benchmark, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
-    models = build_models(cfg) if needs_model(cfg, spec) else {}  # 2. build
+    models = build_models(cfg) if needs_model(spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
@@ -268,7 +268,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["eval"] = evaluate(evaluation)
     if probe != "none":
         again = lambda folder: evaluate(replace(evaluation.into(folder), logger=None))  # noqa: E731
-        results["probe"] = run_probe(cfg, model, tokenizer, splits.get("test", []), out_dir, again, results.get("eval"))
+        probing = ProbeContext(
+            settings=spec.probe,
+            model=model,
+            tokenizer=tokenizer,
+            examples=splits.get("test", []),
+            out_dir=out_dir,
+            model_config=model_config(cfg),
+            max_length=int(cfg.data.max_length),
+            max_prompt_length=int(cfg.data.max_prompt_length),
+            evaluate=again,
+            baseline_eval=results.get("eval"),
+        )
+        results["probe"] = run_probe(probing)
 
     if exported and is_rank_zero():  # 5. export and report
         write_model_card(cfg, results, exported)

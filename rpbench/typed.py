@@ -32,7 +32,8 @@ from typing import Any, ClassVar, TypeVar, Union
 from rpbench.data.errors import ConfigError
 
 S = TypeVar("S", bound="Settings")
-Problem = tuple[str, str]  # (key relative to the settings, what is expected)
+# (key relative to the settings, what is expected), or a message starting with the key ("runs: ...")
+Problem = tuple[str, str] | str
 
 
 class Invalid(Exception):
@@ -128,7 +129,8 @@ class Settings:
     open_keys: ClassVar[tuple[str, ...]] = ()  # fields whose value is kept as given (benchmark-specific options)
 
     def problems(self) -> list[Problem]:
-        """What is wrong with the values, as (key, expected) pairs; none by default."""
+        """What is wrong with the values, as (key, expected) pairs or messages starting with the key; none by
+        default."""
         return []
 
     @classmethod
@@ -154,9 +156,12 @@ class Settings:
         if len(problems) > found_before:
             return None
         settings = cls(**converted)
-        for key, expected in settings.problems():
-            value = _shown(_dotted(settings, key))
-            problems.append(f"{where}.{key}={value}: expected {expected}")
+        for problem in settings.problems():
+            if isinstance(problem, str):  # a message of its own, after the key it starts with
+                problems.append(f"{where}.{problem}")
+                continue
+            key, expected = problem
+            problems.append(f"{where}.{key}={_shown(_dotted(settings, key))}: expected {expected}")
         return None if len(problems) > found_before else settings
 
     @classmethod

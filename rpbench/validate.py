@@ -25,7 +25,6 @@ from rpbench.models.checks import model_problems
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
 from rpbench.resume import RESUME_CHOICES
 from rpbench.scoring.endpoints import api_key
@@ -264,25 +263,17 @@ def check_evaluator(cfg: DictConfig, problems: Problems) -> Settings | None:
     return settings
 
 
-def check_probe(cfg: DictConfig, problems: Problems) -> None:
-    """The probe's name, and the probed runs it reads."""
+def check_probe(cfg: DictConfig, problems: Problems) -> Settings | None:
+    """The probe's typed settings (its ``settings_class``); a probe comparing against the run's evaluation
+    needs an evaluator."""
     probe = cfg.probe
     name = str(probe.name)
     if not _choice(problems, "probe.name", name, PROBES.names()):
-        return
-    if name == "restraint" and str(cfg.evaluator.name) == "none":
-        problems.append("probe=restraint compares a normal and a restrained evaluation: choose an evaluator")
-    if name == "restraint" and probe.get("neurons"):
-        if probe.get("runs"):
-            problems.append("probe.neurons and probe.runs: give one of them, not both")
-        return
-    if name in ("compare", "restraint"):
-        runs = list(probe.get("runs") or [])
-        if len(runs) != 2:
-            problems.append(f"probe.runs={runs}: expected two folders [a, b] of runs with probe=topk_freq")
-        for run in runs:
-            if not (Path(str(run)) / STATS_FILE).is_file():
-                problems.append(f"probe.runs: {run} holds no {STATS_FILE} (run it with probe=topk_freq first)")
+        return None
+    registered = PROBES.get(name)
+    if registered.needs_evaluation and str(cfg.evaluator.name) == "none":
+        problems.append(f"probe={name} compares against the run's evaluation: choose an evaluator")
+    return registered.settings_class.collect(OmegaConf.to_container(probe, resolve=True), "probe", problems)
 
 
 @dataclass(frozen=True)
@@ -291,13 +282,15 @@ class RunSpec:
 
     objective: ObjectiveConfig | None  # None: nothing trains
     evaluator: Settings | None  # the benchmark's settings; None: no evaluation
+    probe: Settings  # the probe's settings (probe=none: its name alone)
 
 
 def validate(cfg: DictConfig) -> RunSpec:
     """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
     problems: Problems = []
-    for check in (check_run, check_images, check_probe):
+    for check in (check_run, check_images):
         check(cfg, problems)
+    probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
     evaluator = check_evaluator(cfg, problems)
     problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
@@ -305,7 +298,7 @@ def validate(cfg: DictConfig) -> RunSpec:
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return RunSpec(objective=objective, evaluator=evaluator)
+    return RunSpec(objective=objective, evaluator=evaluator, probe=probe)
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:

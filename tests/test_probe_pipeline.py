@@ -19,7 +19,8 @@ from rpbench.eval.evaluate import evaluate
 from rpbench.models import load
 from rpbench.probes import load_stats
 from rpbench.probes.prompts import record_dimensions
-from rpbench.probes.stage import run_probe
+from rpbench.probes.stage import ProbeContext, run_probe
+from rpbench.validate import validate
 
 BASE = ["objective=none", "logger=none", "data.max_test_samples=8"]
 FAST = [
@@ -223,9 +224,13 @@ def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
     examples = read_split(cfg.data, "test").examples
     evaluation = evaluation_of(cfg, tmp_path, model, tokenizer, examples)
     baseline = evaluate(evaluation)
-    result = run_probe(
-        cfg, model, tokenizer, examples, tmp_path, lambda folder: evaluate(evaluation.into(folder)), baseline
+    lengths = int(cfg.data.max_length), int(cfg.data.max_prompt_length)
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    again = lambda folder: evaluate(evaluation.into(folder))  # noqa: E731
+    probing = ProbeContext(
+        validate(cfg).probe, model, tokenizer, examples, tmp_path, model_cfg, *lengths, again, baseline
     )
+    result = run_probe(probing)
     assert result["factor"] == pytest.approx(1 - 1e-6) and result["factor_is_identity_in_model_dtype"]
     assert "rounds to 1 in bfloat16" in result["report_sections"][0]
     assert (tmp_path / "restrained" / "predictions.jsonl").read_text() == (tmp_path / "predictions.jsonl").read_text()

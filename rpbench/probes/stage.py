@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -24,7 +23,6 @@ from typing import Any
 
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from omegaconf import OmegaConf
 
 from rpbench.data.files import run_label
 from rpbench.data.records import EvalExample
@@ -35,8 +33,9 @@ from rpbench.probes.compare import compare_runs
 from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
 from rpbench.probes.prompts import prompt_batches
 from rpbench.probes.restraint import restrain, select_neurons
-from rpbench.probes.stats import ProbeSettings
+from rpbench.probes.stats import BY_CHOICES, POSITION_CHOICES, ProbeSettings
 from rpbench.registry import Registry
+from rpbench.typed import Problem, Settings, as_dict
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +45,42 @@ RESTRAINT_FILE = "restraint.json"
 Evaluate = Callable[[Path], dict]  # the run's evaluation again, into another folder (no logger)
 
 
+@dataclass(frozen=True, kw_only=True)
+class NoProbe(Settings):
+    name: str
+
+
 @dataclass(frozen=True)
 class Probe:
-    """A probe: ``run(cfg, model, tokenizer, test_examples, out_dir, evaluate, baseline_eval)`` returns its
-    numbers plus ``report_sections``.
+    """A probe: ``run(ctx)`` returns its numbers plus ``report_sections``; ``settings_class`` types its
+    ``probe`` group (parsed once at startup).
 
     ``needs_model``: it forwards the run's model (so the pipeline builds one and reads the test records);
-    ``all_ranks``: it runs on every rank (it evaluates, which shards the records), else on rank zero only.
+    ``all_ranks``: it runs on every rank (it evaluates, which shards the records), else on rank zero only;
+    ``needs_evaluation``: it compares against the run's evaluation (an evaluator must be chosen).
     """
 
-    run: Callable[..., dict[str, Any]]
+    run: Callable[[ProbeContext], dict[str, Any]]
+    settings_class: type[Settings]
     needs_model: bool
     all_ranks: bool = False
+    needs_evaluation: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What the probe stage receives: its typed settings and the objects of the stages before it."""
+
+    settings: Settings
+    model: Any
+    tokenizer: Any
+    examples: Sequence[EvalExample] | None
+    out_dir: Path
+    model_config: Mapping[str, Any]  # the probed model's config (its chat template)
+    max_length: int  # data.max_length: the rendered conversation's limit
+    max_prompt_length: int  # data.max_prompt_length
+    evaluate: Evaluate | None = None  # the run's evaluation again, into another folder
+    baseline_eval: Mapping[str, Any] | None = None  # the run's normal evaluation
 
 
 PROBES = Registry("probe")
@@ -71,50 +94,65 @@ def probe_of(probe_cfg: Mapping) -> Probe:
     return PROBES.get(name)
 
 
-def run_probe(
-    cfg,
-    model,
-    tokenizer,
-    test_examples: Sequence[EvalExample] | None,
-    out_dir: str | Path,
-    evaluate: Evaluate,
-    baseline_eval: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Run ``cfg.probe`` and return its numbers plus ``report_sections`` (markdown for report.md).
-
-    ``evaluate`` is rpbench.eval.evaluate.evaluate; ``baseline_eval`` the result of the run's normal
-    evaluation (required by restraint).
-    """
-    name = str(cfg.probe["name"])
-    probe = probe_of(cfg.probe)
-    if probe.needs_model and (model is None or tokenizer is None or test_examples is None):
+def run_probe(ctx: ProbeContext) -> dict[str, Any]:
+    """Run the probe ``ctx.settings`` names; its numbers plus ``report_sections`` (markdown for report.md)."""
+    name = ctx.settings.name
+    probe = PROBES.get(name)
+    if probe.needs_model and (ctx.model is None or ctx.tokenizer is None or ctx.examples is None):
         raise ValueError(f"probe={name} needs the run's model, tokenizer and test records")
     if not probe.all_ranks and rank_zero_only.rank != 0:
         return {"name": name, "report_sections": []}
-    return probe.run(cfg, model, tokenizer, test_examples, Path(out_dir), evaluate, baseline_eval)
+    return probe.run(ctx)
 
 
-def no_probe(cfg, *_) -> dict[str, Any]:
+def no_probe(ctx: ProbeContext) -> dict[str, Any]:
     return {"name": "none", "report_sections": []}
 
 
-PROBES.register("none")(Probe(no_probe, needs_model=False))
+PROBES.register("none")(Probe(no_probe, NoProbe, needs_model=False))
 
 
 # -- topk_freq ----------------------------------------------------------------------------------------
-def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_dir: Path, *_) -> dict[str, Any]:
-    """Top-p% frequencies per dimension over the test prompts, saved into ``out_dir``."""
-    probe = cfg.probe
-    settings = ProbeSettings.from_cfg(OmegaConf.to_container(probe, resolve=True))
-    if not examples:
+@dataclass(frozen=True, kw_only=True)
+class FrequencySettings(Settings):
+    """conf/probe/topk_freq.yaml."""
+
+    name: str
+    modules: str | tuple[str, ...]
+    top_percent: float
+    by: str
+    position: str
+    generation_header: bool
+    batch_size: int
+
+    def problems(self):
+        found = [] if 0 < self.top_percent <= 100 else [("top_percent", "a percentage in (0, 100]")]
+        if self.by not in BY_CHOICES:
+            found.append(("by", f"one of {', '.join(BY_CHOICES)}"))
+        if self.position not in POSITION_CHOICES:
+            found.append(("position", f"one of {', '.join(POSITION_CHOICES)}"))
+        if self.batch_size < 1:
+            found.append(("batch_size", "an integer >= 1"))
+        if not self.modules:
+            found.append(("modules", "a preset name or a non-empty list of module-name patterns"))
+        return found
+
+    def observation(self) -> ProbeSettings:
+        """What is observed and counted."""
+        modules = (self.modules,) if isinstance(self.modules, str) else self.modules
+        return ProbeSettings(modules=modules, top_percent=self.top_percent, by=self.by, position=self.position)
+
+
+def frequency_probe(ctx: ProbeContext) -> dict[str, Any]:
+    """Top-p% frequencies per dimension over the test prompts, saved into ``ctx.out_dir``."""
+    probe, settings = ctx.settings, ctx.settings.observation()
+    if not ctx.examples:
         raise ValueError("probe=topk_freq: no test records to probe (data.files.test)")
-    renderer = chat_renderer(cfg.model, tokenizer, int(cfg.data.max_length))
-    header = bool(probe.generation_header)
-    inputs = prompt_batches(
-        examples, tokenizer, renderer, int(cfg.data.max_prompt_length), int(probe.batch_size), header
-    )
-    stats = collect_frequencies(model, inputs.batches, inputs.dims, settings)
-    save_stats(stats, out_dir)
+    renderer = chat_renderer(ctx.model_config, ctx.tokenizer, ctx.max_length)
+    header = probe.generation_header
+    inputs = prompt_batches(ctx.examples, ctx.tokenizer, renderer, ctx.max_prompt_length, probe.batch_size, header)
+    stats = collect_frequencies(ctx.model, inputs.batches, inputs.dims, settings)
+    save_stats(stats, ctx.out_dir)
     result = {
         "name": "topk_freq",
         "settings": asdict(settings),
@@ -129,7 +167,7 @@ def frequency_probe(cfg, model, tokenizer, examples: Sequence[EvalExample], out_
     return result
 
 
-PROBES.register("topk_freq")(Probe(frequency_probe, needs_model=True))
+PROBES.register("topk_freq")(Probe(frequency_probe, FrequencySettings, needs_model=True))
 
 
 def _frequency_section(result: Mapping[str, Any]) -> str:
@@ -155,10 +193,35 @@ def _frequency_section(result: Mapping[str, Any]) -> str:
 
 
 # -- compare ------------------------------------------------------------------------------------------
-def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings(Settings):
+    """conf/probe/compare.yaml."""
+
+    name: str
+    runs: tuple[str, ...]
+    labels: tuple[str, ...] | None
+    top_n: int
+    bins: int
+
+    def problems(self):
+        found = [] if self.top_n >= 1 else [("top_n", "an integer >= 1")]
+        found += [] if self.bins >= 1 else [("bins", "an integer >= 1")]
+        if self.labels is not None and (len(self.labels) != 2 or self.labels[0] == self.labels[1]):
+            found.append(("labels", "null or two different labels [a, b]"))
+        return found + probed_runs_problems(self.runs)
+
+
+def probed_runs_problems(runs: Sequence[str]) -> list[Problem]:
+    """``probe.runs`` must be two folders of runs with probe=topk_freq."""
+    if len(runs) != 2:
+        return [("runs", "two folders [a, b] of runs with probe=topk_freq")]
+    missing = [run for run in runs if not (Path(run) / STATS_FILE).is_file()]
+    return [f"runs: {run} holds no {STATS_FILE} (run it with probe=topk_freq first)" for run in missing]
+
+
+def compare_labels(labels: Sequence[str] | None, runs: Sequence[Path]) -> tuple[str, str]:
     """``probe.labels``, else each run's name; two runs of one name are told apart by their folders
     (``<run_name>/<folder>``), and by their paths as given when those names match too."""
-    labels = probe.get("labels")
     if labels:
         if len(labels) != 2 or labels[0] == labels[1]:
             raise ValueError(f"probe.labels: expected two different labels [a, b], got {list(labels)!r}")
@@ -169,35 +232,43 @@ def compare_labels(probe: Mapping, runs: Sequence[Path]) -> tuple[str, str]:
     return (a, b) if a != b else (str(runs[0]), str(runs[1]))
 
 
-def compare_probe(cfg, model, tokenizer, examples, out_dir: Path, *_) -> dict[str, Any]:
+def compare_probe(ctx: ProbeContext) -> dict[str, Any]:
     """D_l, heatmaps and most changed neurons of ``probe.runs[1]`` against ``probe.runs[0]`` (no model)."""
-    probe = cfg.probe
-    runs = [Path(str(r)) for r in (probe.get("runs") or [])]
+    probe, out_dir = ctx.settings, ctx.out_dir
+    runs = [Path(r) for r in probe.runs]
     if len(runs) != 2:
         raise ValueError(f"probe.runs: expected two probed run folders [a, b], got {[str(r) for r in runs]}")
-    labels = compare_labels(probe, runs)
+    labels = compare_labels(probe.labels, runs)
     result = compare_runs(
-        load_stats(runs[0]),
-        load_stats(runs[1]),
-        out_dir,
-        labels=labels,
-        top_n=int(probe.top_n),
-        bins=int(probe.bins),
+        load_stats(runs[0]), load_stats(runs[1]), out_dir, labels=labels, top_n=probe.top_n, bins=probe.bins
     )
     result = {"name": "compare", **result, "D_l_mean": {d: sum(v) / len(v) for d, v in result["D_l"].items()}}
     result["report_sections"] = [(out_dir / result["table"]).read_text().rstrip("\n")]
     return result
 
 
-PROBES.register("compare")(Probe(compare_probe, needs_model=False))
+PROBES.register("compare")(Probe(compare_probe, CompareSettings, needs_model=False))
 
 
 # -- restraint ----------------------------------------------------------------------------------------
-def _factor(probe: Mapping) -> float:
-    factor = probe["factor"]
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(factor):
-        raise ValueError(f"probe.factor: expected a finite number, got {factor!r}")
-    return float(factor)
+@dataclass(frozen=True, kw_only=True)
+class RestraintSettings(Settings):
+    """conf/probe/restraint.yaml."""
+
+    name: str
+    runs: tuple[str, ...]
+    top_k: int
+    dims: tuple[str, ...] | None
+    neurons: Mapping[str, tuple[int, ...]] | None
+    factor: float
+
+    def problems(self):
+        found = [] if self.top_k >= 1 else [("top_k", "an integer >= 1")]
+        if self.neurons and self.runs:
+            found.append(("neurons", "null when probe.runs is given (give one of them)"))
+        elif not self.neurons:
+            found += probed_runs_problems(self.runs)
+        return found
 
 
 def _model_dtype(model) -> torch.dtype:
@@ -215,38 +286,30 @@ def _claim_folder(folder: Path, setting: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(setting, indent=2))
 
 
-def restraint_probe(
-    cfg,
-    model,
-    tokenizer,
-    examples: Sequence[EvalExample],
-    out_dir: Path,
-    evaluate: Evaluate,
-    baseline_eval: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """Evaluate with the chosen neurons scaled; compare with ``baseline_eval`` per dimension."""
-    if baseline_eval is None:
+def restraint_probe(ctx: ProbeContext) -> dict[str, Any]:
+    """Evaluate with the chosen neurons scaled; compare with the run's evaluation per dimension."""
+    if ctx.baseline_eval is None or ctx.evaluate is None:
         raise ValueError(
             "probe=restraint compares the normal evaluation with a restrained one: "
             "choose an evaluator (e.g. evaluator=rolemrc)"
         )
-    probe = OmegaConf.to_container(cfg.probe, resolve=True)
-    neurons = select_neurons(probe)
-    factor = _factor(probe)
-    dtype = _model_dtype(model)
+    probe = ctx.settings
+    neurons = select_neurons(as_dict(probe))
+    factor = probe.factor
+    dtype = _model_dtype(ctx.model)
     identity = torch.tensor(factor, dtype=dtype).item() == 1.0
     if identity:
         log.warning("probe.factor=%s rounds to 1 in %s: the restraint leaves activations unchanged", factor, dtype)
-    source = "explicit" if probe.get("neurons") else "most changed between probe.runs"
+    source = "explicit" if probe.neurons else "most changed between probe.runs"
     setting = {"factor": factor, "source": source, "neurons": neurons}
-    folder = out_dir / RESTRAINED_DIR
+    folder = ctx.out_dir / RESTRAINED_DIR
     if rank_zero_only.rank == 0:
         _claim_folder(folder, setting)
-    with restrain(model, neurons, factor):
-        restrained = evaluate(folder)
+    with restrain(ctx.model, neurons, factor):
+        restrained = ctx.evaluate(folder)
     if rank_zero_only.rank != 0:
         return {"name": "restraint", "report_sections": []}
-    table = before_after.before_after(baseline_eval, restrained)
+    table = before_after.before_after(ctx.baseline_eval, restrained)
     result = {
         "name": "restraint",
         **setting,
@@ -277,4 +340,6 @@ def _restraint_section(result: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-PROBES.register("restraint")(Probe(restraint_probe, needs_model=True, all_ranks=True))
+PROBES.register("restraint")(
+    Probe(restraint_probe, RestraintSettings, needs_model=True, all_ranks=True, needs_evaluation=True)
+)

@@ -1,18 +1,28 @@
 """The probe stage's parts: which probes need a model, prompt batches, labels, the before/after table."""
 
 import json
+from dataclasses import replace
 
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import REPO_ROOT
 from rpbench.data.chat import ChatRenderer
-from rpbench.data.errors import DataFormatError
+from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages, drop_images
 from rpbench.eval.stats import aggregate
 from rpbench.models import load
 from rpbench.probes import before_after
 from rpbench.probes.prompts import prompt_batches, record_dimensions
-from rpbench.probes.stage import RESTRAINED_DIR, RESTRAINT_FILE, compare_labels, probe_of, run_probe
+from rpbench.probes.stage import (
+    PROBES,
+    RESTRAINED_DIR,
+    RESTRAINT_FILE,
+    ProbeContext,
+    compare_labels,
+    probe_of,
+    run_probe,
+)
 
 
 def record(rid: str, question: str, dims=None, image=None) -> EvalExample:
@@ -185,39 +195,41 @@ def test_labels_come_from_the_runs_config(tmp_path):
     a.mkdir()
     b.mkdir()
     (a / "config.yaml").write_text("run_name: sft-qwen\n")
-    assert compare_labels({}, [a, b]) == ("sft-qwen", "b")
+    assert compare_labels(None, [a, b]) == ("sft-qwen", "b")
     (b / "config.yaml").write_text("run_name: sft-qwen\n")
-    assert compare_labels({}, [a, b]) == ("sft-qwen/a", "sft-qwen/b")  # one run name: told apart by folder
+    assert compare_labels(None, [a, b]) == ("sft-qwen/a", "sft-qwen/b")  # one run name: told apart by folder
     c, d = tmp_path / "x" / "run", tmp_path / "y" / "run"
     for folder in (c, d):
         folder.mkdir(parents=True)
         (folder / "config.yaml").write_text("run_name: sft-qwen\n")
-    assert compare_labels({}, [c, d]) == (str(c), str(d))  # same name, same folder name: the paths
-    assert compare_labels({"labels": ["SFT", "DPO"]}, [a, b]) == ("SFT", "DPO")
+    assert compare_labels(None, [c, d]) == (str(c), str(d))  # same name, same folder name: the paths
+    assert compare_labels(("SFT", "DPO"), [a, b]) == ("SFT", "DPO")
     with pytest.raises(ValueError, match="two different labels"):
-        compare_labels({"labels": ["x", "x"]}, [a, b])
+        compare_labels(("x", "x"), [a, b])
 
 
-def probe_cfg(**probe) -> OmegaConf:
-    return OmegaConf.create({"probe": probe})
+def probe_context(tmp_path, model=None, tokenizer=None, examples=None, baseline=None, **probe) -> ProbeContext:
+    """The probe stage's input for the probe group ``probe`` (its YAML's values, then ``probe`` over them)."""
+    defaults = OmegaConf.load(REPO_ROOT / "conf" / "probe" / f"{probe['name']}.yaml")
+    values = {k: v for k, v in OmegaConf.to_container(defaults).items() if k != "defaults"} | probe
+    settings = PROBES.get(probe["name"]).settings_class.parse(values, "probe")
+    return ProbeContext(settings, model, tokenizer, examples, tmp_path, {}, 512, 384, baseline_eval=baseline)
 
 
 def test_compare_needs_two_probed_runs(tmp_path):
-    with pytest.raises(ValueError, match="expected two probed run folders"):
-        run_probe(probe_cfg(name="compare", runs=[str(tmp_path)]), None, None, None, tmp_path, None)
-    with pytest.raises(FileNotFoundError, match="no probe statistics"):
-        run_probe(
-            probe_cfg(name="compare", runs=[str(tmp_path / "x"), str(tmp_path / "y")]), None, None, None, tmp_path, None
-        )
+    with pytest.raises(ConfigError, match=r"probe.runs=\['.*'\]: expected two folders \[a, b\]"):
+        probe_context(tmp_path, name="compare", runs=[str(tmp_path)])
+    with pytest.raises(ConfigError, match="x holds no probe_stats.pt"):
+        probe_context(tmp_path, name="compare", runs=[str(tmp_path / "x"), str(tmp_path / "y")])
 
 
 def test_restraint_needs_a_model_and_a_baseline_evaluation(tiny, tmp_path):
     model, tokenizer = tiny
-    cfg = probe_cfg(name="restraint", neurons={"model.layers.0.self_attn.o_proj": [1]})
+    explicit = {"name": "restraint", "neurons": {"model.layers.0.self_attn.o_proj": [1]}}
     with pytest.raises(ValueError, match="needs the run's model"):
-        run_probe(cfg, None, None, RECORDS, tmp_path, None, None)
+        run_probe(probe_context(tmp_path, examples=RECORDS, **explicit))
     with pytest.raises(ValueError, match="choose an evaluator"):
-        run_probe(cfg, model, tokenizer, RECORDS, tmp_path, None, None)
+        run_probe(probe_context(tmp_path, model, tokenizer, RECORDS, **explicit))
 
 
 def test_a_folder_restrained_differently_is_refused(tiny, tmp_path):
@@ -225,7 +237,8 @@ def test_a_folder_restrained_differently_is_refused(tiny, tmp_path):
     folder = tmp_path / RESTRAINED_DIR
     folder.mkdir()
     (folder / RESTRAINT_FILE).write_text(json.dumps({"factor": 0.5, "source": "explicit", "neurons": {"k": [1]}}))
-    cfg = probe_cfg(name="restraint", neurons={"model.layers.0.self_attn.o_proj": [1]}, factor=0.5)
+    restraint = {"name": "restraint", "neurons": {"model.layers.0.self_attn.o_proj": [1]}, "factor": 0.5}
+    ctx = replace(probe_context(tmp_path, model, tokenizer, RECORDS, {"metrics": {}}, **restraint), evaluate=print)
     with pytest.raises(ValueError, match="holds predictions under another restraint"):
-        run_probe(cfg, model, tokenizer, RECORDS, tmp_path, None, {"metrics": {}})
+        run_probe(ctx)
     assert json.loads((folder / RESTRAINT_FILE).read_text())["neurons"] == {"k": [1]}  # left as it was

@@ -418,13 +418,13 @@ def test_control_tokens_in_a_message_are_text_to_the_server(tiny):
         status, body = post(server.base_url, {"messages": [{"role": "user", "content": content}], "max_tokens": 1})
     assert status == 200
     tokenizer = tiny.tokenizer
-    as_text = ChatRenderer(tokenizer, "<|im_end|>").render_prompt([Turn("user", content)])
+    as_text = ChatRenderer(tokenizer, "<|im_end|>", 512).render_prompt([Turn("user", content)])
     template = tokenizer.apply_chat_template(
         [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
     )
     as_structure = tokenizer(template, add_special_tokens=False)["input_ids"]
     assert body["usage"]["prompt_tokens"] == len(as_text) != len(as_structure)
-    plain = ChatRenderer(tokenizer, "<|im_end|>").render_prompt([Turn("user", "Hi")])
+    plain = ChatRenderer(tokenizer, "<|im_end|>", 512).render_prompt([Turn("user", "Hi")])
     for control in ("<|im_start|>", "<|im_end|>"):  # the template's own, no more
         assert as_text.count(tokenizer.convert_tokens_to_ids(control)) == plain.count(
             tokenizer.convert_tokens_to_ids(control)

@@ -119,8 +119,8 @@ class ChatRenderer:
     def __init__(
         self,
         tokenizer,
-        end_of_turn: str | None = None,
-        max_length: int = 2048,
+        end_of_turn: str | None,
+        max_length: int,
         messages: Callable[[Sequence[Turn]], list[dict]] = as_messages,
         expand_images: Callable[[str, list[str]], str] | None = None,
         image_spans: Callable[[Sequence[int]], list[tuple[int, int]]] | None = None,

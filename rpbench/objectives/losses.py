@@ -39,9 +39,9 @@ def dpo_loss(
     ref_chosen_logps: torch.Tensor,
     ref_rejected_logps: torch.Tensor,
     *,
-    beta: float = 0.1,
-    loss_type: str = "sigmoid",
-    label_smoothing: float = 0.0,
+    beta: float,
+    loss_type: str,
+    label_smoothing: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-pair DPO losses and the implicit rewards ``beta * (policy - ref)`` of chosen and rejected.
 

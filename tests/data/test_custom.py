@@ -271,7 +271,7 @@ def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path):
     [example] = read("train", jsonl(tmp_path / "w.jsonl", [{"messages": chat}])).examples
     assert [t.trained for t in example.turns] == [True, False, True, True]
     tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2"})
-    rendered = ChatRenderer(tokenizer, "<|im_end|>").render_conversation(example.turns)
+    rendered = ChatRenderer(tokenizer, "<|im_end|>", 512).render_conversation(example.turns)
     supervised = [t for t, label in zip(rendered.input_ids, rendered.labels) if label != IGNORE_INDEX]
     assert tokenizer.decode(supervised) == ASSISTANT + "<|im_end|>"  # the weight-0 reply is not trained on
     for bad, field in (

@@ -16,7 +16,13 @@ from rpbench.objectives.losses import aggregate_loss, clipped_policy_loss, dpo_l
 def test_dpo_sigmoid_hand_computed():
     # d = (-1 - -2) - (-3 - -2) = 2; beta 0.5 -> -log sigmoid(1) = log(1 + e^-1)
     losses, chosen, rejected = dpo_loss(
-        torch.tensor([-1.0]), torch.tensor([-3.0]), torch.tensor([-2.0]), torch.tensor([-2.0]), beta=0.5
+        torch.tensor([-1.0]),
+        torch.tensor([-3.0]),
+        torch.tensor([-2.0]),
+        torch.tensor([-2.0]),
+        beta=0.5,
+        loss_type="sigmoid",
+        label_smoothing=0.0,
     )
     assert losses.item() == pytest.approx(math.log1p(math.exp(-1.0)))
     assert (chosen.item(), rejected.item()) == pytest.approx((0.5, -0.5))
@@ -35,7 +41,7 @@ def test_dpo_sigmoid_hand_computed():
 def test_dpo_rejects_bad_settings(kwargs, match):
     x = torch.zeros(1)
     with pytest.raises(ValueError, match=match):
-        dpo_loss(x, x, x, x, **kwargs)
+        dpo_loss(x, x, x, x, **{"beta": 0.1, "loss_type": "sigmoid", "label_smoothing": 0.0, **kwargs})
 
 
 @pytest.fixture(scope="module")

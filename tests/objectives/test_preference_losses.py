@@ -86,7 +86,7 @@ def test_dpo_loss_types_hand_computed():
 def test_dpo_loss_types_refuse_bad_smoothing(kwargs, match):
     x = torch.zeros(1)
     with pytest.raises(ValueError, match=match):
-        dpo_loss(x, x, x, x, **kwargs)
+        dpo_loss(x, x, x, x, **{"beta": 0.1, "label_smoothing": 0.0, **kwargs})
 
 
 # -- ORPO ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbenc
 @functools.cache
 def tiny(family: str = "qwen2"):
     model, tokenizer = load({"name_or_path": f"tiny:{family}", "attn_implementation": "eager"})
-    return model.eval(), ChatRenderer(tokenizer, max_length=4096)
+    return model.eval(), ChatRenderer(tokenizer, None, max_length=4096)
 
 
 @functools.cache
@@ -186,7 +186,7 @@ def test_conditional_entropy_against_direct_values():
 
 def test_a_response_cut_by_max_length_is_an_error():
     model, renderer = tiny()
-    short = ChatRenderer(renderer.tokenizer, max_length=20)
+    short = ChatRenderer(renderer.tokenizer, None, max_length=20)
     with pytest.raises(ValueError, match="does not fit in max_length=20"):
         pair_logps(model, short, PROMPTS, RESPONSES, [(0, 0)], batch_size=1)
 

@@ -159,3 +159,41 @@ def test_a_settings_class_converts_and_refuses_by_annotation():
         "x.inner.share='x': expected a finite number",
         "x.limit: missing (it has no default in code: set it in the YAML)",
     ]
+
+
+def settings_classes() -> list[type]:
+    """Every typed settings class a registered evaluator, probe or objective reads, with those nested in them."""
+    import dataclasses
+    import typing
+
+    from rpbench.eval.benchmarks import BENCHMARKS
+    from rpbench.objectives.registry import OBJECTIVES
+    from rpbench.probes.stage import PROBES
+
+    found: dict[str, type] = {}
+
+    def visit(cls: type) -> None:
+        if cls.__qualname__ in found:
+            return
+        found[cls.__qualname__] = cls
+        hints = typing.get_type_hints(cls)
+        for field in dataclasses.fields(cls):
+            for kind in (hints[field.name], *typing.get_args(hints[field.name])):
+                if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+                    visit(kind)
+
+    for registry, attribute in (
+        (BENCHMARKS, "settings_class"),
+        (PROBES, "settings_class"),
+        (OBJECTIVES, "config_class"),
+    ):
+        for name in registry.names():
+            visit(getattr(registry.get(name), attribute))
+    return list(found.values())
+
+
+def test_no_settings_class_declares_a_default_in_code():
+    """Each default lives in the YAML alone: a default in a settings class would be a second one."""
+    classes = settings_classes()
+    assert len(classes) > 20
+    assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}

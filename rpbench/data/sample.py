@@ -7,8 +7,8 @@ passage, refusals use fixed in-character phrasing. Train and test never share a 
 MMRole question or an RPGBench persona, so split hygiene passes.
 
 ``python -m rpbench.data.sample`` rewrites ``rpbench/resources/sample`` (the images and their
-licence there are static files, not generated, and so are the few MMRole Out-Test records under COPIED,
-taken from MMRole's own test files).
+licence there are static files, not generated, and so are the folders under STATIC: the few MMRole
+Out-Test records taken from MMRole's own test files, and the hand-written human-ratings sample).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from rpbench.data.sample_external import external_records
 
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
-# Folders of the sample holding records copied from a dataset (MIT), not generated here.
-COPIED: tuple[str, ...] = ("mmrole/out-test",)
+# Folders of the sample holding static records, not generated here: copied from a dataset (MIT), or written
+# by hand (human_ratings/README.md).
+STATIC: tuple[str, ...] = ("mmrole/out-test", "human_ratings")
 
 
 # =====================================================================================================

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -197,3 +198,19 @@ def test_no_settings_class_declares_a_default_in_code():
     classes = settings_classes()
     assert len(classes) > 20
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
+
+
+def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):
+    """A vision-language model would see the test images: one missing is named (file, record, field) at
+    startup, not a traceback once the model generates."""
+    from omegaconf import open_dict
+
+    from rpbench.pipeline import run
+
+    cfg = compose("data=sample_mmrole", "model=tiny-qwen2-vl", "objective=none", f"data.image_root={tmp_path}")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    with pytest.raises(ConfigError) as error:
+        run(cfg)
+    assert "data.files.test: record " in str(error.value) and "field 'image': no file" in str(error.value)
+    assert not (Path(cfg.paths.output_dir) / "predictions.jsonl").exists()

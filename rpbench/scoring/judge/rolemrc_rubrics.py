@@ -389,10 +389,11 @@ def judge_rolemrc(
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened by
     ``opener`` and closed here: one with the local judge server handed in for ``judge=local``); ``prompts``
-    rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record verdicts (the value scored: 0 for a parse failure under ``judge.parse_failure=wrong``, None for one left
-    out) and, per rubric, per dimension and overall: n, judged, correct, parse_failures, request_failures
-    and accuracy = correct / scored (judged, plus the parse failures under ``wrong``, the released
-    ``llm_judge.py``'s rule; None when nothing was scored). Request failures are always left out.
+    rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record verdicts (the value scored:
+    0 for a parse failure under ``judge.parse_failure=wrong``, None for one left out) and, per rubric, per
+    dimension and overall: n, judged, correct, parse_failures, request_failures and accuracy = correct /
+    scored (judged, plus the parse failures under ``wrong``, the released ``llm_judge.py``'s rule; None when
+    nothing was scored). Request failures are always left out.
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:

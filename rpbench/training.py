@@ -31,7 +31,7 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 from rpbench.resume import write_settings
-from rpbench.scoring.judge.client import JudgeOpener
+from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.trainer_options import extra_callbacks, passed_options
 
 log = logging.getLogger(__name__)
@@ -258,13 +258,13 @@ def train(
     val_examples: list,
     out_dir: Path,
     logger,
-    judges: JudgeOpener,
+    judges: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
     """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after).
 
     ``model``/``tokenizer``: the policy, or ``{name: ...}`` for each model the objective's ``models_to_build``
-    names (the first one's tokenizer renders the data); ``judges`` opens the judges its rewards ask (with the
-    local judge server the pipeline handed in)."""
+    names (the first one's tokenizer renders the data); ``judges`` opens the judges its rewards ask (the
+    pipeline's has the local judge server handed in; the default serves no ``judge=local``)."""
     module_cls = objective_class(str(cfg.objective.name))
     first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
     renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))

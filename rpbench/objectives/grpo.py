@@ -333,6 +333,7 @@ class GRPOModule(ObjectiveModule):
     needs_tuned_start = True
     supports_packing = False
     supports_images = False  # rollouts are generated from the prompt tokens alone
+    opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
     config_class = GRPOConfig
 
     @staticmethod

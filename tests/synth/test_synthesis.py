@@ -213,6 +213,7 @@ def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(
         "synth=rolemrc",
         "judge=local",
         "judge.progress=false",
+        f"judge.cache_path={tmp_path / 'cache.sqlite'}",
         f"synth.out_dir={tmp_path / 'out'}",
         f"synth.personas_file={inputs[0]}",
         "synth.stages=[personas,profiles]",

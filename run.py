@@ -3,6 +3,7 @@
 import logging
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -41,9 +42,11 @@ def main(cfg: DictConfig) -> None:
     quiet_libraries()
     from rpbench.data.errors import RpbenchError
     from rpbench.pipeline import run
+    from rpbench.serve import local_judge
     from rpbench.synth.synthesize import synthesize_from_config
 
-    tasks = {"train_eval": run, "synthesize": synthesize_from_config}
+    # judge=local: the pipeline hands rpbench's server in itself; the synthesis task is handed it here
+    tasks = {"train_eval": run, "synthesize": partial(synthesize_from_config, local_judge_server=local_judge)}
     if cfg.task not in tasks:
         raise SystemExit(f"error: task={cfg.task}: expected one of {list(tasks)}")
 

@@ -16,7 +16,6 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench import serve  # noqa: F401  (provides the local judge server: judge=local, judge rewards)
 from rpbench.data.errors import ConfigError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
@@ -33,6 +32,8 @@ from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
+from rpbench.scoring.judge.client import judge_opener
+from rpbench.serve import local_judge
 from rpbench.starting_point import untuned_start_warning
 from rpbench.training import objective_config, resolve_ckpt, train, zero_stage
 from rpbench.validate import RunSpec, check_test_images, validate
@@ -93,6 +94,7 @@ def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out
         tokenizer=tokenizer,
         examples=examples,
         out_dir=out_dir,
+        local_judge_server=local_judge,
         logger=logger,
     )
 
@@ -253,7 +255,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
-        results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger)
+        judges = judge_opener(local_judge)  # judge rewards (judge=local: served here when a reward opens it)
+        results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
     exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
     if exported and is_rank_zero():
         write_model_card(cfg, results, exported)  # again after evaluation, with its metrics

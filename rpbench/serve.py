@@ -55,7 +55,6 @@ from aiohttp import web
 from omegaconf import OmegaConf
 
 from rpbench.models.config_tree import compose_model_config
-from rpbench.scoring.judge.client import provide_local_server
 
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
@@ -987,13 +986,11 @@ if __name__ == "__main__":
 @contextmanager
 def local_judge(judge_cfg: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
     """A ``backend: local`` judge config's server, started on 127.0.0.1 for ``judge_cfg["server"]`` (stopped
-    on exit); yields the judge config with ``base_url`` and ``model`` pointing at it."""
+    on exit); yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the
+    synthesis task hand it to ``open_judge`` (``rpbench.scoring.judge.client.LocalServer``)."""
     server_cfg = dict(judge_cfg.get("server") or {})
     if "model" not in server_cfg:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
     model = server_cfg.pop("model")
     with serve_in_thread(model, server_cfg) as server:
         yield {**judge_cfg, "base_url": server.base_url, "model": server.model_identity}
-
-
-provide_local_server(local_judge)

@@ -31,6 +31,7 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 from rpbench.resume import write_settings
+from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.trainer_options import extra_callbacks, passed_options
 
 log = logging.getLogger(__name__)
@@ -250,12 +251,20 @@ def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
 
 
 def train(
-    cfg: DictConfig, model, tokenizer, train_examples: list, val_examples: list, out_dir: Path, logger
+    cfg: DictConfig,
+    model,
+    tokenizer,
+    train_examples: list,
+    val_examples: list,
+    out_dir: Path,
+    logger,
+    judges: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
     """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after).
 
     ``model``/``tokenizer``: the policy, or ``{name: ...}`` for each model the objective's ``models_to_build``
-    names (the first one's tokenizer renders the data)."""
+    names (the first one's tokenizer renders the data); ``judges`` opens the judges its rewards ask (the
+    pipeline's has the local judge server handed in; the default serves no ``judge=local``)."""
     module_cls = objective_class(str(cfg.objective.name))
     first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
     renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
@@ -276,7 +285,7 @@ def train(
             "choose objective=sft or dpo, or data.images=drop to train on the text alone"
         )
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first)
-    module = module_cls(model, tokenizer, config)
+    module = module_cls(model, tokenizer, config, **({"judges": judges} if module_cls.opens_judges else {}))
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)

@@ -90,6 +90,21 @@ def test_serve_is_pipeline_level():
     assert users <= {"rpbench.pipeline"}, users
 
 
+def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
+    """No import side effect: the local judge server is handed to open_judge, never set by importing the
+    pipeline (or rpbench.serve). In-process: the pipeline import is shared with the suite's other tests."""
+    import rpbench.scoring.judge.client as client
+
+    before = dict(vars(client))
+    import rpbench.pipeline  # noqa: F401
+
+    changed = sorted(k for k in before.keys() | vars(client).keys() if before.get(k) is not vars(client).get(k))
+    assert changed == []
+    with pytest.raises(ValueError, match="no local judge server was handed in"):
+        with client.open_judge({"backend": "local", "model": "local", "server": {"model": "tiny-qwen2"}}):
+            pass
+
+
 @pytest.mark.parametrize(
     ("source", "bad", "why"),
     [

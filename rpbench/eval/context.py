@@ -4,17 +4,21 @@
 benchmark's ``evaluator`` settings (typed, parsed once at startup), the judge's settings, the data and
 model settings evaluation reads (image folder, prompt lengths, chat template), the prompt source, the
 model and tokenizer (None when an endpoint generates), the test records, the run folder and the logger.
+The local judge server (``judge=local``) is handed in by the pipeline; a hook opens its judge with
+``ctx.open_judge()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
+from rpbench.scoring.judge.client import JudgeClient, LocalServer, open_judge
 from rpbench.typed import Settings
 
 
@@ -29,11 +33,16 @@ class EvalContext:
     tokenizer: Any
     examples: Sequence[EvalExample]
     out_dir: Path
+    local_judge_server: LocalServer | None  # starts the judge=local server (rpbench.serve.local_judge)
     logger: Any = None
 
     @property
     def image_root(self) -> Path | None:
         return image_root(self.data)
+
+    def open_judge(self, judge: Mapping[str, Any] | None = None) -> AbstractContextManager[JudgeClient]:
+        """A client for ``judge`` (default: the run's judge), a local one served by the handed-in server."""
+        return open_judge(self.judge if judge is None else judge, self.local_judge_server)
 
     def into(self, out_dir: Path) -> EvalContext:
         """The same evaluation written into another folder (a probe's restrained re-evaluation)."""

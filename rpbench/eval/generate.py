@@ -17,20 +17,15 @@ uneven shards never wait on each other, except on a ZeRO-3-partitioned model (ga
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import json
 import logging
 import math
-import mimetypes
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
-
-from tqdm.auto import tqdm
 
 from rpbench.data.chat import ChatRenderer, FittedPrompt, ImageBudgetError
 from rpbench.data.errors import DataFormatError
@@ -49,6 +44,7 @@ from rpbench.models.loading import family_renderer
 from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.endpoints import api_key
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeRequest, JudgeResult, image_part
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +63,8 @@ class GenerationReport:
     prompts_fitted: dict[str, int] | None = None
     # images the model was given with the prompts generated now, and those left out with dropped history turns
     images: dict[str, int] | None = None
+    # endpoint generation: the client's requests, retries, failures and tokens (``JudgeStats``)
+    endpoint_usage: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -369,58 +367,21 @@ def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dic
         if not turn.image:
             messages.append(turn.as_message())
             continue
-        path = image_path(example, i, image_root)
-        mime = mimetypes.guess_type(path.name)[0] or "image/png"
-        url = f"data:{mime};base64,{base64.b64encode(path.read_bytes()).decode('ascii')}"
-        messages.append(
-            {
-                "role": turn.role,
-                "content": [{"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": turn.content}],
-            }
-        )
+        part = image_part(image_path(example, i, image_root))
+        messages.append({"role": turn.role, "content": [part, {"type": "text", "text": turn.content}]})
     return messages
 
 
-async def _complete_all(
-    client,
-    model_name: str,
-    todo: Sequence[EvalExample],
-    opts: GenerationOptions,
-    concurrency: int,
-    image_root: Path | None,
-    sink,
-) -> list[tuple[str, BaseException]]:
-    gate = asyncio.Semaphore(concurrency)
-    failures: list[tuple[str, BaseException]] = []
-    extra = {"top_k": opts.top_k} if opts.sampling and opts.top_k else None
-    bar = tqdm(total=len(todo), desc="generate (endpoint)", disable=not opts.progress)
-
-    async def one(example: EvalExample) -> None:
-        async with gate:
-            try:
-                response = await client.chat.completions.create(
-                    model=model_name,
-                    messages=endpoint_messages(example, image_root),
-                    max_tokens=opts.max_new_tokens,
-                    temperature=opts.temperature,
-                    top_p=opts.top_p if opts.sampling else 1.0,
-                    seed=opts.seed,
-                    extra_body=extra,
-                )
-                text = response.choices[0].message.content
-                if text is None:
-                    raise ValueError(f"endpoint returned no text (finish_reason {response.choices[0].finish_reason!r})")
-            except Exception as error:  # noqa: BLE001 - reported below, the rest goes on
-                failures.append((example.id, error))
-                return
-            sink(prediction_record(example, text.strip()))
-            bar.update(1)
-
-    try:
-        await asyncio.gather(*(one(ex) for ex in todo))
-    finally:
-        bar.close()
-    return failures
+def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: Path | None) -> JudgeRequest:
+    """The chat completion asked for ``example``, with the generation's own sampling."""
+    sampling: dict[str, Any] = {
+        "temperature": opts.temperature,
+        "top_p": opts.top_p if opts.sampling else 1.0,
+        "seed": opts.seed,
+    }
+    if opts.sampling and opts.top_k:
+        sampling["extra_body"] = {"top_k": opts.top_k}
+    return JudgeRequest(tuple(endpoint_messages(example, image_root)), opts.max_new_tokens, "generation", sampling)
 
 
 def generate_via_endpoint(
@@ -438,14 +399,13 @@ def generate_via_endpoint(
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 
-    Same file, resume and record format as ``generate_predictions``. The API key is read from the
-    environment variable ``api_key_env`` (a placeholder is sent without one, as local servers expect; see
-    ``rpbench.scoring.endpoints``).
-    Requests still failing after the client's retries are reported in a RuntimeError once the others
-    are written; a re-run retries only those.
+    Same file, resume and record format as ``generate_predictions``. Requests go through the judge's
+    client (``rpbench.scoring.judge.client``: at most ``concurrency`` at once, retried with backoff, counted
+    in the report's ``endpoint_usage``; no cache, since sampled replies must not repeat). The API key is
+    read from the environment variable ``api_key_env`` (a placeholder is sent without one, as local servers
+    expect; see ``rpbench.scoring.endpoints``). Requests still failing after the retries are reported in a
+    RuntimeError once the others are written; a re-run retries only those.
     """
-    from openai import AsyncOpenAI
-
     opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
@@ -460,32 +420,45 @@ def generate_via_endpoint(
     root = Path(image_root) if image_root is not None else None
     check_images(todo, root)
     key = api_key(base_url, api_key_env, "evaluator.endpoint.api_key_env")
-
-    async def run(sink) -> list[tuple[str, BaseException]]:
-        client = AsyncOpenAI(
-            base_url=base_url,
-            api_key=key,
-            timeout=timeout_s,
-            max_retries=max_retries,
-        )
-        async with client:
-            return await _complete_all(client, model_name, todo, opts, concurrency, root, sink)
-
+    settings = JudgeConfig(
+        model=model_name,
+        base_url=base_url,
+        concurrency=concurrency,
+        timeout_s=timeout_s,
+        max_retries=max_retries,
+        progress=opts.progress,
+    )
+    client = JudgeClient(settings, api_key=key, label="evaluator.endpoint")
+    requests = [endpoint_request(ex, opts, root) for ex in todo]
+    failures: list[tuple[str, str]] = []
     with out_path.open("a", encoding="utf-8") as f:
 
-        def sink(record: dict[str, Any]) -> None:
-            f.write(dumps(record))
+        def write(i: int, result: JudgeResult) -> None:
+            if result.no_content:
+                result = replace(result, error=f"endpoint returned no text (finish_reason {result.finish_reason!r})")
+            if result.error is not None:
+                failures.append((todo[i].id, result.error))
+                return
+            f.write(dumps(prediction_record(todo[i], (result.text or "").strip())))
             f.flush()
 
-        failures = asyncio.run(run(sink))
+        try:
+            client.judge_many(requests, desc="generate (endpoint)", on_result=write)
+        finally:
+            client.close()
     if failures:
         first_id, first_error = failures[0]
         raise RuntimeError(
-            f"{len(failures)} of {len(todo)} endpoint requests failed (first: record {first_id!r}: "
-            f"{type(first_error).__name__}: {first_error}); {len(todo) - len(failures)} predictions were "
-            f"written to {out_path}; re-run to retry the failed ones"
+            f"{len(failures)} of {len(todo)} endpoint requests failed (first: record {first_id!r}: {first_error}); "
+            f"{len(todo) - len(failures)} predictions were written to {out_path}; re-run to retry the failed ones"
         )
     merge_predictions(out_path, examples, 1, opts.merge_timeout_s)
     return GenerationReport(
-        str(out_path), len(examples), len(todo), len(examples) - len(todo), truncated, images=image_counts(todo, None)
+        str(out_path),
+        len(examples),
+        len(todo),
+        len(examples) - len(todo),
+        truncated,
+        images=image_counts(todo, None),
+        endpoint_usage=client.stats.as_dict(),
     )

@@ -15,10 +15,8 @@ record of every set (the paper's Table 5 "average results across all test sample
 
 from __future__ import annotations
 
-import base64
 import csv
 import json
-import mimetypes
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole_prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply
+from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, image_part
 from rpbench.scoring.judge.parse import parse_score_pair
 
 REVIEW_KEY = "rm_review"
@@ -289,9 +287,7 @@ def _image_part(
         counts["missing"] += 1
         return None
     counts["attached"] += 1
-    mime = mimetypes.guess_type(path.name)[0] or "image/jpeg"
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+    return image_part(path)
 
 
 def _validated_answer(path: Path, index: int, record: Any) -> dict[str, Any]:

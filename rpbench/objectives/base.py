@@ -97,6 +97,7 @@ class ObjectiveModule(L.LightningModule):
     supports_images = True  # False: samples with images are refused (the objective cannot pass them on)
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)
+    opens_judges = False  # True: built with ``judges`` (a JudgeOpener) for rewards that ask an LLM judge
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod

@@ -74,6 +74,7 @@ from rpbench.objectives.sampling import (
     sample_completions,
     sampling_seed,
 )
+from rpbench.scoring.judge.client import JudgeOpener, open_judge
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +268,7 @@ class CoRLModule(GRPOModule):
             samples.append({**rendered.as_sample(), "id": example.id, "x": asdict(x), "reference": golden})
         return samples, empty
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | CoRLConfig):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | CoRLConfig, judges: JudgeOpener = open_judge):
         ObjectiveModule.__init__(self, model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False
@@ -278,8 +279,8 @@ class CoRLModule(GRPOModule):
         self.schedule = Schedule(int(cfg.iterations), int(cfg.reasoner_steps), int(cfg.dialogue_steps))
         self.seed = cfg.generation_seed
         self.rewards = {
-            REASONER: build_reward_fns(cfg.reasoner_rewards),
-            DIALOGUE: build_reward_fns(cfg.dialogue_rewards),
+            REASONER: build_reward_fns(cfg.reasoner_rewards, judges),
+            DIALOGUE: build_reward_fns(cfg.dialogue_rewards, judges),
         }
         self.reward_fns = self.rewards[REASONER] + self.rewards[DIALOGUE]
         self.prompts = cfg.prompts()

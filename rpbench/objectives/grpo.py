@@ -54,6 +54,7 @@ from rpbench.objectives.reference import drop_reference_weights, live_reference,
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sample_with_engine, sampling_seed
+from rpbench.scoring.judge.client import JudgeOpener, open_judge
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
@@ -332,6 +333,7 @@ class GRPOModule(ObjectiveModule):
     needs_tuned_start = True
     supports_packing = False
     supports_images = False  # rollouts are generated from the prompt tokens alone
+    opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
     config_class = GRPOConfig
 
     @staticmethod
@@ -360,7 +362,7 @@ class GRPOModule(ObjectiveModule):
         """Every prompt weighs the same (the loss is normalised over completions or tokens globally)."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | GRPOConfig):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | GRPOConfig, judges: JudgeOpener = open_judge):
         super().__init__(model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False
@@ -369,7 +371,7 @@ class GRPOModule(ObjectiveModule):
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
         self.generation = cfg.generation()
         self.update = cfg.update()
-        self.reward_fns = build_reward_fns(cfg.rewards)
+        self.reward_fns = build_reward_fns(cfg.rewards, judges)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.seed = cfg.generation_seed

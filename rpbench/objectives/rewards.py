@@ -3,7 +3,10 @@
 A reward function is ``fn(prompts, completions, references, **kwargs) -> list[float]``, one float per
 completion; ``kwargs`` come from its config entry. A reward that holds state (an LLM-judge client, a
 reward model) is registered as a class: it is built once with the entry's kwargs and the instance is
-called with ``(prompts, completions, references)``.
+called with ``(prompts, completions, references)``. A class with ``opens_judge`` is also handed ``opener``,
+the judge opener the objective was given (``rpbench.scoring.judge.client.judge_opener``: it serves
+``judge=local`` with the server the pipeline handed in); rewards never open a judge on their own.
+The scorers themselves (metrics, judge rubrics, the reward model) live in ``rpbench.scoring``.
 
 Config (``objective.rewards``), one entry per reward::
 
@@ -22,10 +25,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
-from typing import Any
+from typing import Any, ClassVar
 
 from rpbench.registry import Registry
+from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
+from rpbench.scoring.reward_model import RewardModelScorer
 
 log = logging.getLogger(__name__)
 
@@ -122,21 +127,25 @@ def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[floa
 class JudgeReward:
     """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
 
-    ``judge`` is a ``judge`` config (e.g. ``${judge}``); with ``backend: local`` rpbench.serve is started
-    once and kept for the run. A verdict still unparseable after the client's re-asks gets
+    ``judge`` is a ``judge`` config (e.g. ``${judge}``), opened once by ``opener`` and kept for the run
+    (``judge=local``: the handed-in server). A verdict still unparseable after the client's re-asks gets
     ``failure_reward`` and is counted in ``failures`` (the objective logs it).
     """
 
-    def __init__(self, judge: Mapping[str, Any], rubric: str = "role_style", failure_reward: float = 0.0):
+    opens_judge: ClassVar[bool] = True
+
+    def __init__(
+        self, judge: Mapping[str, Any], rubric: str = "role_style", failure_reward: float = 0.0, *, opener: JudgeOpener
+    ):
         from contextlib import ExitStack
 
-        from rpbench.scoring.judge import RUBRICS, open_judge
+        from rpbench.scoring.judge import RUBRICS
 
         if rubric not in RUBRICS:
             raise ValueError(f"judge reward: rubric must be one of {sorted(RUBRICS)}, got {rubric!r}")
         self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
         self._stack = ExitStack()
-        self.client = self._stack.enter_context(open_judge(dict(judge)))
+        self.client = self._stack.enter_context(opener(dict(judge)))
 
     def __call__(self, prompts, completions, references) -> list[float]:
         from rpbench.data.records import EvalExample, Turn
@@ -166,38 +175,11 @@ class JudgeReward:
 
 
 @REWARDS.register("reward_model")
-class RewardModelReward:
-    """The scalar output of a sequence-classification reward model (one label) on prompt + completion,
-    rendered with the reward model's own chat template."""
-
-    def __init__(self, name_or_path: str, batch_size: int = 8, dtype: str = "float32"):
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        self.model = AutoModelForSequenceClassification.from_pretrained(
-            name_or_path, dtype=getattr(torch, dtype)
-        ).eval()
-        if self.model.config.num_labels != 1:
-            raise ValueError(f"reward model {name_or_path!r} has {self.model.config.num_labels} labels, expected 1")
-        self.batch_size = int(batch_size)
+class RewardModelReward(RewardModelScorer):
+    """The reward model's score (``rpbench.scoring.reward_model``) of each completion after its prompt."""
 
     def __call__(self, prompts, completions, references) -> list[float]:
-        import torch
-
-        texts = [
-            self.tokenizer.apply_chat_template([*prompt, {"role": "assistant", "content": completion}], tokenize=False)
-            for prompt, completion in zip(prompts, completions, strict=True)
-        ]
-        scores: list[float] = []
-        device = next(self.model.parameters()).device
-        for start in range(0, len(texts), self.batch_size):
-            batch = self.tokenizer(
-                texts[start : start + self.batch_size], add_special_tokens=False, padding=True, return_tensors="pt"
-            ).to(device)
-            with torch.no_grad():
-                scores += self.model(**batch).logits[:, 0].float().tolist()
-        return scores
+        return self.score(prompts, completions)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -230,8 +212,12 @@ def _import_target(target: str, where: str) -> Callable[..., Any]:
     return obj
 
 
-def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str) -> RewardCallable:
+def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str, opener: JudgeOpener) -> RewardCallable:
     if isinstance(obj, type):
+        if getattr(obj, "opens_judge", False):
+            if "opener" in kwargs:
+                raise ValueError(f"{where}.kwargs: 'opener' is handed in by the objective, not configured")
+            kwargs = {**kwargs, "opener": opener}
         try:
             return obj(**kwargs)
         except TypeError as err:
@@ -243,8 +229,9 @@ def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str) -> Reward
     return functools.partial(obj, **kwargs) if kwargs else obj
 
 
-def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
-    """Build the configured rewards from entries ``{name, weight, kwargs}`` or ``{target, weight, kwargs}``.
+def build_reward_fns(cfg: Sequence[Mapping[str, Any]], opener: JudgeOpener = open_judge) -> list[RewardFn]:
+    """Build the configured rewards from entries ``{name, weight, kwargs}`` or ``{target, weight, kwargs}``;
+    a reward that ``opens_judge`` is handed ``opener`` (the default opens no local judge server).
 
     ``name`` looks the reward up in the registry; ``target: "module.path:function"`` imports any callable
     (then ``name`` is an optional label, defaulting to the function's name). ``weight`` defaults to 1.0,
@@ -278,7 +265,7 @@ def build_reward_fns(cfg: Sequence[Mapping[str, Any]]) -> list[RewardFn]:
             raise TypeError(f"{where}.kwargs: expected a mapping, got {kwargs!r}")
         if any(r.name == name for r in built):
             raise ValueError(f"{where}.name: reward {name!r} appears twice; give one entry another name")
-        built.append(RewardFn(name=name, weight=float(weight), fn=_bind(obj, dict(kwargs), where)))
+        built.append(RewardFn(name=name, weight=float(weight), fn=_bind(obj, dict(kwargs), where, opener)))
     return built
 
 

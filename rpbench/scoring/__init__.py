@@ -1,5 +1,10 @@
 """Scoring building blocks shared by training rewards, evaluation and probes: text metrics, the
-LLM judge (client, parsers, cache, rubrics) and how scores are printed."""
+LLM judge (client, parsers, cache, rubrics), the reward-model scorer and how scores are printed.
+
+The judge client (``judge.client``) is rpbench's one OpenAI-compatible client: judging, synthesis and
+endpoint generation use it. Scoring never starts a server itself: a ``judge=local`` server is handed in
+by the caller (``open_judge(cfg, local_server)``; the pipeline and run.py hand in ``rpbench.serve.local_judge``).
+"""
 
 from rpbench.registry import import_modules
 

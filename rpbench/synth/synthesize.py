@@ -26,7 +26,7 @@ from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.rolemrc import read_pairs, read_sft, read_test
 from rpbench.data.templates import Template
-from rpbench.scoring.judge import JudgeClient, JudgeRequest, open_judge
+from rpbench.scoring.judge import JudgeClient, JudgeRequest, LocalServer, open_judge
 from rpbench.synth import dialogues
 from rpbench.synth.calls import USAGE_KEYS, StageTally, Task, run_tasks
 from rpbench.synth.config import SynthConfig
@@ -248,8 +248,10 @@ def synthesize(
     seed: int,
     prompts_source: str | None,
     task_dimensions: Mapping[str, Any],
+    local_judge_server: LocalServer | None = None,
 ) -> dict[str, Any]:
-    """Run ``config.stages`` and write ``synthesis.json``; returns the summary."""
+    """Run ``config.stages`` and write ``synthesis.json``; returns the summary. ``local_judge_server`` serves a
+    ``judge=local`` generator (``rpbench.serve.local_judge``; None: no local generator)."""
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out / SUMMARY
@@ -262,7 +264,7 @@ def synthesize(
     )
     asks = any(s in config.stages for s in ("profiles", "dialogues"))
     progress = bool(judge_cfg.get("progress", True))
-    opened = open_judge({**judge_cfg, "progress": False}) if asks else nullcontext(None)
+    opened = open_judge({**judge_cfg, "progress": False}, local_judge_server) if asks else nullcontext(None)
     with opened as client:
         run = Run(config, client, templates, seed, progress)
         for stage in config.stages:
@@ -284,9 +286,10 @@ def synthesize(
     return summary
 
 
-def synthesize_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def synthesize_from_config(cfg: Mapping[str, Any], local_judge_server: LocalServer | None = None) -> dict[str, Any]:
     """``task=synthesize``: the run config's ``synth``, ``judge`` (the generator), ``seed``, ``prompts.source``
-    and the RoleMRC test labels of ``data`` (a RoleMRC-format data config, e.g. the default sample)."""
+    and the RoleMRC test labels of ``data`` (a RoleMRC-format data config, e.g. the default sample);
+    ``local_judge_server`` serves ``judge=local`` (run.py hands in ``rpbench.serve.local_judge``)."""
     from omegaconf import OmegaConf
 
     if cfg.get("synth") is None:
@@ -302,4 +305,5 @@ def synthesize_from_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         seed=int(cfg.seed),
         prompts_source=cfg.prompts.source,
         task_dimensions=OmegaConf.to_container(cfg.data.task_dimensions, resolve=True),
+        local_judge_server=local_judge_server,
     )

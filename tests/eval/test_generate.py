@@ -267,6 +267,26 @@ def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_pa
     assert sorted(r["id"] for r in read_jsonl(out)) == ["ex0", "ex1", "ex3"]
 
 
+def test_endpoint_requests_are_retried_and_counted_by_the_shared_client(tmp_path):
+    """Each prompt's first request gets an HTTP 503; the client retries it once, and the report counts it."""
+    asked: set[str] = set()
+
+    def flaky(body: dict) -> str | int:
+        last = body["messages"][-1]["content"]
+        if last not in asked:
+            asked.add(last)
+            return 503
+        return last.upper()
+
+    examples, out = make_examples(3), tmp_path / "predictions.jsonl"
+    with chat_stub(flaky) as stub:
+        report = generate_via_endpoint(stub.url, "m", examples, out, {"progress": False}, max_retries=1)
+    assert [r["prediction"] for r in read_jsonl(out)] == [e.prompt[-1].content.upper() for e in examples]
+    usage = report.endpoint_usage
+    assert (usage["requests"], usage["retries"], usage["replies"], usage["failures"]) == (6, 3, 3, 0)
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cache_hits"]) == (3, 3, 0)
+
+
 def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
     model, tok = tiny
     examples = make_examples()

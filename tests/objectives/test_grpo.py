@@ -11,7 +11,6 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from rpbench import serve  # noqa: F401  (provides the local judge server)
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
@@ -22,6 +21,8 @@ from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
 from rpbench.objectives.rewards import REWARDS, JudgeReward
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
+from rpbench.scoring.judge.client import judge_opener, open_judge
+from rpbench.serve import local_judge
 from rpbench.training import train
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc"
@@ -36,10 +37,13 @@ def letter_fraction(prompts, completions, references) -> list[float]:
     return [c.count(TARGET_LETTER) / max(len(c), 1) for c in completions]
 
 
-def run_grpo(compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0):
+def run_grpo(
+    compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0, judges=open_judge
+):
     """(report, trained model, logged training rows) of a GRPO run on 16 prompts with the toy reward.
 
-    ``extra_stop_ids`` more token ids end a completion, so that a random model's completions vary in length.
+    ``extra_stop_ids`` more token ids end a completion, so that a random model's completions vary in length;
+    ``judges`` opens the judges of judge rewards (as the pipeline hands it to training).
     """
     cfg = compose(
         "objective=grpo",
@@ -52,7 +56,8 @@ def run_grpo(compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qw
     )
     model, tokenizer = load(cfg.model)
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 100 + extra_stop_ids)]
-    report = train(cfg, model, tokenizer, TRAIN, VAL, out_dir, logger=CSVLogger(str(out_dir), name="csv", version=0))
+    logger = CSVLogger(str(out_dir), name="csv", version=0)
+    report = train(cfg, model, tokenizer, TRAIN, VAL, out_dir, logger=logger, judges=judges)
     with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
     return report, model, rows
@@ -332,7 +337,7 @@ def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tm
         "parse_tries: 1, progress: false, api_key_env: null}"
     )
     rewards = f"objective.rewards=[{{name: test_kept_judge, kwargs: {{judge: {judge}, failure_reward: 0.5}}}}]"
-    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards)
+    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards, judges=judge_opener(local_judge))
     assert report["optimizer_steps"] == len(rows) == 4
     assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4
     assert [float(r["train/reward"]) for r in rows] == [0.5] * 4  # every completion got the failure reward

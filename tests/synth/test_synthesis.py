@@ -201,3 +201,30 @@ def test_reply_checks_name_their_reasons():
     assert check_replies("one only", ["a", "b"], False, None).startswith("wrong_part_count")
     assert check_replies("Fine words", ["x"], False, lambda r: r.isupper()).startswith("rule_not_followed")
     assert check_replies("(nods) Yes.\n###\nNo.", ["a", "b"], True, None).startswith("narration_missing")
+
+
+def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(tmp_path, inputs):
+    """Called directly (not through run.py), synthesis with judge=local asks the local server it is given."""
+    from rpbench.serve import local_judge
+
+    cfg = composed(
+        tmp_path / "hydra",
+        "task=synthesize",
+        "synth=rolemrc",
+        "judge=local",
+        "judge.progress=false",
+        f"judge.cache_path={tmp_path / 'cache.sqlite'}",
+        f"synth.out_dir={tmp_path / 'out'}",
+        f"synth.personas_file={inputs[0]}",
+        "synth.stages=[personas,profiles]",
+        "synth.n_personas=2",
+        "synth.profile_tries=1",
+        "synth.max_tokens.profile=4",
+    )
+    with pytest.raises(ValueError, match="no local judge server was handed in"):
+        synthesize_from_config(cfg)
+    profiles = synthesize_from_config(cfg, local_judge_server=local_judge)["stages"]["profiles"]
+    usage = profiles["usage"]["this_run"]
+    assert (usage["requests"], usage["failures"], profiles["failed_requests"]) == (2, 0, 0)
+    assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 2 * 4  # the tiny model's replies
+    assert profiles["accepted"] + profiles["rejected"] == 2  # each reply checked (a random tiny model's: rejected)

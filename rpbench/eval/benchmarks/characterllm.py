@@ -108,7 +108,6 @@ class CharacterLLM(Benchmark):
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import generate  # the generic evaluation imports the benchmarks
-        from rpbench.scoring.judge import open_judge
 
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=characterllm runs in one process: evaluate with trainer.devices=1")
@@ -121,7 +120,7 @@ class CharacterLLM(Benchmark):
         prompts = CharacterLLMPrompts.load(ctx.prompts_source)
         results: dict[str, Any] = {"n_records": sum(map(len, chosen.values())), "generation": {}}
         interviews: list[dict[str, Any]] = []
-        with open_judge(dict(ctx.judge)) as client:
+        with ctx.open_judge() as client:
             if "single" in chosen:
                 path = out_dir / "predictions.jsonl"
                 results["generation"]["single"] = generate(ctx, chosen["single"], path)

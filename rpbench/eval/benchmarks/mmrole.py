@@ -185,10 +185,8 @@ def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
         reviews = _folders(ev.reviews)
         results = aggregate_review_sets(reviews) if isinstance(reviews, dict) else aggregate_reviews(reviews)
     else:
-        from rpbench.scoring.judge import open_judge
-
         judge = judge_answer_sets if isinstance(answers, dict) else judge_answers
-        with open_judge(dict(ctx.judge)) as client:
+        with ctx.open_judge() as client:
             results = judge(
                 answers,
                 client,

@@ -54,7 +54,7 @@ class RoleMRC(Benchmark):
         from rpbench.scoring.judge import JudgeConfig, judge_rolemrc
         from rpbench.scoring.judge.health import parse_failure_warning, request_failure_warning
 
-        judged = judge_rolemrc(ctx.examples, predictions, dict(ctx.judge), prepared)
+        judged = judge_rolemrc(ctx.examples, predictions, dict(ctx.judge), prepared, ctx.open_judge)
         overall = judged["overall"]
         judge_cfg = JudgeConfig.from_mapping(ctx.judge)
         warnings = [

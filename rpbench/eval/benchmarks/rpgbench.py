@@ -129,7 +129,7 @@ class RPGBench(Benchmark):
         from rpbench.scoring.judge.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
-        judged = judge_winrate(ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges))
+        judged = judge_winrate(ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges), ctx.open_judge)
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         overall = judged["overall"]

@@ -1,6 +1,6 @@
 """LLM-as-a-judge: an OpenAI-compatible client (async, retried, cached), rubric prompts and strict parsers.
 
-with open_judge(cfg.judge) as client:        # judge=local: a server from provide_local_server (rpbench.serve)
+with open_judge(cfg.judge, local_server) as client:   # judge=local: the server the pipeline hands in
     rolemrc = judge_rolemrc(examples, predictions, client)
     mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
 """
@@ -9,10 +9,13 @@ from rpbench.scoring.judge.client import (
     JudgeClient,
     JudgeConfig,
     JudgeConfigError,
+    JudgeOpener,
     JudgeRequest,
     JudgeResult,
     JudgeStats,
+    LocalServer,
     ParsedReply,
+    judge_opener,
     open_judge,
 )
 from rpbench.scoring.judge.parse import parse_score_pair, parse_verdict
@@ -23,10 +26,13 @@ __all__ = [
     "JudgeClient",
     "JudgeConfig",
     "JudgeConfigError",
+    "JudgeOpener",
     "JudgeRequest",
     "JudgeResult",
     "JudgeStats",
+    "LocalServer",
     "ParsedReply",
+    "judge_opener",
     "judge_rolemrc",
     "open_judge",
     "parse_score_pair",

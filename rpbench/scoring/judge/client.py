@@ -1,4 +1,6 @@
-"""One judge client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ``rpbench.serve``).
+"""One client for any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM, ``rpbench.serve``): the
+judge's, the synthesis generator's and endpoint generation's (``evaluator.backend=endpoint``, which sends each
+request's own sampling and keeps no cache).
 
 Requests run concurrently under a limit, are retried with exponential backoff and jitter on 429, 5xx,
 timeouts, connection errors and bad replies (an HTTP 200 whose body is not a chat completion: cut-off JSON,
@@ -13,8 +15,10 @@ client and nowhere else: it is not part of the config object, the cache key, log
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import math
+import mimetypes
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,6 +26,8 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -117,6 +123,8 @@ class JudgeRequest:
     messages: tuple[Mapping[str, Any], ...]
     max_tokens: int
     prompt_version: str
+    # This request's sampling parameters instead of the config's temperature and top_p (endpoint generation)
+    sampling: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,8 @@ class JudgeResult:
     cached: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    finish_reason: str | None = None
+    no_content: bool = False  # the reply's message content was null (``text`` is then "")
 
 
 @dataclass(frozen=True)
@@ -188,39 +198,56 @@ def counting_usage() -> Iterator[JudgeStats]:
 
 class JudgeClient:
     """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point. ``endpoint``: what
-    the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``)."""
+    the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``); ``api_key``:
+    the key to send (default: read from ``config.api_key_env``); ``label``: the config group errors name."""
 
-    def __init__(self, config: JudgeConfig, endpoint: str | None = None):
-        self.config = config
+    def __init__(
+        self, config: JudgeConfig, endpoint: str | None = None, api_key: str | None = None, label: str = "judge"
+    ):
+        self.config, self.label = config, label
         self.endpoint = endpoint or endpoint_identity(config.base_url)
         self.stats = JudgeStats()
-        self._api_key = _api_key(config)
+        self._api_key = api_key if api_key is not None else _api_key(config)
         self.cache = ReplyCache(config.cache_path) if config.cache_path else None
 
     def sampling(self, request: JudgeRequest) -> dict[str, Any]:
+        if request.sampling is not None:
+            return {**request.sampling, "max_tokens": request.max_tokens}
         params: dict[str, Any] = {"temperature": self.config.temperature, "max_tokens": request.max_tokens}
         if self.config.top_p is not None:
             params["top_p"] = self.config.top_p
         return params
 
-    def judge_many(self, requests: Sequence[JudgeRequest], desc: str = "judge") -> list[JudgeResult]:
-        """Replies in request order (runs its own event loop)."""
-        return asyncio.run(self.ajudge_many(requests, desc))
+    def judge_many(
+        self,
+        requests: Sequence[JudgeRequest],
+        desc: str = "judge",
+        on_result: Callable[[int, JudgeResult], None] | None = None,
+    ) -> list[JudgeResult]:
+        """Replies in request order (runs its own event loop); ``on_result(i, result)`` as each one arrives."""
+        return asyncio.run(self.ajudge_many(requests, desc, on_result))
 
-    async def ajudge_many(self, requests: Sequence[JudgeRequest], desc: str = "judge") -> list[JudgeResult]:
+    async def ajudge_many(
+        self,
+        requests: Sequence[JudgeRequest],
+        desc: str = "judge",
+        on_result: Callable[[int, JudgeResult], None] | None = None,
+    ) -> list[JudgeResult]:
         api = openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
         )
         limit = asyncio.Semaphore(self.config.concurrency)
         bar = tqdm(total=len(requests), desc=desc, disable=not self.config.progress)
 
-        async def one(request: JudgeRequest) -> JudgeResult:
+        async def one(i: int, request: JudgeRequest) -> JudgeResult:
             result = await self._complete(api, limit, request)
+            if on_result is not None:
+                on_result(i, result)
             bar.update(1)
             return result
 
         try:
-            return list(await asyncio.gather(*(one(r) for r in requests)))
+            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
         finally:
             bar.close()
             await api.close()
@@ -253,12 +280,14 @@ class JudgeClient:
 
     async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: JudgeRequest) -> JudgeResult:
         sampling = self.sampling(request)
-        key = cache_key(self.endpoint, self.config.model, request.prompt_version, request.messages, sampling)
-        if self.cache is not None and (hit := self.cache.get(key)) is not None:
-            self.stats.cache_hits += 1
-            return JudgeResult(
-                hit.text, cached=True, prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens
-            )
+        key = None
+        if self.cache is not None:
+            key = cache_key(self.endpoint, self.config.model, request.prompt_version, request.messages, sampling)
+            if (hit := self.cache.get(key)) is not None:
+                self.stats.cache_hits += 1
+                return JudgeResult(
+                    hit.text, cached=True, prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens
+                )
         async with limit:
             result = await self._request_with_retries(api, request, sampling)
         if result.error is None:
@@ -282,8 +311,8 @@ class JudgeClient:
                 result = read_completion(raw.text, raw.headers.get("content-type"))
             except FATAL_ERRORS as error:
                 raise JudgeConfigError(
-                    f"judge endpoint refused the request ({type(error).__name__}, "
-                    f"status {error.status_code}): check judge.model and the API key"
+                    f"{self.label}: the endpoint refused the request ({type(error).__name__}, "
+                    f"status {error.status_code}): check {self.label}.model and the API key"
                 ) from None
             except (openai.APIConnectionError, openai.APIStatusError, BadReply) as error:
                 if isinstance(error, BadReply):
@@ -327,28 +356,31 @@ class JudgeClient:
             self.cache.close()
 
 
+def image_part(path: Path) -> dict[str, Any]:
+    """An OpenAI ``image_url`` message part carrying the image file as a base64 data URL."""
+    mime = mimetypes.guess_type(path.name)[0] or "image/jpeg"
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
+
+
 def reasked(request: JudgeRequest, reply: str, reask: str) -> JudgeRequest:
     """``request`` continued by its unusable ``reply`` and the ``reask`` message (a new request, not a cache hit)."""
     follow_up = ({"role": "assistant", "content": reply}, {"role": "user", "content": reask})
     return replace(request, messages=(*request.messages, *follow_up))
 
 
+# How a ``backend: local`` judge gets its server: ``start(judge_cfg)`` starts one for ``judge_cfg["server"]``
+# and yields the judge config pointing at it, stopping it on exit (``rpbench.serve.local_judge``). The
+# pipeline (or the synthesis task) hands it to whoever opens a judge; scoring never imports the server.
 LocalServer = Callable[[Mapping[str, Any]], AbstractContextManager[Mapping[str, Any]]]
-_local_server: LocalServer | None = None
-
-
-def provide_local_server(start: LocalServer) -> None:
-    """Set how a ``backend: local`` judge gets its server: ``start(judge_cfg)`` starts one for
-    ``judge_cfg["server"]`` and yields the judge config pointing at it, stopping it on exit.
-    ``rpbench.serve`` provides its own when imported (the pipeline imports it)."""
-    global _local_server
-    _local_server = start
+# What a stage that opens judges receives: ``open_judge`` with the local server bound (``judge_opener``).
+JudgeOpener = Callable[[Mapping[str, Any]], AbstractContextManager["JudgeClient"]]
 
 
 @contextmanager
-def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
-    """A client for a ``judge`` config; ``backend: local`` first starts the provided local server
-    (``provide_local_server``; stopped on exit) and points the client at it."""
+def open_judge(cfg: Mapping[str, Any], local_server: LocalServer | None = None) -> Iterator[JudgeClient]:
+    """A client for a ``judge`` config; ``backend: local`` first starts ``local_server`` (stopped on exit)
+    and points the client at it."""
     cfg = dict(cfg)
     backend = cfg.get("backend")
     if backend not in BACKENDS:
@@ -357,14 +389,22 @@ def open_judge(cfg: Mapping[str, Any]) -> Iterator[JudgeClient]:
         raise ValueError("judge=none configures no judge; choose judge=openai|rolemrc_published|local|vllm")
     if backend == "vllm" and not cfg.get("base_url"):
         raise ValueError("judge=vllm needs judge.base_url (e.g. http://host:8000/v1)")
-    if backend == "local" and _local_server is None:
-        raise ValueError("judge=local: no local judge server provided (import rpbench.serve, as the pipeline does)")
-    with _local_server(cfg) if backend == "local" else nullcontext(cfg) as served:
+    if backend == "local" and local_server is None:
+        raise ValueError(
+            "judge=local: no local judge server was handed in: open_judge(cfg, local_server=rpbench.serve.local_judge) "
+            "(run.py and the pipeline hand it in)"
+        )
+    with local_server(cfg) if backend == "local" else nullcontext(cfg) as served:
         client = JudgeClient(JudgeConfig.from_mapping(served), LOCAL_ENDPOINT if backend == "local" else None)
         try:
             yield client
         finally:
             client.close()
+
+
+def judge_opener(local_server: LocalServer | None) -> JudgeOpener:
+    """``open_judge`` with ``local_server`` handed in: what a stage that opens judges is given."""
+    return partial(open_judge, local_server=local_server)
 
 
 def _api_key(config: JudgeConfig) -> str:
@@ -386,6 +426,7 @@ def read_completion(body: str, content_type: str | None) -> JudgeResult:
         content = data["choices"][0]["message"]["content"]
     except (TypeError, KeyError, IndexError):
         raise BadReply("bad reply: JSON without choices[0].message.content") from None
+    finish_reason = data["choices"][0].get("finish_reason")
     if content is not None and not isinstance(content, str):
         raise BadReply(f"bad reply: choices[0].message.content is a {type(content).__name__}, not a string")
     usage = data.get("usage") or {}
@@ -394,7 +435,13 @@ def read_completion(body: str, content_type: str | None) -> JudgeResult:
     tokens = [usage.get(k) or 0 for k in ("prompt_tokens", "completion_tokens")]
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
         raise BadReply(f"bad reply: usage token counts are not counts ({tokens})")
-    return JudgeResult(content or "", prompt_tokens=tokens[0], completion_tokens=tokens[1])
+    return JudgeResult(
+        content or "",
+        prompt_tokens=tokens[0],
+        completion_tokens=tokens[1],
+        finish_reason=finish_reason if isinstance(finish_reason, str) else None,
+        no_content=content is None,
+    )
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:

@@ -39,7 +39,7 @@ import yaml
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.templates import RPBENCH, Released, Template, resolve
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.client import JudgeClient, JudgeOpener, JudgeRequest, ParsedReply, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 
 PROMPT_VERSION = "rpbench-rolemrc-rubrics-v2"  # v2: reference-free
@@ -383,21 +383,23 @@ def judge_rolemrc(
     predictions: Mapping[str, str],
     judge: JudgeClient | Mapping[str, Any],
     prompts: JudgePrompts = DEFAULT_PROMPTS,
+    opener: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
-    ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened and
-    closed here); ``prompts`` rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record
-    verdicts (the value scored: 0 for a parse failure under ``judge.parse_failure=wrong``, None for one left
-    out) and, per rubric, per dimension and overall: n, judged, correct, parse_failures, request_failures
-    and accuracy = correct / scored (judged, plus the parse failures under ``wrong``, the released
-    ``llm_judge.py``'s rule; None when nothing was scored). Request failures are always left out.
+    ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened by
+    ``opener`` and closed here: one with the local judge server handed in for ``judge=local``); ``prompts``
+    rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record verdicts (the value scored:
+    0 for a parse failure under ``judge.parse_failure=wrong``, None for one left out) and, per rubric, per
+    dimension and overall: n, judged, correct, parse_failures, request_failures and accuracy = correct /
+    scored (judged, plus the parse failures under ``wrong``, the released ``llm_judge.py``'s rule; None when
+    nothing was scored). Request failures are always left out.
     """
     missing = [e.id for e in examples if e.id not in predictions]
     if missing:
         raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
     pairs = [(e, rubric) for e in examples for rubric in _rubrics_of(e)]
-    with nullcontext(judge) if isinstance(judge, JudgeClient) else open_judge(judge) as client:
+    with nullcontext(judge) if isinstance(judge, JudgeClient) else opener(judge) as client:
         max_tokens = client.config.max_tokens_for(TASK)
         requests = [
             JudgeRequest(rubric_messages(r, e, predictions[e.id], prompts), max_tokens, prompts.version)

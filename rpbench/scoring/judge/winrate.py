@@ -20,7 +20,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
-from rpbench.scoring.judge.client import JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.client import JudgeOpener, JudgeRequest, ParsedReply, open_judge
 
 TASK = "rpgbench"
 PROMPT_VERSION = "rpgbench-winrate-v2"
@@ -129,11 +129,15 @@ def _grouped(rows: Sequence[tuple[str, float | None]]) -> dict[str, dict[str, An
 
 
 def judge_winrate(
-    examples: Sequence[EvalExample], predictions: Mapping[str, str], judges: Sequence[Mapping[str, Any]]
+    examples: Sequence[EvalExample],
+    predictions: Mapping[str, str],
+    judges: Sequence[Mapping[str, Any]],
+    opener: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
     """WinRate of ``predictions`` against the golden responses for each of ``judges`` (``judge``
-    configs) over both orders, and the ensemble: overall, ``by_category``, ``by_shift`` (module
-    docstring). Records per judgement in ``records``."""
+    configs, each opened by ``opener``: one with the local judge server handed in for ``judge=local``) over
+    both orders, and the ensemble: overall, ``by_category``, ``by_shift`` (module docstring). Records per
+    judgement in ``records``."""
     if not judges:
         raise ValueError("WinRate needs at least one judge config")
     missing = [e.id for e in examples if e.id not in predictions]
@@ -150,7 +154,7 @@ def judge_winrate(
     records: list[dict[str, Any]] = []
     per_judge: dict[str, Any] = {}
     for k, judge_cfg in enumerate(judges):
-        with open_judge(judge_cfg) as client:
+        with opener(judge_cfg) as client:
             max_tokens = client.config.max_tokens_for(TASK)
             requests = [
                 JudgeRequest(

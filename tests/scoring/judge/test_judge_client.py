@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from conftest import chat_stub, run_in_process
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
-from rpbench.serve import load_served_model, serve_in_thread
+from rpbench.serve import load_served_model, local_judge, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +138,7 @@ def test_a_local_judge_started_again_on_another_port_answers_from_the_cache(comp
     asks = requests_for("Who are you?")
     runs = []
     for _ in range(2):
-        with open_judge(judge) as client:
+        with open_judge(judge, local_judge) as client:
             runs.append((client.config.base_url, client.judge_many(asks)[0], client.stats.requests))
     (first_url, first, asked), (second_url, second, asked_again) = runs
     assert first_url != second_url and (asked, asked_again) == (1, 0)

@@ -8,7 +8,7 @@ import pytest
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, judge_opener
 from rpbench.scoring.judge.rolemrc_rubrics import (
     REASK,
     RUBRICS,
@@ -18,7 +18,7 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
     nested_rule,
     rubric_messages,
 )
-from rpbench.serve import load_served_model, serve_in_thread
+from rpbench.serve import load_served_model, local_judge, serve_in_thread
 
 SYSTEM = (
     "You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
@@ -285,7 +285,7 @@ def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
     assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
 
 
-def test_judge_config_opens_the_local_server_itself(tmp_path):
+def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path):
     judge = {
         "backend": "local",
         "model": "local",
@@ -298,7 +298,7 @@ def test_judge_config_opens_the_local_server_itself(tmp_path):
             "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
         },
     }
-    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge)
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=judge_opener(local_judge))
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 

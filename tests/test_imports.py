@@ -18,7 +18,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "rpbench"
 
 # Shared helpers every layer may use (no rpbench imports above the data layer themselves).
-BASE = {"rpbench", "rpbench.registry", "rpbench.atomic", "rpbench.distributed"}
+BASE = {"rpbench", "rpbench.registry", "rpbench.atomic", "rpbench.distributed", "rpbench.typed"}
 LAYERS = {
     "rpbench.data": 0,
     "rpbench.models": 1,

@@ -29,6 +29,10 @@ def scripted(fail_at_turn: int | None = None):
 
     def reply(body: dict) -> str | int:
         text = body["messages"][-1]["content"]
+        if "Stay in character" in body["messages"][0]["content"]:  # the evaluated model, when it is an endpoint
+            turn = sum(m["role"] == "assistant" for m in body["messages"]) + 1
+            card = body["messages"][0]["content"].split("Character card:\n", 1)[1]
+            return {1: card, 2: "As an AI language model, I cannot say."}.get(turn, "The tides are kind today.")
         if "Write only your next message" in text:
             asked = text.count("\nUser:") - 1  # the simulator's messages so far (the opening is not one)
             character_turns = len(re.findall(r"^(?!User:)[A-Z][a-z]+ [A-Z][a-z]+: ", text, re.M))
@@ -68,8 +72,11 @@ def lines(path):
 
 
 def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
+    """The evaluated model is the scripted endpoint too: it answers turn 1 with the card itself, turn 2 with an
+    out-of-character slip, later turns with a line of its own."""
     with chat_stub(scripted()) as stub:
-        results = run(tmp_path / "run", stub)["eval"]
+        model = ["evaluator.backend=endpoint", f"evaluator.endpoint.base_url={stub.url}", "evaluator.endpoint.model=m"]
+        results = run(tmp_path / "run", stub, *model)["eval"]
         requests = stub.requests
     out = tmp_path / "run"
     sessions = {s["id"]: s for s in lines(out / "conversations.jsonl")}
@@ -84,7 +91,9 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     assert [len(lines(out / f"predictions_turn_{t}.jsonl")) for t in range(1, 5)] == [6, 6, 5, 3]
     assert not (out / "predictions_turn_5.jsonl").exists()
     simulator = [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
-    judged = [r for r in requests if r not in simulator]
+    generated = [r for r in requests if r["model"] == "m"]
+    judged = [r for r in requests if r not in simulator and r not in generated]
+    assert len(generated) == 6 + 6 + 5 + 3
     # every turn but a session's last asks the simulator: 3+2+3+2+3+2, Lena's two included
     assert len(simulator) == 15 and {r["temperature"] for r in simulator} == {0.7}
     assert {r["max_tokens"] for r in simulator} == {128}
@@ -97,8 +106,13 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     }
     assert c["breaks_out_of_range"] == 2 and c["judge_parse_failures"] == 0
     flags = {row["id"]: row["flags"] for row in lines(out / "flags.jsonl")}
-    assert flags["mmrole-bertram-bread"][0] == {"turn": 1, "by": "judge", "reason": "modern words"}
-    assert c["flags_by_turn"].get(1, 0) >= 2
+    assert flags["mmrole-bertram-bread"] == [
+        {"turn": 1, "by": "judge", "reason": "modern words"},
+        {"turn": 2, "by": "ooc_phrases", "reason": "as an ai, language model"},
+    ]
+    assert flags["rpgbench-greta-room"] == [{"turn": 2, "by": "ooc_phrases", "reason": "as an ai, language model"}]
+    assert c["flags_by_turn"] == {1: 2, 2: 6} and c["sessions_flagged"] == 6
+    assert c["ooc"]["by_phrase"] == {"as an ai": 6, "language model": 6} and c["ooc"]["phrases"]["mean"] == 2
     scores = {row["id"]: row for row in lines(out / "scores.jsonl")}
     assert scores["rpgbench-greta-room"]["verdicts"]["goal_progress"] == 2
     # drift from the packaged MiniLM, checked against a direct computation for one session
@@ -107,12 +121,14 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     model = load_encoder(None)[0]
     greta = sessions["rpgbench-greta-room"]
     replies = [m["text"] for m in greta["messages"] if m["role"] == "character"]
+    assert replies[0] == greta["card"] and len(replies) == 4
     raw = model.encode([greta["card"], *replies], convert_to_numpy=True)
     cosine = [float(raw[0] @ v / np.linalg.norm(raw[0]) / np.linalg.norm(v)) for v in raw[1:]]
-    expected = slope(range(1, len(cosine) + 1), cosine) if all(r.strip() for r in replies) else None
+    assert cosine[0] == pytest.approx(1.0, abs=1e-5) and cosine[1] < 0.5
     metrics = scores["rpgbench-greta-room"]["metrics"]
-    if expected is not None:
-        assert metrics["drift_slope"] == pytest.approx(expected, abs=1e-5)
+    assert metrics["drift_slope"] == pytest.approx(float(np.polyfit([1, 2, 3, 4], cosine, 1)[0]), abs=1e-5)
+    assert metrics["drift_slope"] < 0 and metrics["mean_similarity"] == pytest.approx(np.mean(cosine), abs=1e-5)
+    assert metrics["ooc_phrases"] == 2 and c["drift"]["empty_replies"] == 0
     assert c["drift"]["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "Conversations (judge" in (out / "report.md").read_text()
     assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["turn_1"]["path"] == "predictions_turn_1.jsonl"
@@ -196,3 +212,44 @@ def test_ooc_phrases_and_judge_verdicts_are_read_strictly():
     for bad in ('{"scores": {"a": 6, "b": 1}}', '{"scores": {"a": 5}}', '{"scores": {"a": true, "b": 1}}',
                 '{"scores": {"a": 5, "b": 1}, "breaks": [2]}', "no json", '{"scores": {"a": 4.5, "b": 1}}'):
         assert parse_verdict(bad, dims) is None, bad
+
+
+def test_sessions_run_against_the_local_judge_server(tmp_path):
+    """rpbench's own server (a tiny random model) as user simulator and judge: its verdicts are no JSON, so
+    every session's judgement is a parse failure, counted and left out of the means, never scored."""
+    out = tmp_path / "run"
+    results = run_in_process(
+        out,
+        "objective=none",
+        "logger=none",
+        "data=sample_conversation",
+        "evaluator=conversation",
+        "evaluator.max_turns=2",
+        "evaluator.simulator.max_tokens=6",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.drift.enabled=false",
+        "evaluator.bootstrap.n_resamples=10",
+        "judge=local",
+        "judge.max_tokens.conversation=4",
+        "judge.parse_tries=1",
+        "judge.cache_path=null",
+        "judge.progress=false",
+    )["eval"]
+    c = results["conversation"]
+    assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
+    assert c["judge_parse_failures"] + c["judge_request_failures"] == 6
+    assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
+    assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == 6
+    assert len(lines(out / "conversations.jsonl")) == 6
+
+
+def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(compose):
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    with pytest.raises(ConfigError, match="evaluator=conversation needs a judge"):
+        validate(compose("data=sample_conversation", "objective=none", "judge=none"))
+    with pytest.raises(ConfigError, match="reads data=conversation"):
+        validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
+        validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))

@@ -255,7 +255,7 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         d = c["drift"]
         text += (
             f"\n\nPersona drift (`{d['encoder']}`): similarity of replies to the card {_cell(d['mean_similarity'], 3)}; "
-            f"slope per turn {_cell(d['drift_slope'], 4)}."
+            f"slope per turn {_cell(d['drift_slope'], 4)}; empty replies (no similarity): {d['empty_replies']}."
         )
     if c["simulator_errors"]:
         text += "\n\nSessions cut short by the simulator: " + "; ".join(

@@ -253,3 +253,57 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
         validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
+
+
+def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
+    """Run m slips out of character at turn 2, run m2 never does. The judge prefers the conversation without
+    the slip on every dimension but engagement, where it always answers "A" (a position bias): m2's win rate
+    is 1 on those and 0.5 on engagement, every session inconsistent there."""
+
+    def reply(body: dict) -> str | int:
+        text = body["messages"][-1]["content"]
+        if body["model"] == "m2":
+            return "Aye, the tides are kind."
+        if "Conversation A:" in text:
+            first, second = text.split("Conversation A:", 1)[1].split("Conversation B:", 1)
+            better = "B" if "As an AI" in first else "A"
+            return json.dumps(dict.fromkeys(RUBRIC[:4] + ["goal_progress"], better) | {"engagement": "A"})
+        return scripted()(body)
+
+    with chat_stub(reply) as stub:
+        common = ["evaluator.max_turns=2", "evaluator.drift.enabled=false", "evaluator.backend=endpoint",
+                  f"evaluator.endpoint.base_url={stub.url}"]
+        run(tmp_path / "m", stub, *common, "evaluator.endpoint.model=m")
+        results = run(
+            tmp_path / "m2",
+            stub,
+            *common,
+            "evaluator.endpoint.model=m2",
+            f"evaluator.pairwise_with={tmp_path / 'm'}",
+            f"evaluator.compare_to={tmp_path / 'm'}",
+        )["eval"]
+        pairwise_requests = [r for r in stub.requests if "Conversation A:" in r["messages"][-1]["content"]]
+    assert len(pairwise_requests) == 12  # 6 shared sessions x 2 orders
+    p = results["conversation"]["pairwise"]
+    assert p["shared_sessions"] == 6 and p["against"] == "m" and p["parse_failures"] == 0
+    assert {d: s["mean"] for d, s in p["dimensions"].items()} == dict.fromkeys(RUBRIC + ["goal_progress"], 1.0) | {
+        "engagement": 0.5
+    }
+    assert p["dimensions"]["engagement"]["position_inconsistent"] == 6
+    assert p["dimensions"]["character_consistency"]["position_inconsistent"] == 0
+    rows = lines(tmp_path / "m2" / "pairwise.jsonl")
+    assert len(rows) == 12 and {r["this_first"] for r in rows} == {True, False}
+    # compare_to: paired tests of the judge-free OOC counts (m: two phrases per session, m2: none)
+    assert results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
+
+
+def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
+    from rpbench.eval.benchmarks.conversation_pairwise import read_other
+
+    other = tmp_path / "other"
+    other.mkdir()
+    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g"}
+    (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
+    with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
+        read_other(str(other), [mine])
+    assert read_other(str(other), [mine | {"id": "s2"}]) == {}

@@ -11,8 +11,10 @@ character for up to N turns per scenario (``data=conversation``), then the whole
 - Without a judge (``conversation_drift``): each reply's similarity to the character card and its slope
   over turns; out-of-character phrase counts (``evaluator.ooc_phrases``), which flag turns as well.
 
-With ``evaluator.compare_to`` (another conversation run on the same scenarios): paired bootstrap tests of
-every dimension and drift metric (``rpbench.eval.evaluate.compare``).
+Two models on the same scenarios: ``evaluator.pairwise_with`` (another conversation run's folder) has the
+judge compare each pair of sessions, position-swapped (``conversation_pairwise``): this run's win rate per
+dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimension and judge-free metric
+(``rpbench.eval.evaluate.compare``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -31,6 +34,7 @@ from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation_judge import judge_sessions
 from rpbench.eval.benchmarks.conversation_loop import SIMULATOR_PROMPT, Session, run_sessions
+from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_other
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
@@ -74,6 +78,7 @@ class ConversationSettings(EvaluatorSettings):
     rubric: Mapping[str, str]
     drift: Drift
     ooc_phrases: tuple[str, ...]
+    pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
 
     needs_metrics = False  # judged and measured alone
 
@@ -85,6 +90,8 @@ class ConversationSettings(EvaluatorSettings):
             found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
         if any(not p.strip() for p in self.ooc_phrases):
             found.append(("ooc_phrases", "non-empty phrases"))
+        if self.pairwise_with is not None and not (Path(self.pairwise_with) / "conversations.jsonl").is_file():
+            found.append(("pairwise_with", "null or a conversation run's folder (with conversations.jsonl)"))
         return found
 
 
@@ -94,9 +101,10 @@ class Conversation(Benchmark):
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """Per session: the simulator's messages (one per character turn but the last) and one judgement."""
-        cap = settings.max_turns
-        return [min(e.meta["turns"], cap or e.meta["turns"]) for e in examples]
+        """Per session: the simulator's messages (one per character turn but the last), one judgement, and
+        two pairwise judgements (both orders) with ``pairwise_with``."""
+        cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
+        return [min(e.meta["turns"], cap or e.meta["turns"]) + pairwise for e in examples]
 
     def problems(self, cfg: DictConfig) -> list[str]:
         out = []
@@ -124,7 +132,14 @@ class Conversation(Benchmark):
             finally:
                 simulator.close()
             records = [s.record() for s in sessions]
-            judgements = judge_sessions(client, records, ev.rubric, client.config.max_tokens_for("conversation"))
+            max_tokens = client.config.max_tokens_for("conversation")
+            judgements = judge_sessions(client, records, ev.rubric, max_tokens)
+            if ev.pairwise_with:
+                other = read_other(ev.pairwise_with, records)
+                bootstrap = ev.bootstrap.as_kwargs()
+                pairwise, compared = judge_pairwise(client, records, other, ev.rubric, max_tokens, bootstrap)
+                pairwise["against"] = Path(ev.pairwise_with).name
+                write_jsonl(out_dir / "pairwise.jsonl", compared)
             results: dict[str, Any] = {
                 "n_records": len(sessions),
                 "generation": generation,
@@ -144,6 +159,8 @@ class Conversation(Benchmark):
         flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
         write_jsonl(out_dir / "flags.jsonl", flags)
         results["conversation"] = summaries(ev, sessions, judgements, measured, flags)
+        if ev.pairwise_with:
+            results["conversation"]["pairwise"] = pairwise
         results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
         if ev.compare_to:
             results["compare"] = compare(ev, scores)
@@ -256,6 +273,17 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         text += (
             f"\n\nPersona drift (`{d['encoder']}`): similarity of replies to the card {_cell(d['mean_similarity'], 3)}; "
             f"slope per turn {_cell(d['drift_slope'], 4)}; empty replies (no similarity): {d['empty_replies']}."
+        )
+    if "pairwise" in c:
+        p = c["pairwise"]
+        rows = "\n".join(
+            f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items()
+        )
+        text += (
+            f"\n\nPairwise against `{p['against']}` ({p['shared_sessions']} shared sessions, both orders; "
+            f"{p['parse_failures']} unparsed, {p['request_failures']} unanswered): this run's win rate (win 1, "
+            "tie 0.5), and the sessions whose two orders disagree.\n\n| dimension | win rate | position-inconsistent |"
+            f"\n| --- | --- | --- |\n{rows}"
         )
     if c["simulator_errors"]:
         text += "\n\nSessions cut short by the simulator: " + "; ".join(

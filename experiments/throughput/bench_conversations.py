@@ -79,8 +79,10 @@ def main() -> None:
     cfg = compose(args)
     spec = validate(cfg)
     scenarios = read_data(cfg, None, need_test=True)[0]["test"]
-    examples = [replace(scenarios[i % len(scenarios)], id=f"{scenarios[i % len(scenarios)].id}~{i}")
-                for i in range(args.sessions)]
+    examples = [
+        replace(scenarios[i % len(scenarios)], id=f"{scenarios[i % len(scenarios)].id}~{i}")
+        for i in range(args.sessions)
+    ]
     model, tokenizer = build_models(cfg)["policy"]
     model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, None)
     from omegaconf import OmegaConf
@@ -105,8 +107,10 @@ def main() -> None:
         records = [s.record() for s in batched]
         judge_sessions(judge, records, spec.evaluator.rubric, judge.config.max_tokens_for("conversation"))
         judge_requests = judge.stats.requests - before
-    print(f"{args.sessions} sessions, at most {args.turns} character turns, {args.max_new_tokens} new tokens "
-          f"per reply, model {args.model}")
+    print(
+        f"{args.sessions} sessions, at most {args.turns} character turns, {args.max_new_tokens} new tokens "
+        f"per reply, model {args.model}"
+    )
     print(f"{'mode':<14} {'seconds':>8} {'sessions/min':>13} {'character turns':>16}  ended by")
     for mode, (seconds, sessions) in rows.items():
         turns = sum(s.character_turns for s in sessions)
@@ -116,8 +120,10 @@ def main() -> None:
         if errors:
             print(f"{'':<14} simulator errors: {dict(errors.most_common(3))}")
     print(f"speed-up (batched / one at a time): {rows['one at a time'][0] / rows['batched'][0]:.1f}x")
-    print(f"simulator requests per session: {simulator.stats.requests / (2 * args.sessions):.2f} "
-          f"(both modes together / 2)")
+    print(
+        f"simulator requests per session: {simulator.stats.requests / (2 * args.sessions):.2f} "
+        f"(both modes together / 2)"
+    )
     print(f"judge requests per session: {judge_requests / args.sessions:.2f}")
 
 

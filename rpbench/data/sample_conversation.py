@@ -25,37 +25,68 @@ CARDS = {
 }
 # id, character, persona, goal, opening, turns
 SCENARIOS = [
-    ("rolemrc-mara-lighthouse", "Mara Voss",
-     "Tom, a schoolteacher planning a class trip to the coast; polite and curious.",
-     "Learn enough about the old lighthouse to plan a safe visit for twelve pupils.",
-     "Good morning, Captain! I hear you know the lighthouse better than anyone.", 4),
-    ("rolemrc-mara-phone", "Mara Voss",
-     "Lena, a tech-savvy student who keeps testing what people know.",
-     "Get the captain to explain how a smartphone's GPS works (she should not know).",
-     "Captain, do you use GPS on your phone when you sail?", 3),
-    ("mmrole-bertram-bread", "Bertram Hale",
-     "Priya, a food blogger who photographs village bakeries.",
-     "Get Bertram's favourite bread recipe and the story behind it.",
-     "Hello! Your bakery smells wonderful. What is the bread everyone queues for?", 4),
-    ("mmrole-bertram-mill", "Bertram Hale",
-     "Sam, an engineer restoring old windmills; brisk and technical.",
-     "Find out how the Lower Wickham windmill grinds its flour.",
-     "Morning. I'm told you know the old windmill. How does it turn the stones?", 3),
-    ("rpgbench-greta-room", "Greta Holm",
-     "Nadia, a journalist collecting stories for a travel book; sharp and witty.",
-     "Get a room for the night and one good story about the inn.",
-     "Hi! I don't think we've met before. Do you have a room free tonight?", 4),
-    ("rpgbench-greta-stranger", "Greta Holm",
-     "A hooded traveller who asks pointed questions about the other guests.",
-     "Learn which room the merchant from the south is staying in.",
-     "Evening, innkeeper. Is the merchant from the south still lodging here?", 3),
+    (
+        "rolemrc-mara-lighthouse",
+        "Mara Voss",
+        "Tom, a schoolteacher planning a class trip to the coast; polite and curious.",
+        "Learn enough about the old lighthouse to plan a safe visit for twelve pupils.",
+        "Good morning, Captain! I hear you know the lighthouse better than anyone.",
+        4,
+    ),
+    (
+        "rolemrc-mara-phone",
+        "Mara Voss",
+        "Lena, a tech-savvy student who keeps testing what people know.",
+        "Get the captain to explain how a smartphone's GPS works (she should not know).",
+        "Captain, do you use GPS on your phone when you sail?",
+        3,
+    ),
+    (
+        "mmrole-bertram-bread",
+        "Bertram Hale",
+        "Priya, a food blogger who photographs village bakeries.",
+        "Get Bertram's favourite bread recipe and the story behind it.",
+        "Hello! Your bakery smells wonderful. What is the bread everyone queues for?",
+        4,
+    ),
+    (
+        "mmrole-bertram-mill",
+        "Bertram Hale",
+        "Sam, an engineer restoring old windmills; brisk and technical.",
+        "Find out how the Lower Wickham windmill grinds its flour.",
+        "Morning. I'm told you know the old windmill. How does it turn the stones?",
+        3,
+    ),
+    (
+        "rpgbench-greta-room",
+        "Greta Holm",
+        "Nadia, a journalist collecting stories for a travel book; sharp and witty.",
+        "Get a room for the night and one good story about the inn.",
+        "Hi! I don't think we've met before. Do you have a room free tonight?",
+        4,
+    ),
+    (
+        "rpgbench-greta-stranger",
+        "Greta Holm",
+        "A hooded traveller who asks pointed questions about the other guests.",
+        "Learn which room the merchant from the south is staying in.",
+        "Evening, innkeeper. Is the merchant from the south still lodging here?",
+        3,
+    ),
 ]
 
 
 def conversation_records() -> dict[str, Any]:
     rows = [
-        {"id": rid, "character": name, "card": CARDS[name], "persona": persona, "goal": goal, "opening": opening,
-         "turns": turns}
+        {
+            "id": rid,
+            "character": name,
+            "card": CARDS[name],
+            "persona": persona,
+            "goal": goal,
+            "opening": opening,
+            "turns": turns,
+        }
         for rid, name, persona, goal, opening, turns in SCENARIOS
     ]
     return {"conversation/scenarios.jsonl": rows}

@@ -42,7 +42,9 @@ def scripted(fail_at_turn: int | None = None):
                 return "Thanks, Captain!\n[END]"
             return f"Tell me more, please ({character_turns})."
         scores = dict.fromkeys(RUBRIC, 4) | {"goal_progress": 2}
-        breaks = [{"turn": 1, "reason": "modern words"}, {"turn": 9, "reason": "no such turn"}] if "Bertram" in text else []
+        breaks = (
+            [{"turn": 1, "reason": "modern words"}, {"turn": 9, "reason": "no such turn"}] if "Bertram" in text else []
+        )
         return "Verdict:\n" + json.dumps({"scores": scores, "breaks": breaks})
 
     return reply
@@ -131,7 +133,10 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     assert metrics["ooc_phrases"] == 2 and c["drift"]["empty_replies"] == 0
     assert c["drift"]["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert "Conversations (judge" in (out / "report.md").read_text()
-    assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["turn_1"]["path"] == "predictions_turn_1.jsonl"
+    assert (
+        json.loads((out / "metrics.json").read_text())["eval"]["generation"]["turn_1"]["path"]
+        == "predictions_turn_1.jsonl"
+    )
 
 
 def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
@@ -158,14 +163,18 @@ def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
     assert {s["id"]: s for s in final} == whole
 
 
+GOOD = {"id": "a", "character": "X", "card": "c", "persona": "p", "goal": "g", "opening": "o", "turns": 2}
+
+
 @pytest.mark.parametrize(
     "line, field",
     [
-        ({"id": "a", "character": "X", "card": "c", "persona": "p", "opening": "o", "turns": 2}, "goal"),
-        ({"id": "a", "character": "X", "card": "c", "persona": "p", "goal": "g", "opening": "o", "turns": 0}, "turns"),
-        ({"id": "a", "character": "X", "card": "c", "persona": "p", "goal": "g", "opening": " ", "turns": 2}, "opening"),
-        ({"id": "a", "character": "X", "card": "c", "persona": "p", "goal": "g", "opening": "o", "turns": 2, "goals": 1}, "goals"),
-        ({"character": "X", "card": "c", "persona": "p", "goal": "g", "opening": "o", "turns": 2}, "id"),
+        ({k: v for k, v in GOOD.items() if k != "goal"}, "goal"),
+        (GOOD | {"turns": 0}, "turns"),
+        (GOOD | {"turns": True}, "turns"),
+        (GOOD | {"opening": " "}, "opening"),
+        (GOOD | {"goals": 1}, "goals"),
+        ({k: v for k, v in GOOD.items() if k != "id"}, "id"),
     ],
 )
 def test_a_malformed_scenario_is_named_by_file_line_and_field(tmp_path, line, field):
@@ -209,8 +218,14 @@ def test_ooc_phrases_and_judge_verdicts_are_read_strictly():
         "scores": {"a": 5, "b": 1},
         "breaks": [{"turn": 2, "reason": "r"}],
     }
-    for bad in ('{"scores": {"a": 6, "b": 1}}', '{"scores": {"a": 5}}', '{"scores": {"a": true, "b": 1}}',
-                '{"scores": {"a": 5, "b": 1}, "breaks": [2]}', "no json", '{"scores": {"a": 4.5, "b": 1}}'):
+    for bad in (
+        '{"scores": {"a": 6, "b": 1}}',
+        '{"scores": {"a": 5}}',
+        '{"scores": {"a": true, "b": 1}}',
+        '{"scores": {"a": 5, "b": 1}, "breaks": [2]}',
+        "no json",
+        '{"scores": {"a": 4.5, "b": 1}}',
+    ):
         assert parse_verdict(bad, dims) is None, bad
 
 
@@ -271,8 +286,12 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
         return scripted()(body)
 
     with chat_stub(reply) as stub:
-        common = ["evaluator.max_turns=2", "evaluator.drift.enabled=false", "evaluator.backend=endpoint",
-                  f"evaluator.endpoint.base_url={stub.url}"]
+        common = [
+            "evaluator.max_turns=2",
+            "evaluator.drift.enabled=false",
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={stub.url}",
+        ]
         run(tmp_path / "m", stub, *common, "evaluator.endpoint.model=m")
         results = run(
             tmp_path / "m2",
@@ -294,7 +313,9 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
     rows = lines(tmp_path / "m2" / "pairwise.jsonl")
     assert len(rows) == 12 and {r["this_first"] for r in rows} == {True, False}
     # compare_to: paired tests of the judge-free OOC counts (m: two phrases per session, m2: none)
-    assert results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
+    assert (
+        results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
+    )
 
 
 def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):

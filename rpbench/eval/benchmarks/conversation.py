@@ -167,8 +167,11 @@ class Conversation(Benchmark):
         results["report_sections"] = report_sections(results)
         if ctx.logger is not None:
             ctx.logger.log_metrics(
-                {f"eval/conversation/{d}": v["mean"] for d, v in results["conversation"]["judge"].items()
-                 if v["mean"] is not None}
+                {
+                    f"eval/conversation/{d}": v["mean"]
+                    for d, v in results["conversation"]["judge"].items()
+                    if v["mean"] is not None
+                }
             )
         return results
 
@@ -271,14 +274,13 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
     if "drift" in c:
         d = c["drift"]
         text += (
-            f"\n\nPersona drift (`{d['encoder']}`): similarity of replies to the card {_cell(d['mean_similarity'], 3)}; "
+            f"\n\nPersona drift (`{d['encoder']}`): similarity of replies to the card "
+            f"{_cell(d['mean_similarity'], 3)}; "
             f"slope per turn {_cell(d['drift_slope'], 4)}; empty replies (no similarity): {d['empty_replies']}."
         )
     if "pairwise" in c:
         p = c["pairwise"]
-        rows = "\n".join(
-            f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items()
-        )
+        rows = "\n".join(f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items())
         text += (
             f"\n\nPairwise against `{p['against']}` ({p['shared_sessions']} shared sessions, both orders; "
             f"{p['parse_failures']} unparsed, {p['request_failures']} unanswered): this run's win rate (win 1, "

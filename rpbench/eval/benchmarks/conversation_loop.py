@@ -21,10 +21,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.base import read_jsonl
 from rpbench.eval.context import EvalContext
-from rpbench.data.errors import DataFormatError
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,9 @@ def read_appended(path: Path, ids: Collection[str]) -> dict[str, dict[str, Any]]
     data = path.read_bytes()
     cut = data.rfind(b"\n") + 1
     if cut < len(data):
-        log.warning("%s: dropped an incomplete last line (%d bytes) from an interrupted run", path.name, len(data) - cut)
+        log.warning(
+            "%s: dropped an incomplete last line (%d bytes) from an interrupted run", path.name, len(data) - cut
+        )
         with path.open("r+b") as f:
             f.truncate(cut)
     records: dict[str, dict[str, Any]] = {}
@@ -95,7 +97,10 @@ def read_appended(path: Path, ids: Collection[str]) -> dict[str, dict[str, Any]]
         rid = record.get("id") if isinstance(record, dict) else None
         if rid not in ids or rid in records:
             raise DataFormatError(
-                path, f"line {number}", "id", f"a session of this run's scenarios, once (got {rid!r}): use a fresh folder"
+                path,
+                f"line {number}",
+                "id",
+                f"a session of this run's scenarios, once (got {rid!r}): use a fresh folder",
             )
         records[rid] = record
     return records
@@ -110,8 +115,10 @@ def model_prompt(session: Session, turn: int) -> EvalExample:
 
 def simulator_prompt(session: Session, stop_marker: str) -> str:
     meta = session.example.meta
-    lines = [f"{USER_CUE} {m['text']}" if m["role"] == "user" else f"{meta['character']}: {m['text']}"
-             for m in session.messages]
+    lines = [
+        f"{USER_CUE} {m['text']}" if m["role"] == "user" else f"{meta['character']}: {m['text']}"
+        for m in session.messages
+    ]
     return SIMULATOR_PROMPT.format(
         character=meta["character"],
         persona=meta["persona"],
@@ -176,7 +183,9 @@ def run_sessions(
     ev, out_dir = ctx.settings, ctx.out_dir
     sim = ev.simulator
     sessions = [
-        Session(e, min(e.meta["turns"], ev.max_turns or e.meta["turns"]), [{"role": "user", "text": e.prompt[-1].content}])
+        Session(
+            e, min(e.meta["turns"], ev.max_turns or e.meta["turns"]), [{"role": "user", "text": e.prompt[-1].content}]
+        )
         for e in ctx.examples
     ]
     files = ConversationFiles(out_dir, {e.id: e for e in ctx.examples})

@@ -71,8 +71,9 @@ def parse_choices(text: str, dimensions: Sequence[str]) -> dict[str, str] | None
     return normalised if all(c in CHOICES for c in normalised.values()) else None
 
 
-def pairwise_prompt(this: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any],
-                    rubric: Mapping[str, str]) -> str:
+def pairwise_prompt(
+    this: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any], rubric: Mapping[str, str]
+) -> str:
     return PAIRWISE_PROMPT.format(
         character=this["character"],
         persona=this["persona"],

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from rpbench.data.errors import ConfigError
+
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 
 
@@ -46,7 +48,10 @@ def load_encoder(encoder: str | None) -> tuple[Any, str]:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if encoder is None:
         return SentenceTransformer(fallback_model_path(), device=device), PACKAGED_ENCODER
-    model = SentenceTransformer(encoder, device=device, local_files_only=True)
+    try:
+        model = SentenceTransformer(encoder, device=device, local_files_only=True)
+    except OSError as error:
+        raise ConfigError(f"evaluator.drift.encoder={encoder!r} is not available locally ({error})") from error
     return model, Path(encoder).name if Path(encoder).exists() else encoder
 
 

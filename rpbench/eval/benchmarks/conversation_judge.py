@@ -68,7 +68,8 @@ def prompt_version(rubric: Mapping[str, str]) -> str:
 
 def parse_verdict(text: str, dimensions: Sequence[str]) -> dict[str, Any] | None:
     """``{"scores": {dimension: 1-5}, "breaks": [{"turn": int, "reason": str}]}`` from the judge's reply (the
-    outermost ``{...}`` in it), or None when any dimension lacks a whole score in range or breaks are malformed."""
+    outermost ``{...}`` in it), or None when any dimension lacks a whole score in range or breaks are malformed
+    (no ``breaks`` key: no breaks)."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         return None

@@ -68,12 +68,12 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     import rpbench.serve  # noqa: F401  (provides the local judge server)
-    from rpbench.eval.benchmarks.conversation import simulator_version
+    from rpbench.eval.benchmarks.conversation import simulator_client, simulator_version
     from rpbench.eval.benchmarks.conversation_judge import judge_sessions
     from rpbench.eval.benchmarks.conversation_loop import run_sessions
     from rpbench.models import for_inference
     from rpbench.pipeline import build_models, eval_context, model_config, read_data
-    from rpbench.scoring.judge import JudgeClient, open_judge
+    from rpbench.scoring.judge import open_judge
     from rpbench.validate import validate
 
     cfg = compose(args)
@@ -90,8 +90,7 @@ def main() -> None:
     judge_cfg = OmegaConf.to_container(cfg.judge, resolve=True)
     with tempfile.TemporaryDirectory() as tmp, open_judge(judge_cfg) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
-        sampling = replace(judge.config, temperature=spec.evaluator.simulator.temperature, top_p=None)
-        simulator = JudgeClient(sampling, judge.endpoint)
+        simulator = simulator_client(judge, spec.evaluator.simulator)
         rows = {}
         start = time.perf_counter()
         batched, _, _ = run_sessions(replace(ctx, out_dir=Path(tmp) / "batched"), simulator, simulator_version())

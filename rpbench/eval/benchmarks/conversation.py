@@ -19,6 +19,7 @@ dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimensi
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -116,17 +117,13 @@ class Conversation(Benchmark):
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import compare
-        from rpbench.scoring.judge import JudgeClient, open_judge
+        from rpbench.scoring.judge import open_judge
 
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
-        sim = ev.simulator
         with open_judge(dict(ctx.judge)) as client:
-            config = replace(client.config, temperature=sim.temperature, top_p=None)
-            if sim.base_url is not None:
-                config = replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env)
-            simulator = JudgeClient(config, client.endpoint if sim.base_url is None else None)
+            simulator = simulator_client(client, ev.simulator)
             try:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
             finally:
@@ -145,7 +142,7 @@ class Conversation(Benchmark):
                 "generation": generation,
                 "resumed": resumed,
                 "judge_model": client.config.model,
-                "simulator_model": config.model,
+                "simulator_model": simulator.config.model,
                 "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),
             }
@@ -176,9 +173,17 @@ class Conversation(Benchmark):
         return results
 
 
-def simulator_version() -> str:
-    import hashlib
+def simulator_client(judge: Any, sim: Simulator) -> Any:
+    """The user simulator's client: the judge's endpoint and model (or ``sim``'s own), ``sim``'s sampling."""
+    from rpbench.scoring.judge import JudgeClient
 
+    config = replace(judge.config, temperature=sim.temperature, top_p=None)
+    if sim.base_url is None:
+        return JudgeClient(config, judge.endpoint)
+    return JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+
+
+def simulator_version() -> str:
     return f"conversation-simulator-{hashlib.sha256(SIMULATOR_PROMPT.encode()).hexdigest()[:12]}"
 
 

@@ -47,17 +47,15 @@ def transcript(session: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def prompt_slots(session: Mapping[str, Any], rubric: Mapping[str, str]) -> dict[str, str]:
+    """What every session-judging prompt states: the scenario and the rubric, one ``- name: question`` a line."""
+    dimensions = "\n".join(f"- {name}: {question}" for name, question in rubric.items())
+    return {key: session[key] for key in ("character", "persona", "goal", "card")} | {"dimensions": dimensions}
+
+
 def judge_prompt(session: Mapping[str, Any], rubric: Mapping[str, str]) -> str:
     form = {"scores": {name: "<1-5>" for name in rubric}, "breaks": [{"turn": "<turn>", "reason": "<reason>"}]}
-    return JUDGE_PROMPT.format(
-        character=session["character"],
-        persona=session["persona"],
-        goal=session["goal"],
-        card=session["card"],
-        conversation=transcript(session),
-        dimensions="\n".join(f"- {name}: {question}" for name, question in rubric.items()),
-        form=json.dumps(form),
-    )
+    return JUDGE_PROMPT.format(**prompt_slots(session, rubric), conversation=transcript(session), form=json.dumps(form))
 
 
 def prompt_version(rubric: Mapping[str, str]) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.eval.benchmarks.base import read_jsonl
-from rpbench.eval.benchmarks.conversation_judge import transcript
+from rpbench.eval.benchmarks.conversation_judge import prompt_slots, transcript
 from rpbench.eval.stats import summarize
 
 SCENARIO_FIELDS = ("character", "card", "persona", "goal")
@@ -75,13 +75,9 @@ def pairwise_prompt(
     this: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any], rubric: Mapping[str, str]
 ) -> str:
     return PAIRWISE_PROMPT.format(
-        character=this["character"],
-        persona=this["persona"],
-        goal=this["goal"],
-        card=this["card"],
+        **prompt_slots(this, rubric),
         first=transcript(first),
         second=transcript(second),
-        dimensions="\n".join(f"- {name}: {question}" for name, question in rubric.items()),
         form=json.dumps(dict.fromkeys(rubric, "A|B|tie")),
     )
 

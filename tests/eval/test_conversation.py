@@ -328,3 +328,22 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
     with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
         read_other(str(other), [mine])
     assert read_other(str(other), [mine | {"id": "s2"}]) == {}
+
+
+def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):
+    def reply(body: dict) -> str | int:
+        if "Write only your next message" in body["messages"][-1]["content"]:
+            return "   " if "Lena" in body["messages"][-1]["content"] else 503
+        return scripted()(body)
+
+    with chat_stub(reply) as stub:
+        model = ["evaluator.backend=endpoint", f"evaluator.endpoint.base_url={stub.url}", "evaluator.endpoint.model=m"]
+        results = run(tmp_path / "run", stub, *model, "evaluator.drift.enabled=false")["eval"]
+    c = results["conversation"]
+    assert c["ended_by"] == {"simulator_error": 6}
+    assert c["simulator_errors"]["rolemrc-mara-phone"] == "turn 1: an empty reply"
+    assert "503" in c["simulator_errors"]["rpgbench-greta-room"]
+    sessions = lines(tmp_path / "run" / "conversations.jsonl")
+    assert all(s["n_character_turns"] == 1 for s in sessions)  # scored as they are, not dropped
+    assert c["judge"]["overall"]["n"] == 6
+    assert "Sessions cut short by the simulator" in (tmp_path / "run" / "report.md").read_text()

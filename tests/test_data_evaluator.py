@@ -8,6 +8,7 @@ from conftest import CONF_DIR
 # Each data option's evaluator (the benchmark its records come from).
 EVALUATOR_OF = {
     "characterllm": "characterllm",
+    "conversation": "conversation",
     "custom": "rolemrc",
     "mmrole": "mmrole",
     "mmrole_reviews": "mmrole_rm",
@@ -19,6 +20,7 @@ EVALUATOR_OF = {
     "rpgbench": "rpgbench",
     "sample": "rolemrc",
     "sample_characterllm": "characterllm",
+    "sample_conversation": "conversation",
     "sample_mmrole": "mmrole",
     "sample_mmrole_reviews": "mmrole_rm",
     "sample_mmrole_rm": "mmrole_rm",

@@ -120,13 +120,14 @@ def test_every_problem_of_a_group_is_listed_together(compose):
 
 @pytest.mark.parametrize(
     "evaluator",
-    ["rolemrc", "rolebench", "mmrole", "mmrole_rm", "rpgbench", "characterllm", "general"],
+    ["rolemrc", "rolebench", "mmrole", "mmrole_rm", "rpgbench", "characterllm", "conversation", "general"],
 )
 def test_each_evaluator_parses_to_its_typed_settings_once(compose, evaluator):
     data = {"mmrole": "sample_mmrole", "mmrole_rm": "sample_mmrole_rm", "rpgbench": "sample_rpgbench"}
     data |= {"characterllm": "sample_characterllm", "rolebench": "sample_rolebench"}
+    data |= {"conversation": "sample_conversation"}
     overrides = [f"evaluator={evaluator}", f"data={data.get(evaluator, 'sample')}", "objective=none"]
-    overrides += ["judge=local"] if evaluator == "characterllm" else []
+    overrides += ["judge=local"] if evaluator in ("characterllm", "conversation") else []
     overrides += ["model=tiny-qwen2-vl"] if evaluator.startswith("mmrole") else []
     settings = validate(compose(*overrides)).evaluator
     assert settings.name == evaluator and defaults_declared(type(settings)) == []

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.mmrole_prompts import METRICS, review_prompt
+from rpbench.data.sample_conversation import conversation_records
 from rpbench.data.sample_external import external_records
 
 SEED = 20250217
@@ -1371,6 +1372,7 @@ def sample_records() -> dict[str, Any]:
         **rpgbench_records(),
         **rpgbench_augment_records(),
         **external_records(),
+        **conversation_records(),
     }
 
 

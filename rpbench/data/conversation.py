@@ -1,0 +1,54 @@
+"""Conversation scenarios (``format: conversation``): what drives ``evaluator=conversation``'s sessions.
+
+A JSON Lines file (or JSON list), one scenario per record:
+
+- ``id``: the scenario's name (string or integer, unique in the file);
+- ``character``: the name the evaluated model plays; ``card``: its character card (who it is, what it knows);
+- ``persona``: who the simulated user is; ``goal``: what the user wants from the conversation;
+- ``opening``: the user's first message;
+- ``turns``: how many replies the character gives at most (an integer >= 1).
+
+Each becomes an ``EvalExample`` ``<id>`` whose prompt is the character's system prompt (rpbench's wording,
+``CHARACTER_PROMPT``) and the opening; ``task`` is the character's name, the rest is in ``meta``. Errors
+name the file, the record and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rpbench.data.errors import OnError, ReadResult
+from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, read_file, record_id, require, require_str
+from rpbench.data.records import EvalExample, Turn
+
+TEXT_FIELDS: tuple[str, ...] = ("character", "card", "persona", "goal", "opening")
+CHARACTER_PROMPT = (
+    "You are {character}. Stay in character for the whole conversation: speak as {character} would, know "
+    "what {character} knows and nothing beyond it, and never mention being an AI or a language model.\n\n"
+    "Character card:\n{card}"
+)
+
+
+def parse_scenario(raw: Any, source: Source) -> EvalExample:
+    record = as_object(raw, source)
+    if "id" not in record:
+        raise source.error("id", "present (missing): a scenario names itself")
+    rid, source = record_id(record, "id", source)
+    text = {name: require_str(record, name, source).strip() for name in TEXT_FIELDS}
+    turns = require(record, "turns", source)
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise source.error("turns", f"an integer >= 1 (the character's replies at most), got {turns!r}")
+    unknown = sorted(set(record) - {"id", "turns", *TEXT_FIELDS})
+    if unknown:
+        raise source.error(unknown[0], f"a known field ({', '.join(['id', *TEXT_FIELDS, 'turns'])})")
+    system = CHARACTER_PROMPT.format(character=text["character"], card=text["card"])
+    prompt = (Turn("system", system), Turn("user", text["opening"]))
+    return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns})
+
+
+def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+    return read_file(path, parse_scenario, on_error)
+
+
+FORMATS.register("conversation")(DataFormat(test=read_test))

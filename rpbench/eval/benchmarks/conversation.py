@@ -1,0 +1,302 @@
+"""Whole conversations (``evaluator=conversation``): a simulated user talks with the evaluated model's
+character for up to N turns per scenario (``data=conversation``), then the whole session is judged.
+
+- The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
+  live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
+  ``evaluator.simulator.base_url`` names another) with its own sampling; transcripts in conversations.jsonl,
+  resumable after a kill.
+- The judge (``conversation_judge``): one request per session scores every ``evaluator.rubric`` dimension
+  1-5 and flags the character turns where the character broke. Per dimension: mean with a bootstrap CI;
+  ``overall``: the mean over dimensions of each session's scores, summarised the same way.
+- Without a judge (``conversation_drift``): each reply's similarity to the character card and its slope
+  over turns; out-of-character phrase counts (``evaluator.ooc_phrases``), which flag turns as well.
+
+Two models on the same scenarios: ``evaluator.pairwise_with`` (another conversation run's folder) has the
+judge compare each pair of sessions, position-swapped (``conversation_pairwise``): this run's win rate per
+dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimension and judge-free metric
+(``rpbench.eval.evaluate.compare``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rpbench.data.errors import ConfigError
+from rpbench.data.records import EvalExample
+from rpbench.distributed import rank_and_world
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
+from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
+from rpbench.eval.benchmarks.conversation_judge import judge_sessions
+from rpbench.eval.benchmarks.conversation_loop import SIMULATOR_PROMPT, Session, run_sessions
+from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_other
+from rpbench.eval.context import EvalContext
+from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.stats import summarize
+from rpbench.typed import Problem, Settings
+
+DRIFT_METRICS = ("mean_similarity", "drift_slope")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Simulator(Settings):
+    base_url: str | None
+    model: str | None
+    api_key_env: str | None
+    temperature: float
+    max_tokens: int
+    stop_marker: str
+
+    def problems(self) -> list[Problem]:
+        found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
+        found += [] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")]
+        found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
+        if (self.base_url is None) != (self.model is None):
+            found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift(Settings):
+    enabled: bool
+    encoder: str | None
+    batch_size: int
+
+    def problems(self) -> list[Problem]:
+        return [] if self.batch_size >= 1 else [("batch_size", "an integer >= 1")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationSettings(EvaluatorSettings):
+    max_turns: int | None
+    simulator: Simulator
+    rubric: Mapping[str, str]
+    drift: Drift
+    ooc_phrases: tuple[str, ...]
+    pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
+
+    needs_metrics = False  # judged and measured alone
+
+    def problems(self) -> list[Problem]:
+        found = super().problems()
+        if self.max_turns is not None and self.max_turns < 1:
+            found.append(("max_turns", "null (each scenario's turns) or an integer >= 1"))
+        if not self.rubric or not all(q.strip() for q in self.rubric.values()):
+            found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
+        if any(not p.strip() for p in self.ooc_phrases):
+            found.append(("ooc_phrases", "non-empty phrases"))
+        if self.pairwise_with is not None and not (Path(self.pairwise_with) / "conversations.jsonl").is_file():
+            found.append(("pairwise_with", "null or a conversation run's folder (with conversations.jsonl)"))
+        return found
+
+
+class Conversation(Benchmark):
+    headlines = (Headline("session score (1-5)", ("conversation", "judge", "overall"), scores="verdicts"),)
+    judged = True
+    settings_class = ConversationSettings
+
+    def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
+        """Per session: the simulator's messages (one per character turn but the last), one judgement, and
+        two pairwise judgements (both orders) with ``pairwise_with``."""
+        cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
+        return [min(e.meta["turns"], cap or e.meta["turns"]) + pairwise for e in examples]
+
+    def problems(self, cfg: DictConfig) -> list[str]:
+        out = []
+        if str(cfg.judge.backend) == "none":
+            out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
+        if str(cfg.data.format) != "conversation":
+            out.append(f"evaluator=conversation reads data=conversation (format conversation), got {cfg.data.format}")
+        return out
+
+    def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
+        from rpbench.eval.evaluate import compare
+        from rpbench.scoring.judge import open_judge
+
+        if rank_and_world()[1] > 1:
+            raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
+        ev, out_dir = ctx.settings, ctx.out_dir
+        with open_judge(dict(ctx.judge)) as client:
+            simulator = simulator_client(client, ev.simulator)
+            try:
+                sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
+            finally:
+                simulator.close()
+            records = [s.record() for s in sessions]
+            max_tokens = client.config.max_tokens_for("conversation")
+            judgements = judge_sessions(client, records, ev.rubric, max_tokens)
+            if ev.pairwise_with:
+                other = read_other(ev.pairwise_with, records)
+                bootstrap = ev.bootstrap.as_kwargs()
+                pairwise, compared = judge_pairwise(client, records, other, ev.rubric, max_tokens, bootstrap)
+                pairwise["against"] = Path(ev.pairwise_with).name
+                write_jsonl(out_dir / "pairwise.jsonl", compared)
+            results: dict[str, Any] = {
+                "n_records": len(sessions),
+                "generation": generation,
+                "resumed": resumed,
+                "judge_model": client.config.model,
+                "simulator_model": simulator.config.model,
+                "judge_usage": client.stats.as_dict(),
+                "simulator_usage": simulator.stats.as_dict(),
+            }
+        write_jsonl(out_dir / "judgements.jsonl", judgements)
+        measured = measure(ev, sessions)
+        scores = [
+            {"id": s.id, "task": s.example.task, "metrics": measured[s.id]["metrics"], "verdicts": j["scores"]}
+            for s, j in zip(sessions, judgements)
+        ]
+        write_jsonl(out_dir / "scores.jsonl", scores)
+        flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
+        write_jsonl(out_dir / "flags.jsonl", flags)
+        results["conversation"] = summaries(ev, sessions, judgements, measured, flags)
+        if ev.pairwise_with:
+            results["conversation"]["pairwise"] = pairwise
+        results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
+        if ev.compare_to:
+            results["compare"] = compare(ev, scores)
+        results["report_sections"] = report_sections(results)
+        if ctx.logger is not None:
+            ctx.logger.log_metrics(
+                {
+                    f"eval/conversation/{d}": v["mean"]
+                    for d, v in results["conversation"]["judge"].items()
+                    if v["mean"] is not None
+                }
+            )
+        return results
+
+
+def simulator_client(judge: Any, sim: Simulator) -> Any:
+    """The user simulator's client: the judge's endpoint and model (or ``sim``'s own), ``sim``'s sampling."""
+    from rpbench.scoring.judge import JudgeClient
+
+    config = replace(judge.config, temperature=sim.temperature, top_p=None)
+    if sim.base_url is None:
+        return JudgeClient(config, judge.endpoint)
+    return JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+
+
+def simulator_version() -> str:
+    return f"conversation-simulator-{hashlib.sha256(SIMULATOR_PROMPT.encode()).hexdigest()[:12]}"
+
+
+def measure(ev: ConversationSettings, sessions: Sequence[Session]) -> dict[str, dict[str, Any]]:
+    """Per session: drift (when enabled) and OOC phrases per character turn, and its judge-free metrics."""
+    model = load_encoder(ev.drift.encoder)[0] if ev.drift.enabled else None
+    out = {}
+    for s in sessions:
+        replies = [m["text"] for m in s.messages if m["role"] == "character"]
+        ooc = [ooc_hits(r, ev.ooc_phrases) for r in replies]
+        metrics: dict[str, Any] = {"ooc_phrases": sum(sum(h.values()) for h in ooc), "character_turns": len(replies)}
+        drift = session_drift(model, s.example.meta["card"], replies, ev.drift.batch_size) if model else None
+        if drift is not None:
+            metrics.update({k: drift[k] for k in DRIFT_METRICS})
+        out[s.id] = {"metrics": metrics, "ooc": ooc, "similarity": drift["similarity"] if drift else None}
+    return out
+
+
+def turn_flags(judgement: Mapping[str, Any], measured: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Where a character broke: the judge's breaks and the turns with OOC phrases, by turn."""
+    found = [{"turn": b["turn"], "by": "judge", "reason": b["reason"]} for b in judgement["breaks"]]
+    found += [
+        {"turn": turn, "by": "ooc_phrases", "reason": ", ".join(sorted(hits))}
+        for turn, hits in enumerate(measured["ooc"], start=1)
+        if hits
+    ]
+    return sorted(found, key=lambda f: (f["turn"], f["by"]))
+
+
+def summaries(
+    ev: ConversationSettings,
+    sessions: Sequence[Session],
+    judgements: Sequence[Mapping[str, Any]],
+    measured: Mapping[str, Mapping[str, Any]],
+    flags: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    bootstrap = ev.bootstrap.as_kwargs()
+    dimensions = list(ev.rubric)
+    judge = {d: summarize([j["scores"][d] for j in judgements], **bootstrap) for d in dimensions}
+    overall = [
+        None if None in j["scores"].values() else sum(j["scores"].values()) / len(dimensions) for j in judgements
+    ]
+    judge["overall"] = summarize(overall, **bootstrap)
+    statuses = Counter(j["status"] for j in judgements)
+    phrase_counts: Counter[str] = Counter()
+    for m in measured.values():
+        for hits in m["ooc"]:
+            phrase_counts.update(hits)
+    out: dict[str, Any] = {
+        "sessions": len(sessions),
+        "ended_by": dict(Counter(s.ended_by for s in sessions)),
+        "simulator_errors": {s.id: s.error for s in sessions if s.error is not None},
+        "character_turns": summarize([s.character_turns for s in sessions], **bootstrap),
+        "judge": judge,
+        "scale": "1 (poor) to 5 (excellent), one judgement per session",
+        "judge_parse_failures": statuses["parse_failure"],
+        "judge_request_failures": statuses["request_failure"],
+        "breaks_out_of_range": sum(j["breaks_out_of_range"] for j in judgements),
+        "sessions_flagged": sum(bool(f["flags"]) for f in flags),
+        "flags_by_turn": dict(sorted(Counter(f["turn"] for row in flags for f in row["flags"]).items())),
+        "ooc": {
+            "phrases": summarize([m["metrics"]["ooc_phrases"] for m in measured.values()], **bootstrap),
+            "by_phrase": dict(phrase_counts.most_common()),
+        },
+    }
+    if ev.drift.enabled:
+        out["drift"] = {k: summarize([m["metrics"][k] for m in measured.values()], **bootstrap) for k in DRIFT_METRICS}
+        out["drift"]["encoder"] = load_encoder(ev.drift.encoder)[1]
+        out["drift"]["empty_replies"] = sum(s is None for m in measured.values() for s in m["similarity"])
+    return out
+
+
+def _cell(s: Mapping[str, Any], digits: int = 2) -> str:
+    if s["mean"] is None:
+        return "-"
+    return f"{s['mean']:.{digits}f} [{s['ci_low']:.{digits}f}, {s['ci_high']:.{digits}f}] (n={s['n']})"
+
+
+def report_sections(results: Mapping[str, Any]) -> list[str]:
+    c = results["conversation"]
+    rows = "\n".join(f"| {d} | {_cell(s)} |" for d, s in c["judge"].items())
+    text = (
+        f"## Conversations (judge `{results['judge_model']}`, user simulator `{results['simulator_model']}`)\n\n"
+        f"{c['sessions']} sessions, ended by: "
+        + ", ".join(f"{k} {v}" for k, v in c["ended_by"].items())
+        + f"; character turns {_cell(c['character_turns'])}.\n\n"
+        f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
+        f"Judge failures left out of the means: {c['judge_parse_failures']} unparsed, "
+        f"{c['judge_request_failures']} unanswered. Sessions with a flagged turn: {c['sessions_flagged']} "
+        f"(by turn: {c['flags_by_turn'] or 'none'}).\n\n"
+        f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}."
+    )
+    if "drift" in c:
+        d = c["drift"]
+        text += (
+            f"\n\nPersona drift (`{d['encoder']}`): similarity of replies to the card "
+            f"{_cell(d['mean_similarity'], 3)}; "
+            f"slope per turn {_cell(d['drift_slope'], 4)}; empty replies (no similarity): {d['empty_replies']}."
+        )
+    if "pairwise" in c:
+        p = c["pairwise"]
+        rows = "\n".join(f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items())
+        text += (
+            f"\n\nPairwise against `{p['against']}` ({p['shared_sessions']} shared sessions, both orders; "
+            f"{p['parse_failures']} unparsed, {p['request_failures']} unanswered): this run's win rate (win 1, "
+            "tie 0.5), and the sessions whose two orders disagree.\n\n| dimension | win rate | position-inconsistent |"
+            f"\n| --- | --- | --- |\n{rows}"
+        )
+    if c["simulator_errors"]:
+        text += "\n\nSessions cut short by the simulator: " + "; ".join(
+            f"{k}: {v}" for k, v in c["simulator_errors"].items()
+        )
+    return [text]
+
+
+BENCHMARKS.register("conversation")(Conversation())

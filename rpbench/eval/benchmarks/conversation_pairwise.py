@@ -1,0 +1,134 @@
+"""Pairwise session judging (``evaluator.pairwise_with``): this run's sessions against another conversation
+run's on the same scenarios, position-swapped (rpbench's wording).
+
+For each shared scenario the judge sees both conversations twice, this run's first as "A" and then as "B",
+and names per rubric dimension which character does better: ``A``, ``B`` or ``tie``. This run's outcome per
+order is 1 (win), 0.5 (tie) or 0 (loss); a session's score per dimension is the mean of its two orders
+(one order when the other could not be parsed; none when neither). Win rate = the mean over sessions, with a
+bootstrap CI. ``position_inconsistent`` counts sessions whose two orders disagree once the swap is undone
+(a judge that prefers a position rather than a conversation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rpbench.data.errors import DataFormatError
+from rpbench.eval.benchmarks.base import read_jsonl
+from rpbench.eval.benchmarks.conversation_judge import prompt_slots, transcript
+from rpbench.eval.stats import summarize
+
+SCENARIO_FIELDS = ("character", "card", "persona", "goal")
+CHOICES = ("A", "B", "tie")
+OUTCOME = {"this": 1.0, "tie": 0.5, "other": 0.0}
+PAIRWISE_PROMPT = """You are comparing two role-play conversations from the same scenario. In both, a model \
+played the character {character}, and a user ({persona}) talked with it, wanting this: {goal}
+
+Character card of {character}:
+{card}
+
+Conversation A:
+{first}
+
+Conversation B:
+{second}
+
+For each dimension below, say which conversation's character does better: "A", "B", or "tie".
+{dimensions}
+
+Answer with one JSON object and nothing else, in this form:
+{form}"""
+REASK = 'Answer now with the JSON object only: "A", "B" or "tie" for every dimension.'
+
+
+def read_other(folder: str, sessions: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
+    """The other run's sessions by id, for the scenarios both runs hold; a shared scenario whose card,
+    persona or goal differs is an error naming the file, the session and the field."""
+    path = Path(folder) / "conversations.jsonl"
+    other = {row["id"]: row for row in read_jsonl(path)}
+    for session in sessions:
+        theirs = other.get(session["id"])
+        for field in SCENARIO_FIELDS if theirs is not None else ():
+            if theirs[field] != session[field]:
+                raise DataFormatError(path, session["id"], field, "the same scenario as this run's (it differs)")
+    return {s["id"]: other[s["id"]] for s in sessions if s["id"] in other}
+
+
+def parse_choices(text: str, dimensions: Sequence[str]) -> dict[str, str] | None:
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        found = json.loads(text[start : end + 1]) if 0 <= start < end else None
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(found, dict):
+        return None
+    choices = {d: str(found.get(d, "")).strip() for d in dimensions}
+    normalised = {d: "tie" if c.lower() == "tie" else c.upper() for d, c in choices.items()}
+    return normalised if all(c in CHOICES for c in normalised.values()) else None
+
+
+def pairwise_prompt(
+    this: Mapping[str, Any], first: Mapping[str, Any], second: Mapping[str, Any], rubric: Mapping[str, str]
+) -> str:
+    return PAIRWISE_PROMPT.format(
+        **prompt_slots(this, rubric),
+        first=transcript(first),
+        second=transcript(second),
+        form=json.dumps(dict.fromkeys(rubric, "A|B|tie")),
+    )
+
+
+def outcome(choice: str, this_first: bool) -> str:
+    if choice == "tie":
+        return "tie"
+    return "this" if (choice == "A") == this_first else "other"
+
+
+def judge_pairwise(
+    client: Any,
+    sessions: Sequence[Mapping[str, Any]],
+    other: Mapping[str, Mapping[str, Any]],
+    rubric: Mapping[str, str],
+    max_tokens: int,
+    bootstrap: Mapping[str, Any],
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The win rates per dimension (results) and every judgement (for pairwise.jsonl)."""
+    from rpbench.scoring.judge import JudgeRequest
+
+    text = PAIRWISE_PROMPT + json.dumps(dict(rubric), sort_keys=True)
+    version = f"conversation-pairwise-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    dimensions = list(rubric)
+    asks = [(s, this_first) for s in sessions if s["id"] in other for this_first in (True, False)]
+    requests = []
+    for s, this_first in asks:
+        first, second = (s, other[s["id"]]) if this_first else (other[s["id"]], s)
+        content = pairwise_prompt(s, first, second, rubric)
+        requests.append(JudgeRequest(({"role": "user", "content": content},), max_tokens, version))
+    replies = client.judge_parsed(
+        requests, lambda t: parse_choices(t, dimensions), REASK, desc="judge (conversation, pairwise)"
+    )
+    judgements, per_session = [], {}
+    for (s, this_first), reply in zip(asks, replies):
+        outcomes = {d: outcome(c, this_first) for d, c in reply.value.items()} if reply.value else None
+        judgements.append(
+            {"id": s["id"], "this_first": this_first, "status": reply.status, "outcomes": outcomes, "reply": reply.text}
+        )
+        per_session.setdefault(s["id"], []).append(outcomes)
+    results: dict[str, Any] = {
+        "shared_sessions": len(per_session),
+        "parse_failures": sum(j["status"] == "parse_failure" for j in judgements),
+        "request_failures": sum(j["status"] == "request_failure" for j in judgements),
+        "dimensions": {},
+    }
+    for d in dimensions:
+        scores, inconsistent = [], 0
+        for orders in per_session.values():
+            seen = [o[d] for o in orders if o is not None]
+            scores.append(sum(OUTCOME[x] for x in seen) / len(seen) if seen else None)
+            inconsistent += len(seen) == 2 and seen[0] != seen[1]
+        results["dimensions"][d] = {**summarize(scores, **bootstrap), "position_inconsistent": inconsistent}
+    return results, judgements

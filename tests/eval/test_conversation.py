@@ -1,0 +1,349 @@
+"""evaluator=conversation: sessions between the tiny model and a scripted user simulator/judge on 127.0.0.1
+(batched per turn, ended by the turn limit or the stop marker), session judging, drift and OOC metrics,
+resuming after a run killed mid-session, and named errors for malformed scenario files."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import chat_stub, run_in_process
+from rpbench.data import readers
+from rpbench.data.errors import DataFormatError
+from rpbench.data.files import package_path
+from rpbench.eval.benchmarks.conversation_drift import card_similarities, ooc_hits, session_drift, slope
+from rpbench.eval.benchmarks.conversation_judge import parse_verdict
+from rpbench.scoring.judge.client import JudgeConfigError
+
+SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
+RUBRIC = ["character_consistency", "persona_drift", "knowledge_boundary", "out_of_character", "engagement"]
+
+
+def scripted(fail_at_turn: int | None = None):
+    """The user simulator (asks until Lena's second message, then ends) and the judge (4s, goal 2; breaks at
+    turn 1 of Bertram's sessions, and one at a turn that does not exist). ``fail_at_turn``: the simulator's
+    endpoint refuses (401: the run stops) when asked after that character turn."""
+
+    def reply(body: dict) -> str | int:
+        text = body["messages"][-1]["content"]
+        if "Stay in character" in body["messages"][0]["content"]:  # the evaluated model, when it is an endpoint
+            turn = sum(m["role"] == "assistant" for m in body["messages"]) + 1
+            card = body["messages"][0]["content"].split("Character card:\n", 1)[1]
+            return {1: card, 2: "As an AI language model, I cannot say."}.get(turn, "The tides are kind today.")
+        if "Write only your next message" in text:
+            asked = text.count("\nUser:") - 1  # the simulator's messages so far (the opening is not one)
+            character_turns = len(re.findall(r"^(?!User:)[A-Z][a-z]+ [A-Z][a-z]+: ", text, re.M))
+            if fail_at_turn is not None and character_turns >= fail_at_turn:
+                return 401
+            if "Lena" in text and asked >= 1:
+                return "Thanks, Captain!\n[END]"
+            return f"Tell me more, please ({character_turns})."
+        scores = dict.fromkeys(RUBRIC, 4) | {"goal_progress": 2}
+        breaks = (
+            [{"turn": 1, "reason": "modern words"}, {"turn": 9, "reason": "no such turn"}] if "Bertram" in text else []
+        )
+        return "Verdict:\n" + json.dumps({"scores": scores, "breaks": breaks})
+
+    return reply
+
+
+def run(out, stub, *extra):
+    return run_in_process(
+        out,
+        "objective=none",
+        "logger=none",
+        "data=sample_conversation",
+        "evaluator=conversation",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.bootstrap.n_resamples=20",
+        "judge=openai",
+        f"judge.base_url={stub.url}",
+        "judge.api_key_env=null",
+        "judge.cache_path=null",
+        "judge.progress=false",
+        "judge.max_retries=0",
+        *extra,
+    )
+
+
+def lines(path):
+    return [json.loads(line) for line in path.open()]
+
+
+def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
+    """The evaluated model is the scripted endpoint too: it answers turn 1 with the card itself, turn 2 with an
+    out-of-character slip, later turns with a line of its own."""
+    with chat_stub(scripted()) as stub:
+        model = ["evaluator.backend=endpoint", f"evaluator.endpoint.base_url={stub.url}", "evaluator.endpoint.model=m"]
+        results = run(tmp_path / "run", stub, *model)["eval"]
+        requests = stub.requests
+    out = tmp_path / "run"
+    sessions = {s["id"]: s for s in lines(out / "conversations.jsonl")}
+    assert len(sessions) == 6
+    lena = sessions["rolemrc-mara-phone"]
+    assert lena["ended_by"] == "simulator" and lena["n_character_turns"] == 2
+    assert [m["role"] for m in lena["messages"]] == ["user", "character", "user", "character", "user"]
+    assert lena["messages"][-1]["text"] == "Thanks, Captain!"
+    limits = {s["id"]: s["turn_limit"] for s in sessions.values()}
+    assert all(s["n_character_turns"] == limits[i] for i, s in sessions.items() if i != "rolemrc-mara-phone")
+    # one generation call per turn for all live sessions: 6, 6, 5 (Lena ended), 3 (the 4-turn scenarios)
+    assert [len(lines(out / f"predictions_turn_{t}.jsonl")) for t in range(1, 5)] == [6, 6, 5, 3]
+    assert not (out / "predictions_turn_5.jsonl").exists()
+    simulator = [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
+    generated = [r for r in requests if r["model"] == "m"]
+    judged = [r for r in requests if r not in simulator and r not in generated]
+    assert len(generated) == 6 + 6 + 5 + 3
+    # every turn but a session's last asks the simulator: 3+2+3+2+3+2, Lena's two included
+    assert len(simulator) == 15 and {r["temperature"] for r in simulator} == {0.7}
+    assert {r["max_tokens"] for r in simulator} == {128}
+    assert len(judged) == 6 and {r["max_tokens"] for r in judged} == {512} and {r["temperature"] for r in judged} == {0}
+    c = results["conversation"]
+    assert c["ended_by"] == {"simulator": 1, "turn_limit": 5}
+    assert {d: s["mean"] for d, s in c["judge"].items()} == dict.fromkeys(RUBRIC, 4.0) | {
+        "goal_progress": 2.0,
+        "overall": pytest.approx((4 * 5 + 2) / 6),
+    }
+    assert c["breaks_out_of_range"] == 2 and c["judge_parse_failures"] == 0
+    flags = {row["id"]: row["flags"] for row in lines(out / "flags.jsonl")}
+    assert flags["mmrole-bertram-bread"] == [
+        {"turn": 1, "by": "judge", "reason": "modern words"},
+        {"turn": 2, "by": "ooc_phrases", "reason": "as an ai, language model"},
+    ]
+    assert flags["rpgbench-greta-room"] == [{"turn": 2, "by": "ooc_phrases", "reason": "as an ai, language model"}]
+    assert c["flags_by_turn"] == {1: 2, 2: 6} and c["sessions_flagged"] == 6
+    assert c["ooc"]["by_phrase"] == {"as an ai": 6, "language model": 6} and c["ooc"]["phrases"]["mean"] == 2
+    scores = {row["id"]: row for row in lines(out / "scores.jsonl")}
+    assert scores["rpgbench-greta-room"]["verdicts"]["goal_progress"] == 2
+    # drift from the packaged MiniLM, checked against a direct computation for one session
+    from rpbench.eval.benchmarks.conversation_drift import load_encoder
+
+    model = load_encoder(None)[0]
+    greta = sessions["rpgbench-greta-room"]
+    replies = [m["text"] for m in greta["messages"] if m["role"] == "character"]
+    assert replies[0] == greta["card"] and len(replies) == 4
+    raw = model.encode([greta["card"], *replies], convert_to_numpy=True)
+    cosine = [float(raw[0] @ v / np.linalg.norm(raw[0]) / np.linalg.norm(v)) for v in raw[1:]]
+    assert cosine[0] == pytest.approx(1.0, abs=1e-5) and cosine[1] < 0.5
+    metrics = scores["rpgbench-greta-room"]["metrics"]
+    assert metrics["drift_slope"] == pytest.approx(float(np.polyfit([1, 2, 3, 4], cosine, 1)[0]), abs=1e-5)
+    assert metrics["drift_slope"] < 0 and metrics["mean_similarity"] == pytest.approx(np.mean(cosine), abs=1e-5)
+    assert metrics["ooc_phrases"] == 2 and c["drift"]["empty_replies"] == 0
+    assert c["drift"]["encoder"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert "Conversations (judge" in (out / "report.md").read_text()
+    assert (
+        json.loads((out / "metrics.json").read_text())["eval"]["generation"]["turn_1"]["path"]
+        == "predictions_turn_1.jsonl"
+    )
+
+
+def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
+    out = tmp_path / "run"
+    with chat_stub(scripted(fail_at_turn=3)) as stub, pytest.raises(JudgeConfigError):
+        run(out, stub, "evaluator.drift.enabled=false")
+    first = lines(out / "conversations.jsonl")
+    # Lena (ended at turn 2) and the two other 3-turn sessions (at their limit) were written before the stop
+    assert sorted(s["id"] for s in first) == ["mmrole-bertram-mill", "rolemrc-mara-phone", "rpgbench-greta-stranger"]
+    with (out / "conversations.jsonl").open("a") as f:
+        f.write('{"id": "rolemrc-mara-light')  # cut off mid-write
+    with chat_stub(scripted()) as stub:
+        results = run(out, stub, "evaluator.drift.enabled=false")["eval"]
+        requests = stub.requests
+    assert results["resumed"]["sessions_resumed"] == 3
+    assert [results["generation"][f"turn_{t}"]["n_resumed"] for t in (1, 2, 3, 4)] == [6, 6, 5, 0]
+    simulator = [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
+    assert len(simulator) == 3  # only the three 4-turn sessions after turn 3
+    final = lines(out / "conversations.jsonl")
+    assert final[:3] == first and len({s["id"] for s in final}) == len(final) == 6
+    with chat_stub(scripted()) as stub:
+        run(tmp_path / "whole", stub, "evaluator.drift.enabled=false")
+    whole = {s["id"]: s for s in lines(tmp_path / "whole" / "conversations.jsonl")}
+    assert {s["id"]: s for s in final} == whole
+
+
+GOOD = {"id": "a", "character": "X", "card": "c", "persona": "p", "goal": "g", "opening": "o", "turns": 2}
+
+
+@pytest.mark.parametrize(
+    "line, field",
+    [
+        ({k: v for k, v in GOOD.items() if k != "goal"}, "goal"),
+        (GOOD | {"turns": 0}, "turns"),
+        (GOOD | {"turns": True}, "turns"),
+        (GOOD | {"opening": " "}, "opening"),
+        (GOOD | {"goals": 1}, "goals"),
+        ({k: v for k, v in GOOD.items() if k != "id"}, "id"),
+    ],
+)
+def test_a_malformed_scenario_is_named_by_file_line_and_field(tmp_path, line, field):
+    path = tmp_path / "scenarios.jsonl"
+    good = json.loads(SAMPLE.read_text().splitlines()[0])
+    path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
+    with pytest.raises(DataFormatError, match=rf"scenarios\.jsonl: record 2.*: field '{field}'"):
+        readers.read("conversation", "test", path)
+    assert readers.read("conversation", "test", path, on_error="skip").summary()["skipped"] == 1
+
+
+def test_the_drift_slope_and_similarities_match_hand_computed_values():
+    # turns 1-4, similarities 0.9, 0.8, 0.8, 0.5: x - 2.5 = -1.5, -0.5, 0.5, 1.5; y - 0.75 = 0.15, 0.05, 0.05,
+    # -0.25; slope = (-0.225 - 0.025 + 0.025 - 0.375) / 5 = -0.12
+    assert slope([1, 2, 3, 4], [0.9, 0.8, 0.8, 0.5]) == pytest.approx(-0.12)
+    assert slope([3], [0.5]) is None
+
+    class Table:  # an encoder of fixed unit vectors: the card (1, 0), replies at known angles
+        vectors = {"card": [1.0, 0.0], "near": [0.6, 0.8], "far": [0.0, 1.0], "same": [1.0, 0.0]}
+
+        def encode(self, texts, **_):
+            return np.array([self.vectors[t] for t in texts])
+
+    # turn 2 is empty (no similarity); turns 1, 3, 4: 0.6, 1.0, 0.0 -> x - 8/3, y - 1.6/3 -> slope by hand:
+    # dx = -5/3, 1/3, 4/3; dy = 0.6-0.5333 = 0.0667, 0.4667, -0.5333; sum dx*dy = -0.1111 + 0.1556 - 0.7111
+    # = -0.6667; sum dx^2 = 25/9 + 1/9 + 16/9 = 42/9 -> slope = -0.6667 * 9 / 42 = -1/7
+    drift = session_drift(Table(), "card", ["near", " ", "same", "far"], batch_size=2)
+    assert drift["similarity"] == [pytest.approx(0.6), None, pytest.approx(1.0), pytest.approx(0.0)]
+    assert drift["drift_slope"] == pytest.approx(-1 / 7)
+    assert drift["mean_similarity"] == pytest.approx(1.6 / 3)
+    assert card_similarities(Table(), "card", ["", " "], 2) == [None, None]
+
+
+def test_ooc_phrases_and_judge_verdicts_are_read_strictly():
+    assert ooc_hits("As an AI language model, I... as an ai.", ["as an AI", "language model", "OpenAI"]) == {
+        "as an AI": 2,
+        "language model": 1,
+    }
+    dims = ["a", "b"]
+    assert parse_verdict('x {"scores": {"a": 5, "b": 1}, "breaks": [{"turn": 2, "reason": "r"}]} y', dims) == {
+        "scores": {"a": 5, "b": 1},
+        "breaks": [{"turn": 2, "reason": "r"}],
+    }
+    for bad in (
+        '{"scores": {"a": 6, "b": 1}}',
+        '{"scores": {"a": 5}}',
+        '{"scores": {"a": true, "b": 1}}',
+        '{"scores": {"a": 5, "b": 1}, "breaks": [2]}',
+        "no json",
+        '{"scores": {"a": 4.5, "b": 1}}',
+    ):
+        assert parse_verdict(bad, dims) is None, bad
+
+
+def test_sessions_run_against_the_local_judge_server(tmp_path):
+    """rpbench's own server (a tiny random model) as user simulator and judge: its verdicts are no JSON, so
+    every session's judgement is a parse failure, counted and left out of the means, never scored."""
+    out = tmp_path / "run"
+    results = run_in_process(
+        out,
+        "objective=none",
+        "logger=none",
+        "data=sample_conversation",
+        "evaluator=conversation",
+        "evaluator.max_turns=2",
+        "evaluator.simulator.max_tokens=6",
+        "evaluator.generation.max_new_tokens=4",
+        "evaluator.drift.enabled=false",
+        "evaluator.bootstrap.n_resamples=10",
+        "judge=local",
+        "judge.max_tokens.conversation=4",
+        "judge.parse_tries=1",
+        "judge.cache_path=null",
+        "judge.progress=false",
+    )["eval"]
+    c = results["conversation"]
+    assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
+    assert c["judge_parse_failures"] + c["judge_request_failures"] == 6
+    assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
+    assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == 6
+    assert len(lines(out / "conversations.jsonl")) == 6
+
+
+def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(compose):
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    with pytest.raises(ConfigError, match="evaluator=conversation needs a judge"):
+        validate(compose("data=sample_conversation", "objective=none", "judge=none"))
+    with pytest.raises(ConfigError, match="reads data=conversation"):
+        validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
+        validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
+
+
+def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
+    """Run m slips out of character at turn 2, run m2 never does. The judge prefers the conversation without
+    the slip on every dimension but engagement, where it always answers "A" (a position bias): m2's win rate
+    is 1 on those and 0.5 on engagement, every session inconsistent there."""
+
+    def reply(body: dict) -> str | int:
+        text = body["messages"][-1]["content"]
+        if body["model"] == "m2":
+            return "Aye, the tides are kind."
+        if "Conversation A:" in text:
+            first, second = text.split("Conversation A:", 1)[1].split("Conversation B:", 1)
+            better = "B" if "As an AI" in first else "A"
+            return json.dumps(dict.fromkeys(RUBRIC[:4] + ["goal_progress"], better) | {"engagement": "A"})
+        return scripted()(body)
+
+    with chat_stub(reply) as stub:
+        common = [
+            "evaluator.max_turns=2",
+            "evaluator.drift.enabled=false",
+            "evaluator.backend=endpoint",
+            f"evaluator.endpoint.base_url={stub.url}",
+        ]
+        run(tmp_path / "m", stub, *common, "evaluator.endpoint.model=m")
+        results = run(
+            tmp_path / "m2",
+            stub,
+            *common,
+            "evaluator.endpoint.model=m2",
+            f"evaluator.pairwise_with={tmp_path / 'm'}",
+            f"evaluator.compare_to={tmp_path / 'm'}",
+        )["eval"]
+        pairwise_requests = [r for r in stub.requests if "Conversation A:" in r["messages"][-1]["content"]]
+    assert len(pairwise_requests) == 12  # 6 shared sessions x 2 orders
+    p = results["conversation"]["pairwise"]
+    assert p["shared_sessions"] == 6 and p["against"] == "m" and p["parse_failures"] == 0
+    assert {d: s["mean"] for d, s in p["dimensions"].items()} == dict.fromkeys(RUBRIC + ["goal_progress"], 1.0) | {
+        "engagement": 0.5
+    }
+    assert p["dimensions"]["engagement"]["position_inconsistent"] == 6
+    assert p["dimensions"]["character_consistency"]["position_inconsistent"] == 0
+    rows = lines(tmp_path / "m2" / "pairwise.jsonl")
+    assert len(rows) == 12 and {r["this_first"] for r in rows} == {True, False}
+    # compare_to: paired tests of the judge-free OOC counts (m: two phrases per session, m2: none)
+    assert (
+        results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
+    )
+
+
+def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
+    from rpbench.eval.benchmarks.conversation_pairwise import read_other
+
+    other = tmp_path / "other"
+    other.mkdir()
+    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g"}
+    (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
+    with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
+        read_other(str(other), [mine])
+    assert read_other(str(other), [mine | {"id": "s2"}]) == {}
+
+
+def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):
+    def reply(body: dict) -> str | int:
+        if "Write only your next message" in body["messages"][-1]["content"]:
+            return "   " if "Lena" in body["messages"][-1]["content"] else 503
+        return scripted()(body)
+
+    with chat_stub(reply) as stub:
+        model = ["evaluator.backend=endpoint", f"evaluator.endpoint.base_url={stub.url}", "evaluator.endpoint.model=m"]
+        results = run(tmp_path / "run", stub, *model, "evaluator.drift.enabled=false")["eval"]
+    c = results["conversation"]
+    assert c["ended_by"] == {"simulator_error": 6}
+    assert c["simulator_errors"]["rolemrc-mara-phone"] == "turn 1: an empty reply"
+    assert "503" in c["simulator_errors"]["rpgbench-greta-room"]
+    sessions = lines(tmp_path / "run" / "conversations.jsonl")
+    assert all(s["n_character_turns"] == 1 for s in sessions)  # scored as they are, not dropped
+    assert c["judge"]["overall"]["n"] == 6
+    assert "Sessions cut short by the simulator" in (tmp_path / "run" / "report.md").read_text()

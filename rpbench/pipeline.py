@@ -31,10 +31,8 @@ from rpbench.model_card import write_model_card
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe
-from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
-from rpbench.starting_point import untuned_start_warning
-from rpbench.training import objective_config, resolve_ckpt, train, zero_stage
+from rpbench.training import check_resume, objective_config, resolve_ckpt, train, untuned_start_warning, zero_stage
 from rpbench.validate import RunSpec, check_test_images, validate
 
 log = logging.getLogger(__name__)

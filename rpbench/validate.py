@@ -27,10 +27,10 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES, probe_of
-from rpbench.resume import RESUME_CHOICES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
-from rpbench.trainer_options import trainer_problems
+from rpbench.training.options import trainer_problems
+from rpbench.training.resume import RESUME_CHOICES
 from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces

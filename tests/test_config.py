@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from conftest import CONF_DIR
 from rpbench.models.loading import DTYPES
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.training import _strategy
+from rpbench.training.fit import _strategy
 
 SKIP_GROUPS = {"hydra", "tuning"}  # hydra/launcher is checked on its own; tuning is chosen automatically
 

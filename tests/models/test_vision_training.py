@@ -19,7 +19,7 @@ from rpbench.models.families.qwen2_vl import Qwen2VL
 from rpbench.models.forward import sequence_logps
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.objectives.dpo import DPOModule
-from rpbench.training import log_parameters, with_image_inputs
+from rpbench.training.fit import log_parameters, with_image_inputs
 
 MODEL_CFG = OmegaConf.to_container(
     OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny-qwen2-vl.yaml")

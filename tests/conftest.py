@@ -24,6 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
+SAMPLE_DIR = REPO_ROOT / "rpbench" / "resources" / "sample"  # the bundled sample (scripts/sample_data.py)
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

@@ -11,7 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rpbench.data import readers, rpgbench
-from rpbench.data.sample import CHARACTERS, COPIED, FREE_CHAT, ON_SCENE, SAMPLE_DIR, write_sample
+from rpbench.data.rolemrc import FREE_CHAT, ON_SCENE
+from scripts.sample_data import CHARACTERS, SAMPLE_DIR, STATIC, write_sample
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASK_DIMENSIONS = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").task_dimensions
@@ -25,7 +26,7 @@ def jsonl(name: str) -> list[dict]:
 def test_regeneration_gives_identical_bytes(tmp_path):
     written = {p.relative_to(tmp_path) for p in write_sample(tmp_path)}
     bundled = {p.relative_to(SAMPLE_DIR) for p in SAMPLE_DIR.rglob("*.json*")}
-    bundled = {p for p in bundled if not any(p.is_relative_to(folder) for folder in COPIED)}
+    bundled = {p for p in bundled if not any(p.is_relative_to(folder) for folder in STATIC)}
     assert written == bundled
     for relative in written:
         assert (tmp_path / relative).read_bytes() == (SAMPLE_DIR / relative).read_bytes(), relative

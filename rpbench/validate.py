@@ -295,6 +295,9 @@ class RunSpec:
 
 def validate(cfg: DictConfig) -> RunSpec:
     """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
+    unset = sorted(OmegaConf.missing_keys(cfg))  # `???` of a shared file (conf/model/common) no config set
+    if unset:
+        raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
     problems: Problems = []
     for check in (check_run, check_images, check_probe):
         check(cfg, problems)

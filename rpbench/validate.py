@@ -295,7 +295,8 @@ class RunSpec:
 
 def validate(cfg: DictConfig) -> RunSpec:
     """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
-    unset = sorted(OmegaConf.missing_keys(cfg))  # `???` of a shared file (conf/model/common) no config set
+    run_keys = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # Hydra's own node: unset until run
+    unset = sorted(OmegaConf.missing_keys(run_keys))  # `???` of a shared file (conf/model/common) no config set
     if unset:
         raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
     problems: Problems = []

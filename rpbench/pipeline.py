@@ -25,9 +25,9 @@ from rpbench.data.records import drop_images, image_count, missing_image
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.context import EvalContext
 from rpbench.eval.evaluate import evaluate, judge_estimate
-from rpbench.hub import push_to_hub
+from rpbench.export.hub import push_to_hub
+from rpbench.export.model_card import write_model_card
 from rpbench.loggers import build_logger, finish_logger
-from rpbench.model_card import write_model_card
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import probe_of, run_probe

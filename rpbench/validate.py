@@ -19,7 +19,7 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.hub import export_problems
+from rpbench.export.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
 from rpbench.models.quantization import quantization_problems

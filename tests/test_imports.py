@@ -31,10 +31,8 @@ LAYERS = {
 PIPELINE = 4
 # The run's own modules (pipeline level) beside the shared helpers; anything else belongs in a package.
 RUN_MODULES = {
-    "rpbench.hub",
     "rpbench.leaderboard",
     "rpbench.loggers",
-    "rpbench.model_card",
     "rpbench.pipeline",
     "rpbench.quiet",
     "rpbench.resolvers",

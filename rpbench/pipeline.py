@@ -24,18 +24,16 @@ from rpbench.data.records import drop_images, image_count, missing_image
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.context import EvalContext
 from rpbench.eval.evaluate import evaluate, judge_estimate
-from rpbench.hub import push_to_hub
+from rpbench.export.hub import push_to_hub
+from rpbench.export.model_card import write_model_card
 from rpbench.loggers import build_logger, finish_logger
-from rpbench.model_card import write_model_card
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
-from rpbench.resume import check_resume
 from rpbench.run_report import headline, write_report
 from rpbench.scoring.judge.client import judge_opener
 from rpbench.serve import local_judge
-from rpbench.starting_point import untuned_start_warning
-from rpbench.training import objective_config, resolve_ckpt, train, zero_stage
+from rpbench.training import check_resume, objective_config, resolve_ckpt, train, untuned_start_warning, zero_stage
 from rpbench.validate import RunSpec, check_test_images, validate
 
 log = logging.getLogger(__name__)

@@ -19,17 +19,17 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.hub import export_problems
+from rpbench.export.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES, probe_of
-from rpbench.resume import RESUME_CHOICES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
-from rpbench.trainer_options import trainer_problems
+from rpbench.training.options import trainer_problems
+from rpbench.training.resume import RESUME_CHOICES
 from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
@@ -287,6 +287,10 @@ class RunSpec:
 
 def validate(cfg: DictConfig) -> RunSpec:
     """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
+    run_keys = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # Hydra's own node: unset until run
+    unset = sorted(OmegaConf.missing_keys(run_keys))  # `???` of a shared file (conf/model/common) no config set
+    if unset:
+        raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
     problems: Problems = []
     for check in (check_run, check_images):
         check(cfg, problems)

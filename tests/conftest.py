@@ -24,6 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
+SAMPLE_DIR = REPO_ROOT / "rpbench" / "resources" / "sample"  # the bundled sample (scripts/sample_data.py)
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
@@ -248,3 +249,18 @@ def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
     from rpbench.validate import validate
 
     return eval_context(cfg, validate(cfg), model, tokenizer, list(examples), Path(out_dir), None)
+
+
+def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> list[str]:
+    """Each conversation's reply in input order, through evaluation's path (``render_prompts`` ->
+    ``generate_batches``); ``options`` are ``GenerationOptions`` fields."""
+    from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, render_prompts
+
+    opts = GenerationOptions(**{"progress": False, **options})
+    stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
+    texts = [""] * len(conversations)
+    prompts = render_prompts(tokenizer, conversations, images)
+    for batch, completions in generate_batches(model, tokenizer, prompts, opts, stop_ids, images=images):
+        for i, text in zip(batch, completions):
+            texts[i] = text
+    return texts

@@ -7,7 +7,7 @@ import signal
 import lightning as L
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-from rpbench.cluster import cluster_plugins
+from rpbench.training.cluster import cluster_plugins
 
 SLURM_JOB = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "rpbench_sweep", "SLURM_JOB_ID": "7", "SLURM_PROCID": "0",
              "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "node1"}  # fmt: skip

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from conftest import CONF_DIR
 from rpbench.models.loading import DTYPES
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.training import _strategy
+from rpbench.training.fit import _strategy
 
 SKIP_GROUPS = {"hydra", "tuning"}  # hydra/launcher is checked on its own; tuning is chosen automatically
 
@@ -44,11 +44,18 @@ def leaves(node, prefix=()):
             yield (*prefix, key), value
 
 
+def file_content(path) -> dict:
+    """A config file's settings, read without Hydra: its own merged over those of the files of its folder that
+    its defaults list names (e.g. tuning/tiny/kto.yaml: dpo)."""
+    content = OmegaConf.load(path) if path.is_file() else OmegaConf.create()
+    named = [path.parent / f"{entry}.yaml" for entry in content.pop("defaults", []) if isinstance(entry, str)]
+    inherited = [file_content(file) for file in named if file.is_file()]
+    return OmegaConf.to_container(OmegaConf.merge(*inherited, content), resolve=False)
+
+
 def file_values(path) -> dict:
-    """A config file's own settings, read without Hydra (no defaults list, no interpolations)."""
-    content = OmegaConf.to_container(OmegaConf.load(path), resolve=False) if path.is_file() else {}
-    content.pop("defaults", None)
-    return {p: v for p, v in leaves(content) if not (isinstance(v, str) and "${" in v)}
+    """The leaves of ``file_content`` (no interpolations)."""
+    return {p: v for p, v in leaves(file_content(path)) if not (isinstance(v, str) and "${" in v)}
 
 
 def tuning_file(cfg):

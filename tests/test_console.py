@@ -9,7 +9,7 @@ from PIL import Image
 
 from conftest import run_script
 from rpbench.eval.report import RADAR_DPI, RADAR_SIZE_INCHES
-from rpbench.progress import CURVE_DPI, CURVE_FILE, CURVE_SIZE_INCHES
+from rpbench.training.progress import CURVE_DPI, CURVE_FILE, CURVE_SIZE_INCHES
 
 NOISE = [
     "💡 Tip",  # litlogger / litmodels advertisements

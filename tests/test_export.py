@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import run_in_process
 from rpbench.data.errors import ConfigError
-from rpbench.hub import upload_arguments
+from rpbench.export.hub import upload_arguments
 from rpbench.validate import validate
 
 LORA = "model.lora={r:4,alpha:8,dropout:0.0,target_modules:[q_proj,v_proj]}"
@@ -84,7 +84,7 @@ def test_push_is_off_by_default_and_uploads_the_run_model_folder(compose, tmp_pa
 
 
 def test_the_card_names_local_files_and_models_without_this_machines_paths(compose, tmp_path):
-    from rpbench.model_card import card_text
+    from rpbench.export.model_card import card_text
 
     private = tmp_path / "home" / "alice" / "secret"
     (private / "base-model").mkdir(parents=True)

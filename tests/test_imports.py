@@ -1,9 +1,9 @@
-"""The import graph runs one way: data <- models, scoring <- objectives / eval / probes <- pipeline.
+"""The import graph runs one way: data <- models, scoring <- objectives / eval / probes <- training <- pipeline.
 
 Every ``import`` of every rpbench module (module level or inside functions) is read with ``ast``; a
 module may import its own layer and the layers below, never one above, and objectives, eval and probes
 do not import each other (nor do models and scoring). ``rpbench.serve`` (which loads models to serve them)
-is pipeline level.
+is pipeline level. The top-level modules are a fixed list (docs/architecture.md): a concern gets a folder.
 """
 
 from __future__ import annotations
@@ -26,8 +26,21 @@ LAYERS = {
     "rpbench.objectives": 2,
     "rpbench.eval": 2,
     "rpbench.probes": 2,
+    "rpbench.training": 3,  # the Trainer, its callbacks, resume and trainer checks: objectives run under it
 }
-PIPELINE = 3
+PIPELINE = 4
+# The run's own modules (pipeline level) beside the shared helpers; anything else belongs in a package.
+RUN_MODULES = {
+    "rpbench.leaderboard",
+    "rpbench.loggers",
+    "rpbench.pipeline",
+    "rpbench.quiet",
+    "rpbench.resolvers",
+    "rpbench.run_report",
+    "rpbench.serve",
+    "rpbench.sweep_summary",
+    "rpbench.validate",
+}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -36,7 +49,7 @@ def module_name(path: Path, root: Path = PACKAGE) -> str:
 
 
 def layer_of(module: str) -> tuple[int, str]:
-    """(level, package) of an rpbench module; modules outside the four packages are pipeline level."""
+    """(level, package) of an rpbench module; modules outside the layer packages are pipeline level."""
     for package, level in LAYERS.items():
         if module == package or module.startswith(package + "."):
             return level, package
@@ -105,6 +118,12 @@ def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
             pass
 
 
+def test_top_level_modules_are_the_listed_ones():
+    """A new concern is a package (its own folder), not another module beside pipeline.py."""
+    top = {module_name(p) for p in PACKAGE.glob("*.py")} - {"rpbench"}
+    assert top == BASE - {"rpbench"} | RUN_MODULES
+
+
 @pytest.mark.parametrize(
     ("source", "bad", "why"),
     [
@@ -113,6 +132,8 @@ def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
         ("from rpbench.models import load\n", "rpbench/data/x.py", "a layer above"),
         ("from ..objectives import sft\n", "rpbench/eval/x.py", "a sibling layer"),
         ("from rpbench.models import load\n", "rpbench/scoring/x.py", "a sibling layer"),
+        ("from rpbench.validate import validate\n", "rpbench/training/x.py", "a layer above"),
+        ("from rpbench.training import train\n", "rpbench/objectives/x.py", "a layer above"),
     ],
 )
 def test_the_check_sees_an_arrow_back_up(tmp_path, source, bad, why):

@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 from test_serve import post
 
-from conftest import evaluation_of
+from conftest import evaluation_of, generate_texts
 from rpbench.data.mmrole import read_test
 from rpbench.eval.generate import generate_predictions
-from rpbench.models.generation import generate_texts
 from rpbench.serve import compose_model_config, load_served_model, serve_in_thread
 
 SAMPLE = Path(__file__).resolve().parent.parent / "rpbench" / "resources" / "sample" / "mmrole"

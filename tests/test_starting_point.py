@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from conftest import run_in_process
-from rpbench.starting_point import untuned_start_warning
+from rpbench.training.starting_point import untuned_start_warning
 
 
 @pytest.mark.parametrize(

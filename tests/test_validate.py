@@ -60,6 +60,12 @@ def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override
     assert named in refused_at_startup(compose, override)
 
 
+def test_a_model_config_that_leaves_out_a_shared_key_is_refused(compose):
+    """conf/model/common/default.yaml marks what each model config must set with `???`."""
+    message = refused_at_startup(compose, "model.end_of_turn=???", "model.family=???")
+    assert "no value for model.end_of_turn, model.family" in message
+
+
 def test_an_objective_with_two_optimizers_is_refused_under_deepspeed(compose):
     message = refused_at_startup(compose, "objective=corl", "data=sample_rpgbench", "trainer=deepspeed_zero2")
     assert "objective=corl steps 2 optimizers and a DeepSpeed engine steps one" in message

@@ -43,6 +43,32 @@ ROLES = {"system": "system", "user": "user", "assistant": "assistant"}
 LABEL_KEY = "task"
 LABEL_SEPARATOR = "---"
 LABEL_PARTS = ("family", "first_speaker", "narration", "outcome")
+# The released data's labels: the 18 evaluated ones (TEST_LABELS) and the free and on-scene chats' (SFT only).
+BASE_MRC = [
+    f"role_{rel}_mrc_{out}_{narr}_narration"
+    for rel, out in (("related", "answer"), ("related", "refused"), ("unrelated", "refused"), ("unrelated", "answer"))
+    for narr in ("with", "no")
+]
+NESTED = [
+    f"role_related_mrc_answer_{narr}_narration-special-{kind}"
+    for narr in ("with", "no")
+    for kind in ("content", "format")
+]
+PRIORITY = [f"role_related_mrc_answer_{narr}_narration-refused" for narr in ("with", "no")]
+MULTI_TURN = [f"role_related_mrc_refused_{narr}_narration-2ndrefused" for narr in ("with", "no")] + [
+    f"role_unrelated_mrc_refused_{narr}_narration-2ndanswer" for narr in ("with", "no")
+]
+TEST_LABELS = BASE_MRC + NESTED + MULTI_TURN + PRIORITY
+FREE_CHAT = [
+    f"role_related_dialogue---{first}---{narr}_narration---answer"
+    for first in ("user_first", "role_first")
+    for narr in ("no", "with")
+]
+ON_SCENE = [
+    f"role_related_mrc_dialogue---{first}---{narr}_narration---answer"
+    for first in ("user_first", "role_first")
+    for narr in ("no", "with")
+]
 
 
 def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:

@@ -245,38 +245,3 @@ def generate_batches(
                     yield batch, completions[: len(batch)]
     finally:
         model.train(was_training)
-
-
-def generate_texts(
-    model,
-    tokenizer,
-    conversations: Sequence[Sequence[Mapping[str, str]]],
-    *,
-    max_new_tokens: int = 256,
-    temperature: float = 0.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    batch_size: int = 8,
-    seed: int = 0,
-    stop_ids: Sequence[int] | None = None,
-    progress: bool = False,
-    images: Sequence[Sequence[Any]] | None = None,
-) -> list[str]:
-    """The assistant reply to each conversation (list of {"role", "content"} messages), in input order.
-    ``images``: per conversation, the images of its ``{"type": "image"}`` content parts, in order."""
-    opts = GenerationOptions(
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        batch_size=batch_size,
-        seed=seed,
-        progress=progress,
-    )
-    stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
-    texts: list[str] = [""] * len(conversations)
-    prompts = render_prompts(tokenizer, conversations, images)
-    for batch, completions in generate_batches(model, tokenizer, prompts, opts, stop_ids, images=images):
-        for i, text in zip(batch, completions):
-            texts[i] = text
-    return texts

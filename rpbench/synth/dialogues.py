@@ -1,6 +1,6 @@
 """Step 4: dialogues in the categories and proportions of the paper's Table 2, as RoleMRC records.
 
-Categories (labels as the released data names them, ``rpbench.data.sample``):
+Categories (labels as the released data names them, ``rpbench.data.rolemrc``):
 
 - free_chat, on_scene_chat: multi-turn chats, user or role first, with or without narration (SFT only);
   on-scene chats discuss the profile's most relevant passages.
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpbench.data.sample import FREE_CHAT, MULTI_TURN, NESTED, ON_SCENE, PRIORITY
+from rpbench.data.rolemrc import FREE_CHAT, MULTI_TURN, NESTED, ON_SCENE, PRIORITY
 from rpbench.data.templates import Template
 from rpbench.scoring.judge import JudgeRequest
 from rpbench.synth import prompts

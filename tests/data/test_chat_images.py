@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from omegaconf import OmegaConf
 from PIL import Image
 
 from rpbench.data.chat import IGNORE_INDEX, ImageBudgetError
 from rpbench.data.records import Turn
 from rpbench.models import chat_renderer, load_tokenizer
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from rpbench.models.config_tree import compose_model_config
 
 SYSTEM = Turn("system", "You are Chandler Bing, sarcastic and kind.")
 
 
 @pytest.fixture(scope="module")
 def model_cfg():
-    return OmegaConf.load(CONF_DIR / "model" / "tiny-qwen2-vl.yaml")
+    return compose_model_config("tiny-qwen2-vl")
 
 
 @pytest.fixture(scope="module")

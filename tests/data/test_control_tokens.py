@@ -99,12 +99,12 @@ def _contains(ids: list[int], part: list[int]) -> bool:
 
 def test_an_image_placeholder_written_in_text_is_text_for_an_image_text_model(tmp_path):
     """``<|image_pad|>`` typed in a message is no image: the image count stays the record's own images'."""
-    from omegaconf import OmegaConf
     from PIL import Image
 
     from rpbench.models import chat_renderer
+    from rpbench.models.config_tree import compose_model_config
 
-    model_cfg = OmegaConf.load("conf/model/tiny-qwen2-vl.yaml")
+    model_cfg = compose_model_config("tiny-qwen2-vl")
     tokenizer = load_tokenizer(model_cfg)
     Image.new("RGB", (56, 56), "red").save(tmp_path / "a.png")
     image = str(tmp_path / "a.png")

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import SAMPLE_DIR
 from rpbench.data import readers
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
-from rpbench.data.sample import SAMPLE_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import SAMPLE_DIR
 from rpbench.data import mmrole, readers, rolemrc, rpgbench
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample
-from rpbench.data.sample import SAMPLE_DIR
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MMROLE = REPO_ROOT.parent / "shared" / "data" / "mmrole"

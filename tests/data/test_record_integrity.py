@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import SAMPLE_DIR
 from rpbench.data import readers
 from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import train_val_split
 from rpbench.data.rpgbench import TEST_SPLITS
-from rpbench.data.sample import SAMPLE_DIR
 
 SYSTEM_USER = [{"role": "system", "content": "You are Ann."}, {"role": "user", "content": "Hi"}]
 SFT = {"conversations": [*SYSTEM_USER, {"role": "assistant", "content": "Hello."}]}

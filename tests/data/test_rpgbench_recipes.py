@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from conftest import run_in_process
+from conftest import SAMPLE_DIR, run_in_process
 from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import read_split
-from rpbench.data.sample import SAMPLE_DIR
 from rpbench.pipeline import read_data
 
 AUGMENT = "pkg://rpbench/resources/sample/rpgbench/augment.json"

@@ -11,7 +11,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from rpbench.data import readers, rpgbench
-from rpbench.data.sample import CHARACTERS, STATIC, FREE_CHAT, ON_SCENE, SAMPLE_DIR, write_sample
+from rpbench.data.rolemrc import FREE_CHAT, ON_SCENE
+from scripts.sample_data import CHARACTERS, SAMPLE_DIR, STATIC, write_sample
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASK_DIMENSIONS = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").task_dimensions

@@ -8,11 +8,11 @@ import os
 import pytest
 import torch
 
-from conftest import chat_stub
+from conftest import chat_stub, generate_texts
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
-from rpbench.models.generation import GenerationOptions, generate_texts
+from rpbench.models.generation import GenerationOptions
 
 MAX_NEW = 10
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import generate_texts
 from rpbench.data.mmrole import read_test
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.families.qwen2_vl import Qwen2VL
-from rpbench.models.generation import batch_inputs, generate_texts, render_prompts
+from rpbench.models.generation import batch_inputs, render_prompts
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "mmrole"
 IMAGES = sorted(str(p) for p in (SAMPLE / "images").rglob("*.jpg"))

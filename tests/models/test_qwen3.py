@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import generate_texts
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import SFTExample, Turn, as_messages, reasoning_target
 from rpbench.models import load
 from rpbench.models.chat_templates import load_chat_template
-from rpbench.models.generation import generate_texts
 from rpbench.training import train
 
 EOT = "<|im_end|>"

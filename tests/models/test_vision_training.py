@@ -9,21 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 from PIL import Image
 
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample, Turn
 from rpbench.models import chat_renderer, load, save_hf
+from rpbench.models.config_tree import compose_model_config
 from rpbench.models.families.qwen2_vl import Qwen2VL
 from rpbench.models.forward import sequence_logps
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.objectives.dpo import DPOModule
-from rpbench.training import log_parameters, with_image_inputs
+from rpbench.training.fit import log_parameters, with_image_inputs
 
-MODEL_CFG = OmegaConf.to_container(
-    OmegaConf.load(Path(__file__).resolve().parents[2] / "conf" / "model" / "tiny-qwen2-vl.yaml")
-)
+MODEL_CFG = compose_model_config("tiny-qwen2-vl")
 SYSTEM = Turn("system", "You are Monica Geller.")
 
 

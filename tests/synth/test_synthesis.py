@@ -12,7 +12,7 @@ from synth_fixtures import FLAKY, MALFORMED, scripted, write_personas, write_poo
 
 from conftest import chat_stub, composed
 from rpbench.data.errors import RpbenchError
-from rpbench.data.sample import TEST_LABELS
+from rpbench.data.rolemrc import TEST_LABELS
 from rpbench.synth.calls import BudgetReached
 from rpbench.synth.synthesize import synthesize_from_config
 

@@ -2,7 +2,7 @@
 
 Every key of ``cfg.trainer`` must be a parameter of ``lightning.Trainer.__init__`` (an unknown key is an
 error, never ignored). rpbench reads two of them its own way: ``strategy`` may also be
-``{name: deepspeed, config: {...}}`` (rpbench.training), and ``callbacks`` is a list of ``_target_``
+``{name: deepspeed, config: {...}}`` (rpbench.training.fit), and ``callbacks`` is a list of ``_target_``
 specs, instantiated and added to rpbench's own callbacks. The Trainer parameters in ``SET_ELSEWHERE`` are
 derived from another part of the run config and are refused here with a pointer to it.
 """
@@ -25,7 +25,7 @@ SET_ELSEWHERE = {
     "default_root_dir": "set paths.output_dir (or hydra.run.dir)",
     "num_sanity_val_steps": "rpbench runs the full sanity pass: it measures held_out.before",
     "use_distributed_sampler": "rpbench's datamodule plans each rank's batches itself",
-    "plugins": "cluster plugins are chosen from the environment (rpbench.cluster)",
+    "plugins": "cluster plugins are chosen from the environment (rpbench.training.cluster)",
 }
 
 

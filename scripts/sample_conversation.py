@@ -1,6 +1,6 @@
 """The bundled conversation scenarios (``data=sample_conversation``), written for rpbench: two each for a
 character of the RoleMRC (Mara Voss), MMRole (Bertram Hale) and RPGBench (Greta Holm) samples, in the
-``conversation`` format (rpbench/data/conversation.py). ``rpbench.data.sample`` writes them."""
+``conversation`` format (rpbench/data/conversation.py). ``scripts.sample_data`` writes them."""
 
 from __future__ import annotations
 

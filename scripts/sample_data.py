@@ -6,9 +6,10 @@ datasets. Responses are learnable: every character keeps one voice, answers are 
 passage, refusals use fixed in-character phrasing. Train and test never share a passage place, an
 MMRole question or an RPGBench persona, so split hygiene passes.
 
-``python -m rpbench.data.sample`` rewrites ``rpbench/resources/sample`` (the images and their
-licence there are static files, not generated, and so are the folders under STATIC: the few MMRole
-Out-Test records taken from MMRole's own test files, and the hand-written human-ratings sample).
+A build-time tool, outside the runtime package: ``python -m scripts.sample_data`` (from the repository root)
+rewrites ``rpbench/resources/sample`` (the images and their licence there are static files, not generated,
+and so are the folders under STATIC: the few MMRole Out-Test records taken from MMRole's own test files,
+and the hand-written human ratings).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.mmrole_prompts import METRICS, review_prompt
-from rpbench.data.sample_conversation import conversation_records
-from rpbench.data.sample_external import external_records
+from rpbench.data.rolemrc import BASE_MRC, FREE_CHAT, MULTI_TURN, NESTED, ON_SCENE, PRIORITY, TEST_LABELS
+from scripts.sample_conversation import conversation_records
+from scripts.sample_external import external_records
 
 SEED = 20250217
-SAMPLE_DIR = Path(__file__).resolve().parents[1] / "resources" / "sample"
-# Folders of the sample holding static records, not generated here: copied from a dataset (MIT), or written
-# by hand (human_ratings/README.md).
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "rpbench" / "resources" / "sample"
+# Folders of the sample not generated here: records copied from a dataset (MIT), ratings written once by hand.
 STATIC: tuple[str, ...] = ("mmrole/out-test", "human_ratings")
 
 
@@ -524,32 +525,6 @@ CHAT_QUESTIONS = {
     "fear": ("What are you most afraid of?", "Is there anything that frightens you?"),
     "home": ("Tell me about your home.", "What is the place you live like?"),
 }
-
-BASE_MRC = [
-    f"role_{rel}_mrc_{out}_{narr}_narration"
-    for rel, out in (("related", "answer"), ("related", "refused"), ("unrelated", "refused"), ("unrelated", "answer"))
-    for narr in ("with", "no")
-]
-NESTED = [
-    f"role_related_mrc_answer_{narr}_narration-special-{kind}"
-    for narr in ("with", "no")
-    for kind in ("content", "format")
-]
-PRIORITY = [f"role_related_mrc_answer_{narr}_narration-refused" for narr in ("with", "no")]
-MULTI_TURN = [f"role_related_mrc_refused_{narr}_narration-2ndrefused" for narr in ("with", "no")] + [
-    f"role_unrelated_mrc_refused_{narr}_narration-2ndanswer" for narr in ("with", "no")
-]
-TEST_LABELS = BASE_MRC + NESTED + MULTI_TURN + PRIORITY
-FREE_CHAT = [
-    f"role_related_dialogue---{first}---{narr}_narration---answer"
-    for first in ("user_first", "role_first")
-    for narr in ("no", "with")
-]
-ON_SCENE = [
-    f"role_related_mrc_dialogue---{first}---{narr}_narration---answer"
-    for first in ("user_first", "role_first")
-    for narr in ("no", "with")
-]
 
 
 def _turn(role: str, content: str) -> dict[str, str]:

@@ -17,22 +17,22 @@ from lightning.pytorch.trainer.states import TrainerFn
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
-from rpbench.cluster import cluster_plugins
 from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
 from rpbench.data.errors import ConfigError, DataFormatError
-from rpbench.deepspeed_strategy import deepspeed_strategy
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
 from rpbench.models.zero3 import full_numel
-from rpbench.nonfinite import StopOnNonFiniteLoss
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
-from rpbench.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
-from rpbench.resume import write_settings
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
-from rpbench.trainer_options import extra_callbacks, passed_options
+from rpbench.training.cluster import cluster_plugins
+from rpbench.training.deepspeed_strategy import deepspeed_strategy
+from rpbench.training.nonfinite import StopOnNonFiniteLoss
+from rpbench.training.options import extra_callbacks, passed_options
+from rpbench.training.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
+from rpbench.training.resume import write_settings
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +291,7 @@ def train(
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
     callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount()]
     trainer = build_trainer(cfg, out_dir, logger, callbacks, resuming=ckpt_path is not None)
-    if trainer.is_global_zero:  # what a re-run compares before it resumes (rpbench.resume)
+    if trainer.is_global_zero:  # what a re-run compares before it resumes (rpbench.training.resume)
         write_settings(cfg, out_dir / "checkpoints")
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
@@ -176,9 +176,12 @@ def records_for_model(
     for split in seen:
         missing = missing_image(splits[split])
         if missing is not None and (split == "test" or family_of(model_config(cfg)).takes_images):
-            raise ConfigError(
-                f"data.files.{split}: record {missing[0]!r}: field 'image': no file {missing[1]} (data.image_root="
-                f"{cfg.data.get('image_root')}): the model would see it; put the images there, or data.images=drop"
+            raise DataFormatError(
+                f"data.files.{split}={cfg.data.files.get(split)}",
+                f"id {missing[0]!r}",
+                "image",
+                f"image '{missing[1]}' does not exist (data.image_root={cfg.data.get('image_root')}): the model "
+                "would see it; put the images there, or set data.images=drop",
             )
     with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)
     if with_image is not None and not family_of(model_config(cfg)).takes_images:

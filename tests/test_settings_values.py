@@ -16,7 +16,7 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.typed import Settings, defaults_declared
 from rpbench.validate import validate
 
@@ -211,7 +211,8 @@ def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):
     cfg = compose("data=sample_mmrole", "model=tiny-qwen2-vl", "objective=none", f"data.image_root={tmp_path}")
     with open_dict(cfg):
         del cfg["hydra"]
-    with pytest.raises(ConfigError) as error:
+    with pytest.raises(DataFormatError) as error:
         run(cfg)
-    assert "data.files.test: record " in str(error.value) and "field 'image': no file" in str(error.value)
+    assert str(error.value).startswith("data.files.test=") and "field 'image': image '" in str(error.value)
+    assert "does not exist" in str(error.value)
     assert not (Path(cfg.paths.output_dir) / "predictions.jsonl").exists()

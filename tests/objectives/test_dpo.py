@@ -223,7 +223,7 @@ def test_invalid_settings_fail_at_construction():
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
     with pytest.raises(ValueError, match="loss_type='kto'"):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="kto"))
-    with pytest.raises(ValueError, match="label_smoothing applies to 'sigmoid' and 'robust' only"):
+    with pytest.raises(ValueError, match="label_smoothing applies to sigmoid, robust, exo_pair only, not 'hinge'"):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="hinge", label_smoothing=0.1))
     with pytest.raises(ValueError, match="beta must be > 0"):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, beta=0.0))

@@ -10,7 +10,7 @@ import pytest
 from scipy.stats import kendalltau, spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from conftest import REPO_ROOT, SHARED_DATA, run_in_process
+from conftest import REPO_ROOT, run_in_process
 from rpbench.scoring.human_agreement import (
     agreement,
     cohen_kappa,
@@ -97,7 +97,7 @@ def test_a_bad_rating_names_file_line_and_field(tmp_path):
 
 
 def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
-    reviews = SHARED_DATA / "mmrole" / "in-test_reviews" / "qwen-vl-chat"
+    reviews = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "in-test_reviews" / "qwen-vl-chat"
     results = run_in_process(
         tmp_path / "run",
         "objective=none",

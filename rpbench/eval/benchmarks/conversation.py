@@ -117,12 +117,11 @@ class Conversation(Benchmark):
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import compare
-        from rpbench.scoring.judge import open_judge
 
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
-        with open_judge(dict(ctx.judge)) as client:
+        with ctx.open_judge() as client:
             simulator = simulator_client(client, ev.simulator)
             try:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())

@@ -190,7 +190,10 @@ def evaluate_benchmark(ctx: EvalContext) -> dict[str, Any]:
     if from_files is not None:
         return from_files
     own = benchmark.evaluate_model(ctx)
-    if own is not None:
+    if own is not None:  # its judge's agreement with people, from the verdicts it wrote to scores.jsonl
+        if ctx.judge is not None and ctx.settings.human_ratings:
+            own["judge_agreement"] = human_agreement_of_run(ev, ctx.judge, read_jsonl(ctx.out_dir / "scores.jsonl"))
+            own["report_sections"] = [*own["report_sections"], agreement_section(own["judge_agreement"])]
         return own
 
     prepared = benchmark.prepare_judge(ctx) if judging else None  # a bad prompt file fails before generating

@@ -82,6 +82,9 @@ def reply(body: dict) -> str:
 
 def test_both_settings_are_interviewed_and_scored(tmp_path):
     run = tmp_path / "run"
+    humans = tmp_path / "human_ratings.jsonl"  # people's scores of two interviews' aspects
+    rated = [("single/Curie/0", "personality", [6, 5, 6]), ("turns/Darwin/1", "memory", [3, 4, 4])]
+    humans.write_text("".join(json.dumps({"id": i, "rubric": r, "ratings": x}) + "\n" for i, r, x in rated))
     with chat_stub(reply) as judge:
         results = run_in_process(
             run,
@@ -92,6 +95,8 @@ def test_both_settings_are_interviewed_and_scored(tmp_path):
             "evaluator.max_turns=2",
             "evaluator.generation.max_new_tokens=6",
             "evaluator.bootstrap.n_resamples=20",
+            f"evaluator.human_ratings={humans}",
+            "evaluator.human_level=interval",
             "judge=openai",
             f"judge.base_url={judge.url}",
             "judge.api_key_env=null",
@@ -121,8 +126,12 @@ def test_both_settings_are_interviewed_and_scored(tmp_path):
     assert len(judged) == 9 * 5 and {r["max_tokens"] for r in judged} == {512}
     scores = [json.loads(line) for line in (run / "scores.jsonl").open()]
     assert len(scores) == 9 and scores[0]["verdicts"] == aspects
+    agreement = results["judge_agreement"]  # the judge gave 6 for personality, 4 for memory
+    assert (agreement["n_compared"], agreement["n_without_verdict"]) == (2, 0)
+    assert agreement["mae"] == pytest.approx((abs(6 - 17 / 3) + abs(4 - 11 / 3)) / 2)
     report = (run / "report.md").read_text()
     assert "Character-LLM interviews" in report and "| turns | 3 |" in report
+    assert "## Judge agreement with human ratings" in report
     assert json.loads((run / "metrics.json").read_text())["eval"]["prompts"]["score_memory"]["origin"] == "rpbench"
 
 

@@ -34,7 +34,7 @@ class TokenizerFamily:
     bos: str | None
     eos: str
     pad: str
-    chat_template: str  # a shipped template's name, or the Jinja text itself (a family file may carry its own)
+    chat_template: str  # a shipped template's name (rpbench/resources/chat_templates)
     add_bos: bool
     split_pattern: str = QWEN_SPLIT
     added_tokens: tuple[str, ...] = ()  # single tokens that are not special (decoded even when skipping those)
@@ -106,13 +106,8 @@ def train_tokenizer(spec: TokenizerFamily, texts: Iterable[str], vocab_size: int
         model_max_length=8192,
     )
     hf.add_tokens(list(spec.added_tokens))
-    hf.chat_template = spec.chat_template if is_jinja(spec.chat_template) else load_chat_template(spec.chat_template)
+    hf.chat_template = load_chat_template(spec.chat_template)
     return hf
-
-
-def is_jinja(name_or_text: str) -> bool:
-    """Whether a chat template setting is the Jinja text itself (it holds a tag) rather than a name."""
-    return "{{" in name_or_text or "{%" in name_or_text
 
 
 @lru_cache(maxsize=8)

@@ -263,7 +263,7 @@ def synthesize(
         templates={name: t.record() for name, t in templates.items()},
     )
     asks = any(s in config.stages for s in ("profiles", "dialogues"))
-    progress = bool(judge_cfg.get("progress", True))
+    progress = bool(judge_cfg["progress"])
     opened = open_judge({**judge_cfg, "progress": False}, local_judge_server) if asks else nullcontext(None)
     with opened as client:
         run = Run(config, client, templates, seed, progress)

@@ -29,22 +29,6 @@ from rpbench.models.families.base import FAMILIES, ModelFamily
 from rpbench.models.tiny import TINY_DEFAULTS
 from rpbench.models.tokenizer import TokenizerFamily
 
-# Gemma-2's chat format: <bos>, then per message <start_of_turn>{user|model}\n{content, trimmed}<end_of_turn>\n,
-# and <start_of_turn>model\n as the generation prompt; a system message or roles out of order are errors.
-CHAT_TEMPLATE = """{{- bos_token }}
-{%- for message in messages %}
-{%- if message['role'] == 'system' %}
-{{- raise_exception('System role not supported') }}
-{%- elif (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
-{{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
-{%- endif %}
-{%- set speaker = 'model' if message['role'] == 'assistant' else message['role'] %}
-{{- '<start_of_turn>' + speaker + '\\n' + message['content'] | trim + '<end_of_turn>\\n' }}
-{%- endfor %}
-{%- if add_generation_prompt %}
-{{- '<start_of_turn>model\\n' }}
-{%- endif %}
-"""
 SOFTCAPPING_ATTENTION = ("eager", "flash")  # the attention kernels (by name) that apply attn_logit_softcapping
 
 
@@ -57,7 +41,7 @@ class Gemma2(ModelFamily):
         bos="<bos>",
         eos="<eos>",
         pad="<pad>",
-        chat_template=CHAT_TEMPLATE,
+        chat_template="gemma2",  # resources/chat_templates/gemma2.jinja
         add_bos=True,
     )
 

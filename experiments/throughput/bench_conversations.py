@@ -68,12 +68,11 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     import rpbench.serve  # noqa: F401  (provides the local judge server)
-    from rpbench.eval.benchmarks.conversation import simulator_client, simulator_version
-    from rpbench.eval.benchmarks.conversation_judge import judge_sessions
     from rpbench.eval.benchmarks.conversation_loop import run_sessions
     from rpbench.models import for_inference
     from rpbench.pipeline import build_models, eval_context, model_config, read_data
     from rpbench.scoring.judge import open_judge
+    from rpbench.scoring.judge.conversation import judge_sessions, simulator_client, simulator_version
     from rpbench.validate import validate
 
     cfg = compose(args)

@@ -4,10 +4,12 @@ character for up to N turns per scenario (``data=conversation``), then the whole
 - The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
   live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
   ``evaluator.simulator.base_url`` names another) with its own sampling; transcripts in conversations.jsonl,
-  resumable after a kill.
-- The judge (``conversation_judge``): one request per session scores every ``evaluator.rubric`` dimension
-  1-5 and flags the character turns where the character broke. Per dimension: mean with a bootstrap CI;
-  ``overall``: the mean over dimensions of each session's scores, summarised the same way.
+  resumable after a kill. The session itself and the simulator's prompt are in
+  ``rpbench.data.conversation_session`` (``env=conversation`` trains on the same sessions).
+- The judge (``rpbench.scoring.judge.conversation``): one request per session scores every
+  ``evaluator.rubric`` dimension 1-5 and flags the character turns where the character broke. Per dimension:
+  mean with a bootstrap CI; ``overall``: the mean over dimensions of each session's scores, summarised the
+  same way.
 - Without a judge (``conversation_drift``): each reply's similarity to the character card and its slope
   over turns; out-of-character phrase counts (``evaluator.ooc_phrases``), which flag turns as well.
 
@@ -19,47 +21,29 @@ dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimensi
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from rpbench.data.conversation_session import Session
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
 from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
-from rpbench.eval.benchmarks.conversation_judge import judge_sessions
-from rpbench.eval.benchmarks.conversation_loop import SIMULATOR_PROMPT, Session, run_sessions
+from rpbench.eval.benchmarks.conversation_loop import run_sessions
 from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_other
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
+from rpbench.scoring.judge.conversation import Simulator, judge_sessions, simulator_client, simulator_version
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Simulator(Settings):
-    base_url: str | None
-    model: str | None
-    api_key_env: str | None
-    temperature: float
-    max_tokens: int
-    stop_marker: str
-
-    def problems(self) -> list[Problem]:
-        found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
-        found += [] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")]
-        found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
-        if (self.base_url is None) != (self.model is None):
-            found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
-        return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,20 +154,6 @@ class Conversation(Benchmark):
                 }
             )
         return results
-
-
-def simulator_client(judge: Any, sim: Simulator) -> Any:
-    """The user simulator's client: the judge's endpoint and model (or ``sim``'s own), ``sim``'s sampling."""
-    from rpbench.scoring.judge import JudgeClient
-
-    config = replace(judge.config, temperature=sim.temperature, top_p=None)
-    if sim.base_url is None:
-        return JudgeClient(config, judge.endpoint)
-    return JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
-
-
-def simulator_version() -> str:
-    return f"conversation-simulator-{hashlib.sha256(SIMULATOR_PROMPT.encode()).hexdigest()[:12]}"
 
 
 def measure(ev: ConversationSettings, sessions: Sequence[Session]) -> dict[str, dict[str, Any]]:

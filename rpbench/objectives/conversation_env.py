@@ -108,7 +108,6 @@ class SessionJudgeReward:
     def __call__(self, prompts, completions, references) -> list[float]:
         max_tokens = self.client.config.max_tokens_for("conversation")
         judged = judge_sessions(self.client, prompts, self.rubric, max_tokens)
-        print("DBG", [(j["status"], j["reply"]) for j in judged])
         scores = [session_score(j["scores"], self.weights) if j["status"] == "ok" else None for j in judged]
         failed = sum(s is None for s in scores)
         if failed:

@@ -355,6 +355,7 @@ class GRPOModule(ObjectiveModule):
     opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
     environments = ("conversation",)
     config_class = GRPOConfig
+    env: ConversationEnv | None = None  # env=conversation's sessions (built in __init__)
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:

@@ -42,6 +42,7 @@ from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.forward import labelled_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.vllm_engine import VLLMEngine
+from rpbench.models.zero3 import is_partitioned
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, scenario_of, session_metrics
@@ -448,6 +449,11 @@ class GRPOModule(ObjectiveModule):
                     "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
                     "trainer.strategy.config.gradient_clipping instead"
                 )
+        if self.env is not None and is_partitioned(self.model):
+            raise ValueError(
+                "env=conversation: ranks play sessions of different lengths, which a ZeRO-3-partitioned model "
+                "cannot generate in step; train with trainer=ddp or deepspeed_zero2"
+            )
         if self.engine is None:
             self.engine = self.rollout_engine()
 

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from conftest import chat_stub, composed, run_in_process
+from conftest import chat_stub, composed, registered, run_in_process
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.errors import ConfigError
@@ -19,7 +20,9 @@ from rpbench.models import chat_renderer, load
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings
 from rpbench.objectives.grpo import completion_batch
+from rpbench.objectives.rewards import REWARDS
 from rpbench.scoring.judge.client import open_judge
+from rpbench.training import train
 from rpbench.validate import validate
 
 SCENARIOS = [
@@ -158,6 +161,44 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
     assert float(row["train/env/character_turns/mean"]) == 2  # the simulator answered after turn 1
     assert float(row["train/env/ended_by/turn_limit"]) == 1
     assert float(row["train/completion_length/mean"]) > 0
+
+
+def letter_fraction(prompts, completions, references) -> list[float]:
+    """Toy rule reward of a character turn: the share of its characters that are an "e"."""
+    return [c.count("e") / max(len(c), 1) for c in completions]
+
+
+@pytest.mark.slow  # 24 optimiser steps of 16 two-turn sessions: about a minute on 2 busy cores
+def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
+    """The learnable toy: a rule reward on each character turn (averaged per session) rises over 24 optimiser
+    steps of the tiny random policy (8 sessions of 2 turns per scenario, a scripted user)."""
+    examples = readers.read("conversation", "train", scenarios).examples
+    with registered((REWARDS, "test_turn_letter_fraction", letter_fraction)), chat_stub(lambda b: USER_REPLY) as stub:
+        cfg = composed(
+            tmp_path / "run",
+            "objective=grpo",
+            "env=conversation",
+            "judge=openai",
+            f"judge.base_url={stub.url}",
+            "judge.api_key_env=null",
+            "judge.cache_path=null",
+            "judge.progress=false",
+            "env.rewards=[{name: test_turn_letter_fraction}]",
+            "objective.epochs=12",
+            "objective.batch_size=1",
+            "objective.lr=3e-2",
+            "objective.num_generations=8",
+            "objective.max_completion_length=8",
+            "save_model=false",
+            "trainer.enable_progress_bar=false",
+        )
+        model, tokenizer = load(cfg.model)
+        logger = CSVLogger(str(tmp_path), name="csv", version=0)
+        report = train(cfg, model, tokenizer, examples, [], tmp_path, logger=logger)
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rewards = [float(r["train/reward"]) for r in csv.DictReader(f) if r.get("train/reward")]
+    assert report["optimizer_steps"] == len(rewards) == 24
+    assert sum(rewards[-6:]) / 6 > 2 * sum(rewards[:6]) / 6, rewards
 
 
 @pytest.mark.parametrize(

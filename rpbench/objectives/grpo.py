@@ -20,7 +20,9 @@ only even out ranks (``loss_scale`` 0) run the same calls with weight 0.
 
 Prompts come from any record type: an SFT conversation up to its last assistant turn (reference: that
 turn), a preference pair (reference: the chosen reply), a test record (its reference). Validation reports
-the held-out NLL of those references.
+the held-out NLL of those references. With ``env=conversation`` the prompts are conversation scenarios and a
+rollout is a whole session with a simulated user, only the character's tokens in the loss, rewarded by
+``env.rewards`` (rpbench.objectives.conversation_env).
 """
 
 from __future__ import annotations

@@ -15,10 +15,11 @@ from omegaconf import OmegaConf
 from conftest import chat_stub, composed, registered, run_in_process
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
+from rpbench.data.conversation_session import Session
 from rpbench.data.errors import ConfigError
 from rpbench.models import chat_renderer, load
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids
-from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings
+from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
 from rpbench.objectives.grpo import completion_batch
 from rpbench.objectives.rewards import REWARDS
 from rpbench.scoring.judge.client import open_judge
@@ -161,6 +162,26 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
     assert float(row["train/env/character_turns/mean"]) == 2  # the simulator answered after turn 1
     assert float(row["train/env/ended_by/turn_limit"]) == 1
     assert float(row["train/completion_length/mean"]) > 0
+
+
+def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_score(tmp_path, scenarios):
+    """Ida's session gets a verdict (weighted: (3 * 5 + 1 * 2) / 4 = 4.25 on 1-5, so 0.8125); Olav's verdict is
+    unreadable, so it gets failure_reward and is counted."""
+    cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
+    verdict = json.dumps({"scores": SCORES, "breaks": []})
+    sessions = [Session.start(e, None) for e in readers.read("conversation", "train", scenarios).examples]
+    for session in sessions:
+        session.add_reply("Plant sage.")
+    with chat_stub(lambda body: verdict if "Ida Brenn" in body["messages"][-1]["content"] else "maybe") as stub:
+        judge = OmegaConf.to_container(cfg.judge, resolve=True)
+        judge |= {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
+        weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
+        reward = SessionJudgeReward(judge, dict(cfg.env.rubric), weights, 0.25, opener=open_judge)
+        scores = reward([s.record() for s in sessions], ["", ""], [None, None])
+        reward.close()
+        asked = stub.requests
+    assert scores == [pytest.approx((17 / 4 - 1) / 4), 0.25] and reward.failures == 1
+    assert len(asked) == 2  # one request per session (parse_tries=1: no re-ask)
 
 
 def letter_fraction(prompts, completions, references) -> list[float]:

@@ -217,6 +217,11 @@ def check_env(cfg: DictConfig, problems: Problems) -> None:
         problems.append(
             f"env={name} trains on conversation scenarios (data=conversation), got data.format={cfg.data.format}"
         )
+    if _number(cfg.data.val_fraction):
+        problems.append(
+            f"data.val_fraction={cfg.data.val_fraction}: env={name}'s scenarios have no reference to hold out a "
+            "loss on; set data.val_fraction=0"
+        )
     judge = OmegaConf.to_container(cfg.env.judge, resolve=True)
     if str(judge.get("backend")) != "none":
         check_judge(judge, problems)

@@ -268,6 +268,49 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
         validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-nope'.*a conf/model entry.*tiny-qwen2"):
+        validate(
+            compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.server=tiny-nope")
+        )
+    endpoint = ["evaluator.simulator.base_url=http://127.0.0.1:1/v1", "evaluator.simulator.model=m"]
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-qwen2'.*null when base_url is set"):
+        validate(
+            compose(
+                "data=sample_conversation",
+                "objective=none",
+                "judge=local",
+                "evaluator.simulator.server=tiny-qwen2",
+                *endpoint,
+            )
+        )
+
+
+def test_a_served_conf_model_plays_the_user(tmp_path):
+    """evaluator.simulator.server=tiny-qwen2: the run serves it on 127.0.0.1 and asks it for the user's messages;
+    the scripted endpoint only judges (2 scenarios, 2 turns: one simulator request per session)."""
+    with chat_stub(scripted()) as stub:
+        out = tmp_path / "run"
+        results = run(
+            out,
+            stub,
+            "evaluator.simulator.server=tiny-qwen2",
+            "evaluator.simulator.max_tokens=6",
+            "evaluator.max_turns=2",
+            "evaluator.drift.enabled=false",
+            "data.max_test_samples=2",
+        )["eval"]
+        requests = stub.requests
+    assert not [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
+    assert len(requests) == 2 and results["judge_model"] != results["simulator_model"] == "tiny:qwen2"
+    assert results["simulator_usage"]["requests"] == 2 and results["judge_usage"]["requests"] == 2
+    sessions = lines(out / "conversations.jsonl")
+    asked = {row["id"]: row for row in lines(out / "simulator_turn_1.jsonl")}
+    assert len(sessions) == 2 and len(asked) == 2
+    for s in sessions:  # the served model's reply became the user's second message (or ended the session)
+        reply = asked[f"{s['id']}#user2"]
+        assert reply["error"] is None
+        if s["ended_by"] == "turn_limit":
+            assert s["messages"][2] == {"role": "user", "text": reply["text"].strip()}
 
 
 def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):

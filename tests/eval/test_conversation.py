@@ -298,11 +298,15 @@ def test_a_served_conf_model_plays_the_user(tmp_path):
             "evaluator.max_turns=2",
             "evaluator.drift.enabled=false",
             "data.max_test_samples=2",
-        )["eval"]
+        )
         requests = stub.requests
+    estimate, results = results["judge_estimate"], results["eval"]
+    assert estimate["requests"] == 2  # the judgements only: the served simulator is not the judge's to pay
     assert not [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
     assert len(requests) == 2 and results["judge_model"] != results["simulator_model"] == "tiny:qwen2"
     assert results["simulator_usage"]["requests"] == 2 and results["judge_usage"]["requests"] == 2
+    assert results["simulator_usage"]["cost_usd"] == 0 < results["judge_usage"]["cost_usd"]
+    assert results["judge_cost"]["cost_usd"] == pytest.approx(results["judge_usage"]["cost_usd"])
     sessions = lines(out / "conversations.jsonl")
     asked = {row["id"]: row for row in lines(out / "simulator_turn_1.jsonl")}
     assert len(sessions) == 2 and len(asked) == 2

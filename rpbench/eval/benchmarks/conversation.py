@@ -111,10 +111,11 @@ class Conversation(Benchmark):
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """Per session: the simulator's messages (one per character turn but the last), one judgement, and
-        two pairwise judgements (both orders) with ``pairwise_with``."""
+        """Per session: the simulator's messages (one per character turn but the last; none when this run
+        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        return [min(e.meta["turns"], cap or e.meta["turns"]) + pairwise for e in examples]
+        served = settings.simulator.server is not None
+        return [(1 if served else min(e.meta["turns"], cap or e.meta["turns"])) + pairwise for e in examples]
 
     def problems(self, cfg: DictConfig) -> list[str]:
         out = []
@@ -192,8 +193,9 @@ def open_simulator(ctx: EvalContext, judge: Any) -> Iterator[Any]:
         if sim.server is not None:
             if ctx.local_judge_server is None:
                 raise ConfigError("evaluator.simulator.server: no local server was handed in (the pipeline hands it)")
-            served = stack.enter_context(ctx.local_judge_server({"server": {"model": sim.server}}))
-            local = replace(config, base_url=served["base_url"], model=served["model"], api_key_env=None)
+            server = stack.enter_context(ctx.local_judge_server({"server": {"model": sim.server}}))
+            free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
+            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
             client = JudgeClient(local, LOCAL_ENDPOINT)
         elif sim.base_url is None:
             client = JudgeClient(config, judge.endpoint)

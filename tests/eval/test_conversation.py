@@ -330,7 +330,8 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
             first, second = text.split("Conversation A:", 1)[1].split("Conversation B:", 1)
             better = "B" if "As an AI" in first else "A"
             return json.dumps(dict.fromkeys(RUBRIC[:4] + ["goal_progress"], better) | {"engagement": "A"})
-        return scripted()(body)
+        verdict = scripted()(body)  # a slip costs the session its out-of-character score
+        return verdict.replace('"out_of_character": 4', '"out_of_character": 1') if "As an AI" in text else verdict
 
     with chat_stub(reply) as stub:
         common = [
@@ -363,6 +364,15 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
     assert (
         results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
     )
+    # multi-turn DPO's pairs from these runs' files: m2 chosen overall (no slip), ties on engagement
+    from rpbench.synth.session_pairs import build_pairs
+
+    pairs, counts = build_pairs([tmp_path / "m", tmp_path / "m2"], "overall")
+    assert len(pairs) == counts["pairs"] == 6 and {p["meta"]["chosen"]["run"] for p in pairs} == {"m2"}
+    assert [p["meta"]["rejected"]["score"] for p in pairs] == [pytest.approx((4 * 4 + 1 + 2) / 6)] * 6
+    assert all(p["chosen"][0] == {"role": "assistant", "content": "Aye, the tides are kind."} for p in pairs)
+    assert all("As an AI" in p["rejected"][-1]["content"] and len(p["rejected"]) == 3 for p in pairs)
+    assert build_pairs([tmp_path / "m", tmp_path / "m2"], "engagement")[1]["ties"] == 6
 
 
 def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):

@@ -9,7 +9,7 @@ runs whose sessions both have a score give a pair: chosen = the session scored h
 equal scores (ties) and sessions without a score (the judge's reply unparsed or unanswered) give none and are
 counted, as are scenarios found in one run only. The pair's prompt is the character's system prompt and the
 opening (all the two sessions share), then each session's turns; a session's user message after its last
-character turn (the simulator's farewell) trains nothing and is left out, counted.
+character turn (the simulator's farewell) trains nothing and is left out, counted once per pair side.
 
 Writes the pairs (``rpbench.data.session_pairs`` reads them back before the command ends) and
 ``<out>.summary.json`` with the counts. Errors name the file, the record and the field: a folder without
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.atomic import partial_path, publish
-from rpbench.data.conversation import CHARACTER_PROMPT
+from rpbench.data.conversation import character_prompt
 from rpbench.data.errors import DataFormatError, RpbenchError
 from rpbench.data.readers import Source, as_object, read_file, record_id, require, require_list, require_str
 from rpbench.data.session_pairs import read_pairs
@@ -111,24 +111,23 @@ def session_score(session: JudgedSession, dimension: str, where: Path, sid: str)
 
 
 def check_same(runs: Sequence[tuple[Path, Mapping[str, JudgedSession]]]) -> None:
-    """The runs' shared scenarios hold the same fields, their sessions the same rubric dimensions."""
-    first_folder, first = runs[0]
-    for folder, sessions in runs[1:]:
+    """Every scenario holds the same fields in each run that has it, its sessions the same rubric dimensions
+    (compared with the first run holding it)."""
+    first: dict[str, tuple[Path, JudgedSession]] = {}
+    for folder, sessions in runs:
         for sid, session in sessions.items():
             if sid not in first:
+                first[sid] = folder, session
                 continue
+            where, other = first[sid]
             for name in SCENARIO_FIELDS:
-                if session.scenario[name] != first[sid].scenario[name]:
+                if session.scenario[name] != other.scenario[name]:
                     raise DataFormatError(
-                        folder / SESSIONS, sid, name, f"the same scenario as {first_folder / SESSIONS} (differs)"
+                        folder / SESSIONS, sid, name, f"the same scenario as {where / SESSIONS} (differs)"
                     )
-            if set(session.verdicts) != set(first[sid].verdicts):
-                raise DataFormatError(
-                    folder / SCORES,
-                    sid,
-                    "verdicts",
-                    f"the rubric of {first_folder / SCORES}: {sorted(first[sid].verdicts)}",
-                )
+            if set(session.verdicts) != set(other.verdicts):
+                rubric = sorted(other.verdicts)
+                raise DataFormatError(folder / SCORES, sid, "verdicts", f"the rubric of {where / SCORES}: {rubric}")
 
 
 def training_turns(session: JudgedSession) -> tuple[list[dict[str, str]], bool]:
@@ -183,7 +182,7 @@ def pair_record(pid: str, sid: str, dimension: str, high: tuple, low: tuple, cou
     scenario = chosen.scenario
     return {
         "id": pid,
-        "system": CHARACTER_PROMPT.format(character=scenario["character"].strip(), card=scenario["card"].strip()),
+        "system": character_prompt(scenario["character"], scenario["card"]),
         "opening": scenario["opening"],
         **sessions,
         "meta": {

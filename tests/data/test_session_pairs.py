@@ -88,6 +88,9 @@ def test_pairs_choose_the_higher_judged_session_and_count_what_they_skip(runs, t
 def test_bad_runs_are_named_by_file_record_and_field(runs, tmp_path):
     a, b = runs
     out = tmp_path / "pairs.jsonl"
+    write_run(tmp_path / "c", [session("s5", "Hi!", "c5 one.", card="A smuggler.")], {"s5": [1, 1]})
+    with pytest.raises(DataFormatError, match=r"c/conversations\.jsonl: record s5: field 'card'.*b/conversations"):
+        write_pairs([a, b, tmp_path / "c"], out, "overall")  # s5 is not in a: compared with b's
     (b / "scores.jsonl").rename(tmp_path / "kept.jsonl")
     with pytest.raises(DataFormatError, match=r"b/scores\.jsonl: record file: field '<file>'.*missing"):
         write_pairs([a, b], out, "overall")

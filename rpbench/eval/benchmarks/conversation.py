@@ -3,7 +3,8 @@ character for up to N turns per scenario (``data=conversation``), then the whole
 
 - The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
   live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
-  ``evaluator.simulator.base_url`` names another) with its own sampling; transcripts in conversations.jsonl,
+  ``evaluator.simulator.base_url`` names another, or ``evaluator.simulator.server`` a conf/model entry this
+  run serves on 127.0.0.1) with its own sampling; transcripts in conversations.jsonl,
   resumable after a kill.
 - The judge (``conversation_judge``): one request per session scores every ``evaluator.rubric`` dimension
   1-5 and flags the character turns where the character broke. Per dimension: mean with a bootstrap CI;
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_o
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
+from rpbench.models.config_tree import model_options
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -46,6 +49,7 @@ DRIFT_METRICS = ("mean_similarity", "drift_slope")
 
 @dataclass(frozen=True, kw_only=True)
 class Simulator(Settings):
+    server: str | None  # a conf/model entry served by rpbench.serve on 127.0.0.1 for this run
     base_url: str | None
     model: str | None
     api_key_env: str | None
@@ -59,6 +63,11 @@ class Simulator(Settings):
         found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
         if (self.base_url is None) != (self.model is None):
             found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
+        if self.server is not None and self.base_url is not None:
+            found.append(("server", "null when base_url is set (one simulator: a served conf/model or an endpoint)"))
+        options = model_options()
+        if self.server is not None and options and self.server not in options:
+            found.append(("server", f"null or a conf/model entry: one of {', '.join(options)}"))
         return found
 
 
@@ -102,10 +111,11 @@ class Conversation(Benchmark):
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """Per session: the simulator's messages (one per character turn but the last), one judgement, and
-        two pairwise judgements (both orders) with ``pairwise_with``."""
+        """Per session: the simulator's messages (one per character turn but the last; none when this run
+        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        return [min(e.meta["turns"], cap or e.meta["turns"]) + pairwise for e in examples]
+        served = settings.simulator.server is not None
+        return [(1 if served else min(e.meta["turns"], cap or e.meta["turns"])) + pairwise for e in examples]
 
     def problems(self, cfg: DictConfig) -> list[str]:
         out = []
@@ -122,11 +132,8 @@ class Conversation(Benchmark):
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
         with ctx.open_judge() as client:
-            simulator = simulator_client(client, ev.simulator)
-            try:
+            with open_simulator(ctx, client) as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
-            finally:
-                simulator.close()
             records = [s.record() for s in sessions]
             max_tokens = client.config.max_tokens_for("conversation")
             judgements = judge_sessions(client, records, ev.rubric, max_tokens)
@@ -172,14 +179,30 @@ class Conversation(Benchmark):
         return results
 
 
-def simulator_client(judge: Any, sim: Simulator) -> Any:
-    """The user simulator's client: the judge's endpoint and model (or ``sim``'s own), ``sim``'s sampling."""
+@contextmanager
+def open_simulator(ctx: EvalContext, judge: Any) -> Iterator[Any]:
+    """The user simulator's client, ``simulator``'s sampling: a server of ``simulator.server`` started on
+    127.0.0.1 (by the handed-in local server, as ``judge=local``'s), ``simulator.base_url``'s endpoint, or
+    the judge's endpoint and model; closed (and the server stopped) on exit."""
     from rpbench.scoring.judge import JudgeClient
+    from rpbench.scoring.judge.client import LOCAL_ENDPOINT
 
+    sim = ctx.settings.simulator
     config = replace(judge.config, temperature=sim.temperature, top_p=None)
-    if sim.base_url is None:
-        return JudgeClient(config, judge.endpoint)
-    return JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+    with ExitStack() as stack:
+        if sim.server is not None:
+            if ctx.local_judge_server is None:
+                raise ConfigError("evaluator.simulator.server: no local server was handed in (the pipeline hands it)")
+            server = stack.enter_context(ctx.local_judge_server({"server": {"model": sim.server}}))
+            free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
+            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
+            client = JudgeClient(local, LOCAL_ENDPOINT)
+        elif sim.base_url is None:
+            client = JudgeClient(config, judge.endpoint)
+        else:
+            client = JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+        stack.callback(client.close)  # before the server stops
+        yield client
 
 
 def simulator_version() -> str:

@@ -35,7 +35,7 @@ def _train_lines(train: dict[str, Any]) -> list[str]:
         f"Trained on {samples['train']} samples ({samples['val']} held out) for "
         f"{train['optimizer_steps']} optimizer steps."
     ]
-    cut = {kind: samples[kind] for kind in ("truncated", "cut_unevenly") if kind in samples}
+    cut = {kind: samples[kind] for kind in ("truncated", "cut_unevenly", "history_dropped") if kind in samples}
     if any(any(per_split.values()) for per_split in cut.values()):
         lines.append(
             "Cut to data.max_length: "

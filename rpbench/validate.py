@@ -22,6 +22,7 @@ from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
+from rpbench.models.config_tree import model_options
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
@@ -254,15 +255,6 @@ def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
         api_key(config.base_url, config.api_key_env, "judge.api_key_env")
     except ConfigError as error:
         problems.append(f"{error} (or choose judge=local|vllm|none)")
-
-
-def model_options() -> list[str]:
-    """The entries of the ``model`` config group as the running Hydra app sees them (none outside one)."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    if not GlobalHydra.instance().is_initialized():
-        return []
-    return sorted(GlobalHydra.instance().config_loader().get_group_options("model"))
 
 
 def check_evaluator(cfg: DictConfig, problems: Problems) -> Settings | None:

@@ -79,12 +79,13 @@ CASES = GENERATION + STATISTICS + ENDPOINTS + OPTIMISATION + TRAINER + MODEL
 @pytest.fixture(scope="module")
 def default_config(tmp_path_factory):
     """The default run's composed config (composed once: each case changes one key of a copy)."""
-    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-    from conftest import REPO_ROOT
+    from conftest import composed
 
-    with initialize_config_dir(config_dir=str(REPO_ROOT / "conf"), version_base="1.3"):
-        return compose("config", overrides=[f"paths.output_root={tmp_path_factory.mktemp('runs')}"])
+    cfg = composed(tmp_path_factory.mktemp("run"))
+    yield cfg
+    GlobalHydra.instance().clear()
 
 
 def with_override(cfg, override: str):

@@ -29,9 +29,11 @@ from pathlib import Path
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
-def compose(args: argparse.Namespace):
+def compose(args: argparse.Namespace, out: Path):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
 
     overrides = [
         "objective=none",
@@ -53,7 +55,11 @@ def compose(args: argparse.Namespace):
         "judge.parse_tries=1",
     ]
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
+        cfg = hydra_compose("config", overrides=[f"hydra.run.dir={out}", *overrides], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)  # paths.output_dir reads the run folder from it, as run.py's
+        with open_dict(cfg):
+            del cfg["hydra"]
+        return cfg
 
 
 def main() -> None:
@@ -67,15 +73,16 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    import rpbench.serve  # noqa: F401  (provides the local judge server)
     from rpbench.eval.benchmarks.conversation_loop import run_sessions
     from rpbench.models import for_inference
     from rpbench.pipeline import build_models, eval_context, model_config, read_data
     from rpbench.scoring.judge import open_judge
-    from rpbench.scoring.judge.conversation import judge_sessions, simulator_client, simulator_version
+    from rpbench.scoring.judge.conversation import judge_sessions, open_simulator, simulator_version
+    from rpbench.serve import local_judge
     from rpbench.validate import validate
 
-    cfg = compose(args)
+    scratch = tempfile.TemporaryDirectory()
+    cfg = compose(args, Path(scratch.name))
     spec = validate(cfg)
     scenarios = read_data(cfg, None, need_test=True)[0]["test"]
     examples = [
@@ -87,20 +94,19 @@ def main() -> None:
     from omegaconf import OmegaConf
 
     judge_cfg = OmegaConf.to_container(cfg.judge, resolve=True)
-    with tempfile.TemporaryDirectory() as tmp, open_judge(judge_cfg) as judge:
+    with scratch as tmp, open_judge(judge_cfg, local_judge) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
-        simulator = simulator_client(judge, spec.evaluator.simulator)
-        rows = {}
-        start = time.perf_counter()
-        batched, _, _ = run_sessions(replace(ctx, out_dir=Path(tmp) / "batched"), simulator, simulator_version())
-        rows["batched"] = (time.perf_counter() - start, batched)
-        start = time.perf_counter()
-        sequential = []
-        for i, example in enumerate(examples):
-            one = replace(ctx, examples=[example], out_dir=Path(tmp) / f"one_{i}")
-            sequential += run_sessions(one, simulator, simulator_version())[0]
-        rows["one at a time"] = (time.perf_counter() - start, sequential)
-        simulator.close()
+        with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
+            rows = {}
+            start = time.perf_counter()
+            batched, _, _ = run_sessions(replace(ctx, out_dir=Path(tmp) / "batched"), simulator, simulator_version())
+            rows["batched"] = (time.perf_counter() - start, batched)
+            start = time.perf_counter()
+            sequential = []
+            for i, example in enumerate(examples):
+                one = replace(ctx, examples=[example], out_dir=Path(tmp) / f"one_{i}")
+                sequential += run_sessions(one, simulator, simulator_version())[0]
+            rows["one at a time"] = (time.perf_counter() - start, sequential)
         before = judge.stats.requests
         records = [s.record() for s in batched]
         judge_sessions(judge, records, spec.evaluator.rubric, judge.config.max_tokens_for("conversation"))

@@ -132,9 +132,10 @@ class ChatRenderer:
         self.expand_images = expand_images
         self.image_spans = image_spans
         self.content = ContentText(tokenizer)
-        # Renders whose tokens were cut to the budget (a conversation, a reply row, a prompt), and reply
-        # pairs of which one reply was cut and the other kept whole: counted for the run's report.
-        self.cuts = {"truncated": 0, "cut_unevenly": 0}
+        # Renders whose tokens were cut to the budget (a conversation, a reply row, a prompt), reply pairs of
+        # which one reply was cut and the other kept whole, and training renders that left their oldest
+        # history turns out: counted for the run's report.
+        self.cuts = {"truncated": 0, "cut_unevenly": 0, "history_dropped": 0}
 
     # -- text level -------------------------------------------------------------------------------
     def _template(self, turns: Sequence[Turn], generation_prompt: bool) -> str:
@@ -211,9 +212,11 @@ class ChatRenderer:
             ids, labels = self._tokenize_pieces(self.pieces(turns))
             images = _images(turns)
             if len(ids) <= self.max_length:
+                self.cuts["history_dropped"] += dropped > 0
                 return Rendered(ids, labels, dropped_turns=dropped, images=images)
             fewer = _drop_history(turns, final=2)
             if fewer is None:
+                self.cuts["history_dropped"] += dropped > 0
                 kept = self._keep(ids, self.max_length, keep_end=False)
                 self.cuts["truncated"] += 1
                 return Rendered([ids[i] for i in kept], [labels[i] for i in kept], dropped, True, images)
@@ -335,6 +338,7 @@ class ChatRenderer:
             for ids in reply_ids
         ]
         cut = {row.truncated for row in rows}
+        self.cuts["history_dropped"] += dropped > 0
         self.cuts["truncated"] += True in cut
         self.cuts["cut_unevenly"] += len(cut) > 1
         return rows

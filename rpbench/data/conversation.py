@@ -31,6 +31,11 @@ CHARACTER_PROMPT = (
 )
 
 
+def character_prompt(character: str, card: str) -> str:
+    """The evaluated model's system prompt for a scenario (multi-turn DPO's pairs train on it too)."""
+    return CHARACTER_PROMPT.format(character=character.strip(), card=card.strip())
+
+
 def parse_scenario(raw: Any, source: Source) -> EvalExample:
     record = as_object(raw, source)
     if "id" not in record:
@@ -43,8 +48,7 @@ def parse_scenario(raw: Any, source: Source) -> EvalExample:
     unknown = sorted(set(record) - {"id", "turns", *TEXT_FIELDS})
     if unknown:
         raise source.error(unknown[0], f"a known field ({', '.join(['id', *TEXT_FIELDS, 'turns'])})")
-    system = CHARACTER_PROMPT.format(character=text["character"], card=text["card"])
-    prompt = (Turn("system", system), Turn("user", text["opening"]))
+    prompt = (Turn("system", character_prompt(text["character"], text["card"])), Turn("user", text["opening"]))
     return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns})
 
 

@@ -64,6 +64,18 @@ class PreferenceExample:
 
 
 @dataclass(frozen=True)
+class SessionPreferenceExample:
+    """A prompt (ending on a user turn) continued by two whole sessions, ``chosen`` and ``rejected``: each
+    opens and ends on an assistant turn, its user turns between them (context, never trained on) its own."""
+
+    id: str
+    prompt: tuple[Turn, ...]
+    chosen: tuple[Turn, ...]
+    rejected: tuple[Turn, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LabelledExample:
     """A prompt (ending on a user turn) with one assistant reply labelled ``desirable`` or not (KTO's data)."""
 
@@ -89,7 +101,7 @@ class EvalExample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-Example = SFTExample | PreferenceExample | LabelledExample | EvalExample
+Example = SFTExample | PreferenceExample | SessionPreferenceExample | LabelledExample | EvalExample
 
 
 THINK_TAGS = ("<think>", "</think>")
@@ -169,6 +181,8 @@ def split_for_overlap(example: Example) -> tuple[tuple[Turn, ...], str]:
         return example.turns[:-1], without_reasoning(example.turns[-1].content)
     if isinstance(example, PreferenceExample):
         return example.prompt, example.chosen
+    if isinstance(example, SessionPreferenceExample):
+        return (*example.prompt, *example.chosen[:-1]), example.chosen[-1].content
     if isinstance(example, LabelledExample):
         return example.prompt, example.completion
     return example.prompt, example.reference

@@ -5,7 +5,7 @@ benchmark's ``evaluator`` settings (typed, parsed once at startup), the judge's 
 model settings evaluation reads (image folder, prompt lengths, chat template), the prompt source, the
 model and tokenizer (None when an endpoint generates), the test records, the run folder and the logger.
 The local judge server (``judge=local``) is handed in by the pipeline; a hook opens its judge with
-``ctx.open_judge()``.
+``ctx.open_judge()`` (``evaluator=conversation`` serves its ``simulator.server`` with it too).
 """
 
 from __future__ import annotations

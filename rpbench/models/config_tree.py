@@ -17,6 +17,16 @@ def model_entries() -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
 
 
+def model_options() -> list[str]:
+    """The entries of the ``model`` config group as the running Hydra app sees them (its search path's plugins
+    included); outside one, rpbench's own (``model_entries``)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    if not GlobalHydra.instance().is_initialized():
+        return model_entries()
+    return sorted(GlobalHydra.instance().config_loader().get_group_options("model"))
+
+
 def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The ``model`` group entry ``name`` of rpbench's config tree, with ``model.*`` overrides."""
     from hydra import compose, initialize_config_dir

@@ -39,8 +39,8 @@ from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
     judge_sessions,
+    open_simulator,
     session_score,
-    simulator_client,
     simulator_version,
 )
 from rpbench.typed import Problem, Settings
@@ -69,6 +69,8 @@ class ConversationEnvSettings(Settings):
             found.append(("max_turns", "null (each scenario's turns) or an integer >= 1"))
         if not self.rubric or not all(q.strip() for q in self.rubric.values()):
             found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
+        if self.simulator.server is not None:
+            found.append(("simulator.server", "null: the judge's endpoint (or simulator.base_url) plays the user"))
         if str(dict(self.judge).get("backend")) == "none":
             found.append(("judge", "a judge to play the user (judge=local|openai|vllm), not judge=none"))
         if not self.rewards:
@@ -164,8 +166,7 @@ class ConversationEnv:
         self.settings, self.renderer = settings, renderer
         self._stack = ExitStack()
         judge = self._stack.enter_context(judges(dict(settings.judge)))
-        self.simulator = simulator_client(judge, settings.simulator)
-        self._stack.callback(self.simulator.close)
+        self.simulator = self._stack.enter_context(open_simulator(judge, settings.simulator, None, "env.simulator"))
         # the session judge asks the judge opened here (one local server for the simulator and the judge)
         shared = lambda cfg: nullcontext(judge) if dict(cfg) == dict(settings.judge) else judges(cfg)  # noqa: E731
         self.reward_fns: list[RewardFn] = build_reward_fns(settings.rewards, shared)

@@ -1,13 +1,14 @@
 """Direct preference optimisation on chosen/rejected pairs rendered through the chat template.
 
 A micro-batch of B pairs is one forward of 2B rows (the chosen rows, then the rejected rows); only the reply
-tokens (content and end-of-turn) are labelled. ``pair_layout`` says whether that forward is padded or packed
-(the rows back to back in one row, no padding, attention isolated per row; ``auto``: packed where the
-attention backend is a flash-attention varlen kernel, which skips the masked blocks, padded otherwise). The
-loss is the mean over every pair of the global batch of ``losses.dpo_loss`` (+ ``sft_weight`` times the
-chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled base, or (the default)
-log-probs precomputed once (``precompute_ref``; see reference.py): at setup, or at fit start from the
-engine's partitioned model when the models are built in ``configure_model`` (ZeRO-3).
+tokens (content and end-of-turn) are labelled: of a pair of whole sessions (``data=session_pairs``), every
+assistant turn's, so a side's log-prob is the sum over its assistant turns. ``pair_layout`` says whether that
+forward is padded or packed (the rows back to back in one row, no padding, attention isolated per row;
+``auto``: packed where the attention backend is a flash-attention varlen kernel, which skips the masked
+blocks, padded otherwise). The loss is the mean over every pair of the global batch of ``losses.dpo_loss`` (+
+``sft_weight`` times the chosen reply's per-token NLL). The reference is a frozen copy, the LoRA-disabled
+base, or (the default) log-probs precomputed once (``precompute_ref``; see reference.py): at setup, or at fit
+start from the engine's partitioned model when the models are built in ``configure_model`` (ZeRO-3).
 
 ``PreferenceModule`` holds what every objective on pairs shares (SimPO's too: simpo.py).
 Validation on held-out pairs reports the DPO loss (``val/loss``), the reward accuracy and margin, and the
@@ -27,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate, unpad
-from rpbench.data.records import PreferenceExample
+from rpbench.data.records import PreferenceExample, SessionPreferenceExample
 from rpbench.models.forward import sequence_logps, uses_varlen_kernel
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import ObjectiveConfig
@@ -139,12 +140,21 @@ class PreferenceModule(ObjectiveModule):
     loss_name: str  # its per-pair loss, logged as train/<loss_name>
 
     @staticmethod
-    def render(examples: Sequence[PreferenceExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+    def render(
+        examples: Sequence[PreferenceExample | SessionPreferenceExample], renderer: ChatRenderer
+    ) -> tuple[list[dict], list[str]]:
         """One sample per pair, the prompt rendered and truncated once for both replies (only the replies
-        are labelled); pairs whose chosen or rejected reply has no token left are reported."""
+        are labelled); a pair of whole sessions (``data=session_pairs``): each session rendered after the
+        prompt as a training conversation, every assistant turn labelled, the user turns not (an over-long
+        session loses its oldest turns, then its end, as in SFT). Pairs whose chosen or rejected side has no
+        token left are reported."""
         samples, empty = [], []
         for example in examples:
-            chosen, rejected = renderer.render_replies(example.prompt, [example.chosen, example.rejected])
+            if isinstance(example, SessionPreferenceExample):
+                sessions = (example.chosen, example.rejected)
+                chosen, rejected = (renderer.render_conversation([*example.prompt, *s]) for s in sessions)
+            else:
+                chosen, rejected = renderer.render_replies(example.prompt, [example.chosen, example.rejected])
             if not (chosen.n_supervised and rejected.n_supervised):
                 empty.append(example.id)
                 continue

@@ -90,6 +90,7 @@ def test_over_long_history_is_dropped_from_the_left_keeping_system_and_final_exc
     short = ChatRenderer(renderer.tokenizer, renderer.end_of_turn, max_length=len(full.input_ids) - 10)
     rendered = short.render_conversation(turns)
     assert rendered.dropped_turns == 2 and not rendered.truncated
+    assert short.cuts == {"truncated": 0, "cut_unevenly": 0, "history_dropped": 1}  # counted for the report
     decoded = renderer.tokenizer.decode(rendered.input_ids)
     assert "You are Holmes." in decoded and "question 0" not in decoded and "answer 5" in decoded
     assert supervised_texts(renderer.tokenizer, rendered)[-1].startswith("answer 5")
@@ -153,10 +154,10 @@ def test_pair_drops_the_same_history_from_both_rows(renderer):
     prompt.append(Turn("user", "last question"))
     full = renderer.render_replies(prompt, ["short", "a much longer reply " * 6])
     budget = len(full[1].input_ids) - 5  # only the longer reply overflows: both rows lose the same turns
-    rows = ChatRenderer(renderer.tokenizer, renderer.end_of_turn, budget).render_replies(
-        prompt, ["short", "a much longer reply " * 6]
-    )
+    short = ChatRenderer(renderer.tokenizer, renderer.end_of_turn, budget)
+    rows = short.render_replies(prompt, ["short", "a much longer reply " * 6])
     assert [r.dropped_turns for r in rows] == [2, 2] and not any(r.truncated for r in rows)
+    assert short.cuts == {"truncated": 0, "cut_unevenly": 0, "history_dropped": 1}  # one pair, counted once
     for row in rows:
         decoded = renderer.tokenizer.decode(row.input_ids)
         assert "You are Holmes." in decoded and "question 0" not in decoded and "question 1" in decoded

@@ -268,6 +268,53 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
         validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-nope'.*a conf/model entry.*tiny-qwen2"):
+        validate(
+            compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.server=tiny-nope")
+        )
+    endpoint = ["evaluator.simulator.base_url=http://127.0.0.1:1/v1", "evaluator.simulator.model=m"]
+    with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-qwen2'.*null when base_url is set"):
+        validate(
+            compose(
+                "data=sample_conversation",
+                "objective=none",
+                "judge=local",
+                "evaluator.simulator.server=tiny-qwen2",
+                *endpoint,
+            )
+        )
+
+
+def test_a_served_conf_model_plays_the_user(tmp_path):
+    """evaluator.simulator.server=tiny-qwen2: the run serves it on 127.0.0.1 and asks it for the user's messages;
+    the scripted endpoint only judges (2 scenarios, 2 turns: one simulator request per session)."""
+    with chat_stub(scripted()) as stub:
+        out = tmp_path / "run"
+        results = run(
+            out,
+            stub,
+            "evaluator.simulator.server=tiny-qwen2",
+            "evaluator.simulator.max_tokens=6",
+            "evaluator.max_turns=2",
+            "evaluator.drift.enabled=false",
+            "data.max_test_samples=2",
+        )
+        requests = stub.requests
+    estimate, results = results["judge_estimate"], results["eval"]
+    assert estimate["requests"] == 2  # the judgements only: the served simulator is not the judge's to pay
+    assert not [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
+    assert len(requests) == 2 and results["judge_model"] != results["simulator_model"] == "tiny:qwen2"
+    assert results["simulator_usage"]["requests"] == 2 and results["judge_usage"]["requests"] == 2
+    assert results["simulator_usage"]["cost_usd"] == 0 < results["judge_usage"]["cost_usd"]
+    assert results["judge_cost"]["cost_usd"] == pytest.approx(results["judge_usage"]["cost_usd"])
+    sessions = lines(out / "conversations.jsonl")
+    asked = {row["id"]: row for row in lines(out / "simulator_turn_1.jsonl")}
+    assert len(sessions) == 2 and len(asked) == 2
+    for s in sessions:  # the served model's reply became the user's second message (or ended the session)
+        reply = asked[f"{s['id']}#user2"]
+        assert reply["error"] is None
+        if s["ended_by"] == "turn_limit":
+            assert s["messages"][2] == {"role": "user", "text": reply["text"].strip()}
 
 
 def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
@@ -283,7 +330,8 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
             first, second = text.split("Conversation A:", 1)[1].split("Conversation B:", 1)
             better = "B" if "As an AI" in first else "A"
             return json.dumps(dict.fromkeys(RUBRIC[:4] + ["goal_progress"], better) | {"engagement": "A"})
-        return scripted()(body)
+        verdict = scripted()(body)  # a slip costs the session its out-of-character score
+        return verdict.replace('"out_of_character": 4', '"out_of_character": 1') if "As an AI" in text else verdict
 
     with chat_stub(reply) as stub:
         common = [
@@ -316,6 +364,15 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
     assert (
         results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
     )
+    # multi-turn DPO's pairs from these runs' files: m2 chosen overall (no slip), ties on engagement
+    from rpbench.synth.session_pairs import build_pairs
+
+    pairs, counts = build_pairs([tmp_path / "m", tmp_path / "m2"], "overall")
+    assert len(pairs) == counts["pairs"] == 6 and {p["meta"]["chosen"]["run"] for p in pairs} == {"m2"}
+    assert [p["meta"]["rejected"]["score"] for p in pairs] == [pytest.approx((4 * 4 + 1 + 2) / 6)] * 6
+    assert all(p["chosen"][0] == {"role": "assistant", "content": "Aye, the tides are kind."} for p in pairs)
+    assert all("As an AI" in p["rejected"][-1]["content"] and len(p["rejected"]) == 3 for p in pairs)
+    assert build_pairs([tmp_path / "m", tmp_path / "m2"], "engagement")[1]["ties"] == 6
 
 
 def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):

@@ -3,9 +3,10 @@ character for up to N turns per scenario (``data=conversation``), then the whole
 
 - The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
   live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
-  ``evaluator.simulator.base_url`` names another) with its own sampling; transcripts in conversations.jsonl,
-  resumable after a kill. The session itself and the simulator's prompt are in
-  ``rpbench.data.conversation_session`` (``env=conversation`` trains on the same sessions).
+  ``evaluator.simulator.base_url`` names another, or ``evaluator.simulator.server`` a conf/model entry this
+  run serves on 127.0.0.1) with its own sampling; transcripts in conversations.jsonl, resumable after a kill.
+  The session itself and the simulator's prompt are in ``rpbench.data.conversation_session``
+  (``env=conversation`` trains on the same sessions).
 - The judge (``rpbench.scoring.judge.conversation``): one request per session scores every
   ``evaluator.rubric`` dimension 1-5 and flags the character turns where the character broke. Per dimension:
   mean with a bootstrap CI; ``overall``: the mean over dimensions of each session's scores, summarised the
@@ -40,7 +41,8 @@ from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_o
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
-from rpbench.scoring.judge.conversation import Simulator, judge_sessions, simulator_client, simulator_version
+from rpbench.models.config_tree import model_options
+from rpbench.scoring.judge.conversation import Simulator, judge_sessions, open_simulator, simulator_version
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -77,6 +79,9 @@ class ConversationSettings(EvaluatorSettings):
             found.append(("ooc_phrases", "non-empty phrases"))
         if self.pairwise_with is not None and not (Path(self.pairwise_with) / "conversations.jsonl").is_file():
             found.append(("pairwise_with", "null or a conversation run's folder (with conversations.jsonl)"))
+        options, server = model_options(), self.simulator.server
+        if server is not None and options and server not in options:
+            found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
         return found
 
 
@@ -86,10 +91,11 @@ class Conversation(Benchmark):
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """Per session: the simulator's messages (one per character turn but the last), one judgement, and
-        two pairwise judgements (both orders) with ``pairwise_with``."""
+        """Per session: the simulator's messages (one per character turn but the last; none when this run
+        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        return [min(e.meta["turns"], cap or e.meta["turns"]) + pairwise for e in examples]
+        served = settings.simulator.server is not None
+        return [(1 if served else min(e.meta["turns"], cap or e.meta["turns"])) + pairwise for e in examples]
 
     def problems(self, cfg: DictConfig) -> list[str]:
         out = []
@@ -106,11 +112,8 @@ class Conversation(Benchmark):
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
         with ctx.open_judge() as client:
-            simulator = simulator_client(client, ev.simulator)
-            try:
+            with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
-            finally:
-                simulator.close()
             records = [s.record() for s in sessions]
             max_tokens = client.config.max_tokens_for("conversation")
             judgements = judge_sessions(client, records, ev.rubric, max_tokens)

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
 from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, JudgeResult
+from rpbench.data.errors import ConfigError
+from rpbench.scoring.judge.client import LOCAL_ENDPOINT, JudgeClient, JudgeRequest, JudgeResult, LocalServer
 from rpbench.typed import Problem, Settings
 
 SCALE = (1, 5)
@@ -44,8 +46,10 @@ REASK = "Answer now with the JSON object only: every dimension's score (1-5) and
 
 @dataclass(frozen=True, kw_only=True)
 class Simulator(Settings):
-    """The user simulator: its endpoint (null: the judge's) and its own sampling."""
+    """The user simulator: a model served for the run, another endpoint, or (all null) the judge's; its own
+    sampling. (Whether ``server`` names a conf/model entry is checked where the model entries are known.)"""
 
+    server: str | None  # a conf/model entry served by rpbench.serve on 127.0.0.1 for this run
     base_url: str | None
     model: str | None
     api_key_env: str | None
@@ -59,15 +63,33 @@ class Simulator(Settings):
         found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
         if (self.base_url is None) != (self.model is None):
             found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
+        if self.server is not None and self.base_url is not None:
+            found.append(("server", "null when base_url is set (one simulator: a served conf/model or an endpoint)"))
         return found
 
 
-def simulator_client(judge: JudgeClient, sim: Simulator) -> JudgeClient:
-    """The user simulator's client: the judge's endpoint and model (or ``sim``'s own), ``sim``'s sampling."""
+@contextmanager
+def open_simulator(
+    judge: JudgeClient, sim: Simulator, local_server: LocalServer | None, where: str
+) -> Iterator[JudgeClient]:
+    """The user simulator's client, ``sim``'s sampling: a server of ``sim.server`` started on 127.0.0.1 (by
+    ``local_server``, as ``judge=local``'s), ``sim.base_url``'s endpoint, or the judge's endpoint and model;
+    closed (and the server stopped) on exit. ``where``: the settings' key, for errors."""
     config = replace(judge.config, temperature=sim.temperature, top_p=None)
-    if sim.base_url is None:
-        return JudgeClient(config, judge.endpoint)
-    return JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+    with ExitStack() as stack:
+        if sim.server is not None:
+            if local_server is None:
+                raise ConfigError(f"{where}.server: no local server was handed in (the pipeline hands it)")
+            server = stack.enter_context(local_server({"server": {"model": sim.server}}))
+            free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
+            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
+            client = JudgeClient(local, LOCAL_ENDPOINT)
+        elif sim.base_url is None:
+            client = JudgeClient(config, judge.endpoint)
+        else:
+            client = JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+        stack.callback(client.close)  # before the server stops
+        yield client
 
 
 def simulator_version() -> str:

@@ -228,6 +228,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
         (["objective=sft"], "env=conversation: objective=sft rolls out in no environment; choose objective=grpo"),
         (["objective=grpo", "data=sample"], "env=conversation trains on conversation scenarios"),
         (["objective=grpo", "judge=none"], "env.judge"),
+        (["objective=grpo", "env.simulator.server=tiny-qwen2"], "env.simulator.server"),
         (["objective=grpo", "data.val_fraction=0.5"], "no reference to hold out a loss on; set data.val_fraction=0"),
         (["objective=grpo", "objective.rollout_backend=vllm"], "objective.rollout_backend=hf"),
     ],

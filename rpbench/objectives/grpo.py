@@ -484,7 +484,6 @@ class GRPOModule(ObjectiveModule):
         rank, world_size = rank_and_world()
         seed = sampling_seed(self.seed, self.global_step // self.mu, rank, world_size)
         if self.env is not None:
-            self._sessions = None
             rollouts, self._sessions = self.env.play(
                 self.model,
                 [scenario_of(s) for s in batch["scenario"]],

@@ -202,6 +202,32 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
         return None
 
 
+def check_env(cfg: DictConfig, problems: Problems) -> None:
+    """``env``: an environment the objective rolls out in (its ``environments``), on scenario data, with a
+    usable judge (it plays the user). The environment's own settings are the objective's (``objective.env``)."""
+    name, objective = str(cfg.env.name), str(cfg.objective.name)
+    if name == "none":
+        return
+    if objective not in OBJECTIVES.names() or name not in OBJECTIVES.get(objective).environments:
+        able = [o for o in OBJECTIVES.names() if name in OBJECTIVES.get(o).environments]
+        problems.append(
+            f"env={name}: objective={objective} rolls out in no environment; choose objective={'|'.join(able)}"
+        )
+        return
+    if str(cfg.data.format) != "conversation":
+        problems.append(
+            f"env={name} trains on conversation scenarios (data=conversation), got data.format={cfg.data.format}"
+        )
+    if _number(cfg.data.val_fraction):
+        problems.append(
+            f"data.val_fraction={cfg.data.val_fraction}: env={name}'s scenarios have no reference to hold out a "
+            "loss on; set data.val_fraction=0"
+        )
+    judge = OmegaConf.to_container(cfg.env.judge, resolve=True)
+    if str(judge.get("backend")) != "none":
+        check_judge(judge, problems)
+
+
 def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
     """The judge's settings, and its API key when it calls the OpenAI API (the key is read, never kept)."""
     backend = str(judge.get("backend"))
@@ -288,6 +314,7 @@ def validate(cfg: DictConfig) -> RunSpec:
         check(cfg, problems)
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
+    check_env(cfg, problems)
     evaluator = check_evaluator(cfg, problems)
     problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
     problems += trainer_problems(cfg.trainer, cfg.objective)

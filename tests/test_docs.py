@@ -19,6 +19,7 @@ GROUPS = [
     "data",
     "model",
     "objective",
+    "env",
     "trainer",
     "logger",
     "evaluator",

@@ -73,12 +73,11 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from rpbench.eval.benchmarks.conversation import open_simulator, simulator_version
-    from rpbench.eval.benchmarks.conversation_judge import judge_sessions
     from rpbench.eval.benchmarks.conversation_loop import run_sessions
     from rpbench.models import for_inference
     from rpbench.pipeline import build_models, eval_context, model_config, read_data
     from rpbench.scoring.judge import open_judge
+    from rpbench.scoring.judge.conversation import judge_sessions, open_simulator, simulator_version
     from rpbench.serve import local_judge
     from rpbench.validate import validate
 
@@ -97,7 +96,7 @@ def main() -> None:
     judge_cfg = OmegaConf.to_container(cfg.judge, resolve=True)
     with scratch as tmp, open_judge(judge_cfg, local_judge) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
-        with open_simulator(ctx, judge) as simulator:
+        with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
             rows = {}
             start = time.perf_counter()
             batched, _, _ = run_sessions(replace(ctx, out_dir=Path(tmp) / "batched"), simulator, simulator_version())

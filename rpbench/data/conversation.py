@@ -1,4 +1,5 @@
-"""Conversation scenarios (``format: conversation``): what drives ``evaluator=conversation``'s sessions.
+"""Conversation scenarios (``format: conversation``): what drives the sessions of ``evaluator=conversation``
+(the test split) and of the training environment ``env=conversation`` (the train split).
 
 A JSON Lines file (or JSON list), one scenario per record:
 
@@ -51,8 +52,9 @@ def parse_scenario(raw: Any, source: Source) -> EvalExample:
     return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns})
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+def read_scenarios(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
     return read_file(path, parse_scenario, on_error)
 
 
-FORMATS.register("conversation")(DataFormat(test=read_test))
+# test: evaluator=conversation's sessions; train: env=conversation's (GRPO on whole sessions)
+FORMATS.register("conversation")(DataFormat(train=read_scenarios, test=read_scenarios))

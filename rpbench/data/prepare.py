@@ -20,6 +20,7 @@ from typing import Any
 from rpbench.data import readers, supervision
 from rpbench.data.errors import ConfigError, DataFormatError, ReadResult
 from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
+from rpbench.data.records import SFTExample
 
 # Data-config keys passed to the readers as format options.
 READER_OPTIONS = (
@@ -88,6 +89,8 @@ def _read_file(data_cfg: Mapping[str, Any], split: str, name: str, file: str | N
         return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
     field = supervision.turn_field(data_cfg["supervise"])
     result = readers.read(str(data_cfg["format"]), split, path, on_error=on_error, turn_field=field, **options)
+    if not all(isinstance(example, SFTExample) for example in result.examples):
+        return result  # scenarios to play (format conversation): no turns to supervise
     configured = f"data.files.{file or split}"
     supervision.check_found(field, configured)
     result.examples, counts = supervision.apply_supervision(

@@ -98,6 +98,7 @@ class ObjectiveModule(L.LightningModule):
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)
     opens_judges = False  # True: built with ``judges`` (a JudgeOpener) for rewards that ask an LLM judge
+    environments: tuple[str, ...] = ()  # the ``env`` options it rolls out in (built with the run's ``renderer``)
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod

@@ -230,6 +230,7 @@ class CoRLModule(GRPOModule):
     needs_tuned_start = True
     supports_packing = False
     optimizer_count = 2  # one per phase
+    environments = ()  # its episodes are its own two phases
     config_class = CoRLConfig
 
     @classmethod

@@ -20,11 +20,14 @@ only even out ranks (``loss_scale`` 0) run the same calls with weight 0.
 
 Prompts come from any record type: an SFT conversation up to its last assistant turn (reference: that
 turn), a preference pair (reference: the chosen reply), a test record (its reference). Validation reports
-the held-out NLL of those references.
+the held-out NLL of those references. With ``env=conversation`` the prompts are conversation scenarios and a
+rollout is a whole session with a simulated user, only the character's tokens in the loss, rewarded by
+``env.rewards`` (rpbench.objectives.conversation_env).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,13 +38,16 @@ from torch.nn.utils.rnn import pad_sequence
 
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
+from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.forward import labelled_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.vllm_engine import VLLMEngine
+from rpbench.models.zero3 import is_partitioned
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
 from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, scenario_of, session_metrics
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
     AGGREGATION_MODES,
@@ -88,12 +94,12 @@ def completion_logps(model, batch: Mapping[str, Any], lengths: Sequence[int]) ->
 
 
 def completion_batch(rollouts: Rollouts, rows: Sequence[int], pad_token_id: int) -> dict[str, Any]:
-    """Padded prompt + completion rows with only the completion tokens labelled."""
+    """Padded prompt + completion rows with only the policy's completion tokens labelled."""
     return pad_collate(
         [
             {
                 "input_ids": rollouts.prompt_ids[i] + rollouts.completion_ids[i],
-                "labels": [IGNORE_INDEX] * len(rollouts.prompt_ids[i]) + rollouts.completion_ids[i],
+                "labels": [IGNORE_INDEX] * len(rollouts.prompt_ids[i]) + rollouts.policy_labels(i),
             }
             for i in rows
         ],
@@ -136,7 +142,7 @@ def optimise_policy(
     """``settings.mu`` optimiser steps of ``model`` over a generation batch, with ``optimizer`` and its
     ``scheduler`` (Lightning's wrapped ones of ``module``), stopping early at ``trainer.max_steps`` or at
     optimiser step ``last_step`` (a phase's end). Returns the sums the step metrics are built from."""
-    lengths = [len(c) for c in rollouts.completion_ids]
+    lengths = rollouts.policy_lengths
     size = int(settings.chunk_size or len(lengths))
     chunks = [list(range(start, min(start + size, len(lengths)))) for start in range(0, len(lengths), size)]
     batches = [
@@ -216,7 +222,7 @@ def rollout_metrics(
 ) -> dict[str, torch.Tensor | float]:
     """The logged statistics of a generation batch (rewards, advantages, clipping, lengths), keys ``prefix...``."""
     groups = rewards.view(-1, group_size)
-    lengths = torch.tensor([len(c) for c in rollouts.completion_ids], dtype=torch.float32)
+    lengths = torch.tensor(rollouts.policy_lengths, dtype=torch.float32)
     metrics = {
         "reward/std": rewards.std(),
         "advantages/mean": advantages.mean(),
@@ -288,11 +294,23 @@ class GRPOConfig(GroupSamplingConfig):
     generation_cache: str
     gather_per_batch: bool
     vllm_gpu_memory_utilization: float
+    env: Mapping[str, Any]  # the env group (``${env}``): none, or conversation (whole sessions)
 
     def problems(self) -> list[str]:
         found = super().problems()
         if self.beta < 0:
             found.append(f"beta must be >= 0, got {self.beta}")
+        if self.env["name"] == "conversation":
+            try:
+                self.conversation_env()
+            except ConfigError as error:
+                found.append(str(error))
+            if self.rollout_backend != "hf":
+                found.append(
+                    "env=conversation rolls out with the policy's own generate: set objective.rollout_backend=hf"
+                )
+        elif self.env["name"] != "none":
+            found.append(f"env must be none or conversation, got {self.env['name']!r}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
         try:
@@ -314,6 +332,10 @@ class GRPOConfig(GroupSamplingConfig):
             beta=float(self.beta),
         )
 
+    def conversation_env(self) -> ConversationEnvSettings | None:
+        """The typed ``env=conversation`` settings; None without an environment."""
+        return ConversationEnvSettings.parse(self.env, "env") if self.env["name"] == "conversation" else None
+
     def generation(self) -> GenerationOptions:
         """How completions are sampled."""
         return GenerationOptions(
@@ -334,7 +356,9 @@ class GRPOModule(ObjectiveModule):
     supports_packing = False
     supports_images = False  # rollouts are generated from the prompt tokens alone
     opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
+    environments = ("conversation",)
     config_class = GRPOConfig
+    env: ConversationEnv | None = None  # env=conversation's sessions (built in __init__)
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -357,12 +381,40 @@ class GRPOModule(ObjectiveModule):
             )
         return samples, empty
 
+    @classmethod
+    def render_for(cls, config: GRPOConfig, examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+        """With ``env=conversation`` one sample per scenario (its system prompt and opening; nothing labelled),
+        else ``render``."""
+        if config.env["name"] != "conversation":
+            return cls.render(examples, renderer)
+        samples = []
+        for example in examples:
+            if not (isinstance(example, EvalExample) and "turns" in example.meta):
+                raise ConfigError(
+                    f"env=conversation trains on conversation scenarios (data format conversation); record "
+                    f"{example.id!r} is a {type(example).__name__}"
+                )
+            ids = renderer.render_prompt(example.prompt)
+            scenario = dataclasses.asdict(example)  # a batch carries plain data
+            samples.append(
+                {"input_ids": ids, "labels": [IGNORE_INDEX] * len(ids), "id": example.id, "scenario": scenario}
+            )
+        return samples, []
+
     @staticmethod
     def sample_weight(sample: dict) -> int:
         """Every prompt weighs the same (the loss is normalised over completions or tokens globally)."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | GRPOConfig, judges: JudgeOpener = open_judge):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        cfg: Mapping[str, Any] | GRPOConfig,
+        judges: JudgeOpener = open_judge,
+        renderer: ChatRenderer | None = None,
+    ):
+        """``renderer``: the run's chat renderer (an environment renders the turns it adds with it)."""
         super().__init__(model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False
@@ -371,7 +423,11 @@ class GRPOModule(ObjectiveModule):
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
         self.generation = cfg.generation()
         self.update = cfg.update()
-        self.reward_fns = build_reward_fns(cfg.rewards, judges)
+        env = cfg.conversation_env()
+        if env is not None and renderer is None:
+            raise ValueError("env=conversation needs the run's chat renderer (renderer=...)")
+        self.env = ConversationEnv(env, judges, renderer) if env is not None else None
+        self.reward_fns = self.env.reward_fns if self.env is not None else build_reward_fns(cfg.rewards, judges)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.seed = cfg.generation_seed
@@ -395,6 +451,11 @@ class GRPOModule(ObjectiveModule):
                     "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
                     "trainer.strategy.config.gradient_clipping instead"
                 )
+        if self.env is not None and is_partitioned(self.model):
+            raise ValueError(
+                "env=conversation: ranks play sessions of different lengths, which a ZeRO-3-partitioned model "
+                "cannot generate in step; train with trainer=ddp or deepspeed_zero2"
+            )
         if self.engine is None:
             self.engine = self.rollout_engine()
 
@@ -422,6 +483,17 @@ class GRPOModule(ObjectiveModule):
     def rollouts(self, batch) -> Rollouts:
         rank, world_size = rank_and_world()
         seed = sampling_seed(self.seed, self.global_step // self.mu, rank, world_size)
+        if self.env is not None:
+            rollouts, self._sessions = self.env.play(
+                self.model,
+                [scenario_of(s) for s in batch["scenario"]],
+                self.num_generations,
+                self.generation,
+                self.stop_ids,
+                self.tokenizer.pad_token_id,
+                seed,
+            )
+            return rollouts
         if self.engine is not None:
             return sample_with_engine(
                 self.engine, self.model, batch["prompt_ids"], self.num_generations, self.generation, self.stop_ids, seed
@@ -438,7 +510,10 @@ class GRPOModule(ObjectiveModule):
         )
 
     def score(self, batch, rollouts: Rollouts) -> tuple[dict[str, list[float]], torch.Tensor]:
-        """Every reward's scores of the decoded completions, and their weighted sum."""
+        """Every reward's scores of the decoded completions (an environment's: of its sessions), and their
+        weighted sum."""
+        if self.env is not None:
+            return self.env.score(self._sessions)
         texts = [decode_completion(self.tokenizer, ids, self.stop_ids) for ids in rollouts.completion_ids]
         scores = score_rewards(
             self.reward_fns,
@@ -484,7 +559,9 @@ class GRPOModule(ObjectiveModule):
     def teardown(self, stage: str) -> None:
         """Close the rewards that hold resources (a judge client, a judge server) when training ends."""
         if stage == "fit":
-            for reward in self.reward_fns:
+            if self.env is not None:
+                self.env.close()  # its rewards too
+            for reward in self.reward_fns if self.env is None else ():
                 if callable(getattr(reward.fn, "close", None)):
                     reward.fn.close()
             if self.engine is not None:
@@ -534,6 +611,8 @@ class GRPOModule(ObjectiveModule):
         if self.reference is not None:
             metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
         metrics["train/optimizer_step"] = float(self.global_step)
+        if self.env is not None:
+            metrics |= {f"train/{key}": value for key, value in session_metrics(self._sessions).items()}
         if "reward_failures" in stats:  # this step's, summed over ranks
             metrics["train/reward_failures"] = stats["reward_failures"]
         self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from rpbench.data.chat import IGNORE_INDEX
 from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.models.zero3 import gathered_for_generation
@@ -60,16 +61,34 @@ def generation_mode(model: nn.Module) -> Iterator[None]:
 
 @dataclass
 class Rollouts:
-    """Completions of a generation batch, row ``i * G + j`` being completion ``j`` of prompt ``i``."""
+    """Completions of a generation batch, row ``i * G + j`` being completion ``j`` of prompt ``i``.
+
+    ``policy_mask`` (an environment's multi-turn rollouts, e.g. whole sessions): which tokens of each
+    completion the policy sampled, the only ones in the loss; None: every completion token."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]  # up to and including the first stop token
     truncated: list[bool]  # no stop token within max_new_tokens
     seconds: float
+    policy_mask: list[list[bool]] | None = None
+
+    def policy_labels(self, row: int) -> list[int]:
+        """Row ``row``'s completion with the tokens the policy did not sample set to IGNORE_INDEX."""
+        ids = self.completion_ids[row]
+        if self.policy_mask is None:
+            return list(ids)
+        return [t if own else IGNORE_INDEX for t, own in zip(ids, self.policy_mask[row], strict=True)]
+
+    @property
+    def policy_lengths(self) -> list[int]:
+        """The policy's sampled tokens per row."""
+        if self.policy_mask is None:
+            return [len(c) for c in self.completion_ids]
+        return [sum(mask) for mask in self.policy_mask]
 
     @property
     def n_tokens(self) -> int:
-        return sum(len(c) for c in self.completion_ids)
+        return sum(self.policy_lengths)
 
 
 def cut_at_stop(row: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int], bool]:

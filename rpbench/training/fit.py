@@ -285,7 +285,9 @@ def train(
             "choose objective=sft or dpo, or data.images=drop to train on the text alone"
         )
     datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first)
-    module = module_cls(model, tokenizer, config, **({"judges": judges} if module_cls.opens_judges else {}))
+    extras = {"judges": judges} if module_cls.opens_judges else {}
+    extras |= {"renderer": renderer} if module_cls.environments else {}
+    module = module_cls(model, tokenizer, config, **extras)
     history, progress = ValidationHistory(), TrainingProgress()
     checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
     ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)

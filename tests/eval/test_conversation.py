@@ -15,8 +15,8 @@ from rpbench.data import readers
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import package_path
 from rpbench.eval.benchmarks.conversation_drift import card_similarities, ooc_hits, session_drift, slope
-from rpbench.eval.benchmarks.conversation_judge import parse_verdict
 from rpbench.scoring.judge.client import JudgeConfigError
+from rpbench.scoring.judge.conversation import parse_verdict
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
 RUBRIC = ["character_consistency", "persona_drift", "knowledge_boundary", "out_of_character", "engagement"]

@@ -4,11 +4,13 @@ character for up to N turns per scenario (``data=conversation``), then the whole
 - The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
   live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
   ``evaluator.simulator.base_url`` names another, or ``evaluator.simulator.server`` a conf/model entry this
-  run serves on 127.0.0.1) with its own sampling; transcripts in conversations.jsonl,
-  resumable after a kill.
-- The judge (``conversation_judge``): one request per session scores every ``evaluator.rubric`` dimension
-  1-5 and flags the character turns where the character broke. Per dimension: mean with a bootstrap CI;
-  ``overall``: the mean over dimensions of each session's scores, summarised the same way.
+  run serves on 127.0.0.1) with its own sampling; transcripts in conversations.jsonl, resumable after a kill.
+  The session itself and the simulator's prompt are in ``rpbench.data.conversation_session``
+  (``env=conversation`` trains on the same sessions).
+- The judge (``rpbench.scoring.judge.conversation``): one request per session scores every
+  ``evaluator.rubric`` dimension 1-5 and flags the character turns where the character broke. Per dimension:
+  mean with a bootstrap CI; ``overall``: the mean over dimensions of each session's scores, summarised the
+  same way.
 - Without a judge (``conversation_drift``): each reply's similarity to the character card and its slope
   over turns; out-of-character phrase counts (``evaluator.ooc_phrases``), which flag turns as well.
 
@@ -20,55 +22,30 @@ dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimensi
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from rpbench.data.conversation_session import Session
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
 from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
-from rpbench.eval.benchmarks.conversation_judge import judge_sessions
-from rpbench.eval.benchmarks.conversation_loop import SIMULATOR_PROMPT, Session, run_sessions
+from rpbench.eval.benchmarks.conversation_loop import run_sessions
 from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_other
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
+from rpbench.scoring.judge.conversation import Simulator, judge_sessions, open_simulator, simulator_version
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Simulator(Settings):
-    server: str | None  # a conf/model entry served by rpbench.serve on 127.0.0.1 for this run
-    base_url: str | None
-    model: str | None
-    api_key_env: str | None
-    temperature: float
-    max_tokens: int
-    stop_marker: str
-
-    def problems(self) -> list[Problem]:
-        found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
-        found += [] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")]
-        found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
-        if (self.base_url is None) != (self.model is None):
-            found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
-        if self.server is not None and self.base_url is not None:
-            found.append(("server", "null when base_url is set (one simulator: a served conf/model or an endpoint)"))
-        options = model_options()
-        if self.server is not None and options and self.server not in options:
-            found.append(("server", f"null or a conf/model entry: one of {', '.join(options)}"))
-        return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +79,9 @@ class ConversationSettings(EvaluatorSettings):
             found.append(("ooc_phrases", "non-empty phrases"))
         if self.pairwise_with is not None and not (Path(self.pairwise_with) / "conversations.jsonl").is_file():
             found.append(("pairwise_with", "null or a conversation run's folder (with conversations.jsonl)"))
+        options, server = model_options(), self.simulator.server
+        if server is not None and options and server not in options:
+            found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
         return found
 
 
@@ -132,7 +112,7 @@ class Conversation(Benchmark):
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
         with ctx.open_judge() as client:
-            with open_simulator(ctx, client) as simulator:
+            with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
             records = [s.record() for s in sessions]
             max_tokens = client.config.max_tokens_for("conversation")
@@ -177,36 +157,6 @@ class Conversation(Benchmark):
                 }
             )
         return results
-
-
-@contextmanager
-def open_simulator(ctx: EvalContext, judge: Any) -> Iterator[Any]:
-    """The user simulator's client, ``simulator``'s sampling: a server of ``simulator.server`` started on
-    127.0.0.1 (by the handed-in local server, as ``judge=local``'s), ``simulator.base_url``'s endpoint, or
-    the judge's endpoint and model; closed (and the server stopped) on exit."""
-    from rpbench.scoring.judge import JudgeClient
-    from rpbench.scoring.judge.client import LOCAL_ENDPOINT
-
-    sim = ctx.settings.simulator
-    config = replace(judge.config, temperature=sim.temperature, top_p=None)
-    with ExitStack() as stack:
-        if sim.server is not None:
-            if ctx.local_judge_server is None:
-                raise ConfigError("evaluator.simulator.server: no local server was handed in (the pipeline hands it)")
-            server = stack.enter_context(ctx.local_judge_server({"server": {"model": sim.server}}))
-            free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
-            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
-            client = JudgeClient(local, LOCAL_ENDPOINT)
-        elif sim.base_url is None:
-            client = JudgeClient(config, judge.endpoint)
-        else:
-            client = JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
-        stack.callback(client.close)  # before the server stops
-        yield client
-
-
-def simulator_version() -> str:
-    return f"conversation-simulator-{hashlib.sha256(SIMULATOR_PROMPT.encode()).hexdigest()[:12]}"
 
 
 def measure(ev: ConversationSettings, sessions: Sequence[Session]) -> dict[str, dict[str, Any]]:

@@ -19,8 +19,8 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.eval.benchmarks.base import read_jsonl
-from rpbench.eval.benchmarks.conversation_judge import prompt_slots, transcript
 from rpbench.eval.stats import summarize
+from rpbench.scoring.judge.conversation import prompt_slots, transcript
 
 SCENARIO_FIELDS = ("character", "card", "persona", "goal")
 CHOICES = ("A", "B", "tie")

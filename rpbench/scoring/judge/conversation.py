@@ -1,18 +1,27 @@
-"""Session-level judging of whole conversations (rpbench's wording): one request per session.
+"""Whole conversations with an LLM (rpbench's wording): the user simulator's client and requests, and
+session-level judging, one request per session (``evaluator=conversation`` and ``env=conversation``).
 
 The judge sees the character card, the user's persona and goal and the whole conversation with the
 character's turns numbered, and answers one JSON object: a score from 1 (poor) to 5 (excellent) for every
 rubric dimension, and the character turns where the character broke (``breaks``: turn number and reason).
 A reply without a valid score for every dimension is re-asked (``judge.parse_tries``), then counted as a
 parse failure, never scored; a break naming a turn the session does not have is left out and counted.
+``session_score`` turns a session's scores into one number in [0, 1] (a reward).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from typing import Any
+
+from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
+from rpbench.data.errors import ConfigError
+from rpbench.scoring.judge.client import LOCAL_ENDPOINT, JudgeClient, JudgeRequest, JudgeResult, LocalServer
+from rpbench.typed import Problem, Settings
 
 SCALE = (1, 5)
 JUDGE_PROMPT = """You are judging a role-play conversation. A model played the character {character}. A user \
@@ -33,6 +42,69 @@ knowledge it could not have. Give each with its turn number and a short reason (
 Answer with one JSON object and nothing else, in this form:
 {form}"""
 REASK = "Answer now with the JSON object only: every dimension's score (1-5) and the list of breaks."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Simulator(Settings):
+    """The user simulator: a model served for the run, another endpoint, or (all null) the judge's; its own
+    sampling. (Whether ``server`` names a conf/model entry is checked where the model entries are known.)"""
+
+    server: str | None  # a conf/model entry served by rpbench.serve on 127.0.0.1 for this run
+    base_url: str | None
+    model: str | None
+    api_key_env: str | None
+    temperature: float
+    max_tokens: int
+    stop_marker: str
+
+    def problems(self) -> list[Problem]:
+        found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
+        found += [] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")]
+        found += [] if self.stop_marker.strip() else [("stop_marker", "a non-empty marker")]
+        if (self.base_url is None) != (self.model is None):
+            found.append(("model", "set together with base_url (both null: the judge's endpoint and model)"))
+        if self.server is not None and self.base_url is not None:
+            found.append(("server", "null when base_url is set (one simulator: a served conf/model or an endpoint)"))
+        return found
+
+
+@contextmanager
+def open_simulator(
+    judge: JudgeClient, sim: Simulator, local_server: LocalServer | None, where: str
+) -> Iterator[JudgeClient]:
+    """The user simulator's client, ``sim``'s sampling: a server of ``sim.server`` started on 127.0.0.1 (by
+    ``local_server``, as ``judge=local``'s), ``sim.base_url``'s endpoint, or the judge's endpoint and model;
+    closed (and the server stopped) on exit. ``where``: the settings' key, for errors."""
+    config = replace(judge.config, temperature=sim.temperature, top_p=None)
+    with ExitStack() as stack:
+        if sim.server is not None:
+            if local_server is None:
+                raise ConfigError(f"{where}.server: no local server was handed in (the pipeline hands it)")
+            server = stack.enter_context(local_server({"server": {"model": sim.server}}))
+            free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
+            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
+            client = JudgeClient(local, LOCAL_ENDPOINT)
+        elif sim.base_url is None:
+            client = JudgeClient(config, judge.endpoint)
+        else:
+            client = JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+        stack.callback(client.close)  # before the server stops
+        yield client
+
+
+def simulator_version() -> str:
+    return f"conversation-simulator-{hashlib.sha256(SIMULATOR_PROMPT.encode()).hexdigest()[:12]}"
+
+
+def ask_simulator(
+    simulator: JudgeClient, sessions: Sequence[Session], turn: int, stop_marker: str, max_tokens: int, version: str
+) -> list[JudgeResult]:
+    """The simulator's reply to each session after the character's ``turn``-th, in one batch."""
+    requests = [
+        JudgeRequest(({"role": "user", "content": simulator_prompt(s, stop_marker)},), max_tokens, version)
+        for s in sessions
+    ]
+    return simulator.judge_many(requests, desc=f"user simulator, turn {turn}") if requests else []
 
 
 def transcript(session: Mapping[str, Any]) -> str:
@@ -95,8 +167,6 @@ def judge_sessions(
 ) -> list[dict[str, Any]]:
     """One judgement per session: ``{"id", "status", "scores", "breaks", "breaks_out_of_range", "reply",
     "attempts"}`` (scores None per dimension unless the reply parsed)."""
-    from rpbench.scoring.judge import JudgeRequest
-
     version = prompt_version(rubric)
     requests = [
         JudgeRequest(({"role": "user", "content": judge_prompt(s, rubric)},), max_tokens, version) for s in sessions
@@ -122,3 +192,14 @@ def judge_sessions(
             }
         )
     return out
+
+
+def session_score(scores: Mapping[str, int | None], weights: Mapping[str, float] | None) -> float | None:
+    """A session's scores as one number in [0, 1]: their mean (or ``weights``-weighted mean) mapped from the
+    1-5 scale; None when a weighted dimension has no score."""
+    weights = weights or dict.fromkeys(scores, 1.0)
+    if any(scores.get(d) is None for d in weights):
+        return None
+    low, high = SCALE
+    mean = sum(w * scores[d] for d, w in weights.items()) / sum(weights.values())
+    return (mean - low) / (high - low)

@@ -1,0 +1,268 @@
+"""``env=conversation``: GRPO rollouts that are whole sessions with a simulated user (issue 26).
+
+Each training record is a scenario (``rpbench.data.conversation``); a rollout plays G sessions of it
+(``objective.num_generations``), all sessions of a micro-batch advancing one turn at a time: one batched
+``generate`` call writes every live session's character turn (sampled), then one batch of requests to the user
+simulator (``rpbench.scoring.judge.conversation``) writes the next user turns. A session ends at its turn limit,
+on the simulator's stop marker or error (``rpbench.data.conversation_session``), or when another turn would not
+fit ``data.max_length`` (``length``).
+
+The whole session is one token sequence, built from the tokens the policy actually sampled: after each character
+turn come the end-of-turn tokens when the turn did not close with them, then the user's turn and the character's
+header exactly as the chat template renders them after that reply (``user_turn_ids``). The policy's own tokens
+(every character turn) are in the loss; the scenario prompt, the user turns and the template's tokens are not
+(``Rollouts.policy_mask``). A session's reward is the weighted sum of ``env.rewards``: ``session_judge``
+(one judge request per session) or any registered reward, scored per character turn and averaged.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack, nullcontext
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from rpbench.data.chat import ChatRenderer, TemplateError
+from rpbench.data.conversation_session import Session, model_turns
+from rpbench.data.records import EvalExample, Turn, as_messages
+from rpbench.models.generation import GenerationOptions, decode_completion
+from rpbench.objectives.rewards import REWARDS, RewardFn, build_reward_fns, score_rewards, weighted_sum
+from rpbench.objectives.sampling import Rollouts, generate_rows
+from rpbench.scoring.judge.client import JudgeOpener
+from rpbench.scoring.judge.conversation import (
+    Simulator,
+    ask_simulator,
+    judge_sessions,
+    open_simulator,
+    session_score,
+    simulator_version,
+)
+from rpbench.typed import Problem, Settings
+
+log = logging.getLogger(__name__)
+
+ENDINGS = ("turn_limit", "simulator", "simulator_error", "length")  # why a session ended (Session.ended_by)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationEnvSettings(Settings):
+    """conf/env/conversation.yaml (the session settings from conf/evaluator/common/conversation_session.yaml)."""
+
+    name: str
+    max_turns: int | None
+    simulator: Simulator
+    rubric: Mapping[str, str]
+    judge: Mapping[str, Any]
+    rewards: tuple[Mapping[str, Any], ...]
+
+    open_keys: ClassVar[tuple[str, ...]] = ("judge", "rewards")
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if self.max_turns is not None and self.max_turns < 1:
+            found.append(("max_turns", "null (each scenario's turns) or an integer >= 1"))
+        if not self.rubric or not all(q.strip() for q in self.rubric.values()):
+            found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
+        if self.simulator.server is not None:
+            found.append(("simulator.server", "null: the judge's endpoint (or simulator.base_url) plays the user"))
+        if str(dict(self.judge).get("backend")) == "none":
+            found.append(("judge", "a judge to play the user (judge=local|openai|vllm), not judge=none"))
+        if not self.rewards:
+            found.append(("rewards", "at least one reward of a session"))
+        return found
+
+
+@REWARDS.register("session_judge")
+class SessionJudgeReward:
+    """The session judge's verdict on the rubric as one number in [0, 1] per session (``session_score``).
+
+    Called with the sessions' records (``Session.record``) as ``prompts``. A verdict the judge cannot give
+    (unparseable after ``judge.parse_tries``, or a failed request) scores ``failure_reward`` and is counted in
+    ``failures`` (GRPO logs them).
+    """
+
+    opens_judge: ClassVar[bool] = True
+    scores_sessions: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        judge: Mapping[str, Any],
+        rubric: Mapping[str, str],
+        weights: Mapping[str, float] | None,
+        failure_reward: float,
+        *,
+        opener: JudgeOpener,
+    ):
+        unknown = sorted(set(weights or {}) - set(rubric))
+        if unknown:
+            raise ValueError(f"session_judge: weights name dimensions not in the rubric: {unknown}")
+        self.rubric, self.weights = dict(rubric), dict(weights) if weights else None
+        self.failure_reward, self.failures = float(failure_reward), 0
+        self._stack = ExitStack()
+        self.client = self._stack.enter_context(opener(dict(judge)))
+
+    def __call__(self, prompts, completions, references) -> list[float]:
+        max_tokens = self.client.config.max_tokens_for("conversation")
+        judged = judge_sessions(self.client, prompts, self.rubric, max_tokens)
+        scores = [session_score(j["scores"], self.weights) if j["status"] == "ok" else None for j in judged]
+        failed = sum(s is None for s in scores)
+        if failed:
+            log.warning(
+                "session judge: %d of %d sessions without a verdict; scored %s",
+                failed,
+                len(scores),
+                self.failure_reward,
+            )
+        self.failures += failed
+        return [self.failure_reward if s is None else s for s in scores]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def scenario_of(values: Mapping[str, Any]) -> EvalExample:
+    """A scenario record from its plain form in a batch (``dataclasses.asdict``)."""
+    prompt = tuple(Turn(**turn) for turn in values["prompt"])
+    return EvalExample(values["id"], prompt, values["reference"], values["task"], dict(values["meta"]))
+
+
+def user_turn_ids(renderer: ChatRenderer, turns: Sequence[Turn]) -> list[int]:
+    """The tokens that follow the character's last reply and its end of turn when ``turns`` end on a user
+    message: the template's text after that reply, the user's turn and the character's header, tokenized as
+    ``render_prompt`` tokenizes them."""
+    pieces = renderer.pieces(renderer.content.escape_turns(turns))
+    before = [i for text, _ in pieces[:-1] for i in renderer.content.encode(text)]
+    ids = renderer.render_prompt(turns, max_length=sys.maxsize)
+    if ids[: len(before)] != before:
+        raise TemplateError("env=conversation needs a prefix-stable chat template (set model.chat_template)")
+    return ids[len(before) :]
+
+
+@dataclass
+class PlayedSession:
+    """A session and its token sequence after the scenario prompt; ``policy[k]``: token k is the policy's own."""
+
+    session: Session
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    policy: list[bool] = field(default_factory=list)
+    truncated: bool = False  # a character turn hit max_completion_length
+
+    def add(self, ids: Sequence[int], own: bool) -> None:
+        self.ids += ids
+        self.policy += [own] * len(ids)
+
+
+class ConversationEnv:
+    """Plays and scores the sessions of a micro-batch of scenarios (see the module's docstring)."""
+
+    def __init__(self, settings: ConversationEnvSettings, judges: JudgeOpener, renderer: ChatRenderer):
+        self.settings, self.renderer = settings, renderer
+        self._stack = ExitStack()
+        judge = self._stack.enter_context(judges(dict(settings.judge)))
+        self.simulator = self._stack.enter_context(open_simulator(judge, settings.simulator, None, "env.simulator"))
+        # the session judge asks the judge opened here (one local server for the simulator and the judge)
+        shared = lambda cfg: nullcontext(judge) if dict(cfg) == dict(settings.judge) else judges(cfg)  # noqa: E731
+        self.reward_fns: list[RewardFn] = build_reward_fns(settings.rewards, shared)
+        self.end_of_turn = renderer.content.encode(renderer.end_of_turn)
+        self.version = simulator_version()
+
+    def close(self) -> None:
+        for reward in self.reward_fns:
+            if callable(getattr(reward.fn, "close", None)):
+                reward.fn.close()
+        self._stack.close()
+
+    def play(
+        self,
+        model,
+        scenarios: Sequence[EvalExample],
+        group_size: int,
+        options: GenerationOptions,
+        stop_ids: Sequence[int],
+        pad_id: int,
+        seed: int,
+    ) -> tuple[Rollouts, list[Session]]:
+        """``group_size`` sessions of each scenario (contiguous rows), played to their end."""
+        started = time.perf_counter()
+        budget = self.renderer.max_length - options.max_new_tokens
+        played = [
+            PlayedSession(Session.start(e, self.settings.max_turns), self.renderer.render_prompt(e.prompt, budget))
+            for e in scenarios
+            for _ in range(group_size)
+        ]
+        turn = 0
+        while live := [p for p in played if p.session.ended_by is None]:
+            turn += 1
+            rows = [p.prompt_ids + p.ids for p in live]
+            out = generate_rows(model, rows, options, stop_ids, pad_id, seed + 1_000_003 * turn)
+            for p, ids, truncated in zip(live, out.completion_ids, out.truncated, strict=True):
+                p.add(ids, own=True)
+                if ids[-len(self.end_of_turn) :] != self.end_of_turn:
+                    p.add(self.end_of_turn, own=False)  # closes the turn as the template does; not the policy's
+                p.truncated |= truncated
+                p.session.add_reply(decode_completion(self.renderer.tokenizer, ids, stop_ids))
+            asking = [p for p in live if p.session.ended_by is None]
+            sim = self.settings.simulator
+            replies = ask_simulator(
+                self.simulator, [p.session for p in asking], turn, sim.stop_marker, sim.max_tokens, self.version
+            )
+            for p, reply in zip(asking, replies, strict=True):
+                p.session.take_user_reply(reply.text, reply.error, turn, sim.stop_marker)
+                if p.session.ended_by is None:
+                    p.add(user_turn_ids(self.renderer, model_turns(p.session)), own=False)
+                    if len(p.prompt_ids) + len(p.ids) > budget:
+                        p.session.ended_by = "length"
+        rollouts = Rollouts(
+            [p.prompt_ids for p in played],
+            [p.ids for p in played],
+            [p.truncated for p in played],
+            time.perf_counter() - started,
+            policy_mask=[p.policy for p in played],
+        )
+        return rollouts, [p.session for p in played]
+
+    def score(self, sessions: Sequence[Session]) -> tuple[dict[str, list[float]], torch.Tensor]:
+        """Every reward's score of each session, and their weighted sum."""
+        scores: dict[str, list[float]] = {}
+        records = [s.record() for s in sessions]
+        for reward in self.reward_fns:
+            if getattr(reward.fn, "scores_sessions", False):
+                replies = ["\n".join(s.replies) for s in sessions]
+                scores |= score_rewards([reward], records, replies, [None] * len(sessions))
+            else:
+                scores[reward.name] = per_turn_mean(reward, sessions)
+        weights = {r.name: r.weight for r in self.reward_fns}
+        return scores, torch.tensor(weighted_sum(scores, weights), dtype=torch.float32)
+
+
+def per_turn_mean(reward: RewardFn, sessions: Sequence[Session]) -> list[float]:
+    """A completion reward on every character turn (its prompt: the conversation before it), averaged per session."""
+    prompts, replies, owner = [], [], []
+    for k, session in enumerate(sessions):
+        turns = model_turns(session)
+        for i, turn in enumerate(turns):
+            if turn.role == "assistant":
+                prompts.append(as_messages(turns[:i]))
+                replies.append(turn.content)
+                owner.append(k)
+    values = score_rewards([reward], prompts, replies, [None] * len(replies))[reward.name]
+    sums, counts = [0.0] * len(sessions), [0] * len(sessions)
+    for k, value in zip(owner, values, strict=True):
+        sums[k] += float(value)
+        counts[k] += 1
+    return [total / n for total, n in zip(sums, counts, strict=True)]
+
+
+def session_metrics(sessions: Sequence[Session]) -> dict[str, float]:
+    """How the sessions went: character turns per session, and the share ended by each reason."""
+    ended = Counter(s.ended_by for s in sessions)
+    metrics = {"env/character_turns/mean": sum(s.character_turns for s in sessions) / len(sessions)}
+    metrics |= {f"env/ended_by/{reason}": ended[reason] / len(sessions) for reason in ENDINGS}
+    return metrics

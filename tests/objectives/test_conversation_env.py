@@ -1,0 +1,239 @@
+"""env=conversation: GRPO rollouts that are whole sessions between the tiny policy and a user simulator on
+127.0.0.1 (a scripted chat stub, or judge=local's server through the pipeline); only the character turns'
+tokens are supervised; the session judge's reward; named errors for what cannot work."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
+
+from conftest import chat_stub, composed, registered, run_in_process
+from rpbench.data import readers
+from rpbench.data.chat import IGNORE_INDEX
+from rpbench.data.conversation_session import Session
+from rpbench.data.errors import ConfigError
+from rpbench.models import chat_renderer, load
+from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids
+from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
+from rpbench.objectives.grpo import completion_batch
+from rpbench.objectives.rewards import REWARDS
+from rpbench.scoring.judge.client import open_judge
+from rpbench.training import train
+from rpbench.validate import validate
+
+SCENARIOS = [
+    {
+        "id": "train-ida-garden",
+        "character": "Ida Brenn",
+        "card": "Ida Brenn, a gardener in a walled town. She knows herbs and seasons.",
+        "persona": "Jo, a new neighbour.",
+        "goal": "Learn which herbs to plant in spring.",
+        "opening": "Hello Ida, what should I plant?",
+        "turns": 2,
+    },
+    {
+        "id": "train-olav-forge",
+        "character": "Olav Hart",
+        "card": "Olav Hart, a village smith. He knows iron and horses.",
+        "persona": "Pia, a traveller.",
+        "goal": "Get a horseshoe mended.",
+        "opening": "Good day, smith. Can you mend this shoe?",
+        "turns": 2,
+    },
+]
+USER_REPLY = "Tell me more."
+SCORES = {
+    "character_consistency": 4,
+    "persona_drift": 4,
+    "knowledge_boundary": 5,
+    "out_of_character": 3,
+    "engagement": 4,
+    "goal_progress": 2,
+}
+
+
+@pytest.fixture
+def scenarios(tmp_path) -> Path:
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(s) + "\n" for s in SCENARIOS))
+    return path
+
+
+def conversation_env(cfg, base_url: str, renderer) -> ConversationEnv:
+    """The env of a composed run, its judge (the simulator) pointed at ``base_url``."""
+    settings = OmegaConf.to_container(cfg.env, resolve=True)
+    settings["judge"] |= {"base_url": base_url, "api_key_env": None, "cache_path": None, "progress": False}
+    return ConversationEnv(ConversationEnvSettings.parse(settings, "env"), open_judge, renderer)
+
+
+def labelled_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
+    """The maximal runs of labelled tokens (each label checked to be its token)."""
+    runs, current = [], []
+    for token, label in zip(ids, labels, strict=True):
+        if label == IGNORE_INDEX:
+            runs, current = runs + [current] if current else runs, []
+            continue
+        assert label == token
+        current.append(token)
+    return runs + [current] if current else runs
+
+
+def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_path, scenarios):
+    """Two sessions of a 2-turn scenario: decoding the labelled runs gives the character's turns, and the whole
+    sequence decodes to the chat template's rendering of the conversation (system prompt, opening, the user
+    simulator's turn: all unlabelled). Token ids 100-399 also stop a turn, so turns end on a stop token of
+    their own (then labelled, and the end of turn added unlabelled) or at the length limit."""
+    cfg = composed(
+        tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai", "env.rewards=[{name: non_empty}]"
+    )
+    model, tokenizer = load(cfg.model)
+    model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 400)]
+    renderer = chat_renderer(cfg.model, tokenizer, 1024)
+    (scenario,) = readers.read("conversation", "train", scenarios).examples[:1]
+    stop_ids = default_stop_ids(model, tokenizer)
+    with chat_stub(lambda body: USER_REPLY) as stub:
+        env = conversation_env(cfg, stub.url, renderer)
+        options = GenerationOptions(max_new_tokens=6, temperature=1.0, progress=False)
+        rollouts, sessions = env.play(model, [scenario], 2, options, stop_ids, tokenizer.pad_token_id, seed=3)
+        env.close()
+        asked = stub.requests
+    assert len(asked) == 2  # after turn 1 of each session; turn 2 is the limit
+    end_of_turn = tokenizer.convert_tokens_to_ids(renderer.end_of_turn)
+    batch = completion_batch(rollouts, [0, 1], tokenizer.pad_token_id)
+    endings = set()
+    for row, session in enumerate(sessions):
+        assert session.ended_by == "turn_limit" and session.character_turns == 2
+        n = int(batch["attention_mask"][row].sum())
+        ids, labels = batch["input_ids"][row, :n].tolist(), batch["labels"][row, :n].tolist()
+        runs = labelled_runs(ids, labels)
+        assert len(runs) == 2 and sum(map(len, runs)) == rollouts.policy_lengths[row]
+        assert [decode_completion(tokenizer, run, stop_ids) for run in runs] == session.replies
+        # the character's contents: each run without the end of turn it may close with
+        contents = [tokenizer.decode(run[:-1] if run[-1] == end_of_turn else run) for run in runs]
+        endings |= {"end_of_turn" if r[-1] == end_of_turn else "stop" if r[-1] in stop_ids else "cut" for r in runs}
+        messages = [
+            {"role": "system", "content": scenario.prompt[0].content},
+            {"role": "user", "content": scenario.prompt[1].content},
+            {"role": "assistant", "content": contents[0]},
+            {"role": "user", "content": USER_REPLY},
+            {"role": "assistant", "content": contents[1]},
+        ]
+        assert tokenizer.decode(ids) + "\n" == tokenizer.apply_chat_template(messages, tokenize=False)
+        unlabelled = tokenizer.decode([t for t, label in zip(ids, labels, strict=True) if label == IGNORE_INDEX])
+        assert USER_REPLY in unlabelled and scenario.prompt[0].content in unlabelled
+    assert endings == {"stop", "cut"}  # this seed's turns end both ways
+
+
+def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, scenarios):
+    """`python run.py objective=grpo env=conversation judge=local`: the local server plays the user and judges
+    (scripted replies), one optimiser step on 2 scenarios x 2 sessions of 2 turns each."""
+    verdict = json.dumps({"scores": SCORES, "breaks": []})
+    simulator = f"{{match: 'Write only your next message', reply: '{USER_REPLY}'}}"
+    judge = f"{{match: 'You are judging a role-play', reply: '{verdict}'}}"
+    out = tmp_path / "run"
+    results = run_in_process(
+        out,
+        "objective=grpo",
+        "env=conversation",
+        "data=sample_conversation",
+        f"data.files.train={scenarios}",
+        "evaluator=none",
+        "judge=local",
+        f"+judge.server.scripted=[{simulator}, {judge}]",
+        "judge.cache_path=null",
+        "judge.progress=false",
+        "objective.num_generations=2",
+        "objective.batch_size=2",
+        "objective.max_completion_length=6",
+        "save_model=false",
+        "trainer.enable_progress_bar=false",
+    )
+    assert results["train"]["optimizer_steps"] == 1 and results["train"]["samples"]["train"] == 2
+    with open(out / "metrics.csv", newline="") as f:
+        (row,) = [r for r in csv.DictReader(f) if r.get("train/reward")]
+    # the mean of the rubric's six scores on 1-5, mapped to [0, 1]
+    assert float(row["train/reward"]) == pytest.approx((sum(SCORES.values()) / 6 - 1) / 4)
+    assert float(row["train/reward_failures"]) == 0
+    assert float(row["train/env/character_turns/mean"]) == 2  # the simulator answered after turn 1
+    assert float(row["train/env/ended_by/turn_limit"]) == 1
+    assert float(row["train/completion_length/mean"]) > 0
+
+
+def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_score(tmp_path, scenarios):
+    """Ida's session gets a verdict (weighted: (3 * 5 + 1 * 2) / 4 = 4.25 on 1-5, so 0.8125); Olav's verdict is
+    unreadable, so it gets failure_reward and is counted."""
+    cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
+    verdict = json.dumps({"scores": SCORES, "breaks": []})
+    sessions = [Session.start(e, None) for e in readers.read("conversation", "train", scenarios).examples]
+    for session in sessions:
+        session.add_reply("Plant sage.")
+    with chat_stub(lambda body: verdict if "Ida Brenn" in body["messages"][-1]["content"] else "maybe") as stub:
+        judge = OmegaConf.to_container(cfg.judge, resolve=True)
+        judge |= {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
+        weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
+        reward = SessionJudgeReward(judge, dict(cfg.env.rubric), weights, 0.25, opener=open_judge)
+        scores = reward([s.record() for s in sessions], ["", ""], [None, None])
+        reward.close()
+        asked = stub.requests
+    assert scores == [pytest.approx((17 / 4 - 1) / 4), 0.25] and reward.failures == 1
+    assert len(asked) == 2  # one request per session (parse_tries=1: no re-ask)
+
+
+def letter_fraction(prompts, completions, references) -> list[float]:
+    """Toy rule reward of a character turn: the share of its characters that are an "e"."""
+    return [c.count("e") / max(len(c), 1) for c in completions]
+
+
+@pytest.mark.slow  # 24 optimiser steps of 16 two-turn sessions: about a minute on 2 busy cores
+def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
+    """The learnable toy: a rule reward on each character turn (averaged per session) rises over 24 optimiser
+    steps of the tiny random policy (8 sessions of 2 turns per scenario, a scripted user)."""
+    examples = readers.read("conversation", "train", scenarios).examples
+    with registered((REWARDS, "test_turn_letter_fraction", letter_fraction)), chat_stub(lambda b: USER_REPLY) as stub:
+        cfg = composed(
+            tmp_path / "run",
+            "objective=grpo",
+            "env=conversation",
+            "judge=openai",
+            f"judge.base_url={stub.url}",
+            "judge.api_key_env=null",
+            "judge.cache_path=null",
+            "judge.progress=false",
+            "env.rewards=[{name: test_turn_letter_fraction}]",
+            "objective.epochs=12",
+            "objective.batch_size=1",
+            "objective.lr=3e-2",
+            "objective.num_generations=8",
+            "objective.max_completion_length=8",
+            "save_model=false",
+            "trainer.enable_progress_bar=false",
+        )
+        model, tokenizer = load(cfg.model)
+        logger = CSVLogger(str(tmp_path), name="csv", version=0)
+        report = train(cfg, model, tokenizer, examples, [], tmp_path, logger=logger)
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rewards = [float(r["train/reward"]) for r in csv.DictReader(f) if r.get("train/reward")]
+    assert report["optimizer_steps"] == len(rewards) == 24
+    assert sum(rewards[-6:]) / 6 > 2 * sum(rewards[:6]) / 6, rewards
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["objective=sft"], "env=conversation: objective=sft rolls out in no environment; choose objective=grpo"),
+        (["objective=grpo", "data=sample"], "env=conversation trains on conversation scenarios"),
+        (["objective=grpo", "judge=none"], "env.judge"),
+        (["objective=grpo", "env.simulator.server=tiny-qwen2"], "env.simulator.server"),
+        (["objective=grpo", "data.val_fraction=0.5"], "no reference to hold out a loss on; set data.val_fraction=0"),
+        (["objective=grpo", "objective.rollout_backend=vllm"], "objective.rollout_backend=hf"),
+    ],
+)
+def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message):
+    cfg = composed(tmp_path / "run", "env=conversation", "data=sample_conversation", "judge=local", *overrides)
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)

@@ -12,7 +12,7 @@ import pytest
 from test_serve import post
 
 from conftest import evaluation_of, generate_texts
-from rpbench.data.mmrole import read_test
+from rpbench.data.mmrole.reader import read_test
 from rpbench.eval.generate import generate_predictions
 from rpbench.serve import compose_model_config, load_served_model, serve_in_thread
 

@@ -14,7 +14,7 @@ from conftest import ChatStub, chat_stub
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_via_endpoint
-from rpbench.eval.mmrole_eval import judge_answers
+from rpbench.eval.benchmarks.mmrole.judging import judge_answers
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8

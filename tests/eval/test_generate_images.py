@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import generate_texts
-from rpbench.data.mmrole import read_test
+from rpbench.data.mmrole.reader import read_test
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.families.qwen2_vl import Qwen2VL

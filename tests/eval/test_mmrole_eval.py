@@ -9,8 +9,8 @@ import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data.errors import DataFormatError
-from rpbench.data.mmrole_prompts import METRICS, REASK
-from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
+from rpbench.data.mmrole.prompts import METRICS, REASK
+from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
 from rpbench.serve import load_served_model, serve_in_thread
 

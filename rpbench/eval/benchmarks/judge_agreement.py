@@ -19,7 +19,7 @@ import yaml
 from rpbench.data.errors import ConfigError
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl
 from rpbench.eval.context import EvalContext
-from rpbench.eval.mmrole_eval import review_ratios
+from rpbench.eval.benchmarks.mmrole.judging import review_ratios
 from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key, agreement, model_family
 from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
 from rpbench.typed import Settings

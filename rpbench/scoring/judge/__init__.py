@@ -2,7 +2,7 @@
 
 with open_judge(cfg.judge, local_server) as client:   # judge=local: the server the pipeline hands in
     rolemrc = judge_rolemrc(examples, predictions, client)
-    mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
+    mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.benchmarks.mmrole.judging
 """
 
 from rpbench.scoring.judge.client import (

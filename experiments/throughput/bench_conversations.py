@@ -85,10 +85,7 @@ def main() -> None:
     ]
     model, tokenizer = build_models(cfg)["policy"]
     model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, None)
-    from omegaconf import OmegaConf
-
-    judge_cfg = OmegaConf.to_container(cfg.judge, resolve=True)
-    with tempfile.TemporaryDirectory() as tmp, open_judge(judge_cfg) as judge:
+    with tempfile.TemporaryDirectory() as tmp, open_judge(spec.judge) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
         simulator = simulator_client(judge, spec.evaluator.simulator)
         rows = {}

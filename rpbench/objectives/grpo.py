@@ -52,9 +52,17 @@ from rpbench.objectives.losses import (
 )
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
-from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sample_with_engine, sampling_seed
+from rpbench.objectives.sampling import (
+    ROLLOUT_KEYS,
+    Rollouts,
+    repeat_each,
+    rollout_options,
+    sample_completions,
+    sample_with_engine,
+    sampling_seed,
+)
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
@@ -295,10 +303,8 @@ class GRPOConfig(GroupSamplingConfig):
             found.append(f"beta must be >= 0, got {self.beta}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
-        try:
-            self.generation()
-        except ValueError as error:
-            found.append(str(error))
+        found += reward_problems(self.rewards, "objective.rewards")
+        found += self.generation().invalid(ROLLOUT_KEYS)
         return found
 
     def update(self) -> UpdateSettings:
@@ -316,12 +322,11 @@ class GRPOConfig(GroupSamplingConfig):
 
     def generation(self) -> GenerationOptions:
         """How completions are sampled."""
-        return GenerationOptions(
+        return rollout_options(
             max_new_tokens=int(self.max_completion_length),
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             top_k=int(self.top_k),
-            progress=False,
             cache=str(self.generation_cache),
             gather_per_batch=bool(self.gather_per_batch),
         )
@@ -371,7 +376,7 @@ class GRPOModule(ObjectiveModule):
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
         self.generation = cfg.generation()
         self.update = cfg.update()
-        self.reward_fns = build_reward_fns(cfg.rewards, judges)
+        self.reward_fns = build_reward_fns(cfg.rewards, "objective.rewards", judges)
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.seed = cfg.generation_seed

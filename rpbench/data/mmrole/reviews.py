@@ -44,8 +44,8 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole.reader import PROFILE_KEYS, scenario_of
 from rpbench.data.mmrole.prompts import METRICS, ReviewPrompts, review_prompts
+from rpbench.data.mmrole.reader import PROFILE_KEYS, scenario_of
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

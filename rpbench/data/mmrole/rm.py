@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import OnError, ReadResult
-from rpbench.data.mmrole.reader import SYSTEM_FILLED, dialogue
 from rpbench.data.mmrole.prompts import METRICS, parse_score_pair, review_prompts
+from rpbench.data.mmrole.reader import SYSTEM_FILLED, dialogue
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

@@ -37,6 +37,11 @@ GENERATION = [
     ("evaluator.generation.batch_size=0", "evaluator.generation.batch_size=0: expected an integer >= 1"),
     ("evaluator.generation.cache=paged", "evaluator.generation.cache='paged': expected one of dynamic, static"),
     ("+evaluator.generation.top_n=3", "evaluator.generation.top_n: unknown key"),
+    (
+        "evaluator.generation.merge_timeout_s=0",
+        "evaluator.generation.merge_timeout_s=0.0: expected a number of seconds",
+    ),
+    ("evaluator.generation.max_prompt_length=0", "evaluator.generation.max_prompt_length=0: expected null or an"),
 ]
 STATISTICS = [
     ("evaluator.bootstrap.n_resamples=0", "evaluator.bootstrap.n_resamples=0: expected an integer >= 1"),
@@ -53,6 +58,7 @@ ENDPOINTS = [
     ("evaluator.backend=remote", "evaluator.backend='remote': expected one of local, vllm, endpoint"),
     ("evaluator.endpoint.concurrency=0", "evaluator.endpoint.concurrency=0: expected an integer >= 1"),
     ("evaluator.endpoint.timeout_s=0", "evaluator.endpoint.timeout_s=0.0: expected a number of seconds > 0"),
+    ("evaluator.endpoint.max_retries=-1", "evaluator.endpoint.max_retries=-1: expected an integer >= 0"),
     ("evaluator.judge_prompt_file=no_such_prompts.yaml", "evaluator.judge_prompt_file='no_such_prompts.yaml'"),
 ]
 OPTIMISATION = [
@@ -105,6 +111,25 @@ def test_an_out_of_range_value_is_named_at_startup(default_config, override, nam
     with pytest.raises(ConfigError) as error:
         validate(with_override(default_config, override))
     assert named in str(error.value)
+
+
+def test_the_judge_is_parsed_once_at_startup_naming_each_bad_key(compose):
+    overrides = ["judge.concurrency=0", "judge.parse_failure=zero", "judge.warn_parse_failure_rate=2", "~judge.top_p"]
+    with pytest.raises(ConfigError) as error:
+        validate(compose("judge=vllm", *overrides))
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "judge.top_p: missing (it has no default in code: set it in the YAML)"
+    ]
+    with pytest.raises(ConfigError) as error:
+        validate(compose("judge=vllm", *overrides[:3]))
+    assert [line.split(":")[0].strip() for line in str(error.value).splitlines()[1:]] == [
+        "judge.concurrency=0",
+        "judge.parse_failure='zero'",
+        "judge.warn_parse_failure_rate=2.0",
+    ]
+    judge = validate(compose("judge=vllm")).judge
+    assert (judge.backend, judge.max_retries, judge.retry_after_max_s) == ("vllm", 6, 120.0)
+    assert validate(compose("judge=none")).judge is None
 
 
 def test_the_default_run_is_valid(default_config):

@@ -145,7 +145,7 @@ def test_a_cut_prompt_keeps_its_image_whole_and_images_over_the_budget_name_the_
         task="t",
     )
     report = generate_predictions(
-        model, tok, [example], tmp_path / "a.jsonl", {"max_prompt_length": 60, "progress": False, "max_new_tokens": 2}
+        model, tok, [example], tmp_path / "a.jsonl", generation_options(max_prompt_length=60, max_new_tokens=2)
     )
     assert report.prompts_fitted["cut_left"] == 1 and report.images == {"used": 1, "history_dropped": 0}
     with pytest.raises(ValueError, match=r"record 'cut': field 'prompt': its images take \d+ tokens, more than the 8"):

@@ -114,11 +114,16 @@ def test_an_out_of_range_value_is_named_at_startup(default_config, override, nam
 
 
 def test_the_judge_is_parsed_once_at_startup_naming_each_bad_key(compose):
-    overrides = ["judge.concurrency=0", "judge.parse_failure=zero", "judge.warn_parse_failure_rate=2", "~judge.top_p"]
+    overrides = [
+        "judge.concurrency=0",
+        "judge.parse_failure=zero",
+        "judge.warn_parse_failure_rate=2",
+        "~judge.retry_after_max_s",
+    ]
     with pytest.raises(ConfigError) as error:
         validate(compose("judge=vllm", *overrides))
     assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
-        "judge.top_p: missing (it has no default in code: set it in the YAML)"
+        "judge.retry_after_max_s: missing (it has no default in code: set it in the YAML)"
     ]
     with pytest.raises(ConfigError) as error:
         validate(compose("judge=vllm", *overrides[:3]))

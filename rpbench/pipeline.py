@@ -81,10 +81,9 @@ def needs_model(spec: RunSpec) -> bool:
 
 def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
     """The evaluation stage's inputs: its typed settings, the judge's, the data and model settings it reads."""
-    judge = OmegaConf.to_container(cfg.judge, resolve=True)
     return EvalContext(
         settings=spec.evaluator,
-        judge=None if judge["backend"] == "none" else judge,
+        judge=spec.judge,
         data=OmegaConf.to_container(cfg.data, resolve=True),
         model_config=model_config(cfg),
         prompts_source=None if cfg.prompts.source is None else str(cfg.prompts.source),
@@ -239,10 +238,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     records_for_model(cfg, spec, splits, results["records"], train_split)
-    if evaluator != "none" and str(cfg.judge.backend) != "none" and evaluation_needs_records(spec):
-        judge = OmegaConf.to_container(cfg.judge, resolve=True)
+    if evaluator != "none" and spec.judge is not None and evaluation_needs_records(spec):
         benchmark = BENCHMARKS.get(evaluator)
-        results["judge_estimate"] = judge_estimate(spec.evaluator, judge, benchmark, splits.get("test", []))
+        results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
     models = build_models(cfg) if needs_model(spec) else {}  # 2. build

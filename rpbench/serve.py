@@ -47,14 +47,17 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from omegaconf import OmegaConf
 
 from rpbench.models.config_tree import compose_model_config
+
+if TYPE_CHECKING:
+    from rpbench.scoring.judge.client import JudgeConfig
 
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
@@ -601,11 +604,20 @@ class ChatServer:
         from rpbench.models.generation import GenerationOptions, batch_inputs, hf_generation_config
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
+        # The request's sampling; the rest is the server's own: no top-k (the API has none), each sampled
+        # batch seeded with 0, a dynamic KV cache, one process (nothing gathered, synced or merged)
         opts = GenerationOptions(
             max_new_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
+            top_k=0,
+            seed=0,
+            cache="dynamic",
             batch_size=len(group),
+            max_prompt_length=None,
+            synced_gpus=None,
+            gather_per_batch=True,
+            merge_timeout_s=1.0,
             progress=False,
         )
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else stop_ids[0]
@@ -984,13 +996,13 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def local_judge(judge_cfg: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-    """A ``backend: local`` judge config's server, started on 127.0.0.1 for ``judge_cfg["server"]`` (stopped
-    on exit); yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the
-    synthesis task hand it to ``open_judge`` (``rpbench.scoring.judge.client.LocalServer``)."""
-    server_cfg = dict(judge_cfg.get("server") or {})
+def local_judge(judge: JudgeConfig) -> Iterator[JudgeConfig]:
+    """A ``backend: local`` judge's server, started on 127.0.0.1 for ``judge.server`` (stopped on exit);
+    yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the synthesis
+    task hand it to ``open_judge`` (``rpbench.scoring.judge.client.LocalServer``)."""
+    server_cfg = dict(judge.server or {})
     if "model" not in server_cfg:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
     model = server_cfg.pop("model")
     with serve_in_thread(model, server_cfg) as server:
-        yield {**judge_cfg, "base_url": server.base_url, "model": server.model_identity}
+        yield replace(judge, base_url=server.base_url, model=server.model_identity)

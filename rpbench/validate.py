@@ -223,41 +223,38 @@ def check_env(cfg: DictConfig, problems: Problems) -> None:
             f"data.val_fraction={cfg.data.val_fraction}: env={name}'s scenarios have no reference to hold out a "
             "loss on; set data.val_fraction=0"
         )
-    judge = OmegaConf.to_container(cfg.env.judge, resolve=True)
-    if str(judge.get("backend")) != "none":
-        check_judge(judge, problems)
+    judge = check_judge(OmegaConf.to_container(cfg.env.judge, resolve=True), "env.judge", problems)
+    if judge is not None:
+        check_judge_key(judge, "env.judge", problems)
 
 
-def check_judge(judge: Mapping[str, Any], problems: Problems) -> None:
-    """The judge's settings, and its API key when it calls the OpenAI API (the key is read, never kept)."""
+def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> JudgeConfig | None:
+    """A judge group's typed settings (None: backend none); a local judge's served model is one rpbench knows."""
     backend = str(judge.get("backend"))
-    if backend == "local":
-        server_model = (judge.get("server") or {}).get("model")
-        if not server_model:
-            problems.append("judge.server.model: expected a conf/model name or a model config mapping")
-        elif isinstance(server_model, str) and (options := model_options()):
-            _choice(problems, "judge.server.model", server_model, options)
-        elif isinstance(server_model, Mapping) and not server_model.get("name_or_path"):
-            problems.append(
-                "judge.server.model.name_or_path is not set: give the served model's folder "
-                "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
-            )
-        judge = {**judge, "base_url": "http://127.0.0.1"}  # the started server's address, filled in at run time
-    if backend == "vllm" and not judge.get("base_url"):
-        problems.append("judge.base_url=None: judge=vllm needs the server's address (e.g. http://host:8000/v1)")
+    if not _choice(problems, f"{where}.backend", backend, BACKENDS) or backend == "none":
+        return None
+    server_model = (judge.get("server") or {}).get("model")
+    if backend == "local" and isinstance(server_model, str) and (options := model_options()):
+        _choice(problems, f"{where}.server.model", server_model, options)
+    elif backend == "local" and isinstance(server_model, Mapping) and not server_model.get("name_or_path"):
+        problems.append(
+            f"{where}.server.model.name_or_path is not set: give the served model's folder "
+            "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
+        )
+    return JudgeConfig.collect(judge, where, problems)
+
+
+def check_judge_key(judge: JudgeConfig, where: str, problems: Problems) -> None:
+    """The judge's API key, when it calls an endpoint that needs one (the key is read, never kept)."""
+    if judge.backend == "local":  # rpbench's own server on 127.0.0.1: no key
         return
     try:
-        config = JudgeConfig.from_mapping(judge)
-    except (TypeError, ValueError) as error:
-        problems.append(str(error))
-        return
-    try:
-        api_key(config.base_url, config.api_key_env, "judge.api_key_env")
+        api_key(judge.base_url, judge.api_key_env, f"{where}.api_key_env")
     except ConfigError as error:
         problems.append(f"{error} (or choose judge=local|vllm|none)")
 
 
-def check_evaluator(cfg: DictConfig, problems: Problems) -> Settings | None:
+def check_evaluator(cfg: DictConfig, problems: Problems, judge: JudgeConfig | None) -> Settings | None:
     """The evaluator's typed settings (its benchmark's ``settings_class``); judge and evaluator fit together,
     the judge is usable."""
     ev = cfg.evaluator
@@ -267,17 +264,16 @@ def check_evaluator(cfg: DictConfig, problems: Problems) -> Settings | None:
     benchmark = BENCHMARKS.get(name)
     settings = benchmark.settings_class.collect(OmegaConf.to_container(ev, resolve=True), "evaluator", problems)
     problems.extend(benchmark.problems(cfg))
-    judge = OmegaConf.to_container(cfg.judge, resolve=True)
-    backend = str(judge.get("backend"))
-    if not _choice(problems, "judge.backend", backend, BACKENDS) or backend == "none":
+    backend = str(cfg.judge.backend)
+    if backend == "none" or backend not in BACKENDS:
         return settings
     if name not in judged_benchmarks():
         problems.append(
             f"judge={backend}: evaluator={name} has no judge protocol; judged evaluators: "
             f"{', '.join(judged_benchmarks())} (or judge=none)"
         )
-    elif settings is None or benchmark.needs_judge(settings):
-        check_judge(judge, problems)
+    elif judge is not None and (settings is None or benchmark.needs_judge(settings)):
+        check_judge_key(judge, "judge", problems)
     return settings
 
 
@@ -301,6 +297,7 @@ class RunSpec:
     objective: ObjectiveConfig | None  # None: nothing trains
     evaluator: Settings | None  # the benchmark's settings; None: no evaluation
     probe: Settings  # the probe's settings (probe=none: its name alone)
+    judge: JudgeConfig | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -315,13 +312,14 @@ def validate(cfg: DictConfig) -> RunSpec:
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
     check_env(cfg, problems)
-    evaluator = check_evaluator(cfg, problems)
+    judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
+    evaluator = check_evaluator(cfg, problems, judge)
     problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return RunSpec(objective=objective, evaluator=evaluator, probe=probe)
+    return RunSpec(objective=objective, evaluator=evaluator, probe=probe, judge=judge)
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:

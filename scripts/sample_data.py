@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.mmrole_prompts import METRICS, review_prompt
+from rpbench.data.mmrole.prompts import METRICS, review_prompt
 from rpbench.data.rolemrc import BASE_MRC, FREE_CHAT, MULTI_TURN, NESTED, ON_SCENE, PRIORITY, TEST_LABELS
 from scripts.sample_conversation import conversation_records
 from scripts.sample_external import external_records

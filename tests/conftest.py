@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -243,6 +244,58 @@ def compose(tmp_path):
     GlobalHydra.instance().clear()
 
 
+@functools.cache
+def group_values(group: str, option: str, key: str) -> dict:
+    """The resolved ``key`` node of `python run.py <group>=<option>` (composed once per session)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    if GlobalHydra.instance().is_initialized():  # inside a test's own composition: the same conf/ tree
+        cfg = hydra_compose("config", [f"{group}={option}"])
+    else:
+        with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+            cfg = hydra_compose("config", [f"{group}={option}"])
+    return OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+
+
+def judge_settings(**overrides) -> dict:
+    """conf/judge/vllm.yaml's values (an endpoint judge; base_url and model are the test's), without an API
+    key, a cache or a progress bar unless ``overrides`` set them."""
+    return {
+        **group_values("judge", "vllm", "judge"),
+        "api_key_env": None,
+        "cache_path": None,
+        "progress": False,
+        **overrides,
+    }
+
+
+def judge_config(**overrides):
+    """``judge_settings`` parsed, as ``validate`` parses the judge group."""
+    from rpbench.scoring.judge.client import JudgeConfig
+
+    return JudgeConfig.parse(judge_settings(**overrides), "judge")
+
+
+def generation_options(**overrides):
+    """evaluator=rolemrc's ``generation`` settings (conf/evaluator/rolemrc.yaml, the sample data's prompt
+    length) without a progress bar, with ``overrides``."""
+    from rpbench.models.generation import GenerationOptions
+
+    values = {**group_values("evaluator", "rolemrc", "evaluator.generation"), "progress": False, **overrides}
+    return GenerationOptions.parse(values, "evaluator.generation")
+
+
+def generation_endpoint(base_url: str, model: str, **overrides):
+    """evaluator=rolemrc's ``endpoint`` settings for the server at ``base_url`` answering as ``model``."""
+    from rpbench.eval.settings import GenerationEndpoint
+
+    values = {**group_values("evaluator", "rolemrc", "evaluator.endpoint"), "base_url": base_url, "model": model}
+    return GenerationEndpoint.parse({**values, **overrides}, "evaluator.endpoint")
+
+
 def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
     """The evaluation stage's context for a composed config, as the pipeline builds it (validated first)."""
     from rpbench.pipeline import eval_context
@@ -254,9 +307,9 @@ def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
 def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> list[str]:
     """Each conversation's reply in input order, through evaluation's path (``render_prompts`` ->
     ``generate_batches``); ``options`` are ``GenerationOptions`` fields."""
-    from rpbench.models.generation import GenerationOptions, default_stop_ids, generate_batches, render_prompts
+    from rpbench.models.generation import default_stop_ids, generate_batches, render_prompts
 
-    opts = GenerationOptions(**{"progress": False, **options})
+    opts = generation_options(**options)
     stop_ids = list(stop_ids) if stop_ids is not None else default_stop_ids(model, tokenizer)
     texts = [""] * len(conversations)
     prompts = render_prompts(tokenizer, conversations, images)

@@ -15,6 +15,8 @@ from unittest.mock import ANY
 
 import pytest
 
+from conftest import judge_config
+
 PACKAGE = Path(__file__).resolve().parents[1] / "rpbench"
 
 # Shared helpers every layer may use (no rpbench imports above the data layer themselves).
@@ -114,7 +116,7 @@ def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
     changed = sorted(k for k in before.keys() | vars(client).keys() if before.get(k) is not vars(client).get(k))
     assert changed == []
     with pytest.raises(ValueError, match="no local judge server was handed in"):
-        with client.open_judge({"backend": "local", "model": "local", "server": {"model": "tiny-qwen2"}}):
+        with client.open_judge(judge_config(backend="local", model="local", server={"model": "tiny-qwen2"})):
             pass
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from test_serve import post
 
-from conftest import evaluation_of, generate_texts
-from rpbench.data.mmrole import read_test
+from conftest import evaluation_of, generate_texts, generation_options
+from rpbench.data.mmrole.reader import read_test
 from rpbench.eval.generate import generate_predictions
 from rpbench.serve import compose_model_config, load_served_model, serve_in_thread
 
@@ -101,7 +101,7 @@ def test_evaluator_generation_through_the_served_model_sends_the_images(tiny_vl,
     from rpbench.eval.evaluate import generate
 
     examples = read_test(SAMPLE / "comment_test.json", image_root=SAMPLE / "images").examples[:4]
-    options = {"max_new_tokens": MAX_NEW, "batch_size": 4, "progress": False}
+    options = generation_options(max_new_tokens=MAX_NEW, batch_size=4)
     local = tmp_path / "local.jsonl"
     generate_predictions(tiny_vl.model, tiny_vl.tokenizer, examples, local, options)
     with serve_in_thread(tiny_vl) as server:

@@ -8,14 +8,19 @@ test feeds each the composed config Hydra builds from the command line, as run.p
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
+from conftest import CONF_DIR, group_values
 from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.typed import Settings, defaults_declared
 from rpbench.validate import validate
@@ -32,6 +37,11 @@ GENERATION = [
     ("evaluator.generation.batch_size=0", "evaluator.generation.batch_size=0: expected an integer >= 1"),
     ("evaluator.generation.cache=paged", "evaluator.generation.cache='paged': expected one of dynamic, static"),
     ("+evaluator.generation.top_n=3", "evaluator.generation.top_n: unknown key"),
+    (
+        "evaluator.generation.merge_timeout_s=0",
+        "evaluator.generation.merge_timeout_s=0.0: expected a number of seconds",
+    ),
+    ("evaluator.generation.max_prompt_length=0", "evaluator.generation.max_prompt_length=0: expected null or an"),
 ]
 STATISTICS = [
     ("evaluator.bootstrap.n_resamples=0", "evaluator.bootstrap.n_resamples=0: expected an integer >= 1"),
@@ -48,6 +58,7 @@ ENDPOINTS = [
     ("evaluator.backend=remote", "evaluator.backend='remote': expected one of local, vllm, endpoint"),
     ("evaluator.endpoint.concurrency=0", "evaluator.endpoint.concurrency=0: expected an integer >= 1"),
     ("evaluator.endpoint.timeout_s=0", "evaluator.endpoint.timeout_s=0.0: expected a number of seconds > 0"),
+    ("evaluator.endpoint.max_retries=-1", "evaluator.endpoint.max_retries=-1: expected an integer >= 0"),
     ("evaluator.judge_prompt_file=no_such_prompts.yaml", "evaluator.judge_prompt_file='no_such_prompts.yaml'"),
 ]
 OPTIMISATION = [
@@ -101,6 +112,30 @@ def test_an_out_of_range_value_is_named_at_startup(default_config, override, nam
     with pytest.raises(ConfigError) as error:
         validate(with_override(default_config, override))
     assert named in str(error.value)
+
+
+def test_the_judge_is_parsed_once_at_startup_naming_each_bad_key(compose):
+    overrides = [
+        "judge.concurrency=0",
+        "judge.parse_failure=zero",
+        "judge.warn_parse_failure_rate=2",
+        "~judge.retry_after_max_s",
+    ]
+    with pytest.raises(ConfigError) as error:
+        validate(compose("judge=vllm", *overrides))
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "judge.retry_after_max_s: missing (it has no default in code: set it in the YAML)"
+    ]
+    with pytest.raises(ConfigError) as error:
+        validate(compose("judge=vllm", *overrides[:3]))
+    assert [line.split(":")[0].strip() for line in str(error.value).splitlines()[1:]] == [
+        "judge.concurrency=0",
+        "judge.parse_failure='zero'",
+        "judge.warn_parse_failure_rate=2.0",
+    ]
+    judge = validate(compose("judge=vllm")).judge
+    assert (judge.backend, judge.max_retries, judge.retry_after_max_s) == ("vllm", 6, 120.0)
+    assert validate(compose("judge=none")).judge is None
 
 
 def test_the_default_run_is_valid(default_config):
@@ -196,10 +231,76 @@ def settings_classes() -> list[type]:
 
 
 def test_no_settings_class_declares_a_default_in_code():
-    """Each default lives in the YAML alone: a default in a settings class would be a second one."""
+    """Each default lives in the YAML alone: a default in a settings class (the judge's and generation's
+    included) would be a second one."""
+    from rpbench.models.generation import GenerationOptions
+    from rpbench.scoring.judge.client import JudgeConfig
+
     classes = settings_classes()
-    assert len(classes) > 20
+    assert len(classes) > 20 and GenerationOptions in classes
+    classes += [JudgeConfig]
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
+
+
+def unread_keys(values: Mapping[str, Any], cls: type, where: str) -> list[str]:
+    """The keys under ``values`` that no field of ``cls`` reads (nested settings in turn; an open key's value
+    is read whole)."""
+    hints = typing.get_type_hints(cls)
+    names = {field.name for field in dataclasses.fields(cls)}
+    found = [f"{where}.{key}" for key in values if key not in names]
+    for name in sorted(names & set(values)):
+        nested = [k for k in (hints[name], *typing.get_args(hints[name])) if dataclasses.is_dataclass(k)]
+        if nested and isinstance(values[name], Mapping) and name not in getattr(cls, "open_keys", ()):
+            found += unread_keys(values[name], nested[0], f"{where}.{name}")
+    return found
+
+
+def group_settings() -> list[tuple[str, str, Any, type]]:
+    """(group, option, its composed values, the class that reads them) for the judge, evaluator and
+    objective groups, and the generation settings and reward lists nested in them that are read apart."""
+    from rpbench.eval.benchmarks import BENCHMARKS
+    from rpbench.models.generation import GenerationOptions
+    from rpbench.objectives.registry import OBJECTIVES
+    from rpbench.scoring.judge.client import JudgeConfig
+
+    found = []
+    for option in sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml")):
+        if option != "none":
+            found.append(("judge", option, group_values("judge", option, "judge"), JudgeConfig))
+    for option in BENCHMARKS.names():
+        values = group_values("evaluator", option, "evaluator")
+        found.append(("evaluator", option, values, BENCHMARKS.get(option).settings_class))
+        reasoning = (values.get("generalization") or {}).get("reasoning")  # rpgbench's reasoner, parsed when run
+        if reasoning is not None:
+            found.append(("evaluator", f"{option}.generalization.reasoning", reasoning, GenerationOptions))
+    for option in OBJECTIVES.names():
+        found.append(
+            ("objective", option, group_values("objective", option, "objective"), OBJECTIVES.get(option).config_class)
+        )
+    return found
+
+
+def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
+    """The other half of one default per setting: a key the YAML sets and no settings field reads would be a
+    setting that silently does nothing. Rewards: each entry's kwargs are the reward's parameters."""
+    from rpbench.scoring.rewards import reward_problems
+
+    checked = group_settings()
+    assert {group for group, *_ in checked} == {"judge", "evaluator", "objective"} and len(checked) > 20
+    unread = [key for group, option, values, cls in checked for key in unread_keys(values, cls, f"{group}={option}")]
+    assert unread == []
+    objectives = {option: values for group, option, values, _ in checked if group == "objective"}
+    for option, key in (("grpo", "rewards"), ("corl", "reasoner_rewards"), ("corl", "dialogue_rewards")):
+        assert reward_problems(objectives[option][key], f"objective.{key}") == []
+
+
+def test_a_key_read_nowhere_is_found():
+    from rpbench.scoring.judge.client import JudgeConfig
+
+    values = {**group_values("judge", "openai", "judge"), "retries": 3, "budget": {"usd": 1, "tokens": None}}
+    assert unread_keys(values, JudgeConfig, "judge") == ["judge.retries"]
+    assert unread_keys({"a": {"b": 1}}, Outer, "x") == ["x.a"]
+    assert unread_keys({"inner": {"share": 1, "more": 2}}, Outer, "x") == ["x.inner.more"]
 
 
 def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):

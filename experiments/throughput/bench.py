@@ -426,9 +426,9 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
             from trl import GRPOConfig, GRPOTrainer
 
             def length_reward(completions, **kwargs):  # rpbench's length_penalty with min_len 0, max_len 100
-                from rpbench.objectives.rewards import length_penalty
+                from rpbench.scoring.rewards import length_penalty
 
-                return length_penalty(None, completions, None, min_len=0, max_len=100)
+                return length_penalty(None, completions, None, min_len=0, max_len=100, unit="words")
 
             rows = rpbench_order([{"prompt": p["text"]} for p in setup.samples["grpo"]], args.prompts, setup.seed)
             config = GRPOConfig(
@@ -488,7 +488,7 @@ def variants(setup: Setup, args) -> dict[str, list[tuple[str, str, dict]]]:
                        {"batch_size": args.pairs, "precompute_ref": True, "pair_layout": "packed"}))  # fmt: skip
     grpo_common = {"batch_size": args.prompts, "num_generations": args.generations, "beta": 0.0,
                    "max_completion_length": args.completion_len, "rewards": "[{name: length_penalty, weight: 1.0, "
-                   "kwargs: {min_len: 0, max_len: 100}}]"}  # fmt: skip
+                   "kwargs: {min_len: 0, max_len: 100, unit: words}}]"}  # fmt: skip
     grpo = [
         ("rpbench hf", "rpbench", grpo_common),
         ("rpbench hf static cache", "rpbench", {**grpo_common, "generation_cache": "static"}),
@@ -529,7 +529,8 @@ def generation_figure(setup: Setup, args) -> list[tuple[str, float, float]]:
         ("one at a time", 1, "dynamic"),
     ):
         opts = GenerationOptions(max_new_tokens=args.completion_len, batch_size=batch_size, progress=False,
-                                 cache=cache)  # fmt: skip
+                                 cache=cache, max_prompt_length=None, temperature=0.0, top_p=1.0, top_k=0, seed=0,
+                                 synced_gpus=None, gather_per_batch=True, merge_timeout_s=3600.0)  # fmt: skip
         for _ in generate_batches(model, setup.tokenizer, prompts[:batch_size], opts, unreachable):
             pass  # warm-up
         start = time.perf_counter()

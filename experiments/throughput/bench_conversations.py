@@ -91,10 +91,7 @@ def main() -> None:
     ]
     model, tokenizer = build_models(cfg)["policy"]
     model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, None)
-    from omegaconf import OmegaConf
-
-    judge_cfg = OmegaConf.to_container(cfg.judge, resolve=True)
-    with scratch as tmp, open_judge(judge_cfg, local_judge) as judge:
+    with scratch as tmp, open_judge(spec.judge, local_judge) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
         with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
             rows = {}

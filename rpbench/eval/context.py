@@ -18,14 +18,14 @@ from typing import Any
 
 from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
-from rpbench.scoring.judge.client import JudgeClient, LocalServer, open_judge
+from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
 from rpbench.typed import Settings
 
 
 @dataclass(frozen=True)
 class EvalContext:
     settings: Settings  # the benchmark's typed ``evaluator`` settings
-    judge: Mapping[str, Any] | None  # the ``judge`` group, resolved; None: judge=none
+    judge: JudgeConfig | None  # the judge's typed settings (``RunSpec.judge``); None: judge=none
     data: Mapping[str, Any]  # the ``data`` group, resolved (image folder, prompt lengths)
     model_config: Mapping[str, Any]  # the evaluated model's config (chat template, family)
     prompts_source: str | None  # a clone of the authors' repository to read their prompts from (None: rpbench's)
@@ -40,7 +40,7 @@ class EvalContext:
     def image_root(self) -> Path | None:
         return image_root(self.data)
 
-    def open_judge(self, judge: Mapping[str, Any] | None = None) -> AbstractContextManager[JudgeClient]:
+    def open_judge(self, judge: JudgeConfig | None = None) -> AbstractContextManager[JudgeClient]:
         """A client for ``judge`` (default: the run's judge), a local one served by the handed-in server."""
         return open_judge(self.judge if judge is None else judge, self.local_judge_server)
 

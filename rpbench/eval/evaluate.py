@@ -28,6 +28,7 @@ from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
@@ -38,22 +39,10 @@ def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> d
     """Predictions for ``examples`` into ``path`` (resumable) by the evaluator's backend; the generation report."""
     ev = ctx.settings
     if ev.backend == "endpoint":
-        endpoint = ev.endpoint
-        return generate_via_endpoint(
-            endpoint.base_url,
-            endpoint.model,
-            examples,
-            path,
-            ev.generation.options(),
-            concurrency=endpoint.concurrency,
-            api_key_env=endpoint.api_key_env,
-            timeout_s=endpoint.timeout_s,
-            image_root=ctx.image_root,
-        ).as_dict()
+        return generate_via_endpoint(ev.endpoint, examples, path, ev.generation, image_root=ctx.image_root).as_dict()
     if ctx.model is None:
         raise ValueError(f"evaluator.backend={ev.backend} needs a model")
     rank, world = rank_and_world()
-    options = ev.generation.options(max_prompt_length=int(ctx.data["max_prompt_length"]))
     engine = None
     if ev.backend == "vllm":
         if world > 1:
@@ -62,7 +51,7 @@ def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> d
         engine = VLLMEngine(ctx.model, ctx.tokenizer, gpu_memory_utilization=utilization, what="evaluator.backend=vllm")
     try:
         report = generate_predictions(
-            ctx.model, ctx.tokenizer, examples, path, options, rank=rank, world_size=world, engine=engine
+            ctx.model, ctx.tokenizer, examples, path, ev.generation, rank=rank, world_size=world, engine=engine
         )
     finally:
         if engine is not None:
@@ -146,14 +135,12 @@ def compare(ev: EvaluatorSettings, scores: Sequence[Mapping[str, Any]]) -> dict[
 
 
 def judge_estimate(
-    settings: EvaluatorSettings, judge: Mapping[str, Any], benchmark: Benchmark, examples: Sequence[EvalExample]
+    settings: EvaluatorSettings, config: JudgeConfig, benchmark: Benchmark, examples: Sequence[EvalExample]
 ) -> dict[str, Any]:
     """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
     ``judge.budget`` a JudgeBudgetError. The pipeline asks before it trains or generates anything."""
-    from rpbench.scoring.judge import JudgeConfig
     from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, check_budget, estimate
 
-    config = JudgeConfig.from_mapping(judge)
     reply_chars = CHARS_PER_TOKEN * settings.generation.max_new_tokens
     texts = [sum(len(t.content) for t in e.prompt) + len(e.reference) + reply_chars for e in examples]
     counts = benchmark.judge_requests(settings, examples)

@@ -32,6 +32,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
+from rpbench.eval.settings import GenerationEndpoint
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import (
     GenerationOptions,
@@ -44,7 +45,7 @@ from rpbench.models.loading import family_renderer
 from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeRequest, JudgeResult, image_part
+from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, JudgeResult, image_part
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +266,7 @@ def generate_predictions(
     tokenizer,
     examples: Sequence[EvalExample],
     out_path: str | Path,
-    cfg: Mapping[str, Any] | GenerationOptions | None = None,
+    opts: GenerationOptions,
     rank: int = 0,
     world_size: int = 1,
     engine: VLLMEngine | None = None,
@@ -276,7 +277,6 @@ def generate_predictions(
     on rank 0 the merged file is complete and in the order of ``examples`` when this returns. ``engine``:
     generate with an in-process vLLM engine (one process) instead of the model's batched ``generate``.
     """
-    opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside world of size {world_size}")
     examples = list(examples)
@@ -385,30 +385,21 @@ def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: 
 
 
 def generate_via_endpoint(
-    base_url: str,
-    model_name: str,
+    endpoint: GenerationEndpoint,
     examples: Sequence[EvalExample],
     out_path: str | Path,
-    cfg: Mapping[str, Any] | GenerationOptions | None = None,
-    *,
-    concurrency: int = 16,
-    api_key_env: str | None = None,
-    timeout_s: float = 600.0,
-    max_retries: int = 3,
+    opts: GenerationOptions,
     image_root: str | Path | None = None,
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 
     Same file, resume and record format as ``generate_predictions``. Requests go through the judge's
-    client (``rpbench.scoring.judge.client``: at most ``concurrency`` at once, retried with backoff, counted
-    in the report's ``endpoint_usage``; no cache, since sampled replies must not repeat). The API key is
-    read from the environment variable ``api_key_env`` (a placeholder is sent without one, as local servers
-    expect; see ``rpbench.scoring.endpoints``). Requests still failing after the retries are reported in a
-    RuntimeError once the others are written; a re-run retries only those.
+    client (``rpbench.scoring.judge.client``, ``endpoint.client_config``: at most ``concurrency`` at once,
+    retried with backoff, counted in the report's ``endpoint_usage``; no cache, since sampled replies must not
+    repeat). The API key is read from the environment variable ``api_key_env`` (a placeholder is sent without
+    one, as local servers expect; see ``rpbench.scoring.endpoints``). Requests still failing after the
+    retries are reported in a RuntimeError once the others are written; a re-run retries only those.
     """
-    opts = cfg if isinstance(cfg, GenerationOptions) else GenerationOptions.from_cfg(cfg)
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     examples = list(examples)
     by_id = index_examples(examples)
     out_path = Path(out_path)
@@ -419,16 +410,8 @@ def generate_via_endpoint(
     todo = [ex for ex in examples if ex.id not in done]
     root = Path(image_root) if image_root is not None else None
     check_images(todo, root)
-    key = api_key(base_url, api_key_env, "evaluator.endpoint.api_key_env")
-    settings = JudgeConfig(
-        model=model_name,
-        base_url=base_url,
-        concurrency=concurrency,
-        timeout_s=timeout_s,
-        max_retries=max_retries,
-        progress=opts.progress,
-    )
-    client = JudgeClient(settings, api_key=key, label="evaluator.endpoint")
+    key = api_key(endpoint.base_url, endpoint.api_key_env, "evaluator.endpoint.api_key_env")
+    client = JudgeClient(endpoint.client_config(opts.progress), api_key=key, label="evaluator.endpoint")
     requests = [endpoint_request(ex, opts, root) for ex in todo]
     failures: list[tuple[str, str]] = []
     with out_path.open("a", encoding="utf-8") as f:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.eval.stats import METHODS
-from rpbench.models.generation import KV_CACHES, GenerationOptions
+from rpbench.models.generation import GenerationOptions
 from rpbench.scoring.human_agreement import LEVELS
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS
 from rpbench.typed import Problem, Settings, as_dict
 
@@ -42,47 +43,62 @@ class Endpoint(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
+class GenerationEndpoint(Endpoint):
+    """The server generation asks (``backend=endpoint``), through the judge's client: its retries too."""
+
+    max_retries: int
+    backoff_initial_s: float
+    backoff_max_s: float
+    retry_after_max_s: float
+
+    def problems(self) -> list[Problem]:
+        found = super().problems()
+        if self.max_retries < 0:
+            found.append(("max_retries", "an integer >= 0"))
+        for key in ("backoff_initial_s", "backoff_max_s", "retry_after_max_s"):
+            if getattr(self, key) < 0:
+                found.append((key, "a number of seconds >= 0"))
+        return found
+
+    def client_config(self, progress: bool) -> JudgeConfig:
+        """The client settings generation runs with: this endpoint's, and what generation fixes itself (each
+        request carries its own sampling and length; no cache, since sampled replies must not repeat; no
+        re-asks, prices or budget)."""
+        return JudgeConfig(
+            backend="vllm",
+            model=str(self.model),
+            base_url=self.base_url,
+            api_key_env=self.api_key_env,
+            multimodal=True,
+            concurrency=self.concurrency,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            backoff_initial_s=self.backoff_initial_s,
+            backoff_max_s=self.backoff_max_s,
+            retry_after_max_s=self.retry_after_max_s,
+            temperature=0.0,
+            top_p=None,
+            max_tokens={},
+            parse_tries=1,
+            parse_failure="exclude",
+            warn_parse_failure_rate=1.0,
+            warn_request_failure_rate=1.0,
+            price_input_per_1m=0.0,
+            price_output_per_1m=0.0,
+            cache_path=None,
+            progress=progress,
+            budget=None,
+            server=None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
 class VLLMOptions(Settings):
     gpu_memory_utilization: float
 
     def problems(self) -> list[Problem]:
         ok = 0 < self.gpu_memory_utilization <= 1
         return [] if ok else [("gpu_memory_utilization", "a share of the GPU in (0, 1]")]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Decoding(Settings):
-    """``evaluator.generation``: how predictions are decoded (temperature 0: greedy)."""
-
-    max_new_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int
-    batch_size: int
-    seed: int
-    cache: str
-
-    def problems(self) -> list[Problem]:
-        found = []
-        if self.max_new_tokens < 1:
-            found.append(("max_new_tokens", "an integer >= 1"))
-        if self.temperature < 0:
-            found.append(("temperature", "a number >= 0 (0: greedy)"))
-        if not 0 < self.top_p <= 1:
-            found.append(("top_p", "a share in (0, 1]"))
-        if self.top_k < 0:
-            found.append(("top_k", "an integer >= 0 (0: off)"))
-        if self.batch_size < 1:
-            found.append(("batch_size", "an integer >= 1"))
-        if self.seed < 0:
-            found.append(("seed", "an integer >= 0"))
-        if self.cache not in KV_CACHES:
-            found.append(("cache", f"one of {', '.join(KV_CACHES)}"))
-        return found
-
-    def options(self, **runtime: Any) -> GenerationOptions:
-        """These settings with the ones the stage supplies (prompt length, progress, ...)."""
-        return GenerationOptions(**as_dict(self), **runtime)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,8 +159,8 @@ class EvaluatorSettings(Settings):
     name: str
     backend: str
     vllm: VLLMOptions
-    endpoint: Endpoint
-    generation: Decoding
+    endpoint: GenerationEndpoint
+    generation: GenerationOptions
     metrics: tuple[str, ...]
     bleu: BleuOptions
     rougeLsum: RougeLsumOptions

@@ -11,7 +11,7 @@ generates what it generates alone.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,67 +20,73 @@ from tqdm.auto import tqdm
 from rpbench.data.chat import ContentText
 from rpbench.models.vision import is_image_text
 from rpbench.models.zero3 import gathered_for_generation, is_partitioned
+from rpbench.typed import Problem, Settings
 
 KV_CACHES = ("dynamic", "static")
 
 
-@dataclass(frozen=True)
-class GenerationOptions:
-    """Decoding settings. ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
+@dataclass(frozen=True, kw_only=True)
+class GenerationOptions(Settings):
+    """Decoding settings (``evaluator.generation``, every value from the YAML; the objectives that sample build
+    theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
 
     Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
-    so results depend on the config alone. On a ZeRO-3-partitioned model, ``gather_per_batch`` gathers the
-    whole model on every rank once per ``generate`` batch (no collectives per token, so ranks generating
-    different lengths never wait on each other); false keeps it partitioned (for a model too large for one
-    device) and generates with ``synced_gpus`` (every rank takes part in every token's gathers).
-    ``synced_gpus`` None detects that case and FSDP. ``cache``: the KV
-    cache, ``dynamic`` (grows per token) or ``static`` (preallocated for prompt + ``max_new_tokens``: fixed
-    shapes, the layout CUDA graphs and ``torch.compile`` need; same tokens).
+    so results depend on the config alone. ``max_prompt_length``: longer prompts lose history turns from the
+    left (the system turn and the last user turn stay; null: none is cut). On a ZeRO-3-partitioned model,
+    ``gather_per_batch`` gathers the whole model on every rank once per ``generate`` batch (no collectives per
+    token, so ranks generating different lengths never wait on each other); false keeps it partitioned (for a
+    model too large for one device) and generates with ``synced_gpus`` (every rank takes part in every
+    token's gathers). ``synced_gpus`` null detects that case and FSDP. ``merge_timeout_s``: how long rank 0
+    waits for the other ranks' predictions. ``cache``: the KV cache, ``dynamic`` (grows per token) or
+    ``static`` (preallocated for prompt + ``max_new_tokens``: fixed shapes, the layout CUDA graphs and
+    ``torch.compile`` need; same tokens).
     """
 
-    max_new_tokens: int = 256
-    # Longer prompts lose history turns from the left (the system turn and the last user turn stay).
-    max_prompt_length: int | None = None
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    batch_size: int = 8
-    seed: int = 0
-    synced_gpus: bool | None = None
-    gather_per_batch: bool = True
-    merge_timeout_s: float = 3600.0
-    progress: bool = True
-    cache: str = "dynamic"
+    max_new_tokens: int
+    max_prompt_length: int | None
+    temperature: float
+    top_p: float
+    top_k: int
+    batch_size: int
+    seed: int
+    synced_gpus: bool | None
+    gather_per_batch: bool
+    merge_timeout_s: float
+    progress: bool
+    cache: str
 
-    def __post_init__(self) -> None:
-        problems = []
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
         if self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+            found.append(("max_new_tokens", "an integer >= 1"))
+        if self.max_prompt_length is not None and self.max_prompt_length < 1:
+            found.append(("max_prompt_length", "null or an integer >= 1 (tokens)"))
         if self.temperature < 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
+            found.append(("temperature", "a number >= 0 (0: greedy)"))
         if not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1], got {self.top_p}")
+            found.append(("top_p", "a share in (0, 1]"))
         if self.top_k < 0:
-            problems.append(f"top_k must be >= 0, got {self.top_k}")
+            found.append(("top_k", "an integer >= 0 (0: off)"))
         if self.batch_size < 1:
-            problems.append(f"batch_size must be >= 1, got {self.batch_size}")
+            found.append(("batch_size", "an integer >= 1"))
+        if self.seed < 0:
+            found.append(("seed", "an integer >= 0"))
+        if self.merge_timeout_s <= 0:
+            found.append(("merge_timeout_s", "a number of seconds > 0"))
         if self.cache not in KV_CACHES:
-            problems.append(f"cache must be one of {KV_CACHES}, got {self.cache!r}")
-        if problems:
-            raise ValueError("generation options: " + "; ".join(problems))
+            found.append(("cache", f"one of {', '.join(KV_CACHES)}"))
+        return found
+
+    def invalid(self, names: Mapping[str, str]) -> list[str]:
+        """The problems of options built from other settings (an objective's), as messages naming those
+        settings' keys (``names``: option -> key; an option not in it is named as itself)."""
+        return [
+            f"{names.get(key, key)}={getattr(self, key)!r}: expected {expected}" for key, expected in self.problems()
+        ]
 
     @property
     def sampling(self) -> bool:
         return self.temperature > 0
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping[str, Any] | None) -> GenerationOptions:
-        cfg = dict(cfg or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(cfg) - known)
-        if unknown:
-            raise ValueError(f"unknown generation options {unknown}; known: {sorted(known)}")
-        return cls(**cfg)
 
 
 def render_prompts(

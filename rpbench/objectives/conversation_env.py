@@ -32,9 +32,8 @@ from rpbench.data.chat import ChatRenderer, TemplateError
 from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.models.generation import GenerationOptions, decode_completion
-from rpbench.objectives.rewards import REWARDS, RewardFn, build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import Rollouts, generate_rows
-from rpbench.scoring.judge.client import JudgeOpener
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener
 from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
@@ -43,6 +42,7 @@ from rpbench.scoring.judge.conversation import (
     session_score,
     simulator_version,
 )
+from rpbench.scoring.rewards import REWARDS, RewardFn, build_reward_fns, score_rewards, weighted_sum
 from rpbench.typed import Problem, Settings
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class SessionJudgeReward:
 
     def __init__(
         self,
-        judge: Mapping[str, Any],
+        judge: JudgeConfig,
         rubric: Mapping[str, str],
         weights: Mapping[str, float] | None,
         failure_reward: float,
@@ -105,7 +105,7 @@ class SessionJudgeReward:
         self.rubric, self.weights = dict(rubric), dict(weights) if weights else None
         self.failure_reward, self.failures = float(failure_reward), 0
         self._stack = ExitStack()
-        self.client = self._stack.enter_context(opener(dict(judge)))
+        self.client = self._stack.enter_context(opener(judge))
 
     def __call__(self, prompts, completions, references) -> list[float]:
         max_tokens = self.client.config.max_tokens_for("conversation")
@@ -165,11 +165,12 @@ class ConversationEnv:
     def __init__(self, settings: ConversationEnvSettings, judges: JudgeOpener, renderer: ChatRenderer):
         self.settings, self.renderer = settings, renderer
         self._stack = ExitStack()
-        judge = self._stack.enter_context(judges(dict(settings.judge)))
+        config = JudgeConfig.parse(dict(settings.judge), "env.judge")
+        judge = self._stack.enter_context(judges(config))
         self.simulator = self._stack.enter_context(open_simulator(judge, settings.simulator, None, "env.simulator"))
         # the session judge asks the judge opened here (one local server for the simulator and the judge)
-        shared = lambda cfg: nullcontext(judge) if dict(cfg) == dict(settings.judge) else judges(cfg)  # noqa: E731
-        self.reward_fns: list[RewardFn] = build_reward_fns(settings.rewards, shared)
+        shared = lambda cfg: nullcontext(judge) if cfg == config else judges(cfg)  # noqa: E731
+        self.reward_fns: list[RewardFn] = build_reward_fns(settings.rewards, "env.rewards", shared)
         self.end_of_turn = renderer.content.encode(renderer.end_of_turn)
         self.version = simulator_version()
 

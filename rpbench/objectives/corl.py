@@ -65,16 +65,18 @@ from rpbench.objectives.grpo import (
 )
 from rpbench.objectives.reference import FrozenModel, is_peft_model, live_reference
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.objectives.rewards import RewardFn, build_reward_fns, score_rewards, weighted_sum
 from rpbench.objectives.sampling import (
+    ROLLOUT_KEYS,
     Rollouts,
     generate_rows,
     generation_mode,
     repeat_each,
+    rollout_options,
     sample_completions,
     sampling_seed,
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.rewards import RewardFn, build_reward_fns, reward_problems, score_rewards, weighted_sum
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,8 @@ class CoRLConfig(GroupSamplingConfig):
     reasoner_max_completion_length: int
     dialogue_max_completion_length: int
     reasoning_temperature: float
+    generation_cache: str
+    gather_per_batch: bool
     reasoner_rewards: list[dict[str, Any]]
     dialogue_rewards: list[dict[str, Any]]
     score_batch_size: int
@@ -150,12 +154,16 @@ class CoRLConfig(GroupSamplingConfig):
         ):
             if int(getattr(self, key)) < 1:
                 found.append(f"{key} must be an integer >= 1, got {getattr(self, key)}")
+        found += reward_problems(self.reasoner_rewards, "objective.reasoner_rewards")
+        found += reward_problems(self.dialogue_rewards, "objective.dialogue_rewards")
         if self.shared_base and self.reasoner_init_from:
             found.append("reasoner_init_from needs two models: set objective.shared_base=false")
-        try:
-            self.generation(REASONER), self.generation(DIALOGUE), self.reasoning_generation()
-        except ValueError as error:
-            found.append(str(error))
+        reasoner_length = {"max_new_tokens": "reasoner_max_completion_length"}
+        found += self.generation(REASONER).invalid({**ROLLOUT_KEYS, **reasoner_length})
+        found += self.generation(DIALOGUE).invalid({**ROLLOUT_KEYS, "max_new_tokens": "dialogue_max_completion_length"})
+        found += self.reasoning_generation().invalid(
+            {**ROLLOUT_KEYS, **reasoner_length, "temperature": "reasoning_temperature"}
+        )
         return found
 
     def max_completion_length(self, phase: str) -> int:
@@ -163,22 +171,24 @@ class CoRLConfig(GroupSamplingConfig):
 
     def generation(self, phase: str) -> GenerationOptions:
         """How a phase's completions are sampled."""
-        return GenerationOptions(
+        return rollout_options(
             max_new_tokens=self.max_completion_length(phase),
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             top_k=int(self.top_k),
-            progress=False,
+            cache=str(self.generation_cache),
+            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def reasoning_generation(self) -> GenerationOptions:
         """How the reasoner writes the thoughts the dialogue phase conditions on."""
-        return GenerationOptions(
+        return rollout_options(
             max_new_tokens=int(self.reasoner_max_completion_length),
             temperature=float(self.reasoning_temperature),
             top_p=float(self.top_p),
             top_k=int(self.top_k),
-            progress=False,
+            cache=str(self.generation_cache),
+            gather_per_batch=bool(self.gather_per_batch),
         )
 
     def update(self, phase: str) -> UpdateSettings:
@@ -280,8 +290,8 @@ class CoRLModule(GRPOModule):
         self.schedule = Schedule(int(cfg.iterations), int(cfg.reasoner_steps), int(cfg.dialogue_steps))
         self.seed = cfg.generation_seed
         self.rewards = {
-            REASONER: build_reward_fns(cfg.reasoner_rewards, judges),
-            DIALOGUE: build_reward_fns(cfg.dialogue_rewards, judges),
+            REASONER: build_reward_fns(cfg.reasoner_rewards, "objective.reasoner_rewards", judges),
+            DIALOGUE: build_reward_fns(cfg.dialogue_rewards, "objective.dialogue_rewards", judges),
         }
         self.reward_fns = self.rewards[REASONER] + self.rewards[DIALOGUE]
         self.prompts = cfg.prompts()

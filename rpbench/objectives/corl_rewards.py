@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import JUDGE_TARGET, RemidPrompts, RolePlayInput
-from rpbench.objectives.rewards import REWARDS
+from rpbench.scoring.rewards import REWARDS
 
 # (prompts, target replies) -> mean log-prob of each reply after its prompt
 Scorer = Callable[[Sequence[Sequence[Turn]], Sequence[str]], list[float]]

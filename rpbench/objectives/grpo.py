@@ -58,9 +58,17 @@ from rpbench.objectives.losses import (
 )
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.objectives.rewards import build_reward_fns, score_rewards, weighted_sum
-from rpbench.objectives.sampling import Rollouts, repeat_each, sample_completions, sample_with_engine, sampling_seed
+from rpbench.objectives.sampling import (
+    ROLLOUT_KEYS,
+    Rollouts,
+    repeat_each,
+    rollout_options,
+    sample_completions,
+    sample_with_engine,
+    sampling_seed,
+)
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
@@ -302,7 +310,7 @@ class GRPOConfig(GroupSamplingConfig):
             found.append(f"beta must be >= 0, got {self.beta}")
         if self.env["name"] == "conversation":
             try:
-                self.conversation_env()
+                found += reward_problems(self.conversation_env().rewards, "env.rewards")
             except ConfigError as error:
                 found.append(str(error))
             if self.rollout_backend != "hf":
@@ -313,10 +321,8 @@ class GRPOConfig(GroupSamplingConfig):
             found.append(f"env must be none or conversation, got {self.env['name']!r}")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
-        try:
-            self.generation()
-        except ValueError as error:
-            found.append(str(error))
+        found += reward_problems(self.rewards, "objective.rewards")
+        found += self.generation().invalid(ROLLOUT_KEYS)
         return found
 
     def update(self) -> UpdateSettings:
@@ -338,12 +344,11 @@ class GRPOConfig(GroupSamplingConfig):
 
     def generation(self) -> GenerationOptions:
         """How completions are sampled."""
-        return GenerationOptions(
+        return rollout_options(
             max_new_tokens=int(self.max_completion_length),
             temperature=float(self.temperature),
             top_p=float(self.top_p),
             top_k=int(self.top_k),
-            progress=False,
             cache=str(self.generation_cache),
             gather_per_batch=bool(self.gather_per_batch),
         )
@@ -427,7 +432,9 @@ class GRPOModule(ObjectiveModule):
         if env is not None and renderer is None:
             raise ValueError("env=conversation needs the run's chat renderer (renderer=...)")
         self.env = ConversationEnv(env, judges, renderer) if env is not None else None
-        self.reward_fns = self.env.reward_fns if self.env is not None else build_reward_fns(cfg.rewards, judges)
+        self.reward_fns = (
+            self.env.reward_fns if self.env is not None else build_reward_fns(cfg.rewards, "objective.rewards", judges)
+        )
         self.reward_weights = {r.name: r.weight for r in self.reward_fns}
         self.counts_failures = any(hasattr(r.fn, "failures") for r in self.reward_fns)
         self.seed = cfg.generation_seed

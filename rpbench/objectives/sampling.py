@@ -99,6 +99,32 @@ def cut_at_stop(row: Sequence[int], stop_ids: Sequence[int]) -> tuple[list[int],
     return list(row), True
 
 
+# The objective keys rollout options are built from, by option (for error messages)
+ROLLOUT_KEYS = {"max_new_tokens": "max_completion_length", "cache": "generation_cache"}
+
+
+def rollout_options(
+    *, max_new_tokens: int, temperature: float, top_p: float, top_k: int, cache: str, gather_per_batch: bool
+) -> GenerationOptions:
+    """How a policy's rollouts decode, from the objective's settings. The other options are not read by
+    rollouts (``generate_rows``: one batch of prompt rows already cut to length, seeded and synced by the
+    caller, no progress bar, nothing merged across ranks) and are set to say so."""
+    return GenerationOptions(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        cache=cache,
+        gather_per_batch=gather_per_batch,
+        max_prompt_length=None,
+        batch_size=1,
+        seed=0,
+        synced_gpus=None,
+        merge_timeout_s=1.0,
+        progress=False,
+    )
+
+
 def sample_completions(
     model: nn.Module,
     prompt_ids: Sequence[Sequence[int]],

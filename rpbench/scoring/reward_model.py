@@ -14,7 +14,7 @@ from typing import Any
 class RewardModelScorer:
     """The scalar output of a one-label sequence-classification model, scored in batches of ``batch_size``."""
 
-    def __init__(self, name_or_path: str, batch_size: int = 8, dtype: str = "float32"):
+    def __init__(self, name_or_path: str, batch_size: int, dtype: str):
         import torch
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 

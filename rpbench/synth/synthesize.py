@@ -16,6 +16,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.rolemrc import read_pairs, read_sft, read_test
 from rpbench.data.templates import Template
-from rpbench.scoring.judge import JudgeClient, JudgeRequest, LocalServer, open_judge
+from rpbench.scoring.judge import JudgeClient, JudgeConfig, JudgeRequest, LocalServer, open_judge
 from rpbench.synth import dialogues
 from rpbench.synth.calls import USAGE_KEYS, StageTally, Task, run_tasks
 from rpbench.synth.config import SynthConfig
@@ -243,28 +244,29 @@ def _accumulated(previous: Mapping[str, Any] | None, this_run: Mapping[str, Any]
 
 def synthesize(
     config: SynthConfig,
-    judge_cfg: Mapping[str, Any],
+    judge: JudgeConfig | None,
     *,
     seed: int,
     prompts_source: str | None,
     task_dimensions: Mapping[str, Any],
     local_judge_server: LocalServer | None = None,
 ) -> dict[str, Any]:
-    """Run ``config.stages`` and write ``synthesis.json``; returns the summary. ``local_judge_server`` serves a
-    ``judge=local`` generator (``rpbench.serve.local_judge``; None: no local generator)."""
+    """Run ``config.stages`` and write ``synthesis.json``; returns the summary. ``judge``: the generator (None:
+    judge=none, for the stages that ask nothing); ``local_judge_server`` serves a ``judge=local`` generator
+    (``rpbench.serve.local_judge``; None: no local generator)."""
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out / SUMMARY
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {"stages": {}}
     templates = synthesis_templates(prompts_source)
     summary.update(
-        generator={"backend": judge_cfg.get("backend"), "model": judge_cfg.get("model")},
+        generator={"backend": judge.backend, "model": judge.model} if judge else {"backend": "none", "model": None},
         seed=seed,
         templates={name: t.record() for name, t in templates.items()},
     )
     asks = any(s in config.stages for s in ("profiles", "dialogues"))
-    progress = bool(judge_cfg["progress"])
-    opened = open_judge({**judge_cfg, "progress": False}, local_judge_server) if asks else nullcontext(None)
+    progress = judge is not None and judge.progress  # judge=none: the retrieval stage alone, no bar
+    opened = open_judge(replace(judge, progress=False), local_judge_server) if asks else nullcontext(None)
     with opened as client:
         run = Run(config, client, templates, seed, progress)
         for stage in config.stages:
@@ -294,8 +296,9 @@ def synthesize_from_config(cfg: Mapping[str, Any], local_judge_server: LocalServ
 
     if cfg.get("synth") is None:
         raise ConfigError("task=synthesize needs a synthesis recipe: synth=rolemrc")
-    judge = OmegaConf.to_container(cfg.judge, resolve=True)
-    if judge.get("backend") == "none" and any(s in cfg.synth.stages for s in ("profiles", "dialogues")):
+    values = OmegaConf.to_container(cfg.judge, resolve=True)
+    judge = None if values["backend"] == "none" else JudgeConfig.parse(values, "judge")
+    if judge is None and any(s in cfg.synth.stages for s in ("profiles", "dialogues")):
         raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
     if cfg.data.format != "rolemrc" or not cfg.data.get("task_dimensions"):
         raise ConfigError(f"task=synthesize writes RoleMRC files: data={cfg.data.name} is not a RoleMRC-format config")

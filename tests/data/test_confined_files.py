@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rpbench.data import mmrole
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
+from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split
 
 WHERE = {"file": "data.json", "record": 7, "field": "image"}

@@ -8,7 +8,7 @@ import hashlib
 
 import pytest
 
-from rpbench.data.mmrole_prompts import DEFAULTS, METRICS, review_prompts
+from rpbench.data.mmrole.prompts import DEFAULTS, METRICS, review_prompts
 from rpbench.data.templates import TemplateError
 
 FAKE_RM_REVIEW = """

@@ -11,8 +11,8 @@ import pytest
 from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data import readers
 from rpbench.data.errors import DataFormatError
-from rpbench.data.mmrole_prompts import JUDGE_SYSTEM, METRICS, review_prompt
-from rpbench.data.mmrole_reviews import select_heldout
+from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
+from rpbench.data.mmrole.reviews import select_heldout
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rpbench.data import mmrole
 from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.data.records import SFTExample, Turn
 from rpbench.models.loading import load_tokenizer

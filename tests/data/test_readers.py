@@ -10,8 +10,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import SAMPLE_DIR
-from rpbench.data import mmrole, readers, rolemrc, rpgbench
+from rpbench.data import readers, rolemrc, rpgbench
 from rpbench.data.errors import DataFormatError
+from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ChatStub, chat_stub
+from conftest import ChatStub, chat_stub, generation_endpoint, generation_options, judge_config
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
+from rpbench.eval.benchmarks.mmrole.judging import judge_answers
 from rpbench.eval.generate import generate_via_endpoint
-from rpbench.eval.mmrole_eval import judge_answers
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
+from rpbench.scoring.judge.client import JudgeClient
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8
@@ -76,7 +76,7 @@ def answer(rid: str, image: str) -> dict:
 
 def judge(server: ChatStub) -> JudgeClient:
     settings = {"model": "judge", "base_url": server.url, "api_key_env": None, "progress": False, "multimodal": True}
-    return JudgeClient(JudgeConfig.from_mapping(settings))
+    return JudgeClient(judge_config(**settings))
 
 
 def test_judge_gets_the_image_inside_the_root(server, root, tmp_path):
@@ -107,11 +107,12 @@ def test_endpoint_generation_never_sends_a_file_outside_the_root(server, root, t
         return EvalExample(rid, (Turn("user", "Look!", image=image),), "Lovely.", "comment")
 
     out = tmp_path / "predictions.jsonl"
-    report = generate_via_endpoint(server.url, "m", [example("good", "ok.jpg")], out, image_root=root)
+    endpoint, options = generation_endpoint(server.url, "m"), generation_options()
+    report = generate_via_endpoint(endpoint, [example("good", "ok.jpg")], out, options, image_root=root)
     assert report.n_generated == 1 and received(server, PICTURE) and len(server.bodies) == 1
 
     bad = example("bad", hostile_name(root, which))
     with pytest.raises(DataFormatError) as caught:
-        generate_via_endpoint(server.url, "m", [example("good", "ok.jpg"), bad], out, image_root=root)
+        generate_via_endpoint(endpoint, [example("good", "ok.jpg"), bad], out, options, image_root=root)
     assert (caught.value.record, caught.value.field) == ("bad", "prompt[0].image")
     assert len(server.bodies) == 1 and not received(server, SECRET)

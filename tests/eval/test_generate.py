@@ -8,11 +8,10 @@ import os
 import pytest
 import torch
 
-from conftest import chat_stub, generate_texts
+from conftest import chat_stub, generate_texts, generation_endpoint, generation_options
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
-from rpbench.models.generation import GenerationOptions
 
 MAX_NEW = 10
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token
@@ -101,17 +100,17 @@ def test_sampling_is_seeded(tiny):
     assert a != c and a != greedy
 
 
-def test_options_validated():
-    with pytest.raises(ValueError, match="unknown generation options.*max_tokens"):
-        GenerationOptions.from_cfg({"max_tokens": 5})
-    with pytest.raises(ValueError, match="top_p"):
-        GenerationOptions(top_p=0)
+def test_options_are_parsed_with_named_errors():
+    with pytest.raises(ValueError, match=r"evaluator\.generation\.max_tokens: unknown key"):
+        generation_options(max_tokens=5)
+    with pytest.raises(ValueError, match=r"evaluator\.generation\.top_p=0\.0: expected a share in \(0, 1\]"):
+        generation_options(top_p=0)
 
 
 def test_predictions_file_resumes(tiny, tmp_path):
     model, tok = tiny
     examples = make_examples()
-    cfg = {"max_new_tokens": MAX_NEW, "batch_size": 3, "progress": False}
+    cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=3)
     expected = generate_texts(model, tok, [as_messages(ex.prompt) for ex in examples], max_new_tokens=MAX_NEW)
 
     first = tmp_path / "first" / "predictions.jsonl"
@@ -152,19 +151,19 @@ def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
     record = {"id": "ex1", "prompt": [{"role": "user", "content": "something else"}], "prediction": "x"}
     out.write_text(json.dumps(record) + "\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match="record ex1: field 'prompt'"):
-        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+        generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=2))
     out.write_text(json.dumps({"id": "zz", "prompt": []}) + "\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match="record zz: field 'id': not in the evaluation set"):
-        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+        generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=2))
     out.write_text('{"id": "ex0"\n{"id": "ex1"}\n', encoding="utf-8")
     with pytest.raises(DataFormatError, match="record line 1: field 'json'"):
-        generate_predictions(model, tok, examples, out, {"max_new_tokens": 2})
+        generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=2))
 
 
 def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
     model, tok = tiny
     examples = make_examples()  # 7 records: rank 0 takes 4, rank 1 takes 3
-    cfg = {"max_new_tokens": MAX_NEW, "batch_size": 2, "progress": False}
+    cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=2)
     single = tmp_path / "single" / "predictions.jsonl"
     generate_predictions(model, tok, examples, single, cfg)
 
@@ -180,7 +179,7 @@ def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
 
 def test_rank_zero_reports_a_missing_shard(tiny, tmp_path):
     model, tok = tiny
-    cfg = {"max_new_tokens": 2, "progress": False, "merge_timeout_s": 0.2}
+    cfg = generation_options(max_new_tokens=2, merge_timeout_s=0.2)
     with pytest.raises(TimeoutError, match="3 of 7 predictions still missing"):
         generate_predictions(model, tok, make_examples(), tmp_path / "p.jsonl", cfg, rank=0, world_size=2)
 
@@ -191,7 +190,7 @@ def _synced_worker(rank: int, world_size: int, port: int, out: str) -> None:
     from rpbench.models import load
 
     model, tok = load(MODEL_CFG)
-    cfg = {"max_new_tokens": 6, "batch_size": 1, "synced_gpus": True, "progress": False, "merge_timeout_s": 60}
+    cfg = generation_options(max_new_tokens=6, batch_size=1, synced_gpus=True, merge_timeout_s=60)
     generate_predictions(model, tok, make_examples(5), out, cfg, rank=rank, world_size=world_size)
     torch.distributed.destroy_process_group()
 
@@ -207,7 +206,7 @@ def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
     out = tmp_path / "predictions.jsonl"
     examples = make_examples(5)
     # rank 1's share (ex1, ex3) is already done: it has 0 real batches, rank 0 has 3
-    generate_predictions(model, tok, examples[1::2], shard_path(out, 1, 2), {"max_new_tokens": 6, "progress": False})
+    generate_predictions(model, tok, examples[1::2], shard_path(out, 1, 2), generation_options(max_new_tokens=6))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -242,8 +241,9 @@ def server():
 def test_endpoint_backend_writes_and_resumes(server, tmp_path):
     examples = make_examples()
     out = tmp_path / "predictions.jsonl"
-    cfg = {"max_new_tokens": 33, "progress": False}
-    report = generate_via_endpoint(server.url, "served-model", examples, out, cfg, concurrency=3)
+    cfg = generation_options(max_new_tokens=33)
+    endpoint = generation_endpoint(server.url, "served-model", concurrency=3)
+    report = generate_via_endpoint(endpoint, examples, out, cfg)
     records = read_jsonl(out)
     assert [r["id"] for r in records] == [ex.id for ex in examples]
     assert [r["prediction"] for r in records] == [ex.prompt[-1].content[::-1] for ex in examples]
@@ -254,7 +254,7 @@ def test_endpoint_backend_writes_and_resumes(server, tmp_path):
         tuple(m.items()) for ex in examples for m in as_messages(ex.prompt)
     }
 
-    again = generate_via_endpoint(server.url, "served-model", examples, out, cfg)
+    again = generate_via_endpoint(endpoint, examples, out, cfg)
     assert again.n_generated == 0 and len(server.requests) == len(examples)
 
 
@@ -263,7 +263,7 @@ def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_pa
     examples[2] = EvalExample(id="bad", prompt=(Turn("user", "please FAIL"),), reference="r", task="t")
     out = tmp_path / "predictions.jsonl"
     with pytest.raises(RuntimeError, match=r"1 of 4 endpoint requests failed \(first: record 'bad'"):
-        generate_via_endpoint(server.url, "m", examples, out, {"progress": False}, max_retries=0)
+        generate_via_endpoint(generation_endpoint(server.url, "m", max_retries=0), examples, out, generation_options())
     assert sorted(r["id"] for r in read_jsonl(out)) == ["ex0", "ex1", "ex3"]
 
 
@@ -280,7 +280,8 @@ def test_endpoint_requests_are_retried_and_counted_by_the_shared_client(tmp_path
 
     examples, out = make_examples(3), tmp_path / "predictions.jsonl"
     with chat_stub(flaky) as stub:
-        report = generate_via_endpoint(stub.url, "m", examples, out, {"progress": False}, max_retries=1)
+        endpoint = generation_endpoint(stub.url, "m", max_retries=1, backoff_initial_s=0.01, backoff_max_s=0.05)
+        report = generate_via_endpoint(endpoint, examples, out, generation_options())
     assert [r["prediction"] for r in read_jsonl(out)] == [e.prompt[-1].content.upper() for e in examples]
     usage = report.endpoint_usage
     assert (usage["requests"], usage["retries"], usage["replies"], usage["failures"]) == (6, 3, 3, 0)
@@ -297,7 +298,7 @@ def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
     lengths = [len(tok(text, add_special_tokens=False)["input_ids"]) for text in texts]
     over = [ex.prompt[0].role == "system" for ex, n in zip(examples, lengths) if n > limit]
     assert over.count(True) >= 1 and over.count(False) >= 1  # the fixture has both kinds
-    cfg = {"max_new_tokens": 2, "batch_size": 4, "progress": False, "max_prompt_length": limit}
+    cfg = generation_options(max_new_tokens=2, batch_size=4, max_prompt_length=limit)
     report = generate_predictions(model, tok, examples, tmp_path / "predictions.jsonl", cfg)
     # one-turn prompts: nothing to drop; a system turn is kept whole, a prompt without one loses its start
     assert report.prompts_fitted == {

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import generate_texts
-from rpbench.data.mmrole import read_test
+from conftest import generate_texts, generation_options
+from rpbench.data.mmrole.reader import read_test
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.families.qwen2_vl import Qwen2VL
@@ -127,7 +127,7 @@ def test_predictions_from_mmrole_records_see_their_images(tiny_vl, tmp_path):
     model, tok = tiny_vl
     examples = mmrole_examples()[:5]
     assert all(sum(t.image is not None for t in ex.prompt) == 1 for ex in examples)
-    cfg = {"max_new_tokens": MAX_NEW, "batch_size": 3, "progress": False, "max_prompt_length": 2048}
+    cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=3, max_prompt_length=2048)
     report = generate_predictions(model, tok, examples, tmp_path / "predictions.jsonl", cfg)
     assert report.images == {"used": 5, "history_dropped": 0}
     predictions = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").read_text().splitlines()]
@@ -145,11 +145,11 @@ def test_a_cut_prompt_keeps_its_image_whole_and_images_over_the_budget_name_the_
         task="t",
     )
     report = generate_predictions(
-        model, tok, [example], tmp_path / "a.jsonl", {"max_prompt_length": 60, "progress": False, "max_new_tokens": 2}
+        model, tok, [example], tmp_path / "a.jsonl", generation_options(max_prompt_length=60, max_new_tokens=2)
     )
     assert report.prompts_fitted["cut_left"] == 1 and report.images == {"used": 1, "history_dropped": 0}
     with pytest.raises(ValueError, match=r"record 'cut': field 'prompt': its images take \d+ tokens, more than the 8"):
-        generate_predictions(model, tok, [example], tmp_path / "b.jsonl", {"max_prompt_length": 8, "progress": False})
+        generate_predictions(model, tok, [example], tmp_path / "b.jsonl", generation_options(max_prompt_length=8))
 
 
 def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_path):
@@ -164,7 +164,7 @@ def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_pat
         reference="r",
         task="t",
     )
-    cfg = {"max_prompt_length": 60, "max_new_tokens": 2, "progress": False}
+    cfg = generation_options(max_prompt_length=60, max_new_tokens=2)
     report = generate_predictions(model, tok, [example], tmp_path / "p.jsonl", cfg)
     # history turns with an image are never dropped: the text around the images goes instead
     assert report.images == {"used": 2, "history_dropped": 0}
@@ -176,4 +176,4 @@ def test_text_only_model_refuses_image_records_clearly(tmp_path):
 
     model, tok = load({"name_or_path": "tiny:qwen2"})
     with pytest.raises(ValueError, match=r"has an image, but .* is a text-only model.*data.images=drop"):
-        generate_predictions(model, tok, mmrole_examples()[:1], tmp_path / "p.jsonl", {"progress": False})
+        generate_predictions(model, tok, mmrole_examples()[:1], tmp_path / "p.jsonl", generation_options())

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA
+from conftest import REPO_ROOT, SHARED_DATA, judge_config
 from rpbench.data.errors import DataFormatError
-from rpbench.data.mmrole_prompts import METRICS, REASK
-from rpbench.eval.mmrole_eval import aggregate_reviews, judge_answers, write_results_csvs
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig
+from rpbench.data.mmrole.prompts import METRICS, REASK
+from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
+from rpbench.scoring.judge.client import JudgeClient
 from rpbench.serve import load_served_model, serve_in_thread
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
@@ -184,7 +184,7 @@ def judge(server, tmp_path, **overrides) -> JudgeClient:
         "cache_path": str(tmp_path / "judge.sqlite"),
         **overrides,
     }
-    return JudgeClient(JudgeConfig.from_mapping(settings))
+    return JudgeClient(judge_config(**settings))
 
 
 def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny, tmp_path):
@@ -259,9 +259,7 @@ def test_malformed_answers_are_named(tiny, tmp_path):
     record = official_answers(1)[0]
     del record["conversations"][1]["answer"]
     client = JudgeClient(
-        JudgeConfig.from_mapping(
-            {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False}
-        )
+        judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(
         DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"

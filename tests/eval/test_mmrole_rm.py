@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT, chat_stub, run_in_process
 from rpbench.data import readers
 from rpbench.data.errors import RpbenchError
-from rpbench.data.mmrole_prompts import METRICS
+from rpbench.data.mmrole.prompts import METRICS
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # data=sample_mmrole_reviews

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, chat_stub, evaluation_of, run_in_process
-from rpbench.data.mmrole_prompts import METRICS
+from rpbench.data.mmrole.prompts import METRICS
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS
-from rpbench.eval.mmrole_eval import aggregate_review_sets
+from rpbench.eval.benchmarks.mmrole.judging import aggregate_review_sets
 
 ITR = "Image-Text Relevance"
 

@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from conftest import run_in_process
+from conftest import judge_config, run_in_process
 from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
@@ -67,15 +67,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: p for e, p in RECORDS}
     with serve_in_thread(load_served_model("tiny-qwen2"), {"scripted": VERDICTS}) as server:
-        judge = {
-            "backend": "openai",
-            "model": server.model_name,
-            "base_url": server.base_url,
-            "api_key_env": None,
-            "progress": False,
-            "parse_tries": 3,
-            "max_tokens": {"rpgbench": 8},
-        }
+        judge = judge_config(model=server.model_name, base_url=server.base_url, parse_tries=3)
         result = judge_winrate(examples, predictions, [judge, judge])
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
         assert server.stats.requests == 2 * (8 + 4)
@@ -102,7 +94,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
 
 def test_winrate_needs_a_prediction_for_every_record():
     with pytest.raises(ValueError, match="1 test records have no prediction"):
-        judge_winrate([RECORDS[0][0]], {}, [{"model": "x"}])
+        judge_winrate([RECORDS[0][0]], {}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
 
 
 def test_categories_put_idtest_first_and_need_a_shifted_one():

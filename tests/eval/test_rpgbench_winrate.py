@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import chat_stub
+from conftest import chat_stub, judge_config
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import plot_severity, severity_points, winrate_section
@@ -54,9 +54,8 @@ def reply(body: dict) -> str:
     return "Answer: A" if "WARM" in a else "B" if "WARM" in b else "A"
 
 
-def judges(url: str) -> list[dict]:
-    base = {"backend": "openai", "base_url": url, "api_key_env": None, "progress": False, "parse_tries": 2}
-    return [{**base, "model": name, "max_tokens": {"rpgbench": 8}} for name in ("alpha", "beta")]
+def judges(url: str) -> list:
+    return [judge_config(base_url=url, model=name, parse_tries=2) for name in ("alpha", "beta")]
 
 
 @pytest.fixture(scope="module")
@@ -133,16 +132,16 @@ def test_an_ensemble_without_any_verdict_has_no_winrate():
 def test_records_without_what_the_judge_reads_are_named(meta, field):
     bad = record("r9", "IDTest", "golden", **meta)
     with pytest.raises(DataFormatError, match=rf"record r9: field '{field}'"):
-        judge_winrate([bad], {"r9": "x"}, [{"model": "x"}])
+        judge_winrate([bad], {"r9": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
     missing = EvalExample("r8", (), "golden", "IDTest", {"shift": "in_distribution"})
     with pytest.raises(DataFormatError, match=r"record r8: field 'meta.category': missing"):
-        judge_winrate([missing], {"r8": "x"}, [{"model": "x"}])
+        judge_winrate([missing], {"r8": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
 
 
 def test_a_category_belongs_to_one_shift():
     a, b = record("a", "german", "g"), record("b", "german", "g", shift="character")
     with pytest.raises(DataFormatError, match=r"record b: field 'meta.shift': 'character', but other records"):
-        judge_winrate([a, b], {"a": "x", "b": "y"}, [{"model": "x"}])
+        judge_winrate([a, b], {"a": "x", "b": "y"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
 
 
 def test_report_tables_per_category_and_shift_with_each_judge(judged):

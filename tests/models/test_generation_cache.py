@@ -3,8 +3,9 @@
 import pytest
 import torch
 
+from conftest import generation_options
 from rpbench.models import load
-from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad, render_prompts
+from rpbench.models.generation import hf_generation_config, left_pad, render_prompts
 
 CONVERSATIONS = [
     [{"role": "system", "content": "You are Sherlock Holmes."}, {"role": "user", "content": "Who are you?"}],
@@ -20,7 +21,7 @@ def test_static_cache_greedy_generation_equals_the_dynamic_cache(family):
     assert (mask == 0).any()  # left padding is exercised
     outputs = {}
     for cache in ("dynamic", "static"):
-        opts = GenerationOptions(max_new_tokens=16, cache=cache)
+        opts = generation_options(max_new_tokens=16, cache=cache)
         config = hf_generation_config(opts, [tokenizer.eos_token_id], tokenizer.pad_token_id)
         assert config.cache_implementation == (None if cache == "dynamic" else "static")
         with torch.no_grad():
@@ -30,5 +31,5 @@ def test_static_cache_greedy_generation_equals_the_dynamic_cache(family):
 
 
 def test_unknown_cache_is_refused():
-    with pytest.raises(ValueError, match="cache must be one of"):
-        GenerationOptions(cache="paged")
+    with pytest.raises(ValueError, match=r"evaluator\.generation\.cache='paged': expected one of dynamic, static"):
+        generation_options(cache="paged")

@@ -80,11 +80,12 @@ def _export_checks(model, reference, rank: int, lora_layers=(), **kwargs) -> dic
 
 
 def _generation_checks(engine, reference, tokenizer, rank: int) -> dict:
-    from rpbench.models.generation import GenerationOptions, generate_batches, synced_gpus_needed
+    from conftest import generation_options
+    from rpbench.models.generation import generate_batches, synced_gpus_needed
     from rpbench.objectives.sampling import generate_rows
 
     model = engine.module
-    opts = GenerationOptions(max_new_tokens=NEW_TOKENS[rank], batch_size=1, progress=False)
+    opts = generation_options(max_new_tokens=NEW_TOKENS[rank], batch_size=1)
     stop = [tokenizer.eos_token_id]
     gathered_per_token = []
     hook = model.lm_head.register_forward_pre_hook(lambda *_: gathered_per_token.append(_available(model)))

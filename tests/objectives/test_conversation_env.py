@@ -18,11 +18,12 @@ from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation_session import Session
 from rpbench.data.errors import ConfigError
 from rpbench.models import chat_renderer, load
-from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids
+from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
 from rpbench.objectives.grpo import completion_batch
-from rpbench.objectives.rewards import REWARDS
-from rpbench.scoring.judge.client import open_judge
+from rpbench.objectives.sampling import rollout_options
+from rpbench.scoring.rewards import REWARDS
+from rpbench.scoring.judge.client import JudgeConfig, open_judge
 from rpbench.training import train
 from rpbench.validate import validate
 
@@ -89,7 +90,11 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_
     simulator's turn: all unlabelled). Token ids 100-399 also stop a turn, so turns end on a stop token of
     their own (then labelled, and the end of turn added unlabelled) or at the length limit."""
     cfg = composed(
-        tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai", "env.rewards=[{name: non_empty}]"
+        tmp_path / "run",
+        "objective=grpo",
+        "env=conversation",
+        "judge=openai",
+        "env.rewards=[{name: non_empty, weight: 1.0}]",
     )
     model, tokenizer = load(cfg.model)
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 400)]
@@ -98,7 +103,9 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_
     stop_ids = default_stop_ids(model, tokenizer)
     with chat_stub(lambda body: USER_REPLY) as stub:
         env = conversation_env(cfg, stub.url, renderer)
-        options = GenerationOptions(max_new_tokens=6, temperature=1.0, progress=False)
+        options = rollout_options(
+            max_new_tokens=6, temperature=1.0, top_p=1.0, top_k=0, cache="dynamic", gather_per_batch=True
+        )
         rollouts, sessions = env.play(model, [scenario], 2, options, stop_ids, tokenizer.pad_token_id, seed=3)
         env.close()
         asked = stub.requests
@@ -176,7 +183,8 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
         judge = OmegaConf.to_container(cfg.judge, resolve=True)
         judge |= {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
         weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
-        reward = SessionJudgeReward(judge, dict(cfg.env.rubric), weights, 0.25, opener=open_judge)
+        config = JudgeConfig.parse(judge, "judge")
+        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, 0.25, opener=open_judge)
         scores = reward([s.record() for s in sessions], ["", ""], [None, None])
         reward.close()
         asked = stub.requests
@@ -204,7 +212,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
             "judge.api_key_env=null",
             "judge.cache_path=null",
             "judge.progress=false",
-            "env.rewards=[{name: test_turn_letter_fraction}]",
+            "env.rewards=[{name: test_turn_letter_fraction, weight: 1.0}]",
             "objective.epochs=12",
             "objective.batch_size=1",
             "objective.lr=3e-2",

@@ -19,7 +19,7 @@ from rpbench.models import load
 from rpbench.objectives import corl_cold_start
 from rpbench.objectives.corl import CoRLModule, Schedule
 from rpbench.objectives.corl_rewards import JudgeRatio, ResponseFormat, ThoughtFormat, ThoughtLength
-from rpbench.objectives.rewards import REWARDS
+from rpbench.scoring.rewards import REWARDS
 from rpbench.training import objective_config, train
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rpgbench" / "rpgbench.json"
@@ -177,8 +177,9 @@ def run_corl(compose, out_dir: Path, *overrides: str):
 
 
 TOY = [  # the model-scored rewards weigh little: a random model's barely move (the judge ratio is clipped at 1)
-    "objective.reasoner_rewards=[{name: test_corl_first_letter}, {name: corl_thought_likelihood, weight: 0.1}]",
-    "objective.dialogue_rewards=[{name: test_corl_first_letter}, {name: corl_judge_ratio, weight: 0.1}]",
+    "objective.reasoner_rewards=[{name: test_corl_first_letter, weight: 1}, "
+    "{name: corl_thought_likelihood, weight: 0.1}]",
+    "objective.dialogue_rewards=[{name: test_corl_first_letter, weight: 1.0}, {name: corl_judge_ratio, weight: 0.1}]",
     "objective.lr=2e-2",
     "objective.reasoner_max_completion_length=8",
     "objective.dialogue_max_completion_length=8",

@@ -11,17 +11,17 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
+from conftest import generation_options
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
 from rpbench.models import load
-from rpbench.models.generation import GenerationOptions
 from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice_of_batch_advantages
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
-from rpbench.objectives.rewards import REWARDS, JudgeReward
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
 from rpbench.scoring.judge.client import judge_opener, open_judge
+from rpbench.scoring.rewards import REWARDS, JudgeReward
 from rpbench.serve import local_judge
 from rpbench.training import train
 
@@ -51,7 +51,7 @@ def run_grpo(
         "logger=none",
         "trainer.enable_progress_bar=false",
         "save_model=false",
-        "objective.rewards=[{name: test_letter_fraction}]",
+        "objective.rewards=[{name: test_letter_fraction, weight: 1.0}]",
         *overrides,
     )
     model, tokenizer = load(cfg.model)
@@ -82,7 +82,7 @@ def test_sample_completions_gives_g_seeded_completions_per_prompt():
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     prompts = [renderer.render_prompt(prompt_and_reference(r)[0]) for r in TRAIN[:2]]
-    options = GenerationOptions(max_new_tokens=6, temperature=1.0, progress=False)
+    options = generation_options(max_new_tokens=6, temperature=1.0)
     first = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=7)
     assert first.prompt_ids == [prompts[0]] * 3 + [prompts[1]] * 3
     assert len(first.completion_ids) == 6 and all(1 <= len(c) <= 6 for c in first.completion_ids)
@@ -92,7 +92,7 @@ def test_sample_completions_gives_g_seeded_completions_per_prompt():
     other = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=8)
     assert again.completion_ids == first.completion_ids and other.completion_ids != first.completion_ids
     with pytest.raises(ValueError, match="temperature > 0"):
-        sample_completions(model, prompts, 3, GenerationOptions(temperature=0.0), [2], tokenizer.pad_token_id, seed=7)
+        sample_completions(model, prompts, 3, generation_options(temperature=0.0), [2], tokenizer.pad_token_id, seed=7)
 
 
 def test_generation_mode_switches_checkpointing_off_and_restores_it():
@@ -332,12 +332,13 @@ def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tm
     (4 prompts x 4 completions) fail, are logged, and the server is stopped when training ends."""
     import httpx
 
-    judge = (
-        "{backend: local, server: {model: tiny-qwen2, scripted: [{match: '', reply: maybe}]}, "
-        "parse_tries: 1, progress: false, api_key_env: null}"
+    judge = ["judge=local", "+judge.server.scripted=[{match: '', reply: maybe}]", "judge.parse_tries=1"]
+    judge += ["judge.progress=false", "judge.cache_path=null"]
+    kwargs = "{judge: ${judge}, rubric: role_style, failure_reward: 0.5}"
+    rewards = f"objective.rewards=[{{name: test_kept_judge, weight: 1.0, kwargs: {kwargs}}}]"
+    report, _, rows = run_grpo(
+        compose, tmp_path, "objective.epochs=1", rewards, *judge, judges=judge_opener(local_judge)
     )
-    rewards = f"objective.rewards=[{{name: test_kept_judge, kwargs: {{judge: {judge}, failure_reward: 0.5}}}}]"
-    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards, judges=judge_opener(local_judge))
     assert report["optimizer_steps"] == len(rows) == 4
     assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4
     assert [float(r["train/reward"]) for r in rows] == [0.5] * 4  # every completion got the failure reward

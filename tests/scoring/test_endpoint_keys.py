@@ -13,7 +13,7 @@ from conftest import chat_stub, evaluation_of
 from rpbench.data import readers
 from rpbench.data.errors import ConfigError
 from rpbench.eval.evaluate import generate
-from rpbench.scoring.judge.client import JudgeConfigError, JudgeRequest, open_judge
+from rpbench.scoring.judge.client import JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.validate import validate
 
 TEST_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
@@ -55,7 +55,7 @@ def test_openai_key_named_for_another_evaluation_endpoint_is_refused_before_any_
 
 
 def ask_judge(judge_cfg) -> None:
-    with open_judge(OmegaConf.to_container(judge_cfg, resolve=True)) as client:
+    with open_judge(JudgeConfig.parse(OmegaConf.to_container(judge_cfg, resolve=True), "judge")) as client:
         client.judge_many([JudgeRequest(({"role": "user", "content": "In character?"},), 4, "test-v1")])
 
 
@@ -83,9 +83,10 @@ def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(c
 def test_the_openai_judge_gets_the_openai_key(compose, openai_key, monkeypatch):
     """The client built for OpenAI's API carries its key (no request is made: the machine is offline)."""
     cfg = compose("objective=none", "judge=openai")
-    with open_judge(OmegaConf.to_container(cfg.judge, resolve=True)) as client:
+    judge = JudgeConfig.parse(OmegaConf.to_container(cfg.judge, resolve=True), "judge")
+    with open_judge(judge) as client:
         assert client._api_key == OPENAI_SECRET
     monkeypatch.delenv("OPENAI_API_KEY")
     with pytest.raises(JudgeConfigError, match="OPENAI_API_KEY.*not set"):
-        with open_judge(OmegaConf.to_container(cfg.judge, resolve=True)):
+        with open_judge(judge):
             pass

@@ -18,10 +18,11 @@ import yaml
 
 from rpbench.data.errors import ConfigError
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl
+from rpbench.eval.benchmarks.mmrole.judging import review_ratios
 from rpbench.eval.context import EvalContext
-from rpbench.eval.mmrole_eval import review_ratios
 from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key, agreement, model_family
 from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.typed import Settings
 
 
@@ -130,9 +131,7 @@ class JudgeAgreement(Benchmark):
         return {"judge_agreement": found, "report_sections": [agreement_section(found)]}
 
 
-def human_agreement_of_run(
-    settings: Any, judge: Mapping[str, Any], scores: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
+def human_agreement_of_run(settings: Any, judge: JudgeConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A judged run's verdicts (scores.jsonl rows) against ``evaluator.human_ratings``."""
     humans = read_human_ratings(settings.human_ratings)
     if humans[0].pairwise:
@@ -141,7 +140,7 @@ def human_agreement_of_run(
             "(use evaluator=judge_agreement with a verdicts file for pairwise judges)"
         )
     by_record = run_verdicts(scores)
-    return agreement_with(humans, matched(humans, by_record), settings.human_level, str(judge["model"]))
+    return agreement_with(humans, matched(humans, by_record), settings.human_level, judge.model)
 
 
 BENCHMARKS.register("judge_agreement")(JudgeAgreement())

@@ -51,12 +51,12 @@ class RoleMRC(Benchmark):
     def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
-        from rpbench.scoring.judge import JudgeConfig, judge_rolemrc
+        from rpbench.scoring.judge import judge_rolemrc
         from rpbench.scoring.judge.health import parse_failure_warning, request_failure_warning
 
-        judged = judge_rolemrc(ctx.examples, predictions, dict(ctx.judge), prepared, ctx.open_judge)
+        judged = judge_rolemrc(ctx.examples, predictions, ctx.judge, prepared, ctx.open_judge)
         overall = judged["overall"]
-        judge_cfg = JudgeConfig.from_mapping(ctx.judge)
+        judge_cfg = ctx.judge
         warnings = [
             request_failure_warning(overall["request_failures"], overall["n"], judge_cfg.warn_request_failure_rate),
             parse_failure_warning(overall["parse_failures"], overall["n"], judge_cfg.warn_parse_failure_rate),

@@ -24,6 +24,7 @@ from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.models.generation import GenerationOptions
+from rpbench.scoring.judge.client import JudgeConfig
 
 if TYPE_CHECKING:
     from rpbench.eval.generalization.analysis import EntropySettings
@@ -31,10 +32,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def judge_configs(judge: Mapping[str, Any], judges: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def judge_configs(judge: JudgeConfig, judges: Sequence[Mapping[str, Any]]) -> list[JudgeConfig]:
     """The ensemble: ``judge`` with each entry of ``evaluator.judges`` merged over it (none: ``judge``)."""
-    merged = [OmegaConf.merge(judge, override) for override in list(judges) or [{}]]
-    return [OmegaConf.to_container(config, resolve=True) for config in merged]
+    if not judges:
+        return [judge]
+    merged = [OmegaConf.to_container(OmegaConf.merge(judge.plain(), dict(override))) for override in judges]
+    return [JudgeConfig.parse(values, f"evaluator.judges[{i}]") for i, values in enumerate(merged)]
 
 
 def generated_reasoning(
@@ -125,7 +128,6 @@ class RPGBench(Benchmark):
     def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
         per category and per shift. The judge sees each record's character, persona and dialogue."""
-        from rpbench.scoring.judge import JudgeConfig
         from rpbench.scoring.judge.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
@@ -133,7 +135,7 @@ class RPGBench(Benchmark):
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         overall = judged["overall"]
-        limit = JudgeConfig.from_mapping(ctx.judge).warn_parse_failure_rate
+        limit = ctx.judge.warn_parse_failure_rate
         warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
         if warning:
             judged["warning"] = warning
@@ -180,9 +182,10 @@ class RPGBench(Benchmark):
                 "and entropy.samples=0"
             )
         device = model.device if model is not None else torch.device("cpu")
-        generation = ev.generation.options()
+        generation = ev.generation
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
-        reasoning_options = GenerationOptions.from_cfg({**OmegaConf.to_container(g.reasoning), "progress": True})
+        reasoning = OmegaConf.to_container(g.reasoning, resolve=True)
+        reasoning_options = GenerationOptions.parse(reasoning, "evaluator.generalization.reasoning")
         reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
         del reasoner
         if critic_spec.model_cfg is None:

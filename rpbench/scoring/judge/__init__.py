@@ -1,8 +1,8 @@
 """LLM-as-a-judge: an OpenAI-compatible client (async, retried, cached), rubric prompts and strict parsers.
 
-with open_judge(cfg.judge, local_server) as client:   # judge=local: the server the pipeline hands in
+with open_judge(spec.judge, local_server) as client:   # RunSpec.judge; judge=local: the server handed in
     rolemrc = judge_rolemrc(examples, predictions, client)
-    mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.mmrole_eval
+    mmrole = judge_answers(answers_dir, client, reviews_dir)   # rpbench.eval.benchmarks.mmrole.judging
 """
 
 from rpbench.scoring.judge.client import (

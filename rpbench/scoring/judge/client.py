@@ -23,7 +23,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from functools import partial
@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.scoring.endpoints import api_key, endpoint_identity
 from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.typed import Problem, Settings, as_dict
 
 RETRY_STATUS = {408, 409, 429}
 FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
@@ -56,59 +57,74 @@ class BadReply(Exception):
 PARSE_FAILURE_POLICIES = ("wrong", "exclude")
 
 
-@dataclass(frozen=True)
-class JudgeConfig:
-    """Judge settings (the ``judge`` config group without ``backend`` and ``server``)."""
+@dataclass(frozen=True, kw_only=True)
+class JudgeConfig(Settings):
+    """The ``judge`` config group (conf/judge/*.yaml), parsed once at startup (``rpbench.validate``); every
+    value comes from the YAML. ``server``: what a ``backend: local`` judge serves (``rpbench.serve.local_judge``
+    fills ``base_url`` and ``model`` in from the started server)."""
 
+    backend: str
     model: str
-    base_url: str | None = None
-    api_key_env: str | None = None  # the variable holding the endpoint's key (conf/judge/openai.yaml names OpenAI's)
-    multimodal: bool = False
-    concurrency: int = 8
-    timeout_s: float = 60.0
-    max_retries: int = 6
-    backoff_initial_s: float = 1.0
-    backoff_max_s: float = 60.0
+    base_url: str | None
+    api_key_env: str | None  # the variable holding the endpoint's key (conf/judge/openai.yaml names OpenAI's)
+    multimodal: bool
+    concurrency: int
+    timeout_s: float
+    max_retries: int
+    backoff_initial_s: float
+    backoff_max_s: float
     # The longest wait a Retry-After header (on a 429/503) is honoured for; longer requests wait this long.
-    retry_after_max_s: float = 120.0
-    temperature: float = 0.0
-    top_p: float | None = None
-    max_tokens: Mapping[str, int] = field(default_factory=lambda: {"rolemrc": 16, "mmrole": 512})
-    parse_tries: int = 3
-    # A RoleMRC verdict still unreadable after parse_tries: "wrong" counts it as a 0 (the released
-    # llm_judge.py scores an unparseable reply 0 and keeps it in the mean), "exclude" leaves it out of the
-    # accuracy. Counted either way.
-    parse_failure: str = "wrong"
+    retry_after_max_s: float
+    temperature: float
+    top_p: float | None
+    max_tokens: Mapping[str, int]
+    parse_tries: int
+    # A verdict still unreadable after parse_tries: "wrong" counts it as a 0, "exclude" leaves it out.
+    parse_failure: str
     # Above this share of parse failures among a run's judgements, the log and report.md warn.
-    warn_parse_failure_rate: float = 0.2
+    warn_parse_failure_rate: float
     # Above this share of requests without a reply after all retries, the log and report.md warn.
-    warn_request_failure_rate: float = 0.0
-    price_input_per_1m: float = 0.0
-    price_output_per_1m: float = 0.0
-    cache_path: str | None = None
-    progress: bool = True
+    warn_request_failure_rate: float
+    price_input_per_1m: float
+    price_output_per_1m: float
+    cache_path: str | None
+    progress: bool
     # The most a run may spend on the judge, estimated before it starts ({usd, tokens}; null: no limit).
-    budget: Mapping[str, float | None] | None = None
+    budget: Mapping[str, float | None] | None
+    server: Mapping[str, Any] | None
 
-    @classmethod
-    def from_mapping(cls, cfg: Mapping[str, Any]) -> JudgeConfig:
-        values = {k: v for k, v in dict(cfg).items() if k not in ("backend", "server")}
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"judge config: unknown keys {unknown}; known keys are {sorted(known)}")
-        if not values.get("model"):
-            raise ValueError("judge config: 'model' (the judge model name) is required")
-        config = cls(**values)
-        if config.concurrency < 1 or config.parse_tries < 1 or config.max_retries < 0:
-            raise ValueError("judge config: concurrency and parse_tries must be >= 1, max_retries >= 0")
-        if config.parse_failure not in PARSE_FAILURE_POLICIES:
-            raise ValueError(
-                f"judge.parse_failure: expected one of {PARSE_FAILURE_POLICIES}, got {config.parse_failure!r}"
-            )
-        if not config.retry_after_max_s >= 0:
-            raise ValueError(f"judge config: retry_after_max_s must be >= 0, got {config.retry_after_max_s}")
-        return config
+    open_keys = ("server",)
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if self.backend not in BACKENDS or self.backend == "none":
+            found.append(("backend", f"one of {', '.join(b for b in BACKENDS if b != 'none')}"))
+        if not self.model.strip():
+            found.append(("model", "the judge model's name"))
+        for key, minimum in (("concurrency", 1), ("parse_tries", 1), ("max_retries", 0)):
+            if getattr(self, key) < minimum:
+                found.append((key, f"an integer >= {minimum}"))
+        for key in ("timeout_s", "backoff_initial_s", "backoff_max_s", "retry_after_max_s"):
+            if getattr(self, key) < 0:
+                found.append((key, "a number of seconds >= 0"))
+        if self.parse_failure not in PARSE_FAILURE_POLICIES:
+            found.append(("parse_failure", f"one of {', '.join(PARSE_FAILURE_POLICIES)}"))
+        for key in ("warn_parse_failure_rate", "warn_request_failure_rate"):
+            if not 0 <= getattr(self, key) <= 1:
+                found.append((key, "a share in [0, 1]"))
+        if self.backend == "vllm" and not self.base_url:
+            found.append(("base_url", "the server's address with judge=vllm (e.g. http://host:8000/v1)"))
+        if self.backend == "local" and not (self.server or {}).get("model"):
+            found.append(("server.model", "a conf/model name or a model config mapping with judge=local"))
+        return found
+
+    def plain(self) -> dict[str, Any]:
+        """The settings as plain data (mappings as dicts), e.g. to merge overrides over them."""
+        values = as_dict(self)
+        for key in ("max_tokens", "budget", "server"):
+            if values[key] is not None:
+                values[key] = _plain(values[key])
+        return values
 
     def max_tokens_for(self, task: str) -> int:
         if task not in self.max_tokens:
@@ -369,33 +385,28 @@ def reasked(request: JudgeRequest, reply: str, reask: str) -> JudgeRequest:
     return replace(request, messages=(*request.messages, *follow_up))
 
 
-# How a ``backend: local`` judge gets its server: ``start(judge_cfg)`` starts one for ``judge_cfg["server"]``
-# and yields the judge config pointing at it, stopping it on exit (``rpbench.serve.local_judge``). The
-# pipeline (or the synthesis task) hands it to whoever opens a judge; scoring never imports the server.
-LocalServer = Callable[[Mapping[str, Any]], AbstractContextManager[Mapping[str, Any]]]
+# How a ``backend: local`` judge gets its server: ``start(judge)`` starts one for ``judge.server`` and yields
+# the judge config pointing at it, stopping it on exit (``rpbench.serve.local_judge``). The pipeline (or the
+# synthesis task) hands it to whoever opens a judge; scoring never imports the server.
+LocalServer = Callable[[JudgeConfig], AbstractContextManager[JudgeConfig]]
 # What a stage that opens judges receives: ``open_judge`` with the local server bound (``judge_opener``).
-JudgeOpener = Callable[[Mapping[str, Any]], AbstractContextManager["JudgeClient"]]
+JudgeOpener = Callable[[JudgeConfig], AbstractContextManager["JudgeClient"]]
 
 
 @contextmanager
-def open_judge(cfg: Mapping[str, Any], local_server: LocalServer | None = None) -> Iterator[JudgeClient]:
-    """A client for a ``judge`` config; ``backend: local`` first starts ``local_server`` (stopped on exit)
+def open_judge(config: JudgeConfig, local_server: LocalServer | None = None) -> Iterator[JudgeClient]:
+    """A client for a judge config; ``backend: local`` first starts ``local_server`` (stopped on exit)
     and points the client at it."""
-    cfg = dict(cfg)
-    backend = cfg.get("backend")
-    if backend not in BACKENDS:
-        raise ValueError(f"judge.backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "none":
-        raise ValueError("judge=none configures no judge; choose judge=openai|rolemrc_published|local|vllm")
-    if backend == "vllm" and not cfg.get("base_url"):
-        raise ValueError("judge=vllm needs judge.base_url (e.g. http://host:8000/v1)")
-    if backend == "local" and local_server is None:
+    if not isinstance(config, JudgeConfig):
+        raise TypeError(f"open_judge takes a JudgeConfig (JudgeConfig.parse(values, where)), got {type(config)}")
+    local = config.backend == "local"
+    if local and local_server is None:
         raise ValueError(
-            "judge=local: no local judge server was handed in: open_judge(cfg, local_server=rpbench.serve.local_judge) "
-            "(run.py and the pipeline hand it in)"
+            "judge=local: no local judge server was handed in: "
+            "open_judge(config, local_server=rpbench.serve.local_judge) (run.py and the pipeline hand it in)"
         )
-    with local_server(cfg) if backend == "local" else nullcontext(cfg) as served:
-        client = JudgeClient(JudgeConfig.from_mapping(served), LOCAL_ENDPOINT if backend == "local" else None)
+    with local_server(config) if local else nullcontext(config) as served:
+        client = JudgeClient(served, LOCAL_ENDPOINT if local else None)
         try:
             yield client
         finally:
@@ -474,3 +485,12 @@ def _describe(error: Exception) -> str:
     if isinstance(error, BadReply):
         return str(error)
     return type(error).__name__
+
+
+def _plain(value: Any) -> Any:
+    """Read-only mappings and tuples of parsed settings as dicts and lists."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -80,9 +80,10 @@ def open_simulator(
         if sim.server is not None:
             if local_server is None:
                 raise ConfigError(f"{where}.server: no local server was handed in (the pipeline hands it)")
-            server = stack.enter_context(local_server({"server": {"model": sim.server}}))
+            served = replace(config, backend="local", server={"model": sim.server})
+            server = stack.enter_context(local_server(served))
             free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
-            local = replace(config, base_url=server["base_url"], model=server["model"], api_key_env=None, **free)
+            local = replace(config, base_url=server.base_url, model=server.model, api_key_env=None, **free)
             client = JudgeClient(local, LOCAL_ENDPOINT)
         elif sim.base_url is None:
             client = JudgeClient(config, judge.endpoint)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from rpbench.data.mmrole_prompts import parse_score_pair  # noqa: F401  (defined with the MMRole-Eval prompt)
+from rpbench.data.mmrole.prompts import parse_score_pair  # noqa: F401  (defined with the MMRole-Eval prompt)
 
 # Optional label before the digit ("Score:", "Verdict -") and decoration around it (**1**, "1", 1.).
 _VERDICT = re.compile(r"^(?:(?:score|verdict|answer)\s*[:\-]?\s*)?[\*\"'`]*([01])[\*\"'`]*\.?$", re.IGNORECASE)

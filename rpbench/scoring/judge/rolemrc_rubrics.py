@@ -39,7 +39,14 @@ import yaml
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.templates import RPBENCH, Released, Template, resolve
-from rpbench.scoring.judge.client import JudgeClient, JudgeOpener, JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.client import (
+    JudgeClient,
+    JudgeConfig,
+    JudgeOpener,
+    JudgeRequest,
+    ParsedReply,
+    open_judge,
+)
 from rpbench.scoring.judge.parse import parse_verdict
 
 PROMPT_VERSION = "rpbench-rolemrc-rubrics-v2"  # v2: reference-free
@@ -381,7 +388,7 @@ def rubric_messages(
 def judge_rolemrc(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
-    judge: JudgeClient | Mapping[str, Any],
+    judge: JudgeClient | JudgeConfig,
     prompts: JudgePrompts = DEFAULT_PROMPTS,
     opener: JudgeOpener = open_judge,
 ) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
-from rpbench.scoring.judge.client import JudgeOpener, JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, JudgeRequest, ParsedReply, open_judge
 
 TASK = "rpgbench"
 PROMPT_VERSION = "rpgbench-winrate-v2"
@@ -131,7 +131,7 @@ def _grouped(rows: Sequence[tuple[str, float | None]]) -> dict[str, dict[str, An
 def judge_winrate(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
-    judges: Sequence[Mapping[str, Any]],
+    judges: Sequence[JudgeConfig],
     opener: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
     """WinRate of ``predictions`` against the golden responses for each of ``judges`` (``judge``

@@ -9,7 +9,8 @@ from email.utils import formatdate, parsedate_to_datetime
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import chat_stub, run_in_process
+from conftest import chat_stub, judge_config, judge_settings, run_in_process
+from rpbench.data.errors import ConfigError
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, local_judge, serve_in_thread
@@ -36,7 +37,7 @@ def client_for(server, tmp_path=None, **overrides) -> JudgeClient:
         "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None,
         **overrides,
     }
-    return JudgeClient(JudgeConfig.from_mapping(settings))
+    return JudgeClient(judge_config(**settings))
 
 
 def test_second_run_is_served_from_the_cache(tiny, tmp_path):
@@ -126,15 +127,15 @@ def test_another_server_under_the_same_model_name_is_asked_again(tmp_path):
     asks = requests_for("Who are you?", "Where do you live?")
     with chat_stub(lambda body: "1") as first, chat_stub(lambda body: "0") as second:
         for server, verdict in ((first, "1"), (second, "0"), (first, "1")):
-            client = JudgeClient(JudgeConfig.from_mapping(stub_settings(server, tmp_path)))
+            client = JudgeClient(judge_config(**stub_settings(server, tmp_path)))
             assert [r.text for r in client.judge_many(asks)] == [verdict] * 2
             client.close()
         assert len(first.requests) == len(second.requests) == 2  # the third pass was the first server's cache
 
 
 def test_a_local_judge_started_again_on_another_port_answers_from_the_cache(compose, tmp_path):
-    judge = {**OmegaConf.to_container(compose("judge=local").judge, resolve=True), "progress": False}
-    judge["cache_path"] = str(tmp_path / "cache.sqlite")
+    values = OmegaConf.to_container(compose("judge=local").judge, resolve=True)
+    judge = JudgeConfig.parse({**values, "progress": False, "cache_path": str(tmp_path / "cache.sqlite")}, "judge")
     asks = requests_for("Who are you?")
     runs = []
     for _ in range(2):
@@ -165,12 +166,18 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, 
 def test_openai_endpoint_without_a_key_fails_fast_naming_the_variable(monkeypatch):
     monkeypatch.delenv("RPBENCH_ABSENT_KEY", raising=False)
     with pytest.raises(JudgeConfigError, match="RPBENCH_ABSENT_KEY"):
-        JudgeClient(JudgeConfig.from_mapping({"model": "gpt-4o-mini", "api_key_env": "RPBENCH_ABSENT_KEY"}))
+        JudgeClient(
+            judge_config(backend="openai", model="gpt-4o-mini", base_url=None, api_key_env="RPBENCH_ABSENT_KEY")
+        )
 
 
-def test_config_rejects_unknown_keys():
-    with pytest.raises(ValueError, match="unknown keys.*temprature"):
-        JudgeConfig.from_mapping({"model": "m", "temprature": 0.7})
+def test_config_rejects_unknown_and_missing_keys_naming_them():
+    with pytest.raises(ConfigError, match=r"judge\.temprature: unknown key"):
+        JudgeConfig.parse({**judge_settings(model="m"), "temprature": 0.7}, "judge")
+    settings = judge_settings(model="m")
+    del settings["retry_after_max_s"]
+    with pytest.raises(ConfigError, match=r"judge\.retry_after_max_s: missing \(it has no default in code"):
+        JudgeConfig.parse(settings, "judge")
 
 
 BAD_REPLIES = [

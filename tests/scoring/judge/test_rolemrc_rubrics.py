@@ -6,9 +6,10 @@ import json
 
 import pytest
 
+from conftest import judge_config
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, judge_opener
+from rpbench.scoring.judge.client import JudgeClient, judge_opener
 from rpbench.scoring.judge.rolemrc_rubrics import (
     REASK,
     RUBRICS,
@@ -177,7 +178,7 @@ def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: 
         "parse_failure": parse_failure,
         "cache_path": str(tmp_path / "judge.sqlite"),
     }
-    return JudgeClient(JudgeConfig.from_mapping(settings))
+    return JudgeClient(judge_config(**settings))
 
 
 # The judge answers by what the model reply says: a real server, a scripted judge.
@@ -272,8 +273,8 @@ def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, t
 
 
 def test_judge_parse_failure_policy_is_checked():
-    with pytest.raises(ValueError, match="judge.parse_failure: expected one of"):
-        JudgeConfig.from_mapping({"model": "m", "parse_failure": "zero"})
+    with pytest.raises(ValueError, match="judge.parse_failure='zero': expected one of wrong, exclude"):
+        judge_config(model="m", parse_failure="zero")
 
 
 def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
@@ -286,18 +287,16 @@ def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
 
 
 def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path):
-    judge = {
-        "backend": "local",
-        "model": "local",
-        "api_key_env": None,
-        "progress": False,
-        "parse_tries": 1,
-        "cache_path": str(tmp_path / "judge.sqlite"),
-        "server": {
+    judge = judge_config(
+        backend="local",
+        model="local",
+        parse_tries=1,
+        cache_path=str(tmp_path / "judge.sqlite"),
+        server={
             "model": {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"},
             "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
         },
-    }
+    )
     result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=judge_opener(local_judge))
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
@@ -305,9 +304,7 @@ def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path):
 
 def test_bad_inputs_are_named():
     client = JudgeClient(
-        JudgeConfig.from_mapping(
-            {"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False}
-        )
+        judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):
         judge_rolemrc([RECORDS[1][0]], {}, client)

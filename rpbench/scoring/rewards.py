@@ -1,17 +1,19 @@
-"""Reward functions for GRPO: a registry of plain callables and a weighted sum.
+"""Reward functions for GRPO and CoRL: a registry of plain callables and a weighted sum.
 
 A reward function is ``fn(prompts, completions, references, **kwargs) -> list[float]``, one float per
-completion; ``kwargs`` come from its config entry. A reward that holds state (an LLM-judge client, a
-reward model) is registered as a class: it is built once with the entry's kwargs and the instance is
-called with ``(prompts, completions, references)``. A class with ``opens_judge`` is also handed ``opener``,
-the judge opener the objective was given (``rpbench.scoring.judge.client.judge_opener``: it serves
-``judge=local`` with the server the pipeline handed in); rewards never open a judge on their own.
-The scorers themselves (metrics, judge rubrics, the reward model) live in ``rpbench.scoring``.
+completion; ``kwargs`` come from its config entry, all of them: a reward declares no keyword defaults, so a
+missing one is an error at startup (``reward_problems``) naming ``objective.rewards[i].kwargs.<name>``. A
+reward that holds state (an LLM-judge client, a reward model) is registered as a class: it is built once
+with the entry's kwargs and the instance is called with ``(prompts, completions, references)``. A class
+with ``opens_judge`` is also handed ``opener``, the judge opener the objective was given
+(``rpbench.scoring.judge.client.judge_opener``: it serves ``judge=local`` with the server the pipeline
+handed in); rewards never open a judge on their own. The scorers themselves (metrics, judge rubrics, the
+reward model) live in ``rpbench.scoring``.
 
 Config (``objective.rewards``), one entry per reward::
 
     - {name: rouge_l, weight: 1.0}
-    - {name: length_penalty, weight: 0.5, kwargs: {min_len: 20, max_len: 200}}
+    - {name: length_penalty, weight: 0.5, kwargs: {min_len: 20, max_len: 200, unit: words}}
     - {target: "my_pkg.rewards:politeness", weight: 0.2}      # any importable callable
 """
 
@@ -28,7 +30,7 @@ from numbers import Real
 from typing import Any, ClassVar
 
 from rpbench.registry import Registry
-from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
 
@@ -37,8 +39,6 @@ log = logging.getLogger(__name__)
 RewardCallable = Callable[[Sequence[Any], Sequence[str], Sequence[str | None]], list[float]]
 
 REWARDS = Registry("reward")
-
-DEFAULT_ROLE_MARKERS = ("User:", "Human:", "<|im_start|>user", "<|start_header_id|>user", "[INST]")
 
 _WORDS = CJKRougeTokenizer(use_stemmer=False)
 
@@ -59,7 +59,7 @@ def non_empty(prompts, completions, references) -> list[float]:
 
 
 @REWARDS.register("length_penalty")
-def length_penalty(prompts, completions, references, *, min_len: int, max_len: int, unit: str = "words"):
+def length_penalty(prompts, completions, references, *, min_len: int, max_len: int, unit: str):
     """0.0 inside ``[min_len, max_len]``, else minus the relative distance to the range, floored at -1.
 
     ``unit``: ``words`` (:func:`word_tokens` tokens) or ``chars`` (characters of the stripped completion).
@@ -83,7 +83,7 @@ def length_penalty(prompts, completions, references, *, min_len: int, max_len: i
 
 
 @REWARDS.register("no_role_break")
-def no_role_break(prompts, completions, references, *, markers: Sequence[str] = DEFAULT_ROLE_MARKERS):
+def no_role_break(prompts, completions, references, *, markers: Sequence[str]):
     """1.0 unless the completion contains a marker of a new user turn (case-sensitive), then 0.0."""
     if isinstance(markers, str) or not markers:
         raise ValueError(f"no_role_break: markers must be a non-empty list of strings, got {markers!r}")
@@ -110,10 +110,10 @@ def rouge_l(prompts, completions, references) -> list[float]:
 
 
 @REWARDS.register("bleu")
-def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[float]:
+def bleu(prompts, completions, references, *, tokenize: str) -> list[float]:
     """Sentence-level BLEU against the reference, in [0, 1]: the evaluation's own BLEU divided by 100.
 
-    The default ``zh`` tokenizer splits CJK characters and is sacrebleu's ``13a`` on all other text.
+    ``tokenize``: a sacrebleu tokenizer (``zh`` splits CJK characters and is ``13a`` on all other text).
     """
     refs = _checked_references("bleu", completions, references)
     return [score / 100.0 for score in sentence_bleu(completions, refs, tokenize=tokenize)]
@@ -127,16 +127,15 @@ def bleu(prompts, completions, references, *, tokenize: str = "zh") -> list[floa
 class JudgeReward:
     """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
 
-    ``judge`` is a ``judge`` config (e.g. ``${judge}``), opened once by ``opener`` and kept for the run
-    (``judge=local``: the handed-in server). A verdict still unparseable after the client's re-asks gets
-    ``failure_reward`` and is counted in ``failures`` (the objective logs it).
+    ``judge`` is a ``judge`` config (e.g. ``${judge}``, parsed as ``JudgeConfig`` when the entry is read),
+    opened once by ``opener`` and kept for the run (``judge=local``: the handed-in server). A verdict still
+    unparseable after the client's re-asks gets ``failure_reward`` and is counted in ``failures`` (the
+    objective logs it).
     """
 
     opens_judge: ClassVar[bool] = True
 
-    def __init__(
-        self, judge: Mapping[str, Any], rubric: str = "role_style", failure_reward: float = 0.0, *, opener: JudgeOpener
-    ):
+    def __init__(self, judge: JudgeConfig, rubric: str, failure_reward: float, *, opener: JudgeOpener):
         from contextlib import ExitStack
 
         from rpbench.scoring.judge import RUBRICS
@@ -145,7 +144,7 @@ class JudgeReward:
             raise ValueError(f"judge reward: rubric must be one of {sorted(RUBRICS)}, got {rubric!r}")
         self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
         self._stack = ExitStack()
-        self.client = self._stack.enter_context(opener(dict(judge)))
+        self.client = self._stack.enter_context(opener(judge))
 
     def __call__(self, prompts, completions, references) -> list[float]:
         from rpbench.data.records import EvalExample, Turn
@@ -212,61 +211,117 @@ def _import_target(target: str, where: str) -> Callable[..., Any]:
     return obj
 
 
+def _parameters(obj: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The parameters a config entry's ``kwargs`` fill: a class's constructor's, or a function's after
+    ``(prompts, completions, references)``; ``opener`` is handed in, never configured."""
+    params = list(inspect.signature(obj).parameters.values())
+    if not isinstance(obj, type):
+        params = params[3:]
+    return [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name != "opener"]
+
+
+def _check_kwargs(obj: Callable[..., Any], kwargs: Mapping[str, Any], where: str) -> None:
+    """Every keyword ``obj`` takes is given (none has a default in code), and no other."""
+    params = _parameters(obj)
+    if "opener" in kwargs and getattr(obj, "opens_judge", False):
+        raise ValueError(f"{where}.kwargs: 'opener' is handed in by the objective, not configured")
+    takes_any = any(p.kind == p.VAR_KEYWORD for p in inspect.signature(obj).parameters.values())
+    unknown = sorted(set(kwargs) - {p.name for p in params})
+    if unknown and not takes_any:
+        raise ValueError(
+            f"{where}.kwargs: {unknown} do not fit {obj.__name__} (it takes {sorted(p.name for p in params)})"
+        )
+    missing = [p.name for p in params if p.name not in kwargs]
+    if missing:
+        raise ValueError(
+            f"{where}.kwargs.{missing[0]}: missing (a reward has no defaults in code: set "
+            f"{', '.join(missing)} in its YAML entry)"
+        )
+
+
 def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str, opener: JudgeOpener) -> RewardCallable:
     if isinstance(obj, type):
         if getattr(obj, "opens_judge", False):
-            if "opener" in kwargs:
-                raise ValueError(f"{where}.kwargs: 'opener' is handed in by the objective, not configured")
             kwargs = {**kwargs, "opener": opener}
         try:
             return obj(**kwargs)
         except TypeError as err:
             raise ValueError(f"{where}.kwargs: cannot build {obj.__name__}: {err}") from err
-    try:
-        inspect.signature(obj).bind([], [], [], **kwargs)
-    except TypeError as err:
-        raise ValueError(f"{where}.kwargs: {sorted(kwargs)} do not fit {obj.__name__}: {err}") from err
     return functools.partial(obj, **kwargs) if kwargs else obj
 
 
-def build_reward_fns(cfg: Sequence[Mapping[str, Any]], opener: JudgeOpener = open_judge) -> list[RewardFn]:
-    """Build the configured rewards from entries ``{name, weight, kwargs}`` or ``{target, weight, kwargs}``;
-    a reward that ``opens_judge`` is handed ``opener`` (the default opens no local judge server).
+@dataclass(frozen=True)
+class RewardEntry:
+    """One checked config entry: what to build, with which kwargs and weight."""
+
+    name: str
+    weight: float
+    target: Callable[..., Any]
+    kwargs: Mapping[str, Any]
+
+
+def read_entries(cfg: Sequence[Mapping[str, Any]], where: str) -> list[RewardEntry]:
+    """The entries ``{name, weight, kwargs}`` or ``{target, weight, kwargs}`` of the reward list at ``where``
+    (e.g. ``objective.rewards``), checked without building anything: errors name the entry and field.
 
     ``name`` looks the reward up in the registry; ``target: "module.path:function"`` imports any callable
-    (then ``name`` is an optional label, defaulting to the function's name). ``weight`` defaults to 1.0,
-    ``kwargs`` to none. Names must be unique; errors name the entry and field.
+    (then ``name`` is an optional label, the function's name otherwise). ``weight`` is required; ``kwargs``
+    gives every keyword the reward takes (none for a reward that takes none). Names must be unique.
     """
     if isinstance(cfg, (str, Mapping)) or not cfg:
-        raise ValueError(f"rewards: expected a non-empty list of reward entries, got {cfg!r}")
-    built: list[RewardFn] = []
+        raise ValueError(f"{where}: expected a non-empty list of reward entries, got {cfg!r}")
+    entries: list[RewardEntry] = []
     for i, entry in enumerate(cfg):
-        where = f"rewards[{i}]"
+        at = f"{where}[{i}]"
         if not isinstance(entry, Mapping):
-            raise TypeError(f"{where}: expected a mapping with name/target, weight, kwargs, got {entry!r}")
+            raise TypeError(f"{at}: expected a mapping with name/target, weight, kwargs, got {entry!r}")
         unknown = set(entry) - {"name", "target", "weight", "kwargs"}
         if unknown:
-            raise ValueError(f"{where}: unknown fields {sorted(unknown)} (allowed: name, target, weight, kwargs)")
+            raise ValueError(f"{at}: unknown fields {sorted(unknown)} (allowed: name, target, weight, kwargs)")
         if "target" in entry:
-            obj = _import_target(str(entry["target"]), where)
+            obj = _import_target(str(entry["target"]), at)
             name = str(entry.get("name") or obj.__name__)
         elif "name" in entry:
             name = str(entry["name"])
             if name not in REWARDS:
-                raise ValueError(f"{where}.name: unknown reward {name!r}; registered: {REWARDS.names()}")
+                raise ValueError(f"{at}.name: unknown reward {name!r}; registered: {REWARDS.names()}")
             obj = REWARDS.get(name)
         else:
-            raise ValueError(f"{where}: needs 'name' (a registered reward) or 'target' ('module.path:function')")
-        weight = entry.get("weight", 1.0)
+            raise ValueError(f"{at}: needs 'name' (a registered reward) or 'target' ('module.path:function')")
+        if "weight" not in entry:
+            raise ValueError(f"{at}.weight: missing (its weight in the sum: set it in the YAML entry)")
+        weight = entry["weight"]
         if isinstance(weight, bool) or not isinstance(weight, Real) or not math.isfinite(weight):
-            raise ValueError(f"{where}.weight: expected a finite number, got {weight!r}")
+            raise ValueError(f"{at}.weight: expected a finite number, got {weight!r}")
         kwargs = entry.get("kwargs") or {}
         if not isinstance(kwargs, Mapping):
-            raise TypeError(f"{where}.kwargs: expected a mapping, got {kwargs!r}")
-        if any(r.name == name for r in built):
-            raise ValueError(f"{where}.name: reward {name!r} appears twice; give one entry another name")
-        built.append(RewardFn(name=name, weight=float(weight), fn=_bind(obj, dict(kwargs), where, opener)))
-    return built
+            raise TypeError(f"{at}.kwargs: expected a mapping, got {kwargs!r}")
+        _check_kwargs(obj, kwargs, at)
+        kwargs = dict(kwargs)
+        if getattr(obj, "opens_judge", False) and isinstance(kwargs.get("judge"), Mapping):
+            kwargs["judge"] = JudgeConfig.parse(kwargs["judge"], f"{at}.kwargs.judge")
+        if any(e.name == name for e in entries):
+            raise ValueError(f"{at}.name: reward {name!r} appears twice; give one entry another name")
+        entries.append(RewardEntry(name, float(weight), obj, kwargs))
+    return entries
+
+
+def reward_problems(cfg: Sequence[Mapping[str, Any]], where: str) -> list[str]:
+    """What is wrong with the reward list at ``where`` (checked at startup, before a model is loaded)."""
+    try:
+        read_entries(cfg, where)
+    except (TypeError, ValueError) as error:  # a ConfigError (the judge's settings) is a ValueError
+        return [str(error)]
+    return []
+
+
+def build_reward_fns(cfg: Sequence[Mapping[str, Any]], where: str, opener: JudgeOpener = open_judge) -> list[RewardFn]:
+    """The rewards of the list at ``where`` (``read_entries``), built; a reward that ``opens_judge`` is handed
+    ``opener`` (the default opens no local judge server)."""
+    return [
+        RewardFn(e.name, e.weight, _bind(e.target, dict(e.kwargs), f"{where}[{i}]", opener))
+        for i, e in enumerate(read_entries(cfg, where))
+    ]
 
 
 def score_rewards(

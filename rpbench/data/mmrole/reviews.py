@@ -2,13 +2,13 @@
 
 The released ``eval/in-test_reviews`` were written by the released reward model (MMRole-Eval_RM, the
 authors' ``eval/RM_review.py``), not by GPT-4: training on them distils that reward model. The paper's
-own reward-model data (GPT-4's evaluations) is format ``mmrole_rm`` (``rpbench.data.mmrole_rm``). Option
+own reward-model data (GPT-4's evaluations) is format ``mmrole_rm`` (``rpbench.data.mmrole.rm``). Option
 ``reference_judge`` (required; the data config's) names who wrote the reviews read, in every test
 sample's ``meta`` and in the agreement report.
 
 Input: a folder of ``<model>/<scenario>_test.json`` review files (every evaluated model), a folder of one
 model's ``<scenario>_test.json`` files, or one such file; the evaluated model is the file's folder name.
-A review record is an MMRole test record (``rpbench.data.mmrole``) whose ``conversations[1]`` holds the
+A review record is an MMRole test record (``rpbench.data.mmrole.reader``) whose ``conversations[1]`` holds the
 evaluated ``answer`` next to the ground-truth ``value``, plus ``rm_review``: per metric
 ``{"review": str, "score": [a, b]}`` (A = evaluated answer, B = ground truth).
 
@@ -16,7 +16,7 @@ Each record gives one sample per metric (as the paper segments each GPT-4 trajec
 judge's system turn and its user turn for that metric, built as the authors' ``eval/RM_review.py`` asks the
 reward model (question = ``conversations[0].value``, Model A = the answer, Model B = the ground truth),
 the record's image on the user turn; the target is the review text. The prompts are rpbench's wording, or
-the authors' with option ``prompts_source`` (their clone; ``mmrole_prompts.review_prompts``). Train
+the authors' with option ``prompts_source`` (their clone; ``rpbench.data.mmrole.prompts.review_prompts``). Train
 split: SFTExamples; test split: EvalExamples whose reference is the review text and whose ``meta`` holds
 ``metric``, ``score`` (the reference pair), ``reference_judge``, ``model``, ``question`` (record id),
 ``scenario`` and ``image``.
@@ -31,7 +31,7 @@ Train and test must read the same reviews for the selection to match.
 A review whose ``score`` is not a pair of numbers in [1, 10] (the official scripts write ``{}`` when they
 cannot read the pair from the review) is a record error naming file, record and field (under
 ``on_error=skip`` that sample is skipped and counted). Other options: ``image_root`` (as in
-``rpbench.data.mmrole``). Every sample carries its record's image (``data.images=drop`` removes them, counted).
+``rpbench.data.mmrole.reader``). Every sample carries its record's image (``data.images=drop`` removes them, counted).
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError, OnError, ReadResult
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole import PROFILE_KEYS, scenario_of
-from rpbench.data.mmrole_prompts import METRICS, ReviewPrompts, review_prompts
+from rpbench.data.mmrole.prompts import METRICS, ReviewPrompts, review_prompts
+from rpbench.data.mmrole.reader import PROFILE_KEYS, scenario_of
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

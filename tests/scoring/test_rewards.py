@@ -5,8 +5,9 @@ import math
 import pytest
 from rouge_score import rouge_scorer
 
-from rpbench.objectives import rewards
-from rpbench.objectives.rewards import (
+from conftest import judge_settings, objective_settings
+from rpbench.scoring import rewards
+from rpbench.scoring.rewards import (
     REWARDS,
     RewardFn,
     bleu,
@@ -14,6 +15,7 @@ from rpbench.objectives.rewards import (
     length_penalty,
     no_role_break,
     non_empty,
+    reward_problems,
     rouge_l,
     score_rewards,
     weighted_sum,
@@ -41,7 +43,7 @@ def test_word_tokens_split_cjk_characters_and_words():
 def test_length_penalty_words():
     completions = ["a", "a b c", "a b c d e f", "", " ".join("x" * 12), "我喜欢猫"]
     # below 2: (2 - n) / 2; above 4: (n - 4) / 4, floored at -1; CJK characters count one each
-    assert length_penalty([], completions, [], min_len=2, max_len=4) == [-0.5, 0.0, -0.5, -1.0, -1.0, 0.0]
+    assert length_penalty([], completions, [], min_len=2, max_len=4, unit="words") == [-0.5, 0.0, -0.5, -1.0, -1.0, 0.0]
 
 
 def test_length_penalty_chars():
@@ -54,8 +56,8 @@ def test_length_penalty_chars():
 @pytest.mark.parametrize(
     "kwargs",
     [
-        {"min_len": 5, "max_len": 4},
-        {"min_len": 0, "max_len": 0},
+        {"min_len": 5, "max_len": 4, "unit": "words"},
+        {"min_len": 0, "max_len": 0, "unit": "words"},
         {"min_len": 1, "max_len": 2, "unit": "bytes"},
     ],
 )
@@ -64,9 +66,10 @@ def test_length_penalty_rejects_bad_range(kwargs):
         length_penalty([], ["a"], [], **kwargs)
 
 
-def test_no_role_break():
+def test_no_role_break_with_the_markers_of_grpo_yaml():
+    (markers,) = [r["kwargs"]["markers"] for r in objective_settings("grpo")["rewards"] if r["name"] == "no_role_break"]
     completions = ["I draw my sword.", "Fine.\nUser: and then?", "ok<|im_start|>user\nhi", "The user: field"]
-    assert no_role_break([], completions, []) == [1.0, 0.0, 0.0, 1.0]
+    assert no_role_break([], completions, [], markers=markers) == [1.0, 0.0, 0.0, 1.0]
     assert no_role_break([], ["Harry: hello", "hello"], [], markers=["Harry:"]) == [0.0, 1.0]
     with pytest.raises(ValueError, match="markers"):
         no_role_break([], ["x"], [], markers="User:")
@@ -93,7 +96,8 @@ def test_rouge_l_equals_rouge_score_with_stemming_on_ascii():
 def test_bleu_hand_computed():
     # n-gram precisions 5/6, 3/5, 2/4, 1/3; equal lengths so no brevity penalty: BLEU = (1/12) ** (1/4)
     # CJK: 3/4, 2/3, 1/2 and a zero 4-gram count smoothed to 1 / (2 * 1): BLEU = (1/8) ** (1/4)
-    got = bleu([], ["the cat sat on a mat", "我喜欢狗", "the cat"], ["the cat sat on the mat", "我喜欢猫", "the cat"])
+    hyps, refs = ["the cat sat on a mat", "我喜欢狗", "the cat"], ["the cat sat on the mat", "我喜欢猫", "the cat"]
+    got = bleu([], hyps, refs, tokenize="zh")
     assert got == pytest.approx([(1 / 12) ** 0.25, (1 / 8) ** 0.25, 1.0])
 
 
@@ -101,7 +105,7 @@ def test_reference_rewards_need_a_reference_per_completion():
     with pytest.raises(ValueError, match=r"rouge_l: completions \[1\] have no reference"):
         rouge_l([], ["a", "b"], ["a", None])
     with pytest.raises(ValueError, match="bleu: 1 references for 2 completions"):
-        bleu([], ["a", "b"], ["a"])
+        bleu([], ["a", "b"], ["a"], tokenize="zh")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -129,11 +133,17 @@ def test_build_reward_fns_from_names_targets_and_classes(registry):
     REWARDS.register("keyword_count")(KeywordCount)
     fns = build_reward_fns(
         [
-            {"name": "non_empty"},
-            {"name": "length_penalty", "weight": 0.5, "kwargs": {"min_len": 1, "max_len": 1}},
-            {"target": "rpbench.objectives.rewards:no_role_break", "name": "no_break", "weight": 2},
+            {"name": "non_empty", "weight": 1},
+            {"name": "length_penalty", "weight": 0.5, "kwargs": {"min_len": 1, "max_len": 1, "unit": "words"}},
+            {
+                "target": "rpbench.scoring.rewards:no_role_break",
+                "name": "no_break",
+                "weight": 2,
+                "kwargs": {"markers": ["User:"]},
+            },
             {"name": "keyword_count", "weight": -1.0, "kwargs": {"keyword": "ha"}},
-        ]
+        ],
+        "objective.rewards",
     )
     assert [(f.name, f.weight) for f in fns] == [
         ("non_empty", 1.0),
@@ -154,7 +164,7 @@ def test_build_reward_fns_from_names_targets_and_classes(registry):
 
 
 def test_target_name_defaults_to_the_function_name():
-    (fn,) = build_reward_fns([{"target": "rpbench.objectives.rewards:rouge_l"}])
+    (fn,) = build_reward_fns([{"target": "rpbench.scoring.rewards:rouge_l", "weight": 1}], "objective.rewards")
     assert fn.name == "rouge_l" and fn.fn(["p"], ["a b"], ["a b"]) == [1.0]
 
 
@@ -163,49 +173,75 @@ def test_register_rejects_a_taken_name(registry):
         REWARDS.register("bleu")(KeywordCount)
 
 
+BLEU = {"name": "bleu", "weight": 1, "kwargs": {"tokenize": "zh"}}
+
+
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
         ([], "non-empty list"),
         ({"name": "bleu"}, "non-empty list"),
-        ([{"weight": 1.0}], r"rewards\[0\]: needs 'name'"),
-        ([{"name": "bleu"}, {"name": "blue"}], r"rewards\[1\]\.name: unknown reward 'blue'"),
-        ([{"name": "bleu", "wieght": 1}], r"unknown fields \['wieght'\]"),
-        ([{"name": "bleu", "weight": "1"}], r"rewards\[0\]\.weight"),
-        ([{"name": "bleu", "weight": math.nan}], r"rewards\[0\]\.weight"),
-        ([{"name": "bleu", "kwargs": {"tokenise": "zh"}}], r"rewards\[0\]\.kwargs"),
-        ([{"name": "length_penalty", "kwargs": {"min_len": 1}}], r"rewards\[0\]\.kwargs"),
-        ([{"name": "bleu"}, {"name": "bleu"}], r"rewards\[1\]\.name: reward 'bleu' appears twice"),
+        ([{"weight": 1.0}], r"objective.rewards\[0\]: needs 'name'"),
+        ([BLEU, {"name": "blue"}], r"objective.rewards\[1\]\.name: unknown reward 'blue'"),
+        ([{**BLEU, "wieght": 1}], r"unknown fields \['wieght'\]"),
+        ([{"name": "bleu", "kwargs": {"tokenize": "zh"}}], r"objective.rewards\[0\]\.weight: missing"),
+        ([{**BLEU, "weight": "1"}], r"objective.rewards\[0\]\.weight"),
+        ([{**BLEU, "weight": math.nan}], r"objective.rewards\[0\]\.weight"),
+        ([{**BLEU, "kwargs": {"tokenise": "zh"}}], r"objective.rewards\[0\]\.kwargs: \['tokenise'\] do not fit"),
+        ([{"name": "bleu", "weight": 1}], r"objective.rewards\[0\]\.kwargs\.tokenize: missing"),
         (
-            [{"target": "rpbench.objectives.rewards.rouge_l"}],
-            r"rewards\[0\]\.target: expected 'module.path:function'",
+            [{"name": "length_penalty", "weight": 1, "kwargs": {"min_len": 1, "unit": "words"}}],
+            r"objective.rewards\[0\]\.kwargs\.max_len: missing",
         ),
-        ([{"target": "rpbench.no_such_module:f"}], r"rewards\[0\]\.target: cannot import"),
         (
-            [{"target": "rpbench.objectives.rewards:nope"}],
-            r"rewards\[0\]\.target: .* has no attribute 'nope'",
+            [BLEU, {"name": "judge", "weight": 1, "kwargs": {"judge": {}, "rubric": "role_style"}}],
+            r"objective.rewards\[1\]\.kwargs\.failure_reward: missing",
+        ),
+        ([BLEU, BLEU], r"objective.rewards\[1\]\.name: reward 'bleu' appears twice"),
+        (
+            [{"target": "rpbench.scoring.rewards.rouge_l"}],
+            r"objective.rewards\[0\]\.target: expected 'module.path:function'",
+        ),
+        ([{"target": "rpbench.no_such_module:f"}], r"objective.rewards\[0\]\.target: cannot import"),
+        (
+            [{"target": "rpbench.scoring.rewards:nope"}],
+            r"objective.rewards\[0\]\.target: .* has no attribute 'nope'",
         ),
     ],
 )
 def test_build_reward_fns_rejects_bad_config(cfg, match):
+    """The same problems ``reward_problems`` reports at startup, before anything is built."""
+    (problem,) = reward_problems(cfg, "objective.rewards")
     with pytest.raises(ValueError, match=match):
-        build_reward_fns(cfg)
+        build_reward_fns(cfg, "objective.rewards")
+    assert problem == str(pytest.raises(ValueError, build_reward_fns, cfg, "objective.rewards").value)
 
 
 @pytest.mark.parametrize(
     ("cfg", "match"),
     [
         (["bleu"], r"rewards\[0\]: expected a mapping"),
-        ([{"name": "bleu", "kwargs": ["zh"]}], r"rewards\[0\]\.kwargs: expected a mapping"),
+        ([{"name": "bleu", "weight": 1, "kwargs": ["zh"]}], r"rewards\[0\]\.kwargs: expected a mapping"),
         (
-            [{"target": "rpbench.objectives.rewards:DEFAULT_ROLE_MARKERS"}],
+            [{"target": "rpbench.scoring.rewards:REWARDS", "weight": 1}],
             r"rewards\[0\]\.target: .* is not callable",
         ),
     ],
 )
 def test_build_reward_fns_rejects_wrong_types(cfg, match):
     with pytest.raises(TypeError, match=match):
-        build_reward_fns(cfg)
+        build_reward_fns(cfg, "objective.rewards")
+
+
+def test_grpo_startup_names_a_reward_kwarg_missing_from_the_yaml():
+    from rpbench.objectives.grpo import GRPOConfig
+
+    entries = objective_settings("grpo")["rewards"]
+    (penalty,) = [e for e in entries if e["name"] == "length_penalty"]
+    without_unit = {**penalty, "kwargs": {k: v for k, v in penalty["kwargs"].items() if k != "unit"}}
+    cut = [without_unit if e is penalty else e for e in entries]
+    with pytest.raises(ValueError, match=r"objective.rewards\[2\]\.kwargs\.unit: missing"):
+        GRPOConfig.from_mapping(objective_settings("grpo", rewards=cut))
 
 
 def test_score_rewards_rejects_bad_outputs():
@@ -241,20 +277,15 @@ def test_judge_reward_scores_each_completion_through_a_real_judge_server():
             [
                 {
                     "name": "judge",
+                    "weight": 1,
                     "kwargs": {
-                        "judge": {
-                            "backend": "vllm",
-                            "base_url": server.base_url,
-                            "model": server.model_name,
-                            "api_key_env": None,
-                            "parse_tries": 2,
-                            "progress": False,
-                        },
+                        "judge": judge_settings(base_url=server.base_url, model=server.model_name, parse_tries=2),
                         "rubric": "role_style",
                         "failure_reward": -1.0,
                     },
                 }
-            ]
+            ],
+            "objective.rewards",
         )
         scores = fn.fn(prompts, ["GOOD-REPLY", "BAD-REPLY", "ODD-REPLY"], [None] * 3)
         fn.fn.close()
@@ -282,7 +313,8 @@ def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(tmp_p
     torch.manual_seed(0)
     Qwen2ForSequenceClassification(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
-    (fn,) = build_reward_fns([{"name": "reward_model", "kwargs": {"name_or_path": str(tmp_path), "batch_size": 2}}])
+    entry = {"name": "reward_model", "weight": 1, "kwargs": {"name_or_path": str(tmp_path), "batch_size": 2}}
+    (fn,) = build_reward_fns([{**entry, "kwargs": {**entry["kwargs"], "dtype": "float32"}}], "objective.rewards")
     prompts = [[{"role": "user", "content": "Who are you?"}]] * 3
     completions = ["A sailor.", "I am Ada, captain of the Gull, and I have sailed far.", "Hm."]
     got = fn.fn(prompts, completions, [None] * 3)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.mmrole_prompts import METRICS as REVIEW_METRICS
-from rpbench.data.mmrole_prompts import review_prompts
+from rpbench.data.mmrole.prompts import METRICS as REVIEW_METRICS
+from rpbench.data.mmrole.prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l
@@ -172,7 +172,7 @@ def _folders(value: Any) -> Folders:
 def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
     """Aggregate ``evaluator.reviews``, or judge ``answers`` into reviews/; official CSVs in results/ (one
     folder per test set when there are several)."""
-    from rpbench.eval.mmrole_eval import (
+    from rpbench.eval.benchmarks.mmrole.judging import (
         aggregate_review_sets,
         aggregate_reviews,
         judge_answer_sets,

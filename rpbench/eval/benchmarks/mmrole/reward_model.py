@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpbench.data.mmrole_prompts import parse_score_pair, review_prompts
+from rpbench.data.mmrole.prompts import parse_score_pair, review_prompts
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, write_jsonl
 from rpbench.eval.context import EvalContext

@@ -1,8 +1,8 @@
 """MMRole-Eval judge prompts (Dai et al., ICLR 2025): one pairwise comparison per metric.
 
 The evaluated answer is Model A, the ground truth Model B; the judge writes a short comparison ending in
-``[Scores]: (a, b)`` (1-10 each). The judge (``rpbench.eval.mmrole_eval``) and the reward model's training
-data (``rpbench.data.mmrole_reviews``, ``rpbench.data.mmrole_rm``) use the same prompts, so they live in the
+``[Scores]: (a, b)`` (1-10 each). The judge (``rpbench.eval.benchmarks.mmrole.judging``) and the reward model's training
+data (``rpbench.data.mmrole.reviews``, ``rpbench.data.mmrole.rm``) use the same prompts, so they live in the
 data layer.
 
 The wording is rpbench's own, with the structure and slots of the authors' reward-model prompt

@@ -23,7 +23,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole_prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
+from rpbench.data.mmrole.prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, image_part
 from rpbench.scoring.judge.parse import parse_score_pair
 
@@ -200,7 +200,7 @@ def judge_answers(
     swap: bool = False,
 ) -> dict[str, Any]:
     """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate,
-    asking with ``prompts`` (rpbench's or the authors', ``mmrole_prompts.review_prompts``).
+    asking with ``prompts`` (rpbench's or the authors', ``rpbench.data.mmrole.prompts.review_prompts``).
 
     One judge call per metric per record (two with ``swap``); the image is attached as a data URL when
     the judge is multimodal and ``image_root / record["image"]`` exists. An image path that leaves

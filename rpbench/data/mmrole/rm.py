@@ -8,7 +8,7 @@ finetuning format, as the authors' ``finetune.py`` reads it (``finetune/finetune
         {"from": "user", "value": "Picture 1: <img>path</img>\\n<the reward-model prompt of one metric>"},
         {"from": "assistant", "value": "<GPT-4's evaluation>, [Scores]: (a, b)"}]}]
 
-The image is taken out of the user turn and attached to it (``rpbench.data.mmrole``, ``image_root``
+The image is taken out of the user turn and attached to it (``rpbench.data.mmrole.reader``, ``image_root``
 confines it). A record without a ``system`` prompt gets the judge's system prompt (what the reward model
 is asked with: rpbench's wording, or the authors' with option ``prompts_source``; counted as
 ``system_filled``). The metric is the one whose name starts the last
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import OnError, ReadResult
-from rpbench.data.mmrole import SYSTEM_FILLED, dialogue
-from rpbench.data.mmrole_prompts import METRICS, parse_score_pair, review_prompts
+from rpbench.data.mmrole.prompts import METRICS, parse_score_pair, review_prompts
+from rpbench.data.mmrole.reader import SYSTEM_FILLED, dialogue
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

@@ -30,6 +30,7 @@ from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.training.options import trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
+from rpbench.training.spec import TrainingSpec, training_spec
 from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
@@ -283,6 +284,7 @@ class RunSpec:
     objective: ObjectiveConfig | None  # None: nothing trains
     evaluator: Settings | None  # the benchmark's settings; None: no evaluation
     probe: Settings  # the probe's settings (probe=none: its name alone)
+    training: TrainingSpec | None  # the training stage's settings; None: nothing trains
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -302,7 +304,8 @@ def validate(cfg: DictConfig) -> RunSpec:
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return RunSpec(objective=objective, evaluator=evaluator, probe=probe)
+    training = None if objective is None else training_spec(cfg, objective)  # its values were checked above
+    return RunSpec(objective=objective, evaluator=evaluator, probe=probe, training=training)
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:

@@ -8,6 +8,7 @@ checkpoint is compared with. No stage after ``validate`` reads the composed conf
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
@@ -93,9 +94,9 @@ def training_spec(cfg: DictConfig, objective: ObjectiveConfig) -> TrainingSpec:
         objective=objective,
         split=str(objective.data_split or objective_class(objective.name).data_split),
         data=data,
-        model=model_config(cfg),
+        model=types.MappingProxyType(model_config(cfg)),
         trainer=TrainerOptions(_plain(cfg.trainer)),
         run=run,
         export=export,
-        fingerprint=training_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS}),
+        fingerprint=types.MappingProxyType(training_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS})),
     )

@@ -28,26 +28,16 @@ from rpbench.export.hub import push_to_hub
 from rpbench.export.model_card import write_model_card
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
+from rpbench.models.config_tree import model_config
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.run_report import headline, write_report
 from rpbench.scoring.judge.client import judge_opener
 from rpbench.serve import local_judge
-from rpbench.training import check_resume, objective_config, resolve_ckpt, train, untuned_start_warning, zero_stage
+from rpbench.training import TrainingSpec, check_resume, resolve_ckpt, train, untuned_start_warning, zero_stage
 from rpbench.validate import RunSpec, check_test_images, validate
 
 log = logging.getLogger(__name__)
-
-
-def model_config(cfg: DictConfig) -> dict[str, Any]:
-    """``cfg.model``, pointed at an earlier run's saved model when ``init_from`` is set."""
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    if cfg.get("init_from"):
-        saved = Path(str(cfg.init_from)) / "model"
-        if not saved.is_dir():
-            raise ConfigError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
-        model_cfg["name_or_path"] = str(saved)
-    return model_cfg
 
 
 def evaluation_needs_records(spec: RunSpec) -> bool:
@@ -96,17 +86,16 @@ def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out
     )
 
 
-def build_models(cfg: DictConfig) -> dict[str, tuple]:
-    """Name -> (model, tokenizer) of each model the objective trains (``models_to_build``; the first is the
-    one evaluated and probed), or of the configured model alone when nothing trains. Under ZeRO-3 a trained
-    model is a DeferredModel: the objective builds it inside the engine's init context, partitioned (the
-    evaluation reloads it from the run's export)."""
-    specs = {"policy": model_config(cfg)}
-    trains = str(cfg.objective.name) != "none"
-    if trains:
-        module_cls = objective_class(str(cfg.objective.name))
-        specs = module_cls.models_to_build(objective_config(cfg), model_config(cfg))
-    defer = trains and zero_stage(OmegaConf.to_container(cfg.trainer, resolve=True)) == 3
+def build_models(training: TrainingSpec | None, model_cfg: dict[str, Any]) -> dict[str, tuple]:
+    """Name -> (model, tokenizer) of each model ``training``'s objective trains (``models_to_build``; the
+    first is the one evaluated and probed), or of ``model_cfg`` (the run's model config) alone when nothing
+    trains. Under ZeRO-3 a trained model is a DeferredModel: the objective builds it inside the engine's init
+    context, partitioned (the evaluation reloads it from the run's export)."""
+    specs = {"policy": model_cfg}
+    if training is not None:
+        module_cls = objective_class(training.objective.name)
+        specs = module_cls.models_to_build(training.objective, dict(training.model))
+    defer = training is not None and zero_stage(training.trainer.values) == 3
     models = {}
     for name, spec in specs.items():
         tokenizer = load_tokenizer(spec)
@@ -212,9 +201,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
+    training = spec.training  # the training stage's one input
     warnings = []  # a checkpoint resumes only into the training it was written for: checked before config.yaml
-    if objective != "none":
-        warnings += check_resume(cfg, resolve_ckpt(cfg.ckpt_path, out_dir))
+    if training is not None:
+        warnings += check_resume(training, resolve_ckpt(training.run.ckpt_path, out_dir))
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
@@ -225,16 +215,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         "rpbench_version": metadata.version("rpbench"),
     }
 
-    warning = untuned_start_warning(cfg)
+    warning = untuned_start_warning(training) if training is not None else None
     if warning:
         log.warning(warning)
         warnings.append(warning)
     if warnings:
         results["warnings"] = warnings
 
-    train_split = None  # 1. data: read (and checked against the evaluator) before the model loads
-    if objective != "none":
-        train_split = cfg.objective.data_split or objective_class(objective).data_split
+    train_split = training.split if training is not None else None  # 1. data: read before the model loads
     need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
     splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
     records_for_model(cfg, spec, splits, results["records"], train_split)
@@ -243,7 +231,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
-    models = build_models(cfg) if needs_model(spec) else {}  # 2. build
+    models = build_models(training, model_config(cfg)) if needs_model(spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
@@ -255,10 +243,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
         judges = judge_opener(local_judge)  # judge rewards (judge=local: served here when a reward opens it)
-        results["train"] = train(cfg, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
+        results["train"] = train(training, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
     exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
     if exported and is_rank_zero():
-        write_model_card(cfg, results, exported)  # again after evaluation, with its metrics
+        write_model_card(training, results, exported)  # again after evaluation, with its metrics
 
     if model is not None and (evaluator != "none" or probe != "none"):  # 4. evaluate, then probe
         saved = None
@@ -285,7 +273,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         results["probe"] = run_probe(probing)
 
     if exported and is_rank_zero():  # 5. export and report
-        write_model_card(cfg, results, exported)
+        write_model_card(training, results, exported)
         if cfg.export.push_to_hub:
             results["hub_commit"] = push_to_hub(exported, cfg.export.hub, str(cfg.run_name))
             log.info("model/ uploaded: %s", results["hub_commit"])

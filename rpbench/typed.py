@@ -137,31 +137,32 @@ class Settings:
     def collect(cls: type[S], values: Mapping[str, Any], where: str, problems: list[str]) -> S | None:
         """The settings of ``values``, or None with every problem added to ``problems``."""
         hints = typing.get_type_hints(cls)
+        prefix = f"{where}." if where else ""  # where="": keys at the top of the run config
         known = [f.name for f in fields(cls)]
         found_before = len(problems)
         for key in sorted(set(values) - set(known)):
-            problems.append(f"{where}.{key}: unknown key; valid keys: {', '.join(sorted(known))}")
+            problems.append(f"{prefix}{key}: unknown key; valid keys: {', '.join(sorted(known))}")
         converted = {}
         for name in known:
             if name not in values:
-                problems.append(f"{where}.{name}: missing (it has no default in code: set it in the YAML)")
+                problems.append(f"{prefix}{name}: missing (it has no default in code: set it in the YAML)")
                 continue
             if name in cls.open_keys:
                 converted[name] = values[name]
                 continue
             try:
-                converted[name] = convert(values[name], hints[name], f"{where}.{name}", problems)
+                converted[name] = convert(values[name], hints[name], f"{prefix}{name}", problems)
             except Invalid as error:
-                problems.append(f"{where}.{name}={values[name]!r}: expected {error.expected}")
+                problems.append(f"{prefix}{name}={values[name]!r}: expected {error.expected}")
         if len(problems) > found_before:
             return None
         settings = cls(**converted)
         for problem in settings.problems():
             if isinstance(problem, str):  # a message of its own, after the key it starts with
-                problems.append(f"{where}.{problem}")
+                problems.append(f"{prefix}{problem}")
                 continue
             key, expected = problem
-            problems.append(f"{where}.{key}={_shown(_dotted(settings, key))}: expected {expected}")
+            problems.append(f"{prefix}{key}={_shown(_dotted(settings, key))}: expected {expected}")
         return None if len(problems) > found_before else settings
 
     @classmethod

@@ -31,6 +31,7 @@ from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.training.options import trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
+from rpbench.training.spec import TrainingSpec, training_spec
 from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
@@ -298,6 +299,7 @@ class RunSpec:
     evaluator: Settings | None  # the benchmark's settings; None: no evaluation
     probe: Settings  # the probe's settings (probe=none: its name alone)
     judge: JudgeConfig | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
+    training: TrainingSpec | None  # the training stage's settings; None: nothing trains
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -319,7 +321,8 @@ def validate(cfg: DictConfig) -> RunSpec:
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return RunSpec(objective=objective, evaluator=evaluator, probe=probe, judge=judge)
+    training = None if objective is None else training_spec(cfg, objective)  # its values were checked above
+    return RunSpec(objective=objective, evaluator=evaluator, probe=probe, training=training, judge=judge)
 
 
 def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:

@@ -95,10 +95,11 @@ def test_the_card_names_local_files_and_models_without_this_machines_paths(compo
         "data.files.pairs=hf://org/pairs:train",
         f"model.name_or_path={private / 'base-model'}",
     )
-    card = card_text(cfg, {"run_name": "r", "model": "m"})
+    card = card_text(validate(cfg).training, {"run_name": "r", "model": "m"}, tmp_path / "model")
     assert str(tmp_path) not in card and "alice" not in card
     assert "- train: `my.jsonl`" in card and "- test.chat: `a_test.jsonl, b_test.jsonl`" in card
     assert "- pairs: `hf://org/pairs:train`" in card  # a hub name is no local path
     assert "from `base-model`" in card and "base_model:" not in card  # a local folder has no hub id
     hub = compose("model=qwen2.5-7b-instruct")
-    assert f"base_model: {hub.model.name_or_path}" in card_text(hub, {"run_name": "r", "model": "m"})
+    card = card_text(validate(hub).training, {"run_name": "r", "model": "m"}, tmp_path / "model")
+    assert f"base_model: {hub.model.name_or_path}" in card

@@ -84,7 +84,12 @@ MODEL = [
     ("model.lora={r:8,rank:4}", "model.lora.rank: unknown key"),
     ("model.name_or_path=./no/such/model", "model.name_or_path='./no/such/model': expected a Hugging Face hub id"),
 ]
-CASES = GENERATION + STATISTICS + ENDPOINTS + OPTIMISATION + TRAINER + MODEL
+TRAINING = [  # the training stage's typed settings (rpbench/training/spec.py)
+    ("save_model=yes", "save_model='yes': expected true or false"),
+    ("ckpt_path=3", "ckpt_path=3: expected a string or null"),
+    ("export.lora_adapter=2", "export.lora_adapter=2: expected true or false"),
+]
+CASES = GENERATION + STATISTICS + ENDPOINTS + OPTIMISATION + TRAINER + MODEL + TRAINING
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +145,33 @@ def test_the_judge_is_parsed_once_at_startup_naming_each_bad_key(compose):
 
 def test_the_default_run_is_valid(default_config):
     assert validate(default_config).objective.name == "sft"
+
+
+def test_the_training_stage_receives_typed_settings_and_no_composed_config(default_config):
+    """``validate`` parses the training stage's part once; nothing in it is, or holds, a config node."""
+    import dataclasses
+    import inspect
+    from collections.abc import Mapping
+
+    from omegaconf import DictConfig, ListConfig
+
+    from rpbench.training import TrainingSpec, train
+
+    def nodes(value) -> list:
+        if isinstance(value, (DictConfig, ListConfig)):
+            return [value]
+        if dataclasses.is_dataclass(value):
+            return [n for f in dataclasses.fields(value) for n in nodes(getattr(value, f.name))]
+        items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+        return [n for item in items for n in nodes(item)]
+
+    first = next(iter(inspect.signature(train).parameters.values()))  # the stage's settings, then its data
+    assert (first.name, first.annotation) in (("training", "TrainingSpec"), ("training", TrainingSpec))
+    training = validate(default_config).training
+    assert nodes(training) == []
+    assert (training.objective.name, training.split, training.run.seed) == ("sft", "train", default_config.seed)
+    assert training.data.max_length == default_config.data.max_length and training.model["name"] == "tiny-qwen2"
+    assert validate(with_override(default_config, "objective.name=none")).training is None
 
 
 def test_every_problem_of_a_group_is_listed_together(compose):
@@ -200,7 +232,8 @@ def test_a_settings_class_converts_and_refuses_by_annotation():
 
 
 def settings_classes() -> list[type]:
-    """Every typed settings class a registered evaluator, probe or objective reads, with those nested in them."""
+    """Every typed settings class the training stage, a registered evaluator, probe or objective reads, with
+    those nested in them."""
     import dataclasses
     import typing
 
@@ -220,6 +253,9 @@ def settings_classes() -> list[type]:
                 if isinstance(kind, type) and dataclasses.is_dataclass(kind):
                     visit(kind)
 
+    from rpbench.training import TrainingSpec
+
+    visit(TrainingSpec)
     for registry, attribute in (
         (BENCHMARKS, "settings_class"),
         (PROBES, "settings_class"),

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import run_in_process
 from rpbench.training.starting_point import untuned_start_warning
+from rpbench.validate import validate
 
 
 @pytest.mark.parametrize(
@@ -19,13 +20,14 @@ from rpbench.training.starting_point import untuned_start_warning
         (["objective=dpo", "model=qwen2.5-7b"], "a base (not instruction-tuned) model"),
         (["objective=dpo", "model=qwen2.5-7b-instruct"], None),
         (["objective=dpo", "model.instruct=true"], None),
-        (["objective=grpo", "init_from=outputs/sft-run"], None),
+        (["objective=grpo", "init_from={sft_run}"], None),
         (["objective=sft"], None),
-        (["objective=none"], None),
     ],
 )
-def test_the_rule(compose, overrides, warns):
-    warning = untuned_start_warning(compose(*overrides))
+def test_the_rule(compose, tmp_path, overrides, warns):
+    (tmp_path / "sft-run" / "model").mkdir(parents=True)  # an earlier run's saved model
+    cfg = compose(*(o.format(sft_run=tmp_path / "sft-run") for o in overrides))
+    warning = untuned_start_warning(validate(cfg).training)
     assert (warning is None) if warns is None else (warns in warning and "init_from=" in warning)
 
 

@@ -15,7 +15,8 @@ from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_trainin
 
 from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
-from rpbench.pipeline import build_models
+from rpbench.pipeline import build_models, model_config
+from rpbench.validate import validate
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
 
 DPO = ["objective=dpo", *FAST, *TWO_STEPS]
@@ -32,9 +33,11 @@ def _signature(out) -> str:
 
 
 def test_under_zero3_the_pipeline_loads_tokenizers_and_defers_the_trained_models(compose):
-    model, tokenizer = build_models(compose("objective=dpo", "trainer=deepspeed_zero3"))["policy"]
+    zero3 = compose("objective=dpo", "trainer=deepspeed_zero3")
+    model, tokenizer = build_models(validate(zero3).training, model_config(zero3))["policy"]
     assert isinstance(model, DeferredModel) and model.tokenizer is tokenizer
-    assert not isinstance(build_models(compose("objective=dpo"))["policy"][0], DeferredModel)
+    dpo = compose("objective=dpo")
+    assert not isinstance(build_models(validate(dpo).training, model_config(dpo))["policy"][0], DeferredModel)
 
 
 @pytest.mark.slow

@@ -266,7 +266,8 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
 
     from rpbench.objectives.dpo import pair_sample
     from rpbench.objectives.registry import OBJECTIVES
-    from rpbench.training import build_datamodule, build_trainer, objective_config
+    from rpbench.training import build_datamodule, build_trainer
+    from rpbench.validate import validate
 
     timer.warmup = args.warmup
     overrides = [
@@ -281,7 +282,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
         f"seed={setup.seed}",
         *[f"objective.{k}={v}" for k, v in options.items()],
     ]
-    cfg = compose(overrides)  # trainer=gpu: bf16-mixed (on the bf16 weights); cpu: 32-true
+    training = validate(compose(overrides)).training  # trainer=gpu: bf16-mixed (on the bf16 weights); cpu: 32-true
     module_cls = OBJECTIVES.get(objective)
     model = build_model(setup)
     if setup.checkpointing:
@@ -306,7 +307,7 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
             }
             for p in setup.samples["grpo"]
         ]
-    module = module_cls(model, tokenizer, objective_config(cfg))
+    module = module_cls(model, tokenizer, training.objective)
 
     class Callback(L.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
@@ -322,8 +323,8 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
             timer.step_end(tokens)
 
     with tempfile.TemporaryDirectory(prefix="bench-rpbench-") as out_dir:
-        datamodule = build_datamodule(cfg, module_cls, samples, [], tokenizer)
-        trainer = build_trainer(cfg, Path(out_dir), None, [Callback()])
+        datamodule = build_datamodule(training, module_cls, samples, [], tokenizer)
+        trainer = build_trainer(training, Path(out_dir), None, [Callback()])
         trainer.fit(module, datamodule=datamodule)
     params = matmul_params(model)
     del module, trainer, model

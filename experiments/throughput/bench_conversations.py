@@ -89,7 +89,7 @@ def main() -> None:
         replace(scenarios[i % len(scenarios)], id=f"{scenarios[i % len(scenarios)].id}~{i}")
         for i in range(args.sessions)
     ]
-    model, tokenizer = build_models(cfg)["policy"]
+    model, tokenizer = build_models(spec.training, model_config(cfg))["policy"]
     model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, None)
     with scratch as tmp, open_judge(spec.judge, local_judge) as judge:
         ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)

@@ -1,32 +1,38 @@
 """The model card (``model/README.md``) of a run's exported model: what it is and how it was made.
 
-Written after training and again after evaluation, from the run config and results (metrics.json's
-content): base model, data, objective, its hyperparameters, held-out loss and evaluation metrics. A local
+Written after training and again after evaluation, from the training stage's settings (``TrainingSpec``) and
+the results (metrics.json's content): base model, data, objective, its hyperparameters, held-out loss and
+evaluation metrics. A local
 file or folder is named by its name alone: the card is pushed to the Hub, this machine's paths stay here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
 from rpbench.atomic import partial_path, publish
+from rpbench.training.spec import TrainingSpec
 
 # Objective keys that describe bookkeeping, not the optimisation.
 NOT_HYPERPARAMETERS = {"name", "log_every_n_steps", "num_workers", "ref_cache", "val_every_n_steps", "rewards"}
 
 
-def hyperparameters(cfg: DictConfig) -> dict[str, Any]:
+def hyperparameters(training: TrainingSpec) -> dict[str, Any]:
     """The objective's scalar settings, the run length, the seed and LoRA settings, as configured."""
-    objective = OmegaConf.to_container(cfg.objective, resolve=True)
-    values = {k: v for k, v in objective.items() if k not in NOT_HYPERPARAMETERS and not isinstance(v, dict)}
-    if cfg.trainer.max_steps != -1:
-        values["max_steps"] = cfg.trainer.max_steps
-    values["seed"] = cfg.seed
-    if cfg.model.lora:
-        values["lora"] = OmegaConf.to_container(cfg.model.lora, resolve=True)
+    objective = {f.name: getattr(training.objective, f.name) for f in fields(training.objective)}
+    values = {
+        k: list(v) if isinstance(v, tuple) else v
+        for k, v in objective.items()
+        if k not in NOT_HYPERPARAMETERS and not isinstance(v, Mapping)
+    }
+    if training.trainer.values["max_steps"] != -1:
+        values["max_steps"] = training.trainer.values["max_steps"]
+    values["seed"] = training.run.seed
+    if training.model["lora"]:
+        values["lora"] = training.model["lora"]
     return values
 
 
@@ -56,11 +62,11 @@ def shown(name: str) -> str:
     return Path(name).name if is_local(name) else name
 
 
-def data_files(files: Any) -> dict[str, str]:
+def data_files(files: Mapping[str, Any]) -> dict[str, str]:
     """Each configured data file (test sets: ``test.<set>``) as the card shows it."""
     out = {}
-    for split, entry in OmegaConf.to_container(files, resolve=True).items():
-        sets = entry if isinstance(entry, dict) else {None: entry}
+    for split, entry in files.items():
+        sets = entry if isinstance(entry, Mapping) else {None: entry}
         for name, paths in sets.items():
             listed = [paths] if isinstance(paths, str) else list(paths or [])
             if listed:
@@ -68,26 +74,27 @@ def data_files(files: Any) -> dict[str, str]:
     return out
 
 
-def card_text(cfg: DictConfig, results: dict[str, Any]) -> str:
-    base = str(cfg.model.name_or_path)
+def card_text(training: TrainingSpec, results: dict[str, Any], model_dir: Path) -> str:
+    """The card of the model ``training`` exports to ``model_dir``."""
+    base, init_from = str(training.model["name_or_path"]), training.run.init_from
     tiny = base.startswith("tiny:")
-    front = ["---", "library_name: transformers", "tags: [rpbench, role-playing, " + str(cfg.objective.name) + "]"]
-    if not tiny and not cfg.init_from and not is_local(base):
+    front = ["---", "library_name: transformers", f"tags: [rpbench, role-playing, {training.objective.name}]"]
+    if not tiny and not init_from and not is_local(base):
         front.append(f"base_model: {base}")
     front.append("---")
-    files = data_files(cfg.data.files)
+    files = data_files(training.data.files)
     lines = [
         *front,
         "",
         f"# {results['run_name']}",
         "",
-        f"Trained with rpbench, objective `{cfg.objective.name}`, from "
+        f"Trained with rpbench, objective `{training.objective.name}`, from "
         + (
             f"the model of run `{results['model']}`"
-            if cfg.init_from
-            else f"`{shown(base)}` (model config `{cfg.model.name}`)"
+            if init_from
+            else f"`{shown(base)}` (model config `{training.model['name']}`)"
         )
-        + f", on data `{cfg.data.name}`.",
+        + f", on data `{training.data.name}`.",
         "",
         "## Data",
         "",
@@ -97,20 +104,20 @@ def card_text(cfg: DictConfig, results: dict[str, Any]) -> str:
         "",
         "| setting | value |",
         "| --- | --- |",
-        *(f"| {key} | {value} |" for key, value in hyperparameters(cfg).items()),
+        *(f"| {key} | {value} |" for key, value in hyperparameters(training).items()),
     ]
     if "train" in results:
         lines += ["", "## Training", "", *training_lines(results["train"])]
     sections = results.get("eval", {}).get("report_sections", [])
     lines += ["", *sections] if sections else ["", "## Evaluation", "", "Not evaluated (yet)."]
-    if (Path(cfg.paths.output_dir) / "model" / "adapter").is_dir():
+    if (model_dir / "adapter").is_dir():
         lines += ["", "The LoRA adapter alone is in `adapter/` (load it with peft onto the base model)."]
     return "\n".join(lines) + "\n"
 
 
-def write_model_card(cfg: DictConfig, results: dict[str, Any], model_dir: Path) -> Path:
+def write_model_card(training: TrainingSpec, results: dict[str, Any], model_dir: Path) -> Path:
     """``model_dir/README.md``, replaced whole."""
     final = model_dir / "README.md"
     partial = partial_path(final)
-    partial.write_text(card_text(cfg, results))
+    partial.write_text(card_text(training, results, model_dir))
     return publish(partial, final)

@@ -1,5 +1,5 @@
 """rpbench's config tree (``conf/`` beside the package): model entries by name, for code that loads a
-model other than the run's (the server, the R-EMID estimator pair)."""
+model other than the run's (the server, the R-EMID estimator pair); and the run's own model config."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.errors import ConfigError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -44,3 +46,14 @@ def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, 
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             cfg = compose(config_name=None, overrides=overrides)
     return OmegaConf.to_container(cfg.model, resolve=True)  # type: ignore[return-value]
+
+
+def model_config(cfg: DictConfig) -> dict[str, Any]:
+    """The run's ``model`` group resolved, pointed at an earlier run's saved model when ``init_from`` is set."""
+    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    if cfg.get("init_from"):
+        saved = Path(str(cfg.init_from)) / "model"
+        if not saved.is_dir():
+            raise ConfigError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
+        model_cfg["name_or_path"] = str(saved)
+    return model_cfg

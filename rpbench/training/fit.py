@@ -14,7 +14,6 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
-from omegaconf import DictConfig, OmegaConf
 
 from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer, ImageBudgetError
@@ -24,7 +23,6 @@ from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
 from rpbench.models.zero3 import full_numel
-from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.training.cluster import cluster_plugins
@@ -33,6 +31,7 @@ from rpbench.training.nonfinite import StopOnNonFiniteLoss
 from rpbench.training.options import extra_callbacks, passed_options
 from rpbench.training.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 from rpbench.training.resume import write_settings
+from rpbench.training.spec import TrainingData, TrainingSpec
 
 log = logging.getLogger(__name__)
 
@@ -108,18 +107,13 @@ def zero_stage(trainer_cfg: Mapping[str, Any]) -> int:
     return int(dict(strategy.get("config", {})).get("zero_optimization", {}).get("stage", 0))
 
 
-def objective_config(cfg: DictConfig) -> ObjectiveConfig:
-    """The typed settings of ``cfg.objective`` (its registered objective's ``config_class``)."""
-    module_cls = objective_class(str(cfg.objective.name))
-    return module_cls.config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
-
-
 def build_trainer(
-    cfg: DictConfig, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
+    training: TrainingSpec, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
 ) -> L.Trainer:
-    """The Trainer for ``cfg``; a resumed run skips the sanity validation (its "before" is in the checkpoint)."""
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    objective = objective_config(cfg)
+    """The Trainer of ``training``; a resumed run skips the sanity validation (its "before" is in the
+    checkpoint)."""
+    trainer_cfg = training.trainer.as_dict()
+    objective = training.objective
     micro_batch = 1 if objective.packing else int(objective.batch_size)
     grad_accum = int(objective.grad_accum)
     val_every = objective.val_every_n_steps
@@ -159,10 +153,12 @@ def with_image_inputs(collate: Collate, tokenizer) -> Collate:
     return collate_with_images
 
 
-def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[dict], tokenizer) -> PlannedDataModule:
+def build_datamodule(
+    training: TrainingSpec, module_cls, train: list[dict], val: list[dict], tokenizer
+) -> PlannedDataModule:
     """Planned train/val batches; the objective says how samples collate and what each weighs in the mean;
     an image-text model's batches carry their images' inputs."""
-    objective = objective_config(cfg)
+    objective, seed = training.objective, training.run.seed
     collate = with_image_inputs(partial(module_cls.collate, pad_token_id=tokenizer.pad_token_id), tokenizer)
 
     def weights(samples: list[dict]) -> list[int]:
@@ -172,12 +168,12 @@ def build_datamodule(cfg: DictConfig, module_cls, train: list[dict], val: list[d
         if not module_cls.supports_packing:
             raise ValueError(f"objective={objective.name} does not support packing: set objective.packing=false")
         budget = int(objective.max_tokens_per_batch)
-        train_batcher = fixed_order_batcher(pack_into_budget([len(s["input_ids"]) for s in train], budget), cfg.seed)
+        train_batcher = fixed_order_batcher(pack_into_budget([len(s["input_ids"]) for s in train], budget), seed)
         train_collate = packed_collate
     else:
-        train_batcher = epoch_batcher(len(train), int(objective.batch_size), cfg.seed)
+        train_batcher = epoch_batcher(len(train), int(objective.batch_size), seed)
         train_collate = collate
-    val_batcher = epoch_batcher(len(val), int(objective.batch_size), cfg.seed, shuffle=False)
+    val_batcher = epoch_batcher(len(val), int(objective.batch_size), seed, shuffle=False)
     return PlannedDataModule(
         PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.grad_accum)),
         PlannedBatches(val, collate, val_batcher, weights(val), 1) if val else None,
@@ -236,13 +232,15 @@ def render_records(
     return samples, empty, cuts
 
 
-def supervision_report(data_cfg, module_cls, train_samples: Sequence, val_samples: Sequence) -> dict[str, Any]:
+def supervision_report(
+    data: TrainingData, module_cls, train_samples: Sequence, val_samples: Sequence
+) -> dict[str, Any]:
     """``data.supervise`` and ``data.speaker``, and the assistant turns trained on per split, for objectives
     that train on conversation turns (SFT)."""
     turns = {"train": module_cls.supervised_turns(train_samples), "val": module_cls.supervised_turns(val_samples)}
     if turns["train"] is None:
         return {}
-    return {"supervision": {"supervise": str(data_cfg.supervise), "speaker": data_cfg.speaker, "turns": turns}}
+    return {"supervision": {"supervise": data.supervise, "speaker": data.speaker, "turns": turns}}
 
 
 def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
@@ -251,7 +249,7 @@ def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
 
 
 def train(
-    cfg: DictConfig,
+    training: TrainingSpec,
     model,
     tokenizer,
     train_examples: list,
@@ -260,41 +258,40 @@ def train(
     logger,
     judges: JudgeOpener = open_judge,
 ) -> dict[str, Any]:
-    """Fit ``cfg.objective`` and return what the run reports (counts, held-out loss before/after).
+    """Fit ``training.objective`` and return what the run reports (counts, held-out loss before/after).
 
     ``model``/``tokenizer``: the policy, or ``{name: ...}`` for each model the objective's ``models_to_build``
     names (the first one's tokenizer renders the data); ``judges`` opens the judges its rewards ask (the
     pipeline's has the local judge server handed in; the default serves no ``judge=local``)."""
-    module_cls = objective_class(str(cfg.objective.name))
+    config, data = training.objective, training.data
+    module_cls = objective_class(config.name)
     first = tokenizer if not isinstance(tokenizer, Mapping) else next(iter(tokenizer.values()))
-    renderer = chat_renderer(cfg.model, first, int(cfg.data.max_length))
-    split = str(cfg.objective.data_split or module_cls.data_split)
-    source = f"data.files.{split} ({cfg.data.files[split]})"
-    config = objective_config(cfg)
+    renderer = chat_renderer(training.model, first, data.max_length)
+    source = f"data.files.{training.split} ({data.files[training.split]})"
     train_samples, train_empty, train_cuts = render_records(module_cls, config, train_examples, renderer, source)
     val_samples, val_empty, val_cuts = render_records(module_cls, config, val_examples, renderer, source)
     if not train_samples:
         raise ConfigError(
             f"no trainable samples: all {len(train_examples)} have no supervised token left "
-            f"after truncation to data.max_length={cfg.data.max_length}"
+            f"after truncation to data.max_length={data.max_length}"
         )
     images = {"train": image_count(train_samples), "val": image_count(val_samples)}
     if any(images.values()) and not module_cls.supports_images:
         raise ConfigError(
-            f"objective={cfg.objective.name} cannot train on images ({images['train']} in the training samples): "
+            f"objective={config.name} cannot train on images ({images['train']} in the training samples): "
             "choose objective=sft or dpo, or data.images=drop to train on the text alone"
         )
-    datamodule = build_datamodule(cfg, module_cls, train_samples, val_samples, first)
+    datamodule = build_datamodule(training, module_cls, train_samples, val_samples, first)
     extras = {"judges": judges} if module_cls.opens_judges else {}
     extras |= {"renderer": renderer} if module_cls.environments else {}
     module = module_cls(model, tokenizer, config, **extras)
     history, progress = ValidationHistory(), TrainingProgress()
-    checkpoints = LastCheckpoint(out_dir / "checkpoints", int(cfg.checkpoint_every_n_steps or 0))
-    ckpt_path = resolve_ckpt(cfg.ckpt_path, out_dir)
+    checkpoints = LastCheckpoint(out_dir / "checkpoints", training.run.checkpoint_every_n_steps or 0)
+    ckpt_path = resolve_ckpt(training.run.ckpt_path, out_dir)
     callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount()]
-    trainer = build_trainer(cfg, out_dir, logger, callbacks, resuming=ckpt_path is not None)
+    trainer = build_trainer(training, out_dir, logger, callbacks, resuming=ckpt_path is not None)
     if trainer.is_global_zero:  # what a re-run compares before it resumes (rpbench.training.resume)
-        write_settings(cfg, out_dir / "checkpoints")
+        write_settings(training.fingerprint, out_dir / "checkpoints")
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
@@ -319,7 +316,7 @@ def train(
             "images": images,
             **{kind: {"train": train_cuts[kind], "val": val_cuts[kind]} for kind in train_cuts},
         },
-        **supervision_report(cfg.data, module_cls, train_samples, val_samples),
+        **supervision_report(data, module_cls, train_samples, val_samples),
         "optimizer_steps": trainer.global_step,
         "epochs": trainer.current_epoch,
     }
@@ -329,8 +326,8 @@ def train(
         report["loss_curve"] = CURVE_FILE
     if history.history and history.history[0]["step"] == 0:  # fast_dev_run has no pass before training
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}
-    if cfg.save_model:
-        saved = module.export_hf(out_dir / "model", lora_adapter=bool(cfg.export.lora_adapter))
+    if training.run.save_model:
+        saved = module.export_hf(out_dir / "model", lora_adapter=training.export.lora_adapter)
         if saved is not None:
             report["model_dir"] = "model"
     return report

@@ -9,8 +9,11 @@ derived from another part of the run config and are refused here with a pointer 
 
 from __future__ import annotations
 
+import copy
 import inspect
+import types
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
@@ -27,6 +30,21 @@ SET_ELSEWHERE = {
     "use_distributed_sampler": "rpbench's datamodule plans each rank's batches itself",
     "plugins": "cluster plugins are chosen from the environment (rpbench.training.cluster)",
 }
+
+
+@dataclass(frozen=True)
+class TrainerOptions:
+    """The ``trainer`` group as checked by ``trainer_problems``: free-form ``lightning.Trainer`` keyword
+    arguments (no fixed dataclass lists them), held read-only."""
+
+    values: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", types.MappingProxyType(copy.deepcopy(dict(self.values))))
+
+    def as_dict(self) -> dict[str, Any]:
+        """A plain copy of the options, for code that reads or passes them on."""
+        return copy.deepcopy(dict(self.values))
 
 
 def trainer_parameters() -> list[str]:

@@ -15,17 +15,19 @@ import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
-
-from omegaconf import DictConfig, OmegaConf
+from typing import TYPE_CHECKING, Any
 
 from rpbench.atomic import partial_path, publish
 from rpbench.data.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rpbench.training.spec import TrainingSpec
 
 log = logging.getLogger(__name__)
 
 FINGERPRINT_FILE = "training_config.json"
 RESUME_CHOICES = ("check", "force")
+SHAPING_KEYS = ("seed", "init_from", "model", "data", "objective", "trainer")
 LENGTH_KEYS = ("objective.epochs",)
 # Keys of the compared groups that change neither the batches nor the weights.
 NOT_COMPARED = {
@@ -52,15 +54,18 @@ def flatten(node: Any, prefix: str) -> dict[str, Any]:
     return flat
 
 
-def training_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The resolved settings that shape training, flattened to dotted keys (LENGTH_KEYS included)."""
-    settings = {"seed": cfg.seed, "init_from": cfg.get("init_from")}
+def training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that shape training, flattened to dotted keys (LENGTH_KEYS included), of ``config``:
+    the resolved run config's SHAPING_KEYS."""
+    settings = {"seed": config["seed"], "init_from": config["init_from"]}
     for group in ("model", "data", "objective", "trainer"):
         skipped = tuple(f"{group}.{key}" for key in NOT_COMPARED.get(group, ()))
-        for key, value in flatten(OmegaConf.to_container(cfg[group], resolve=True), group).items():
+        for key, value in flatten(config[group], group).items():
             if not any(key == s or key.startswith(s + ".") for s in skipped):
                 settings[key] = value
-    settings.update({key: OmegaConf.select(cfg, key) for key in LENGTH_KEYS})
+    for key in LENGTH_KEYS:
+        group, name = key.split(".")
+        settings[key] = config[group][name]
     return settings
 
 
@@ -76,12 +81,13 @@ def read_settings(checkpoint: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def write_settings(cfg: DictConfig, checkpoint_dir: Path) -> None:
-    """Store the run's training settings where its checkpoints are written (whole, or not at all)."""
+def write_settings(fingerprint: Mapping[str, Any], checkpoint_dir: Path) -> None:
+    """Store the run's training settings (``TrainingSpec.fingerprint``) where its checkpoints are written
+    (whole, or not at all)."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     path = checkpoint_dir / FINGERPRINT_FILE
     partial = partial_path(path)
-    settings = json.dumps(training_settings(cfg), indent=2, sort_keys=True, default=str)
+    settings = json.dumps(dict(fingerprint), indent=2, sort_keys=True, default=str)
     partial.write_text(settings, encoding="utf-8")
     publish(partial, path)
 
@@ -93,11 +99,11 @@ def _shown(changes: Mapping[str, tuple[Any, Any]]) -> str:
     return "; ".join(lines)
 
 
-def check_resume(cfg: DictConfig, checkpoint: str | None) -> list[str]:
+def check_resume(training: TrainingSpec, checkpoint: str | None) -> list[str]:
     """Refuse (ConfigError) to resume ``checkpoint`` under other training settings than it was written with,
-    unless ``cfg.resume`` is ``force``. Returns warnings for the run's results (a forced resume). Training
+    unless ``resume`` is ``force``. Returns warnings for the run's results (a forced resume). Training
     stores its settings with ``write_settings`` when it starts."""
-    current = json.loads(json.dumps(training_settings(cfg), default=str))  # as it reads back from the file
+    current = json.loads(json.dumps(dict(training.fingerprint), default=str))  # as it reads back from the file
     warnings: list[str] = []
     if checkpoint is not None:
         stored = read_settings(Path(checkpoint))
@@ -109,10 +115,10 @@ def check_resume(cfg: DictConfig, checkpoint: str | None) -> list[str]:
                 if stored is not None
                 else f"it has no record of the settings it was written with ({FINGERPRINT_FILE} beside it)"
             )
-            if str(cfg.resume) != "force":
+            if training.run.resume != "force":
                 raise ConfigError(
-                    f"ckpt_path={cfg.ckpt_path}: would resume {checkpoint}, but {what}. Train in a new output "
-                    "folder (hydra.run.dir=<new folder>), or resume this checkpoint anyway with resume=force "
+                    f"ckpt_path={training.run.ckpt_path}: would resume {checkpoint}, but {what}. Train in a new "
+                    "output folder (hydra.run.dir=<new folder>), or resume this checkpoint anyway with resume=force "
                     "(the results then say so)"
                 )
             warnings.append(f"resume=force: resumed {checkpoint} although {what}")

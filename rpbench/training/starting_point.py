@@ -7,23 +7,23 @@ an objective warns unless ``init_from`` names an earlier run or the model config
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
-
 from rpbench.objectives.registry import objective_class
+from rpbench.training.spec import TrainingSpec
 
 
-def untuned_start_warning(cfg: DictConfig) -> str | None:
-    """The warning for ``cfg``, or None when its starting point suits its objective."""
-    objective = str(cfg.objective.name)
-    if objective == "none" or not objective_class(objective).needs_tuned_start:
+def untuned_start_warning(training: TrainingSpec) -> str | None:
+    """The warning for ``training``, or None when its starting point suits its objective."""
+    objective = training.objective.name
+    if not objective_class(objective).needs_tuned_start:
         return None
-    if cfg.get("init_from") or cfg.model.instruct:
+    model = training.model
+    if training.run.init_from or model["instruct"]:
         return None
     kind = (
-        "random weights" if str(cfg.model.name_or_path).startswith("tiny:") else "a base (not instruction-tuned) model"
+        "random weights" if str(model["name_or_path"]).startswith("tiny:") else "a base (not instruction-tuned) model"
     )
     return (
-        f"objective={objective} starts from model={cfg.model.name}, {kind}: {objective} refines an "
+        f"objective={objective} starts from model={model['name']}, {kind}: {objective} refines an "
         "instruction-tuned or SFT model; pass init_from=<SFT run folder>, or set model.instruct=true "
         "if this model is one"
     )

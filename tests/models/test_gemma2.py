@@ -13,6 +13,7 @@ from rpbench.data.records import SFTExample, Turn, as_messages
 from rpbench.models import chat_renderer, load
 from rpbench.models.forward import model_inputs, sequence_logps
 from rpbench.training import train
+from rpbench.validate import validate
 
 EOT = "<end_of_turn>"
 TINY = {"name_or_path": "tiny:gemma2", "attn_implementation": "eager", "end_of_turn": EOT}
@@ -115,7 +116,7 @@ def test_tiny_gemma2_trains_an_sft_step_from_the_composed_config(compose, tmp_pa
     model, tok = load(OmegaConf.to_container(cfg.model, resolve=True))
     examples = [SFTExample("ex0", tuple(MULTI[:3])), SFTExample("ex1", tuple(MULTI))]
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
-    report = train(cfg, model, tok, examples, examples, tmp_path / "run", logger=None)
+    report = train(validate(cfg).training, model, tok, examples, examples, tmp_path / "run", logger=None)
     assert report["optimizer_steps"] == 1
     assert report["held_out"]["after"]["loss"] < report["held_out"]["before"]["loss"]
     assert all(not torch.equal(before[name], p) for name, p in model.named_parameters() if p.requires_grad)

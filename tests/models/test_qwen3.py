@@ -10,6 +10,7 @@ from rpbench.data.records import SFTExample, Turn, as_messages, reasoning_target
 from rpbench.models import load
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.training import train
+from rpbench.validate import validate
 
 EOT = "<|im_end|>"
 TINY = {"name_or_path": "tiny:qwen3", "end_of_turn": EOT}
@@ -99,7 +100,7 @@ def test_tiny_qwen3_learns_replies_and_generation_stops_at_end_of_turn(compose, 
         "save_model=false",
     )
     model, tok = load(cfg.model)
-    report = train(cfg, model, tok, examples, examples, tmp_path / "run", logger=None)
+    report = train(validate(cfg).training, model, tok, examples, examples, tmp_path / "run", logger=None)
     assert report["optimizer_steps"] == 30
     assert report["held_out"]["after"]["loss"] < 0.1 * report["held_out"]["before"]["loss"]
     model.eval()

@@ -22,8 +22,8 @@ from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
 from rpbench.objectives.grpo import completion_batch
 from rpbench.objectives.sampling import rollout_options
-from rpbench.scoring.rewards import REWARDS
 from rpbench.scoring.judge.client import JudgeConfig, open_judge
+from rpbench.scoring.rewards import REWARDS
 from rpbench.training import train
 from rpbench.validate import validate
 
@@ -223,7 +223,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
         )
         model, tokenizer = load(cfg.model)
         logger = CSVLogger(str(tmp_path), name="csv", version=0)
-        report = train(cfg, model, tokenizer, examples, [], tmp_path, logger=logger)
+        report = train(validate(cfg).training, model, tokenizer, examples, [], tmp_path, logger=logger)
     with open(tmp_path / "csv" / "version_0" / "metrics.csv", newline="") as f:
         rewards = [float(r["train/reward"]) for r in csv.DictReader(f) if r.get("train/reward")]
     assert report["optimizer_steps"] == len(rewards) == 24

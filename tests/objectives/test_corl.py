@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
+from omegaconf import OmegaConf
 
 from conftest import run_in_process, run_script
 from rpbench.data import readers
@@ -20,7 +21,8 @@ from rpbench.objectives import corl_cold_start
 from rpbench.objectives.corl import CoRLModule, Schedule
 from rpbench.objectives.corl_rewards import JudgeRatio, ResponseFormat, ThoughtFormat, ThoughtLength
 from rpbench.scoring.rewards import REWARDS
-from rpbench.training import objective_config, train
+from rpbench.training import train
+from rpbench.validate import validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rpgbench" / "rpgbench.json"
 RECORDS = readers.read("rpgbench", "train", SAMPLE).examples
@@ -143,14 +145,14 @@ def build(compose, *overrides: str):
     cfg = compose(
         "objective=corl", "data=sample_rpgbench", "logger=none", "trainer.enable_progress_bar=false", *overrides
     )
-    specs = CoRLModule.models_to_build(objective_config(cfg), dict(cfg.model))
+    specs = CoRLModule.models_to_build(validate(cfg).objective, dict(cfg.model))
     loaded = {name: load(spec) for name, spec in specs.items()}
     return cfg, {n: m for n, (m, _) in loaded.items()}, {n: t for n, (_, t) in loaded.items()}
 
 
 def test_thought_likelihood_is_exp_of_the_dialogue_policys_mean_log_prob(compose):
     cfg, models, tokenizers = build(compose)
-    module = CoRLModule(models, tokenizers, objective_config(cfg))
+    module = CoRLModule(models, tokenizers, validate(cfg).objective)
     reward = next(r.fn for r in module.rewards["reasoner"] if r.name == "corl_thought_likelihood")
     thought = f"```{MARKER}\nbe warm\n```"
     [value] = reward([X], [thought], ["Hello there"])
@@ -170,7 +172,15 @@ def test_thought_likelihood_is_exp_of_the_dialogue_policys_mean_log_prob(compose
 def run_corl(compose, out_dir: Path, *overrides: str):
     """(report, module models, logged rows) of a CoRL run on 8 RPGBench prompts."""
     cfg, models, tokenizers = build(compose, "save_model=false", *overrides)
-    report = train(cfg, models, tokenizers, TRAIN, VAL, out_dir, logger=CSVLogger(str(out_dir), name="csv", version=0))
+    report = train(
+        validate(cfg).training,
+        models,
+        tokenizers,
+        TRAIN,
+        VAL,
+        out_dir,
+        logger=CSVLogger(str(out_dir), name="csv", version=0),
+    )
     with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
     return report, models, rows
@@ -233,7 +243,7 @@ def test_shared_base_trains_two_adapters_and_exports_both(compose, tmp_path):
     assert list(models) == ["dialogue"]
     cfg.save_model = True
     cfg.objective.reasoner_steps = cfg.objective.dialogue_steps = 1
-    report = train(cfg, models, tokenizers, TRAIN, VAL, tmp_path, logger=None)
+    report = train(validate(cfg).training, models, tokenizers, TRAIN, VAL, tmp_path, logger=None)
     assert report["optimizer_steps"] == 2
     base, _ = load({**cfg.model, "lora": None})  # the same random initial weights
     weights = {"base": dict(base.named_parameters())}
@@ -278,7 +288,7 @@ def test_reasoner_init_from_takes_a_runs_reasoner_folder(compose, tmp_path):
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     cfg = compose("objective=corl", f"objective.reasoner_init_from={tmp_path / 'run'}")
-    specs = CoRLModule.models_to_build(objective_config(cfg), dict(cfg.model))
+    specs = CoRLModule.models_to_build(validate(cfg).objective, dict(cfg.model))
     assert list(specs) == ["dialogue", "reasoner"] and specs["reasoner"]["name_or_path"] == str(folder)
 
 
@@ -288,7 +298,7 @@ def test_records_without_persona_and_character_are_named(compose):
     from rpbench.models import chat_renderer
 
     with pytest.raises(ValueError, match=f"record {rolemrc[0].id!r}: CoRL needs RPGBench records"):
-        CoRLModule.render_for(objective_config(cfg), rolemrc, chat_renderer(cfg.model, tokenizers["dialogue"], 1024))
+        CoRLModule.render_for(validate(cfg).objective, rolemrc, chat_renderer(cfg.model, tokenizers["dialogue"], 1024))
 
 
 @pytest.mark.parametrize("model_name", ["llama3-8b", "qwen3-4b"])
@@ -299,7 +309,7 @@ def test_experiment_configs_compose(compose, model_name):
     assert cfg.objective.name == "corl" and cfg.objective.data_split == "test" and cfg.data.allow_overlap
     assert cfg.objective.judge_model == cfg.model.name_or_path
     assert cfg.model.lora.r == 16 and cfg.model.lora.alpha == 32
-    objective_config(cfg)  # the typed settings accept it
+    CoRLModule.config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))  # typed: accepted
     assert compose("experiment=rpgbench_corl_qwen3-4b", "model=llama3-8b").model.name == "llama3-8b"
 
 
@@ -342,9 +352,9 @@ def test_a_judge_model_from_a_folder_scores_like_the_policys_frozen_start_and_st
 ):
     cfg, models, tokenizers = build(compose)
     models["dialogue"].save_pretrained(tmp_path / "judge")  # the same random start as the dialogue policy
-    module = CoRLModule(models, tokenizers, objective_config(cfg))
+    module = CoRLModule(models, tokenizers, validate(cfg).objective)
     cfg, models, tokenizers = build(compose, f"objective.judge_model={tmp_path / 'judge'}")
-    loaded = CoRLModule(models, tokenizers, objective_config(cfg))
+    loaded = CoRLModule(models, tokenizers, validate(cfg).objective)
     assert type(loaded.reference).__name__ == "LoadedJudge"
     conversation = [PROMPTS.pxy(X, "F")]
     assert loaded.score_with_judge(conversation, ["100%"]) == pytest.approx(
@@ -358,7 +368,7 @@ def test_a_judge_model_from_a_folder_scores_like_the_policys_frozen_start_and_st
 def test_shared_base_keeps_both_adapters_trainable_and_the_dialogue_adapter_active(compose):
     lora = "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"
     cfg, models, tokenizers = build(compose, "objective.shared_base=true", lora)
-    module = CoRLModule(models, tokenizers, objective_config(cfg))
+    module = CoRLModule(models, tokenizers, validate(cfg).objective)
     adapters = [p for n, p in module.model.named_parameters() if "lora_" in n]
     assert len(adapters) == 2 * len(module.phase_parameters("dialogue")) > 0
     with module.acting("reasoner") as model:

@@ -20,6 +20,7 @@ from rpbench.models import load
 from rpbench.objectives import losses
 from rpbench.objectives.dpo import DPOModule, packs_pairs
 from rpbench.training import train
+from rpbench.validate import validate
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
 PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE).examples
@@ -46,7 +47,7 @@ def run_dpo(
     )
     model, tokenizer = load(cfg.model)
     logger = CSVLogger(str(out_dir), name="csv", version=0)
-    report = train(cfg, model, tokenizer, *pairs, out_dir, logger=logger)
+    report = train(validate(cfg).training, model, tokenizer, *pairs, out_dir, logger=logger)
     with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
     return report, model, rows

@@ -24,6 +24,7 @@ from rpbench.scoring.judge.client import judge_opener, open_judge
 from rpbench.scoring.rewards import REWARDS, JudgeReward
 from rpbench.serve import local_judge
 from rpbench.training import train
+from rpbench.validate import validate
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc"
 RECORDS = readers.read("rolemrc", "train", SAMPLE_DIR / "train-sft.jsonl").examples
@@ -57,7 +58,7 @@ def run_grpo(
     model, tokenizer = load(cfg.model)
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 100 + extra_stop_ids)]
     logger = CSVLogger(str(out_dir), name="csv", version=0)
-    report = train(cfg, model, tokenizer, TRAIN, VAL, out_dir, logger=logger, judges=judges)
+    report = train(validate(cfg).training, model, tokenizer, TRAIN, VAL, out_dir, logger=logger, judges=judges)
     with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
         rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
     return report, model, rows

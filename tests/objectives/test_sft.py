@@ -7,6 +7,7 @@ import pytest
 from rpbench.data.records import SFTExample, Turn
 from rpbench.models import load
 from rpbench.training import train
+from rpbench.validate import validate
 
 EXAMPLES = [
     SFTExample(
@@ -38,7 +39,7 @@ def overfit(compose, tmp_path, model_name: str, *overrides: str) -> dict:
         *overrides,
     )
     model, tokenizer = load(cfg.model)
-    return train(cfg, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path / model_name, logger=None)
+    return train(validate(cfg).training, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path / model_name, logger=None)
 
 
 @pytest.mark.slow

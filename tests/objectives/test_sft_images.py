@@ -47,7 +47,7 @@ def test_sft_with_images_lowers_the_held_out_loss(compose, tmp_path):
     )
     records = read_split(cfg.data, "train").examples
     model, tokenizer = load(cfg.model)
-    report = train(cfg, model, tokenizer, records, records, tmp_path, logger=None)
+    report = train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)
     before, after = report["held_out"]["before"]["loss"], report["held_out"]["after"]["loss"]
     assert after < 0.8 * before, (before, after)  # 12 steps on 8 samples: about 8.3 -> 6
     assert report["samples"]["images"] == {"train": 8, "val": 8}
@@ -136,7 +136,7 @@ def test_grpo_refuses_samples_with_images(compose, tmp_path):
     records = read_split(cfg.data, "train").examples
     model, tokenizer = load(cfg.model)
     with pytest.raises(ConfigError, match="objective=grpo cannot train on images"):
-        train(cfg, model, tokenizer, records, records, tmp_path, logger=None)
+        train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)
 
 
 def test_a_vl_run_exports_a_model_that_reloads_with_its_processor(compose, tmp_path):

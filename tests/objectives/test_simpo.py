@@ -17,6 +17,7 @@ from rpbench.models import load
 from rpbench.models.forward import model_inputs
 from rpbench.objectives.simpo import SimPOConfig, SimPOModule, simpo_loss
 from rpbench.training import train
+from rpbench.validate import validate
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
 PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE).examples
@@ -104,7 +105,7 @@ def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_
     )
     assert (cfg.objective.beta, cfg.objective.gamma_beta_ratio, cfg.objective.cpo_alpha) == (2.0, 0.5, 0.0)
     model, tokenizer = load(cfg.model)
-    report = train(cfg, model, tokenizer, PAIRS[:4], PAIRS[:4], tmp_path / "run", logger=None)
+    report = train(validate(cfg).training, model, tokenizer, PAIRS[:4], PAIRS[:4], tmp_path / "run", logger=None)
     assert report["optimizer_steps"] == 1
     before, after = report["held_out"]["before"], report["held_out"]["after"]
     assert after["loss"] < before["loss"] and after["reward_margin"] > before["reward_margin"]

@@ -8,6 +8,7 @@ import torch
 from rpbench.data.records import SFTExample, Turn
 from rpbench.models import load
 from rpbench.training import train
+from rpbench.validate import validate
 
 EXAMPLES = [
     SFTExample(f"ex{i}", (Turn("user", q), Turn("assistant", a)))
@@ -35,7 +36,7 @@ def test_an_eval_mode_policy_with_dropout_trains_in_train_mode(compose, tmp_path
         lambda module, args: modes.append((torch.is_grad_enabled(), model.training, module.training))
     )
 
-    train(cfg, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path, logger=None)
+    train(validate(cfg).training, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path, logger=None)
 
     training_forwards = [m for m in modes if m[0]]
     held_out_forwards = [m for m in modes if not m[0]]

@@ -1,0 +1,102 @@
+"""The training stage's one input: ``TrainingSpec``, parsed once from the composed config by ``validate``.
+
+It holds what ``train``, the resume check, the start-point warning, the model building and the model card
+read: the objective's typed config, the trainer options, what training reads of the data group, the model
+config it starts from, the run's seed, checkpoint and export settings, and the fingerprint a resumed
+checkpoint is compared with. No stage after ``validate`` reads the composed config for training.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from omegaconf import DictConfig, OmegaConf
+
+from rpbench.data.errors import ConfigError
+from rpbench.models.config_tree import model_config
+from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.registry import objective_class
+from rpbench.training.options import TrainerOptions
+from rpbench.training.resume import SHAPING_KEYS, training_settings
+from rpbench.typed import Settings
+
+S = TypeVar("S", bound=Settings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingData(Settings):
+    """What training reads of the ``data`` group: its name and files (named in errors and the model card),
+    and how a record renders into samples."""
+
+    name: str
+    files: Mapping[str, Any]
+    max_length: int
+    supervise: str
+    speaker: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(Settings):
+    """The keys at the top of the run config that training reads."""
+
+    seed: int
+    init_from: str | None
+    ckpt_path: str | None
+    resume: str
+    checkpoint_every_n_steps: int | None
+    save_model: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportSettings(Settings):
+    """What training's export of ``model/`` reads of the ``export`` group (the upload is the pipeline's)."""
+
+    lora_adapter: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec:
+    """Everything the training stage reads, typed and frozen."""
+
+    objective: ObjectiveConfig
+    split: str  # the data file trained on: objective.data_split, or the objective's own
+    data: TrainingData
+    model: Mapping[str, Any]  # the model group resolved, name_or_path pointed at init_from's saved model
+    trainer: TrainerOptions
+    run: RunSettings
+    export: ExportSettings
+    fingerprint: Mapping[str, Any]  # the settings that shape training, compared before a checkpoint resumes
+
+
+def _plain(value: Any) -> Any:
+    """A config node's value resolved to plain data."""
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+
+
+def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> S | None:
+    """``cls`` collected from the keys of ``node`` it declares (the others are other stages')."""
+    return cls.collect({f.name: _plain(node[f.name]) for f in fields(cls) if f.name in node}, where, problems)
+
+
+def training_spec(cfg: DictConfig, objective: ObjectiveConfig) -> TrainingSpec:
+    """The training stage's settings of ``cfg`` for its (already parsed) ``objective``; a ConfigError naming
+    each key whose value cannot be read."""
+    problems: list[str] = []
+    data = _picked(TrainingData, cfg.data, "data", problems)
+    run = _picked(RunSettings, cfg, "", problems)
+    export = _picked(ExportSettings, cfg.export, "export", problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return TrainingSpec(
+        objective=objective,
+        split=str(objective.data_split or objective_class(objective.name).data_split),
+        data=data,
+        model=types.MappingProxyType(model_config(cfg)),
+        trainer=TrainerOptions(_plain(cfg.trainer)),
+        run=run,
+        export=export,
+        fingerprint=types.MappingProxyType(training_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS})),
+    )

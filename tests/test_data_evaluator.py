@@ -21,6 +21,7 @@ EVALUATOR_OF = {
     "sample": "rolemrc",
     "sample_characterllm": "characterllm",
     "sample_conversation": "conversation",
+    "session_pairs": "none",
     "sample_mmrole": "mmrole",
     "sample_mmrole_reviews": "mmrole_rm",
     "sample_mmrole_rm": "mmrole_rm",

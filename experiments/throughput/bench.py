@@ -50,7 +50,6 @@ from pathlib import Path
 
 import torch
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 QWEN25 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6, "max_position_embeddings": 32768, "vocab_size": 151936}
 # Published config.json values of the Qwen2.5 base models (no download needed); "tokenizer" = its vocabulary.
 SHAPES = {
@@ -250,20 +249,11 @@ def measure(setup: Setup, run: Callable[[Timer], int]) -> tuple[Timer, float, in
 # -- rpbench ---------------------------------------------------------------------------------------------
 
 
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=overrides)
-
-
 def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> int:
     """Fit rpbench's objective module with its Lightning Trainer for ``args.steps`` steps."""
     import lightning as L
 
+    from rpbench.models.config_tree import compose_run_config
     from rpbench.objectives.dpo import pair_sample
     from rpbench.objectives.registry import OBJECTIVES
     from rpbench.training import build_datamodule, build_trainer
@@ -282,7 +272,9 @@ def rpbench_run(setup: Setup, args, objective: str, options: dict, timer: Timer)
         f"seed={setup.seed}",
         *[f"objective.{k}={v}" for k, v in options.items()],
     ]
-    training = validate(compose(overrides)).training  # trainer=gpu: bf16-mixed (on the bf16 weights); cpu: 32-true
+    training = validate(
+        compose_run_config(overrides, Path(tempfile.gettempdir()))
+    ).training  # trainer=gpu: bf16-mixed (on the bf16 weights); cpu: 32-true
     module_cls = OBJECTIVES.get(objective)
     model = build_model(setup)
     if setup.checkpointing:

@@ -26,14 +26,9 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-
 
 def compose(args: argparse.Namespace, out: Path):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import open_dict
+    from rpbench.models.config_tree import compose_run_config
 
     overrides = [
         "objective=none",
@@ -54,12 +49,7 @@ def compose(args: argparse.Namespace, out: Path):
         f"judge.max_tokens.conversation={args.judge_tokens}",
         "judge.parse_tries=1",
     ]
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=[f"hydra.run.dir={out}", *overrides], return_hydra_config=True)
-        HydraConfig.instance().set_config(cfg)  # paths.output_dir reads the run folder from it, as run.py's
-        with open_dict(cfg):
-            del cfg["hydra"]
-        return cfg
+    return compose_run_config(overrides, out)
 
 
 def main() -> None:

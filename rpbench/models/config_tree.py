@@ -1,5 +1,6 @@
 """rpbench's config tree (``conf/`` beside the package): model entries by name, for code that loads a
-model other than the run's (the server, the R-EMID estimator pair); and the run's own model config."""
+model other than the run's (the server, the R-EMID estimator pair); the run's own model config; and a run's
+whole config composed outside ``run.py`` (benchmark scripts)."""
 
 from __future__ import annotations
 
@@ -57,3 +58,22 @@ def model_config(cfg: DictConfig) -> dict[str, Any]:
             raise ConfigError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
         model_cfg["name_or_path"] = str(saved)
     return model_cfg
+
+
+def compose_run_config(overrides: Sequence[str], out_dir: Path) -> DictConfig:
+    """The config ``python run.py <overrides>`` composes, its run folder ``out_dir`` (``paths.output_dir``
+    reads it from Hydra's runtime config, set here as run.py's app sets it), without the ``hydra`` node."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"hydra.run.dir={out_dir}", *overrides], return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(out_dir)
+        HydraConfig.instance().set_config(cfg)
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg

@@ -207,6 +207,8 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
             tmp_path / "run",
             "objective=grpo",
             "env=conversation",
+            "data=sample_conversation",
+            "data.val_fraction=0",
             "judge=openai",
             f"judge.base_url={stub.url}",
             "judge.api_key_env=null",

@@ -260,7 +260,7 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
         ("objective.loss_aggregation=sum", "loss_aggregation must be one of"),
         ("objective.advantage_scale=rank", "advantage_scale must be one of"),
         ("objective.rollout_backend=sglang", "rollout_backend must be one of"),
-        ("objective.generation_cache=paged", "cache must be one of"),
+        ("objective.generation_cache=paged", "generation_cache=.paged.: expected one of dynamic, static"),
         ("+objective.precompute_ref=true", r"unknown keys \['precompute_ref'\]; valid keys: \[.*'mu'"),
     ],
 )

@@ -40,6 +40,18 @@ fi
 echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"
 "$py" -m pip install -q -e ".[dev]"
 
+# DeepSpeed's C++ ops that it otherwise compiles on first use (a minute or more each on 2 cores): CPU Adam
+# (ZeRO-Offload's optimizer) and, under its CPU accelerator, the shared-memory collectives. Built once now
+# into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions).
+"$py" - <<'EOF' || echo "install.sh: DeepSpeed's ops were not prebuilt; they compile on first use" >&2
+from deepspeed.accelerator import get_accelerator
+for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
+    builder = get_accelerator().create_op_builder(name)
+    if builder is not None and builder.is_compatible():
+        builder.load(verbose=False)
+        print(f"install.sh: built DeepSpeed's {builder.NAME} op")
+EOF
+
 has_wordnet() { "$py" -c 'from rpbench.scoring.wordnet import find_wordnet; find_wordnet()' 2>/dev/null; }
 if ! has_wordnet && command -v apt-get >/dev/null; then
   { as_root apt-get update -qq && as_root apt-get install -y -qq wordnet-base; } >/dev/null 2>&1 || true

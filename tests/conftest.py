@@ -235,6 +235,20 @@ def run_in_process(out: Path, *overrides: str) -> dict:
         GlobalHydra.instance().clear()
 
 
+@pytest.fixture(scope="session")
+def ddp_run(tmp_path_factory) -> Path:
+    """The folder of `python run.py` training the default SFT on two gloo ranks (DDP, batches of 4, one short
+    epoch, its curve in metrics.csv), then evaluating: tests/test_run.py checks it, tests/test_deepspeed_cpu.py
+    compares ZeRO-2 with it (one pair of processes for both)."""
+    from test_run import SHORT_TRAINING, SMALL_EVAL
+
+    out = tmp_path_factory.mktemp("ddp")
+    settings = ["trainer.devices=2", "trainer.strategy=ddp", "logger=csv", "objective.batch_size=4"]
+    result = run_script("run.py", f"hydra.run.dir={out}", *settings, *SHORT_TRAINING, *SMALL_EVAL)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
 @pytest.fixture
 def compose(tmp_path):
     """compose(*overrides) -> resolved DictConfig, as `python run.py <overrides>` would build it."""

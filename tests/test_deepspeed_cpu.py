@@ -13,7 +13,6 @@ from transformers import AutoModelForCausalLM
 from test_run import FAST, run
 
 CPU_ZERO = ["trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.strategy.config.bf16.enabled=false"]
-TWO_STEPS = ["trainer.devices=2", "logger=csv", "trainer.max_steps=2", "objective.batch_size=4"]
 
 
 def _losses(out) -> list[float]:
@@ -25,23 +24,18 @@ def _weights(out) -> dict[str, torch.Tensor]:
     return {name: param.detach() for name, param in model.named_parameters()}
 
 
-@pytest.fixture(scope="module")
-def ddp_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
-    result = run(f"hydra.run.dir={out}", *FAST, *TWO_STEPS, "trainer.strategy=ddp")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return out
-
-
 @pytest.mark.slow
 def test_zero2_with_the_optimizer_offloaded_matches_ddp_on_two_cpu_processes(tmp_path, ddp_run):
-    """ZeRO-Offload: the optimizer state in host memory, stepped by DeepSpeed's CPU AdamW (ZeRO-3 against DDP:
+    """ZeRO-Offload: the optimizer state in host memory, stepped by DeepSpeed's CPU AdamW, makes the steps of
+    DDP's run (tests/conftest.py: the same epoch in batches of 4, then evaluated; ZeRO-3 against DDP:
     tests/test_zero3_init.py)."""
     out = tmp_path / "zero2"
     offload = "+trainer.strategy.config.zero_optimization.offload_optimizer={device: cpu}"
-    result = run(f"hydra.run.dir={out}", *FAST, *TWO_STEPS, "trainer=deepspeed_zero2", *CPU_ZERO, offload)
+    same = ["trainer.devices=2", "logger=csv", "objective.batch_size=4"]
+    result = run(f"hydra.run.dir={out}", *FAST, *same, "trainer=deepspeed_zero2", *CPU_ZERO, offload)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2
+    steps = json.loads((ddp_run / "metrics.json").read_text())["train"]["optimizer_steps"]
+    assert steps >= 2 and json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == steps
     assert_same_training(out, ddp_run)
 
 

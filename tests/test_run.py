@@ -95,23 +95,12 @@ def test_cfg_job_prints_the_resolved_config():
 
 
 @pytest.mark.slow
-def test_ddp_on_two_cpu_processes_trains_and_evaluates_in_step(tmp_path):
+def test_ddp_on_two_cpu_processes_trains_and_evaluates_in_step(ddp_run):
     """Two gloo ranks: each runs its share of every optimizer step, generation is sharded and merged."""
-    out = tmp_path / "run"
-    result = run(
-        f"hydra.run.dir={out}",
-        "trainer.devices=2",
-        "trainer.strategy=ddp",
-        "logger=none",
-        *SHORT_TRAINING,
-        "objective.batch_size=4",
-        *SMALL_EVAL,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((ddp_run / "metrics.json").read_text())
     train = metrics["train"]
     per_step = 4 * 2 * 2  # batch x grad_accum x ranks
     assert train["optimizer_steps"] == -(-train["samples"]["train"] // per_step)
     assert train["held_out"]["after"]["loss"] < train["held_out"]["before"]["loss"]
-    ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    ids = [json.loads(line)["id"] for line in (ddp_run / "predictions.jsonl").read_text().splitlines()]
     assert len(ids) == len(set(ids)) == 8 and metrics["eval"]["metrics"]["overall"]["rougeL"]["n"] == 8

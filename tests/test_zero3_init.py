@@ -1,8 +1,8 @@
 """ZeRO-3 builds the trained models inside the engine's init context (two CPU processes, DeepSpeed's CPU
 accelerator over gloo): no rank holds a whole parameter once they are built; DPO with a precomputed
-reference (the default) makes DDP's steps, exports DDP's weights and shares its reference cache, and the
-export is evaluated; LoRA adapters built partitioned start at zero (GRPO's partitioned reference:
-tests/objectives/test_grpo_zero3.py)."""
+reference (the default), killed after a step and resumed, makes DDP's steps, exports DDP's weights and
+shares its reference cache, and the export is evaluated; LoRA adapters built partitioned start at zero
+(GRPO's partitioned reference: tests/objectives/test_grpo_zero3.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import math
 import signal
 
 import pytest
-from test_deepspeed_cpu import CPU_ZERO, TWO_STEPS, _losses, assert_same_training, assert_same_weights
+from test_deepspeed_cpu import CPU_ZERO, _losses, assert_same_weights
 
 from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
@@ -19,6 +19,7 @@ from rpbench.pipeline import build_models, model_config
 from rpbench.validate import validate
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
 
+TWO_STEPS = ["trainer.devices=2", "logger=csv", "trainer.max_steps=2", "objective.batch_size=4"]
 DPO = ["objective=dpo", *FAST, *TWO_STEPS]
 
 
@@ -59,32 +60,31 @@ def ddp_dpo(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_zero3_dpo_is_built_partitioned_and_matches_ddp_with_a_precomputed_reference(tmp_path, ddp_dpo):
-    evaluated = ["objective=dpo", *SHORT_TRAINING, *SMALL_EVAL, *TWO_STEPS]  # evaluated from the gathered export
-    out = _run(tmp_path / "zero3", "trainer=deepspeed_zero3", *CPU_ZERO, settings=evaluated)
-    built = json.loads((out / "metrics.json").read_text())["train"]["zero3_init"]
-    assert built["partitioned"]
-    assert len(built["largest_held_per_rank"]) == 2
-    half = -(-built["largest_parameter"] // 2)  # each rank holds its half (rounded up) of the largest parameter
-    assert all(0 < held <= half for held in built["largest_held_per_rank"])
-    assert_same_training(out, ddp_dpo)
-    assert _signature(out) == _signature(ddp_dpo)  # the same weights sign the same: strategies share a cache
-    ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert len(ids) == len(set(ids)) == 8  # both ranks generated their share of the test records
-
-
-@pytest.mark.slow
-def test_zero3_dpo_killed_after_a_step_resumes_to_ddps_steps_and_weights(tmp_path, ddp_dpo):
-    """The reference log-probs are precomputed at fit start (the models are built partitioned); the resumed run
-    continues its epoch where the checkpoint left it, and makes the uninterrupted run's second step."""
+def test_zero3_dpo_is_built_partitioned_and_killed_after_a_step_resumes_to_ddps_steps_weights_and_cache(
+    tmp_path, ddp_dpo
+):
+    """The models are built partitioned and the reference log-probs precomputed at fit start; the run killed after
+    its first step made DDP's; resumed, it continues its epoch where the checkpoint left it, makes the
+    uninterrupted run's second step, and evaluates the gathered export on both ranks."""
     out = tmp_path / "zero3"
-    zero3 = [f"hydra.run.dir={out}", *DPO, "trainer=deepspeed_zero3", *CPU_ZERO, "checkpoint_every_n_steps=1"]
+    evaluated = ["objective=dpo", *SHORT_TRAINING, *SMALL_EVAL, *TWO_STEPS]
+    zero3 = [f"hydra.run.dir={out}", *evaluated, "trainer=deepspeed_zero3", *CPU_ZERO, "checkpoint_every_n_steps=1"]
     kill = "+trainer.callbacks=[{_target_: conftest.KillAfterStep, step: 1, hard: true}]"
     killed = run_script("run.py", *zero3, kill, PYTHONPATH=str(REPO_ROOT / "tests"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    first_step = _losses(out)  # the killed run's curve, written as it went
     resumed = run_script("run.py", *zero3, "resume=force")  # force: the kill callback is gone
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["train"]["optimizer_steps"] == 2 and "resume=force" in metrics["warnings"][0]
+    built = metrics["train"]["zero3_init"]
+    assert built["partitioned"]
+    assert len(built["largest_held_per_rank"]) == 2
+    half = -(-built["largest_parameter"] // 2)  # each rank holds its half (rounded up) of the largest parameter
+    assert all(0 < held <= half for held in built["largest_held_per_rank"])
+    assert first_step == pytest.approx(_losses(ddp_dpo)[:1], rel=1e-4)
     assert _losses(out) == pytest.approx(_losses(ddp_dpo)[1:], rel=1e-4)  # the resumed run logged step 2 alone
     assert_same_weights(out, ddp_dpo)
+    assert _signature(out) == _signature(ddp_dpo)  # the same weights sign the same: strategies share a cache
+    ids = [json.loads(line)["id"] for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert len(ids) == len(set(ids)) == 8  # both ranks generated their share of the test records

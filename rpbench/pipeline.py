@@ -21,6 +21,7 @@ from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.data.records import drop_images, image_count, missing_image
+from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.context import EvalContext
 from rpbench.eval.evaluate import evaluate, judge_estimate
@@ -28,13 +29,20 @@ from rpbench.export.hub import push_to_hub
 from rpbench.export.model_card import write_model_card
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
-from rpbench.models.config_tree import model_config
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.run_report import headline, write_report
 from rpbench.scoring.judge.client import judge_opener
 from rpbench.serve import local_judge
-from rpbench.training import TrainingSpec, check_resume, resolve_ckpt, train, untuned_start_warning, zero_stage
+from rpbench.training import (
+    TrainingSpec,
+    check_resume,
+    check_trained_records,
+    resolve_ckpt,
+    train,
+    untuned_start_warning,
+    zero_stage,
+)
 from rpbench.validate import RunSpec, check_test_images, validate
 
 log = logging.getLogger(__name__)
@@ -69,14 +77,14 @@ def needs_model(spec: RunSpec) -> bool:
     return spec.objective is not None or generates_in_process(spec) or evaluates_model_itself(spec)
 
 
-def eval_context(cfg: DictConfig, spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
+def eval_context(spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
     """The evaluation stage's inputs: its typed settings, the judge's, the data and model settings it reads."""
     return EvalContext(
         settings=spec.evaluator,
         judge=spec.judge,
-        data=OmegaConf.to_container(cfg.data, resolve=True),
-        model_config=model_config(cfg),
-        prompts_source=None if cfg.prompts.source is None else str(cfg.prompts.source),
+        data=spec.data,
+        model_config=spec.model,
+        prompts_source=spec.data.prompts_source,
         model=model,
         tokenizer=tokenizer,
         examples=examples,
@@ -103,22 +111,22 @@ def build_models(training: TrainingSpec | None, model_cfg: dict[str, Any]) -> di
     return models
 
 
-def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
+def read_data(data: DataSpec, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
     """Records per split (and ``augment``: the records of ``data.files.augment``, read as the training split),
     and the read report (counts, skipped records, train/test overlap)."""
     splits: dict[str, list] = {}
     report: dict[str, Any] = {}
     # The test split is read for evaluation, and for the train/test overlap check whenever it is configured.
-    with_test = need_test or bool(train_split and cfg.data.files.get("test"))
-    augment = bool(train_split and cfg.data.files.get("augment"))
+    with_test = need_test or bool(train_split and data.files.get("test"))
+    augment = bool(train_split and data.files.get("augment"))
     wanted = [(split, split) for split in (train_split, "test" if with_test else None) if split]
     for split, file in [*wanted, *([(train_split, "augment")] if augment else [])]:
         try:
-            result = read_split(cfg.data, split, file)
+            result = read_split(data, split, file)
         except FileNotFoundError as error:
             raise ConfigError(f"data.files.{file}: {error}") from error
         splits[file] = result.examples
-        configured = str(cfg.data.files[file])  # reported as configured: no machine paths in results
+        configured = str(data.files[file])  # reported as configured: no machine paths in results
         summary = result.summary()
         summary["first_skipped"] = [m.replace(str(summary["path"]), configured) for m in summary["first_skipped"]]
         report[file] = {**summary, "path": configured, "records_sha256": records_sha256(result.examples)}
@@ -128,12 +136,12 @@ def read_data(cfg: DictConfig, train_split: str | None, need_test: bool) -> tupl
             report[f"{label}_test_overlap"] = check_overlap(
                 splits[file],
                 splits["test"],
-                allow_overlap=bool(cfg.data.allow_overlap),
+                allow_overlap=data.allow_overlap,
                 train_name=f"data.files.{file}",
                 test_name="data.files.test",
             )
     if augment:
-        check_augment_ids(splits[train_split], splits["augment"], str(cfg.data.files.augment))
+        check_augment_ids(splits[train_split], splits["augment"], str(data.files["augment"]))
     return splits, report
 
 
@@ -145,12 +153,11 @@ def records_sha256(examples: list) -> str:
     return digest.hexdigest()
 
 
-def records_for_model(
-    cfg: DictConfig, spec: RunSpec, splits: dict[str, list], counts: dict[str, Any], train_split: str | None
-) -> None:
+def records_for_model(spec: RunSpec, splits: dict[str, list], counts: dict[str, Any], train_split: str | None) -> None:
     """The records as the model gets them: with ``data.images=drop`` every split's images are removed (counted
     per split as ``images_dropped``); with ``keep`` a text-only model refuses records with images."""
-    if str(cfg.data.images) == "drop":
+    data = spec.data
+    if data.images == "drop":
         for split, examples in splits.items():
             splits[split], counts[split]["images_dropped"] = drop_images(examples)
         return
@@ -159,22 +166,22 @@ def records_for_model(
     ev = spec.evaluator
     test_images_seen = evaluation_needs_records(spec) and BENCHMARKS.get(ev.name).shows_images(ev)
     if generates_in_process(spec):
-        check_test_images(cfg, splits.get("test", []))
+        check_test_images(spec, splits.get("test", []))
     seen = [split for split in splits if split != "test" or test_images_seen]
     for split in seen:
         missing = missing_image(splits[split])
-        if missing is not None and (split == "test" or family_of(model_config(cfg)).takes_images):
+        if missing is not None and (split == "test" or family_of(spec.model).takes_images):
             raise DataFormatError(
-                f"data.files.{split}={cfg.data.files.get(split)}",
+                f"data.files.{split}={data.files.get(split)}",
                 f"id {missing[0]!r}",
                 "image",
-                f"image '{missing[1]}' does not exist (data.image_root={cfg.data.get('image_root')}): the model "
+                f"image '{missing[1]}' does not exist (data.image_root={data.options.get('image_root')}): the model "
                 "would see it; put the images there, or set data.images=drop",
             )
     with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)
-    if with_image is not None and not family_of(model_config(cfg)).takes_images:
+    if with_image is not None and not family_of(spec.model).takes_images:
         raise ConfigError(
-            f"data={cfg.data.name}: training record {with_image.id!r} has an image, and model={cfg.model.name} "
+            f"data={data.name}: training record {with_image.id!r} has an image, and model={spec.model['name']} "
             "is text-only: choose a vision-language model (e.g. model=tiny-qwen2-vl), or data.images=drop to "
             "train on the text alone (the dropped images are counted)"
         )
@@ -209,7 +216,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, Any] = {
         "run_name": cfg.run_name,
         "model": f"{cfg.model.name} from {run_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
-        "data": cfg.data.name,
+        "data": spec.data.name,
         "objective": objective,
         "evaluator": evaluator,
         "rpbench_version": metadata.version("rpbench"),
@@ -224,21 +231,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     train_split = training.split if training is not None else None  # 1. data: read before the model loads
     need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
-    splits, results["records"] = read_data(cfg, train_split, need_test=need_test)
-    records_for_model(cfg, spec, splits, results["records"], train_split)
+    splits, results["records"] = read_data(spec.data, train_split, need_test=need_test)
+    records_for_model(spec, splits, results["records"], train_split)
+    if training is not None:
+        check_trained_records(training, [*splits[train_split], *splits.get("augment", [])])
     if evaluator != "none" and spec.judge is not None and evaluation_needs_records(spec):
         benchmark = BENCHMARKS.get(evaluator)
         results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
     L.seed_everything(int(cfg.seed), workers=True)
-    models = build_models(training, model_config(cfg)) if needs_model(spec) else {}  # 2. build
+    models = build_models(training, spec.model) if needs_model(spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
 
     logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
     if train_split:  # 3. train
-        train_records, val_records = train_val_split(splits[train_split], float(cfg.data.val_fraction), int(cfg.seed))
+        train_records, val_records = train_val_split(splits[train_split], spec.data.val_fraction, int(cfg.seed))
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
@@ -252,8 +261,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         saved = None
         if "train" in results:  # the evaluated model's export (model/, or model/<name>/ for several)
             saved = out_dir / "model" / next(iter(models)) if len(models) > 1 else out_dir / "model"
-        model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, saved)
-    evaluation = eval_context(cfg, spec, model, tokenizer, splits.get("test", []), out_dir, logger)
+        model = for_inference(model, tokenizer, spec.model, cfg.trainer, saved)
+    evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger)
     if evaluator != "none":
         results["eval"] = evaluate(evaluation)
     if probe != "none":
@@ -264,9 +273,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             tokenizer=tokenizer,
             examples=splits.get("test", []),
             out_dir=out_dir,
-            model_config=model_config(cfg),
-            max_length=int(cfg.data.max_length),
-            max_prompt_length=int(cfg.data.max_prompt_length),
+            model_config=spec.model,
+            max_length=spec.data.max_length,
+            max_prompt_length=spec.data.max_prompt_length,
             evaluate=again,
             baseline_eval=results.get("eval"),
         )

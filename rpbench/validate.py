@@ -8,6 +8,7 @@ what is allowed (the allowed names come from the registries and config groups th
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,17 +17,17 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.errors import ConfigError
-from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.records import EvalExample
+from rpbench.data.spec import DataSpec, data_spec_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import model_problems
-from rpbench.models.config_tree import model_options
+from rpbench.models.config_tree import model_config, model_options
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.probes.stage import PROBES, probe_of
+from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
 from rpbench.training.options import trainer_problems
@@ -103,8 +104,7 @@ def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) ->
 
 
 def check_run(cfg: DictConfig, problems: Problems) -> None:
-    """Seed, data settings, a model marked unsupported, where training starts from, and how often it is
-    checkpointed."""
+    """Seed, a model marked unsupported, where training starts from, and how often it is checkpointed."""
     _check(
         problems,
         cfg,
@@ -114,19 +114,6 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     _choice(problems, "resume", cfg.resume, RESUME_CHOICES)
-    data = cfg.data
-    _choice(problems, "data.format", data.format, FORMATS.names())
-    _choice(problems, "data.on_error", data.on_error, ON_ERROR_CHOICES)
-    _choice(problems, "data.duplicates", data.duplicates, DUPLICATE_POLICIES)
-    _check(problems, cfg, "data.supervise", _name(optional=False), "all, last or a per-turn field's name")
-    _check(problems, cfg, "data.speaker", _name(optional=True), "null (every speaker) or a speaker's name")
-    _check(
-        problems, cfg, "data.val_fraction", _in_range(0.0, 1.0, high_inclusive=False), "a held-out share, 0 <= f < 1"
-    )
-    for key in ("data.max_length", "data.max_prompt_length"):
-        _check(problems, cfg, key, _at_least(1), "an integer >= 1 (tokens)")
-    for key in ("data.max_train_samples", "data.max_test_samples"):
-        _check(problems, cfg, key, _at_least(1, optional=True), "null (all records) or an integer >= 1")
     if cfg.model.get("unsupported"):
         problems.append(f"model={cfg.model.name}: {cfg.model.unsupported}")
     problems.extend(quantization_problems(cfg.model))
@@ -134,13 +121,9 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
 
 
-IMAGE_CHOICES = ("keep", "drop")
-
-
 def check_images(cfg: DictConfig, problems: Problems) -> None:
-    """``data.images``, and the image settings of the model: ``model.freeze_vision`` (read by families with
-    a vision tower only), LoRA (adapts the language model only) and packing (carries no images)."""
-    _choice(problems, "data.images", cfg.data.get("images"), IMAGE_CHOICES)
+    """The image settings of the model: ``model.freeze_vision`` (read by families with a vision tower
+    only), LoRA (adapts the language model only) and packing (carries no images)."""
     try:
         family = family_of(cfg.model)
     except (KeyError, ValueError) as error:
@@ -255,7 +238,9 @@ def check_judge_key(judge: JudgeConfig, where: str, problems: Problems) -> None:
         problems.append(f"{error} (or choose judge=local|vllm|none)")
 
 
-def check_evaluator(cfg: DictConfig, problems: Problems, judge: JudgeConfig | None) -> Settings | None:
+def check_evaluator(
+    cfg: DictConfig, problems: Problems, data: DataSpec | None, judge: JudgeConfig | None
+) -> Settings | None:
     """The evaluator's typed settings (its benchmark's ``settings_class``); judge and evaluator fit together,
     the judge is usable."""
     ev = cfg.evaluator
@@ -264,8 +249,10 @@ def check_evaluator(cfg: DictConfig, problems: Problems, judge: JudgeConfig | No
         return None
     benchmark = BENCHMARKS.get(name)
     settings = benchmark.settings_class.collect(OmegaConf.to_container(ev, resolve=True), "evaluator", problems)
-    problems.extend(benchmark.problems(cfg))
     backend = str(cfg.judge.backend)
+    judge_read = backend == "none" or judge is not None  # else its own problems are reported
+    if settings is not None and data is not None and judge_read:
+        problems.extend(benchmark.problems(settings, data, judge))
     if backend == "none" or backend not in BACKENDS:
         return settings
     if name not in judged_benchmarks():
@@ -300,6 +287,8 @@ class RunSpec:
     probe: Settings  # the probe's settings (probe=none: its name alone)
     judge: JudgeConfig | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
     training: TrainingSpec | None  # the training stage's settings; None: nothing trains
+    data: DataSpec  # the data stage's settings (read by training, evaluation and the probes too)
+    model: Mapping[str, Any]  # the run's model config, resolved: pointed at init_from's saved model when set
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -311,39 +300,46 @@ def validate(cfg: DictConfig) -> RunSpec:
     problems: Problems = []
     for check in (check_run, check_images):
         check(cfg, problems)
+    data = data_spec_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
     check_env(cfg, problems)
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
-    evaluator = check_evaluator(cfg, problems, judge)
+    evaluator = check_evaluator(cfg, problems, data, judge)
     problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    training = None if objective is None else training_spec(cfg, objective)  # its values were checked above
-    return RunSpec(objective=objective, evaluator=evaluator, probe=probe, training=training, judge=judge)
+    model = types.MappingProxyType(model_config(cfg))
+    training = None if objective is None else training_spec(cfg, objective, data, model)  # values checked above
+    return RunSpec(
+        objective=objective, evaluator=evaluator, probe=probe, training=training, judge=judge, data=data, model=model
+    )
 
 
-def check_test_images(cfg: DictConfig, examples: Sequence[EvalExample]) -> None:
+def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
     """Test records with images, generated for in-process: a model whose family takes images sees them;
     a text-only model, and any probe (probes render text), needs ``data.images=drop``. Checked when
     the records are read, before training."""
-    # with data.images=drop the records hold no image; without_vision: MMRole removes the images
-    if cfg.evaluator.get("without_vision"):
+    # with data.images=drop the records hold no image; an evaluator may show the model none (MMRole's ablation)
+    ev = spec.evaluator
+    if ev is not None and not BENCHMARKS.get(ev.name).shows_images(ev):
         return
-    if family_of(cfg.model).takes_images and not probe_of(cfg.probe).needs_model:
+    takes_images = family_of(spec.model).takes_images
+    probes = PROBES.get(spec.probe.name).needs_model
+    if takes_images and not probes:
         return
     with_image = next((e for e in examples if any(turn.image for turn in e.prompt)), None)
     if with_image is None:
         return
-    if family_of(cfg.model).takes_images:
+    if takes_images:
         raise ConfigError(
-            f"data={cfg.data.name}: test record {with_image.id!r} has an image, and probe={cfg.probe.name} renders "
-            "text only: set data.images=drop to probe without the images"
+            f"data={spec.data.name}: test record {with_image.id!r} has an image, and probe={spec.probe.name} "
+            "renders text only: set data.images=drop to probe without the images"
         )
     raise ConfigError(
-        f"data={cfg.data.name}: test record {with_image.id!r} has an image, and model={cfg.model.name} is "
+        f"data={spec.data.name}: test record {with_image.id!r} has an image, and model={spec.model['name']} is "
         "text-only: choose a model whose family takes images (e.g. model=tiny-qwen2-vl), "
         "evaluator.backend=endpoint with a multimodal server, or data.images=drop to generate from the "
         "text alone (counted)"

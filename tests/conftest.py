@@ -315,7 +315,7 @@ def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
     from rpbench.pipeline import eval_context
     from rpbench.validate import validate
 
-    return eval_context(cfg, validate(cfg), model, tokenizer, list(examples), Path(out_dir), None)
+    return eval_context(validate(cfg), model, tokenizer, list(examples), Path(out_dir), None)
 
 
 def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> list[str]:

@@ -15,6 +15,7 @@ import rpbench.pipeline as pipeline
 from conftest import evaluation_of
 from rpbench.data.prepare import read_split
 from rpbench.data.records import as_messages
+from rpbench.data.spec import data_spec
 from rpbench.eval.evaluate import evaluate
 from rpbench.models import load
 from rpbench.probes import load_stats
@@ -95,7 +96,7 @@ def test_probe_two_runs_then_compare_them_without_a_model(compose, tmp_path, mon
     cfg_a = run_in(compose, a, *FAST, "probe=topk_freq", "++model.init_seed=0", "run_name=init0")
     cfg_b = run_in(compose, b, *BASE, "evaluator=none", "probe=topk_freq", "++model.init_seed=1", "run_name=init1")
 
-    examples = read_split(cfg_a.data, "test").examples
+    examples = read_split(data_spec(cfg_a.data), "test").examples
     assert len(examples) == 8
     stats = {name: load_stats(folder) for name, folder in (("init0", a), ("init1", b))}
     peer = last_prompt_counts(cfg_a, examples)
@@ -190,7 +191,7 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
     ]
     assert len(baseline) == len(restrained) == 8 and baseline != restrained and all(restrained)
 
-    examples = read_split(cfg.data, "test").examples
+    examples = read_split(data_spec(cfg.data), "test").examples
     table = probe["before_after"]
     for phase, folder in (("before", run), ("after", run / "restrained")):
         for metric in ("rougeL", "bertscore"):
@@ -221,7 +222,7 @@ def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
         "probe.neurons={model.layers.0.self_attn.o_proj:[0,1,2,3]}",
     )
     model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
-    examples = read_split(cfg.data, "test").examples
+    examples = read_split(data_spec(cfg.data), "test").examples
     evaluation = evaluation_of(cfg, tmp_path, model, tokenizer, examples)
     baseline = evaluate(evaluation)
     lengths = int(cfg.data.max_length), int(cfg.data.max_prompt_length)

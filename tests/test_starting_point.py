@@ -1,4 +1,5 @@
-"""DPO and GRPO from random weights or a base model warn (log line and metrics.json), otherwise not."""
+"""DPO and GRPO from random weights or a base model warn (log line and metrics.json), otherwise not; records
+an objective does not train on are refused by name once read."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import logging
 import pytest
 
 from conftest import run_in_process
-from rpbench.training.starting_point import untuned_start_warning
+from rpbench.data.errors import ConfigError
+from rpbench.pipeline import read_data
+from rpbench.training.starting_point import check_trained_records, untuned_start_warning
 from rpbench.validate import validate
 
 
@@ -39,3 +42,24 @@ def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path, caplog):
     warnings = json.loads((out / "metrics.json").read_text())["warnings"]
     assert len(warnings) == 1 and warnings[0].startswith("objective=dpo starts from model=tiny-qwen2, random weights")
     assert caplog.text.count(warnings[0]) == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (["objective=sft", "data=sample_conversation", "judge=local"], "EvalExample"),
+        (["objective=grpo", "data=sample_conversation", "judge=local", "env=conversation"], None),
+        (["objective=grpo", "data=sample_conversation", "judge=local"], None),  # a scenario's prompt, no reference
+        (["objective=dpo"], None),
+        (["objective=sft"], None),
+    ],
+)
+def test_records_of_a_type_the_objective_does_not_render_are_refused(compose, overrides, refused):
+    spec = validate(compose(*overrides, "evaluator=none"))
+    training = spec.training
+    examples = read_data(spec.data, training.split, need_test=False)[0][training.split]
+    if refused is None:
+        check_trained_records(training, examples)
+        return
+    with pytest.raises(ConfigError, match=rf"objective={training.objective.name} trains on .*holds {refused} records"):
+        check_trained_records(training, examples)

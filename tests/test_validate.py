@@ -73,7 +73,7 @@ def test_an_objective_with_two_optimizers_is_refused_under_deepspeed(compose):
 
 def test_every_problem_is_listed_in_one_message(compose):
     message = refused_at_startup(compose, "objective.batch_size=0", "seed=abc", "data.format=xml")
-    assert message.count("\n  ") == 3 and f"data.format='xml': choose one of {', '.join(FORMATS.names())}" in message
+    assert message.count("\n  ") == 3 and f"data.format='xml': expected one of {', '.join(FORMATS.names())}" in message
 
 
 def test_images_the_evaluator_cannot_see_stop_the_run_before_training(compose):

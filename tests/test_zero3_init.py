@@ -15,7 +15,8 @@ from test_deepspeed_cpu import CPU_ZERO, _losses, assert_same_weights
 
 from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
-from rpbench.pipeline import build_models, model_config
+from rpbench.models.config_tree import model_config
+from rpbench.pipeline import build_models
 from rpbench.validate import validate
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
 

@@ -65,7 +65,7 @@ def main() -> None:
 
     from rpbench.eval.benchmarks.conversation_loop import run_sessions
     from rpbench.models import for_inference
-    from rpbench.pipeline import build_models, eval_context, model_config, read_data
+    from rpbench.pipeline import build_models, eval_context, read_data
     from rpbench.scoring.judge import open_judge
     from rpbench.scoring.judge.conversation import judge_sessions, open_simulator, simulator_version
     from rpbench.serve import local_judge
@@ -74,15 +74,15 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory()
     cfg = compose(args, Path(scratch.name))
     spec = validate(cfg)
-    scenarios = read_data(cfg, None, need_test=True)[0]["test"]
+    scenarios = read_data(spec.data, None, need_test=True)[0]["test"]
     examples = [
         replace(scenarios[i % len(scenarios)], id=f"{scenarios[i % len(scenarios)].id}~{i}")
         for i in range(args.sessions)
     ]
-    model, tokenizer = build_models(spec.training, model_config(cfg))["policy"]
-    model = for_inference(model, tokenizer, model_config(cfg), cfg.trainer, None)
+    model, tokenizer = build_models(spec.training, spec.model)["policy"]
+    model = for_inference(model, tokenizer, spec.model, cfg.trainer, None)
     with scratch as tmp, open_judge(spec.judge, local_judge) as judge:
-        ctx = eval_context(cfg, spec, model, tokenizer, examples, Path(tmp), None)
+        ctx = eval_context(spec, model, tokenizer, examples, Path(tmp), None)
         with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
             rows = {}
             start = time.perf_counter()

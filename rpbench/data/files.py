@@ -3,10 +3,8 @@ and the one rule for files a record names: they stay inside their root."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path, PurePath
-from typing import Any
 
 from rpbench.data.errors import DataFormatError
 
@@ -14,25 +12,22 @@ PKG_PREFIX = "pkg://"
 HUB_PREFIX = "hf://"  # a hub dataset loaded with `datasets` (data=custom: rpbench/data/custom.py)
 
 
-def resolve_data_file(data_cfg: Mapping[str, Any], split: str, name: str | None = None) -> Path:
-    """The local path of ``data.files.<split>`` (or of ``name``, one of its files): a file, or a folder for
-    formats that read one, downloading from ``data.hf_dataset`` when needed."""
-    name = name or (data_cfg.get("files") or {}).get(split)
+def resolve_data_file(name: str, configured: str, hf_dataset: str | None, data_name: str) -> Path:
+    """The local path of file ``name`` of ``configured`` (``data.files.<split>``): a file, or a folder for
+    formats that read one, downloaded from the hub dataset ``hf_dataset`` when not found here."""
     if not name:
-        raise ValueError(f"data={data_cfg.get('name')} has no file for split '{split}': set data.files.{split}=<path>")
-    name = str(name)
+        raise ValueError(f"data={data_name} has no file for {configured}: set {configured}=<path>")
     if name.startswith(PKG_PREFIX):
         path = package_path(name)
         if not path.exists():
-            raise FileNotFoundError(f"data.files.{split}={name}: no such file inside the installed package")
+            raise FileNotFoundError(f"{configured}={name}: no such file inside the installed package")
         return path
     path = Path(name).expanduser()
     if path.exists():
         return path
-    repo = data_cfg.get("hf_dataset")
-    if not repo or path.is_absolute():
-        raise FileNotFoundError(f"data.files.{split}={name}: no such file")
-    return _download(str(repo), name, split)
+    if not hf_dataset or path.is_absolute():
+        raise FileNotFoundError(f"{configured}={name}: no such file")
+    return _download(hf_dataset, name, configured)
 
 
 def package_path(name: str) -> Path:
@@ -41,12 +36,6 @@ def package_path(name: str) -> Path:
         return Path(name).expanduser()
     package, _, inner = name.removeprefix(PKG_PREFIX).partition("/")
     return Path(str(resources.files(package) / inner))
-
-
-def image_root(data_cfg: Mapping[str, Any]) -> Path | None:
-    """Where ``data.image_root`` is on this machine (None when unset)."""
-    root = data_cfg.get("image_root")
-    return package_path(str(root)) if root else None
 
 
 def confined_path(root: str | Path | None, name: str, *, file: str | Path, record: str | int, field: str) -> Path:
@@ -77,17 +66,17 @@ def confined_path(root: str | Path | None, name: str, *, file: str | Path, recor
     return path
 
 
-def _download(repo: str, filename: str, split: str) -> Path:
+def _download(repo: str, filename: str, configured: str) -> Path:
     from huggingface_hub import hf_hub_download
 
     try:
         return Path(hf_hub_download(repo_id=repo, filename=filename, repo_type="dataset"))
     except Exception as error:  # offline, gated, or missing: all need the same advice
         raise FileNotFoundError(
-            f"data.files.{split}={filename} is not a local file and could not be fetched from the hub dataset "
+            f"{configured}={filename} is not a local file and could not be fetched from the hub dataset "
             f"{repo} ({type(error).__name__}: {error}). Offline: download it elsewhere "
             f"(`hf download {repo} {filename} --repo-type dataset --local-dir <dir>`) and pass "
-            f"data.files.{split}=<dir>/{filename}."
+            f"{configured}=<dir>/{filename}."
         ) from error
 
 

@@ -15,32 +15,15 @@ import hashlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from rpbench.data import readers, supervision
 from rpbench.data.errors import ConfigError, DataFormatError, ReadResult
-from rpbench.data.files import HUB_PREFIX, image_root, resolve_data_file
+from rpbench.data.files import HUB_PREFIX, resolve_data_file
 from rpbench.data.records import SFTExample
+from rpbench.data.spec import DataSpec
 
-# Data-config keys passed to the readers as format options.
-READER_OPTIONS = (
-    "task_dimensions",
-    "image_root",
-    "test_splits",
-    "columns",
-    "tags",
-    "default_system",
-    "per_turn_samples",
-    "reasoning_in_target",
-    "policy_prompt",
-    "prompts_source",
-    "heldout",
-    "hub_timeout_s",
-    "record_shape",
-    "reference_judge",
-    "rolebench",
-    "duplicates",
-)
 MAX_SAMPLES = {
     "train": "max_train_samples",
     "pairs": "max_train_samples",
@@ -51,19 +34,19 @@ TEST_SET = "test_set"
 log = logging.getLogger(__name__)
 
 
-def read_split(data_cfg: Mapping[str, Any], split: str, file: str | None = None) -> ReadResult:
+def read_split(data: DataSpec, split: str, file: str | None = None) -> ReadResult:
     """Read ``data.files.<file>`` (default: ``<split>``) with the reader of ``split`` and the data config's
     format, error policy and options; an ``hf://`` name (a hub dataset) goes to the reader as it is."""
     file = file or split
-    entry = (data_cfg.get("files") or {}).get(file)
+    entry = data.files.get(file)
     if isinstance(entry, Mapping):
         if file != "test":
             raise ConfigError(f"data.files.{file}: one file (test sets, a mapping of names to files, are for test)")
-        return _read_test_sets(data_cfg, entry)
-    result = _read_file(data_cfg, split, str(entry or ""), file)
+        return _read_test_sets(data, entry)
+    result = _read_file(data, split, str(entry or ""), file)
     if dropped := result.counts.get(readers.DUPLICATES_DROPPED):
         log.info("data.files.%s: %d identical records without an id dropped, the first of each kept", file, dropped)
-    return _limited(data_cfg, file, result)
+    return _limited(data, file, result)
 
 
 def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> None:
@@ -77,37 +60,35 @@ def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> 
         )
 
 
-def _read_file(data_cfg: Mapping[str, Any], split: str, name: str, file: str | None = None) -> ReadResult:
+def _read_file(data: DataSpec, split: str, name: str, file: str | None = None) -> ReadResult:
     """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader; a
     training file's conversations supervised as ``data.supervise`` and ``data.speaker`` say (``supervision``)."""
-    path = name if name.startswith(HUB_PREFIX) else resolve_data_file(data_cfg, file or split, name or None)
-    options = {key: as_plain(data_cfg[key]) for key in READER_OPTIONS if data_cfg.get(key) is not None}
-    if "image_root" in options:
-        options["image_root"] = image_root(data_cfg)
-    on_error = str(data_cfg.get("on_error", "raise"))
+    configured = f"data.files.{file or split}"
+    if name.startswith(HUB_PREFIX):
+        path: str | Path = name
+    else:
+        path = resolve_data_file(name, configured, data.hf_dataset, data.name)
+    options = data.reader_options()
     if split != "train":
-        return readers.read(str(data_cfg["format"]), split, path, on_error=on_error, **options)
-    field = supervision.turn_field(data_cfg["supervise"])
-    result = readers.read(str(data_cfg["format"]), split, path, on_error=on_error, turn_field=field, **options)
+        return readers.read(data.format, split, path, on_error=data.on_error, **options)
+    field = supervision.turn_field(data.supervise)
+    result = readers.read(data.format, split, path, on_error=data.on_error, turn_field=field, **options)
     if not all(isinstance(example, SFTExample) for example in result.examples):
         return result  # scenarios to play (format conversation): no turns to supervise
-    configured = f"data.files.{file or split}"
     supervision.check_found(field, configured)
-    result.examples, counts = supervision.apply_supervision(
-        result.examples, str(data_cfg["supervise"]), data_cfg["speaker"], configured
-    )
+    result.examples, counts = supervision.apply_supervision(result.examples, data.supervise, data.speaker, configured)
     result.counts.update(counts)
     return result
 
 
-def _limited(data_cfg: Mapping[str, Any], file: str, result: ReadResult) -> ReadResult:
-    limit = data_cfg.get(MAX_SAMPLES[file]) if file in MAX_SAMPLES else None
+def _limited(data: DataSpec, file: str, result: ReadResult) -> ReadResult:
+    limit = getattr(data, MAX_SAMPLES[file]) if file in MAX_SAMPLES else None
     if limit is not None:
-        result.examples = result.examples[: int(limit)]
+        result.examples = result.examples[:limit]
     return result
 
 
-def _read_test_sets(data_cfg: Mapping[str, Any], sets: Mapping[str, Any]) -> ReadResult:
+def _read_test_sets(data: DataSpec, sets: Mapping[str, Any]) -> ReadResult:
     """Every file of every test set, its records tagged with the set; counts summed, plus the records per
     set (``test_set.<name>``). Skipped-record messages name the files as configured."""
     combined: ReadResult = ReadResult(str(dict(sets)))
@@ -118,7 +99,7 @@ def _read_test_sets(data_cfg: Mapping[str, Any], sets: Mapping[str, Any]) -> Rea
             raise ConfigError(f"data.files.test.{set_name}: expected a file or a list of files, got {files!r}")
         part: ReadResult = ReadResult(str(set_name))
         for name in map(str, names):
-            result = _read_file(data_cfg, "test", name)
+            result = _read_file(data, "test", name)
             for example in result.examples:
                 if example.id in seen:
                     raise DataFormatError(
@@ -129,16 +110,9 @@ def _read_test_sets(data_cfg: Mapping[str, Any], sets: Mapping[str, Any]) -> Rea
             combined.skipped += [message.replace(result.path, name) for message in result.skipped]
             for key, count in result.counts.items():
                 combined.counts[key] = combined.counts.get(key, 0) + count
-        combined.examples += _limited(data_cfg, "test", part).examples
+        combined.examples += _limited(data, "test", part).examples
         combined.counts[f"{TEST_SET}.{set_name}"] = len(part.examples)
     return combined
-
-
-def as_plain(value: Any) -> Any:
-    """A config node as plain Python (a reader option); anything else unchanged."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
 def _bucket(example_id: str, seed: int) -> float:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.files import image_root
 from rpbench.data.records import EvalExample
+from rpbench.data.spec import DataSpec
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
 from rpbench.typed import Settings
 
@@ -26,7 +26,7 @@ from rpbench.typed import Settings
 class EvalContext:
     settings: Settings  # the benchmark's typed ``evaluator`` settings
     judge: JudgeConfig | None  # the judge's typed settings (``RunSpec.judge``); None: judge=none
-    data: Mapping[str, Any]  # the ``data`` group, resolved (image folder, prompt lengths)
+    data: DataSpec  # the run's data settings (image folder, prompt lengths, files)
     model_config: Mapping[str, Any]  # the evaluated model's config (chat template, family)
     prompts_source: str | None  # a clone of the authors' repository to read their prompts from (None: rpbench's)
     model: Any
@@ -38,7 +38,7 @@ class EvalContext:
 
     @property
     def image_root(self) -> Path | None:
-        return image_root(self.data)
+        return self.data.image_root
 
     def open_judge(self, judge: JudgeConfig | None = None) -> AbstractContextManager[JudgeClient]:
         """A client for ``judge`` (default: the run's judge), a local one served by the handed-in server."""

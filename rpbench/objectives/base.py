@@ -99,6 +99,7 @@ class ObjectiveModule(L.LightningModule):
     optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)
     opens_judges = False  # True: built with ``judges`` (a JudgeOpener) for rewards that ask an LLM judge
     environments: tuple[str, ...] = ()  # the ``env`` options it rolls out in (built with the run's ``renderer``)
+    record_types: tuple[type, ...] = ()  # the record types its ``render`` takes (checked when read); (): any
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod

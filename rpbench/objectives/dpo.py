@@ -137,6 +137,7 @@ class PreferenceModule(ObjectiveModule):
     data_split = "pairs"
     needs_tuned_start = True
     supports_packing = False
+    record_types = (PreferenceExample, SessionPreferenceExample)
     loss_name: str  # its per-pair loss, logged as train/<loss_name>
 
     @staticmethod

@@ -362,6 +362,7 @@ class GRPOModule(ObjectiveModule):
     supports_images = False  # rollouts are generated from the prompt tokens alone
     opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
     environments = ("conversation",)
+    record_types = (SFTExample, PreferenceExample, EvalExample)  # a prompt and its reference, or a scenario
     config_class = GRPOConfig
     env: ConversationEnv | None = None  # env=conversation's sessions (built in __init__)
 

@@ -63,6 +63,7 @@ class KTOModule(ObjectiveModule):
     data_split = "labelled"
     needs_tuned_start = True
     supports_packing = False
+    record_types = (LabelledExample,)
     config_class = KTOConfig
 
     @staticmethod

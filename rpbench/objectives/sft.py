@@ -15,6 +15,7 @@ from rpbench.objectives.registry import OBJECTIVES
 class SFTModule(ObjectiveModule):
     data_split = "train"
     supports_packing = True
+    record_types = (SFTExample,)
 
     @staticmethod
     def render(examples: Sequence[SFTExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:

@@ -86,14 +86,6 @@ class ProbeContext:
 PROBES = Registry("probe")
 
 
-def probe_of(probe_cfg: Mapping) -> Probe:
-    """The registered probe ``probe_cfg.name`` names."""
-    name = str(probe_cfg["name"])
-    if name not in PROBES:
-        raise ValueError(f"probe={name}: unknown probe; choose one of {', '.join(PROBES.names())}")
-    return PROBES.get(name)
-
-
 def run_probe(ctx: ProbeContext) -> dict[str, Any]:
     """Run the probe ``ctx.settings`` names; its numbers plus ``report_sections`` (markdown for report.md)."""
     name = ctx.settings.name

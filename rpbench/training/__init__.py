@@ -1,21 +1,22 @@
 """Stage 3, training: the Lightning ``Trainer.fit`` of the configured objective, and what surrounds it.
 
 ``spec`` holds the stage's one input, ``TrainingSpec`` (parsed once by ``validate``); ``fit`` builds the
-trainer and data and runs it; ``options`` checks the ``trainer`` group; ``resume`` lets a
-checkpoint resume only into the training it was written for; ``starting_point`` warns when an objective
-starts from the wrong kind of model; ``deepspeed_strategy``, ``cluster``, ``nonfinite`` and ``progress`` are
-the strategy, plugins and callbacks the trainer gets.
+trainer and data and runs it; ``options`` checks the ``trainer`` group; ``resume`` lets a checkpoint resume
+only into the training it was written for; ``starting_point`` warns when an objective starts from the wrong
+kind of model and refuses records it does not train on; ``deepspeed_strategy``, ``cluster``, ``nonfinite``
+and ``progress`` are the strategy, plugins and callbacks the trainer gets.
 """
 
 from rpbench.training.fit import build_datamodule, build_trainer, resolve_ckpt, train, zero_stage
 from rpbench.training.resume import check_resume
 from rpbench.training.spec import TrainingSpec, training_spec
-from rpbench.training.starting_point import untuned_start_warning
+from rpbench.training.starting_point import check_trained_records, untuned_start_warning
 
 __all__ = [
     "build_datamodule",
     "build_trainer",
     "check_resume",
+    "check_trained_records",
     "resolve_ckpt",
     "train",
     "training_spec",

@@ -20,6 +20,7 @@ from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
 from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.data.spec import DataSpec
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
 from rpbench.models.zero3 import full_numel
@@ -31,7 +32,7 @@ from rpbench.training.nonfinite import StopOnNonFiniteLoss
 from rpbench.training.options import extra_callbacks, passed_options
 from rpbench.training.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 from rpbench.training.resume import write_settings
-from rpbench.training.spec import TrainingData, TrainingSpec
+from rpbench.training.spec import TrainingSpec
 
 log = logging.getLogger(__name__)
 
@@ -215,9 +216,10 @@ def render_records(
     module_cls, config, examples: Sequence, renderer: ChatRenderer, source: str
 ) -> tuple[list[dict], list[str], dict[str, int]]:
     """The objective's ``render`` of each record, the ids of records left with nothing to train, and how many
-    records were cut to ``data.max_length`` (``truncated``; ``cut_unevenly``: a pair with one reply cut and
-    the other whole). An image that cannot be used (missing, unreadable, or with the system turn over the
-    length budget) is a DataFormatError naming ``source``, the record and field."""
+    records were cut to ``data.max_length`` (``truncated``; ``cut_unevenly``: a pair with one reply cut and the
+    other whole; ``history_dropped``: earlier turns left out to fit). An image that cannot be used (missing,
+    unreadable, or with the system turn over the length budget) is a DataFormatError naming ``source``, the
+    record and field."""
     samples, empty, cuts = [], [], dict.fromkeys(renderer.cuts, 0)
     for example in examples:
         before = dict(renderer.cuts)
@@ -232,9 +234,7 @@ def render_records(
     return samples, empty, cuts
 
 
-def supervision_report(
-    data: TrainingData, module_cls, train_samples: Sequence, val_samples: Sequence
-) -> dict[str, Any]:
+def supervision_report(data: DataSpec, module_cls, train_samples: Sequence, val_samples: Sequence) -> dict[str, Any]:
     """``data.supervise`` and ``data.speaker``, and the assistant turns trained on per split, for objectives
     that train on conversation turns (SFT)."""
     turns = {"train": module_cls.supervised_turns(train_samples), "val": module_cls.supervised_turns(val_samples)}

@@ -1,7 +1,7 @@
 """The training stage's one input: ``TrainingSpec``, parsed once from the composed config by ``validate``.
 
 It holds what ``train``, the resume check, the start-point warning, the model building and the model card
-read: the objective's typed config, the trainer options, what training reads of the data group, the model
+read: the objective's typed config, the trainer options, the data settings (``DataSpec``), the model
 config it starts from, the run's seed, checkpoint and export settings, and the fingerprint a resumed
 checkpoint is compared with. No stage after ``validate`` reads the composed config for training.
 """
@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from omegaconf import DictConfig, OmegaConf
 
 from rpbench.data.errors import ConfigError
-from rpbench.models.config_tree import model_config
+from rpbench.data.spec import DataSpec
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.training.options import TrainerOptions
@@ -24,18 +24,6 @@ from rpbench.training.resume import SHAPING_KEYS, training_settings
 from rpbench.typed import Settings
 
 S = TypeVar("S", bound=Settings)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainingData(Settings):
-    """What training reads of the ``data`` group: its name and files (named in errors and the model card),
-    and how a record renders into samples."""
-
-    name: str
-    files: Mapping[str, Any]
-    max_length: int
-    supervise: str
-    speaker: str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +51,7 @@ class TrainingSpec:
 
     objective: ObjectiveConfig
     split: str  # the data file trained on: objective.data_split, or the objective's own
-    data: TrainingData
+    data: DataSpec  # the run's data settings (name and files for the model card, rendering)
     model: Mapping[str, Any]  # the model group resolved, name_or_path pointed at init_from's saved model
     trainer: TrainerOptions
     run: RunSettings
@@ -81,11 +69,12 @@ def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> 
     return cls.collect({f.name: _plain(node[f.name]) for f in fields(cls) if f.name in node}, where, problems)
 
 
-def training_spec(cfg: DictConfig, objective: ObjectiveConfig) -> TrainingSpec:
-    """The training stage's settings of ``cfg`` for its (already parsed) ``objective``; a ConfigError naming
-    each key whose value cannot be read."""
+def training_spec(
+    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: Mapping[str, Any]
+) -> TrainingSpec:
+    """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data`` and run
+    ``model`` config; a ConfigError naming each key whose value cannot be read."""
     problems: list[str] = []
-    data = _picked(TrainingData, cfg.data, "data", problems)
     run = _picked(RunSettings, cfg, "", problems)
     export = _picked(ExportSettings, cfg.export, "export", problems)
     if problems:
@@ -94,7 +83,7 @@ def training_spec(cfg: DictConfig, objective: ObjectiveConfig) -> TrainingSpec:
         objective=objective,
         split=str(objective.data_split or objective_class(objective.name).data_split),
         data=data,
-        model=types.MappingProxyType(model_config(cfg)),
+        model=model,
         trainer=TrainerOptions(_plain(cfg.trainer)),
         run=run,
         export=export,

@@ -1,14 +1,36 @@
-"""Whether a run's objective starts from the kind of model it is meant for.
+"""Whether a run's objective starts from the kind of model, and reads the kind of records, it is meant for.
 
-DPO and GRPO (``needs_tuned_start``) refine an instruction-tuned or SFT model; from a base model or
+Records: each objective declares the record types its ``render`` takes (``record_types``); records of
+another type (conversation scenarios given to SFT) are refused by name once read, before a model loads.
+
+Model: DPO and GRPO (``needs_tuned_start``) refine an instruction-tuned or SFT model; from a base model or
 random weights they still train, without complaint, and that is rarely what was meant. The rule: such
 an objective warns unless ``init_from`` names an earlier run or the model config says ``instruct: true``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from rpbench.data.errors import ConfigError
 from rpbench.objectives.registry import objective_class
 from rpbench.training.spec import TrainingSpec
+
+
+def check_trained_records(training: TrainingSpec, examples: Sequence) -> None:
+    """A ConfigError when the records read for training are not of a type the objective renders (scenarios
+    given to SFT, conversations to DPO), before any model is loaded."""
+    module_cls = objective_class(training.objective.name)
+    wanted = module_cls.record_types
+    wrong = next((example for example in examples if wanted and not isinstance(example, wanted)), None)
+    if wrong is None:
+        return
+    kinds = " or ".join(kind.__name__ for kind in wanted)
+    raise ConfigError(
+        f"objective={training.objective.name} trains on {kinds} records; data.files.{training.split} of "
+        f"data={training.data.name} (format {training.data.format}) holds {type(wrong).__name__} records "
+        f"(record {wrong.id!r}): choose data that holds them, or an objective that trains on this data"
+    )
 
 
 def untuned_start_warning(training: TrainingSpec) -> str | None:

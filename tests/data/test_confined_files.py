@@ -13,6 +13,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import data_spec
 
 WHERE = {"file": "data.json", "record": 7, "field": "image"}
 
@@ -99,7 +100,7 @@ def test_mmrole_reader_refuses_images_outside_the_root(tree):
 def test_bundled_mmrole_sample_finds_every_image(compose):
     data = compose("data=sample_mmrole").data
     for split in ("train", "test"):
-        result = read_split(data, split)
+        result = read_split(data_spec(data), split)
         images = [t.image for e in result.examples for t in (e.turns if split == "train" else e.prompt) if t.image]
         assert result.skipped == [] and len(images) == len(result.examples) > 0
         assert all(Path(image).is_file() for image in images), images

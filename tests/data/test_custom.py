@@ -14,6 +14,7 @@ from rpbench.data import readers
 from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.records import Turn
+from rpbench.data.spec import data_spec
 
 SYSTEM, USER, ASSISTANT = "You are Sherlock Holmes.", "Where do you live?", "At 221B Baker Street."
 TURNS = (Turn("system", SYSTEM), Turn("user", USER), Turn("assistant", ASSISTANT))
@@ -203,10 +204,12 @@ def test_mapping_from_the_command_line_reaches_the_reader(compose, tmp_path):
         "data.tags.user_tag=Q",
         "data.tags.assistant_tag=A",
     )
-    result = read_split(cfg.data, "train")
+    result = read_split(data_spec(cfg.data), "train")
     assert result.examples[0].turns == TURNS and result.summary()["shape"] == "messages (dialog: speaker/text)"
     with pytest.raises(DataFormatError, match=r"own.jsonl: record 1: field '<record>': one of the record shapes"):
-        read_split(compose("data=custom", f"data.files.train={path}").data, "train")  # unmapped: no known column
+        read_split(
+            data_spec(compose("data=custom", f"data.files.train={path}").data), "train"
+        )  # unmapped: no known column
 
 
 def test_a_record_holding_two_shapes_is_an_error_not_a_silent_choice(tmp_path):

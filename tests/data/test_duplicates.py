@@ -12,6 +12,7 @@ import pytest
 from rpbench.data import readers
 from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import data_spec
 from rpbench.validate import validate
 
 CHAT = [{"role": "user", "content": "Where do you live?"}, {"role": "assistant", "content": "At 221B Baker Street."}]
@@ -35,27 +36,29 @@ def test_drop_is_the_default_keeps_the_first_counts_and_logs(compose, dump, capl
     cfg = compose("data=custom", f"data.files.train={dump}")
     assert cfg.data.duplicates == "drop"
     with caplog.at_level(logging.INFO, logger="rpbench.data.prepare"):
-        result = read_split(cfg.data, "train")
+        result = read_split(data_spec(cfg.data), "train")
     assert [e.turns[-1].content for e in result.examples] == ["At 221B Baker Street.", "Dr Watson."]
     assert result.summary()["duplicates"] == 2 and result.summary()["duplicates_dropped"] == 2
     assert "data.files.train: 2 identical records without an id dropped" in caplog.text
 
 
 def test_keep_numbers_the_repeats_and_error_refuses_them(compose, dump):
-    kept = read_split(compose("data=custom", f"data.files.train={dump}", "data.duplicates=keep").data, "train")
+    kept = read_split(
+        data_spec(compose("data=custom", f"data.files.train={dump}", "data.duplicates=keep").data), "train"
+    )
     first = kept.examples[0].id
     assert [e.id for e in kept.examples] == [first, kept.examples[1].id, f"{first}#2", f"{first}#3"]
     assert kept.summary()["duplicates"] == 2 and "duplicates_dropped" not in kept.summary()
     with pytest.raises(DataFormatError, match=r"dump.jsonl: record 3: field 'id': a unique record id"):
-        read_split(compose("data=custom", f"data.files.train={dump}", "data.duplicates=error").data, "train")
+        read_split(data_spec(compose("data=custom", f"data.files.train={dump}", "data.duplicates=error").data), "train")
 
 
 def test_test_records_and_own_ids_stay_strict(compose, dump, tmp_path):
     with pytest.raises(DataFormatError, match=r"record 3: field 'id': a unique record id"):
-        read_split(compose("data=custom", f"data.files.test={dump}").data, "test")
+        read_split(data_spec(compose("data=custom", f"data.files.test={dump}").data), "test")
     named = jsonl(tmp_path / "named.jsonl", [{"messages": CHAT, "id": "a"}, {"messages": CHAT, "id": "a"}])
     with pytest.raises(DataFormatError, match=r"record 2: field 'id': a unique record id"):
-        read_split(compose("data=custom", f"data.files.train={named}").data, "train")
+        read_split(data_spec(compose("data=custom", f"data.files.train={named}").data), "train")
 
 
 def test_the_benchmark_readers_apply_the_policy(tmp_path):
@@ -69,7 +72,9 @@ def test_the_benchmark_readers_apply_the_policy(tmp_path):
 
 def test_an_unknown_policy_is_a_named_error(compose, dump):
     cfg = compose("data=custom", f"data.files.train={dump}", "data.duplicates=maybe")
-    with pytest.raises(ConfigError, match=r"data.duplicates='maybe': choose one of drop, keep, error"):
+    with pytest.raises(ConfigError, match=r"data.duplicates='maybe': expected one of drop, keep, error"):
         validate(cfg)
+    with pytest.raises(ConfigError, match=r"data.duplicates='maybe': expected one of drop, keep, error"):
+        data_spec(cfg.data)  # the data stage's settings, parsed alone
     with pytest.raises(ConfigError, match=r"data.duplicates: one of drop, keep, error, got 'maybe'"):
-        read_split(cfg.data, "train")
+        readers.read("custom", "train", dump, duplicates="maybe")  # a reader called directly checks it too

@@ -15,6 +15,7 @@ from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
 from rpbench.data.mmrole.reviews import select_heldout
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
+from rpbench.data.spec import data_spec
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 FULL = SHARED_DATA / "mmrole" / "in-test_reviews"
@@ -163,7 +164,7 @@ def test_bad_records_are_errors_naming_the_field(tmp_path, change, field):
 def test_data_config_reads_both_splits_with_the_configured_selection(compose):
     cfg = compose("data=sample_mmrole_reviews")
     assert cfg.data.files.test == cfg.data.files.train
-    train, test = read_split(cfg.data, "train"), read_split(cfg.data, "test")
+    train, test = read_split(data_spec(cfg.data), "train"), read_split(data_spec(cfg.data), "test")
     assert (len(train.examples), len(test.examples)) == (7 * 3 * 8, 2 * 2 * 8)
     paper = compose("data=mmrole_reviews").data.heldout
     assert (paper.questions, paper.models) == (20, 2)

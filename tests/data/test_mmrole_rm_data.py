@@ -13,6 +13,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
+from rpbench.data.spec import data_spec
 
 SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole_rm"
 IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"
@@ -109,4 +110,7 @@ def test_the_recipe_reads_the_papers_file_and_the_sample_config_reads_both_split
     assert (distill.data.format, distill.data.reference_judge) == ("mmrole_reviews", "MMRole-Eval_RM")
     assert distill.objective.epochs == 10 and distill.run_name == "mmrole-rm-distill"
     cfg = compose("data=sample_mmrole_rm")
-    assert (len(read_split(cfg.data, "train").examples), len(read_split(cfg.data, "test").examples)) == (96, 16)
+    assert (
+        len(read_split(data_spec(cfg.data), "train").examples),
+        len(read_split(data_spec(cfg.data), "test").examples),
+    ) == (96, 16)

@@ -12,6 +12,7 @@ from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.data.records import SFTExample, Turn
+from rpbench.data.spec import data_spec
 from rpbench.models.loading import load_tokenizer
 from rpbench.objectives.sft import SFTModule
 
@@ -151,7 +152,7 @@ def test_records_without_a_system_prompt_get_the_default_and_are_counted(tmp_pat
 
 def test_sample_config_reads_in_test_and_out_test_in_one_run(compose):
     data = compose("data=sample_mmrole").data
-    result = read_split(data, "test")
+    result = read_split(data_spec(data), "test")
     sets = [e.meta["test_set"] for e in result.examples]
     assert sets == ["in"] * 24 + ["out"] * 6
     assert {e.task for e in result.examples[24:]} == set(mmrole.SCENARIOS)
@@ -164,12 +165,12 @@ def test_sample_config_reads_in_test_and_out_test_in_one_run(compose):
         "test_set.in": 24,
         "test_set.out": 6,
     }
-    limited = read_split(compose("data=sample_mmrole", "data.max_test_samples=4").data, "test")
+    limited = read_split(data_spec(compose("data=sample_mmrole", "data.max_test_samples=4").data), "test")
     assert [e.meta["test_set"] for e in limited.examples] == ["in"] * 4 + ["out"] * 4  # the limit is per set
     one = "data.files.test=pkg://rpbench/resources/sample/mmrole/comment_test.json"
-    one_file = read_split(compose("data=sample_mmrole", one).data, "test")
+    one_file = read_split(data_spec(compose("data=sample_mmrole", one).data), "test")
     assert len(one_file.examples) == 8 and all("test_set" not in e.meta for e in one_file.examples)
-    train = read_split(data, "train")
+    train = read_split(data_spec(data), "train")
     assert all(e.supervise == "last" for e in train.examples) and len(train.examples) > 40  # per-turn by default
 
 
@@ -177,9 +178,9 @@ def test_test_sets_need_unique_ids_and_belong_to_the_test_split(compose, tmp_pat
     data = compose("data=sample_mmrole").data
     twice = {"in": [data.files.test["in"][0]], "out": [data.files.test["in"][0]]}
     with pytest.raises(DataFormatError, match=r"comment_test\.json: record .*: field 'id': an id unique over all"):
-        read_split({**data, "files": {"test": twice}}, "test")
+        read_split(data_spec({**data, "files": {"test": twice}}), "test")
     with pytest.raises(ConfigError, match="data.files.train: one file"):
-        read_split({**data, "files": {"train": {"in": "a.json"}}}, "train")
+        read_split(data_spec({**data, "files": {"train": {"in": "a.json"}}}), "train")
 
 
 def test_per_turn_samples_of_one_dialogue_stay_on_one_side_of_the_held_out_split():

@@ -9,6 +9,7 @@ import pytest
 from conftest import SAMPLE_DIR, run_in_process
 from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import data_spec
 from rpbench.pipeline import read_data
 
 AUGMENT = "pkg://rpbench/resources/sample/rpgbench/augment.json"
@@ -28,9 +29,9 @@ def with_reasoning(tmp_path, drop: str | None = None):
 
 def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(compose, tmp_path):
     path = with_reasoning(tmp_path)
-    plain = read_split(compose("data=sample_rpgbench", f"data.files.train={path}").data, "train").examples
+    plain = read_split(data_spec(compose("data=sample_rpgbench", f"data.files.train={path}").data), "train").examples
     thinking = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true").data
-    trained = read_split(thinking, "train").examples
+    trained = read_split(data_spec(thinking), "train").examples
     first = plain[0]
     assert first.turns[-1].content.startswith("Once, Lena, a knight left a dragon's egg on my doorstep.")
     assert trained[0].turns[-1].content == (
@@ -38,7 +39,7 @@ def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(com
         + first.turns[-1].content
     )
     assert [e.turns[:-1] for e in trained] == [e.turns[:-1] for e in plain]  # the prompts are unchanged
-    test = read_split(thinking, "test").examples  # references stay the golden responses
+    test = read_split(data_spec(thinking), "test").examples  # references stay the golden responses
     assert not any("<think>" in e.reference for e in test)
 
 
@@ -49,7 +50,7 @@ def test_a_test_sample_trained_with_its_reasoning_still_counts_as_overlap(compos
     path.write_text(json.dumps(document), encoding="utf-8")
     cfg = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true")
     with pytest.raises(ValueError, match=r"1 data.files.train records also appear in data.files.test.*leak"):
-        read_data(cfg, "train", need_test=True)
+        read_data(data_spec(cfg.data), "train", need_test=True)
 
 
 def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compose, tmp_path):
@@ -58,11 +59,16 @@ def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compo
     with pytest.raises(
         DataFormatError, match=r"rpgbench_reasoning\.json: record IDTrain\[6\].*IDTrain-007.*'reasoning'"
     ):
-        read_split(data, "train")
+        read_split(data_spec(data), "train")
     skipped = read_split(
-        compose(
-            "data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true", "data.on_error=skip"
-        ).data,
+        data_spec(
+            compose(
+                "data=sample_rpgbench",
+                f"data.files.train={path}",
+                "data.reasoning_in_target=true",
+                "data.on_error=skip",
+            ).data
+        ),
         "train",
     )
     assert len(skipped.examples) == 29 and len(skipped.skipped) == 1
@@ -70,12 +76,14 @@ def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compo
 
 def test_augmentation_file_is_read_with_the_training_reader_and_counted_apart(compose):
     cfg = compose("data=sample_rpgbench", f"data.files.augment={AUGMENT}")
-    splits, report = read_data(cfg, "train", need_test=False)
+    splits, report = read_data(data_spec(cfg.data), "train", need_test=False)
     assert report["train"]["read"] == 30 and report["augment"]["read"] == N_AUGMENT
     assert report["augment"]["path"] == AUGMENT and report["augment_test_overlap"] == 0
     assert [e.id for e in splits["augment"]] == [f"AUG-{n:03d}" for n in range(1, N_AUGMENT + 1)]
     assert splits["augment"][1].turns[-1].content.startswith("Two silver coins, Tomas")
-    assert "augment" not in read_data(compose("data=sample_rpgbench"), "train", need_test=False)[0]  # off by default
+    assert (
+        "augment" not in read_data(data_spec(compose("data=sample_rpgbench").data), "train", need_test=False)[0]
+    )  # off by default
 
 
 def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path):
@@ -84,7 +92,9 @@ def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path):
     path = tmp_path / "clash.json"
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"clash\.json: record IDTrain-004: field 'id'.*1 ids are in both"):
-        read_data(compose("data=sample_rpgbench", f"data.files.augment={path}"), "train", need_test=False)
+        read_data(
+            data_spec(compose("data=sample_rpgbench", f"data.files.augment={path}").data), "train", need_test=False
+        )
 
 
 def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path):

@@ -12,6 +12,7 @@ from conftest import run_in_process
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import data_spec
 from rpbench.models.loading import chat_renderer, load_tokenizer
 from rpbench.objectives.sft import SFTModule
 from rpbench.validate import validate
@@ -70,7 +71,7 @@ def test_masks_token_by_token_on_stock_templates(compose, tavern, model):
         ("last", "Tom"): [TOM],  # the conversation up to Tom's last turn
     }
     for (supervise, speaker), contents in expected.items():
-        examples = read_split(with_data(cfg, supervise=supervise, speaker=speaker).data, "train").examples
+        examples = read_split(data_spec(with_data(cfg, supervise=supervise, speaker=speaker).data), "train").examples
         examples = [e for e in examples if len(e.turns) > 2]
         samples, empty = SFTModule.render(examples, renderer)
         assert not empty and len(samples) == 1, (supervise, speaker)
@@ -85,34 +86,34 @@ def test_masks_token_by_token_on_stock_templates(compose, tavern, model):
 
 def test_counts_of_supervised_and_context_turns(compose, tavern):
     cfg = compose("data=custom", f"data.files.train={tavern}", "data.speaker=Tom")
-    result = read_split(cfg.data, "train")
+    result = read_split(data_spec(cfg.data), "train")
     assert len(result.examples) == 1  # the record Tom never speaks in has no turn to train: dropped, counted
     assert {k: result.counts[k] for k in ("supervised_turns", "context_turns", "without_supervised_turn")} == {
         "supervised_turns": 1,
         "context_turns": 2,
         "without_supervised_turn": 1,
     }
-    result = read_split(with_data(cfg, supervise="train", speaker=None).data, "train")
+    result = read_split(data_spec(with_data(cfg, supervise="train", speaker=None).data), "train")
     assert result.counts["supervised_turns"] == 3 and result.counts["context_turns"] == 1
 
 
 def test_bad_values_are_named_errors(compose, tavern, tmp_path):
     cfg = compose("data=custom", f"data.files.train={tavern}", "data.supervise=trian")
     with pytest.raises(ConfigError, match=r"data.supervise=trian: no turn of data.files.train has a 'trian' field"):
-        read_split(cfg.data, "train")
+        read_split(data_spec(cfg.data), "train")
     with pytest.raises(ConfigError, match=r"data.speaker='Nobody': no turn of data.files.train is spoken by"):
-        read_split(with_data(cfg, supervise="all", speaker="Nobody").data, "train")
+        read_split(data_spec(with_data(cfg, supervise="all", speaker="Nobody").data), "train")
     weighted = tmp_path / "weighted.jsonl"
     bad = [dict(m) for m in TAVERN]
     bad[4]["train"] = 0.5
     weighted.write_text(json.dumps({"messages": bad}) + "\n")
     with_data(cfg, supervise="train", speaker=None, files={"train": str(weighted)})
     with pytest.raises(DataFormatError, match=r"weighted.jsonl: record 1: field 'messages\[4\].train': true/false"):
-        read_split(cfg.data, "train")
+        read_split(data_spec(cfg.data), "train")
     bad[4]["train"], bad[1]["train"] = False, True
     weighted.write_text(json.dumps({"messages": bad}) + "\n")
     with pytest.raises(DataFormatError, match=r"field 'messages\[1\].train': false on a user turn"):
-        read_split(cfg.data, "train")
+        read_split(data_spec(cfg.data), "train")
     with pytest.raises(ConfigError) as error:
         validate(with_data(cfg, supervise="", speaker=""))
     assert "data.supervise='': expected all, last" in str(error.value)
@@ -124,11 +125,11 @@ def test_rolemrc_reads_the_turn_field_and_rpgbench_has_none(compose, tmp_path):
     turns = [{k: v for k, v in m.items() if k != "name"} for m in TAVERN]
     path.write_text(json.dumps({"conversations": turns}) + "\n")
     cfg = compose("data=rolemrc", f"data.files.train={path}", "data.supervise=train")
-    (example,) = read_split(cfg.data, "train").examples
+    (example,) = read_split(data_spec(cfg.data), "train").examples
     assert [t.trained for t in example.turns if t.role == "assistant"] == [True, False, True]
     rpg = compose("data=sample_rpgbench", "data.supervise=train")
     with pytest.raises(ConfigError, match=r"no turn of data.files.train has a 'train' field"):
-        read_split(rpg.data, "train")
+        read_split(data_spec(rpg.data), "train")
 
 
 def test_metrics_count_supervised_turns_per_split(tavern, tmp_path):

@@ -51,11 +51,11 @@ def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
 def test_image_records_are_checked_against_the_model_and_the_probe(compose):
     from rpbench.data.errors import ConfigError
     from rpbench.data.records import EvalExample, Turn
-    from rpbench.validate import check_test_images
+    from rpbench.validate import check_test_images, validate
 
     pictured = [EvalExample(id="p", prompt=(Turn("user", "Look", image="a.jpg"),), reference="r", task="t")]
-    check_test_images(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "evaluator=mmrole"), pictured)
+    check_test_images(validate(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "evaluator=mmrole")), pictured)
     with pytest.raises(ConfigError, match="model=tiny-qwen2 is text-only.*data.images=drop"):
-        check_test_images(compose("data=sample_mmrole", "evaluator=mmrole"), pictured)
+        check_test_images(validate(compose("data=sample_mmrole", "evaluator=mmrole")), pictured)
     with pytest.raises(ConfigError, match="probe=topk_freq renders text only"):
-        check_test_images(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "probe=topk_freq"), pictured)
+        check_test_images(validate(compose("data=sample_mmrole", "model=tiny-qwen2-vl", "probe=topk_freq")), pictured)

@@ -10,6 +10,7 @@ from omegaconf import open_dict
 from rouge_score import rouge_scorer
 
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import data_spec
 from rpbench.eval.generate import dumps, prediction_record
 
 SYSTEM = (
@@ -49,7 +50,7 @@ def test_rolebench_files_are_read_by_the_rolemrc_reader(compose, tmp_path, data)
     path = tmp_path / "instruction_generalization_test.jsonl"
     write_records(path)
     cfg = compose(f"data={data}", "data.format=rolemrc", f"data.files.test={path}")
-    examples = read_split(cfg.data, "test").examples
+    examples = read_split(data_spec(cfg.data), "test").examples
     assert [e.reference for e in examples] == [r["reference"] for r in RECORDS]
     assert [e.task for e in examples] == ["instruction_generalization_test"] * 2 + ["general"]
     assert [[t.role for t in e.prompt] for e in examples] == [
@@ -81,7 +82,7 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
         del cfg["hydra"]
         cfg.paths.output_dir = str(run)
     # predictions written beforehand (generation resumes them all), so the scores are not all zero
-    examples = read_split(cfg.data, "test").examples
+    examples = read_split(data_spec(cfg.data), "test").examples
     replies = ["My method is the observation of small things.", "Fog over London, my dear fellow.", "The violin."]
     run.mkdir()
     (run / "predictions.jsonl").write_text("".join(dumps(prediction_record(e, r)) for e, r in zip(examples, replies)))
@@ -113,7 +114,7 @@ SAMPLE = "pkg://rpbench/resources/sample/rolebench"
 )
 def test_the_released_layout_is_read_with_role_descriptions(compose, data, counts):
     cfg = compose(f"data={data}", f"data.files.test={SAMPLE}")
-    result = read_split(cfg.data, "test")
+    result = read_split(data_spec(cfg.data), "test")
     assert {k.removeprefix("subset."): v for k, v in result.counts.items() if k.startswith("subset.")} == counts
     by_role = {e.meta["role"]: e for e in result.examples}
     first = result.examples[0]
@@ -142,10 +143,10 @@ def test_an_undescribed_role_or_a_bad_answer_list_is_named(compose, tmp_path):
     cfg = compose("data=rolebench_instruction", f"data.files.test={root}")
     path.write_text(json.dumps({"role": "Nobody", "question": "Who?", "generated": ["No one."]}) + "\n")
     with pytest.raises(DataFormatError, match=r"role_specific/test\.jsonl: record 1: field 'role'.*'Nobody'"):
-        read_split(cfg.data, "test")
+        read_split(data_spec(cfg.data), "test")
     path.write_text(json.dumps({"role": "Captain Ahab", "question": "Why?", "generated": []}) + "\n")
     with pytest.raises(DataFormatError, match=r"record 1: field 'generated': a non-empty list"):
-        read_split(cfg.data, "test")
+        read_split(data_spec(cfg.data), "test")
 
 
 def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
@@ -153,7 +154,7 @@ def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
 
     run = tmp_path / "run"
     overrides = ["objective=none", "logger=none", "data=sample_rolebench", "evaluator=rolebench"]
-    examples = read_split(compose(*overrides).data, "test").examples
+    examples = read_split(data_spec(compose(*overrides).data), "test").examples
     # predictions written beforehand (generation resumes them all): half of each reference's words
     replies = {e.id: " ".join(e.reference.split()[::2]) for e in examples}
     run.mkdir()

@@ -115,5 +115,5 @@ def test_a_run_on_labelled_records(tmp_path):
 
 
 def test_kto_without_a_labelled_file_is_a_named_error(tmp_path):
-    with pytest.raises(ValueError, match=r"data=custom has no file for split 'labelled': set data.files.labelled="):
+    with pytest.raises(ValueError, match=r"data=custom has no file for data.files.labelled: set data.files.labelled="):
         run_in_process(tmp_path / "run", "data=custom", "objective=kto", "evaluator=none", "logger=none")

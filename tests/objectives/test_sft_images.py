@@ -14,6 +14,7 @@ from rpbench import pipeline
 from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.records import image_count
+from rpbench.data.spec import data_spec
 from rpbench.models import load
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.training import train
@@ -45,7 +46,7 @@ def test_sft_with_images_lowers_the_held_out_loss(compose, tmp_path):
         "objective.warmup_ratio=0",
         "objective.scheduler=constant",
     )
-    records = read_split(cfg.data, "train").examples
+    records = read_split(data_spec(cfg.data), "train").examples
     model, tokenizer = load(cfg.model)
     report = train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)
     before, after = report["held_out"]["before"]["loss"], report["held_out"]["after"]["loss"]
@@ -103,7 +104,7 @@ def test_a_text_only_model_refuses_records_with_images_unless_they_are_dropped(c
         run(compose("data=sample_mmrole", "model=tiny-qwen2", *QUIET), tmp_path / "refused")
     cfg = compose("data=sample_mmrole", "model=tiny-qwen2", *QUIET, "data.images=drop", "debug=short")
     results = run(cfg, tmp_path / "run")
-    images = sum(image_count(e) for e in read_split(cfg.data, "train").examples)
+    images = sum(image_count(e) for e in read_split(data_spec(cfg.data), "train").examples)
     assert images > 0 and results["records"]["train"]["images_dropped"] == images
     assert results["train"]["samples"]["images"] == {"train": 0, "val": 0}
     saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
@@ -133,7 +134,7 @@ def test_image_settings_that_cannot_work_are_configuration_errors(compose):
 
 def test_grpo_refuses_samples_with_images(compose, tmp_path):
     cfg = compose("data=sample_mmrole", "model=tiny-qwen2-vl", "objective=grpo", *QUIET, "data.max_train_samples=4")
-    records = read_split(cfg.data, "train").examples
+    records = read_split(data_spec(cfg.data), "train").examples
     model, tokenizer = load(cfg.model)
     with pytest.raises(ConfigError, match="objective=grpo cannot train on images"):
         train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)

@@ -20,7 +20,6 @@ from rpbench.probes.stage import (
     RESTRAINT_FILE,
     ProbeContext,
     compare_labels,
-    probe_of,
     run_probe,
 )
 
@@ -43,10 +42,10 @@ def tiny():
 
 
 def test_which_probes_need_a_model():
-    assert probe_of({"name": "topk_freq"}).needs_model and probe_of({"name": "restraint"}).needs_model
-    assert not probe_of({"name": "compare"}).needs_model and not probe_of({"name": "none"}).needs_model
-    with pytest.raises(ValueError, match="probe=bogus: unknown probe"):
-        probe_of({"name": "bogus"})
+    assert PROBES.get("topk_freq").needs_model and PROBES.get("restraint").needs_model
+    assert not PROBES.get("compare").needs_model and not PROBES.get("none").needs_model
+    with pytest.raises(ValueError, match="unknown probe 'bogus'"):
+        PROBES.get("bogus")
 
 
 def test_record_dimensions_fall_back_to_the_task_label():

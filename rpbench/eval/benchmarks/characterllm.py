@@ -22,17 +22,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from omegaconf import DictConfig
-
 from rpbench.data.characterllm import SETTINGS
 from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE, CharacterLLMPrompts
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, Turn
+from rpbench.data.spec import DataSpec
 from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.typed import Settings
 
 SCORE = re.compile(r"\s(\d)")
@@ -98,12 +98,12 @@ class CharacterLLM(Benchmark):
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         return [len(ASPECTS)] * len(examples)  # one score per aspect of each interview
 
-    def problems(self, cfg: DictConfig) -> list[str]:
+    def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
         out = []
-        if str(cfg.judge.backend) == "none":
+        if judge is None:
             out.append("evaluator=characterllm is scored by a judge: choose judge=openai|local|vllm|...")
-        if str(cfg.data.format) != "characterllm":
-            out.append(f"evaluator=characterllm reads data=characterllm (format characterllm), got {cfg.data.format}")
+        if data.format != "characterllm":
+            out.append(f"evaluator=characterllm reads data=characterllm (format characterllm), got {data.format}")
         return out
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:

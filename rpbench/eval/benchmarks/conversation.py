@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
-
 from rpbench.data.conversation_session import Session
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample
+from rpbench.data.spec import DataSpec
 from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
@@ -42,6 +41,7 @@ from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
+from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.judge.conversation import Simulator, judge_sessions, open_simulator, simulator_version
 from rpbench.typed import Problem, Settings
 
@@ -97,12 +97,12 @@ class Conversation(Benchmark):
         served = settings.simulator.server is not None
         return [(1 if served else min(e.meta["turns"], cap or e.meta["turns"])) + pairwise for e in examples]
 
-    def problems(self, cfg: DictConfig) -> list[str]:
+    def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
         out = []
-        if str(cfg.judge.backend) == "none":
+        if judge is None:
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
-        if str(cfg.data.format) != "conversation":
-            out.append(f"evaluator=conversation reads data=conversation (format conversation), got {cfg.data.format}")
+        if data.format != "conversation":
+            out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:

@@ -13,11 +13,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
+from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.context import EvalContext
@@ -106,15 +107,14 @@ class RPGBench(Benchmark):
             "shift": [e.meta["shift"] for e in examples],
         }
 
-    def problems(self, cfg: DictConfig) -> list[str]:
+    def problems(self, settings: RPGBenchSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
         """The estimator pair is named (and usable) when the generalization analysis is on."""
-        ev = cfg.evaluator
-        if not ev.generalization.enabled:  # the estimator pair across groups: validate's view of the config
+        if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
             return []
         found = []
         for role in ("critic", "reasoner"):
             try:
-                resolve_spec(role, ev[role], ev[f"{role}_adapter"])
+                resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapter"))
             except ConfigError as error:
                 found.append(str(error))
         return found
@@ -208,7 +208,7 @@ class RPGBench(Benchmark):
                 sampled,
                 entropy,
                 out_dir / "entropy_samples.jsonl",
-                replace(generation, max_prompt_length=int(ctx.data["max_prompt_length"])),
+                replace(generation, max_prompt_length=ctx.data.max_prompt_length),
             )
             with_r = [replace(e, prompt=tuple(critic.context(e, reasoning[e.id]))) for e in sampled]
             critics = sampled_responses(
@@ -219,7 +219,7 @@ class RPGBench(Benchmark):
                 out_dir / "critic_samples.jsonl",
                 replace(generation, max_prompt_length=int(g.critic_max_length)),
             )
-            renderer = chat_renderer(ctx.model_config, tokenizer, int(ctx.data["max_length"]))
+            renderer = chat_renderer(ctx.model_config, tokenizer, ctx.data.max_length)
             inputs = EntropyInputs(model, renderer, own, critics)
         embedder = load_text_embedder(
             g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback), str(device)

@@ -7,15 +7,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rpbench.data.errors import ConfigError
 from rpbench.data.prepare import read_split
+from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.rpgbench import RPGBenchSettings
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.data_shift import shift_section, split_shift
 from rpbench.eval.generalization.embed import load_text_embedder
+from rpbench.scoring.judge.client import JudgeConfig
 
 
 def split_files(named: Any, data_files: Any) -> dict[str, str]:
@@ -39,17 +41,16 @@ class Shift(Benchmark):
     needs_model = False
     settings_class = ShiftSettings
 
-    def problems(self, cfg: DictConfig) -> list[str]:
-        splits = cfg.evaluator.splits
-        files = split_files(None if splits is None else OmegaConf.to_container(splits), cfg.data.files)
+    def problems(self, settings: ShiftSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
+        files = split_files(settings.splits, data.files)
         if len(files) < 2:
             return [f"evaluator=shift compares two or more splits; got {sorted(files) or 'none'} (set evaluator.splits "
                     "or data.files.<split>)"]  # fmt: skip
         return []
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any]:
-        files = split_files(ctx.settings.splits, ctx.data["files"])
-        data = {**ctx.data, "files": files}
+        files = split_files(ctx.settings.splits, ctx.data.files)
+        data = ctx.data.with_files(files)
         splits, counts = {}, {}
         for name in files:
             try:

@@ -16,8 +16,10 @@ own ``problems()`` are all reported together, each naming the dotted key, its va
     Bootstrap.parse({"n_resamples": 1000, "confidence": 2}, "evaluator.bootstrap")
     # ConfigError: evaluator.bootstrap.confidence=2.0: expected a level in (0, 1)
 
-Fields typed with another ``Settings`` class are parsed recursively; ``tuple[X, ...]`` accepts a list;
-``Mapping[str, X]`` a mapping (returned read-only). A field named in ``open_keys`` takes any plain value.
+Fields typed with another ``Settings`` class are parsed recursively; ``tuple[X, ...]`` accepts a list
+(``tuple[X, Y]`` a list of two); ``Mapping[str, X]`` a mapping (returned read-only). A field named in
+``open_keys`` takes any plain value. A problem about a key of another group (a field holding ``${env}``, whose
+keys are set as ``env.*``) is an ``Elsewhere`` message: it names that key in full and gets no ``where`` prefix.
 """
 
 from __future__ import annotations
@@ -32,8 +34,14 @@ from typing import Any, ClassVar, TypeVar, Union
 from rpbench.data.errors import ConfigError
 
 S = TypeVar("S", bound="Settings")
-# (key relative to the settings, what is expected), or a message starting with the key ("runs: ...")
+# (key relative to the settings, what is expected), or a message starting with the key ("runs: ..."),
+# or an Elsewhere message starting with another group's key in full
 Problem = tuple[str, str] | str
+
+
+class Elsewhere(str):
+    """A problem message naming a key outside the settings' own group in full (``env.rewards[0]: ...``):
+    reported as it is, without the settings' ``where`` in front."""
 
 
 class Invalid(Exception):
@@ -111,9 +119,13 @@ def convert(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value))
+        expected = f"a list of {len(args)}: {', '.join(_describe(a) for a in args)}"
         if len(args) != len(value):
-            raise Invalid(f"a list of {len(args)}")
-        return tuple(convert(v, a, f"{where}[{i}]", problems) for i, (v, a) in enumerate(zip(args, value)))
+            raise Invalid(expected)
+        try:
+            return tuple(convert(v, a, f"{where}[{i}]", problems) for i, (v, a) in enumerate(zip(value, args)))
+        except Invalid:
+            raise Invalid(expected) from None
     if origin in (Mapping, dict):
         if not isinstance(value, Mapping):
             raise Invalid("a mapping")
@@ -129,8 +141,8 @@ class Settings:
     open_keys: ClassVar[tuple[str, ...]] = ()  # fields whose value is kept as given (benchmark-specific options)
 
     def problems(self) -> list[Problem]:
-        """What is wrong with the values, as (key, expected) pairs or messages starting with the key; none by
-        default."""
+        """What is wrong with the values, as (key, expected) pairs, messages starting with the key, or
+        ``Elsewhere`` messages about another group's key; none by default."""
         return []
 
     @classmethod
@@ -158,6 +170,9 @@ class Settings:
             return None
         settings = cls(**converted)
         for problem in settings.problems():
+            if isinstance(problem, Elsewhere):
+                problems.append(str(problem))
+                continue
             if isinstance(problem, str):  # a message of its own, after the key it starts with
                 problems.append(f"{prefix}{problem}")
                 continue

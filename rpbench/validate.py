@@ -151,25 +151,11 @@ def check_images(cfg: DictConfig, problems: Problems) -> None:
 
 
 def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | None:
-    """The objective's typed settings: its name and the optimisation settings every objective shares."""
+    """The objective's typed settings (its ``config_class``, which checks its own values), and whether the
+    trainer can step its optimizers."""
     name = str(cfg.objective.name)
     if not _choice(problems, "objective.name", name, [*OBJECTIVES.names(), "none"]) or name == "none":
         return None
-    found_before = len(problems)
-    for key in ("batch_size", "grad_accum", "epochs", "log_every_n_steps"):
-        _check(problems, cfg, f"objective.{key}", _at_least(1), "an integer >= 1")
-    _check(problems, cfg, "objective.val_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
-    _check(problems, cfg, "objective.num_workers", _at_least(0), "an integer >= 0")
-    _check(problems, cfg, "objective.lr", lambda v: (n := _number(v)) is not None and n > 0, "a number > 0")
-    _check(
-        problems,
-        cfg,
-        "objective.warmup_ratio",
-        _in_range(0.0, 1.0, high_inclusive=True),
-        "a share of the steps, 0 <= r <= 1",
-    )
-    if cfg.objective.packing:
-        _check(problems, cfg, "objective.max_tokens_per_batch", _at_least(1), "an integer >= 1 (tokens)")
     count = OBJECTIVES.get(name).optimizer_count
     strategy = cfg.trainer.strategy
     if isinstance(strategy, Mapping) and strategy.get("name") == "deepspeed" and count > 1:
@@ -177,13 +163,8 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
             f"objective={name} steps {count} optimizers and a DeepSpeed engine steps one: "
             "train it with trainer=ddp (and trainer.strategy=ddp_find_unused_parameters_true), cpu or gpu"
         )
-    if len(problems) > found_before:
-        return None
-    try:  # the objective's typed settings: unknown or missing keys, its own checks
-        return OBJECTIVES.get(name).config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))
-    except (TypeError, ValueError) as error:
-        problems.append(str(error))
-        return None
+    values = OmegaConf.to_container(cfg.objective, resolve=True)
+    return OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
 
 
 def check_env(cfg: DictConfig, problems: Problems) -> None:

@@ -14,6 +14,7 @@ from omegaconf import OmegaConf, open_dict
 from transformers import MistralConfig, MistralForCausalLM
 
 from conftest import objective_settings, registered
+from rpbench.data.errors import ConfigError
 from rpbench.models.families import FAMILIES, ModelFamily
 from rpbench.models.families.base import DECODER_HOOK_PRESETS
 from rpbench.models.families.qwen2 import Qwen2
@@ -41,10 +42,10 @@ class ToyMistral(ModelFamily):
 class TwoModelConfig(ObjectiveConfig):
     reasoner_weight: float
 
-    def problems(self) -> list[str]:
+    def problems(self):
         found = super().problems()
         if self.reasoner_weight <= 0:
-            found.append(f"reasoner_weight must be > 0, got {self.reasoner_weight}")
+            found.append(("reasoner_weight", "a number > 0"))
         return found
 
 
@@ -163,32 +164,34 @@ def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
 
 def test_typed_configs_reject_unknown_missing_and_bad_values():
     sft = objective_settings("sft")
-    with pytest.raises(ValueError, match=r"unknown keys \['lr_decay'\]; valid keys: \[.*'lr'"):
-        ObjectiveConfig.from_mapping({**sft, "lr_decay": 0.1})
+    with pytest.raises(ConfigError, match=r"objective.lr_decay: unknown key; valid keys: .*, lr, "):
+        ObjectiveConfig.parse({**sft, "lr_decay": 0.1}, "objective")
     without_lr = {k: v for k, v in sft.items() if k != "lr"}
-    with pytest.raises(ValueError, match=r"missing keys \['lr'\]"):
-        ObjectiveConfig.from_mapping(without_lr)
-    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1, got 0"):
-        ObjectiveConfig.from_mapping({**sft, "batch_size": 0})
-    with pytest.raises(ValueError, match=r"mu must be >= 1, got 0"):
-        GRPOConfig.from_mapping(objective_settings("grpo", mu=0))
-    with pytest.raises(ValueError, match=r"loss_type='kto'"):
-        DPOConfig.from_mapping(objective_settings("dpo", loss_type="kto"))
-    with pytest.raises(ValueError, match=r"unknown keys \['beta'\]"):  # DPO's key on SFT
-        ObjectiveConfig.from_mapping(objective_settings("sft", beta=0.1))
+    with pytest.raises(ConfigError, match=r"objective.lr: missing \(it has no default in code"):
+        ObjectiveConfig.parse(without_lr, "objective")
+    with pytest.raises(ConfigError, match=r"objective.batch_size=0: expected an integer >= 1"):
+        ObjectiveConfig.parse({**sft, "batch_size": 0}, "objective")
+    with pytest.raises(ConfigError, match=r"objective.mu=0: expected an integer >= 1"):
+        GRPOConfig.parse(objective_settings("grpo", mu=0), "objective")
+    with pytest.raises(ConfigError, match=r"objective.loss_type='kto': expected one of sigmoid, "):
+        DPOConfig.parse(objective_settings("dpo", loss_type="kto"), "objective")
+    with pytest.raises(ConfigError, match=r"objective.beta: unknown key"):  # DPO's key on SFT
+        ObjectiveConfig.parse(objective_settings("sft", beta=0.1), "objective")
+    with pytest.raises(ConfigError, match=r"objective.reasoner_weight=0.0: expected a number > 0"):  # a plugin's own
+        TwoModelConfig.parse({**sft, "reasoner_weight": 0}, "objective")
 
 
 def test_each_default_comes_from_the_yaml():
     """The values the code once fell back to differently (GRPO clip-higher, the shared schedule)."""
-    grpo = GRPOConfig.from_mapping(objective_settings("grpo"))
+    grpo = GRPOConfig.parse(objective_settings("grpo"), "objective")
     assert (grpo.epsilon_low, grpo.epsilon_high) == (0.2, 0.28)
-    dpo = DPOConfig.from_mapping(objective_settings("dpo"))
+    dpo = DPOConfig.parse(objective_settings("dpo"), "objective")
     assert (dpo.scheduler, dpo.adam_betas, dpo.adam_eps) == ("cosine", (0.9, 0.999), 1e-8)  # optim/default.yaml
     assert (dpo.lr, dpo.warmup_ratio) == (1e-3, 0.0)  # the tiny model's tuning over dpo.yaml
 
 
 def test_validation_names_an_unknown_objective_key(compose):
-    with pytest.raises(Exception, match=r"unknown keys \['gamma'\]"):
+    with pytest.raises(ConfigError, match=r"objective.gamma: unknown key; valid keys: "):
         validate(compose("+objective.gamma=0.9"))
 
 

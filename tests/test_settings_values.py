@@ -22,7 +22,7 @@ from omegaconf import OmegaConf
 
 from conftest import CONF_DIR, group_values
 from rpbench.data.errors import ConfigError, DataFormatError
-from rpbench.typed import Settings, defaults_declared
+from rpbench.typed import Elsewhere, Settings, defaults_declared
 from rpbench.validate import validate
 
 GENERATION = [
@@ -62,11 +62,16 @@ ENDPOINTS = [
     ("evaluator.judge_prompt_file=no_such_prompts.yaml", "evaluator.judge_prompt_file='no_such_prompts.yaml'"),
 ]
 OPTIMISATION = [
-    ("objective.weight_decay=-0.1", "weight_decay must be a number >= 0"),
-    ("objective.max_grad_norm=-1", "max_grad_norm must be null (no clipping) or a number > 0"),
-    ("objective.adam_betas=[0.9,1.5]", "adam_betas must be two numbers in [0, 1)"),
-    ("objective.adam_eps=0", "adam_eps must be a number > 0"),
-    ("objective.scheduler=cosine_annealing", "scheduler must be a transformers scheduler name"),
+    ("objective.weight_decay=-0.1", "objective.weight_decay=-0.1: expected a number >= 0"),
+    ("objective.max_grad_norm=-1", "objective.max_grad_norm=-1.0: expected null (no clipping) or a number > 0"),
+    ("objective.adam_betas=[0.9,1.5]", "objective.adam_betas=[0.9, 1.5]: expected two numbers in [0, 1)"),
+    ("objective.adam_eps=0", "objective.adam_eps=0.0: expected a number > 0"),
+    ("objective.scheduler=cosine_annealing", "objective.scheduler='cosine_annealing': expected a transformers"),
+    ("objective.warmup_ratio=1.5", "objective.warmup_ratio=1.5: expected a share of the steps, 0 <= r <= 1"),
+    ("objective.num_workers=-1", "objective.num_workers=-1: expected an integer >= 0"),
+    ("objective.val_every_n_steps=0", "objective.val_every_n_steps=0: expected null (once per epoch) or an integer"),
+    ("objective.max_tokens_per_batch=0", "objective.max_tokens_per_batch=0: expected an integer >= 1"),
+    ("objective.packing=yes", "objective.packing='yes': expected true or false"),
 ]
 TRAINER = [
     ("trainer.max_steps=0", "trainer.max_steps=0: expected -1 (objective.epochs decide) or an integer >= 1"),
@@ -186,6 +191,59 @@ def test_every_problem_of_a_group_is_listed_together(compose):
     ]
 
 
+def problem_lines(cfg) -> list[str]:
+    """The problems ``validate`` lists for ``cfg``, one a line, in order."""
+    with pytest.raises(ConfigError) as error:
+        validate(cfg)
+    return [line.strip() for line in str(error.value).splitlines()[1:]]
+
+
+def test_each_bad_objective_value_is_named_once(compose):
+    """The objective group is read by its typed config alone: a value of the wrong type, a NaN or one out of
+    range is listed once (no second check elsewhere), with the key, its value and what is allowed."""
+    wrong_types = ["objective.batch_size=abc", "objective.lr=fast", "objective.adam_betas=[0.9]"]
+    assert problem_lines(compose(*wrong_types, "objective.adam_eps=nan", "objective.warmup_ratio=inf")) == [
+        "objective.lr='fast': expected a finite number",
+        "objective.warmup_ratio=inf: expected a finite number",
+        "objective.adam_betas=[0.9]: expected a list of 2: a finite number, a finite number",
+        "objective.adam_eps=nan: expected a finite number",
+        "objective.batch_size='abc': expected an integer",
+    ]
+    out_of_range = ["objective.batch_size=0", "objective.lr=-1", "objective.num_workers=-2", "objective.epochs=0"]
+    assert problem_lines(compose(*out_of_range)) == [
+        "objective.epochs=0: expected an integer >= 1",
+        "objective.batch_size=0: expected an integer >= 1",
+        "objective.lr=-1.0: expected a number > 0",
+        "objective.num_workers=-2: expected an integer >= 0",
+    ]
+    manual = ["objective=grpo", "objective.grad_accum=0", "objective.max_grad_norm=-1", "objective.temperature=-1"]
+    assert problem_lines(compose(*manual, "objective.top_p=2")) == [  # GRPO's rule in place of the shared one
+        "objective.grad_accum=0: expected 1, as objective=grpo optimises manually; objective.backward_chunk_size "
+        "splits a step instead",
+        "objective.max_grad_norm=-1.0: expected null, as objective=grpo optimises manually; objective.clip_grad_norm "
+        "clips instead",
+        "objective.temperature=-1.0: expected a number > 0 (a group of greedy completions is identical)",
+        "objective.top_p=2.0: expected a share in (0, 1]",
+    ]
+    corl = ["objective=corl", "data=sample_rpgbench", "objective.top_k=-1", "objective.generation_cache=paged"]
+    assert problem_lines(compose(*corl)) == [  # read by each phase's rollouts, named once
+        "objective.top_k=-1: expected an integer >= 0 (0: off)",
+        "objective.generation_cache='paged': expected one of dynamic, static",
+    ]
+
+
+def test_the_environment_s_rewards_are_named_as_the_user_sets_them(compose):
+    """GRPO reads env=conversation through objective.env (``${env}``): its problems name ``env.*``."""
+    overrides = ["env=conversation", "data=sample_conversation", "judge=local", "objective=grpo"]
+    rewards = "env.rewards=[{name: length_penalty, weight: 1.0, kwargs: {min_len: 1, max_len: 9}}]"
+    assert problem_lines(compose(*overrides, rewards, "env.max_turns=0")) == [
+        "env.max_turns=0: expected null (each scenario's turns) or an integer >= 1",
+    ]
+    assert problem_lines(compose(*overrides, rewards)) == [
+        "env.rewards[0].kwargs.unit: missing (a reward has no defaults in code: set unit in its YAML entry)",
+    ]
+
+
 @pytest.mark.parametrize(
     "evaluator",
     ["rolemrc", "rolebench", "mmrole", "mmrole_rm", "rpgbench", "characterllm", "conversation", "general"],
@@ -231,6 +289,30 @@ def test_a_settings_class_converts_and_refuses_by_annotation():
     ]
 
 
+@dataclass(frozen=True, kw_only=True)
+class Pointing(Settings):
+    pair: tuple[int, float]
+    other: str
+
+    def problems(self):
+        if self.other == "bad":
+            return [Elsewhere("other_group.key=1: expected 2 (read here as x.other)"), "pair: a message of its own"]
+        return []
+
+
+def test_a_problem_about_another_group_s_key_is_not_prefixed():
+    assert Pointing.parse({"pair": [1, 2], "other": "ok"}, "x") == Pointing(pair=(1, 2.0), other="ok")
+    with pytest.raises(ConfigError) as error:
+        Pointing.parse({"pair": [1, 2], "other": "bad"}, "x")
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "other_group.key=1: expected 2 (read here as x.other)",
+        "x.pair: a message of its own",
+    ]
+    for pair in ([1], [1, "a"], [1.5, 2]):
+        with pytest.raises(ConfigError, match=r"x.pair=.*: expected a list of 2: an integer, a finite number$"):
+            Pointing.parse({"pair": pair, "other": "ok"}, "x")
+
+
 def settings_classes() -> list[type]:
     """Every typed settings class the training stage, a registered evaluator, probe or objective reads, with
     those nested in them."""
@@ -270,10 +352,12 @@ def test_no_settings_class_declares_a_default_in_code():
     """Each default lives in the YAML alone: a default in a settings class (the judge's and generation's
     included) would be a second one."""
     from rpbench.models.generation import GenerationOptions
+    from rpbench.objectives.config import ObjectiveConfig
+    from rpbench.objectives.grpo import GRPOConfig
     from rpbench.scoring.judge.client import JudgeConfig
 
     classes = settings_classes()
-    assert len(classes) > 20 and GenerationOptions in classes
+    assert len(classes) > 20 and {GenerationOptions, ObjectiveConfig, GRPOConfig} <= set(classes)
     classes += [JudgeConfig]
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
 

@@ -52,7 +52,8 @@ def refused_at_startup(compose, *overrides: str) -> str:
         ("objective.grad_accum=0", "objective.grad_accum=0: expected an integer >= 1"),
         ("objective.epochs=0", "objective.epochs=0: expected an integer >= 1"),
         ("data.val_fraction=1.5", "data.val_fraction=1.5: expected a held-out share, 0 <= f < 1"),
-        ("objective.lr=abc", "objective.lr='abc': expected a number > 0"),
+        ("objective.lr=abc", "objective.lr='abc': expected a finite number"),
+        ("objective.lr=0", "objective.lr=0.0: expected a number > 0"),
         ("seed=abc", "seed='abc': expected an integer from 0 to 4294967295"),
     ],
 )

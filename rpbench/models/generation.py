@@ -77,12 +77,10 @@ class GenerationOptions(Settings):
             found.append(("cache", f"one of {', '.join(KV_CACHES)}"))
         return found
 
-    def invalid(self, names: Mapping[str, str]) -> list[str]:
-        """The problems of options built from other settings (an objective's), as messages naming those
-        settings' keys (``names``: option -> key; an option not in it is named as itself)."""
-        return [
-            f"{names.get(key, key)}={getattr(self, key)!r}: expected {expected}" for key, expected in self.problems()
-        ]
+    def problems_as(self, names: Mapping[str, str]) -> list[tuple[str, str]]:
+        """The problems of options built from other settings (an objective's), as (key, expected) pairs naming
+        those settings' keys (``names``: option -> key; an option not in it is named as itself)."""
+        return [(names.get(key, key), expected) for key, expected in self.problems()]
 
     @property
     def sampling(self) -> bool:

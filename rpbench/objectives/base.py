@@ -147,7 +147,7 @@ class ObjectiveModule(L.LightningModule):
         tokenizers = dict(tokenizer) if isinstance(tokenizer, Mapping) else {name: tokenizer for name in models}
         self.model_names = list(models)
         self.tokenizer, self.tokenizers = tokenizers[self.model_names[0]], tokenizers
-        self.config = cfg if isinstance(cfg, ObjectiveConfig) else self.config_class.from_mapping(cfg)
+        self.config = cfg if isinstance(cfg, ObjectiveConfig) else self.config_class.parse(cfg, "objective")
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
         self.backward_factor = 1  # set for the run's strategy in on_fit_start

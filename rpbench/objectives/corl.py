@@ -55,6 +55,7 @@ from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.objectives.base import ObjectiveModule
+from rpbench.objectives.config import once_per_key
 from rpbench.objectives.grpo import (
     GroupSamplingConfig,
     GRPOModule,
@@ -77,6 +78,7 @@ from rpbench.objectives.sampling import (
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.scoring.rewards import RewardFn, build_reward_fns, reward_problems, score_rewards, weighted_sum
+from rpbench.typed import Problem
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +132,8 @@ class CoRLConfig(GroupSamplingConfig):
     reasoning_temperature: float
     generation_cache: str
     gather_per_batch: bool
-    reasoner_rewards: list[dict[str, Any]]
-    dialogue_rewards: list[dict[str, Any]]
+    reasoner_rewards: tuple[Mapping[str, Any], ...]
+    dialogue_rewards: tuple[Mapping[str, Any], ...]
     score_batch_size: int
     score_max_length: int
     reasoner_init_from: str | None
@@ -142,7 +144,7 @@ class CoRLConfig(GroupSamplingConfig):
         """The thought, pxy and judge templates: rpbench's, or the authors' from ``prompts.source``."""
         return remid_prompts(self.prompts_source)
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         found = super().problems()
         for key in (
             "iterations",
@@ -152,19 +154,23 @@ class CoRLConfig(GroupSamplingConfig):
             "score_batch_size",
             "score_max_length",
         ):
-            if int(getattr(self, key)) < 1:
-                found.append(f"{key} must be an integer >= 1, got {getattr(self, key)}")
-        found += reward_problems(self.reasoner_rewards, "objective.reasoner_rewards")
-        found += reward_problems(self.dialogue_rewards, "objective.dialogue_rewards")
+            if getattr(self, key) < 1:
+                found.append((key, "an integer >= 1"))
+        found += reward_problems(self.reasoner_rewards, "reasoner_rewards")
+        found += reward_problems(self.dialogue_rewards, "dialogue_rewards")
         if self.shared_base and self.reasoner_init_from:
-            found.append("reasoner_init_from needs two models: set objective.shared_base=false")
+            found.append(("reasoner_init_from", "null with objective.shared_base=true (a reasoner of its own: false)"))
         reasoner_length = {"max_new_tokens": "reasoner_max_completion_length"}
-        found += self.generation(REASONER).invalid({**ROLLOUT_KEYS, **reasoner_length})
-        found += self.generation(DIALOGUE).invalid({**ROLLOUT_KEYS, "max_new_tokens": "dialogue_max_completion_length"})
-        found += self.reasoning_generation().invalid(
-            {**ROLLOUT_KEYS, **reasoner_length, "temperature": "reasoning_temperature"}
-        )
-        return found
+        rollouts = [  # the phases' options share keys: each is reported once
+            *self.generation(REASONER).problems_as({**ROLLOUT_KEYS, **reasoner_length}),
+            *self.generation(DIALOGUE).problems_as(
+                {**ROLLOUT_KEYS, "max_new_tokens": "dialogue_max_completion_length"}
+            ),
+            *self.reasoning_generation().problems_as(
+                {**ROLLOUT_KEYS, **reasoner_length, "temperature": "reasoning_temperature"}
+            ),
+        ]
+        return once_per_key(found, rollouts)
 
     def max_completion_length(self, phase: str) -> int:
         return int(self.reasoner_max_completion_length if phase == REASONER else self.dialogue_max_completion_length)

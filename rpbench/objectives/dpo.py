@@ -41,6 +41,7 @@ from rpbench.objectives.reference import (
     sample_fingerprint,
 )
 from rpbench.objectives.registry import OBJECTIVES
+from rpbench.typed import Problem
 
 REFERENCE_CACHE_NAME = "reference_logps.json"
 VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")
@@ -59,16 +60,16 @@ class DPOConfig(ObjectiveConfig):
     ref_cache: str | None
     pair_layout: str
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         found = super().problems()
         if self.pair_layout not in PAIR_LAYOUTS:
-            found.append(f"pair_layout={self.pair_layout!r}: choose one of {PAIR_LAYOUTS}")
+            found.append(("pair_layout", f"one of {', '.join(PAIR_LAYOUTS)}"))
         if self.loss_type not in DPO_LOSS_TYPES:
-            found.append(f"loss_type={self.loss_type!r}: choose one of {DPO_LOSS_TYPES}")
+            found.append(("loss_type", f"one of {', '.join(DPO_LOSS_TYPES)}"))
         if self.sft_weight < 0:
-            found.append(f"sft_weight must be >= 0, got {self.sft_weight}")
+            found.append(("sft_weight", "a number >= 0"))
         if not found:
-            try:  # the loss checks beta and label_smoothing against the loss type
+            try:  # the loss checks beta and label_smoothing against the loss type (its message starts with the key)
                 zero = torch.zeros(1)
                 smoothing = self.label_smoothing
                 dpo_loss(zero, zero, zero, zero, beta=self.beta, loss_type=self.loss_type, label_smoothing=smoothing)

@@ -46,7 +46,7 @@ from rpbench.models.generation import GenerationOptions, decode_completion, defa
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.models.zero3 import is_partitioned
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveConfig, once_per_key
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, scenario_of, session_metrics
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
@@ -69,6 +69,7 @@ from rpbench.objectives.sampling import (
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
+from rpbench.typed import Elsewhere, Problem
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:
@@ -269,26 +270,26 @@ class GroupSamplingConfig(ObjectiveConfig):
     backward_chunk_size: int | None
     clip_grad_norm: float | None
 
-    def problems(self) -> list[str]:
-        found = super().problems()
-        if self.grad_accum != 1 or self.max_grad_norm:
-            found.append(
-                f"objective={self.name} optimises manually: keep objective.grad_accum=1 and "
-                "objective.max_grad_norm=null; use objective.backward_chunk_size and objective.clip_grad_norm instead"
-            )
+    def problems(self) -> list[Problem]:
+        manual = f"objective={self.name} optimises manually"
+        found: list[Problem] = []
+        if self.grad_accum != 1:
+            found.append(("grad_accum", f"1, as {manual}; objective.backward_chunk_size splits a step instead"))
+        if self.max_grad_norm is not None:
+            found.append(("max_grad_norm", f"null, as {manual}; objective.clip_grad_norm clips instead"))
         if self.num_generations < 2:
-            found.append(f"num_generations must be >= 2 (advantages compare completions), got {self.num_generations}")
+            found.append(("num_generations", "an integer >= 2 (advantages compare completions)"))
         if self.mu < 1:
-            found.append(f"mu must be >= 1, got {self.mu}")
+            found.append(("mu", "an integer >= 1"))
         if self.loss_aggregation not in AGGREGATION_MODES:
-            found.append(f"loss_aggregation must be one of {AGGREGATION_MODES}, got {self.loss_aggregation!r}")
+            found.append(("loss_aggregation", f"one of {', '.join(AGGREGATION_MODES)}"))
         if self.advantage_scale not in ADVANTAGE_SCALES:
-            found.append(f"advantage_scale must be one of {ADVANTAGE_SCALES}, got {self.advantage_scale!r}")
+            found.append(("advantage_scale", f"one of {', '.join(ADVANTAGE_SCALES)}"))
         if not self.temperature > 0:
-            found.append("temperature must be > 0: a group of greedy completions is identical")
-        if self.backward_chunk_size is not None and int(self.backward_chunk_size) < 1:
-            found.append(f"backward_chunk_size must be >= 1 or null, got {self.backward_chunk_size}")
-        return found
+            found.append(("temperature", "a number > 0 (a group of greedy completions is identical)"))
+        if self.backward_chunk_size is not None and self.backward_chunk_size < 1:
+            found.append(("backward_chunk_size", "null (all at once) or an integer >= 1"))
+        return once_per_key(found, super().problems())  # grad_accum and max_grad_norm: the rule above
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,33 +298,36 @@ class GRPOConfig(GroupSamplingConfig):
 
     max_completion_length: int
     beta: float
-    rewards: list[dict[str, Any]]
+    rewards: tuple[Mapping[str, Any], ...]
     rollout_backend: str
     generation_cache: str
     gather_per_batch: bool
     vllm_gpu_memory_utilization: float
     env: Mapping[str, Any]  # the env group (``${env}``): none, or conversation (whole sessions)
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         found = super().problems()
         if self.beta < 0:
-            found.append(f"beta must be >= 0, got {self.beta}")
-        if self.env["name"] == "conversation":
-            try:
-                found += reward_problems(self.conversation_env().rewards, "env.rewards")
-            except ConfigError as error:
-                found.append(str(error))
-            if self.rollout_backend != "hf":
-                found.append(
-                    "env=conversation rolls out with the policy's own generate: set objective.rollout_backend=hf"
-                )
-        elif self.env["name"] != "none":
-            found.append(f"env must be none or conversation, got {self.env['name']!r}")
+            found.append(("beta", "a number >= 0 (0: no KL term)"))
         if self.rollout_backend not in ROLLOUT_BACKENDS:
-            found.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS}, got {self.rollout_backend!r}")
-        found += reward_problems(self.rewards, "objective.rewards")
-        found += self.generation().invalid(ROLLOUT_KEYS)
-        return found
+            found.append(("rollout_backend", f"one of {', '.join(ROLLOUT_BACKENDS)}"))
+        elif self.env["name"] == "conversation" and self.rollout_backend != "hf":
+            found.append(("rollout_backend", "hf with env=conversation (sessions roll out with the policy's generate)"))
+        if self.env["name"] == "conversation":
+            found += self.env_problems()
+        elif self.env["name"] != "none":
+            found.append(Elsewhere(f"env.name={self.env['name']!r}: expected none or conversation (objective=grpo)"))
+        found += reward_problems(self.rewards, "rewards")
+        return once_per_key(found, self.generation().problems_as(ROLLOUT_KEYS))
+
+    def env_problems(self) -> list[Problem]:
+        """What is wrong with ``env=conversation``'s settings and rewards, named as the user sets them
+        (``env.*``: ``objective.env`` only holds ``${env}``)."""
+        found: list[str] = []
+        env = ConversationEnvSettings.collect(self.env, "env", found)
+        if env is not None:
+            found += reward_problems(env.rewards, "env.rewards")
+        return [Elsewhere(problem) for problem in found]
 
     def update(self) -> UpdateSettings:
         """How a generation batch updates the policy."""

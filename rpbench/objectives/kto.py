@@ -27,10 +27,11 @@ from rpbench.data.collate import pad_collate
 from rpbench.data.records import LabelledExample
 from rpbench.models.forward import sequence_logps
 from rpbench.objectives.base import ObjectiveModule
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveConfig, once_per_key
 from rpbench.objectives.losses import kto_kl, kto_loss
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
+from rpbench.typed import Problem
 
 VALIDATION_SUMS = ("loss", "desirable_rewards", "desirable", "undesirable_rewards", "undesirable", "kl", "batches")
 
@@ -43,19 +44,16 @@ class KTOConfig(ObjectiveConfig):
     desirable_weight: float
     undesirable_weight: float
 
-    def problems(self) -> list[str]:
-        found = super().problems()
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if self.batch_size < 2:  # in place of the shared rule (>= 1)
+            found.append(("batch_size", "an integer >= 2 (the KL estimate pairs prompts with other samples' replies)"))
         if not self.beta > 0:
-            found.append(f"beta must be > 0, got {self.beta}")
+            found.append(("beta", "a number > 0"))
         for key in ("desirable_weight", "undesirable_weight"):
             if getattr(self, key) < 0:
-                found.append(f"{key} must be >= 0, got {getattr(self, key)}")
-        if int(self.batch_size) < 2:
-            found.append(
-                f"batch_size must be >= 2 (the KL estimate pairs prompts with other samples' completions), "
-                f"got {self.batch_size}"
-            )
-        return found
+                found.append((key, "a number >= 0"))
+        return once_per_key(found, super().problems())
 
 
 @OBJECTIVES.register("kto")

@@ -18,6 +18,7 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule
 from rpbench.objectives.losses import orpo_loss
 from rpbench.objectives.registry import OBJECTIVES
+from rpbench.typed import Problem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,12 +28,12 @@ class ORPOConfig(ObjectiveConfig):
     beta: float
     pair_layout: str
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         found = super().problems()
         if self.pair_layout not in PAIR_LAYOUTS:
-            found.append(f"pair_layout={self.pair_layout!r}: choose one of {PAIR_LAYOUTS}")
+            found.append(("pair_layout", f"one of {', '.join(PAIR_LAYOUTS)}"))
         if not self.beta > 0:
-            found.append(f"beta (the odds-ratio weight) must be > 0, got {self.beta}")
+            found.append(("beta", "a number > 0 (the odds-ratio weight)"))
         return found
 
 

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule, preference_terms
 from rpbench.objectives.registry import OBJECTIVES
+from rpbench.typed import Problem
 
 
 def simpo_loss(
@@ -54,16 +55,16 @@ class SimPOConfig(ObjectiveConfig):
     cpo_alpha: float
     pair_layout: str
 
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Problem]:
         found = super().problems()
         if self.pair_layout not in PAIR_LAYOUTS:
-            found.append(f"pair_layout={self.pair_layout!r}: choose one of {PAIR_LAYOUTS}")
+            found.append(("pair_layout", f"one of {', '.join(PAIR_LAYOUTS)}"))
         if self.cpo_alpha < 0:
-            found.append(f"cpo_alpha must be >= 0, got {self.cpo_alpha}")
+            found.append(("cpo_alpha", "a number >= 0"))
         if self.gamma_beta_ratio < 0:
-            found.append(f"gamma_beta_ratio must be >= 0, got {self.gamma_beta_ratio}")
+            found.append(("gamma_beta_ratio", "a number >= 0"))
         if not found:
-            try:  # the loss checks beta and label_smoothing
+            try:  # the loss checks beta and label_smoothing (its message starts with the key)
                 zero = torch.zeros(1)
                 simpo_loss(zero, zero, beta=self.beta, gamma=self.gamma, label_smoothing=self.label_smoothing)
             except ValueError as error:

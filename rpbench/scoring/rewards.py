@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any, ClassVar
 
+from rpbench.data.errors import ConfigError
 from rpbench.registry import Registry
 from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
@@ -299,7 +300,10 @@ def read_entries(cfg: Sequence[Mapping[str, Any]], where: str) -> list[RewardEnt
         _check_kwargs(obj, kwargs, at)
         kwargs = dict(kwargs)
         if getattr(obj, "opens_judge", False) and isinstance(kwargs.get("judge"), Mapping):
-            kwargs["judge"] = JudgeConfig.parse(kwargs["judge"], f"{at}.kwargs.judge")
+            problems: list[str] = []  # each starts with its key, as reward_problems' callers report them
+            kwargs["judge"] = JudgeConfig.collect(kwargs["judge"], f"{at}.kwargs.judge", problems)
+            if kwargs["judge"] is None:
+                raise ConfigError("; ".join(problems))
         if any(e.name == name for e in entries):
             raise ValueError(f"{at}.name: reward {name!r} appears twice; give one entry another name")
         entries.append(RewardEntry(name, float(weight), obj, kwargs))

@@ -240,7 +240,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
         (["objective=grpo", "judge=none"], "env.judge"),
         (["objective=grpo", "env.simulator.server=tiny-qwen2"], "env.simulator.server"),
         (["objective=grpo", "data.val_fraction=0.5"], "no reference to hold out a loss on; set data.val_fraction=0"),
-        (["objective=grpo", "objective.rollout_backend=vllm"], "objective.rollout_backend=hf"),
+        (["objective=grpo", "objective.rollout_backend=vllm"], "objective.rollout_backend='vllm': expected hf"),
     ],
 )
 def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message):

@@ -309,7 +309,7 @@ def test_experiment_configs_compose(compose, model_name):
     assert cfg.objective.name == "corl" and cfg.objective.data_split == "test" and cfg.data.allow_overlap
     assert cfg.objective.judge_model == cfg.model.name_or_path
     assert cfg.model.lora.r == 16 and cfg.model.lora.alpha == 32
-    CoRLModule.config_class.from_mapping(OmegaConf.to_container(cfg.objective, resolve=True))  # typed: accepted
+    CoRLModule.config_class.parse(OmegaConf.to_container(cfg.objective, resolve=True), "objective")  # accepted
     assert compose("experiment=rpgbench_corl_qwen3-4b", "model=llama3-8b").model.name == "llama3-8b"
 
 

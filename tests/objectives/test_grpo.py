@@ -253,15 +253,15 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("objective.grad_accum=2", "objective=grpo optimises manually"),
-        ("objective.max_grad_norm=1.0", "objective=grpo optimises manually"),
-        ("objective.temperature=0", "temperature must be > 0"),
-        ("objective.num_generations=1", "num_generations must be >= 2"),
-        ("objective.loss_aggregation=sum", "loss_aggregation must be one of"),
-        ("objective.advantage_scale=rank", "advantage_scale must be one of"),
-        ("objective.rollout_backend=sglang", "rollout_backend must be one of"),
-        ("objective.generation_cache=paged", "generation_cache=.paged.: expected one of dynamic, static"),
-        ("+objective.precompute_ref=true", r"unknown keys \['precompute_ref'\]; valid keys: \[.*'mu'"),
+        ("objective.grad_accum=2", "objective.grad_accum=2: expected 1, as objective=grpo optimises manually"),
+        ("objective.max_grad_norm=1.0", "objective.max_grad_norm=1.0: expected null, as objective=grpo optimises"),
+        ("objective.temperature=0", r"objective.temperature=0.0: expected a number > 0"),
+        ("objective.num_generations=1", r"objective.num_generations=1: expected an integer >= 2"),
+        ("objective.loss_aggregation=sum", "objective.loss_aggregation='sum': expected one of token_mean, "),
+        ("objective.advantage_scale=rank", "objective.advantage_scale='rank': expected one of group, batch, none"),
+        ("objective.rollout_backend=sglang", "objective.rollout_backend='sglang': expected one of hf, vllm"),
+        ("objective.generation_cache=paged", "objective.generation_cache='paged': expected one of dynamic, static"),
+        ("+objective.precompute_ref=true", r"objective.precompute_ref: unknown key; valid keys: .*, mu, "),
     ],
 )
 def test_invalid_settings_fail_at_construction(compose, override, message):

@@ -89,8 +89,8 @@ def test_training_step_matches_trl_loss_on_full_logits(tmp_path):
 
 
 def test_a_batch_of_one_is_refused():
-    with pytest.raises(ValueError, match=r"batch_size must be >= 2"):
-        KTOModule.config_class.from_mapping(objective_settings("kto", batch_size=1))
+    with pytest.raises(ValueError, match=r"objective.batch_size=1: expected an integer >= 2 \(the KL estimate"):
+        KTOModule.config_class.parse(objective_settings("kto", batch_size=1), "objective")
 
 
 @pytest.mark.slow

@@ -85,10 +85,10 @@ def test_a_simpo_step_is_trls_loss_with_its_nll_term():
 
 
 def test_invalid_settings_are_named():
-    with pytest.raises(ValueError, match="cpo_alpha must be >= 0"):
-        SimPOConfig.from_mapping(objective_settings("simpo", cpo_alpha=-1.0))
-    with pytest.raises(ValueError, match="label_smoothing"):
-        SimPOConfig.from_mapping(objective_settings("simpo", label_smoothing=0.5))
+    with pytest.raises(ValueError, match=r"objective.cpo_alpha=-1.0: expected a number >= 0"):
+        SimPOConfig.parse(objective_settings("simpo", cpo_alpha=-1.0), "objective")
+    with pytest.raises(ValueError, match=r"objective.label_smoothing must lie in \[0, 0.5\), got 0.5"):
+        SimPOConfig.parse(objective_settings("simpo", label_smoothing=0.5), "objective")
 
 
 def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_path):

@@ -241,7 +241,7 @@ def test_grpo_startup_names_a_reward_kwarg_missing_from_the_yaml():
     without_unit = {**penalty, "kwargs": {k: v for k, v in penalty["kwargs"].items() if k != "unit"}}
     cut = [without_unit if e is penalty else e for e in entries]
     with pytest.raises(ValueError, match=r"objective.rewards\[2\]\.kwargs\.unit: missing"):
-        GRPOConfig.from_mapping(objective_settings("grpo", rewards=cut))
+        GRPOConfig.parse(objective_settings("grpo", rewards=cut), "objective")
 
 
 def test_score_rewards_rejects_bad_outputs():

@@ -7,7 +7,6 @@ what is allowed (the allowed names come from the registries and config groups th
 
 from __future__ import annotations
 
-import math
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -56,17 +55,6 @@ def _integer(value: Any) -> int | None:
     return None
 
 
-def _number(value: Any) -> float | None:
-    """``value`` as a finite float (a numeric string too), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _check(problems: Problems, cfg: DictConfig, key: str, ok: Callable[[Any], bool], expected: str) -> None:
     """Add a problem when the run config's ``key`` (dotted) fails ``ok``."""
     value = OmegaConf.select(cfg, key)
@@ -82,18 +70,6 @@ def _at_least(minimum: int, optional: bool = False) -> Callable[[Any], bool]:
         return number is not None and number >= minimum
 
     return ok
-
-
-def _in_range(low: float, high: float, high_inclusive: bool) -> Callable[[Any], bool]:
-    def ok(value: Any) -> bool:
-        number = _number(value)
-        return number is not None and low <= number and (number <= high if high_inclusive else number < high)
-
-    return ok
-
-
-def _name(optional: bool) -> Callable[[Any], bool]:
-    return lambda value: (optional and value is None) or (isinstance(value, str) and bool(value.strip()))
 
 
 def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) -> bool:
@@ -167,7 +143,7 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
     return OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
 
 
-def check_env(cfg: DictConfig, problems: Problems) -> None:
+def check_env(cfg: DictConfig, problems: Problems, data: DataSpec | None) -> None:
     """``env``: an environment the objective rolls out in (its ``environments``), on scenario data, with a
     usable judge (it plays the user). The environment's own settings are the objective's (``objective.env``)."""
     name, objective = str(cfg.env.name), str(cfg.objective.name)
@@ -179,13 +155,13 @@ def check_env(cfg: DictConfig, problems: Problems) -> None:
             f"env={name}: objective={objective} rolls out in no environment; choose objective={'|'.join(able)}"
         )
         return
-    if str(cfg.data.format) != "conversation":
+    if data is not None and data.format != "conversation":
         problems.append(
-            f"env={name} trains on conversation scenarios (data=conversation), got data.format={cfg.data.format}"
+            f"env={name} trains on conversation scenarios (data=conversation), got data.format={data.format}"
         )
-    if _number(cfg.data.val_fraction):
+    if data is not None and data.val_fraction:
         problems.append(
-            f"data.val_fraction={cfg.data.val_fraction}: env={name}'s scenarios have no reference to hold out a "
+            f"data.val_fraction={data.val_fraction}: env={name}'s scenarios have no reference to hold out a "
             "loss on; set data.val_fraction=0"
         )
     judge = check_judge(OmegaConf.to_container(cfg.env.judge, resolve=True), "env.judge", problems)
@@ -284,7 +260,7 @@ def validate(cfg: DictConfig) -> RunSpec:
     data = data_spec_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
-    check_env(cfg, problems)
+    check_env(cfg, problems, data)
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
     evaluator = check_evaluator(cfg, problems, data, judge)
     problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))

@@ -1,6 +1,7 @@
-"""The bundled conversation scenarios (``data=sample_conversation``), written for rpbench: two each for a
-character of the RoleMRC (Mara Voss), MMRole (Bertram Hale) and RPGBench (Greta Holm) samples, in the
-``conversation`` format (rpbench/data/conversation.py). ``scripts.sample_data`` writes them."""
+"""The bundled conversation scenarios (``data=sample_conversation``), written for rpbench: for a character
+of each of the RoleMRC (Mara Voss), MMRole (Bertram Hale) and RPGBench (Greta Holm) samples, two to evaluate
+(``scenarios.jsonl``, the test split) and two others to train on (``train-scenarios.jsonl``, env=conversation),
+in the ``conversation`` format (rpbench/data/conversation.py). ``scripts.sample_data`` writes them."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ CARDS = {
     ),
 }
 # id, character, persona, goal, opening, turns
-SCENARIOS = [
+TEST_SCENARIOS = [
     (
         "rolemrc-mara-lighthouse",
         "Mara Voss",
@@ -76,8 +77,60 @@ SCENARIOS = [
 ]
 
 
-def conversation_records() -> dict[str, Any]:
-    rows = [
+TRAIN_SCENARIOS = [
+    (
+        "rolemrc-mara-storm",
+        "Mara Voss",
+        "Ben, a weekend sailor who wants to take his new dinghy out despite a storm warning; stubborn.",
+        "Get the captain's blessing to sail out this afternoon (she should talk him out of it).",
+        "Captain, the sky looks fine to me. Surely a little wind never hurt anyone?",
+        3,
+    ),
+    (
+        "rolemrc-mara-satellite",
+        "Mara Voss",
+        "Iris, a radio hobbyist who asks about everything electronic.",
+        "Find out what the captain thinks of satellite weather forecasts (she knows nothing of them).",
+        "Do you trust the satellite forecasts, Captain, or do you read the clouds?",
+        2,
+    ),
+    (
+        "mmrole-bertram-wedding",
+        "Bertram Hale",
+        "Clara, a nervous bride-to-be ordering a cake for a small village wedding.",
+        "Agree on a cake for forty guests that fits a modest budget.",
+        "Mr Hale, I'm getting married in June and I have no idea what cake to order!",
+        3,
+    ),
+    (
+        "mmrole-bertram-stockmarket",
+        "Bertram Hale",
+        "Victor, a city banker passing through who talks only about investments.",
+        "Get Bertram's advice on which shares to buy (he knows nothing of the stock market).",
+        "Tell me, baker, where would you put your money these days, tech stocks or bonds?",
+        2,
+    ),
+    (
+        "rpgbench-greta-river",
+        "Greta Holm",
+        "Orin, a young river trader on his first trip downstream; eager and a little naive.",
+        "Learn which river merchants in Amberford can be trusted.",
+        "Good evening! I'm new to the river trade. Whom should I deal with in this town?",
+        3,
+    ),
+    (
+        "rpgbench-greta-faraway",
+        "Greta Holm",
+        "Selene, a traveller from a distant empire who assumes everyone has seen the world.",
+        "Get Greta to describe the capital of a faraway empire (she has never left the kingdom).",
+        "You must have been to the Ivory Capital across the sea. Is it as grand as they say?",
+        2,
+    ),
+]
+
+
+def scenario_rows(scenarios: list[tuple]) -> list[dict[str, Any]]:
+    return [
         {
             "id": rid,
             "character": name,
@@ -87,6 +140,12 @@ def conversation_records() -> dict[str, Any]:
             "opening": opening,
             "turns": turns,
         }
-        for rid, name, persona, goal, opening, turns in SCENARIOS
+        for rid, name, persona, goal, opening, turns in scenarios
     ]
-    return {"conversation/scenarios.jsonl": rows}
+
+
+def conversation_records() -> dict[str, Any]:
+    return {
+        "conversation/scenarios.jsonl": scenario_rows(TEST_SCENARIOS),
+        "conversation/train-scenarios.jsonl": scenario_rows(TRAIN_SCENARIOS),
+    }

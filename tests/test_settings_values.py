@@ -414,6 +414,26 @@ def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
         assert reward_problems(objectives[option][key], f"objective.{key}") == []
 
 
+def test_every_key_of_every_data_config_is_read():
+    """A data config's key is a typed DataSpec field, a reader option, or read by another group's YAML
+    (``${data.<key>}``): anything else would be a setting that silently does nothing."""
+    import re
+
+    from rpbench.data.spec import READER_OPTIONS, DataSpec
+
+    elsewhere = {
+        match
+        for path in CONF_DIR.rglob("*.yaml")
+        if path.relative_to(CONF_DIR).parts[0] != "data"
+        for match in re.findall(r"\bdata\.(\w+)", path.read_text())
+    }
+    read = {field.name for field in dataclasses.fields(DataSpec)} - {"options"} | set(READER_OPTIONS) | elsewhere
+    options = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml"))
+    unread = {option: sorted(set(group_values("data", option, "data")) - read) for option in options}
+    assert len(options) > 15 and {option: keys for option, keys in unread.items() if keys} == {}
+    assert "remid_estimator" in elsewhere and "max_prompt_length" in elsewhere  # the scan finds what it should
+
+
 def test_a_key_read_nowhere_is_found():
     from rpbench.scoring.judge.client import JudgeConfig
 

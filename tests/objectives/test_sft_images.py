@@ -124,7 +124,7 @@ def test_image_settings_that_cannot_work_are_configuration_errors(compose):
         "objective.packing=true: model=tiny-qwen2-vl takes images": [*vl, "objective.packing=true"],
         "model.freeze_vision=True: model=tiny-qwen2 has no vision tower": ["+model.freeze_vision=true"],
         "model.freeze_vision=false with model.lora": [*vl, "model.freeze_vision=false", "model.lora={r: 4}"],
-        "data.images='sometimes': choose one of keep, drop": ["data.images=sometimes"],
+        "data.images='sometimes': expected one of keep, drop": ["data.images=sometimes"],
     }
     for message, overrides in cases.items():
         with pytest.raises(ConfigError) as caught:

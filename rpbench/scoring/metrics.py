@@ -29,11 +29,6 @@ from typing import Any
 
 import sacrebleu
 import torch
-from nltk.stem.porter import PorterStemmer
-from nltk.tokenize import NLTKWordTokenizer
-from nltk.tokenize.punkt import PunktSentenceTokenizer
-from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
-from rouge_score import rouge_scorer, tokenizers
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from rpbench.registry import Registry
@@ -148,8 +143,8 @@ def corpus_bleu(predictions: Sequence[str], references: Sequence[str], tokenize:
 # --------------------------------------------------------------------------------------------- ROUGE
 
 
-class CJKRougeTokenizer(tokenizers.Tokenizer):
-    """rouge-score's default tokenizer, extended beyond ASCII.
+class CJKRougeTokenizer:
+    """rouge-score's default tokenizer, extended beyond ASCII (rouge-score takes any object with ``tokenize``).
 
     On ASCII text it is identical to rouge-score's (lowercase, alphanumeric runs, Porter stem of tokens
     longer than 3 characters). rouge-score drops every other character, scoring CJK text 0; here each
@@ -157,6 +152,8 @@ class CJKRougeTokenizer(tokenizers.Tokenizer):
     """
 
     def __init__(self, use_stemmer: bool = True):
+        if use_stemmer:
+            from nltk.stem.porter import PorterStemmer
         self._stemmer = PorterStemmer() if use_stemmer else None
 
     def tokenize(self, text: str) -> list[str]:
@@ -188,6 +185,8 @@ def rouge(
         raise ValueError(f"unknown ROUGE types {sorted(unknown)}; known: {list(ROUGE_TYPES)}")
     if order not in ROUGE_ORDERS:
         raise ValueError(f"ROUGE order: expected one of {ROUGE_ORDERS}, got {order!r}")
+    from rouge_score import rouge_scorer  # imports nltk: loaded when first scored
+
     scorer = rouge_scorer.RougeScorer(list(types), tokenizer=CJKRougeTokenizer())
     pairs = zip(predictions, references) if order == "response_first" else zip(references, predictions)
     scores = [scorer.score(first, second) for first, second in pairs]
@@ -209,8 +208,15 @@ for _type in ROUGE_TYPES:
 
 # -------------------------------------------------------------------------------------------- METEOR
 
-_TREEBANK = NLTKWordTokenizer()
-_SENTENCES = PunktSentenceTokenizer()
+
+@functools.cache
+def _tokenizers() -> tuple[Any, Any]:
+    """nltk's punkt sentence splitter (untrained) and Treebank word tokenizer, built once (nltk is imported
+    when text is first tokenised: a run without METEOR never loads it)."""
+    from nltk.tokenize import NLTKWordTokenizer
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+
+    return PunktSentenceTokenizer(), NLTKWordTokenizer()
 
 
 def word_tokenize(text: str) -> list[str]:
@@ -222,12 +228,15 @@ def word_tokenize(text: str) -> list[str]:
     and sentence starters: "Dr. Smith" becomes two sentences, so "Dr" and "." are two tokens where
     nltk keeps "Dr."). CJK characters are separate tokens (nltk keeps CJK runs whole).
     """
-    return [tok for sentence in _SENTENCES.tokenize(space_cjk(text)) for tok in _TREEBANK.tokenize(sentence)]
+    sentences, words = _tokenizers()
+    return [tok for sentence in sentences.tokenize(space_cjk(text)) for tok in words.tokenize(sentence)]
 
 
 @METRICS.register("meteor")
 def meteor(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
     """nltk METEOR per sample (alpha 0.9, beta 3, gamma 0.5; exact, Porter-stem and WordNet matches)."""
+    from nltk.translate.meteor_score import meteor_score as nltk_meteor_score
+
     check_pairs(predictions, references)
     wordnet = load_wordnet()
     return [

@@ -28,9 +28,11 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import nltk
-from nltk.corpus.reader.wordnet import WordNetCorpusReader
+if TYPE_CHECKING:  # nltk is imported when WordNet is looked for: a run without METEOR never loads it
+    import nltk
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
 SETTING = "RPBENCH_WORDNET"
 SYSTEM_WORDNET = Path("/usr/share/wordnet")
@@ -116,6 +118,8 @@ def cache_dir() -> Path:
 def find_wordnet() -> tuple[str | nltk.data.PathPointer, str]:
     """(corpus root for NLTK's reader, the place it was found: ``RPBENCH_WORDNET``, ``nltk``, ``system``),
     searching in the order of the module docstring."""
+    import nltk
+
     explicit = os.environ.get(SETTING)
     if explicit:
         missing = missing_files(Path(explicit))
@@ -149,6 +153,8 @@ def lexnames_text() -> str:
 def readable_root(folder: Path) -> str:
     """``folder`` when it has ``lexnames`` (nltk's layout), else its copy with one in the cache; either way
     registered on ``nltk.data.path``."""
+    import nltk
+
     if (folder / "lexnames").is_file():
         root = folder.resolve()
     else:
@@ -181,16 +187,20 @@ def _build(source: Path, target: Path) -> None:
             raise
 
 
-class WordNet30Reader(WordNetCorpusReader):
-    """NLTK's WordNet reader for a WordNet 3.0 database, without the OMW version mapping."""
+def wordnet_reader(root: str | nltk.data.PathPointer) -> WordNetCorpusReader:
+    """NLTK's WordNet reader for the WordNet 3.0 database at ``root``, without the OMW version mapping."""
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
-    def map_wn(self, version: str = "wordnet") -> None:
-        return None
+    class WordNet30Reader(WordNetCorpusReader):
+        def map_wn(self, version: str = "wordnet") -> None:
+            return None
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The multilingual functions are not available")
+        return WordNet30Reader(root, None)
 
 
 @functools.lru_cache(maxsize=1)
-def load_wordnet() -> WordNet30Reader:
+def load_wordnet() -> WordNetCorpusReader:
     """The English WordNet 3.0 reader (read once per process)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The multilingual functions are not available")
-        return WordNet30Reader(find_wordnet()[0], None)
+    return wordnet_reader(find_wordnet()[0])

@@ -48,7 +48,7 @@ def write_database(folder: Path, files: dict[str, bytes], lexnames: bool) -> Pat
 
 
 def reads_wordnet(root) -> bool:
-    reader = wordnet.WordNet30Reader(root, None)
+    reader = wordnet.wordnet_reader(root)
     return reader.synset("dog.n.01").lexname() == "noun.animal" and reader.get_version() == "3.0"
 
 

@@ -28,9 +28,8 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 from tqdm.auto import tqdm
 
 from rpbench.data.errors import ConfigError, RpbenchError
@@ -38,8 +37,10 @@ from rpbench.scoring.endpoints import api_key, endpoint_identity
 from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 from rpbench.typed import Problem, Settings, as_dict
 
+if TYPE_CHECKING:  # openai is imported when a request is made: a run without a judge never loads it
+    import openai
+
 RETRY_STATUS = {408, 409, 429}
-FATAL_ERRORS = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
 BACKENDS = ("none", "openai", "vllm", "local")
 # The endpoint a local judge's cache entries are keyed by: its server's port changes every run, and the model
 # name it answers to (the served model's identity) already tells its weights apart.
@@ -249,6 +250,8 @@ class JudgeClient:
         desc: str = "judge",
         on_result: Callable[[int, JudgeResult], None] | None = None,
     ) -> list[JudgeResult]:
+        import openai
+
         api = openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
         )
@@ -318,6 +321,8 @@ class JudgeClient:
     async def _request_with_retries(
         self, api: openai.AsyncOpenAI, request: JudgeRequest, sampling: Mapping[str, Any]
     ) -> JudgeResult:
+        import openai
+
         for attempt in range(self.config.max_retries + 1):
             self.stats.requests += 1
             try:
@@ -325,7 +330,7 @@ class JudgeClient:
                     model=self.config.model, messages=list(request.messages), n=1, **sampling
                 )
                 result = read_completion(raw.text, raw.headers.get("content-type"))
-            except FATAL_ERRORS as error:
+            except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
                 raise JudgeConfigError(
                     f"{self.label}: the endpoint refused the request ({type(error).__name__}, "
                     f"status {error.status_code}): check {self.label}.model and the API key"
@@ -346,6 +351,8 @@ class JudgeClient:
         """Exponential backoff with jitter, or longer when the reply's Retry-After asks (up to the cap)."""
         ceiling = min(self.config.backoff_max_s, self.config.backoff_initial_s * 2**attempt)
         backoff = ceiling * (0.5 + random.random() / 2)
+        import openai
+
         asked = retry_after_s(error.response.headers) if isinstance(error, openai.APIStatusError) else None
         return backoff if asked is None else max(backoff, min(asked, self.config.retry_after_max_s))
 
@@ -472,12 +479,16 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
 
 
 def _retryable(error: Exception) -> bool:
+    import openai
+
     if isinstance(error, (openai.APIConnectionError, BadReply)):  # includes timeouts
         return True
     return isinstance(error, openai.APIStatusError) and (error.status_code in RETRY_STATUS or error.status_code >= 500)
 
 
 def _describe(error: Exception) -> str:
+    import openai
+
     if isinstance(error, openai.APITimeoutError):
         return "timeout"
     if isinstance(error, openai.APIStatusError):

@@ -261,7 +261,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         saved = None
         if "train" in results:  # the evaluated model's export (model/, or model/<name>/ for several)
             saved = out_dir / "model" / next(iter(models)) if len(models) > 1 else out_dir / "model"
-        model = for_inference(model, tokenizer, spec.model, cfg.trainer, saved)
+        model = for_inference(model, tokenizer, spec.model, spec.trainer.values, saved)
     evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger)
     if evaluator != "none":
         results["eval"] = evaluate(evaluation)

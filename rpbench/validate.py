@@ -29,7 +29,7 @@ from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
-from rpbench.training.options import trainer_problems
+from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
 from rpbench.training.spec import TrainingSpec, training_spec
 from rpbench.typed import Settings
@@ -246,6 +246,7 @@ class RunSpec:
     training: TrainingSpec | None  # the training stage's settings; None: nothing trains
     data: DataSpec  # the data stage's settings (read by training, evaluation and the probes too)
     model: Mapping[str, Any]  # the run's model config, resolved: pointed at init_from's saved model when set
+    trainer: TrainerOptions  # the trainer group (training's strategy; the device evaluation and probes run on)
 
 
 def validate(cfg: DictConfig) -> RunSpec:
@@ -269,9 +270,17 @@ def validate(cfg: DictConfig) -> RunSpec:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     model = types.MappingProxyType(model_config(cfg))
-    training = None if objective is None else training_spec(cfg, objective, data, model)  # values checked above
+    trainer = TrainerOptions(OmegaConf.to_container(cfg.trainer, resolve=True))
+    training = None if objective is None else training_spec(cfg, objective, data, model, trainer)  # checked above
     return RunSpec(
-        objective=objective, evaluator=evaluator, probe=probe, training=training, judge=judge, data=data, model=model
+        objective=objective,
+        evaluator=evaluator,
+        probe=probe,
+        training=training,
+        judge=judge,
+        data=data,
+        model=model,
+        trainer=trainer,
     )
 
 

@@ -80,7 +80,7 @@ def main() -> None:
         for i in range(args.sessions)
     ]
     model, tokenizer = build_models(spec.training, spec.model)["policy"]
-    model = for_inference(model, tokenizer, spec.model, cfg.trainer, None)
+    model = for_inference(model, tokenizer, spec.model, spec.trainer.values, None)
     with scratch as tmp, open_judge(spec.judge, local_judge) as judge:
         ctx = eval_context(spec, model, tokenizer, examples, Path(tmp), None)
         with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:

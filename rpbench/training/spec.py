@@ -70,10 +70,10 @@ def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> 
 
 
 def training_spec(
-    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: Mapping[str, Any]
+    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: Mapping[str, Any], trainer: TrainerOptions
 ) -> TrainingSpec:
-    """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data`` and run
-    ``model`` config; a ConfigError naming each key whose value cannot be read."""
+    """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data``, run ``model``
+    config and ``trainer`` options; a ConfigError naming each key whose value cannot be read."""
     problems: list[str] = []
     run = _picked(RunSettings, cfg, "", problems)
     export = _picked(ExportSettings, cfg.export, "export", problems)
@@ -84,7 +84,7 @@ def training_spec(
         split=str(objective.data_split or objective_class(objective.name).data_split),
         data=data,
         model=model,
-        trainer=TrainerOptions(_plain(cfg.trainer)),
+        trainer=trainer,
         run=run,
         export=export,
         fingerprint=types.MappingProxyType(training_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS})),

@@ -1,9 +1,9 @@
 """The ``${rpb.*}`` OmegaConf resolvers the configs use (registered on ``import rpbench``):
 
-- ``${rpb.run_name:objective,model,data,init_from,probe,judge,task_overrides}``: a run's name,
+- ``${rpb.run_name:objective,model,data,init_from,probe,judge,env,task_overrides}``: a run's name,
   ``<objective>-<model>-<data>``, then what else tells it apart: ``-<file stem>`` for each data file given on
   the command line (``data.files.<split>=...``), ``-from-<run>`` for ``init_from`` (the earlier run's name),
-  ``-probe-<probe>``, ``-judge-<backend>``;
+  ``-env-<env>`` for a training environment, ``-probe-<probe>``, ``-judge-<backend>``;
 - ``${rpb.slurm_tasks:devices}`` / ``${rpb.slurm_gpus:accelerator,devices}``: Slurm tasks and GPUs per node
   from the trainer (one task per device, as Lightning requires under Slurm).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 
-def run_name(objective, model, data, init_from, probe, judge, task_overrides) -> str:
+def run_name(objective, model, data, init_from, probe, judge, env, task_overrides) -> str:
     parts = [str(objective), str(model), str(data)]
     for override in task_overrides or []:
         key, _, value = str(override).lstrip("+").partition("=")
@@ -25,6 +25,8 @@ def run_name(objective, model, data, init_from, probe, judge, task_overrides) ->
         from rpbench.data.files import run_label  # here: importing rpbench.data on `import rpbench` is heavy
 
         parts.append(f"from-{run_label(init_from)}")
+    if str(env) != "none":
+        parts.append(f"env-{env}")
     if str(probe) != "none":
         parts.append(f"probe-{probe}")
     if str(judge) != "none":

@@ -1,4 +1,5 @@
-"""Run names tell runs apart: probe, judge, data files given on the command line, the run started from."""
+"""Run names tell runs apart: environment, probe, judge, data files given on the command line, the run started
+from."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ import pytest
         (("objective=none", "probe=topk_freq"), "none-tiny-qwen2-sample-probe-topk_freq"),
         (("objective=none", "probe=compare", "probe.runs=[a,b]"), "none-tiny-qwen2-sample-probe-compare"),
         (("objective=none", "judge=local"), "none-tiny-qwen2-sample-judge-local"),
+        (
+            ("objective=grpo", "env=conversation", "data=sample_conversation", "judge=local"),
+            "grpo-tiny-qwen2-sample_conversation-env-conversation-judge-local",
+        ),
         (("data.files.train=/data/my_chats.jsonl",), "sft-tiny-qwen2-sample-my_chats"),
         (("objective=dpo", "data.files.pairs=prefs.v2.json"), "dpo-tiny-qwen2-sample-prefs.v2"),
         (("run_name=mine", "probe=topk_freq"), "mine"),  # a name given is kept

@@ -42,8 +42,9 @@ echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.pref
 
 # DeepSpeed's C++ ops that it otherwise compiles on first use (a minute or more each on 2 cores): CPU Adam
 # (ZeRO-Offload's optimizer) and, under its CPU accelerator, the shared-memory collectives. Built once now
-# into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions).
-"$py" - <<'EOF' || echo "install.sh: DeepSpeed's ops were not prebuilt; they compile on first use" >&2
+# into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), with the ninja of the
+# entered environment (first on PATH once it is activated): a ninja of another version rebuilds them.
+PATH="$(cd "$(dirname "$py")" && pwd):$PATH" "$py" - <<'EOF' || echo "install.sh: DeepSpeed's ops were not prebuilt; they compile on first use" >&2
 from deepspeed.accelerator import get_accelerator
 for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
     builder = get_accelerator().create_op_builder(name)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from rpbench.data.errors import ConfigError
 from rpbench.data.files import package_path
 from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.supervision import SUPERVISE_WHOLE
@@ -105,14 +104,19 @@ class DataSpec(Settings):
         return replace(self, files=types.MappingProxyType(dict(files)))
 
 
+def _grouped(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The data group's plain values with the keys DataSpec does not type gathered under ``options``."""
+    typed = {f.name for f in fields(DataSpec)} - {"options"}
+    grouped = {key: value for key, value in values.items() if key in typed}
+    if isinstance(grouped.get("files"), Mapping):
+        grouped["files"] = types.MappingProxyType(dict(grouped["files"]))
+    options = {key: value for key, value in values.items() if key not in typed}
+    return {**grouped, "options": types.MappingProxyType(options)}
+
+
 def data_spec_problems(values: Mapping[str, Any], problems: list[str]) -> DataSpec | None:
     """The typed ``data`` group of plain ``values`` (the group resolved), or None with its problems added."""
-    typed = {f.name for f in fields(DataSpec)} - {"options"}
-    options = {key: value for key, value in values.items() if key not in typed}
-    picked = {key: value for key, value in values.items() if key in typed}
-    if isinstance(picked.get("files"), Mapping):
-        picked["files"] = types.MappingProxyType(dict(picked["files"]))
-    return DataSpec.collect({**picked, "options": types.MappingProxyType(options)}, "data", problems)
+    return DataSpec.collect(_grouped(values), "data", problems)
 
 
 def data_spec(values: Mapping[str, Any]) -> DataSpec:
@@ -120,10 +124,5 @@ def data_spec(values: Mapping[str, Any]) -> DataSpec:
     ConfigError naming every bad key."""
     from omegaconf import OmegaConf
 
-    if OmegaConf.is_config(values):
-        values = OmegaConf.to_container(values, resolve=True)
-    problems: list[str] = []
-    spec = data_spec_problems(values, problems)
-    if spec is None:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return spec
+    plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
+    return DataSpec.parse(_grouped(plain), "data")

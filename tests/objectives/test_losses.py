@@ -147,6 +147,7 @@ DPO_CASES = [
     ("sigmoid", 0.1, 0.1, "aot"),
     ("sigmoid", 0.3, 0.25, "aot"),
     ("exo_pair", 0.1, 1e-3, "exo_pair"),
+    ("exo_pair", 0.5, 0.2, "exo_pair"),
     ("nca_pair", 0.1, 0.0, "nca_pair"),
     ("bco_pair", 0.1, 0.0, "bco_pair"),
     ("sppo_hard", 0.1, 0.0, "sppo_hard"),

@@ -1,6 +1,7 @@
 """The DPO loss types added for TRL parity, ORPO's odds-ratio term and KTO's loss against small cases computed
-by hand, and ORPO's against TRL's own ``odds_ratio_loss``. TRL's own loss code checks the DPO loss types in
-tests/objectives/test_losses.py (``DPOTrainer._compute_loss``, one case per type) and KTO's in test_kto.py."""
+by hand, and ORPO's and KTO's against TRL's own loss code (``ORPOTrainer.odds_ratio_loss``,
+``KTOTrainer._compute_loss``). TRL's ``DPOTrainer._compute_loss`` checks the DPO loss types in
+tests/objectives/test_losses.py (``test_dpo_loss_matches_trl``, one or more cases per type)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from rpbench.objectives.losses import dpo_loss, kto_kl, kto_loss, orpo_loss
 
@@ -85,35 +85,6 @@ def test_orpo_hand_computed_and_stable_near_zero():
 # -- KTO ----------------------------------------------------------------------------------------------
 
 
-def trl_kto(policy, ref, policy_kl, ref_kl, label, beta, desirable_weight, undesirable_weight):
-    """TRL's KTOTrainer loss: the KL estimate from the mismatched pairs, then the chosen losses followed by
-    the rejected ones, each weighted."""
-    kl = (policy_kl - ref_kl).mean().detach().clamp(min=0)
-    chosen = [i for i in range(len(label)) if label[i]]
-    rejected = [i for i in range(len(label)) if not label[i]]
-    chosen_logratios = policy[chosen] - ref[chosen]
-    rejected_logratios = policy[rejected] - ref[rejected]
-    chosen_losses = 1 - F.sigmoid(beta * (chosen_logratios - kl))
-    rejected_losses = 1 - F.sigmoid(beta * (kl - rejected_logratios))
-    return torch.cat((desirable_weight * chosen_losses, undesirable_weight * rejected_losses)), chosen, rejected
-
-
-@pytest.mark.parametrize(("shift", "weights"), [(0.0, (1.0, 1.0)), (5.0, (1.0, 1.33)), (-5.0, (0.7, 1.0))])
-def test_kto_matches_trl_formula(shift, weights):
-    policy, ref = -20 + 10 * torch.rand(N, dtype=torch.float64), -20 + 10 * torch.rand(N, dtype=torch.float64)
-    policy_kl, ref_kl = policy.roll(1) + shift, ref.roll(1)  # mismatched pairs: (x_i, y_{i-1})
-    label = [True, False, True, True, False, False]
-    desirable = torch.tensor(label)
-    kl = kto_kl(policy_kl, ref_kl)
-    losses, rewards = kto_loss(
-        policy, ref, desirable, kl, beta=0.1, desirable_weight=weights[0], undesirable_weight=weights[1]
-    )
-    expected, chosen, rejected = trl_kto(policy, ref, policy_kl, ref_kl, label, 0.1, *weights)
-    assert torch.allclose(torch.cat((losses[chosen], losses[rejected])), expected, rtol=1e-12)
-    assert losses.mean().item() == pytest.approx(expected.mean().item())
-    assert torch.allclose(rewards, 0.1 * (policy - ref))
-
-
 def test_kto_hand_computed():
     """Log-ratios 2 (desirable) and 1 (undesirable); mismatched log-ratios 0.5 and 1.5: KL 1; beta 1."""
     policy, ref = torch.tensor([2.0, 1.0]), torch.zeros(2)
@@ -128,3 +99,54 @@ def test_kto_hand_computed():
         policy, ref, torch.tensor([True, True]), negative, beta=1.0, desirable_weight=1.0, undesirable_weight=1.0
     )
     assert clamped[0].item() == pytest.approx(1 - 1 / (1 + math.exp(-2)))
+
+
+def test_kto_matches_trl_kto_trainer_loss():
+    """TRL's own ``KTOTrainer._compute_loss`` (trainer made without ``__init__``, given the attributes it
+    reads) on a tiny random Llama with TRL's fused LM head and precomputed reference log-probs, against
+    ``kto_kl`` and ``kto_loss`` on the same sequences' log-probs."""
+    from collections import defaultdict
+
+    from accelerate import Accelerator
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import KTOTrainer
+    from trl.trainer.utils import add_fused_lm_head
+
+    from rpbench.models.forward import sequence_logps
+
+    torch.manual_seed(5)
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    model = LlamaForCausalLM(config).eval()
+    rows, seq = 4, 10
+    ids, kl_ids = torch.randint(0, 64, (rows, seq)), torch.randint(0, 64, (rows, seq))
+    completion = torch.zeros(rows, seq, dtype=torch.long)
+    for r, (start, end) in enumerate([(3, 9), (2, 10), (4, 8), (3, 10)]):
+        completion[r, start:end] = 1
+    attention = torch.ones(rows, seq, dtype=torch.long)
+
+    def logps(input_ids):
+        labels = input_ids.masked_fill(completion == 0, -100)
+        batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels,
+                 "position_ids": torch.arange(seq).expand(rows, seq)}
+        with torch.no_grad():
+            return sequence_logps(model, batch)[0].double()
+
+    policy, policy_kl = logps(ids), logps(kl_ids)
+    ref, ref_kl = policy - 1 + 2 * torch.rand(rows, dtype=torch.float64), policy_kl - 2 * torch.rand(rows)
+    label = torch.tensor([True, False, True, False])
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "mean_logits", "is_top1"))
+    trainer = KTOTrainer.__new__(KTOTrainer)
+    trainer.model, trainer.accelerator = model, Accelerator(cpu=True)
+    trainer.aux_loss_enabled, trainer.precompute_ref_logps, trainer.calculate_KL = False, True, True
+    trainer.loss_type, trainer.beta, trainer.desirable_weight, trainer.undesirable_weight = "kto", 0.3, 1.0, 1.33
+    trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
+    trainer._total_train_tokens, trainer._tp_size = 0, 1
+    inputs = {"input_ids": ids, "attention_mask": attention, "completion_mask": completion, "KL_input_ids": kl_ids,
+              "KL_attention_mask": attention, "KL_completion_mask": completion, "label": label,
+              "ref_logps": ref.float(), "ref_KL_logps": ref_kl.float()}
+    with torch.no_grad():
+        expected = trainer._compute_loss(model, inputs, return_outputs=False)
+    losses, _ = kto_loss(policy, ref, label, kto_kl(policy_kl, ref_kl), beta=0.3, desirable_weight=1.0,
+                         undesirable_weight=1.33)
+    assert losses.mean().item() == pytest.approx(expected.item(), rel=1e-4)

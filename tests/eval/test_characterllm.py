@@ -11,9 +11,9 @@ import pytest
 
 from conftest import chat_stub, run_in_process
 from rpbench.data import readers
+from rpbench.data.characterllm_prompts import DEFAULTS
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import package_path
-from rpbench.data.characterllm_prompts import DEFAULTS
 from rpbench.eval.benchmarks.characterllm import parse_score
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/characterllm")

@@ -52,6 +52,7 @@ STATISTICS = [
     ("evaluator.radar_metric=bleurt", "evaluator.radar_metric='bleurt': expected null or a metric name"),
     ("evaluator.bleu.empty=skip", "evaluator.bleu.empty='skip': expected one of drop, zero"),
     ("evaluator.rougeLsum.order=any", "evaluator.rougeLsum.order='any': expected one of"),
+    ("evaluator.rouge.tokenizer=spacy", "evaluator.rouge.tokenizer='spacy': expected one of rouge_score, cjk"),
 ]
 ENDPOINTS = [
     ("evaluator.backend=endpoint", "evaluator.endpoint.base_url=None: expected set with backend=endpoint"),

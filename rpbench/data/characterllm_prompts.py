@@ -14,7 +14,11 @@ metrics.json). Where the authors keep them:
   ``data/seed_data/prompts/prompt_score_llm_<aspect>.txt`` (agent_name, agent_context, loc_time, status,
   interactions); the judge reasons, then gives a score from 1 to 7 alone on the last line;
 - ``status`` and ``loc_time``: the interview's scene, assigned in ``run_api_interview_single.py``
-  (status has the slot name).
+  (status has the slot name);
+- ``judge_system``: the judge's system message (``sys_prompt`` of the scoring call in
+  ``run_api_score_single.py``; the Turns scoring script sends the same);
+- ``interviewer_system``: the interviewer's system message (the default of ``decoder_for_openai`` in
+  ``api_call_util.py``, which the interviewer calls without one).
 
 The ``.txt`` templates are read whole (stripped, as the authors read them); the scene strings with the
 lead's ``rpbench.data.templates`` loader.
@@ -91,6 +95,8 @@ DEFAULTS: dict[str, str] = {
         "tells him everything {name} knows."
     ),
     "loc_time": "A coffee shop, in the afternoon",
+    "judge_system": "You are an assistant who answers carefully and correctly.",
+    "interviewer_system": "You are an assistant who helps.",
 }
 
 _TEXT_FILES = {
@@ -101,6 +107,9 @@ _TEXT_FILES = {
 _SCENE = {
     "status": Released("run_api_interview_single.py", "status"),
     "loc_time": Released("run_api_interview_single.py", "loc_time"),
+    "judge_system": Released("run_api_score_single.py", "sys_prompt"),
+    # the first assignment takes the caller's system prompt; the second is the default
+    "interviewer_system": Released("api_call_util.py", "sys_prompt_content", occurrence=1),
 }
 
 

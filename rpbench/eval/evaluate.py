@@ -29,7 +29,7 @@ from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.scoring.metrics import compute_metrics, corpus_bleu, load_bertscorer
+from rpbench.scoring.metrics import ROUGE_TYPES, compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)
@@ -100,14 +100,18 @@ def reference_metrics(
 def metric_conventions(
     names: Sequence[str], options: Mapping[str, Mapping[str, Any]], per_sample: Mapping[str, Sequence[Any]]
 ) -> dict[str, Any]:
-    """How BLEU treats samples without tokens (and how many it left out) and ROUGE-Lsum's argument order,
-    as configured (``evaluator.bleu.empty``, ``evaluator.rougeLsum.order``)."""
+    """How BLEU treats samples without tokens (and how many it left out), ROUGE's tokenizer and ROUGE-Lsum's
+    argument order, as configured (``evaluator.bleu.empty``, ``evaluator.rouge.tokenizer``,
+    ``evaluator.rougeLsum.order``)."""
     found: dict[str, Any] = {}
     if "bleu" in names and "bleu" in options:
         found["bleu_empty"] = {
             "policy": options["bleu"]["empty"],
             "samples_without_value": sum(v is None for v in per_sample["bleu"]),
         }
+    rouge_options = [options[n] for n in names if n in ROUGE_TYPES and n in options]
+    if rouge_options:
+        found["rouge_tokenizer"] = rouge_options[0]["tokenizer"]
     if "rougeLsum" in names and "rougeLsum" in options:
         found["rougeLsum_order"] = options["rougeLsum"]["order"]
     return found

@@ -17,7 +17,7 @@ from rpbench.eval.stats import METHODS
 from rpbench.models.generation import GenerationOptions
 from rpbench.scoring.human_agreement import LEVELS
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS
+from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS, ROUGE_TOKENIZERS, ROUGE_TYPES
 from rpbench.typed import Problem, Settings, as_dict
 
 BACKENDS = ("local", "vllm", "endpoint")
@@ -131,6 +131,14 @@ class BleuOptions(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
+class RougeOptions(Settings):
+    tokenizer: str  # every ROUGE type's
+
+    def problems(self) -> list[Problem]:
+        return [] if self.tokenizer in ROUGE_TOKENIZERS else [("tokenizer", f"one of {', '.join(ROUGE_TOKENIZERS)}")]
+
+
+@dataclass(frozen=True, kw_only=True)
 class RougeLsumOptions(Settings):
     order: str
 
@@ -163,6 +171,7 @@ class EvaluatorSettings(Settings):
     generation: GenerationOptions
     metrics: tuple[str, ...]
     bleu: BleuOptions
+    rouge: RougeOptions
     rougeLsum: RougeLsumOptions
     bertscore: BERTScoreOptions
     bootstrap: Bootstrap
@@ -203,5 +212,7 @@ class EvaluatorSettings(Settings):
 
     def metric_options(self) -> dict[str, Mapping[str, Any]]:
         """Options per metric function, for the named metrics that take some."""
-        options = {"bleu": self.bleu, "rougeLsum": self.rougeLsum, "bertscore": self.bertscore}
-        return {name: as_dict(options[name]) for name in self.metrics if name in options}
+        options = {"bleu": as_dict(self.bleu), "bertscore": as_dict(self.bertscore)}
+        options.update({name: as_dict(self.rouge) for name in ROUGE_TYPES})
+        options["rougeLsum"] = {**options["rougeLsum"], **as_dict(self.rougeLsum)}
+        return {name: options[name] for name in self.metrics if name in options}

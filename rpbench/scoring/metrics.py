@@ -8,12 +8,16 @@ computes; ``evaluator.<metric>`` (if present) holds keyword options for one (BER
 - ``bleu``: RoleMRC's BLEU (Hugging Face ``evaluate``'s bleu per sample: 13a tokens, no smoothing,
   0-1, so a sample without a 4-gram match scores 0), the mean of which the paper reports. A sample with
   an empty prediction or reference has no value (None; ``empty="zero"`` scores it 0 instead).
-- ROUGE F1 with the released evaluation's argument order (``order="response_first"``, see ``rouge``).
+- ROUGE F1 with the released evaluation's argument order (``order="response_first"``, see ``rouge``) and
+  rouge-score's own tokenizer (``tokenizer="rouge_score"``, as the released RoleMRC and RoleBench
+  evaluations), or the CJK one (``tokenizer="cjk"``, ``CJKRougeTokenizer``).
 - ``bleu_smoothed``: sacrebleu sentence BLEU with exp smoothing and effective order, 0-100.
 - every other metric 0-1.
 
-Chinese, Japanese and Korean are tokenised alike by BLEU, ROUGE and METEOR: every Han, kana and Hangul
-character is a token of its own (``space_cjk``); text without such characters is unaffected.
+Chinese, Japanese and Korean are tokenised alike by BLEU, METEOR and ROUGE with ``tokenizer="cjk"``: every
+Han, kana and Hangul character is a token of its own (``space_cjk``); text without such characters is
+unaffected. rouge-score's own tokenizer keeps ASCII letters and digits only: it scores CJK text 0 and splits
+words at accented letters ("élève" -> "l", "ve").
 """
 
 from __future__ import annotations
@@ -144,7 +148,8 @@ def corpus_bleu(predictions: Sequence[str], references: Sequence[str], tokenize:
 
 
 class CJKRougeTokenizer:
-    """rouge-score's default tokenizer, extended beyond ASCII (rouge-score takes any object with ``tokenize``).
+    """rouge-score's default tokenizer, extended beyond ASCII (rouge-score takes any object with ``tokenize``);
+    ``rouge(..., tokenizer="cjk")``.
 
     On ASCII text it is identical to rouge-score's (lowercase, alphanumeric runs, Porter stem of tokens
     longer than 3 characters). rouge-score drops every other character, scoring CJK text 0; here each
@@ -164,6 +169,7 @@ class CJKRougeTokenizer:
 
 
 ROUGE_ORDERS = ("response_first", "reference_first")
+ROUGE_TOKENIZERS = ("rouge_score", "cjk")
 
 
 def rouge(
@@ -171,8 +177,13 @@ def rouge(
     references: Sequence[str],
     types: Sequence[str] = ROUGE_TYPES,
     order: str = "response_first",
+    tokenizer: str = "rouge_score",
 ) -> dict[str, list[float]]:
     """ROUGE F1 per sample with stemming; ROUGE-Lsum treats each line as a sentence.
+
+    ``tokenizer``: ``rouge_score`` (rouge-score's own, what the released RoleMRC and RoleBench evaluations
+    score with: ASCII letters and digits only) or ``cjk`` (``CJKRougeTokenizer``: CJK characters and
+    non-ASCII letters kept), the same on ASCII text.
 
     rouge-score's ``score(target, prediction)`` is called as the released RoleMRC evaluation calls it,
     with the response first (``order="response_first"``), or with the reference first
@@ -185,19 +196,27 @@ def rouge(
         raise ValueError(f"unknown ROUGE types {sorted(unknown)}; known: {list(ROUGE_TYPES)}")
     if order not in ROUGE_ORDERS:
         raise ValueError(f"ROUGE order: expected one of {ROUGE_ORDERS}, got {order!r}")
+    if tokenizer not in ROUGE_TOKENIZERS:
+        raise ValueError(f"ROUGE tokenizer: expected one of {ROUGE_TOKENIZERS}, got {tokenizer!r}")
     from rouge_score import rouge_scorer  # imports nltk: loaded when first scored
 
-    scorer = rouge_scorer.RougeScorer(list(types), tokenizer=CJKRougeTokenizer())
+    chosen = CJKRougeTokenizer() if tokenizer == "cjk" else None  # None: rouge-score's DefaultTokenizer
+    scorer = rouge_scorer.RougeScorer(list(types), use_stemmer=True, tokenizer=chosen)
     pairs = zip(predictions, references) if order == "response_first" else zip(references, predictions)
     scores = [scorer.score(first, second) for first, second in pairs]
     return {t: [float(s[t].fmeasure) for s in scores] for t in types}
 
 
 def rouge_metric(rouge_type: str):
-    """ROUGE F1 of one type per sample, as a metric function (``order``: see ``rouge``)."""
+    """ROUGE F1 of one type per sample, as a metric function (``order``, ``tokenizer``: see ``rouge``)."""
 
-    def metric(predictions: Sequence[str], references: Sequence[str], order: str = "response_first") -> list[float]:
-        return rouge(predictions, references, [rouge_type], order)[rouge_type]
+    def metric(
+        predictions: Sequence[str],
+        references: Sequence[str],
+        order: str = "response_first",
+        tokenizer: str = "rouge_score",
+    ) -> list[float]:
+        return rouge(predictions, references, [rouge_type], order, tokenizer)[rouge_type]
 
     return metric
 

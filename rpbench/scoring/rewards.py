@@ -106,8 +106,10 @@ def _checked_references(reward: str, completions: Sequence[str], references: Seq
 
 @REWARDS.register("rouge_l")
 def rouge_l(prompts, completions, references) -> list[float]:
-    """ROUGE-L F1 of each completion against its reference, in [0, 1]: the evaluation's own ROUGE-L."""
-    return rouge(completions, _checked_references("rouge_l", completions, references), ["rougeL"])["rougeL"]
+    """ROUGE-L F1 of each completion against its reference, in [0, 1], with the CJK tokenizer (a Chinese
+    completion is not rewarded 0): the evaluation's ROUGE-L on ASCII text (``evaluator.rouge.tokenizer``)."""
+    refs = _checked_references("rouge_l", completions, references)
+    return rouge(completions, refs, ["rougeL"], tokenizer="cjk")["rougeL"]
 
 
 @REWARDS.register("bleu")

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import chat_stub, run_in_process
 from rpbench.data import readers
+from rpbench.data.characterllm_prompts import DEFAULTS
 from rpbench.data.errors import DataFormatError
 from rpbench.data.files import package_path
 from rpbench.eval.benchmarks.characterllm import parse_score
@@ -77,6 +78,8 @@ def reply(body: dict) -> str:
         asked = text.count("Man (speaking):") - 1  # the questions so far, then the cue
         return f"Question number {asked}?\n\nA second paragraph the model never sees."
     criterion = re.search(r"\[Criterion\]\n(.+?) \(1-7\)", text).group(1)
+    if criterion == "Stability" and "Where did you grow up?" in text:  # single/Curie/0: no score
+        return "I cannot rate this."
     return f"The replies are as they are.\n{GIVEN[criterion]}\n{GIVEN[criterion]}"
 
 
@@ -121,11 +124,28 @@ def test_both_settings_are_interviewed_and_scored(tmp_path):
     second = {json.loads(line)["id"] for line in (run / "predictions_turns_2.jsonl").open()}
     assert second == {"turns/Curie/0#turn2", "turns/Darwin/0#turn2", "turns/Darwin/1#turn2"}
     interviewer = [r for r in requests if "Write only your next utterance" in r["messages"][-1]["content"]]
-    assert len(interviewer) == 6 and {r["temperature"] for r in interviewer} == {0.2}
+    assert len(interviewer) == 6 and {(r["temperature"], r["top_p"]) for r in interviewer} == {(0.2, 0.95)}
     judged = [r for r in requests if r not in interviewer]
+    # asked once each, the unreadable one too, as the authors' scoring scripts do (evaluator.judge_reask=false)
     assert len(judged) == 9 * 5 and {r["max_tokens"] for r in judged} == {512}
+    # a system message, then the prompt, as the authors send them (rpbench's wording by default)
+    assert {(r["messages"][0]["role"], r["messages"][0]["content"]) for r in judged} == {
+        ("system", DEFAULTS["judge_system"])
+    }
+    assert {r["messages"][0]["content"] for r in interviewer} == {DEFAULTS["interviewer_system"]}
+    assert all([m["role"] for m in r["messages"]] == ["system", "user"] for r in requests)
+    judgements = [json.loads(line) for line in (run / "judgements.jsonl").open()]
+    [unread] = [j for j in judgements if j["status"] != "ok"]
+    assert (unread["id"], unread["aspect"], unread["status"], unread["attempts"]) == (
+        "single/Curie/0",
+        "stability",
+        "parse_failure",
+        1,
+    )
+    assert table["single"]["aspects"]["stability"]["parse_failures"] == 1
     scores = [json.loads(line) for line in (run / "scores.jsonl").open()]
-    assert len(scores) == 9 and scores[0]["verdicts"] == aspects
+    assert len(scores) == 9 and scores[1]["verdicts"] == aspects
+    assert scores[0]["verdicts"] == {**aspects, "stability": None}
     agreement = results["judge_agreement"]  # the judge gave 6 for personality, 4 for memory
     assert (agreement["n_compared"], agreement["n_without_verdict"]) == (2, 0)
     assert agreement["mae"] == pytest.approx((abs(6 - 17 / 3) + abs(4 - 11 / 3)) / 2)
@@ -181,8 +201,15 @@ def test_the_authors_templates_are_read_from_a_clone_with_their_sha256(tmp_path)
     (tmp_path / "run_api_interview_single.py").write_text(
         "for name in names:\n    loc_time = 'A park - Morning'\n    status = f'{name} walks with a stranger.'\n"
     )
+    (tmp_path / "run_api_score_single.py").write_text("reply = ask('gpt', prompt, sys_prompt='Judge well.')\n")
+    (tmp_path / "api_call_util.py").write_text(
+        "def ask(model, prompt, sys_prompt=None):\n    if sys_prompt:\n        sys_prompt_content = sys_prompt\n"
+        "    else:\n        sys_prompt_content = 'Help.'\n"
+    )
     loaded = CharacterLLMPrompts.load(tmp_path)
     record = loaded.record()
+    assert (loaded.render("judge_system"), loaded.render("interviewer_system")) == ("Judge well.", "Help.")
+    assert record["judge_system"]["origin"] == "run_api_score_single.py:sys_prompt"
     assert record["score_memory"] == {
         "origin": f"{PROMPT_DIR}/prompt_score_llm_memory.txt",
         "sha256": hashlib.sha256(texts["score_memory"].encode()).hexdigest(),

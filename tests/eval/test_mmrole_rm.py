@@ -25,10 +25,11 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     ).examples
     by_prompt = {e.prompt[-1].content: e for e in held_out}
 
-    def review(body):  # exact reference reviews, but Fluency always (5, 10) and Tone Consistency unreadable
+    def review(body):  # exact reference reviews, but Fluency always 5, 10 and Tone Consistency unreadable
         example = by_prompt[body["messages"][-1]["content"]]
         metric = example.meta["metric"]
-        return {"Fluency": "Fine. [Scores]: (5, 10)", "Tone Consistency": "No score."}.get(metric, example.reference)
+        # the pair without parentheses: read by default (evaluator.score_parse=authors), as the authors' parser does
+        return {"Fluency": "Fine. [Scores]: 5, 10", "Tone Consistency": "No score."}.get(metric, example.reference)
 
     out = tmp_path / "run"
     with chat_stub(review) as srv:
@@ -49,6 +50,7 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     per_metric = found["per_metric"]
     assert found["metrics"] == list(METRICS) and found["parse_failures"] == 4
     assert (found["reference_judge"], found["parse_failure"]) == ("MMRole-Eval_RM", "random_score")
+    assert found["score_parse"] == "authors"
     assert per_metric["Tone Consistency"]["success_rate"] == 0.0 and found["overall"]["n_scored"] == 28
     ratios = [e.meta["score"][0] / e.meta["score"][1] for e in held_out if e.meta["metric"] == "Fluency"]
     fluency = per_metric["Fluency"]["scored_only"]["ratio"]
@@ -65,6 +67,7 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     report = (out / "report.md").read_text()
     assert "## MMRole-Eval reward model: agreement with MMRole-Eval_RM" in report and "GPT-4" not in report
     assert "4 unreadable, seed 0" in report and "| Tone Consistency | 4 | 0.00% |" in report
+    assert "Score pairs read as the authors' get_review_score reads it" in report
     # each of the 4 unreadable Tone Consistency reviews counted with a seeded random score in [0, 1)
     tone = [r for r in rows if r["metric"] == "Tone Consistency"]
     assert all(r["parsed"] is None and 0 <= r["score_counted"] < 1 for r in tone)

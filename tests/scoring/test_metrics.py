@@ -106,7 +106,7 @@ def test_japanese_bleu_and_rouge_split_every_character_alike():
     # prediction 猫が好きです (6 tokens) against 猫が大好きです (7): matches 6/6, 4/5, 2/4, 1/3; BP exp(1 - 7/6)
     [bleu] = paper_bleu(["猫が好きです"], ["猫が大好きです"])
     assert bleu == pytest.approx(math.exp(1 - 7 / 6) * (1 * 4 / 5 * 2 / 4 * 1 / 3) ** 0.25)
-    scores = rouge(["猫が好きです"], ["猫が大好きです"], ["rouge1", "rouge2"])
+    scores = rouge(["猫が好きです"], ["猫が大好きです"], ["rouge1", "rouge2"], tokenizer="cjk")
     assert scores["rouge1"] == [pytest.approx(12 / 13)]  # P 6/6, R 6/7
     assert scores["rouge2"] == [pytest.approx(8 / 11)]  # P 4/5, R 4/6
 
@@ -158,11 +158,58 @@ def test_rouge_scores_cjk_text():
     assert tokenizer.tokenize("Hello 世界, the cats!") == ["hello", "世", "界", "the", "cat"]
     assert tokenizer.tokenize("こんにちは") == list("こんにちは")
     # 4 shared characters of 6 and 5: P = 2/3, R = 4/5
-    scores = rouge(["他喜欢吃苹果"], ["他爱吃苹果"])
+    scores = rouge(["他喜欢吃苹果"], ["他爱吃苹果"], tokenizer="cjk")
     assert scores["rouge1"] == [pytest.approx(8 / 11)]
     assert scores["rouge2"][0] > 0  # 吃苹, 苹果
     default = rouge_scorer.RougeScorer(["rouge1"], use_stemmer=True).score("他爱吃苹果", "他喜欢吃苹果")
-    assert default["rouge1"].fmeasure == 0  # what the project's tokenizer fixes
+    assert default["rouge1"].fmeasure == 0  # what the CJK tokenizer fixes
+    assert rouge(["他喜欢吃苹果"], ["他爱吃苹果"], ["rouge1"])["rouge1"] == [0.0]  # the default is rouge-score's
+    with pytest.raises(ValueError, match="ROUGE tokenizer"):
+        rouge(["a"], ["a"], tokenizer="spacy")
+
+
+FRENCH = [
+    ("Le café est très chaud ce matin.", "Le thé était chaud hier soir."),
+    ("L'élève a réussi son épreuve de français.", "Les élèves ont préparé leur épreuve."),
+    ("Où est la gare, s'il vous plaît ?\nÀ côté du marché.", "La gare est à côté du marché.\nOù ça ?"),
+]
+
+
+def test_rouge_equals_rouge_score_on_accented_latin_text():
+    """The default tokenizer is rouge-score's own (the released RoleMRC and RoleBench evaluations'): on
+    French it splits words at accented letters; the CJK tokenizer keeps them whole and scores otherwise."""
+    types = ["rouge1", "rouge2", "rougeL", "rougeLsum"]
+    reference = rouge_scorer.RougeScorer(types, use_stemmer=True)
+    ours = rouge([p for p, _ in FRENCH], [r for _, r in FRENCH])
+    for i, (p, r) in enumerate(FRENCH):
+        assert {t: ours[t][i] for t in types} == {t: s.fmeasure for t, s in reference.score(p, r).items()}
+    # by hand: rouge-score's tokens [le caf est tr s chaud ce matin] and [le th tait chaud hier soir] share le,
+    # chaud: P 2/8, R 2/6, F1 2/7; whole words [le café est très chaud ce matin] / [le thé était chaud hier
+    # soir]: P 2/7, R 2/6, F1 4/13
+    assert ours["rouge1"][0] == pytest.approx(2 / 7)
+    cjk = rouge([p for p, _ in FRENCH], [r for _, r in FRENCH], ["rouge1"], tokenizer="cjk")["rouge1"]
+    assert cjk[0] == pytest.approx(4 / 13) and all(a != b for a, b in zip(cjk, ours["rouge1"]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "tokenizer"),
+    [
+        (["evaluator=rolemrc"], "rouge_score"),
+        (["evaluator=rolebench"], "rouge_score"),
+        (["evaluator=rpgbench", "evaluator.generalization.enabled=false"], "cjk"),  # multilingual
+    ],
+)
+def test_each_rouge_type_is_scored_with_the_configured_tokenizer(compose, tmp_path, overrides, tokenizer):
+    from conftest import evaluation_of
+
+    settings = evaluation_of(compose(*overrides), tmp_path).settings
+    options = settings.metric_options()
+    names = [t for t in ("rouge1", "rouge2", "rougeL", "rougeLsum") if t in settings.metrics]
+    assert names and all(options[n]["tokenizer"] == tokenizer for n in names)
+    [(p, r)] = FRENCH[:1]
+    values = compute_metrics([p], [r], names, options)
+    expected = {n: rouge([p], [r], [n], tokenizer=tokenizer)[n] for n in names}
+    assert values == expected and values["rougeL"] == [pytest.approx(2 / 7 if tokenizer == "rouge_score" else 4 / 13)]
 
 
 # -------------------------------------------------------------------------------------------- METEOR
@@ -294,7 +341,8 @@ def test_bertscore_falls_back_to_packaged_model_and_says_so():
 def test_compute_metrics_per_sample_by_hand():
     preds, refs = ["the black cat sat down", "猫が好きです"], ["the cat sat down quietly", "猫が大好きです"]
     names = ["bleu", "bleu_smoothed", "rouge1", "rouge2", "meteor"]
-    scores = compute_metrics(preds, refs, names)
+    cjk = {"tokenizer": "cjk"}
+    scores = compute_metrics(preds, refs, names, {"rouge1": cjk, "rouge2": cjk})
     assert list(scores) == names
     # English: matches 4/5, 2/4, 1/3, 0/2; BP 1. Unsmoothed BLEU 0; exp smoothing turns 0/2 into 1/(2*2)
     assert scores["bleu"][0] == 0.0

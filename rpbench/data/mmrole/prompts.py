@@ -200,9 +200,11 @@ _PAIR = re.compile(rf"^\s*\(\s*(?:[^,():]*:\s*)?{_NUMBER}\s*,\s*(?:[^,():]*:\s*)
 
 
 def parse_score_pair(text: str, low: float = 1.0, high: float = 10.0) -> tuple[float, float] | None:
-    """``(a, b)`` from a review ending in ``..., [Scores]: (a, b)``.
+    """``(a, b)`` from a review ending in ``..., [Scores]: (a, b)``: stricter than the authors'
+    ``get_review_score`` (``parse_score_pair_as_authors``).
 
-    The marker must occur exactly once and both scores must lie in [low, high]; otherwise None (a parse
+    The marker must occur exactly once, the pair must be in parentheses right after it (each number may
+    carry a label, ``Model A: 7``), and both scores must lie in [low, high]; otherwise None (a parse
     failure, never a guessed score).
     """
     if text.count(_SCORES_MARK) != 1:
@@ -214,3 +216,30 @@ def parse_score_pair(text: str, low: float = 1.0, high: float = 10.0) -> tuple[f
     if not all(math.isfinite(x) and low <= x <= high for x in (a, b)):
         return None
     return a, b
+
+
+def parse_score_pair_as_authors(text: str) -> tuple[float, float] | None:
+    """``(a, b)`` as the authors' ``get_review_score`` (``eval/RM_review.py``) reads it from a review.
+
+    The marker must occur exactly once; the first non-empty line after it, without its parentheses, must
+    split at commas into two fields; a field with a colon keeps the text between its first and second colon
+    (a label, ``A: 8``); each field must then be a Python float. No range check: ``[Scores]: 8, 7``,
+    ``(A: 8, B: 7)``, ``(0, 11)`` and ``(-2, 1e1)`` are read. Where the authors' scripts would go on with
+    a pair that has no score a/b, it is None here (a parse failure): a non-finite number (``nan``) or
+    b = 0 (their ``RM_result.py`` stops on the division).
+    """
+    if text.count(_SCORES_MARK) != 1:
+        return None
+    line = text.split(_SCORES_MARK, 1)[1].strip().split("\n", 1)[0]
+    fields = line.replace("(", "").replace(")", "").split(",")
+    if len(fields) != 2:
+        return None
+    try:
+        a, b = (float(f.split(":")[1] if ":" in f else f) for f in fields)
+    except ValueError:
+        return None
+    return (a, b) if math.isfinite(a) and math.isfinite(b) and b != 0 else None
+
+
+# How a review's score pair is read (``evaluator.score_parse`` of ``evaluator=mmrole_rm``).
+SCORE_PARSERS = {"authors": parse_score_pair_as_authors, "strict": parse_score_pair}

@@ -9,10 +9,13 @@ runs either or both settings:
   resumable, the interviewer's questions from the judge cache when it is on); transcripts in interviews.jsonl.
 
 The judge scores every interview on personality, hallucination, values, memory and stability, 1 to 7
-(``characterllm_prompts``; the score is the last digit after whitespace in its reply, as the authors'
-scoring scripts read it, re-asked when that is no 1-7). As the authors' scripts, a reply is scored as its
-first paragraph with ``*actions*`` removed, and a Turns reply enters the conversation as its first
-paragraph. Per setting: each aspect's mean with a bootstrap CI, and their average (Table 5's number).
+(``characterllm_prompts``; a system message, then the scoring prompt, as the authors' scoring scripts send
+them; the interviewer's requests too carry a system message). The score is the last digit after whitespace
+in its reply, as the authors' scripts read it; one that is no 1-7 is a parse failure, counted, asked once as
+the authors do (``evaluator.judge_reask=true`` re-asks up to ``judge.parse_tries``). As the authors'
+scripts, a reply is scored as its first paragraph with ``*actions*`` removed, and a Turns reply enters the
+conversation as its first paragraph. Per setting: each aspect's mean with a bootstrap CI, and their
+average (Table 5's number).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_j
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.scoring.judge.client import JudgeConfig, ParsedReply
 from rpbench.typed import Settings
 
 SCORE = re.compile(r"\s(\d)")
@@ -66,10 +69,13 @@ def interviewer_question(text: str) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Interviewer(Settings):
     temperature: float
+    top_p: float | None
     max_tokens: int
 
     def problems(self):
         found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            found.append(("top_p", "null or a number in (0, 1]"))
         return found + ([] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1")])
 
 
@@ -78,6 +84,7 @@ class CharacterLLMSettings(EvaluatorSettings):
     settings: tuple[str, ...]
     max_turns: int
     interviewer: Interviewer
+    judge_reask: bool  # re-ask an unreadable score (the authors ask once)
 
     needs_metrics = False  # judged alone
 
@@ -131,7 +138,8 @@ class CharacterLLM(Benchmark):
             if "turns" in chosen:
                 interviews += self.interview(ctx, chosen["turns"], client, prompts, results)
             write_jsonl(out_dir / "interviews.jsonl", interviews)
-            verdicts, judgements = score(client, prompts, interviews, client.config.max_tokens_for("characterllm"))
+            max_tokens = client.config.max_tokens_for("characterllm")
+            verdicts, judgements = score(client, prompts, interviews, max_tokens, ev.judge_reask)
             results["judge_usage"] = client.stats.as_dict()
         write_jsonl(out_dir / "judgements.jsonl", judgements)
         scores = [
@@ -183,23 +191,21 @@ class CharacterLLM(Benchmark):
         from rpbench.scoring.judge import JudgeClient, JudgeRequest
 
         ev = ctx.settings
-        sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=None)
+        sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=ev.interviewer.top_p)
         asker = JudgeClient(sampling)
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}
+        system = {"role": "system", "content": prompts.render("interviewer_system")}
+
+        def asking(e: EvalExample) -> dict[str, str]:
+            return {"role": "user", "content": interviewer_prompt(e, transcripts[e.id], prompts, loc_time)}
+
         stopped: dict[str, str] = {}
         try:
             for turn in range(1, ev.max_turns + 1):
                 active = [e for e in records if e.id not in stopped]
-                requests = [
-                    JudgeRequest(
-                        ({"role": "user", "content": interviewer_prompt(e, transcripts[e.id], prompts, loc_time)},),
-                        ev.interviewer.max_tokens,
-                        version,
-                    )
-                    for e in active
-                ]
+                requests = [JudgeRequest((system, asking(e)), ev.interviewer.max_tokens, version) for e in active]
                 asked = []
                 for e, reply in zip(active, asker.judge_many(requests, desc=f"interviewer, turn {turn}")):
                     question = interviewer_question(reply.text or "")
@@ -257,12 +263,14 @@ def _interview(e: EvalExample, turns: Sequence[tuple[str, str]], finished: bool)
 
 
 def score(
-    client: Any, prompts: CharacterLLMPrompts, interviews: Sequence[Mapping[str, Any]], max_tokens: int
+    client: Any, prompts: CharacterLLMPrompts, interviews: Sequence[Mapping[str, Any]], max_tokens: int, reask: bool
 ) -> tuple[dict[str, dict[str, int | None]], list[dict[str, Any]]]:
-    """Each interview's score per aspect (None: parse or request failure) and the judge's replies."""
+    """Each interview's score per aspect (None: parse or request failure) and the judge's replies; an
+    unreadable score is re-asked only with ``reask``."""
     from rpbench.scoring.judge import JudgeRequest
 
     loc_time = prompts.render("loc_time")
+    system = {"role": "system", "content": prompts.render("judge_system")}
     jobs, requests = [], []
     for interview in interviews:
         name = interview["character"]
@@ -278,8 +286,11 @@ def score(
             )
             jobs.append((interview["id"], aspect))
             version = f"characterllm-{aspect}-{template.sha256[:12]}"
-            requests.append(JudgeRequest(({"role": "user", "content": text},), max_tokens, version))
-    replies = client.judge_parsed(requests, parse_score, REASK, desc="judge (characterllm)")
+            requests.append(JudgeRequest((system, {"role": "user", "content": text}), max_tokens, version))
+    if reask:
+        replies = client.judge_parsed(requests, parse_score, REASK, desc="judge (characterllm)")
+    else:
+        replies = ask_once(client, requests)
     verdicts: dict[str, dict[str, int | None]] = {i["id"]: {} for i in interviews}
     judgements = []
     for (rid, aspect), reply in zip(jobs, replies):
@@ -295,6 +306,14 @@ def score(
             }
         )
     return verdicts, judgements
+
+
+def ask_once(client: Any, requests: Sequence[Any]) -> list[ParsedReply]:
+    """Each request asked once and its reply parsed (``parse_score``), as the authors' scoring scripts do."""
+    results = client.judge_many(requests, desc="judge (characterllm)")
+    return [
+        ParsedReply(None if r.error is not None else parse_score(r.text or ""), r.text, 1, r.error) for r in results
+    ]
 
 
 def summaries(

@@ -1,4 +1,5 @@
-"""Strict judge-reply parsers; the score parser is checked on every official MMRole-Eval review."""
+"""Judge-reply parsers; the MMRole-Eval score parsers (strict and the authors') are checked on every official
+review."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
+from rpbench.data.mmrole.prompts import SCORE_PARSERS, parse_score_pair_as_authors
 from rpbench.scoring.judge.parse import parse_score_pair, parse_verdict
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
@@ -56,8 +58,39 @@ def test_score_pair_parsing(text, pair):
     assert parse_score_pair(text) == pair
 
 
+@pytest.mark.parametrize(
+    ("text", "authors", "strict"),
+    [
+        # the authors' get_review_score (eval/RM_review.py) reads the first line after the marker without its
+        # parentheses, drops a label before a colon, and checks no range
+        ("Fine. [Scores]: 8, 7", (8.0, 7.0), None),
+        ("Fine. [Scores]: A: 8, B: 7", (8.0, 7.0), None),
+        ("Fine. [Scores]: (Model A: 8, Model B: 7)", (8.0, 7.0), (8.0, 7.0)),
+        ("Fine. [Scores]: (0, 11)", (0.0, 11.0), None),
+        ("Fine. [Scores]: (12, 10)", (12.0, 10.0), None),
+        ("Fine. [Scores]: (-2, 1e1)", (-2.0, 10.0), None),
+        ("Fine. [Scores]: (8, 10", (8.0, 10.0), None),
+        ("Fine. [Scores]:\n\n(6.5, 9)\nThanks.", (6.5, 9.0), (6.5, 9.0)),
+        # text after the pair on its line makes the second field no number for the authors
+        ("Fine. [Scores]: (8, 10) - both good", None, (8.0, 10.0)),
+        ("Fine. [Scores]: A: 8 B: 7", None, None),  # no comma: one field
+        ("Fine. [Scores]: (8, 9, 10)", None, None),
+        ("[Scores]: (8, 10) ... [Scores]: (9, 10)", None, None),  # the marker twice
+        ("No scores given.", None, None),
+        # no score a/b: the authors' RM_result.py stops on b = 0; nan has no ratio either
+        ("Fine. [Scores]: (5, 0)", None, None),
+        ("Fine. [Scores]: (nan, 5)", None, None),
+    ],
+)
+def test_score_pair_as_the_authors_read_it(text, authors, strict):
+    assert parse_score_pair_as_authors(text) == authors
+    assert parse_score_pair(text) == strict
+    assert SCORE_PARSERS["authors"](text) == authors and SCORE_PARSERS["strict"](text) == strict
+
+
 def check_reviews(release: Path) -> int:
-    """Parse every review text in a release's reviews folders against its recorded score; the count checked."""
+    """Parse every review text in a release's reviews folders against its recorded score with each parser
+    (the authors' wrote the scores); the count checked."""
     files = sorted(release.glob("in-test_reviews/*/*.json"))
     assert len(files) == 9
     checked = 0
@@ -65,7 +98,8 @@ def check_reviews(release: Path) -> int:
         for record in json.loads(path.read_text()):
             for metric, review in record["rm_review"].items():
                 if "review" in review:
-                    assert parse_score_pair(review["review"]) == tuple(review["score"]), (path, record["id"], metric)
+                    for mode, parse in SCORE_PARSERS.items():
+                        assert parse(review["review"]) == tuple(review["score"]), (mode, path, record["id"], metric)
                     checked += 1
     return checked
 

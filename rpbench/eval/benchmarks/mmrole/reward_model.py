@@ -2,8 +2,10 @@
 held-out samples, agrees with the reference judge: GPT-4 for the paper's reward-model data
 (``data=mmrole_rm``), MMRole-Eval_RM for the released reviews (``data=mmrole_reviews``, distillation).
 
-Each prediction is parsed for its ``[Scores]: (a, b)`` pair (``parse_score_pair``, as strict as the authors'
-``get_review_score``) and compared with the reference review's pair (``meta["score"]``): MMRole Tables 4,
+Each prediction is parsed for its ``[Scores]: (a, b)`` pair as ``evaluator.score_parse`` says (``authors``:
+as the authors' ``get_review_score`` reads it, no range check; ``strict``: the pair in parentheses, each
+score 1-10; ``rpbench.data.mmrole.prompts.SCORE_PARSERS``) and compared with the reference review's pair
+(``meta["score"]``): MMRole Tables 4,
 9 and 10 (MAE, RMSE, Pearson of a/b per metric and overall), the scoring success rate and Cronbach's alpha
 (``rpbench.scoring.agreement``; ``evaluator.parse_failure`` scores an unreadable review). Written:
 ``rm_agreement.json``, ``rm_scores.jsonl`` (per sample: reference pair, parsed pair or null, the score
@@ -17,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rpbench.data.mmrole.prompts import parse_score_pair, review_prompts
+from rpbench.data.mmrole.prompts import SCORE_PARSERS, review_prompts
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, write_jsonl
 from rpbench.eval.context import EvalContext
@@ -29,11 +31,14 @@ RESULTS_KEY = "rm_agreement"
 
 @dataclass(frozen=True, kw_only=True)
 class RewardModelSettings(EvaluatorSettings):
+    score_parse: str  # how a review's score pair is read
     parse_failure: str  # how an unreadable review is scored
     fill_seed: int
 
     def problems(self):
         found = super().problems()
+        if self.score_parse not in SCORE_PARSERS:
+            found.append(("score_parse", f"one of {', '.join(SCORE_PARSERS)}"))
         if self.parse_failure not in PARSE_FAILURE_POLICIES:
             found.append(("parse_failure", f"one of {', '.join(PARSE_FAILURE_POLICIES)}"))
         return found
@@ -54,9 +59,10 @@ class MMRoleRewardModel(Benchmark):
     def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
         examples, out_dir = ctx.examples, ctx.out_dir
         policy, seed = ctx.settings.parse_failure, ctx.settings.fill_seed
-        samples = scored_samples(examples, predictions)
+        samples = scored_samples(examples, predictions, ctx.settings.score_parse)
         found = agreement(samples, metrics_of(examples), policy, seed)
         found["reference_judge"] = reference_judge_of(examples)
+        found["score_parse"] = ctx.settings.score_parse
         (out_dir / f"{RESULTS_KEY}.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
         rows = [
             {
@@ -89,16 +95,19 @@ def reference_judge_of(examples: Sequence[EvalExample]) -> str:
     return judges[0]
 
 
-def scored_samples(examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> list[ScoredSample]:
-    """Each held-out sample's reference pair and the pair parsed from the model's review (None: unreadable),
-    with the evaluated model and the query (scenario/record id) it answered."""
+def scored_samples(
+    examples: Sequence[EvalExample], predictions: Mapping[str, str], score_parse: str
+) -> list[ScoredSample]:
+    """Each held-out sample's reference pair and the pair parsed from the model's review (``SCORE_PARSERS``
+    [score_parse]; None: unreadable), with the evaluated model and the query (scenario/record id) it answered."""
+    parse = SCORE_PARSERS[score_parse]
     return [
         ScoredSample(
             model=e.meta["model"],
             query=f"{e.meta['scenario']}/{e.meta['question']}",
             metric=e.meta["metric"],
             reference=(float(e.meta["score"][0]), float(e.meta["score"][1])),
-            predicted=parse_score_pair(predictions[e.id]),
+            predicted=parse(predictions[e.id]),
         )
         for e in examples
     ]
@@ -114,6 +123,11 @@ FAILURE_WORDS = {
     "random_pair": "gets a seeded random pair of scores, each uniform from 1 to 10 (evaluator.parse_failure="
     "random_pair; the paper's reading is random_score)",
     "exclude": "is left out (evaluator.parse_failure=exclude; the paper scores it at random)",
+}
+PARSE_WORDS = {
+    "authors": "as the authors' get_review_score reads it (evaluator.score_parse=authors: no range check)",
+    "strict": "strictly (evaluator.score_parse=strict: the pair in parentheses, each score 1-10; the authors' "
+    "get_review_score reads more)",
 }
 
 
@@ -132,10 +146,11 @@ def agreement_section(found: Mapping[str, Any]) -> str:
         f"## MMRole-Eval reward model: agreement with {judge}",
         "",
         f"Reference reviews written by **{judge}**. Score = a/b of the pair (evaluated answer / ground truth), "
-        "as MMRole scores. The first three columns follow the paper (Tables 4, 9, 10): a review whose score "
-        f"pair cannot be read {FAILURE_WORDS[found['parse_failure']]}; {found['parse_failures']} unreadable, "
+        f"as MMRole scores. Score pairs read {PARSE_WORDS[found['score_parse']]}. The first three columns "
+        "follow the paper (Tables 4, 9, 10): a review whose score pair cannot be read "
+        f"{FAILURE_WORDS[found['parse_failure']]}; {found['parse_failures']} unreadable, "
         f"seed {found['fill_seed']}. The (scored) columns use the readable samples only; raw = the two scores "
-        "of the pair (1-10) instead of their ratio.",
+        "of the pair instead of their ratio.",
         "",
         header,
         "| --- " * 10 + "|",

@@ -49,12 +49,14 @@ class ChatStub(ThreadingHTTPServer):
     """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body and the
     Authorization header it came with (``authorizations``).
 
-    ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status.
+    ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status;
+    ``usage(body)`` the (prompt, completion) tokens the reply reports (default: one each).
     """
 
-    def __init__(self, reply: Callable[[dict], str | int]):
+    def __init__(self, reply: Callable[[dict], str | int], usage: Callable[[dict], tuple[int, int]] | None = None):
         super().__init__(("127.0.0.1", 0), _ChatStubHandler)
         self.reply = reply
+        self.usage = usage or (lambda body: (1, 1))
         self.bodies: list[bytes] = []
         self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
@@ -80,6 +82,7 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
             self.server.authorizations.append(self.headers.get("Authorization"))
         body = json.loads(raw)
         content = self.server.reply(body)
+        prompt_tokens, completion_tokens = self.server.usage(body)
         if isinstance(content, int):
             self.send_response(content)
             self.end_headers()
@@ -93,7 +96,11 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
                 "choices": [
                     {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
                 ],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
             }
         ).encode()
         self.send_response(200)
@@ -104,9 +111,11 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
 
 
 @contextmanager
-def chat_stub(reply: Callable[[dict], str | int]) -> Iterator[ChatStub]:
+def chat_stub(
+    reply: Callable[[dict], str | int], usage: Callable[[dict], tuple[int, int]] | None = None
+) -> Iterator[ChatStub]:
     """A running ``ChatStub``, shut down when the block ends."""
-    server = ChatStub(reply)
+    server = ChatStub(reply, usage)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -10,6 +10,8 @@ retries is not written: a re-run asks it again. Progress (with ETA) is one bar p
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -20,14 +22,69 @@ from tqdm.auto import tqdm
 
 from rpbench.data.errors import RpbenchError
 from rpbench.scoring.judge import JudgeClient, JudgeRequest, JudgeStats
+from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, JudgeEstimate
 from rpbench.scoring.judge.client import reasked
 from rpbench.synth.stagefile import StageFile
+
+log = logging.getLogger(__name__)
+# The tokens a chat template adds around one message, at most (role markers, separators): for the worst case.
+TEMPLATE_TOKENS_PER_MESSAGE = 16
 
 USAGE_KEYS = ("requests", "cache_hits", "retries", "failures", "prompt_tokens", "completion_tokens", "cost_usd")
 
 
 class BudgetReached(RpbenchError):
-    """The generator's cost passed ``synth.budget_usd``: the run stops; a re-run resumes."""
+    """The next request could pass ``synth.budget_usd``: the run stops before it; a re-run resumes."""
+
+
+class NothingAccepted(RpbenchError):
+    """Every reply of a stage was rejected: the generator cannot follow the format."""
+
+
+def _message_text(request: JudgeRequest) -> list[str]:
+    return [m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]) for m in request.messages]
+
+
+def worst_case_usd(client: JudgeClient, request: JudgeRequest) -> float:
+    """The most ``request`` can cost: a token per byte of its messages (byte-level BPE never needs more) plus
+    the template's tokens, and its whole ``max_tokens`` of reply."""
+    texts = _message_text(request)
+    prompt = sum(len(t.encode("utf-8")) for t in texts) + TEMPLATE_TOKENS_PER_MESSAGE * len(texts)
+    return (prompt * client.config.price_input_per_1m + request.max_tokens * client.config.price_output_per_1m) / 1e6
+
+
+def typical_estimate(client: JudgeClient, requests: Sequence[JudgeRequest]) -> JudgeEstimate:
+    """The requests' cost by the judge's rule (``CHARS_PER_TOKEN`` characters a token, the whole reply length)."""
+    prompt = sum(-(-sum(len(t) for t in _message_text(r)) // CHARS_PER_TOKEN) for r in requests)
+    completion = sum(r.max_tokens for r in requests)
+    cost = (prompt * client.config.price_input_per_1m + completion * client.config.price_output_per_1m) / 1e6
+    return JudgeEstimate(len(requests), prompt, completion, cost)
+
+
+@dataclass
+class Spending:
+    """What the generator may still spend: ``limit_usd`` (None: no limit) less what was spent before this
+    stage and in it."""
+
+    limit_usd: float | None
+    spent_before_usd: float
+    client: JudgeClient
+    start_cost_usd: float
+
+    @property
+    def spent_usd(self) -> float:
+        return self.spent_before_usd + self.client.stats.cost_usd - self.start_cost_usd
+
+    def affordable(self, requests: Sequence[JudgeRequest]) -> int:
+        """How many of ``requests``, in order, may be sent together without the budget being passed."""
+        if self.limit_usd is None:
+            return len(requests)
+        room = self.limit_usd - self.spent_usd
+        for n, request in enumerate(requests):
+            room -= worst_case_usd(self.client, request)
+            if room < 0:
+                return n
+        return len(requests)
 
 
 @dataclass(frozen=True)
@@ -58,6 +115,7 @@ class StageTally:
     failed: int = 0
     reasons: Counter = field(default_factory=Counter)
     usage: dict[str, float] = field(default_factory=dict)
+    estimate: dict[str, Any] = field(default_factory=dict)  # the pending items' typical cost, before asking
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -69,6 +127,7 @@ class StageTally:
             "failed_requests": self.failed,
             "rejection_reasons": dict(sorted(self.reasons.items())),  # every rejected reply, retried or dropped
             **self.usage,
+            "estimate": self.estimate,
             "seconds": round(self.seconds, 3),
         }
 
@@ -101,15 +160,20 @@ def run_tasks(
     tally = StageTally(planned=len(tasks))
     pending = [t for t in tasks if t.id not in accepted.done and t.id not in rejected.done]
     tally.already_done = len(tasks) - len(pending)
+    spending = Spending(budget_usd, spent_before_usd, client, client.stats.cost_usd)
+    tally.estimate = typical_estimate(client, [t.request for t in pending]).as_dict()
+    _log_estimate(stage, tally.estimate, spending)
     bar = tqdm(total=len(tasks), initial=tally.already_done, desc=stage, unit="item", disable=not progress)
     try:
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
-            outcomes = _ask_checked(client, stage, batch, tries, reask)
-            good, bad = [], []
+            outcomes = _ask_checked(client, stage, batch, tries, reask, spending)
+            good, bad, unasked = [], [], 0
             for task, (value, reasons, error) in zip(batch, outcomes):
                 tally.reasons.update(reason_name(r) for r in reasons)
-                if error is not None:
+                if error == OVER_BUDGET:
+                    unasked += 1
+                elif error is not None:
                     tally.failed += 1
                 elif value is not None:
                     good.append({"id": task.id, **task.meta, **value})
@@ -119,11 +183,11 @@ def run_tasks(
             rejected.append(bad)
             tally.accepted += len(good)
             tally.rejected += len(bad)
-            bar.update(len(batch))
-            spent = spent_before_usd + client.stats.cost_usd - before.cost_usd
-            if budget_usd is not None and spent > budget_usd and start + batch_size < len(pending):
+            bar.update(len(batch) - unasked)
+            if unasked:
                 raise BudgetReached(
-                    f"synth.budget_usd={budget_usd}: {spent:.4f} USD spent, stopped in stage {stage} after "
+                    f"synth.budget_usd={budget_usd}: {spending.spent_usd:.4f} USD spent; the next request could "
+                    f"cost more than is left, so stage {stage} stopped after "
                     f"{tally.already_done + tally.accepted + tally.rejected}/{len(tasks)} items; rerun with a larger "
                     "budget to continue from there"
                 )
@@ -134,15 +198,44 @@ def run_tasks(
     return tally
 
 
+def _log_estimate(stage: str, found: Mapping[str, Any], spending: Spending) -> None:
+    log.info(
+        "synthesis: stage %s: %d requests estimated (first tries), %d tokens, %.4f USD",
+        stage,
+        found["requests"],
+        found["tokens"],
+        found["cost_usd"],
+    )
+    if spending.limit_usd is not None and found["cost_usd"] > spending.limit_usd - spending.spent_usd:
+        log.warning(
+            "synthesis: stage %s is estimated at %.4f USD, more than the %.4f USD left of synth.budget_usd=%s: it "
+            "will stop at the budget (a rerun with a larger budget continues)",
+            stage,
+            found["cost_usd"],
+            spending.limit_usd - spending.spent_usd,
+            spending.limit_usd,
+        )
+
+
+OVER_BUDGET = "not asked: over synth.budget_usd"
+
+
 def _ask_checked(
-    client: JudgeClient, stage: str, tasks: Sequence[Task], tries: int, reask: str
+    client: JudgeClient, stage: str, tasks: Sequence[Task], tries: int, reask: str, spending: Spending
 ) -> list[tuple[dict[str, Any] | None, list[str], str | None]]:
-    """(value, rejection reasons, request error) per task, after up to ``tries`` checked attempts."""
+    """(value, rejection reasons, request error) per task, after up to ``tries`` checked attempts; a task
+    whose next request the budget cannot cover ends with the error ``OVER_BUDGET`` (not written)."""
     requests = [t.request for t in tasks]
     reasons: list[list[str]] = [[] for _ in tasks]
     out: list[tuple[dict[str, Any] | None, list[str], str | None]] = [(None, [], None)] * len(tasks)
     pending = list(range(len(tasks)))
     for _ in range(tries):
+        affordable = spending.affordable([requests[i] for i in pending])
+        for i in pending[affordable:]:
+            out[i] = (None, reasons[i], OVER_BUDGET)
+        pending = pending[:affordable]
+        if not pending:
+            break
         results = asyncio.run(client.ajudge_many([requests[i] for i in pending], desc=stage))
         retry = []
         for i, result in zip(pending, results):

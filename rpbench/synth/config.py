@@ -1,18 +1,21 @@
-"""The ``synth`` config group as a typed object (defaults live in conf/synth/*.yaml, not here)."""
+"""The ``synth`` config group as typed settings (every value from conf/synth/*.yaml; none in code)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
 
-from rpbench.data.errors import ConfigError
+from rpbench.typed import Problem, Settings
 
 STAGES = ("personas", "profiles", "retrieval", "dialogues")
+REQUEST_KINDS = ("profile", "chat", "reply")  # synth.max_tokens: the reply length of each kind of request
+COUNTS = ("n_personas", "profile_tries", "embed_batch_size", "top_k", "paper_profiles", "chat_exchanges",
+          "dialogue_tries", "batch_size")  # fmt: skip
 
 
-@dataclass(frozen=True)
-class SynthConfig:
+@dataclass(frozen=True, kw_only=True)
+class SynthConfig(Settings):
     name: str
     out_dir: str
     stages: tuple[str, ...]
@@ -34,35 +37,25 @@ class SynthConfig:
     batch_size: int
     budget_usd: float | None
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> SynthConfig:
-        known = {f.name for f in fields(cls)}
-        unknown, missing = sorted(set(values) - known), sorted(known - set(values))
-        if unknown or missing:
-            raise ConfigError(f"synth: unknown keys {unknown}, missing keys {missing}")
-        config = cls(**{**values, "stages": tuple(values["stages"])})
-        bad = [s for s in config.stages if s not in STAGES]
-        if bad or list(config.stages) != sorted(config.stages, key=STAGES.index):
-            raise ConfigError(f"synth.stages: a list of {list(STAGES)} in that order, got {list(config.stages)}")
-        for key in (
-            "n_personas",
-            "profile_tries",
-            "embed_batch_size",
-            "top_k",
-            "chat_exchanges",
-            "dialogue_tries",
-            "batch_size",
-        ):
-            if int(getattr(config, key)) < 1:
-                raise ConfigError(f"synth.{key} must be >= 1, got {getattr(config, key)}")
-        if not 0 <= config.test_fraction < 1:
-            raise ConfigError(f"synth.test_fraction must be in [0, 1), got {config.test_fraction}")
-        if set(config.max_tokens) != {"profile", "chat", "reply"}:
-            raise ConfigError(f"synth.max_tokens needs profile, chat and reply, got {sorted(config.max_tokens)}")
-        if "personas" in config.stages and not config.personas_file:
-            raise ConfigError("synth.personas_file: a file of one-line personas is needed for stage personas")
-        if "retrieval" in config.stages and not config.pool_file:
-            raise ConfigError(
-                "synth.pool_file: an MRC pool (MS MARCO layout, JSON lines) is needed for stage retrieval"
-            )
-        return config
+    def problems(self) -> list[Problem]:
+        from rpbench.synth.dialogues import LABELS
+
+        found: list[Problem] = []
+        if any(s not in STAGES for s in self.stages) or list(self.stages) != sorted(set(self.stages), key=STAGES.index):
+            found.append(("stages", f"a list of {', '.join(STAGES)}, each once, in that order"))
+        found += [(key, "an integer >= 1") for key in COUNTS if getattr(self, key) < 1]
+        if not 0 <= self.test_fraction < 1:
+            found.append(("test_fraction", "a share in [0, 1)"))
+        if set(self.max_tokens) != set(REQUEST_KINDS) or any(v < 1 for v in self.max_tokens.values()):
+            found.append(("max_tokens", f"a token count >= 1 for each of {', '.join(REQUEST_KINDS)}"))
+        if set(self.table2_single_label) != set(LABELS) or any(v < 0 for v in self.table2_single_label.values()):
+            found.append(("table2_single_label", f"a count >= 0 for each of {', '.join(LABELS)}"))
+        if self.budget_usd is not None and self.budget_usd <= 0:
+            found.append(("budget_usd", "a number of USD > 0, or null for no limit"))
+        if Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            found.append(("out_dir", "a folder (this path is a file)"))
+        if "personas" in self.stages and not self.personas_file:
+            found.append(("personas_file", "a file of one-line personas (stage personas reads it)"))
+        if "retrieval" in self.stages and not self.pool_file:
+            found.append(("pool_file", "an MRC pool in MS MARCO's layout, JSON lines (stage retrieval reads it)"))
+        return found

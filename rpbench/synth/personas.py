@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,18 @@ def persona_of(line: str, path: Path, number: int) -> str | None:
     return text
 
 
+def _decoded(raw_lines: Iterable[bytes], path: Path) -> Iterator[str]:
+    """Each line as UTF-8 text; a line that is not is a ConfigError naming it."""
+    for number, raw in enumerate(raw_lines, 1):
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigError(
+                f"synth.personas_file: {path}, line {number}: not UTF-8 text ({error.reason} at byte {error.start} "
+                "of the line); save the file as UTF-8"
+            ) from None
+
+
 def persona_id(text: str) -> str:
     return "p-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
@@ -40,8 +53,8 @@ def sample_personas(path: str | Path, n: int, seed: int) -> tuple[list[dict[str,
     seen: set[str] = set()
     reservoir: list[tuple[int, str]] = []
     counts = {"lines": 0, "blank": 0, "duplicates": 0, "distinct": 0}
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for number, line in enumerate(_decoded(lines, path), 1):
             counts["lines"] += 1
             text = persona_of(line, path, number)
             if text is None:

@@ -29,7 +29,7 @@ from rpbench.data.rolemrc import read_pairs, read_sft, read_test
 from rpbench.data.templates import Template
 from rpbench.scoring.judge import JudgeClient, JudgeConfig, JudgeRequest, LocalServer, open_judge
 from rpbench.synth import dialogues
-from rpbench.synth.calls import USAGE_KEYS, StageTally, Task, run_tasks
+from rpbench.synth.calls import USAGE_KEYS, NothingAccepted, StageTally, Task, run_tasks
 from rpbench.synth.config import SynthConfig
 from rpbench.synth.personas import sample_personas
 from rpbench.synth.profiles import check_profile, retrieval_text
@@ -90,12 +90,31 @@ class Run:
             progress=self.progress,
         )
         self.spent_usd += tally.usage["cost_usd"]
-        if tally.failed:
+        return tally
+
+    def check_outcome(self, stage: str, result: Mapping[str, Any]) -> None:
+        """After a stage's summary is written: failed requests and a stage that kept nothing are errors,
+        rejected replies a warning with their reasons."""
+        if result["failed_requests"]:
             raise RpbenchError(
-                f"stage {stage}: {tally.failed} requests got no reply after the generator's retries "
+                f"stage {stage}: {result['failed_requests']} requests got no reply after the generator's retries "
                 "(judge.max_retries); rerun the same command to ask them again (done items are kept)"
             )
-        return tally
+        reasons = ", ".join(f"{name} x{n}" for name, n in result["rejection_reasons"].items())
+        if result["rejected"] and not self.file(stage).records():
+            raise NothingAccepted(
+                f"stage {stage}: 0 of {result['planned']} items accepted (rejected replies: {reasons}): the "
+                f"generator cannot follow the format; its replies are in {self.out / f'{stage}_rejected.jsonl'}"
+            )
+        if result["rejected"]:
+            log.warning(
+                "synthesis: stage %s: %d of %d items rejected after every try (rejected replies: %s); see %s",
+                stage,
+                result["rejected"],
+                result["planned"],
+                reasons,
+                self.out / f"{stage}_rejected.jsonl",
+            )
 
     def personas(self) -> list[dict[str, Any]]:
         path = self.out / "personas.jsonl"
@@ -281,6 +300,8 @@ def synthesize(
                 }
             summary["stages"][stage] = result
             write_json(summary_path, summary)
+            if "usage" in result:  # a stage that asked the generator
+                run.check_outcome(stage, result)
             if planned_ids is not None:
                 summary["output"] = run.assemble(planned_ids, task_dimensions)
                 write_json(summary_path, summary)
@@ -303,7 +324,7 @@ def synthesize_from_config(cfg: Mapping[str, Any], local_judge_server: LocalServ
     if cfg.data.format != "rolemrc" or not cfg.data.get("task_dimensions"):
         raise ConfigError(f"task=synthesize writes RoleMRC files: data={cfg.data.name} is not a RoleMRC-format config")
     return synthesize(
-        SynthConfig.from_mapping(OmegaConf.to_container(cfg.synth, resolve=True)),
+        SynthConfig.parse(OmegaConf.to_container(cfg.synth, resolve=True), "synth"),
         judge,
         seed=int(cfg.seed),
         prompts_source=cfg.prompts.source,

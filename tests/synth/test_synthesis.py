@@ -11,9 +11,10 @@ import pytest
 from synth_fixtures import FLAKY, MALFORMED, scripted, write_personas, write_pool
 
 from conftest import chat_stub, composed
-from rpbench.data.errors import RpbenchError
+from rpbench.data.errors import ConfigError, RpbenchError
 from rpbench.data.rolemrc import TEST_LABELS
-from rpbench.synth.calls import BudgetReached
+from rpbench.synth.calls import TEMPLATE_TOKENS_PER_MESSAGE, BudgetReached, NothingAccepted
+from rpbench.synth.personas import sample_personas
 from rpbench.synth.synthesize import synthesize_from_config
 
 
@@ -117,36 +118,114 @@ def test_every_stage_writes_its_file_and_the_rolemrc_readers_take_the_output(syn
     assert test_profiles and not test_profiles & train_profiles
 
 
+def worst_case_usage(body):
+    """The most a request can cost as rpbench bounds it: a token per byte of each message plus the template's
+    tokens, and its whole reply length."""
+    texts = [m["content"] for m in body["messages"]]
+    return sum(len(t.encode()) + TEMPLATE_TOKENS_PER_MESSAGE for t in texts), body["max_tokens"]
+
+
+def stub_cost_usd(stub) -> float:
+    """What the stub's replies cost at the config's 1000 USD per 1M tokens, in and out."""
+    return sum(sum(worst_case_usage(body)) for body in stub.requests) * 1000 / 1e6
+
+
 def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, synthesized, inputs):
-    _, stub, first = synthesized
+    """The budget stops the stage before a request could pass it (each reply here costs its worst case:
+    about 3.5 USD a dialogue); the rerun goes on from what was written, and a redo comes from the cache."""
+    first = synthesized[2]
     out = tmp_path / "out"
     copy_run(synthesized, tmp_path, "dialogues.jsonl")
     fresh = ("synth.stages=[dialogues]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")  # every reply asked
-    with pytest.raises(BudgetReached, match="stage dialogues"):
-        synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh, "synth.budget_usd=0.01"))
-    written = lines(out / "dialogues.jsonl")
-    planned = first["stages"]["dialogues"]["planned"]
-    assert 0 < len(written) < planned
-    with (out / "dialogues.jsonl").open("a") as f:
-        f.write('{"id": "train:cut off mid-wri')  # a kill during a write
-    asked = len(stub.bodies)
-    resumed = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
-    ids = [r["id"] for r in lines(out / "dialogues.jsonl")]
-    assert len(ids) == len(set(ids)) == planned
-    assert resumed["stages"]["dialogues"]["already_done"] == len(written)
-    assert len(stub.bodies) - asked == planned - len(written)  # only the items not written before were asked
-    files = {name: (out / name).read_text() for name in ("rolemrc_train-sft.jsonl", "rolemrc_test.jsonl")}
+    with chat_stub(scripted, worst_case_usage) as stub:
+        with pytest.raises(BudgetReached, match="stage dialogues"):
+            synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh, "synth.budget_usd=20"))
+        assert 0 < stub_cost_usd(stub) <= 20  # never past the budget (checked between batches of 8: ~28 USD)
+        written = lines(out / "dialogues.jsonl")
+        planned = first["stages"]["dialogues"]["planned"]
+        assert 0 < len(written) < planned
+        with (out / "dialogues.jsonl").open("a") as f:
+            f.write('{"id": "train:cut off mid-wri')  # a kill during a write
+        asked = len(stub.bodies)
+        resumed = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
+        ids = [r["id"] for r in lines(out / "dialogues.jsonl")]
+        assert len(ids) == len(set(ids)) == planned
+        assert resumed["stages"]["dialogues"]["already_done"] == len(written)
+        assert len(stub.bodies) - asked == planned - len(written)  # only the items not written before were asked
+        files = {name: (out / name).read_text() for name in ("rolemrc_train-sft.jsonl", "rolemrc_test.jsonl")}
 
-    asked = len(stub.bodies)
-    (out / "dialogues.jsonl").unlink()  # the stage redone from scratch: every reply from the cache
-    again = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
-    assert len(stub.bodies) == asked
+        asked = len(stub.bodies)
+        (out / "dialogues.jsonl").unlink()  # the stage redone from scratch: every reply from the cache
+        again = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
+        assert len(stub.bodies) == asked
     usage = again["stages"]["dialogues"]["usage"]
     assert usage["this_run"]["cost_usd"] == 0 and usage["this_run"]["cache_hits"] == planned
     assert usage["all_runs"]["cost_usd"] == pytest.approx(
         resumed["stages"]["dialogues"]["usage"]["all_runs"]["cost_usd"]
     )
     assert {name: (out / name).read_text() for name in files} == files
+
+
+def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_recorded(tmp_path, synthesized, inputs):
+    copy_run(synthesized, tmp_path, "profiles.jsonl", "profiles_rejected.jsonl")
+    with chat_stub(scripted, worst_case_usage) as stub:
+        stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")
+        with pytest.raises(BudgetReached, match=r"stopped after 0/12 items"):
+            synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages, "synth.budget_usd=0.0001"))
+        assert stub.bodies == []
+        summary = synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages))
+    estimate = summary["stages"]["profiles"]["estimate"]
+    requests = [r for r in stub.requests if len(r["messages"]) == 1]  # first tries (a re-ask adds two messages)
+    assert estimate["requests"] == 12 and estimate["completion_tokens"] == sum(r["max_tokens"] for r in requests)
+    chars = [sum(len(m["content"]) for m in r["messages"]) for r in requests]
+    assert estimate["prompt_tokens"] == sum(-(-c // 4) for c in chars)
+
+
+def synth_problems(tmp_path, inputs, *overrides: str) -> list[str]:
+    """The keys a ConfigError names for ``overrides`` of the synthesis recipe."""
+    cfg = composed(
+        tmp_path / "hydra",
+        "task=synthesize",
+        "synth=rolemrc",
+        "judge=openai",
+        f"synth.personas_file={inputs[0]}",
+        f"synth.pool_file={inputs[1]}",
+        *overrides,
+    )
+    with pytest.raises(ConfigError) as raised:
+        synthesize_from_config(cfg)
+    return sorted(line.split("=")[0].split(":")[0].strip() for line in str(raised.value).splitlines()[1:])
+
+
+def test_synthesis_settings_are_typed_and_every_bad_value_is_named_at_once(tmp_path, inputs):
+    wrong_types = ("synth.n_personas=abc", "synth.budget_usd=cheap", "synth.allow_overlap=3")
+    assert synth_problems(tmp_path, inputs, *wrong_types) == ["synth.allow_overlap", "synth.budget_usd",
+                                                              "synth.n_personas"]  # fmt: skip
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    bad = ("synth.budget_usd=-1", "synth.max_tokens.reply=0", f"synth.out_dir={a_file}", "synth.top_k=0",
+           "synth.table2_single_label.answer=-5", "synth.stages=[profiles,personas]")  # fmt: skip
+    assert synth_problems(tmp_path, inputs, *bad) == sorted(
+        f"synth.{key}" for key in ("budget_usd", "max_tokens", "out_dir", "top_k", "table2_single_label", "stages")
+    )
+
+
+def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, synthesized, inputs):
+    copy_run(synthesized, tmp_path, "profiles.jsonl", "profiles_rejected.jsonl")
+    stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}", "synth.profile_tries=2")
+    with chat_stub(lambda body: "Sure! Here is a profile: a kind baker.") as stub:
+        expected = r"stage profiles: 0 of 12 items accepted \(rejected replies: not_json x24\): the generator cannot"
+        with pytest.raises(NothingAccepted, match=expected):
+            synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages))
+    summary = json.loads((tmp_path / "out" / "synthesis.json").read_text())
+    assert (summary["stages"]["profiles"]["accepted"], summary["stages"]["profiles"]["rejected"]) == (0, 12)
+
+
+def test_a_personas_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
+    personas = tmp_path / "personas.txt"
+    personas.write_bytes("A baker\nA caf\u00e9 owner\n".encode("utf-8") + "A na\u00efve poet\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"personas.txt, line 3: not UTF-8 text"):
+        sample_personas(personas, 5, seed=0)
 
 
 def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_path, synthesized, inputs):
@@ -223,8 +302,10 @@ def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(
     )
     with pytest.raises(ValueError, match="no local judge server was handed in"):
         synthesize_from_config(cfg)
-    profiles = synthesize_from_config(cfg, local_judge_server=local_judge)["stages"]["profiles"]
+    with pytest.raises(NothingAccepted, match="stage profiles: 0 of 2 items accepted"):  # a random tiny model's
+        synthesize_from_config(cfg, local_judge_server=local_judge)
+    profiles = json.loads((tmp_path / "out" / "synthesis.json").read_text())["stages"]["profiles"]
     usage = profiles["usage"]["this_run"]
     assert (usage["requests"], usage["failures"], profiles["failed_requests"]) == (2, 0, 0)
     assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 2 * 4  # the tiny model's replies
-    assert profiles["accepted"] + profiles["rejected"] == 2  # each reply checked (a random tiny model's: rejected)
+    assert (profiles["accepted"], profiles["rejected"]) == (0, 2)  # each reply checked

@@ -255,7 +255,7 @@ def test_out_a_file_is_an_error_naming_it(tmp_path, capsys):
 def test_model_names_cannot_inject_markdown_rows_or_spreadsheet_formulas(tmp_path):
     evil = "evil | 1.0 |\n| injected | row"
     write_run(tmp_path / "one", evil, "rolebench", 0.5, [0.5, 0.4])
-    write_run(tmp_path / "two", "=HYPERLINK(\"http://x\")", "rolebench", 0.4, [0.3, 0.4])
+    write_run(tmp_path / "two", '=HYPERLINK("http://x")', "rolebench", 0.4, [0.3, 0.4])
     out = tmp_path / "board"
     assert main([str(tmp_path / "one"), str(tmp_path / "two"), "--out", str(out)]) == 0
     lines = (out / "leaderboard.md").read_text().splitlines()
@@ -263,4 +263,4 @@ def test_model_names_cannot_inject_markdown_rows_or_spreadsheet_formulas(tmp_pat
     row = next(line for line in lines if line.startswith("| evil"))
     assert row.startswith("| evil \\| 1.0 \\| \\| injected \\| row | 1.00 (1-1, 1) |")
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
-    assert {r["model"] for r in rows} == {evil, "'=HYPERLINK(\"http://x\")"}
+    assert {r["model"] for r in rows} == {evil, '\'=HYPERLINK("http://x")'}

@@ -22,9 +22,7 @@ class MicroBatch:
     loss_scale: float
 
 
-def shuffled_chunks(
-    n: int, batch_size: int, seed: int, shuffle: bool = True, min_size: int = 1
-) -> list[list[int]]:
+def shuffled_chunks(n: int, batch_size: int, seed: int, shuffle: bool = True, min_size: int = 1) -> list[list[int]]:
     """Indices 0..n-1 (shuffled with ``seed``) cut into batches of ``batch_size``; a last batch smaller than
     ``min_size`` joins the one before it (n < ``min_size``: a ValueError)."""
     if 0 < n < min_size:

@@ -136,7 +136,8 @@ def value_problems(trainer_cfg: Mapping[str, Any]) -> list[str]:
             found.append(f"trainer.{key}={trainer_cfg[key]!r}: expected {expected}")
     if str(trainer_cfg.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
         found.append(
-            f"trainer.accelerator={trainer_cfg['accelerator']}: no CUDA device here (use trainer.accelerator=cpu or auto)"
+            f"trainer.accelerator={trainer_cfg['accelerator']}: no CUDA device here "
+            "(use trainer.accelerator=cpu or auto)"
         )
     return found
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import statistics
 import sys
@@ -34,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from rpbench.data.errors import RpbenchError
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.benchmarks.base import Headline
 from rpbench.eval.stats import paired_bootstrap, summarize
@@ -41,6 +43,37 @@ from rpbench.scoring.human_agreement import average_ranks
 
 UNRECORDED = "unrecorded"  # an identity field an earlier rpbench did not write
 BOOTSTRAP = {"n_resamples": 1000, "confidence": 0.95, "seed": 0}
+
+
+class RunFolderError(RpbenchError):
+    """A run folder whose files cannot be read as a run's (the message names the file): the run is skipped
+    and listed with why, the rest of the board is still built."""
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; a RunFolderError naming it otherwise."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise RunFolderError(f"{path}: not JSON ({error.msg} at char {error.pos})") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunFolderError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
+    if not isinstance(value, dict):
+        raise RunFolderError(f"{path}: a JSON object expected, got {type(value).__name__}")
+    return value
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The run's config.yaml (empty when the run has none); a RunFolderError naming it when unreadable."""
+    if not path.exists():
+        return {}
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        raise RunFolderError(f"{path}: cannot be read as YAML ({type(error).__name__}: {error})") from None
+    if value is not None and not isinstance(value, dict):
+        raise RunFolderError(f"{path}: a mapping expected, got {type(value).__name__}")
+    return value or {}
 
 
 @dataclass(frozen=True)
@@ -86,19 +119,31 @@ def find_runs(folders: Iterable[Path]) -> list[Path]:
     return sorted(runs)
 
 
-def judge_identity(config: Mapping[str, Any]) -> str:
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise RunFolderError(f"{where}: a mapping expected, got {value!r}")
+    return value
+
+
+def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str:
     """``backend:model`` of the run's judge (each judge of an ``evaluator.judges`` ensemble); ``none``."""
-    judge = config.get("judge") or {}
+    judge = _mapping(config.get("judge"), f"{where}: judge")
     backend = judge.get("backend", UNRECORDED)
     if backend == "none":
         return "none"
     if backend == "local":
-        served = (judge.get("server") or {}).get("model")
+        served = _mapping(judge.get("server"), f"{where}: judge.server").get("model")
         model = served.get("name") if isinstance(served, Mapping) else served
     else:
         model = judge.get("model")
     names = [f"{backend}:{model}"]
-    for extra in (config.get("evaluator") or {}).get("judges") or []:
+    extras = _mapping(config.get("evaluator"), f"{where}: evaluator").get("judges") or []
+    if not isinstance(extras, list):
+        raise RunFolderError(f"{where}: evaluator.judges: a list of judges expected, got {extras!r}")
+    for k, extra in enumerate(extras):
+        extra = _mapping(extra, f"{where}: evaluator.judges[{k}]")
         names.append(f"{extra.get('backend', backend)}:{extra.get('model', model)}")
     return "+".join(names)
 
@@ -111,73 +156,123 @@ def find(tree: Any, path: Sequence[str]) -> Any:
     return tree
 
 
-def headline_of(headlines: Sequence[Headline], evaluation: Mapping[str, Any]) -> tuple[Headline, Any] | None:
-    """The first declared headline the results hold, with the mapping (or number) it names."""
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def headline_of(
+    headlines: Sequence[Headline], evaluation: Mapping[str, Any], where: str = "metrics.json"
+) -> tuple[Headline, Any] | None:
+    """The first declared headline the results hold, with the mapping (or number) it names; a RunFolderError
+    when that number is not finite (NaN is never shown or ranked)."""
     for headline in headlines:
         found = find(evaluation, headline.path)
         value = found if not headline.value else find(found, [headline.value])
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _is_number(value):
+            if not math.isfinite(value):
+                key = ".".join(("eval", *headline.path, *([headline.value] if headline.value else [])))
+                raise RunFolderError(f"{where}: {key} (the {headline.label} headline) is {value}: not ranked")
             return headline, found
     return None
 
 
 def score_units(run: Path, how: str) -> dict[str, float | None]:
-    """The run's per-record scores as ``how`` reads them (``Headline.scores``), keyed by record (and verdict)."""
+    """The run's per-record scores as ``how`` reads them (``Headline.scores``), keyed by record (and verdict);
+    a RunFolderError naming the file and line of a row that does not hold them."""
     path = run / "scores.jsonl"
-    if not how or not path.is_file():
+    if not how or not path.exists():
         return {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunFolderError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
     units: dict[str, float | None] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        row = json.loads(line)
+        where = f"{path}, line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise RunFolderError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(row, dict) or "id" not in row:
+            raise RunFolderError(f"{where}: a JSON object with an id expected")
+        where += f" (record {row['id']!r})"
         if how == "verdicts":
-            for rubric, verdict in (row.get("verdicts") or {}).items():
+            for rubric, verdict in _mapping(row.get("verdicts"), f"{where}: verdicts").items():
                 for i, v in enumerate(verdict if isinstance(verdict, list) else [verdict]):
-                    units[f"{row['id']}|{rubric}|{i}"] = None if v is None else float(v)
+                    units[f"{row['id']}|{rubric}|{i}"] = _unit(v, f"{where}: verdicts.{rubric}")
         else:
             kind, name = how.split("/", 1)
-            if name not in row.get(kind, {}):
-                raise ValueError(f"{path}, line {number} (record {row.get('id')!r}): no {kind}.{name}")
-            value = row[kind][name]
-            units[str(row["id"])] = None if value is None else float(value)
+            scores = _mapping(row.get(kind), f"{where}: {kind}")
+            if name not in scores:
+                raise RunFolderError(f"{where}: no {kind}.{name}")
+            units[str(row["id"])] = _unit(scores[name], f"{where}: {kind}.{name}")
     return units
 
 
+def _unit(value: Any, where: str) -> float | None:
+    """A record's score: a finite number, or None (not scored)."""
+    if value is None:
+        return None
+    if not _is_number(value) or not math.isfinite(value):
+        raise RunFolderError(f"{where}: a finite number or null expected, got {value!r}")
+    return float(value)
+
+
+def _bound(entry: Any, key: str, where: str) -> float | None:
+    value = entry.get(key) if isinstance(entry, Mapping) else None
+    if value is not None and (not _is_number(value) or not math.isfinite(value)):
+        raise RunFolderError(f"{where}: {key}={value!r}: a finite number or null expected")
+    return value
+
+
+def judge_cost(results: Mapping[str, Any], where: str) -> dict[str, float]:
+    """requests, tokens and cost_usd of ``eval.judge_cost`` (empty when the run recorded none)."""
+    cost = _mapping(results["eval"].get("judge_cost"), f"{where}: eval.judge_cost")
+    if "requests" not in cost:
+        return {}
+    needed = ("requests", "prompt_tokens", "completion_tokens", "cost_usd")
+    bad = [k for k in needed if not _is_number(cost.get(k)) or not math.isfinite(cost[k])]
+    if bad:
+        raise RunFolderError(f"{where}: eval.judge_cost has no number for {', '.join(bad)}")
+    tokens = cost["prompt_tokens"] + cost["completion_tokens"]
+    return {"requests": cost["requests"], "tokens": tokens, "cost_usd": cost["cost_usd"]}
+
+
 def read_cell(run: Path) -> tuple[Cell | None, str | None]:
-    """The run's cell, or None and why it has none."""
-    try:
-        results = json.loads((run / "metrics.json").read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{run / 'metrics.json'}: not JSON ({error.msg} at char {error.pos})") from None
+    """The run's cell, or None and why it has none; a RunFolderError naming the file that cannot be read."""
+    run = Path(os.path.relpath(run))  # as the user named it, relative: no machine path in the leaderboard
+    metrics = run / "metrics.json"
+    results = read_json(metrics)
     benchmark = results.get("evaluator", "none")
+    if not isinstance(benchmark, str):
+        raise RunFolderError(f"{metrics}: evaluator: a benchmark name expected, got {benchmark!r}")
     if benchmark == "none" or "eval" not in results:
         return None, "no evaluation"
+    if not isinstance(results["eval"], Mapping):
+        raise RunFolderError(f"{metrics}: eval: a mapping of results expected, got {type(results['eval']).__name__}")
     if benchmark not in BENCHMARKS.names():
         return None, f"evaluator {benchmark!r} is not registered here (a plugin's?)"
-    found = headline_of(BENCHMARKS.get(benchmark).headlines, results["eval"])
+    found = headline_of(BENCHMARKS.get(benchmark).headlines, results["eval"], str(metrics))
     if found is None:
         return None, f"no headline of {benchmark} in its results"
     headline, entry = found
     config_path = run / "config.yaml"
-    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else {}
-    data = find(results, ["records", "test", "records_sha256"]) or UNRECORDED
-    identity = Identity(headline.label, judge_identity(config), data, results.get("rpbench_version", UNRECORDED))
+    judge = judge_identity(read_config(config_path), str(config_path))
+    data = str(find(results, ["records", "test", "records_sha256"]) or UNRECORDED)
+    identity = Identity(headline.label, judge, data, str(results.get("rpbench_version", UNRECORDED)))
     value = float(entry) if not headline.value else float(entry[headline.value])
     units = score_units(run, headline.scores)
-    low, high = (entry.get("ci_low"), entry.get("ci_high")) if isinstance(entry, Mapping) else (None, None)
+    low, high = _bound(entry, "ci_low", str(metrics)), _bound(entry, "ci_high", str(metrics))
     if low is None and units:
         summary = summarize(list(units.values()), **BOOTSTRAP)
         low, high = summary["ci_low"], summary["ci_high"]
     model = str(results.get("model"))
     objective = results.get("objective", "none")
     row = model if objective == "none" else f"{model} + {objective}"
-    shown = os.path.relpath(run)  # as the user named it, relative: no machine path in the leaderboard
-    cell = Cell(row, benchmark, shown, identity, value, low, high, headline.higher_is_better, units)
-    cost = results["eval"].get("judge_cost") or {}
-    if "requests" in cost:
-        tokens = cost["prompt_tokens"] + cost["completion_tokens"]
-        cell.judge_cost = {"requests": cost["requests"], "tokens": tokens, "cost_usd": cost["cost_usd"]}
+    cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
+    cell.judge_cost = judge_cost(results, str(metrics))
     return cell, None
 
 
@@ -236,7 +331,10 @@ def build(folders: Iterable[Path]) -> Leaderboard:
     found: dict[tuple[str, str], list[Cell]] = {}
     skipped = []
     for run in runs:
-        cell, why = read_cell(run)
+        try:
+            cell, why = read_cell(run)
+        except RunFolderError as error:
+            cell, why = None, str(error)
         if cell is None:
             skipped.append((os.path.relpath(run), why))
         else:
@@ -294,6 +392,16 @@ def adjacent_tests(
     return tests
 
 
+def md(text: Any) -> str:
+    """``text`` as one markdown table cell: ``|`` escaped, line breaks as spaces (a name cannot add a row)."""
+    return " ".join(str(text).replace("\\", "\\\\").replace("|", "\\|").splitlines())
+
+
+def csv_safe(value: Any) -> Any:
+    """A text value a spreadsheet would run as a formula (=, +, -, @, tab, CR first) quoted with a leading '."""
+    return "'" + value if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
 def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
@@ -319,7 +427,7 @@ def markdown(board: Leaderboard) -> str:
         "their column's) and conflicts are not ranked; a missing cell is missing, never 0. A cell written by another",
         "rpbench version than most of its column names it.",
         "",
-        "| model | mean rank (min-max, benchmarks) | " + " | ".join(board.benchmarks) + " |",
+        "| model | mean rank (min-max, benchmarks) | " + " | ".join(map(md, board.benchmarks)) + " |",
         "| --- | --- |" + " --- |" * len(board.benchmarks),
     ]
     for row in board.rows:
@@ -327,8 +435,8 @@ def markdown(board: Leaderboard) -> str:
         overall = (
             "–" if o["mean_rank"] is None else f"{o['mean_rank']:.2f} ({o['min']:g}-{o['max']:g}, {o['benchmarks']})"
         )
-        cells = [cell_text(board.cells.get((row, b))) for b in board.benchmarks]
-        lines.append(f"| {row} | {overall} | " + " | ".join(cells) + " |")
+        cells = [md(cell_text(board.cells.get((row, b)))) for b in board.benchmarks]
+        lines.append(f"| {md(row)} | {overall} | " + " | ".join(cells) + " |")
     lines += ["", "## Adjacent models (paired bootstrap on shared records; delta = lower - upper)", ""]
     lines += [
         "| upper | lower | benchmark | shared | delta | 95% CI | p |",
@@ -338,7 +446,8 @@ def markdown(board: Leaderboard) -> str:
         ci = f"[{_number(t.get('ci_low'))}, {_number(t.get('ci_high'))}]"
         p = "–" if t.get("p_value") is None else f"{t['p_value']:.4f}"
         delta = _number(t.get("delta"))
-        lines.append(f"| {t['upper']} | {t['lower']} | {t['benchmark']} | {t['shared_units']} | {delta} | {ci} | {p} |")
+        names = " | ".join(md(t[k]) for k in ("upper", "lower", "benchmark"))
+        lines.append(f"| {names} | {t['shared_units']} | {delta} | {ci} | {p} |")
     lines += [
         "",
         "## What produced each cell",
@@ -348,10 +457,11 @@ def markdown(board: Leaderboard) -> str:
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for (row, benchmark), c in sorted(board.cells.items()):
         i = c.identity
-        lines.append(f"| {row} | {benchmark} | {i.headline} | {i.judge} | {i.data[:16]} | {i.version} | {c.run} |")
+        shown = (row, benchmark, i.headline, i.judge, i.data[:16], i.version, c.run)
+        lines.append("| " + " | ".join(map(md, shown)) + " |")
     if board.skipped:
         lines += ["", "## Runs without a cell", "", "| run | why |", "| --- | --- |"]
-        lines += [f"| {run} | {why} |" for run, why in board.skipped]
+        lines += [f"| {md(run)} | {md(why)} |" for run, why in board.skipped]
     return "\n".join(lines) + "\n"
 
 
@@ -413,7 +523,7 @@ def write(board: Leaderboard, out_dir: Path) -> Path:
     with open(out_dir / "leaderboard.csv", "w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows(csv_rows(board))
+        writer.writerows({k: csv_safe(v) for k, v in row.items()} for row in csv_rows(board))
     plot(board, out_dir / "leaderboard.png")
     return out_dir / "leaderboard.md"
 
@@ -421,6 +531,8 @@ def write(board: Leaderboard, out_dir: Path) -> Path:
 def leaderboard(folders: Sequence[Path], out_dir: Path) -> Path | None:
     """Write the leaderboard of the runs in ``folders`` into ``out_dir``; None when no run has a cell."""
     board = build(folders)
+    for run, why in board.skipped:
+        print(f"leaderboard: skipped {run}: {why}", file=sys.stderr, flush=True)
     if not board.cells:
         return None
     path = write(board, out_dir)
@@ -433,9 +545,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folders", nargs="+", type=Path, help="run folders, or folders holding runs (sweeps)")
     parser.add_argument("--out", type=Path, default=Path("."), help="where to write leaderboard.md/.csv/.png")
     args = parser.parse_args(argv)
+    if args.out.exists() and not args.out.is_dir():
+        print(f"error: --out {args.out}: a file, not a folder to write the leaderboard into", file=sys.stderr)
+        return 1
     try:
         written = leaderboard(args.folders, args.out)
-    except (FileNotFoundError, ValueError) as error:
+    except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     if written is None:

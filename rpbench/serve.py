@@ -5,7 +5,9 @@
 
 Endpoints: ``POST /v1/chat/completions`` (``stream=true``: OpenAI's server-sent chunks as tokens are
 generated, usage in a last chunk with ``stream_options.include_usage``), ``POST /v1/completions`` (OpenAI's
-text completions of a raw prompt, no chat template: ``prompt`` a string, token ids or a list of either;
+text completions of a raw prompt, no chat template: ``prompt`` a string, token ids or a list of either (a
+string is tokenized as the tokenizer does: text spelling a control token, e.g. ``<|im_end|>``, becomes that
+control token; send token ids to avoid it);
 ``echo`` and ``logprobs`` give the prompt's own token log-probabilities, with ``max_tokens=0`` nothing is
 generated: what lm-eval's ``local-completions`` scores loglikelihood tasks with; ``stop`` strings cut the
 text), ``GET /v1/models``, ``GET /health``.
@@ -374,6 +376,8 @@ class ChatServer:
         if not _is_int(max_tokens) or max_tokens < 0 or (max_tokens == 0 and not echo):
             raise BadRequest(f"max_tokens must be an integer >= 1 (0 only with echo=true), got {max_tokens!r}")
         stop = body.get("stop")
+        if stop is not None and not isinstance(stop, str | list):
+            raise BadRequest(f"stop: a non-empty string or a list of up to 4, got {stop!r}")
         stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
         if len(stops) > 4 or not all(isinstance(s, str) and s for s in stops):
             raise BadRequest(f"stop: a non-empty string or a list of up to 4, got {stop!r}")
@@ -886,8 +890,13 @@ def _number(body: Mapping[str, Any], key: str, default: float) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise BadRequest(f"{key} must be a finite number, got {value!r}")
+    try:
+        finite = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        finite = False
+    if not finite:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise BadRequest(f"{key} must be a finite number, got {shown}")
     return float(value)
 
 

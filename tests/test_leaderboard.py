@@ -126,4 +126,141 @@ def test_command_line_names_a_folder_without_runs_and_a_broken_metrics_file(tmp_
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.json").write_text('{"model": ')
     assert main([str(tmp_path)]) == 1
-    assert f"error: {tmp_path / 'run' / 'metrics.json'}: not JSON" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the broken run is listed as skipped, naming its file
+    assert "run/metrics.json: not JSON" in err and "error: no run with a benchmark headline" in err
+
+
+def _replace(folder, name, text):
+    (folder / name).write_text(text) if isinstance(text, str) else (folder / name).write_bytes(text)
+
+
+def _metrics_with(folder, change):
+    results = json.loads((folder / "metrics.json").read_text())
+    change(results)
+    (folder / "metrics.json").write_text(json.dumps(results))
+
+
+def _folder_for(folder, name):
+    (folder / name).unlink()
+    (folder / name).mkdir()
+
+
+# Each a run folder broken in one way: (how, file named in the reason, words of the reason)
+BROKEN = {
+    "metrics.json a list": (lambda f: _replace(f, "metrics.json", "[1, 2]"), "metrics.json", "JSON object"),
+    "metrics.json a folder": (lambda f: _folder_for(f, "metrics.json"), "metrics.json", "cannot be read"),
+    "metrics.json not JSON": (lambda f: _replace(f, "metrics.json", '{"model": '), "metrics.json", "not JSON"),
+    "metrics.json not UTF-8": (lambda f: _replace(f, "metrics.json", b"\xff\xfe{}"), "metrics.json", "cannot be"),
+    "eval a list": (lambda f: _metrics_with(f, lambda r: r.update(eval=[1])), "metrics.json", "eval"),
+    "evaluator a number": (lambda f: _metrics_with(f, lambda r: r.update(evaluator=3)), "metrics.json", "evaluator"),
+    "NaN headline": (
+        lambda f: _metrics_with(f, lambda r: r["eval"]["judge"]["overall"].update(accuracy=float("nan"))),
+        "metrics.json",
+        "is nan",
+    ),
+    "infinite headline": (
+        lambda f: _metrics_with(f, lambda r: r["eval"]["judge"]["overall"].update(accuracy=float("inf"))),
+        "metrics.json",
+        "is inf",
+    ),
+    "judge_cost without tokens": (
+        lambda f: _metrics_with(f, lambda r: r["eval"]["judge_cost"].pop("prompt_tokens")),
+        "metrics.json",
+        "prompt_tokens",
+    ),
+    "judge_cost a string": (
+        lambda f: _metrics_with(f, lambda r: r["eval"].update(judge_cost="free")),
+        "metrics.json",
+        "judge_cost",
+    ),
+    "CI bound a string": (
+        lambda f: _metrics_with(f, lambda r: r["eval"]["judge"]["overall"].update(ci_low="low")),
+        "metrics.json",
+        "ci_low",
+    ),
+    "config.yaml unparseable": (lambda f: _replace(f, "config.yaml", "judge: [unclosed"), "config.yaml", "YAML"),
+    "config.yaml a list": (lambda f: _replace(f, "config.yaml", "- a\n- b\n"), "config.yaml", "mapping"),
+    "config.yaml a folder": (lambda f: _folder_for(f, "config.yaml"), "config.yaml", "cannot be read"),
+    "judge a string": (lambda f: _replace(f, "config.yaml", "judge: openai\n"), "config.yaml", "judge"),
+    "judge.server a string": (
+        lambda f: _replace(f, "config.yaml", "judge: {backend: local, server: big}\n"),
+        "config.yaml",
+        "judge.server",
+    ),
+    "evaluator.judges a string": (
+        lambda f: _replace(f, "config.yaml", "judge: {backend: openai, model: m}\nevaluator: {judges: gpt}\n"),
+        "config.yaml",
+        "evaluator.judges",
+    ),
+    "scores row without id": (lambda f: _replace(f, "scores.jsonl", '{"verdicts": {}}\n'), "scores.jsonl", "id"),
+    "scores row not JSON": (lambda f: _replace(f, "scores.jsonl", "{oops\n"), "scores.jsonl", "line 1"),
+    "scores row a list": (lambda f: _replace(f, "scores.jsonl", "[1]\n"), "scores.jsonl", "line 1"),
+    "verdict a string": (
+        lambda f: _replace(f, "scores.jsonl", '{"id": "r0", "verdicts": {"role_style": "yes"}}\n'),
+        "scores.jsonl",
+        "role_style",
+    ),
+    "verdict NaN": (
+        lambda f: _replace(f, "scores.jsonl", '{"id": "r0", "verdicts": {"role_style": NaN}}\n'),
+        "scores.jsonl",
+        "finite",
+    ),
+    "verdicts a list": (
+        lambda f: _replace(f, "scores.jsonl", '{"id": "r0", "verdicts": [1]}\n'),
+        "scores.jsonl",
+        "verdicts",
+    ),
+    "scores.jsonl not UTF-8": (lambda f: _replace(f, "scores.jsonl", b"\xff\n"), "scores.jsonl", "cannot be read"),
+    "scores.jsonl a folder": (lambda f: _folder_for(f, "scores.jsonl"), "scores.jsonl", "cannot be read"),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(BROKEN))
+def test_a_malformed_run_folder_is_skipped_naming_its_file_and_the_board_is_still_written(tmp_path, shape, capsys):
+    break_it, named, reason = BROKEN[shape]
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "good_a", "a", "rolemrc", 0.8, [1, 1, 0, 1], judge="openai:gpt-4o")
+    write_run(sweep / "good_b", "b", "rolemrc", 0.6, [1, 0, 0, 1], judge="openai:gpt-4o")
+    write_run(sweep / "broken", "broken", "rolemrc", 0.9, [1, 1, 1, 1], judge="openai:gpt-4o")
+    break_it(sweep / "broken")
+    board = build([sweep])
+    assert board.rows == ["a", "b"] and board.rank == {("a", "rolemrc"): 1, ("b", "rolemrc"): 2}
+    [(run, why)] = board.skipped
+    assert run.endswith("broken") and f"broken/{named}" in why and reason in why
+    out = tmp_path / "board"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    assert f"skipped {run}: {why}" in capsys.readouterr().err
+    assert "## Runs without a cell" in (out / "leaderboard.md").read_text()
+
+
+def test_a_nan_seed_is_never_the_median_or_ranked(tmp_path):
+    for seed, value in enumerate([0.9, float("nan"), 0.7]):
+        write_run(tmp_path / f"{seed}_big", "big", "rolebench", value, [0.5, 0.6])
+    write_run(tmp_path / "small", "small", "rolebench", 0.8, [0.5, 0.6])
+    board = build([tmp_path])
+    big = board.cells["big", "rolebench"]
+    assert (big.value, big.seeds) == (0.7, 2)  # the lower of the two finite seeds
+    assert board.rank == {("small", "rolebench"): 1, ("big", "rolebench"): 2}
+    [(run, why)] = board.skipped
+    assert run.endswith("1_big") and "eval.metrics.overall.rougeL.mean (the ROUGE-L headline) is nan" in why
+
+
+def test_out_a_file_is_an_error_naming_it(tmp_path, capsys):
+    write_run(tmp_path / "run", "a", "rolebench", 0.5, [0.5])
+    (tmp_path / "taken").write_text("")
+    assert main([str(tmp_path / "run"), "--out", str(tmp_path / "taken")]) == 1
+    assert f"--out {tmp_path / 'taken'}: a file" in capsys.readouterr().err
+
+
+def test_model_names_cannot_inject_markdown_rows_or_spreadsheet_formulas(tmp_path):
+    evil = "evil | 1.0 |\n| injected | row"
+    write_run(tmp_path / "one", evil, "rolebench", 0.5, [0.5, 0.4])
+    write_run(tmp_path / "two", '=HYPERLINK("http://x")', "rolebench", 0.4, [0.3, 0.4])
+    out = tmp_path / "board"
+    assert main([str(tmp_path / "one"), str(tmp_path / "two"), "--out", str(out)]) == 0
+    lines = (out / "leaderboard.md").read_text().splitlines()
+    assert not any(line.startswith("| injected") for line in lines)
+    row = next(line for line in lines if line.startswith("| evil"))
+    assert row.startswith("| evil \\| 1.0 \\| \\| injected \\| row | 1.00 (1-1, 1) |")
+    rows = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert {r["model"] for r in rows} == {evil, '\'=HYPERLINK("http://x")'}

@@ -89,6 +89,9 @@ def test_generation_with_echo_scores_the_generated_token_too(served):
         ({"prompt": PROMPT, "max_tokens": 10**6}, "maximum context length"),
         ({"prompt": PROMPT, "stop": ["a", "b", "c", "d", "e"]}, "stop"),
         ({"prompt": PROMPT, "stream": True}, "stream"),
+        ({"prompt": PROMPT, "stop": {"a": 1}}, "stop"),
+        ({"prompt": PROMPT, "temperature": 10**400}, "temperature must be a finite number"),
+        ({"prompt": PROMPT, "top_p": -(10**400)}, "top_p must be a finite number"),
     ],
 )
 def test_bad_completion_requests_are_400s_naming_the_field(served, body, named):

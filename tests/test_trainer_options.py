@@ -74,3 +74,13 @@ def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path)
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert train["optimizer_steps"] == 1
     assert "held_out" not in train  # Lightning's fast_dev_run skips the pass before training: no "before" to report
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
+def test_accelerator_gpu_without_cuda_is_refused_before_loading():
+    from rpbench.training.options import value_problems
+
+    assert value_problems({"accelerator": "gpu"}) == [
+        "trainer.accelerator=gpu: no CUDA device here (use trainer.accelerator=cpu or auto)"
+    ]
+    assert value_problems({"accelerator": "cpu"}) == []

@@ -22,12 +22,19 @@ class MicroBatch:
     loss_scale: float
 
 
-def shuffled_chunks(n: int, batch_size: int, seed: int, shuffle: bool = True) -> list[list[int]]:
-    """Indices 0..n-1 (shuffled with ``seed``) cut into batches of ``batch_size``."""
+def shuffled_chunks(n: int, batch_size: int, seed: int, shuffle: bool = True, min_size: int = 1) -> list[list[int]]:
+    """Indices 0..n-1 (shuffled with ``seed``) cut into batches of ``batch_size``; a last batch smaller than
+    ``min_size`` joins the one before it (n < ``min_size``: a ValueError)."""
+    if 0 < n < min_size:
+        raise ValueError(f"{n} sample(s): a micro-batch needs at least {min_size}")
     order = list(range(n))
     if shuffle:
         random.Random(seed).shuffle(order)
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    chunks = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if len(chunks) > 1 and len(chunks[-1]) < min_size:
+        last = chunks.pop()
+        chunks[-1] += last
+    return chunks
 
 
 def plan_steps(

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpbench.data.templates import Released, Template, TemplateError, resolve, slots_of
+from rpbench.data.templates import Released, Template, TemplateError, read_source_file, resolve, slots_of
 
 ASPECTS: tuple[str, ...] = ("personality", "hallucination", "values", "memory", "stability")
 SPEAKER_CUE = "{speaker} (speaking):"
@@ -116,11 +116,13 @@ _SCENE = {
 def released_text(name: str, source: str | Path, file: str) -> Template:
     """The authors' template in the text file ``source/<PROMPT_DIR>/<file>`` (stripped), with the default's slots."""
     path = Path(source).expanduser() / PROMPT_DIR / file
-    if not path.is_file():
-        raise TemplateError(f"{path}: no such file (prompts.source must be a clone of trainable-agents)")
-    text = path.read_text(encoding="utf-8").strip()
+    text = read_source_file(path, source).strip()
     template = Template(name, text, f"{PROMPT_DIR}/{file}")
-    if set(template.slots) != set(slots_of(DEFAULTS[name])):
+    try:
+        slots = template.slots
+    except ValueError as error:  # an unbalanced brace, or a slot that is not a plain name
+        raise TemplateError(f"{path}: not a str.format template ({error})") from None
+    if set(slots) != set(slots_of(DEFAULTS[name])):
         raise TemplateError(
             f"{path}: slots {sorted(template.slots)}, expected {sorted(slots_of(DEFAULTS[name]))} for {name!r}"
         )

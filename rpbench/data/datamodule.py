@@ -131,9 +131,10 @@ class PlannedDataModule(L.LightningDataModule):
         return self._loader(self.val) if self.val is not None else []
 
 
-def epoch_batcher(n: int, batch_size: int, seed: int, shuffle: bool = True) -> Batcher:
-    """Fixed-size micro-batches, reshuffled every epoch."""
-    return lambda epoch: shuffled_chunks(n, batch_size, seed + epoch, shuffle)
+def epoch_batcher(n: int, batch_size: int, seed: int, shuffle: bool = True, min_size: int = 1) -> Batcher:
+    """Fixed-size micro-batches, reshuffled every epoch (a last one under ``min_size`` joins the one before)."""
+    shuffled_chunks(n, batch_size, seed, shuffle, min_size)  # too few samples: refused now, not mid-epoch
+    return lambda epoch: shuffled_chunks(n, batch_size, seed + epoch, shuffle, min_size)
 
 
 def fixed_order_batcher(batches: list[list[int]], seed: int, shuffle: bool = True) -> Batcher:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.records import Turn
-from rpbench.data.templates import Released, Template, resolve
+from rpbench.data.templates import Released, Template, TemplateError, resolve
 
 JUDGE_TARGET = "100%"
 _AUTHORS = "RPM-Generalization/"
@@ -270,7 +270,7 @@ class RemidPrompts:
         blocks = _FENCE.findall(self["thought_user"].text)
         lines = [line.strip() for line in (blocks[-1] if blocks else "").splitlines() if line.strip()]
         if not lines:
-            raise ValueError(f"thought template ({self['thought_user'].origin}) has no fenced core-features block")
+            raise TemplateError(f"thought template ({self['thought_user'].origin}) has no fenced core-features block")
         return lines[0]
 
     @property
@@ -328,7 +328,7 @@ def remid_prompts(source: str | Path | None = None) -> RemidPrompts:
     prompts = RemidPrompts(templates)
     for name in ("policy_user", "policy_user_naive", "pxy_user"):
         if set(templates[name].slots) != _INPUTS:
-            raise ValueError(f"template {name} must have the slots {sorted(_INPUTS)}")
+            raise TemplateError(f"template {name} ({templates[name].origin}) must have the slots {sorted(_INPUTS)}")
     if len(prompts.sections) < 2 or not prompts.marker:
-        raise ValueError(f"thought template ({templates['thought_user'].origin}) has no section headers")
+        raise TemplateError(f"thought template ({templates['thought_user'].origin}) has no section headers")
     return prompts

@@ -25,11 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.errors import ConfigError
+
 RPBENCH = "rpbench"
 
 
-class TemplateError(ValueError):
-    """A released template that cannot be read, or a template rendered with the wrong slots."""
+class TemplateError(ConfigError):
+    """A released template that cannot be read, or a template rendered with the wrong slots (a user error:
+    the message names the file)."""
 
 
 @dataclass(frozen=True)
@@ -92,9 +95,15 @@ def resolve(name: str, default: str, released: Released | None, source: str | Pa
     if source is None or released is None:
         return Template(name, default, RPBENCH)
     path = Path(source).expanduser() / released.file
-    text = read_released(path, released)
-    template = Template(name, text, released.describe())
-    if set(template.slots) != set(slots_of(default)):
+    try:
+        text = read_released(path, released, source)
+        template = Template(name, text, released.describe())
+        slots = template.slots
+    except TemplateError as error:
+        raise error if str(path) in str(error) else TemplateError(f"{path}: {error}") from None
+    except ValueError as error:  # str.format's parser: an unbalanced brace
+        raise TemplateError(f"{path}: {released.symbol} is not a str.format template ({error})") from None
+    if set(slots) != set(slots_of(default)):
         raise TemplateError(
             f"{path}: {released.symbol} has slots {sorted(template.slots)} after renaming "
             f"{dict(released.rename)}, expected {sorted(slots_of(default))} for template {name!r}"
@@ -102,13 +111,31 @@ def resolve(name: str, default: str, released: Released | None, source: str | Pa
     return template
 
 
-def read_released(path: Path, released: Released) -> str:
-    """The template text assigned to ``released.symbol`` in the Python file at ``path`` (module docstring)."""
+def read_source_file(path: Path, source: str | Path) -> str:
+    """The text of ``path`` inside the clone ``source``; a TemplateError naming it when it is missing, not a
+    file, unreadable, not UTF-8, or a link leading outside the clone (never read)."""
+    root = Path(source).expanduser().resolve()
+    if not root.is_dir():
+        raise TemplateError(f"{path}: prompts.source={source} is not a folder (a clone of the authors' repository)")
+    if not path.resolve().is_relative_to(root):
+        raise TemplateError(f"{path}: a link leading outside prompts.source ({source}): not read")
+    if path.is_dir():
+        raise TemplateError(f"{path}: a folder, not a file")
     if not path.is_file():
         raise TemplateError(f"{path}: no such file (prompts.source must be a clone of the authors' repository)")
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    except (SyntaxError, UnicodeDecodeError) as error:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise TemplateError(f"{path}: cannot be read ({type(error).__name__}: {error})") from None
+
+
+def read_released(path: Path, released: Released, source: str | Path) -> str:
+    """The template text assigned to ``released.symbol`` in the Python file at ``path`` of the clone ``source``
+    (module docstring)."""
+    text = read_source_file(path, source)
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError) as error:
         raise TemplateError(f"{path}: not a readable Python file ({error})") from error
     values = [node.value for node in ast.walk(tree) if _assigns(node, released.symbol)]
     values.sort(key=lambda node: (node.lineno, node.col_offset))

@@ -94,6 +94,7 @@ class ObjectiveModule(L.LightningModule):
 
     data_split = "train"
     supports_packing = False
+    min_micro_batch = 1  # the fewest samples a micro-batch may hold (a smaller last one joins the one before)
     supports_images = True  # False: samples with images are refused (the objective cannot pass them on)
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)

@@ -7,8 +7,9 @@ rotation by one within a batch: ``(x_1, y_B), (x_2, y_1), ...``), whose mean pol
 KL reference point (``losses.kto_kl``: averaged over ranks, then clamped at 0). The loss is the mean of
 ``losses.kto_loss`` over every completion of the global batch. The reference is live (a frozen copy, or the
 LoRA-disabled base): the mismatched rows depend on the batch the sampler draws, so their reference log-probs
-cannot be cached per sample. A micro-batch of one sample pairs its prompt with its own completion (the KL
-estimate is then its own log-ratio): ``batch_size`` must be >= 2.
+cannot be cached per sample. A micro-batch of one sample would pair its prompt with its own completion (the KL
+estimate then its own log-ratio): ``batch_size`` must be >= 2 (TRL refuses 1 too), a last micro-batch of one
+joins the one before it (``min_micro_batch``), and ``collate`` refuses a batch of one.
 
 Validation on held-out completions reports the KTO loss, the mean implicit rewards of the desirable and the
 undesirable completions, and the KL estimate.
@@ -61,6 +62,7 @@ class KTOModule(ObjectiveModule):
     data_split = "labelled"
     needs_tuned_start = True
     supports_packing = False
+    min_micro_batch = 2  # the KL pairs need another sample's completion
     record_types = (LabelledExample,)
     config_class = KTOConfig
 
@@ -89,7 +91,9 @@ class KTOModule(ObjectiveModule):
     @staticmethod
     def collate(samples: list[dict], pad_token_id: int) -> dict:
         """Rows ``0..B-1``: the samples; rows ``B..2B-1``: prompt ``i`` followed by completion ``i - 1`` (the
-        last one's for the first), cut to the length budget."""
+        last one's for the first), cut to the length budget. A batch of one has no other completion: refused."""
+        if len(samples) < 2:
+            raise ValueError("a KTO micro-batch needs at least 2 completions: the KL pairs each prompt with another's")
         mismatched = []
         for i, sample in enumerate(samples):
             other = samples[i - 1]

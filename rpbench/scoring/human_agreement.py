@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from rpbench.data.errors import RpbenchError
 from rpbench.scoring.agreement import mae, pearson, rmse
 
 PAIRWISE_CODES = {"a": 1.0, "tie": 0.0, "b": -1.0}
@@ -67,14 +68,18 @@ def model_family(name: str) -> str:
     return found.group(0) if found else name.lower()
 
 
+class RatingError(RpbenchError, ValueError):
+    """A rating or verdict that is no number or label (the message names file, line, record and field)."""
+
+
 def code(value: Any, pairwise: bool, where: str) -> float:
     """A rating or verdict as a number: a pairwise label's code, or the number itself."""
     if pairwise:
         if value not in PAIRWISE_CODES:
-            raise ValueError(f"{where}: expected a pairwise label a, b or tie, got {value!r}")
+            raise RatingError(f"{where}: expected a pairwise label a, b or tie, got {value!r}")
         return PAIRWISE_CODES[value]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ValueError(f"{where}: expected a number, got {value!r}")
+        raise RatingError(f"{where}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -196,6 +201,10 @@ def agreement(
         "n_verdicts_without_humans": len(set(verdicts) - {item.key for item in humans}),
     }
     if not items:
+        if humans:
+            out["warning"] = (
+                f"none of the {len(humans)} rated items has a judge verdict: items match on (id, rubric, model)"
+            )
         return out
     judge = [verdicts[item.key].value for item in items]
     center = [item.center for item in items]

@@ -172,9 +172,9 @@ def build_datamodule(
         train_batcher = fixed_order_batcher(pack_into_budget([len(s["input_ids"]) for s in train], budget), seed)
         train_collate = packed_collate
     else:
-        train_batcher = epoch_batcher(len(train), int(objective.batch_size), seed)
+        train_batcher = epoch_batcher(len(train), int(objective.batch_size), seed, min_size=module_cls.min_micro_batch)
         train_collate = collate
-    val_batcher = epoch_batcher(len(val), int(objective.batch_size), seed, shuffle=False)
+    val_batcher = epoch_batcher(len(val), int(objective.batch_size), seed, False, module_cls.min_micro_batch)
     return PlannedDataModule(
         PlannedBatches(train, train_collate, train_batcher, weights(train), int(objective.grad_accum)),
         PlannedBatches(val, collate, val_batcher, weights(val), 1) if val else None,

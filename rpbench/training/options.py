@@ -134,7 +134,18 @@ def value_problems(trainer_cfg: Mapping[str, Any]) -> list[str]:
     for key, (ok, expected) in checks.items():
         if key in trainer_cfg and not ok(trainer_cfg[key]):
             found.append(f"trainer.{key}={trainer_cfg[key]!r}: expected {expected}")
+    if str(trainer_cfg.get("accelerator")) in ("gpu", "cuda") and not _cuda_available():
+        found.append(
+            f"trainer.accelerator={trainer_cfg['accelerator']}: no CUDA device here "
+            "(use trainer.accelerator=cpu or auto)"
+        )
     return found
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _devices(value: Any) -> bool:

@@ -89,7 +89,7 @@ def test_the_authors_prompts_from_a_clone(clone):
 
 
 def test_a_clone_missing_the_file_or_a_metric_is_named(tmp_path, clone):
-    with pytest.raises(TemplateError, match="RM_review.py: no such file"):
+    with pytest.raises(TemplateError, match="RM_review.py: prompts.source=.*elsewhere is not a folder"):
         review_prompts(str(tmp_path / "elsewhere"))
     (tmp_path / "eval" / "RM_review.py").write_text(FAKE_RM_REVIEW.replace('"Fluency": "Fluency: FL?",', ""))
     with pytest.raises(TemplateError, match="aspect_desc has no key 'Fluency'"):

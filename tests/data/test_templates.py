@@ -103,3 +103,64 @@ def test_a_dict_entry_by_key_and_an_expression_field_named_in_rename(clone):
         resolve("body", "{aspect} / {reply}", Released("pkg/prompts.py", "text"), clone)
     with pytest.raises(TemplateError, match="has no key 'pace'"):
         resolve("pace", "x", Released("pkg/prompts.py", "aspects", key="pace"), clone)
+
+
+def _clone_with(tmp_path, shape):
+    """A clone whose authors.py (the template's file) is broken in one way."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    target = clone / "authors.py"
+    good = 'PROMPT = "Talk as {role} about {topic}."\n'
+    if shape == "missing":
+        pass
+    elif shape == "a folder":
+        target.mkdir()
+    elif shape == "not UTF-8":
+        target.write_bytes(b'PROMPT = "\xff\xfe {role} {topic}"\n')
+    elif shape == "null bytes":
+        target.write_bytes(b'PROMPT = "{role} {topic}"\x00\n')
+    elif shape == "not Python":
+        target.write_text("PROMPT = (\n")
+    elif shape == "empty":
+        target.write_text("")
+    elif shape == "wrong slots":
+        target.write_text('PROMPT = "Talk as {role} about {subject}."\n')
+    elif shape == "unbalanced brace":
+        target.write_text('PROMPT = "Talk as {role about {topic}."\n')
+    elif shape == "slot not a plain name":
+        target.write_text('PROMPT = "Talk as {role.name} about {topic}."\n')
+    elif shape == "f-string expression":
+        target.write_text('PROMPT = f"Talk as {role.upper()} about {topic}."\n')
+    elif shape == "not a string":
+        target.write_text("PROMPT = 3\n")
+    elif shape == "link outside the clone":
+        outside = tmp_path / "outside.py"
+        outside.write_text(good)
+        target.symlink_to(outside)
+    elif shape == "clone is a file":
+        clone.rmdir()
+        clone.write_text(good)
+    return clone, target
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["missing", "a folder", "not UTF-8", "null bytes", "not Python", "empty", "wrong slots", "unbalanced brace",
+     "slot not a plain name", "f-string expression", "not a string", "link outside the clone", "clone is a file"],
+)  # fmt: skip
+def test_a_broken_template_clone_is_a_user_error_naming_the_file(tmp_path, shape):
+    from rpbench.data.errors import RpbenchError
+
+    clone, target = _clone_with(tmp_path, shape)
+    with pytest.raises(RpbenchError) as raised:
+        resolve("talk", "As {role}, on {topic}.", Released("authors.py", "PROMPT"), clone)
+    assert str(target) in str(raised.value)
+
+
+def test_a_link_inside_the_clone_is_read(tmp_path):
+    clone = tmp_path / "clone"
+    (clone / "real").mkdir(parents=True)
+    (clone / "real" / "authors.py").write_text('PROMPT = "Talk as {role} about {topic}."\n')
+    (clone / "authors.py").symlink_to(clone / "real" / "authors.py")
+    template = resolve("talk", "As {role}, on {topic}.", Released("authors.py", "PROMPT"), clone)
+    assert template.render(role="a", topic="b") == "Talk as a about b."

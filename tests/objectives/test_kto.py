@@ -117,3 +117,18 @@ def test_a_run_on_labelled_records(tmp_path):
 def test_kto_without_a_labelled_file_is_a_named_error(tmp_path):
     with pytest.raises(ValueError, match=r"data=custom has no file for data.files.labelled: set data.files.labelled="):
         run_in_process(tmp_path / "run", "data=custom", "objective=kto", "evaluator=none", "logger=none")
+
+
+def test_no_kto_micro_batch_pairs_a_completion_with_itself():
+    from rpbench.data.datamodule import epoch_batcher
+    from rpbench.objectives.kto import KTOModule
+
+    # 5 completions at batch_size 2: the last one joins the batch before (no batch of one, none lost)
+    plan = epoch_batcher(5, 2, seed=0, min_size=KTOModule.min_micro_batch)(0)
+    assert sorted(len(b) for b in plan) == [2, 3] and sorted(i for b in plan for i in b) == list(range(5))
+    with pytest.raises(ValueError, match="1 sample"):  # a single held-out completion: refused up front
+        epoch_batcher(1, 2, seed=0, shuffle=False, min_size=KTOModule.min_micro_batch)
+    one = {"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "prompt_length": 1, "max_length": 8, "id": "a",
+           "desirable": True, "images": []}  # fmt: skip
+    with pytest.raises(ValueError, match="at least 2 completions"):
+        KTOModule.collate([one], pad_token_id=0)

@@ -123,3 +123,29 @@ def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
     assert found["mae"] == pytest.approx(np.mean(np.abs(np.array(judge) - center)))
     assert found["accuracy"] is None and found["cohen_kappa"]["unweighted"] is None  # interval ratings
     assert "## Judge agreement with human ratings" in (tmp_path / "run" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("bad", [True, "high", float("nan"), [3]])
+def test_a_rating_that_is_no_number_is_a_user_error_naming_file_line_and_field(tmp_path, bad):
+    from rpbench.data.errors import RpbenchError
+
+    path = tmp_path / "humans.jsonl"
+    path.write_text(json.dumps({"id": "r1", "rubric": "style", "ratings": [4, bad]}) + "\n")  # NaN as JSON's NaN
+    with pytest.raises(RpbenchError, match=r"humans.jsonl, line 1 \(record 'r1'\), ratings: expected a finite"):
+        read_human_ratings(path)
+
+
+def test_ratings_and_verdicts_sharing_no_item_warn_and_the_evaluator_refuses(tmp_path):
+    from types import SimpleNamespace
+
+    from rpbench.data.errors import RpbenchError
+    from rpbench.eval.benchmarks.judge_agreement import JudgeAgreement
+
+    humans = write_lines(tmp_path / "humans.jsonl", [{"id": "r1", "rubric": "style", "ratings": [4, 5]}])
+    judge = write_lines(tmp_path / "judge.jsonl", [{"id": "other", "rubric": "style", "verdict": 4}])
+    found = agreement(read_human_ratings(humans), read_judge_verdicts(judge, pairwise=False), "ordinal", None)
+    assert found["n_compared"] == 0 and "none of the 1 rated items has a judge verdict" in found["warning"]
+    settings = SimpleNamespace(human_ratings=str(humans), judge_verdicts=str(judge), human_level="ordinal",
+                               judge_model=None)  # fmt: skip
+    with pytest.raises(RpbenchError, match="share no item"):
+        JudgeAgreement().from_files(SimpleNamespace(settings=settings))

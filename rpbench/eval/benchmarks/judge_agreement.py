@@ -9,6 +9,7 @@ order's when ``rm_review_swapped`` is there; items keyed by the folder's name as
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key
 from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
 from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.typed import Settings
+
+log = logging.getLogger(__name__)
 
 
 def run_verdicts(scores: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], float]:
@@ -76,7 +79,7 @@ def agreement_section(found: Mapping[str, Any]) -> str:
         f"{found['n_without_verdict']} without, {found['n_verdicts_without_humans']} verdicts without ratings).",
     ]
     if not found["n_compared"]:
-        return "\n".join(lines)
+        return "\n".join(lines + (["", f"**Warning:** {found['warning']}"] if found.get("warning") else []))
     kappa, alpha, bias = found["cohen_kappa"], found["krippendorff_alpha"], found["bias"]
     rows = {
         "Spearman": found["spearman"],
@@ -128,6 +131,11 @@ class JudgeAgreement(Benchmark):
         humans = read_human_ratings(ev.human_ratings)
         verdicts, named = judge_verdicts(Path(ev.judge_verdicts), humans[0].pairwise)
         found = agreement_with(humans, verdicts, ev.human_level, ev.judge_model or named)
+        if not found["n_compared"]:
+            raise ConfigError(
+                f"evaluator.human_ratings={ev.human_ratings} and evaluator.judge_verdicts={ev.judge_verdicts} share "
+                f"no item: {found['warning']}"
+            )
         return {"judge_agreement": found, "report_sections": [agreement_section(found)]}
 
 
@@ -140,7 +148,10 @@ def human_agreement_of_run(settings: Any, judge: JudgeConfig, scores: Sequence[M
             "(use evaluator=judge_agreement with a verdicts file for pairwise judges)"
         )
     by_record = run_verdicts(scores)
-    return agreement_with(humans, matched(humans, by_record), settings.human_level, judge.model)
+    found = agreement_with(humans, matched(humans, by_record), settings.human_level, judge.model)
+    if found.get("warning"):
+        log.warning("judge agreement with %s: %s", settings.human_ratings, found["warning"])
+    return found
 
 
 BENCHMARKS.register("judge_agreement")(JudgeAgreement())

@@ -144,8 +144,7 @@ def run_sessions(
 
 def session_fingerprint(ctx: EvalContext, simulator: Any, version: str) -> dict[str, Any]:
     """What the simulator's files and the sessions are resumed under: the model's replies' fingerprint, the
-    turn limit and the simulator (the conf/model it serves, else its endpoint and model; sampling, length,
-    stop marker, prompt version)."""
+    turn limit and the simulator (who answers and its model; sampling, length, stop marker, prompt version)."""
     from rpbench.eval.evaluate import generation_fingerprint
 
     sim = ctx.settings.simulator
@@ -153,8 +152,8 @@ def session_fingerprint(ctx: EvalContext, simulator: Any, version: str) -> dict[
         **generation_fingerprint(ctx),
         "max_turns": ctx.settings.max_turns,
         "simulator.server": sim.server,
-        "simulator.base_url": None if sim.server is not None else simulator.config.base_url,
-        "simulator.model": sim.server or simulator.config.model,
+        "simulator.endpoint": simulator.endpoint,  # who answers (a served model: rpbench.serve, its name below)
+        "simulator.model": simulator.config.model,
         "simulator.temperature": sim.temperature,
         "simulator.max_tokens": sim.max_tokens,
         "simulator.stop_marker": sim.stop_marker,

@@ -10,7 +10,8 @@ Predictions go to ``predictions.jsonl``, one line per record as soon as its batc
 run resumes where it stopped: ids already in the file are skipped (a line cut off mid-write is dropped
 and reported), when the file was written by the same model and generation settings (its fingerprint,
 ``rpbench.eval.provenance``; else it is moved aside and generation starts afresh). Under multi-process
-runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes its own shard file; rank zero waits for every record to appear in the shards and merges them into
+runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes its own shard file; rank zero waits
+for every record to appear in the shards and merges them into
 ``predictions.jsonl`` in the order of the evaluation set. No collective is involved, so ranks with
 uneven shards never wait on each other, except on a ZeRO-3-partitioned model (gathered once per batch, or
 ``synced_gpus``) or under FSDP, where every rank runs the same number of batches (padded with throw-away ones).

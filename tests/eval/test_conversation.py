@@ -275,6 +275,9 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         validate(compose("data=sample_conversation", "objective=none", "judge=none"))
     with pytest.raises(ConfigError, match="reads data=conversation"):
         validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
+    for reference_based in ("rolemrc", "rolebench"):  # would score the replies against empty references
+        with pytest.raises(ConfigError, match=f"evaluator={reference_based} scores replies against .* have none"):
+            validate(compose("data=sample_conversation", f"evaluator={reference_based}", "objective=none"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
         validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-nope'.*a conf/model entry.*tiny-qwen2"):

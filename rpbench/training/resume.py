@@ -1,7 +1,9 @@
 """Resume a checkpoint only into the training it was written for.
 
-The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) are stored
-next to the checkpoints (``checkpoints/training_config.json``) when training starts. A re-run that would
+The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) and the
+content digest of the records trained on (``data.records_sha256.<file>``: a file replaced at the same path
+counts) are stored next to the checkpoints (``checkpoints/training_config.json``; earlier settings that differ,
+after a ``resume=force``, are kept as ``training_config.<k>.json``) when training starts. A re-run that would
 resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
 differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
 checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may

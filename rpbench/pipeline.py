@@ -209,8 +209,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
     training = spec.training  # the training stage's one input
+    train_split = training.split if training is not None else None  # 1. data: read before the model loads
+    need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
+    splits, records = read_data(spec.data, train_split, need_test=need_test)
     warnings = []  # a checkpoint resumes only into the training it was written for: checked before config.yaml
-    if training is not None:
+    if training is not None:  # the records trained on are part of it: a file replaced at the same path counts
+        trained = {file: records[file]["records_sha256"] for file in (train_split, "augment") if file in records}
+        training = training.with_records(trained)
         warnings += check_resume(training, resolve_ckpt(training.run.ckpt_path, out_dir))
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     results: dict[str, Any] = {
@@ -229,9 +234,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if warnings:
         results["warnings"] = warnings
 
-    train_split = training.split if training is not None else None  # 1. data: read before the model loads
-    need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
-    splits, results["records"] = read_data(spec.data, train_split, need_test=need_test)
+    results["records"] = records
     records_for_model(spec, splits, results["records"], train_split)
     if training is not None:
         check_trained_records(training, [*splits[train_split], *splits.get("augment", [])])

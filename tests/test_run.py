@@ -86,6 +86,27 @@ def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_
     assert "warnings" not in watched and watched["train"]["optimizer_steps"] == forced["train"]["optimizer_steps"]
 
 
+def test_a_training_file_replaced_at_its_path_is_not_resumed_and_forcing_keeps_the_history(tmp_path):
+    from rpbench.data.files import package_path
+
+    train = tmp_path / "train.jsonl"
+    lines = package_path("pkg://rpbench/resources/sample/rolemrc/train-sft.jsonl").read_text().splitlines(True)
+    train.write_text("".join(lines))
+    out, data = tmp_path / "run", f"data.files.train={train}"
+    run_in_process(out, *FAST, data)
+    stored = (out / "checkpoints" / "training_config.json").read_text()
+    train.write_text("".join(reversed(lines)))  # other records at the same path
+    with pytest.raises(ConfigError, match=r"data\.records_sha256\.train: '[0-9a-f]{64}' -> '[0-9a-f]{64}'"):
+        run_in_process(out, *FAST, data)
+
+    run_in_process(out, *FAST, data, "resume=force")
+    assert (out / "checkpoints" / "training_config.1.json").read_text() == stored  # the forced run kept it
+
+    (out / "checkpoints" / "training_config.json").write_text('{"seed": 1')  # cut off
+    with pytest.raises(ConfigError, match=r"training_config\.json: the record of the settings .* unreadable"):
+        run_in_process(out, *FAST, data)
+
+
 def test_cfg_job_prints_the_resolved_config():
     result = run("--cfg", "job", "--resolve", "objective=none")  # as docs/configuration.md shows it
     assert result.returncode == 0, result.stderr[-2000:]

@@ -236,9 +236,14 @@ def collect(
                     continue
                 raise source.error(
                     "id",
-                    f"a unique record id; {example.id!r} is also record {seen[example.id]} (records without an "
-                    "id are identified by their content: identical records repeat one id; data.duplicates=drop "
-                    "or keep takes them)",
+                    f"a unique record id; {example.id!r} is also record {seen[example.id]} "
+                    + (
+                        "(records without an id are identified by their content: identical records repeat one id; "
+                        "in a training file data.duplicates=drop or keep takes them; an evaluation file refuses them)"
+                        if isinstance(example.id, ContentId)
+                        else "(the records' own ids: give each record an id of its own, or remove the repeated one; "
+                        "data.duplicates applies to records without an id only)"
+                    ),
                 )
             seen[example.id] = source.record
             result.examples.append(example)

@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
+from rpbench.eval.provenance import model_identity
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
 from rpbench.typed import Settings
 
@@ -35,6 +37,12 @@ class EvalContext:
     out_dir: Path
     local_judge_server: LocalServer | None  # starts the judge=local server (rpbench.serve.local_judge)
     logger: Any = None
+
+    @cached_property
+    def model_identity(self) -> dict[str, Any]:
+        """The evaluated model's identity (its weights' digest included), computed once per context: what its
+        evaluation files are resumed under (``rpbench.eval.provenance``)."""
+        return model_identity(self.model, self.tokenizer)
 
     @property
     def image_root(self) -> Path | None:

@@ -24,7 +24,7 @@ from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.base import read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.judge_agreement import agreement_section, human_agreement_of_run
 from rpbench.eval.context import EvalContext
-from rpbench.eval.generate import generate_predictions, generate_via_endpoint
+from rpbench.eval.generate import endpoint_fingerprint, generate_predictions, generate_via_endpoint, local_fingerprint
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
@@ -33,6 +33,14 @@ from rpbench.scoring.metrics import ROUGE_TYPES, compute_metrics, corpus_bleu, l
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
 log = logging.getLogger(__name__)
+
+
+def generation_fingerprint(ctx: EvalContext) -> dict[str, Any]:
+    """What ``generate`` resumes a file under for ``ctx`` (``rpbench.eval.provenance``)."""
+    ev = ctx.settings
+    if ev.backend == "endpoint":
+        return endpoint_fingerprint(ev.endpoint, ev.generation)
+    return local_fingerprint(ctx.model_identity, ev.backend, ev.generation)
 
 
 def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
@@ -51,7 +59,15 @@ def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> d
         engine = VLLMEngine(ctx.model, ctx.tokenizer, gpu_memory_utilization=utilization, what="evaluator.backend=vllm")
     try:
         report = generate_predictions(
-            ctx.model, ctx.tokenizer, examples, path, ev.generation, rank=rank, world_size=world, engine=engine
+            ctx.model,
+            ctx.tokenizer,
+            examples,
+            path,
+            ev.generation,
+            rank=rank,
+            world_size=world,
+            engine=engine,
+            identity=ctx.model_identity,
         )
     finally:
         if engine is not None:

@@ -8,8 +8,10 @@ was given are counted in the report (``images``).
 
 Predictions go to ``predictions.jsonl``, one line per record as soon as its batch finishes, so a killed
 run resumes where it stopped: ids already in the file are skipped (a line cut off mid-write is dropped
-and reported). Under multi-process runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes
-its own shard file; rank zero waits for every record to appear in the shards and merges them into
+and reported), when the file was written by the same model and generation settings (its fingerprint,
+``rpbench.eval.provenance``; else it is moved aside and generation starts afresh). Under multi-process
+runs rank ``r`` of ``w`` takes the records ``i % w == r`` and writes its own shard file; rank zero waits
+for every record to appear in the shards and merges them into
 ``predictions.jsonl`` in the order of the evaluation set. No collective is involved, so ranks with
 uneven shards never wait on each other, except on a ZeRO-3-partitioned model (gathered once per batch, or
 ``synced_gpus``) or under FSDP, where every rank runs the same number of batches (padded with throw-away ones).
@@ -32,6 +34,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
+from rpbench.eval.provenance import claim, fingerprint_path, generation_settings, matches, model_identity
 from rpbench.eval.settings import GenerationEndpoint
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import (
@@ -66,6 +69,8 @@ class GenerationReport:
     images: dict[str, int] | None = None
     # endpoint generation: the client's requests, retries, failures and tokens (``JudgeStats``)
     endpoint_usage: dict[str, Any] | None = None
+    # an earlier file of another model or settings, moved aside (``file``) with the keys that differ (``differs``)
+    set_aside: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -227,16 +232,23 @@ def write_atomic(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
 
 
 def merge_predictions(
-    out_path: Path, examples: Sequence[EvalExample], world_size: int, timeout_s: float, poll_s: float = 1.0
+    out_path: Path,
+    examples: Sequence[EvalExample],
+    world_size: int,
+    timeout_s: float,
+    fingerprint: Mapping[str, Any],
+    poll_s: float = 1.0,
 ) -> None:
-    """Wait until every record is in ``out_path`` or a shard, then write ``out_path`` in evaluation order."""
+    """Wait until every record is in ``out_path`` or a shard written under ``fingerprint``, then write
+    ``out_path`` in evaluation order."""
     by_id = index_examples(examples)
     shards = [shard_path(out_path, r, world_size) for r in range(world_size)] if world_size > 1 else []
     deadline = time.monotonic() + timeout_s
     while True:
         found: dict[str, dict[str, Any]] = {}
         for path in [out_path, *shards]:
-            found.update(read_predictions(path, by_id, repair=False)[0])
+            if matches(path, fingerprint):  # a shard of an earlier run, not yet moved aside by its rank: not read
+                found.update(read_predictions(path, by_id, repair=False)[0])
         missing = [ex.id for ex in examples if ex.id not in found]
         if not missing:
             break
@@ -249,6 +261,7 @@ def merge_predictions(
     write_atomic(out_path, [found[ex.id] for ex in examples])
     for shard in shards:
         shard.unlink(missing_ok=True)
+        fingerprint_path(shard).unlink(missing_ok=True)
 
 
 def _check_text_only(examples: Sequence[EvalExample], model) -> None:
@@ -261,6 +274,18 @@ def _check_text_only(examples: Sequence[EvalExample], model) -> None:
             )
 
 
+def local_fingerprint(identity: Mapping[str, Any], backend: str, opts: GenerationOptions) -> dict[str, Any]:
+    """What in-process predictions are resumed under: the model's ``identity``, the backend, the settings."""
+    return {**identity, "backend": backend, **generation_settings(opts)}
+
+
+def endpoint_fingerprint(endpoint: GenerationEndpoint, opts: GenerationOptions) -> dict[str, Any]:
+    """What an endpoint's predictions are resumed under: its address and model name, the settings."""
+    return {"backend": "endpoint", "endpoint.base_url": endpoint.base_url, "endpoint.model": endpoint.model} | (
+        generation_settings(opts)
+    )
+
+
 def generate_predictions(
     model,
     tokenizer,
@@ -270,12 +295,15 @@ def generate_predictions(
     rank: int = 0,
     world_size: int = 1,
     engine: VLLMEngine | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> GenerationReport:
     """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
 
     Each line: ``{"id", "task", "prompt", "prediction", "reference", "meta"}``. Returns what was done;
     on rank 0 the merged file is complete and in the order of ``examples`` when this returns. ``engine``:
     generate with an in-process vLLM engine (one process) instead of the model's batched ``generate``.
+    ``identity``: the model's (``provenance.model_identity``), when the caller has it already. The file resumes
+    only under the same identity and generation settings (``provenance.claim``).
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside world of size {world_size}")
@@ -287,8 +315,13 @@ def generate_predictions(
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     own = out_path if world_size == 1 else shard_path(out_path, rank, world_size)
+    identity = identity if identity is not None else model_identity(model, tokenizer)
+    fingerprint = local_fingerprint(identity, "vllm" if engine is not None else "local", opts)
+    set_aside = claim(own, fingerprint)
+    if own != out_path and rank == 0:
+        set_aside = claim(out_path, fingerprint) or set_aside
     done, truncated = read_predictions(own, by_id, repair=True)
-    if own != out_path:
+    if own != out_path and matches(out_path, fingerprint):
         done.update(read_predictions(out_path, by_id, repair=False)[0])
     if truncated:
         log.warning(truncated)
@@ -330,7 +363,7 @@ def generate_predictions(
         parts = all_gather_objects(counts)
         counts = {name: {key: sum(part[name][key] for part in parts) for key in counts[name]} for name in counts}
     if rank == 0:
-        merge_predictions(out_path, examples, world_size, opts.merge_timeout_s)
+        merge_predictions(out_path, examples, world_size, opts.merge_timeout_s, fingerprint)
     return GenerationReport(
         str(out_path if rank == 0 else own),
         len(examples),
@@ -339,6 +372,7 @@ def generate_predictions(
         truncated,
         counts["prompts_fitted"],
         counts["images"],
+        set_aside=set_aside,
     )
 
 
@@ -404,6 +438,8 @@ def generate_via_endpoint(
     by_id = index_examples(examples)
     out_path = Path(out_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    fingerprint = endpoint_fingerprint(endpoint, opts)
+    set_aside = claim(out_path, fingerprint)
     done, truncated = read_predictions(out_path, by_id, repair=True)
     if truncated:
         log.warning(truncated)
@@ -435,7 +471,7 @@ def generate_via_endpoint(
             f"{len(failures)} of {len(todo)} endpoint requests failed (first: record {first_id!r}: {first_error}); "
             f"{len(todo) - len(failures)} predictions were written to {out_path}; re-run to retry the failed ones"
         )
-    merge_predictions(out_path, examples, 1, opts.merge_timeout_s)
+    merge_predictions(out_path, examples, 1, opts.merge_timeout_s, fingerprint)
     return GenerationReport(
         str(out_path),
         len(examples),
@@ -444,4 +480,5 @@ def generate_via_endpoint(
         truncated,
         images=image_counts(todo, None),
         endpoint_usage=client.stats.as_dict(),
+        set_aside=set_aside,
     )

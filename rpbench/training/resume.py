@@ -1,7 +1,9 @@
 """Resume a checkpoint only into the training it was written for.
 
-The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) are stored
-next to the checkpoints (``checkpoints/training_config.json``) when training starts. A re-run that would
+The settings that shape training (model, training data, objective, trainer, seed, ``init_from``) and the
+content digest of the records trained on (``data.records_sha256.<file>``: a file replaced at the same path
+counts) are stored next to the checkpoints (``checkpoints/training_config.json``; earlier settings that differ,
+after a ``resume=force``, are kept as ``training_config.<k>.json``) when training starts. A re-run that would
 resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
 differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
 checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may
@@ -76,18 +78,38 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> dict[s
 
 
 def read_settings(checkpoint: Path) -> dict[str, Any] | None:
-    """The training settings stored with ``checkpoint`` (its folder's FINGERPRINT_FILE); None without one."""
+    """The training settings stored with ``checkpoint`` (its folder's FINGERPRINT_FILE); None without one; a
+    file that is not a JSON object of settings is a ConfigError naming it."""
     path = checkpoint.parent / FINGERPRINT_FILE
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        stored, why = None, f"not valid JSON ({error})"
+    else:
+        why = f"a JSON object of settings, got {type(stored).__name__}"
+    if not isinstance(stored, dict):
+        raise ConfigError(
+            f"{path}: the record of the settings {checkpoint.name} was written with is unreadable ({why}). Train in a "
+            "new output folder (hydra.run.dir=<new folder>), or delete the file and resume anyway with resume=force"
+        )
+    return stored
 
 
 def write_settings(fingerprint: Mapping[str, Any], checkpoint_dir: Path) -> None:
     """Store the run's training settings (``TrainingSpec.fingerprint``) where its checkpoints are written
-    (whole, or not at all)."""
+    (whole, or not at all). Earlier settings that differ (a run resumed with ``resume=force``) are kept as
+    ``training_config.<k>.json``: the folder's history of what trained it."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     path = checkpoint_dir / FINGERPRINT_FILE
-    partial = partial_path(path)
     settings = json.dumps(dict(fingerprint), indent=2, sort_keys=True, default=str)
+    if path.is_file() and path.read_text(encoding="utf-8") != settings:
+        k = 1
+        while (kept := path.with_name(f"{path.stem}.{k}{path.suffix}")).exists():
+            k += 1
+        path.rename(kept)
+    partial = partial_path(path)
     partial.write_text(settings, encoding="utf-8")
     publish(partial, path)
 

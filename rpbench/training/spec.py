@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
@@ -57,6 +57,12 @@ class TrainingSpec:
     run: RunSettings
     export: ExportSettings
     fingerprint: Mapping[str, Any]  # the settings that shape training, compared before a checkpoint resumes
+
+    def with_records(self, digests: Mapping[str, str]) -> TrainingSpec:
+        """This spec with the content digests of the records trained on (data file -> ``records_sha256``) in
+        its fingerprint: a file replaced at the same path does not resume the checkpoint of the old one."""
+        found = {f"data.records_sha256.{file}": digest for file, digest in digests.items()}
+        return replace(self, fingerprint=types.MappingProxyType({**self.fingerprint, **found}))
 
 
 def _plain(value: Any) -> Any:

@@ -57,8 +57,10 @@ def test_test_records_and_own_ids_stay_strict(compose, dump, tmp_path):
     with pytest.raises(DataFormatError, match=r"record 3: field 'id': a unique record id"):
         read_split(data_spec(compose("data=custom", f"data.files.test={dump}").data), "test")
     named = jsonl(tmp_path / "named.jsonl", [{"messages": CHAT, "id": "a"}, {"messages": CHAT, "id": "a"}])
-    with pytest.raises(DataFormatError, match=r"record 2: field 'id': a unique record id"):
+    with pytest.raises(DataFormatError, match=r"record 2: field 'id': a unique record id") as refused:
         read_split(data_spec(compose("data=custom", f"data.files.train={named}").data), "train")
+    # identical records with their own id: data.duplicates does not take them, and the advice says so
+    assert "data.duplicates=drop" not in str(refused.value) and "an id of its own" in str(refused.value)
 
 
 def test_the_benchmark_readers_apply_the_policy(tmp_path):

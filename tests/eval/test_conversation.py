@@ -141,21 +141,30 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
 
 def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
     out = tmp_path / "run"
-    with chat_stub(scripted(fail_at_turn=3)) as stub, pytest.raises(JudgeConfigError):
-        run(out, stub, "evaluator.drift.enabled=false")
-    first = lines(out / "conversations.jsonl")
-    # Lena (ended at turn 2) and the two other 3-turn sessions (at their limit) were written before the stop
-    assert sorted(s["id"] for s in first) == ["mmrole-bertram-mill", "rolemrc-mara-phone", "rpgbench-greta-stranger"]
-    with (out / "conversations.jsonl").open("a") as f:
-        f.write('{"id": "rolemrc-mara-light')  # cut off mid-write
-    with chat_stub(scripted()) as stub:
+    replies = {"now": scripted(fail_at_turn=3)}  # one simulator endpoint for both runs: the killed one's
+    with chat_stub(lambda body: replies["now"](body)) as stub:
+        with pytest.raises(JudgeConfigError):
+            run(out, stub, "evaluator.drift.enabled=false")
+        first = lines(out / "conversations.jsonl")
+        # Lena (ended at turn 2) and the two other 3-turn sessions (at their limit) were written before the stop
+        ended = ["mmrole-bertram-mill", "rolemrc-mara-phone", "rpgbench-greta-stranger"]
+        assert sorted(s["id"] for s in first) == ended
+        with (out / "conversations.jsonl").open("a") as f:
+            f.write('{"id": "rolemrc-mara-light')  # cut off mid-write
+        replies["now"], before = scripted(), len(stub.requests)
         results = run(out, stub, "evaluator.drift.enabled=false")["eval"]
-        requests = stub.requests
+        requests = stub.requests[before:]
+        final = lines(out / "conversations.jsonl")
+        # other generation settings in the same folder: nothing of the earlier sessions is read back
+        longer = run(out, stub, "evaluator.drift.enabled=false", "evaluator.generation.max_new_tokens=5")["eval"]
+    assert longer["resumed"]["sessions_resumed"] == 0
+    assert longer["resumed"]["set_aside"] == {"file": "conversations.1.jsonl", "differs": ["generation.max_new_tokens"]}
+    assert [longer["generation"][f"turn_{t}"]["n_resumed"] for t in (1, 2, 3, 4)] == [0, 0, 0, 0]
     assert results["resumed"]["sessions_resumed"] == 3
     assert [results["generation"][f"turn_{t}"]["n_resumed"] for t in (1, 2, 3, 4)] == [6, 6, 5, 0]
     simulator = [r for r in requests if "Write only your next message" in r["messages"][-1]["content"]]
     assert len(simulator) == 3  # only the three 4-turn sessions after turn 3
-    final = lines(out / "conversations.jsonl")
+    assert lines(out / "conversations.1.jsonl") == final  # set aside whole by the run of other settings
     assert final[:3] == first and len({s["id"] for s in final}) == len(final) == 6
     with chat_stub(scripted()) as stub:
         run(tmp_path / "whole", stub, "evaluator.drift.enabled=false")
@@ -266,6 +275,9 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         validate(compose("data=sample_conversation", "objective=none", "judge=none"))
     with pytest.raises(ConfigError, match="reads data=conversation"):
         validate(compose("data=sample", "evaluator=conversation", "objective=none", "judge=local"))
+    for reference_based in ("rolemrc", "rolebench"):  # would score the replies against empty references
+        with pytest.raises(ConfigError, match=f"evaluator={reference_based} scores replies against .* have none"):
+            validate(compose("data=sample_conversation", f"evaluator={reference_based}", "objective=none"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.model"):
         validate(compose("data=sample_conversation", "objective=none", "judge=local", "evaluator.simulator.base_url=x"))
     with pytest.raises(ConfigError, match=r"evaluator.simulator.server='tiny-nope'.*a conf/model entry.*tiny-qwen2"):

@@ -102,12 +102,19 @@ def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path):
     assert set(metrics["metrics"]["overall"]) == {"rpb_mc_a", "rpb_mc_b"}
     report = (run / "report.md").read_text()
     assert "General benchmarks" in report and "`rpb_mc_b`" in report
-    assert sorted(p.name for p in (run / "general").iterdir()) == ["rpb_mc_a.json", "rpb_mc_b.json"]
+    written = sorted(p.name for p in (run / "general").iterdir())
+    assert written == ["rpb_mc_a.fingerprint.json", "rpb_mc_a.json", "rpb_mc_b.fingerprint.json", "rpb_mc_b.json"]
 
     # a rerun resumes both tasks from their files
     again = run_in_process(run, *tasks)["eval"]
     assert again["resumed_tasks"] == ["rpb_mc_a", "rpb_mc_b"]
     assert again["general"] == results["general"]
+
+    # another model in the same folder: the earlier results are moved aside, not reported as its own
+    other = run_in_process(run, *tasks, "model.init_seed=1")["eval"]
+    assert other["resumed_tasks"] == []
+    assert other["set_aside"]["rpb_mc_a"] == {"file": "rpb_mc_a.1.json", "differs": ["model.weights_sha256"]}
+    assert (run / "general" / "rpb_mc_a.1.json").is_file()
 
 
 def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path):

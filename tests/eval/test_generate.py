@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from conftest import chat_stub, generate_texts, generation_endpoint, generation_
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
+from rpbench.eval.provenance import fingerprint_path
 
 MAX_NEW = 10
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token
@@ -123,9 +125,11 @@ def test_predictions_file_resumes(tiny, tmp_path):
     assert records[1]["meta"] == {"dimension": ["d1"]}
     assert (report.n_generated, report.n_resumed) == (len(examples), 0)
 
-    # A killed run: two complete lines (marked so a regeneration would show) and a cut-off third.
+    # A killed run of the same model and settings (its fingerprint): two complete lines (marked so a
+    # regeneration would show) and a cut-off third.
     out = tmp_path / "second" / "predictions.jsonl"
     out.parent.mkdir()
+    shutil.copy(fingerprint_path(first), fingerprint_path(out))
     kept = [dict(records[5], prediction="FROM THE EARLIER RUN"), dict(records[2], prediction="EARLIER TOO")]
     cut_off = json.dumps(records[0])[:25]
     out.write_text("".join(json.dumps(r) + "\n" for r in kept) + cut_off, encoding="utf-8")
@@ -148,6 +152,7 @@ def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
     model, tok = tiny
     examples = make_examples(3)
     out = tmp_path / "predictions.jsonl"
+    generate_predictions(model, tok, examples[:1], out, generation_options(max_new_tokens=2))  # its fingerprint
     record = {"id": "ex1", "prompt": [{"role": "user", "content": "something else"}], "prediction": "x"}
     out.write_text(json.dumps(record) + "\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match="record ex1: field 'prompt'"):
@@ -158,6 +163,53 @@ def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
     out.write_text('{"id": "ex0"\n{"id": "ex1"}\n', encoding="utf-8")
     with pytest.raises(DataFormatError, match="record line 1: field 'json'"):
         generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=2))
+
+
+def test_predictions_of_another_model_or_settings_are_set_aside_not_resumed(tiny, tmp_path):
+    """Same folder, another model or other generation settings: the earlier predictions are moved aside whole
+    and every record is generated afresh; other batching resumes."""
+    from rpbench.models import load
+
+    model, tok = tiny
+    other, _ = load({**MODEL_CFG, "init_seed": 1})  # another model of the same name and shape
+    examples = make_examples(4)
+    cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=2)
+    out = tmp_path / "predictions.jsonl"
+    generate_predictions(model, tok, examples, out, cfg)
+    first = read_jsonl(out)
+    expected = generate_texts(other, tok, [as_messages(ex.prompt) for ex in examples], max_new_tokens=MAX_NEW)
+    assert expected != [r["prediction"] for r in first]
+
+    report = generate_predictions(other, tok, examples, out, cfg)
+    assert (report.n_generated, report.n_resumed) == (4, 0)
+    assert [r["prediction"] for r in read_jsonl(out)] == expected
+    assert report.set_aside == {"file": "predictions.1.jsonl", "differs": ["model.weights_sha256"]}
+    assert read_jsonl(tmp_path / "predictions.1.jsonl") == first
+
+    longer = generation_options(max_new_tokens=MAX_NEW + 5, batch_size=2)
+    report = generate_predictions(other, tok, examples, out, longer)
+    assert (report.n_generated, report.n_resumed) == (4, 0)
+    assert report.set_aside == {"file": "predictions.2.jsonl", "differs": ["generation.max_new_tokens"]}
+
+    again = generate_predictions(other, tok, examples, out, generation_options(max_new_tokens=MAX_NEW + 5))
+    assert (again.n_generated, again.n_resumed, again.set_aside) == (0, 4, None)  # batch size: not compared
+
+
+def test_rank_zero_does_not_merge_a_shard_of_another_run(tiny, tmp_path):
+    """A shard left by a run of other settings (its rank not yet started again) is not taken as this run's."""
+    model, tok = tiny
+    examples = make_examples(4)
+    out = tmp_path / "predictions.jsonl"
+    generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=3), rank=1, world_size=2)
+    new = generation_options(max_new_tokens=4, merge_timeout_s=0.2)
+    with pytest.raises(TimeoutError, match="2 of 4 predictions still missing"):
+        generate_predictions(model, tok, examples, out, new, rank=0, world_size=2)
+    generate_predictions(model, tok, examples, out, new, rank=1, world_size=2)  # moves its old shard aside
+    assert (tmp_path / "predictions.rank1-of-2.1.jsonl").is_file()
+    generate_predictions(model, tok, examples, out, new, rank=0, world_size=2)
+    single = tmp_path / "single.jsonl"
+    generate_predictions(model, tok, examples, single, new)
+    assert read_jsonl(out) == read_jsonl(single)
 
 
 def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
@@ -256,6 +308,11 @@ def test_endpoint_backend_writes_and_resumes(server, tmp_path):
 
     again = generate_via_endpoint(endpoint, examples, out, cfg)
     assert again.n_generated == 0 and len(server.requests) == len(examples)
+
+    another = generate_via_endpoint(generation_endpoint(server.url, "another-model"), examples, out, cfg)
+    assert (another.n_generated, another.n_resumed) == (len(examples), 0)
+    assert another.set_aside == {"file": "predictions.1.jsonl", "differs": ["endpoint.model"]}
+    assert server.requests[-1]["model"] == "another-model"
 
 
 def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_path):

@@ -90,7 +90,13 @@ class Benchmark:
 
     def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
         """What is wrong between this benchmark's ``settings`` and the run's data and judge (None: judge=none),
-        found at startup by validate; its own keys are checked by ``settings_class``. None by default."""
+        found at startup by validate; its own keys are checked by ``settings_class``. By default: test records
+        without references (conversation scenarios), whose replies this benchmark would score against empty text."""
+        if self.needs_records(settings) and data.format == "conversation":
+            return [
+                f"evaluator={settings.name} scores replies against the test records' references, and conversation "
+                "scenarios (data.format conversation) have none: evaluator=conversation runs and judges whole sessions"
+            ]
         return []
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:

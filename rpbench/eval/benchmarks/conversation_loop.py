@@ -9,7 +9,10 @@ conversations.jsonl as they end.
 
 Resuming after a kill replays the loop from these files: the model's replies and the simulator's messages
 already written are read back, not asked again (a simulator error is kept as well, so the replay is the
-same conversation), and conversations.jsonl gets only the sessions it does not hold yet.
+same conversation), and conversations.jsonl gets only the sessions it does not hold yet. Each file resumes
+only under the fingerprint it was written with (``rpbench.eval.provenance``): the turn files of the model's
+replies under the model's and the generation's; the simulator's turn files and conversations.jsonl under
+those and the simulator's settings (its replies answer the model's); other files are moved aside.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.eval.benchmarks.base import read_jsonl
 from rpbench.eval.context import EvalContext
+from rpbench.eval.provenance import claim
 from rpbench.scoring.judge.conversation import ask_simulator
 
 log = logging.getLogger(__name__)
@@ -66,8 +70,9 @@ def read_appended(path: Path, ids: Collection[str]) -> dict[str, dict[str, Any]]
 class ConversationFiles:
     """conversations.jsonl, appended as sessions end; the ids it held when the run started are not rewritten."""
 
-    def __init__(self, out_dir: Path, examples: Mapping[str, EvalExample]):
+    def __init__(self, out_dir: Path, examples: Mapping[str, EvalExample], fingerprint: Mapping[str, Any]):
         self.path = out_dir / "conversations.jsonl"
+        self.set_aside = claim(self.path, fingerprint)
         written = read_appended(self.path, examples)
         self.written = set(written)
         self.resumed = len(written)
@@ -81,11 +86,19 @@ class ConversationFiles:
 
 
 def simulate(
-    simulator: Any, sessions: Sequence[Session], turn: int, path: Path, stop_marker: str, max_tokens: int, version: str
+    simulator: Any,
+    sessions: Sequence[Session],
+    turn: int,
+    path: Path,
+    sim: Any,
+    version: str,
+    fingerprint: Mapping[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """Each session's simulator reply after the character's ``turn``-th: read from ``path`` when there, else
-    asked (in one batch) and appended to it. By session id: ``{"text", "error"}``."""
+    """Each session's simulator reply after the character's ``turn``-th: read from ``path`` when there (written
+    under ``fingerprint``), else asked (in one batch) and appended to it. By session id: ``{"text", "error"}``."""
+    stop_marker, max_tokens = sim.stop_marker, sim.max_tokens
     keys = {f"{s.id}#user{turn + 1}": s for s in sessions}
+    claim(path, fingerprint)
     done = read_appended(path, keys)
     todo = [(key, s) for key, s in keys.items() if key not in done]
     replies = ask_simulator(simulator, [s for _, s in todo], turn, stop_marker, max_tokens, version)
@@ -104,8 +117,9 @@ def run_sessions(
 
     ev, out_dir = ctx.settings, ctx.out_dir
     sim = ev.simulator
+    fingerprint = session_fingerprint(ctx, simulator, version)
     sessions = [Session.start(e, ev.max_turns) for e in ctx.examples]
-    files = ConversationFiles(out_dir, {e.id: e for e in ctx.examples})
+    files = ConversationFiles(out_dir, {e.id: e for e in ctx.examples}, fingerprint)
     generation: dict[str, Any] = {}
     turn = 0
     while live := [s for s in sessions if s.ended_by is None]:
@@ -118,10 +132,30 @@ def run_sessions(
             s.add_reply(generated_reply(replies[record.id])[0].strip())
         files.add([s for s in live if s.ended_by is not None])
         asking = [s for s in live if s.ended_by is None]
-        answers = simulate(
-            simulator, asking, turn, out_dir / f"simulator_turn_{turn}.jsonl", sim.stop_marker, sim.max_tokens, version
-        )
+        answers = simulate(simulator, asking, turn, out_dir / f"simulator_turn_{turn}.jsonl", sim, version, fingerprint)
         for s in asking:
             s.take_user_reply(answers[s.id]["text"], answers[s.id]["error"], turn, sim.stop_marker)
         files.add([s for s in asking if s.ended_by is not None])
-    return sessions, generation, {"sessions_resumed": files.resumed, "turns": turn}
+    resumed: dict[str, Any] = {"sessions_resumed": files.resumed, "turns": turn}
+    if files.set_aside is not None:
+        resumed["set_aside"] = files.set_aside
+    return sessions, generation, resumed
+
+
+def session_fingerprint(ctx: EvalContext, simulator: Any, version: str) -> dict[str, Any]:
+    """What the simulator's files and the sessions are resumed under: the model's replies' fingerprint, the
+    turn limit and the simulator (who answers and its model; sampling, length, stop marker, prompt version)."""
+    from rpbench.eval.evaluate import generation_fingerprint
+
+    sim = ctx.settings.simulator
+    return {
+        **generation_fingerprint(ctx),
+        "max_turns": ctx.settings.max_turns,
+        "simulator.server": sim.server,
+        "simulator.endpoint": simulator.endpoint,  # who answers (a served model: rpbench.serve, its name below)
+        "simulator.model": simulator.config.model,
+        "simulator.temperature": sim.temperature,
+        "simulator.max_tokens": sim.max_tokens,
+        "simulator.stop_marker": sim.stop_marker,
+        "simulator.version": version,
+    }

@@ -28,6 +28,7 @@ from typing import Any
 from rpbench.data.errors import ConfigError
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
+from rpbench.eval.provenance import claim
 from rpbench.eval.settings import Bootstrap, Endpoint
 from rpbench.eval.stats import paired_bootstrap, summarize
 from rpbench.typed import Settings
@@ -86,6 +87,18 @@ class GeneralSettings(Settings):
         return found
 
 
+def task_fingerprint(ctx: EvalContext, task: Mapping[str, Any]) -> dict[str, Any]:
+    """What a task's results file is resumed under (``rpbench.eval.provenance``): the model's identity (or the
+    endpoint's), the task and the settings that change its scores."""
+    ev = ctx.settings
+    if ev.backend == "endpoint":
+        model = {f"endpoint.{k}": getattr(ev.endpoint, k) for k in ("base_url", "model", "tokenizer")}
+    else:
+        model = dict(ctx.model_identity)
+    shaping = ("include_path", "include_defaults", "max_length", "limit", "apply_chat_template", "seed")
+    return {**model, "backend": ev.backend, "task": dict(task), **{k: getattr(ev, k) for k in shaping}}
+
+
 class General(Benchmark):
     headlines = (Headline("mean accuracy (%)", ("general_mean",), ""),)
     reads_records = False
@@ -98,8 +111,12 @@ class General(Benchmark):
         folder.mkdir(parents=True, exist_ok=True)
         lm = manager = None
         resumed = []
+        set_aside = {}
         for task in tasks:
             path = folder / f"{task['name']}.json"
+            moved = claim(path, task_fingerprint(ctx, task))  # another model's or settings' results: moved aside
+            if moved is not None:
+                set_aside[task["name"]] = moved
             if path.is_file():
                 resumed.append(task["name"])
                 continue
@@ -117,6 +134,7 @@ class General(Benchmark):
             "general": per_task,
             "lm_eval_version": lm_eval_version(),
             "resumed_tasks": resumed,
+            **({"set_aside": set_aside} if set_aside else {}),
             "metrics": {"overall": {name: t["summary"] for name, t in per_task.items()}},
         }
         results["general_mean"] = _mean([100 * t["summary"]["mean"] for t in per_task.values()])

@@ -137,8 +137,12 @@ def test_choices_come_from_the_registries(compose):
 
 
 def test_the_shipped_experiments_and_defaults_validate(compose, monkeypatch):
-    """(The DPO experiments start from the SFT runs' folders, so they validate once those exist.)"""
+    """(The DPO experiments start from the SFT runs' folders, so they validate once those exist. The GPU recipes
+    are validated as on their GPU machine: torch reports a CUDA device.)"""
+    import torch
+
     monkeypatch.setenv("OPENAI_API_KEY", "set")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     shipped = [
         [],
         ["judge=openai"],

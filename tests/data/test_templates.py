@@ -105,34 +105,29 @@ def test_a_dict_entry_by_key_and_an_expression_field_named_in_rename(clone):
         resolve("pace", "x", Released("pkg/prompts.py", "aspects", key="pace"), clone)
 
 
+BROKEN_FILES = {  # a broken authors.py, by its contents
+    "not UTF-8": b'PROMPT = "\xff\xfe {role} {topic}"\n',
+    "null bytes": b'PROMPT = "{role} {topic}"\x00\n',
+    "not Python": b"PROMPT = (\n",
+    "empty": b"",
+    "wrong slots": b'PROMPT = "Talk as {role} about {subject}."\n',
+    "unbalanced brace": b'PROMPT = "Talk as {role about {topic}."\n',
+    "slot not a plain name": b'PROMPT = "Talk as {role.name} about {topic}."\n',
+    "f-string expression": b'PROMPT = f"Talk as {role.upper()} about {topic}."\n',
+    "not a string": b"PROMPT = 3\n",
+}
+
+
 def _clone_with(tmp_path, shape):
     """A clone whose authors.py (the template's file) is broken in one way."""
     clone = tmp_path / "clone"
     clone.mkdir()
     target = clone / "authors.py"
     good = 'PROMPT = "Talk as {role} about {topic}."\n'
-    if shape == "missing":
-        pass
+    if shape in BROKEN_FILES:
+        target.write_bytes(BROKEN_FILES[shape])
     elif shape == "a folder":
         target.mkdir()
-    elif shape == "not UTF-8":
-        target.write_bytes(b'PROMPT = "\xff\xfe {role} {topic}"\n')
-    elif shape == "null bytes":
-        target.write_bytes(b'PROMPT = "{role} {topic}"\x00\n')
-    elif shape == "not Python":
-        target.write_text("PROMPT = (\n")
-    elif shape == "empty":
-        target.write_text("")
-    elif shape == "wrong slots":
-        target.write_text('PROMPT = "Talk as {role} about {subject}."\n')
-    elif shape == "unbalanced brace":
-        target.write_text('PROMPT = "Talk as {role about {topic}."\n')
-    elif shape == "slot not a plain name":
-        target.write_text('PROMPT = "Talk as {role.name} about {topic}."\n')
-    elif shape == "f-string expression":
-        target.write_text('PROMPT = f"Talk as {role.upper()} about {topic}."\n')
-    elif shape == "not a string":
-        target.write_text("PROMPT = 3\n")
     elif shape == "link outside the clone":
         outside = tmp_path / "outside.py"
         outside.write_text(good)
@@ -145,9 +140,8 @@ def _clone_with(tmp_path, shape):
 
 @pytest.mark.parametrize(
     "shape",
-    ["missing", "a folder", "not UTF-8", "null bytes", "not Python", "empty", "wrong slots", "unbalanced brace",
-     "slot not a plain name", "f-string expression", "not a string", "link outside the clone", "clone is a file"],
-)  # fmt: skip
+    ["missing", "a folder", *BROKEN_FILES, "link outside the clone", "clone is a file"],
+)
 def test_a_broken_template_clone_is_a_user_error_naming_the_file(tmp_path, shape):
     from rpbench.data.errors import RpbenchError
 

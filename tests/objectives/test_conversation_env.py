@@ -247,3 +247,23 @@ def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message):
     cfg = composed(tmp_path / "run", "env=conversation", "data=sample_conversation", "judge=local", *overrides)
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        ({"knowledge_boundary": 1.0, "goal_progres": 1.0}, "weights of rubric dimensions"),
+        ({"knowledge_boundary": -1.0, "goal_progress": 1.0}, "weights >= 0 with a positive sum"),
+        ({"knowledge_boundary": 0, "goal_progress": 0}, "weights >= 0 with a positive sum"),
+    ],
+)
+def test_session_judge_weights_are_checked_at_startup(tmp_path, weights, expected):
+    """Weights naming a dimension outside the rubric, or none positive, are a validation error (before loading)."""
+    overrides = ("objective=grpo", "env=conversation", "judge=openai")
+    cfg = composed(
+        tmp_path / "run",
+        *overrides,
+        "env.rewards.0.kwargs.weights={" + ",".join(f"{k}:{v}" for k, v in weights.items()) + "}",
+    )
+    with pytest.raises(ConfigError, match=rf"kwargs\.weights=.*expected .*{expected}"):
+        validate(cfg)

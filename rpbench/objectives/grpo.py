@@ -287,6 +287,9 @@ class GroupSamplingConfig(ObjectiveConfig):
             found.append(("advantage_scale", f"one of {', '.join(ADVANTAGE_SCALES)}"))
         if not self.temperature > 0:
             found.append(("temperature", "a number > 0 (a group of greedy completions is identical)"))
+        for key in ("epsilon_low", "epsilon_high"):
+            if getattr(self, key) < 0:
+                found.append((key, "a number >= 0 (the clip range is [1 - epsilon_low, 1 + epsilon_high])"))
         if self.backward_chunk_size is not None and self.backward_chunk_size < 1:
             found.append(("backward_chunk_size", "null (all at once) or an integer >= 1"))
         return once_per_key(found, super().problems())  # grad_accum and max_grad_norm: the rule above

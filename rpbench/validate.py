@@ -28,7 +28,7 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
+from rpbench.scoring.judge.client import BACKENDS, JudgeConfig, judge_reply_length_problems
 from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
 from rpbench.training.spec import TrainingSpec, training_spec
@@ -219,6 +219,8 @@ def check_evaluator(
         )
     elif judge is not None and (settings is None or benchmark.needs_judge(settings)):
         check_judge_key(judge, "judge", problems)
+        for key, expected in judge_reply_length_problems(judge, benchmark.judge_task):
+            problems.append(f"{key}: missing; expected {expected}")
     return settings
 
 

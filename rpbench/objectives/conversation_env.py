@@ -33,7 +33,7 @@ from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.models.generation import GenerationOptions, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems
 from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
@@ -46,7 +46,6 @@ from rpbench.scoring.rewards import (
     REWARDS,
     RewardFn,
     build_reward_fns,
-    judge_reply_length_problems,
     score_rewards,
     weighted_sum,
 )

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from rpbench.data.errors import ConfigError
 from rpbench.registry import Registry
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, open_judge
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
 
@@ -61,14 +61,6 @@ def word_tokens(text: str) -> list[str]:
 def non_empty(prompts, completions, references) -> list[float]:
     """1.0 when the completion has a non-whitespace character, else 0.0."""
     return [1.0 if c.strip() else 0.0 for c in completions]
-
-
-def judge_reply_length_problems(judge: Any, task: str) -> list[tuple[str, str]]:
-    """A judge config (a mapping) without a reply length for ``task`` in its ``max_tokens``."""
-    lengths = judge.get("max_tokens") if isinstance(judge, Mapping) else None
-    if not isinstance(lengths, Mapping) or task in lengths:
-        return []  # not a mapping: the judge's own settings name it
-    return [(f"judge.max_tokens.{task}", f"the judge's reply length for {task} (it has {', '.join(lengths)})")]
 
 
 KwargsRules = Callable[[Mapping[str, Any]], list[tuple[str, str]]]

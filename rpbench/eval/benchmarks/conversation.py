@@ -88,6 +88,7 @@ class ConversationSettings(EvaluatorSettings):
 class Conversation(Benchmark):
     headlines = (Headline("session score (1-5)", ("conversation", "judge", "overall"), scores="verdicts"),)
     judged = True
+    judge_task = "conversation"
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:

@@ -94,6 +94,7 @@ class RPGBenchSettings(EvaluatorSettings):
 class RPGBench(Benchmark):
     headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
     judged = True
+    judge_task = "rpgbench"
     settings_class = RPGBenchSettings
 
     def judge_requests(self, settings: RPGBenchSettings, examples: Sequence[EvalExample]) -> list[int]:

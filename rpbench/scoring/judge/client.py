@@ -133,6 +133,15 @@ class JudgeConfig(Settings):
         return int(self.max_tokens[task])
 
 
+def judge_reply_length_problems(judge: JudgeConfig | Mapping[str, Any], task: str) -> list[tuple[str, str]]:
+    """A judge's settings (typed, or the mapping of a reward's kwargs) without a reply length for ``task`` in
+    ``max_tokens``: (key, expected), checked at startup (``max_tokens_for`` would fail after generating)."""
+    lengths = judge.get("max_tokens") if isinstance(judge, Mapping) else judge.max_tokens
+    if not isinstance(lengths, Mapping) or task in lengths:
+        return []  # not a mapping: the judge's own settings name it
+    return [(f"judge.max_tokens.{task}", f"the judge's reply length for {task} (it has {', '.join(lengths)})")]
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """One chat completion to ask. ``prompt_version`` names the prompt template (part of the cache key)."""

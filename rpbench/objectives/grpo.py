@@ -68,6 +68,7 @@ from rpbench.objectives.sampling import (
     sampling_seed,
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.judge.conversation import simulator_key_problems
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 from rpbench.typed import Elsewhere, Problem
 
@@ -330,6 +331,7 @@ class GRPOConfig(GroupSamplingConfig):
         env = ConversationEnvSettings.collect(self.env, "env", found)
         if env is not None:
             found += reward_problems(env.rewards, "env.rewards")
+            found += simulator_key_problems(env.simulator, "env.simulator")
         return [Elsewhere(problem) for problem in found]
 
     def update(self) -> UpdateSettings:

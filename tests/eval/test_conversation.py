@@ -285,6 +285,46 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         )
 
 
+OPENAI_SIMULATOR = ("base_url=https://api.openai.com/v1", "model=gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("where", "overrides"),
+    [
+        ("evaluator.simulator", ("data=sample_conversation", "objective=none")),
+        ("env.simulator", ("objective=grpo", "env=conversation", "data=sample_conversation", "evaluator=none")),
+    ],
+)
+def test_a_simulator_endpoint_without_its_api_key_is_refused_at_startup(compose, monkeypatch, where, overrides):
+    """The simulator's own endpoint (OpenAI's here) needs the key named by its own api_key_env, checked as the
+    judge's is, before any model loads (the judge is local: it needs none)."""
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    monkeypatch.delenv("RPBENCH_TEST_SIM_KEY", raising=False)
+    simulator = [f"{where}.{o}" for o in (*OPENAI_SIMULATOR, "api_key_env=RPBENCH_TEST_SIM_KEY")]
+    message = rf"{where}\.api_key_env='RPBENCH_TEST_SIM_KEY': OpenAI's API needs a key in that environment variable"
+    with pytest.raises(ConfigError, match=message):
+        validate(compose(*overrides, "judge=local", *simulator))
+    monkeypatch.setenv("RPBENCH_TEST_SIM_KEY", "sk-test")
+    validate(compose(*overrides, "judge=local", *simulator))
+
+
+def test_the_simulator_clients_missing_key_names_the_simulators_setting():
+    """Opened without its key, the simulator's client names its own key (evaluator.simulator.api_key_env), not
+    the judge's."""
+    from conftest import judge_config
+    from rpbench.scoring.judge.client import JudgeClient
+    from rpbench.scoring.judge.conversation import Simulator, open_simulator
+
+    values = {"server": None, "base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "api_key_env": None}
+    sim = Simulator.parse({**values, "temperature": 0.7, "max_tokens": 8, "stop_marker": "[END]"}, "s")
+    judge = JudgeClient(judge_config(base_url="http://127.0.0.1:1/v1", model="m"))
+    with pytest.raises(JudgeConfigError, match=r"^evaluator\.simulator\.api_key_env=None: OpenAI's API needs a key"):
+        with open_simulator(judge, sim, None, "evaluator.simulator"):
+            pass
+
+
 def test_a_served_conf_model_plays_the_user(tmp_path):
     """evaluator.simulator.server=tiny-qwen2: the run serves it on 127.0.0.1 and asks it for the user's messages;
     the scripted endpoint only judges (2 scenarios, 2 turns: one simulator request per session)."""

@@ -42,7 +42,13 @@ from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.scoring.judge.conversation import Simulator, judge_sessions, open_simulator, simulator_version
+from rpbench.scoring.judge.conversation import (
+    Simulator,
+    judge_sessions,
+    open_simulator,
+    simulator_key_problems,
+    simulator_version,
+)
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -104,7 +110,7 @@ class Conversation(Benchmark):
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
-        return out
+        return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import compare

@@ -233,7 +233,7 @@ class JudgeClient:
         self.config, self.label = config, label
         self.endpoint = endpoint or endpoint_identity(config.base_url)
         self.stats = JudgeStats()
-        self._api_key = api_key if api_key is not None else _api_key(config)
+        self._api_key = api_key if api_key is not None else _api_key(config, f"{label}.api_key_env")
         self.cache = ReplyCache(config.cache_path) if config.cache_path else None
 
     def sampling(self, request: JudgeRequest) -> dict[str, Any]:
@@ -434,10 +434,11 @@ def judge_opener(local_server: LocalServer | None) -> JudgeOpener:
     return partial(open_judge, local_server=local_server)
 
 
-def _api_key(config: JudgeConfig) -> str:
-    """The key from the configured environment variable; a placeholder for keyless local endpoints."""
+def _api_key(config: JudgeConfig, setting: str) -> str:
+    """The key from the configured environment variable (``setting``: its key, for errors); a placeholder for
+    keyless local endpoints."""
     try:
-        return api_key(config.base_url, config.api_key_env, "judge.api_key_env")
+        return api_key(config.base_url, config.api_key_env, setting)
     except ConfigError as error:
         raise JudgeConfigError(str(error)) from None
 

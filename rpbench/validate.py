@@ -29,6 +29,7 @@ from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig, judge_reply_length_problems
+from rpbench.training.fit import zero_stage
 from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
 from rpbench.training.spec import TrainingSpec, training_spec
@@ -140,7 +141,10 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
             "train it with trainer=ddp (and trainer.strategy=ddp_find_unused_parameters_true), cpu or gpu"
         )
     values = OmegaConf.to_container(cfg.objective, resolve=True)
-    return OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
+    config = OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
+    if config is not None and isinstance(strategy, Mapping) and strategy.get("name") == "deepspeed" and count == 1:
+        problems.extend(config.deepspeed_problems(zero_stage(cfg.trainer) == 3))
+    return config
 
 
 def check_env(cfg: DictConfig, problems: Problems, data: DataSpec | None) -> None:

@@ -295,6 +295,20 @@ class GroupSamplingConfig(ObjectiveConfig):
             found.append(("backward_chunk_size", "null (all at once) or an integer >= 1"))
         return once_per_key(found, super().problems())  # grad_accum and max_grad_norm: the rule above
 
+    def deepspeed_problems(self, zero3: bool) -> list[str]:
+        found = []
+        if self.backward_chunk_size is not None:
+            found.append(
+                f"objective.backward_chunk_size={self.backward_chunk_size}: under DeepSpeed each optimiser step "
+                "must be one backward: set objective.backward_chunk_size=null"
+            )
+        if self.clip_grad_norm:  # the engine steps and clips itself; Lightning's clip_gradients refuses it
+            found.append(
+                f"objective.clip_grad_norm={self.clip_grad_norm}: DeepSpeed clips gradients itself: set "
+                "objective.clip_grad_norm=null and trainer.strategy.config.gradient_clipping instead"
+            )
+        return found
+
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOConfig(GroupSamplingConfig):
@@ -323,6 +337,15 @@ class GRPOConfig(GroupSamplingConfig):
             found.append(Elsewhere(f"env.name={self.env['name']!r}: expected none or conversation (objective=grpo)"))
         found += reward_problems(self.rewards, "rewards")
         return once_per_key(found, self.generation().problems_as(ROLLOUT_KEYS))
+
+    def deepspeed_problems(self, zero3: bool) -> list[str]:
+        found = super().deepspeed_problems(zero3)
+        if zero3 and self.env["name"] == "conversation":
+            found.append(
+                "env=conversation under ZeRO-3: ranks play sessions of different lengths, which a partitioned "
+                "model cannot generate in step; train with trainer=ddp or deepspeed_zero2"
+            )
+        return found
 
     def env_problems(self) -> list[Problem]:
         """What is wrong with ``env=conversation``'s settings and rewards, named as the user sets them
@@ -457,22 +480,10 @@ class GRPOModule(ObjectiveModule):
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        if is_deepspeed(type(self.trainer.strategy).__name__):
-            if self.chunk_size is not None:
-                raise ValueError(
-                    "under DeepSpeed each GRPO optimiser step must be one backward: set "
-                    "objective.backward_chunk_size=null"
-                )
-            if self.clip_grad_norm:
-                raise ValueError(
-                    "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
-                    "trainer.strategy.config.gradient_clipping instead"
-                )
-        if self.env is not None and is_partitioned(self.model):
-            raise ValueError(
-                "env=conversation: ranks play sessions of different lengths, which a ZeRO-3-partitioned model "
-                "cannot generate in step; train with trainer=ddp or deepspeed_zero2"
-            )
+        if is_deepspeed(type(self.trainer.strategy).__name__):  # validate checked the configured strategy
+            refused = self.config.deepspeed_problems(is_partitioned(self.model))
+            if refused:
+                raise ValueError("; ".join(refused))
         if self.engine is None:
             self.engine = self.rollout_engine()
 

@@ -43,7 +43,7 @@ from rpbench.training import (
     untuned_start_warning,
     zero_stage,
 )
-from rpbench.validate import RunSpec, check_test_images, validate
+from rpbench.validate import RunSpec, check_test_images, check_test_records, validate
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
     splits, results["records"] = read_data(spec.data, train_split, need_test=need_test)
     records_for_model(spec, splits, results["records"], train_split)
+    if evaluation_needs_records(spec):
+        check_test_records(spec, splits.get("test", []))
     if training is not None:
         check_trained_records(training, [*splits[train_split], *splits.get("augment", [])])
     if evaluator != "none" and spec.judge is not None and evaluation_needs_records(spec):

@@ -290,6 +290,15 @@ def validate(cfg: DictConfig) -> RunSpec:
     )
 
 
+def check_test_records(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
+    """What the evaluator's benchmark needs of the test records read (``Benchmark.record_problems``): a
+    ConfigError listing it, when the records are read, before any model loads."""
+    ev = spec.evaluator
+    problems = BENCHMARKS.get(ev.name).record_problems(ev, spec.data, examples) if ev is not None else []
+    if problems:
+        raise ConfigError("invalid test records:\n  " + "\n  ".join(problems))
+
+
 def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
     """Test records with images, generated for in-process: a model whose family takes images sees them;
     a text-only model, and any probe (probes render text), needs ``data.images=drop``. Checked when

@@ -420,11 +420,61 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
 
     other = tmp_path / "other"
     other.mkdir()
-    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g"}
+    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
     (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
     with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
         read_other(str(other), [mine])
     assert read_other(str(other), [mine | {"id": "s2"}]) == {}
+
+
+SESSION = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
+
+
+@pytest.mark.parametrize(
+    ("lines_written", "named"),
+    [
+        (["{not json"], r"line 1: field '\(line\)': a JSON object"),
+        ([json.dumps({k: v for k, v in SESSION.items() if k != "goal"})], r"line 1: field 'goal': a string"),
+        ([json.dumps(SESSION | {"messages": [{"role": "bot", "text": "x"}]})], r"line 1: field 'messages'"),
+        ([json.dumps(SESSION), json.dumps(SESSION)], r"line 2: field 'id': one session per id"),
+        ([], r"\(file\): field '\(lines\)': at least one session"),
+    ],
+)
+def test_a_bad_pairwise_with_file_is_named_at_startup(compose, tmp_path, lines_written, named):
+    """evaluator.pairwise_with's conversations.jsonl is read by validate: file, line and field of a bad line."""
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "conversations.jsonl").write_text("".join(line + "\n" for line in lines_written))
+    cfg = compose("data=sample_conversation", "objective=none", "judge=local", f"evaluator.pairwise_with={other}")
+    with pytest.raises(ConfigError, match=r"evaluator\.pairwise_with: .*other/conversations\.jsonl: record " + named):
+        validate(cfg)
+
+
+def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(compose, tmp_path):
+    """Ids that match none of this run's scenarios, or a shared scenario that differs, are named when the test
+    records are read, before generating (pairwise judging would compare nothing, or other scenarios)."""
+    from omegaconf import open_dict
+
+    from rpbench.data.errors import ConfigError
+    from rpbench.pipeline import run
+
+    other = tmp_path / "other"
+    other.mkdir()
+    conversations = other / "conversations.jsonl"
+    conversations.write_text(json.dumps(SESSION | {"id": "elsewhere"}) + "\n")
+    cfg = compose("data=sample_conversation", "objective=none", "judge=local", f"evaluator.pairwise_with={other}")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    with pytest.raises(ConfigError, match=r"shares no scenario id with this run's test records \(it has elsewhere\)"):
+        run(cfg)
+    first = readers.read("conversation", "test", package_path(cfg.data.files.test)).examples[0]
+    same = {k: first.meta[k] for k in ("character", "card", "persona")}
+    conversations.write_text(json.dumps(SESSION | same | {"id": first.id, "goal": "another"}) + "\n")
+    with pytest.raises(ConfigError, match=rf"conversations\.jsonl: record {first.id}: field 'goal': the same scenario"):
+        run(cfg)
 
 
 def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):

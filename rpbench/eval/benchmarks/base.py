@@ -94,6 +94,11 @@ class Benchmark:
         found at startup by validate; its own keys are checked by ``settings_class``. None by default."""
         return []
 
+    def record_problems(self, settings: Settings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+        """What the test records read lack for this benchmark under ``settings``, found when they are read (before
+        any model loads or generates), each naming the data file; none by default."""
+        return []
+
     def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:
         """Results from files named in the evaluator settings, without generating (None: generate)."""
         return None

@@ -130,7 +130,7 @@ class JudgeAgreement(Benchmark):
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any]:
         ev = ctx.settings
-        humans = read_human_ratings(ev.human_ratings, ev.human_scale)
+        humans = read_human_ratings(ev.human_ratings)
         verdicts, named = judge_verdicts(Path(ev.judge_verdicts), humans[0].pairwise)
         found = agreement_with(humans, verdicts, ev.human_level, ev.judge_model or named)
         return {"judge_agreement": found, "report_sections": [agreement_section(found)]}
@@ -138,7 +138,7 @@ class JudgeAgreement(Benchmark):
 
 def human_agreement_of_run(settings: Any, judge: JudgeConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """A judged run's verdicts (scores.jsonl rows) against ``evaluator.human_ratings``."""
-    humans = read_human_ratings(settings.human_ratings, settings.human_scale)
+    humans = read_human_ratings(settings.human_ratings)
     if humans[0].pairwise:
         raise ConfigError(
             f"evaluator.human_ratings={settings.human_ratings}: pairwise ratings; a run's verdicts are scores "

@@ -43,7 +43,7 @@ from rpbench.training import (
     untuned_start_warning,
     zero_stage,
 )
-from rpbench.validate import RunSpec, check_test_images, validate
+from rpbench.validate import RunSpec, check_test_images, check_test_records, validate
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +236,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     results["records"] = records
     records_for_model(spec, splits, results["records"], train_split)
+    if evaluation_needs_records(spec):
+        check_test_records(spec, splits.get("test", []))
     if training is not None:
         check_trained_records(training, [*splits[train_split], *splits.get("augment", [])])
     if evaluator != "none" and spec.judge is not None and evaluation_needs_records(spec):

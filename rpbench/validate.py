@@ -28,7 +28,8 @@ from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import BACKENDS, JudgeConfig
+from rpbench.scoring.judge.client import BACKENDS, JudgeConfig, judge_reply_length_problems
+from rpbench.training.fit import zero_stage
 from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
 from rpbench.training.spec import TrainingSpec, training_spec
@@ -140,7 +141,10 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
             "train it with trainer=ddp (and trainer.strategy=ddp_find_unused_parameters_true), cpu or gpu"
         )
     values = OmegaConf.to_container(cfg.objective, resolve=True)
-    return OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
+    config = OBJECTIVES.get(name).config_class.collect(values, "objective", problems)
+    if config is not None and isinstance(strategy, Mapping) and strategy.get("name") == "deepspeed" and count == 1:
+        problems.extend(config.deepspeed_problems(zero_stage(cfg.trainer) == 3))
+    return config
 
 
 def check_env(cfg: DictConfig, problems: Problems, data: DataSpec | None) -> None:
@@ -219,6 +223,8 @@ def check_evaluator(
         )
     elif judge is not None and (settings is None or benchmark.needs_judge(settings)):
         check_judge_key(judge, "judge", problems)
+        for key, expected in judge_reply_length_problems(judge, benchmark.judge_task):
+            problems.append(f"{key}: missing; expected {expected}")
     return settings
 
 
@@ -282,6 +288,15 @@ def validate(cfg: DictConfig) -> RunSpec:
         model=model,
         trainer=trainer,
     )
+
+
+def check_test_records(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
+    """What the evaluator's benchmark needs of the test records read (``Benchmark.record_problems``): a
+    ConfigError listing it, when the records are read, before any model loads."""
+    ev = spec.evaluator
+    problems = BENCHMARKS.get(ev.name).record_problems(ev, spec.data, examples) if ev is not None else []
+    if problems:
+        raise ConfigError("invalid test records:\n  " + "\n  ".join(problems))
 
 
 def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:

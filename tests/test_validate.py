@@ -89,6 +89,24 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monk
     assert "judge.api_key_env='OPENAI_API_KEY'" in message and "not set" in message
 
 
+@pytest.mark.parametrize(
+    ("evaluator", "data"),
+    [
+        ("rolemrc", "sample"),
+        ("rpgbench", "sample_rpgbench"),
+        ("characterllm", "sample_characterllm"),
+        ("conversation", "sample_conversation"),
+        ("mmrole", "sample_mmrole"),
+    ],
+)
+def test_a_judge_without_a_reply_length_for_the_evaluator_is_refused(compose, evaluator, data):
+    """judge.max_tokens is keyed by the judged benchmark: a missing entry is named at startup, not after generating."""
+    unset = f"~judge.max_tokens.{evaluator}"
+    cfg = compose(f"evaluator={evaluator}", f"data={data}", "objective=none", "judge=local", unset)
+    with pytest.raises(ConfigError, match=rf"judge\.max_tokens\.{evaluator}: missing; expected the judge's reply"):
+        validate(cfg)
+
+
 def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(compose):
     message = refused_at_startup(compose, "data=sample", "evaluator=rolebench", "judge=local")
     assert f"evaluator=rolebench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in message

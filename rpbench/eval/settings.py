@@ -16,6 +16,7 @@ from typing import Any
 from rpbench.eval.stats import METHODS
 from rpbench.models.generation import GenerationOptions
 from rpbench.scoring.human_agreement import LEVELS
+from rpbench.scoring.human_ratings import ratings_file_problems
 from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS, ROUGE_TOKENIZERS, ROUGE_TYPES
 from rpbench.typed import Problem, Settings, as_dict
@@ -180,6 +181,7 @@ class EvaluatorSettings(Settings):
     radar_metric: str | None
     human_ratings: str | None  # people's ratings of the judged records: the judge's agreement is reported
     human_level: str
+    human_scale: tuple[float, float]  # [low, high] of the ratings: the judge's verdicts' scale
 
     needs_metrics = True  # the generic evaluation computes reference metrics: at least one is named
 
@@ -204,6 +206,8 @@ class EvaluatorSettings(Settings):
             found.append(("judge_prompt_file", "null or an existing file"))
         if self.human_ratings is not None and not Path(self.human_ratings).is_file():
             found.append(("human_ratings", "null or an existing file of human ratings"))
+        elif self.human_ratings is not None:
+            found += ratings_file_problems(self.human_ratings, self.human_scale, pairwise_allowed=False)
         if self.human_level not in LEVELS:
             found.append(("human_level", f"one of {', '.join(LEVELS)}"))
         if self.compare_to is not None and not (Path(self.compare_to) / "scores.jsonl").is_file():

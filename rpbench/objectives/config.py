@@ -80,3 +80,8 @@ class ObjectiveConfig(Settings):
         if self.scheduler not in SCHEDULERS:
             found.append(("scheduler", f"a transformers scheduler name ({', '.join(SCHEDULERS)})"))
         return found
+
+    def deepspeed_problems(self, zero3: bool) -> list[str]:
+        """What these settings cannot do under a DeepSpeed engine (``zero3``: parameters partitioned), each a
+        message starting with its key; checked at startup (validate) and at fit start. None by default."""
+        return []

@@ -33,7 +33,7 @@ from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.models.generation import GenerationOptions, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems
 from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
@@ -42,7 +42,13 @@ from rpbench.scoring.judge.conversation import (
     session_score,
     simulator_version,
 )
-from rpbench.scoring.rewards import REWARDS, RewardFn, build_reward_fns, score_rewards, weighted_sum
+from rpbench.scoring.rewards import (
+    REWARDS,
+    RewardFn,
+    build_reward_fns,
+    score_rewards,
+    weighted_sum,
+)
 from rpbench.typed import Problem, Settings
 
 log = logging.getLogger(__name__)
@@ -90,6 +96,21 @@ class SessionJudgeReward:
     opens_judge: ClassVar[bool] = True
     scores_sessions: ClassVar[bool] = True
 
+    @staticmethod
+    def kwargs_problems(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+        rubric, weights = kwargs["rubric"], kwargs["weights"]
+        found = judge_reply_length_problems(kwargs["judge"], "conversation")
+        if weights is None or not isinstance(rubric, Mapping):
+            return found
+        if not isinstance(weights, Mapping) or set(weights) - set(rubric):
+            return [*found, ("weights", f"null or weights of rubric dimensions ({', '.join(rubric)})")]
+        values = list(weights.values())
+        if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and w >= 0 for w in values) or not sum(
+            values
+        ):
+            found.append(("weights", "weights >= 0 with a positive sum"))
+        return found
+
     def __init__(
         self,
         judge: JudgeConfig,
@@ -99,9 +120,6 @@ class SessionJudgeReward:
         *,
         opener: JudgeOpener,
     ):
-        unknown = sorted(set(weights or {}) - set(rubric))
-        if unknown:
-            raise ValueError(f"session_judge: weights name dimensions not in the rubric: {unknown}")
         self.rubric, self.weights = dict(rubric), dict(weights) if weights else None
         self.failure_reward, self.failures = float(failure_reward), 0
         self._stack = ExitStack()

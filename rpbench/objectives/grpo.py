@@ -68,6 +68,7 @@ from rpbench.objectives.sampling import (
     sampling_seed,
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.judge.conversation import simulator_key_problems
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 from rpbench.typed import Elsewhere, Problem
 
@@ -287,9 +288,26 @@ class GroupSamplingConfig(ObjectiveConfig):
             found.append(("advantage_scale", f"one of {', '.join(ADVANTAGE_SCALES)}"))
         if not self.temperature > 0:
             found.append(("temperature", "a number > 0 (a group of greedy completions is identical)"))
+        for key in ("epsilon_low", "epsilon_high"):
+            if getattr(self, key) < 0:
+                found.append((key, "a number >= 0 (the clip range is [1 - epsilon_low, 1 + epsilon_high])"))
         if self.backward_chunk_size is not None and self.backward_chunk_size < 1:
             found.append(("backward_chunk_size", "null (all at once) or an integer >= 1"))
         return once_per_key(found, super().problems())  # grad_accum and max_grad_norm: the rule above
+
+    def deepspeed_problems(self, zero3: bool) -> list[str]:
+        found = []
+        if self.backward_chunk_size is not None:
+            found.append(
+                f"objective.backward_chunk_size={self.backward_chunk_size}: under DeepSpeed each optimiser step "
+                "must be one backward: set objective.backward_chunk_size=null"
+            )
+        if self.clip_grad_norm:  # the engine steps and clips itself; Lightning's clip_gradients refuses it
+            found.append(
+                f"objective.clip_grad_norm={self.clip_grad_norm}: DeepSpeed clips gradients itself: set "
+                "objective.clip_grad_norm=null and trainer.strategy.config.gradient_clipping instead"
+            )
+        return found
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -320,6 +338,15 @@ class GRPOConfig(GroupSamplingConfig):
         found += reward_problems(self.rewards, "rewards")
         return once_per_key(found, self.generation().problems_as(ROLLOUT_KEYS))
 
+    def deepspeed_problems(self, zero3: bool) -> list[str]:
+        found = super().deepspeed_problems(zero3)
+        if zero3 and self.env["name"] == "conversation":
+            found.append(
+                "env=conversation under ZeRO-3: ranks play sessions of different lengths, which a partitioned "
+                "model cannot generate in step; train with trainer=ddp or deepspeed_zero2"
+            )
+        return found
+
     def env_problems(self) -> list[Problem]:
         """What is wrong with ``env=conversation``'s settings and rewards, named as the user sets them
         (``env.*``: ``objective.env`` only holds ``${env}``)."""
@@ -327,6 +354,7 @@ class GRPOConfig(GroupSamplingConfig):
         env = ConversationEnvSettings.collect(self.env, "env", found)
         if env is not None:
             found += reward_problems(env.rewards, "env.rewards")
+            found += simulator_key_problems(env.simulator, "env.simulator")
         return [Elsewhere(problem) for problem in found]
 
     def update(self) -> UpdateSettings:
@@ -452,22 +480,10 @@ class GRPOModule(ObjectiveModule):
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        if is_deepspeed(type(self.trainer.strategy).__name__):
-            if self.chunk_size is not None:
-                raise ValueError(
-                    "under DeepSpeed each GRPO optimiser step must be one backward: set "
-                    "objective.backward_chunk_size=null"
-                )
-            if self.clip_grad_norm:
-                raise ValueError(
-                    "DeepSpeed clips gradients itself: set objective.clip_grad_norm=null and "
-                    "trainer.strategy.config.gradient_clipping instead"
-                )
-        if self.env is not None and is_partitioned(self.model):
-            raise ValueError(
-                "env=conversation: ranks play sessions of different lengths, which a ZeRO-3-partitioned model "
-                "cannot generate in step; train with trainer=ddp or deepspeed_zero2"
-            )
+        if is_deepspeed(type(self.trainer.strategy).__name__):  # validate checked the configured strategy
+            refused = self.config.deepspeed_problems(is_partitioned(self.model))
+            if refused:
+                raise ValueError("; ".join(refused))
         if self.engine is None:
             self.engine = self.rollout_engine()
 

@@ -10,6 +10,10 @@ with ``opens_judge`` is also handed ``opener``, the judge opener the objective w
 handed in); rewards never open a judge on their own. The scorers themselves (metrics, judge rubrics, the
 reward model) live in ``rpbench.scoring``.
 
+A reward whose kwargs have rules of their own declares them as ``kwargs_problems(kwargs) -> [(key,
+expected)]`` (an attribute of the function, set with ``@kwargs_rules(...)``, or a static method of the class):
+checked with the entry at startup, so a bad value is named before any model loads, and not again when scoring.
+
 Config (``objective.rewards``), one entry per reward::
 
     - {name: rouge_l, weight: 1.0}
@@ -31,7 +35,7 @@ from typing import Any, ClassVar
 
 from rpbench.data.errors import ConfigError
 from rpbench.registry import Registry
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, open_judge
+from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
 
@@ -59,17 +63,44 @@ def non_empty(prompts, completions, references) -> list[float]:
     return [1.0 if c.strip() else 0.0 for c in completions]
 
 
+KwargsRules = Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+def kwargs_rules(check: KwargsRules) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach ``check`` to a reward function as its ``kwargs_problems`` (read with its config entry)."""
+
+    def attach(reward: Callable[..., Any]) -> Callable[..., Any]:
+        reward.kwargs_problems = check
+        return reward
+
+    return attach
+
+
+def _length_rules(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    found = [] if kwargs["unit"] in ("words", "chars") else [("unit", "words or chars")]
+    lengths = [kwargs[k] for k in ("min_len", "max_len")]
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+        return [*found, ("min_len", "integers min_len and max_len")]
+    if not 0 <= lengths[0] <= lengths[1] or lengths[1] < 1:
+        found.append(("max_len", f"an integer >= max(1, min_len={lengths[0]}), with min_len >= 0"))
+    return found
+
+
+def _markers_rules(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+    markers = kwargs["markers"]
+    if isinstance(markers, str) or not isinstance(markers, Sequence) or not markers:
+        return [("markers", "a non-empty list of strings")]
+    return [] if all(isinstance(m, str) and m for m in markers) else [("markers", "a non-empty list of strings")]
+
+
 @REWARDS.register("length_penalty")
+@kwargs_rules(_length_rules)
 def length_penalty(prompts, completions, references, *, min_len: int, max_len: int, unit: str):
     """0.0 inside ``[min_len, max_len]``, else minus the relative distance to the range, floored at -1.
 
     ``unit``: ``words`` (:func:`word_tokens` tokens) or ``chars`` (characters of the stripped completion).
     Below the range the penalty is ``(min_len - n) / min_len``, above it ``(n - max_len) / max_len``.
     """
-    if unit not in ("words", "chars"):
-        raise ValueError(f"length_penalty: unit must be 'words' or 'chars', got {unit!r}")
-    if not 0 <= min_len <= max_len or max_len < 1:
-        raise ValueError(f"length_penalty: need 0 <= min_len <= max_len and max_len >= 1, got {min_len}, {max_len}")
     scores = []
     for c in completions:
         n = len(word_tokens(c)) if unit == "words" else len(c.strip())
@@ -84,10 +115,9 @@ def length_penalty(prompts, completions, references, *, min_len: int, max_len: i
 
 
 @REWARDS.register("no_role_break")
+@kwargs_rules(_markers_rules)
 def no_role_break(prompts, completions, references, *, markers: Sequence[str]):
     """1.0 unless the completion contains a marker of a new user turn (case-sensitive), then 0.0."""
-    if isinstance(markers, str) or not markers:
-        raise ValueError(f"no_role_break: markers must be a non-empty list of strings, got {markers!r}")
     return [0.0 if any(m in c for m in markers) else 1.0 for c in completions]
 
 
@@ -138,13 +168,17 @@ class JudgeReward:
 
     opens_judge: ClassVar[bool] = True
 
+    @staticmethod
+    def kwargs_problems(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+        from rpbench.scoring.judge import RUBRICS
+        from rpbench.scoring.judge.rolemrc_rubrics import TASK
+
+        found = [] if kwargs["rubric"] in RUBRICS else [("rubric", f"one of {', '.join(sorted(RUBRICS))}")]
+        return found + judge_reply_length_problems(kwargs["judge"], TASK)
+
     def __init__(self, judge: JudgeConfig, rubric: str, failure_reward: float, *, opener: JudgeOpener):
         from contextlib import ExitStack
 
-        from rpbench.scoring.judge import RUBRICS
-
-        if rubric not in RUBRICS:
-            raise ValueError(f"judge reward: rubric must be one of {sorted(RUBRICS)}, got {rubric!r}")
         self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
         self._stack = ExitStack()
         self.client = self._stack.enter_context(opener(judge))
@@ -300,6 +334,10 @@ def read_entries(cfg: Sequence[Mapping[str, Any]], where: str) -> list[RewardEnt
         if not isinstance(kwargs, Mapping):
             raise TypeError(f"{at}.kwargs: expected a mapping, got {kwargs!r}")
         _check_kwargs(obj, kwargs, at)
+        rules = getattr(obj, "kwargs_problems", None)
+        broken = rules(kwargs) if rules is not None else []
+        if broken:
+            raise ValueError("; ".join(f"{at}.kwargs.{k}={kwargs.get(k)!r}: expected {e}" for k, e in broken))
         kwargs = dict(kwargs)
         if getattr(obj, "opens_judge", False) and isinstance(kwargs.get("judge"), Mapping):
             problems: list[str] = []  # each starts with its key, as reward_problems' callers report them

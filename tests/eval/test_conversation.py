@@ -297,6 +297,46 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
         )
 
 
+OPENAI_SIMULATOR = ("base_url=https://api.openai.com/v1", "model=gpt-4o-mini")
+
+
+@pytest.mark.parametrize(
+    ("where", "overrides"),
+    [
+        ("evaluator.simulator", ("data=sample_conversation", "objective=none")),
+        ("env.simulator", ("objective=grpo", "env=conversation", "data=sample_conversation", "evaluator=none")),
+    ],
+)
+def test_a_simulator_endpoint_without_its_api_key_is_refused_at_startup(compose, monkeypatch, where, overrides):
+    """The simulator's own endpoint (OpenAI's here) needs the key named by its own api_key_env, checked as the
+    judge's is, before any model loads (the judge is local: it needs none)."""
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    monkeypatch.delenv("RPBENCH_TEST_SIM_KEY", raising=False)
+    simulator = [f"{where}.{o}" for o in (*OPENAI_SIMULATOR, "api_key_env=RPBENCH_TEST_SIM_KEY")]
+    message = rf"{where}\.api_key_env='RPBENCH_TEST_SIM_KEY': OpenAI's API needs a key in that environment variable"
+    with pytest.raises(ConfigError, match=message):
+        validate(compose(*overrides, "judge=local", *simulator))
+    monkeypatch.setenv("RPBENCH_TEST_SIM_KEY", "sk-test")
+    validate(compose(*overrides, "judge=local", *simulator))
+
+
+def test_the_simulator_clients_missing_key_names_the_simulators_setting():
+    """Opened without its key, the simulator's client names its own key (evaluator.simulator.api_key_env), not
+    the judge's."""
+    from conftest import judge_config
+    from rpbench.scoring.judge.client import JudgeClient
+    from rpbench.scoring.judge.conversation import Simulator, open_simulator
+
+    values = {"server": None, "base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "api_key_env": None}
+    sim = Simulator.parse({**values, "temperature": 0.7, "max_tokens": 8, "stop_marker": "[END]"}, "s")
+    judge = JudgeClient(judge_config(base_url="http://127.0.0.1:1/v1", model="m"))
+    with pytest.raises(JudgeConfigError, match=r"^evaluator\.simulator\.api_key_env=None: OpenAI's API needs a key"):
+        with open_simulator(judge, sim, None, "evaluator.simulator"):
+            pass
+
+
 def test_a_served_conf_model_plays_the_user(tmp_path):
     """evaluator.simulator.server=tiny-qwen2: the run serves it on 127.0.0.1 and asks it for the user's messages;
     the scripted endpoint only judges (2 scenarios, 2 turns: one simulator request per session)."""
@@ -392,11 +432,61 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
 
     other = tmp_path / "other"
     other.mkdir()
-    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g"}
+    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
     (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
     with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
         read_other(str(other), [mine])
     assert read_other(str(other), [mine | {"id": "s2"}]) == {}
+
+
+SESSION = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
+
+
+@pytest.mark.parametrize(
+    ("lines_written", "named"),
+    [
+        (["{not json"], r"line 1: field '\(line\)': a JSON object"),
+        ([json.dumps({k: v for k, v in SESSION.items() if k != "goal"})], r"line 1: field 'goal': a string"),
+        ([json.dumps(SESSION | {"messages": [{"role": "bot", "text": "x"}]})], r"line 1: field 'messages'"),
+        ([json.dumps(SESSION), json.dumps(SESSION)], r"line 2: field 'id': one session per id"),
+        ([], r"\(file\): field '\(lines\)': at least one session"),
+    ],
+)
+def test_a_bad_pairwise_with_file_is_named_at_startup(compose, tmp_path, lines_written, named):
+    """evaluator.pairwise_with's conversations.jsonl is read by validate: file, line and field of a bad line."""
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "conversations.jsonl").write_text("".join(line + "\n" for line in lines_written))
+    cfg = compose("data=sample_conversation", "objective=none", "judge=local", f"evaluator.pairwise_with={other}")
+    with pytest.raises(ConfigError, match=r"evaluator\.pairwise_with: .*other/conversations\.jsonl: record " + named):
+        validate(cfg)
+
+
+def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(compose, tmp_path):
+    """Ids that match none of this run's scenarios, or a shared scenario that differs, are named when the test
+    records are read, before generating (pairwise judging would compare nothing, or other scenarios)."""
+    from omegaconf import open_dict
+
+    from rpbench.data.errors import ConfigError
+    from rpbench.pipeline import run
+
+    other = tmp_path / "other"
+    other.mkdir()
+    conversations = other / "conversations.jsonl"
+    conversations.write_text(json.dumps(SESSION | {"id": "elsewhere"}) + "\n")
+    cfg = compose("data=sample_conversation", "objective=none", "judge=local", f"evaluator.pairwise_with={other}")
+    with open_dict(cfg):
+        del cfg["hydra"]
+    with pytest.raises(ConfigError, match=r"shares no scenario id with this run's test records \(it has elsewhere\)"):
+        run(cfg)
+    first = readers.read("conversation", "test", package_path(cfg.data.files.test)).examples[0]
+    same = {k: first.meta[k] for k in ("character", "card", "persona")}
+    conversations.write_text(json.dumps(SESSION | same | {"id": first.id, "goal": "another"}) + "\n")
+    with pytest.raises(ConfigError, match=rf"conversations\.jsonl: record {first.id}: field 'goal': the same scenario"):
+        run(cfg)
 
 
 def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):

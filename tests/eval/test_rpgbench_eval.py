@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -128,6 +129,49 @@ def test_winrate_drop_per_category_by_hand():
 
 
 @pytest.mark.slow
+def refused_before_loading(compose, *overrides: str) -> str:
+    """``pipeline.run`` on the composed config: the ConfigError it stops with before any model loads."""
+    from omegaconf import open_dict
+
+    from rpbench.data.errors import ConfigError
+    from rpbench.pipeline import run
+
+    cfg = compose("objective=none", "data=sample_rpgbench", *overrides)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    with pytest.raises(ConfigError) as error:
+        run(cfg)
+    return str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("splits", "named"),
+    [
+        ("[IDTest]", "data.test_splits=['IDTest']: the R-EMID analysis"),
+        ("[OOD1Test]", "the in-distribution split IDTest"),
+    ],
+)
+def test_the_analysis_needs_the_id_split_and_a_shifted_one_configured(compose, splits, named):
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        validate(compose("objective=none", "data=sample_rpgbench", f"data.test_splits={splits}"))
+
+
+def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_generating(compose, tmp_path):
+    """The file has the splits, but no IDTest record and one German one: named with the file and split when
+    the records are read, before any model loads (the analysis would fail after generating)."""
+    from rpbench.data.files import package_path
+
+    sample = json.loads(package_path("pkg://rpbench/resources/sample/rpgbench/rpgbench.json").read_text())
+    data = tmp_path / "rpgbench.json"
+    data.write_text(json.dumps({**sample, "IDTest": [], "OOD1Test": sample["OOD1Test"][:1]}))
+    message = refused_before_loading(compose, f"data.files.test={data}", "data.test_splits=[IDTest,OOD1Test]")
+    assert f"data.files.test={data}: the R-EMID analysis" in message
+    assert "no IDTest records (split IDTest); 1 german record (split OOD1Test)" in message
+
+
 def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
     """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
     run_dir = tmp_path / "run"

@@ -232,6 +232,9 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
     assert sum(rewards[-6:]) / 6 > 2 * sum(rewards[:6]) / 6, rewards
 
 
+ZERO3 = ["objective=grpo", "trainer=deepspeed_zero3", "objective.clip_grad_norm=null"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -241,9 +244,52 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
         (["objective=grpo", "env.simulator.server=tiny-qwen2"], "env.simulator.server"),
         (["objective=grpo", "data.val_fraction=0.5"], "no reference to hold out a loss on; set data.val_fraction=0"),
         (["objective=grpo", "objective.rollout_backend=vllm"], "objective.rollout_backend='vllm': expected hf"),
+        (ZERO3, r"env=conversation under ZeRO-3: ranks play sessions .* train with trainer=ddp or deepspeed_zero2"),
+        (["objective=grpo", "trainer=deepspeed_zero2"], r"objective.clip_grad_norm=1.0: DeepSpeed clips gradients"),
+        (
+            [
+                "objective=grpo",
+                "trainer=deepspeed_zero2",
+                "objective.clip_grad_norm=null",
+                "objective.backward_chunk_size=2",
+            ],
+            r"objective.backward_chunk_size=2: under DeepSpeed each optimiser step must be one backward",
+        ),
     ],
 )
 def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message):
     cfg = composed(tmp_path / "run", "env=conversation", "data=sample_conversation", "judge=local", *overrides)
     with pytest.raises(ConfigError, match=message):
+        validate(cfg)
+
+
+def test_zero2_sessions_pass_validation(tmp_path):
+    """Only ZeRO-3 partitions the policy: under ZeRO-2 (DeepSpeed clipping) the same sessions validate."""
+    overrides = (
+        "env=conversation",
+        "data=sample_conversation",
+        "judge=local",
+        "objective=grpo",
+        "trainer=deepspeed_zero2",
+    )
+    validate(composed(tmp_path / "run", *overrides, "objective.clip_grad_norm=null"))
+
+
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        ({"knowledge_boundary": 1.0, "goal_progres": 1.0}, "weights of rubric dimensions"),
+        ({"knowledge_boundary": -1.0, "goal_progress": 1.0}, "weights >= 0 with a positive sum"),
+        ({"knowledge_boundary": 0, "goal_progress": 0}, "weights >= 0 with a positive sum"),
+    ],
+)
+def test_session_judge_weights_are_checked_at_startup(tmp_path, weights, expected):
+    """Weights naming a dimension outside the rubric, or none positive, are a validation error (before loading)."""
+    overrides = ("objective=grpo", "env=conversation", "judge=openai")
+    cfg = composed(
+        tmp_path / "run",
+        *overrides,
+        "env.rewards.0.kwargs.weights={" + ",".join(f"{k}:{v}" for k, v in weights.items()) + "}",
+    )
+    with pytest.raises(ConfigError, match=rf"kwargs\.weights=.*expected .*{expected}"):
         validate(cfg)

@@ -257,6 +257,8 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
         ("objective.max_grad_norm=1.0", "objective.max_grad_norm=1.0: expected null, as objective=grpo optimises"),
         ("objective.temperature=0", r"objective.temperature=0.0: expected a number > 0"),
         ("objective.num_generations=1", r"objective.num_generations=1: expected an integer >= 2"),
+        ("objective.epsilon_low=-0.2", r"objective.epsilon_low=-0.2: expected a number >= 0 \(the clip range"),
+        ("objective.epsilon_high=-0.1", r"objective.epsilon_high=-0.1: expected a number >= 0"),
         ("objective.loss_aggregation=sum", "objective.loss_aggregation='sum': expected one of token_mean, "),
         ("objective.advantage_scale=rank", "objective.advantage_scale='rank': expected one of group, batch, none"),
         ("objective.rollout_backend=sglang", "objective.rollout_backend='sglang': expected one of hf, vllm"),

@@ -96,6 +96,55 @@ def test_a_bad_rating_names_file_line_and_field(tmp_path):
         read_human_ratings(bad)
 
 
+def test_a_rating_outside_the_scale_names_file_line_and_field(tmp_path):
+    """A rating of 1e9 on a 1-5 scale (once scored: an MAE of 333,333,330) is an error naming where it is."""
+    rows = [{"id": "r1", "rubric": "style", "ratings": [4, 5]}, {"id": "r2", "rubric": "style", "ratings": [3, 1e9]}]
+    humans = write_lines(tmp_path / "humans.jsonl", rows)
+    with pytest.raises(
+        ValueError, match=r"humans.jsonl: record line 2 \(r2\): field 'ratings': .*\[1, 5\].*got 1e\+09"
+    ):
+        read_human_ratings(humans, (1, 5))
+    assert [item.ratings for item in read_human_ratings(humans, (0, 1e9))] == [(4.0, 5.0), (3.0, 1e9)]
+
+
+@pytest.mark.parametrize(
+    ("rows", "overrides", "named"),
+    [
+        ([{"id": "r1", "rubric": "style", "ratings": [1, 7]}], (), r"field 'ratings': ratings on the scale \[0, 1\]"),
+        ("not json", (), r"humans.jsonl: record line 1: field '\(line\)': a JSON object"),
+        ([{"id": "r1", "ratings": [1]}], (), r"record line 1: field 'rubric': a non-empty string"),
+        ([{"id": "r1", "rubric": "s", "ratings": ["a", "b"]}], (), r"=.*humans.jsonl: pairwise ratings"),
+        ([{"id": "r1", "rubric": "s", "ratings": [1]}], ("evaluator.human_scale=[2,1]",), r"low < high"),
+    ],
+)
+def test_human_ratings_are_read_at_startup(compose, tmp_path, rows, overrides, named):
+    """The file evaluator.human_ratings names is read by validate, before any model loads or generates."""
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    path = tmp_path / "humans.jsonl"
+    path.write_text(rows + "\n") if isinstance(rows, str) else write_lines(path, rows)
+    cfg = compose("objective=none", "judge=local", f"evaluator.human_ratings={path}", *overrides)
+    with pytest.raises(ConfigError, match=r"evaluator\.human_(ratings|scale).*" + named):
+        validate(cfg)
+
+
+def test_judge_agreement_needs_a_scale_for_pointwise_ratings(compose, tmp_path):
+    from rpbench.data.errors import ConfigError
+    from rpbench.validate import validate
+
+    verdicts = write_lines(tmp_path / "judge.jsonl", [{"id": "r1", "rubric": "s", "verdict": 1}])
+    pointwise = write_lines(tmp_path / "pointwise.jsonl", [{"id": "r1", "rubric": "s", "ratings": [1, 9]}])
+    pairwise = write_lines(tmp_path / "pairwise.jsonl", [{"id": "r1", "rubric": "s", "ratings": ["a", "tie"]}])
+    agreement = ("objective=none", "evaluator=judge_agreement", f"evaluator.judge_verdicts={verdicts}")
+    with pytest.raises(ConfigError, match=r"evaluator\.human_scale=None: expected \[low, high\]"):
+        validate(compose(*agreement, f"evaluator.human_ratings={pointwise}"))
+    with pytest.raises(ConfigError, match=r"pointwise.jsonl: record line 1 \(r1\): field 'ratings'.*\[1, 5\]"):
+        validate(compose(*agreement, f"evaluator.human_ratings={pointwise}", "evaluator.human_scale=[1,5]"))
+    validate(compose(*agreement, f"evaluator.human_ratings={pointwise}", "evaluator.human_scale=[1,10]"))
+    validate(compose(*agreement, f"evaluator.human_ratings={pairwise}"))
+
+
 def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
     reviews = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "in-test_reviews" / "qwen-vl-chat"
     results = run_in_process(
@@ -106,6 +155,7 @@ def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
         f"evaluator.human_ratings={MMROLE_SAMPLE}",
         f"evaluator.judge_verdicts={reviews}",
         "evaluator.human_level=interval",
+        "evaluator.human_scale=[0.1,10]",  # MMRole-Eval's ratio of two 1-10 scores
     )
     assert results["model"] == "not loaded"
     found = results["eval"]["judge_agreement"]

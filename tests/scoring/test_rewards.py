@@ -1,6 +1,7 @@
 """Reward functions on hand-checked strings, and the registry built from config entries."""
 
 import math
+import re
 
 import pytest
 from rouge_score import rouge_scorer
@@ -54,16 +55,36 @@ def test_length_penalty_chars():
 
 
 @pytest.mark.parametrize(
-    "kwargs",
+    ("name", "kwargs", "match"),
     [
-        {"min_len": 5, "max_len": 4, "unit": "words"},
-        {"min_len": 0, "max_len": 0, "unit": "words"},
-        {"min_len": 1, "max_len": 2, "unit": "bytes"},
+        ("length_penalty", {"min_len": 5, "max_len": 4, "unit": "words"}, r"kwargs\.max_len=4: expected an integer"),
+        ("length_penalty", {"min_len": 0, "max_len": 0, "unit": "words"}, r"kwargs\.max_len=0"),
+        (
+            "length_penalty",
+            {"min_len": 1, "max_len": 2, "unit": "bytes"},
+            r"kwargs\.unit='bytes': expected words or chars",
+        ),
+        ("length_penalty", {"min_len": 1.5, "max_len": 2, "unit": "words"}, r"kwargs\.min_len=1\.5: expected integers"),
+        ("no_role_break", {"markers": "User:"}, r"kwargs\.markers='User:': expected a non-empty list"),
+        ("no_role_break", {"markers": ["User:", ""]}, r"kwargs\.markers=.*expected a non-empty list"),
+        (
+            "judge",
+            {"judge": {}, "rubric": "role_styl", "failure_reward": 0.0},
+            r"kwargs\.rubric='role_styl': expected one of",
+        ),
     ],
 )
-def test_length_penalty_rejects_bad_range(kwargs):
-    with pytest.raises(ValueError, match="length_penalty"):
-        length_penalty([], ["a"], [], **kwargs)
+def test_reward_kwargs_rules_are_named_at_startup(name, kwargs, match):
+    """A reward's own kwargs rules are read with its entry, before any model loads or any scoring."""
+    (problem,) = reward_problems([{"name": name, "weight": 1.0, "kwargs": kwargs}], "objective.rewards")
+    assert re.search(r"objective\.rewards\[0\]\." + match, problem), problem
+
+
+def test_judge_reward_needs_the_judges_reply_length_for_its_task():
+    judge = {**judge_settings(), "max_tokens": {"characterllm": 64}}
+    entry = {"name": "judge", "weight": 1.0, "kwargs": {"judge": judge, "rubric": "role_style", "failure_reward": 0.0}}
+    (problem,) = reward_problems([entry], "objective.rewards")
+    assert "judge.max_tokens.rolemrc" in problem and "characterllm" in problem, problem
 
 
 def test_no_role_break_with_the_markers_of_grpo_yaml():
@@ -71,8 +92,6 @@ def test_no_role_break_with_the_markers_of_grpo_yaml():
     completions = ["I draw my sword.", "Fine.\nUser: and then?", "ok<|im_start|>user\nhi", "The user: field"]
     assert no_role_break([], completions, [], markers=markers) == [1.0, 0.0, 0.0, 1.0]
     assert no_role_break([], ["Harry: hello", "hello"], [], markers=["Harry:"]) == [0.0, 1.0]
-    with pytest.raises(ValueError, match="markers"):
-        no_role_break([], ["x"], [], markers="User:")
 
 
 def test_rouge_l_hand_computed():

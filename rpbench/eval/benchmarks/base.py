@@ -56,6 +56,7 @@ class Benchmark:
     override what differs."""
 
     judged = False  # has a judge protocol (judge=<backend> is accepted)
+    judge_task: str | None = None  # a judged benchmark's entry in judge.max_tokens (its judge's reply length)
     reads_records = True  # evaluates the data config's test records (False: brings its own, e.g. lm-eval's tasks)
     settings_class: type[Settings] = EvaluatorSettings  # its ``evaluator`` group, typed (a subclass adds its keys)
 
@@ -97,6 +98,11 @@ class Benchmark:
                 f"evaluator={settings.name} scores replies against the test records' references, and conversation "
                 "scenarios (data.format conversation) have none: evaluator=conversation runs and judges whole sessions"
             ]
+        return []
+
+    def record_problems(self, settings: Settings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+        """What the test records read lack for this benchmark under ``settings``, found when they are read (before
+        any model loads or generates), each naming the data file; none by default."""
         return []
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:

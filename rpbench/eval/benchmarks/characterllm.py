@@ -100,6 +100,7 @@ class CharacterLLMSettings(EvaluatorSettings):
 class CharacterLLM(Benchmark):
     headlines = (Headline("single-turn average", ("characterllm", "single"), "average"),)
     judged = True
+    judge_task = "characterllm"
     settings_class = CharacterLLMSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:

@@ -29,20 +29,32 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.conversation_session import Session
-from rpbench.data.errors import ConfigError
+from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
 from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation_loop import run_sessions
-from rpbench.eval.benchmarks.conversation_pairwise import judge_pairwise, read_other
+from rpbench.eval.benchmarks.conversation_pairwise import (
+    SCENARIO_FIELDS,
+    judge_pairwise,
+    read_other,
+    read_sessions,
+    scenario_problems,
+)
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.scoring.judge.conversation import Simulator, judge_sessions, open_simulator, simulator_version
+from rpbench.scoring.judge.conversation import (
+    Simulator,
+    judge_sessions,
+    open_simulator,
+    simulator_key_problems,
+    simulator_version,
+)
 from rpbench.typed import Problem, Settings
 
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -79,6 +91,11 @@ class ConversationSettings(EvaluatorSettings):
             found.append(("ooc_phrases", "non-empty phrases"))
         if self.pairwise_with is not None and not (Path(self.pairwise_with) / "conversations.jsonl").is_file():
             found.append(("pairwise_with", "null or a conversation run's folder (with conversations.jsonl)"))
+        elif self.pairwise_with is not None:
+            try:
+                read_sessions(self.pairwise_with)
+            except DataFormatError as error:
+                found.append(f"pairwise_with: {error}")
         options, server = model_options(), self.simulator.server
         if server is not None and options and server not in options:
             found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
@@ -88,6 +105,7 @@ class ConversationSettings(EvaluatorSettings):
 class Conversation(Benchmark):
     headlines = (Headline("session score (1-5)", ("conversation", "judge", "overall"), scores="verdicts"),)
     judged = True
+    judge_task = "conversation"
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
@@ -103,7 +121,14 @@ class Conversation(Benchmark):
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
-        return out
+        return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
+
+    def record_problems(self, settings: Settings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+        """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
+        if settings.pairwise_with is None:
+            return []
+        scenarios = [{"id": e.id, **{f: e.meta.get(f) for f in SCENARIO_FIELDS}} for e in examples]
+        return scenario_problems(settings.pairwise_with, scenarios)
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import compare

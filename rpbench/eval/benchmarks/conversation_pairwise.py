@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import DataFormatError
-from rpbench.eval.benchmarks.base import read_jsonl
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.conversation import prompt_slots, transcript
 
@@ -45,11 +44,58 @@ Answer with one JSON object and nothing else, in this form:
 REASK = 'Answer now with the JSON object only: "A", "B" or "tie" for every dimension.'
 
 
+def read_sessions(folder: str) -> dict[str, Mapping[str, Any]]:
+    """A conversation run's sessions (its conversations.jsonl) by id, each with what pairwise judging reads: a
+    bad line is an error naming the file, the line and the field."""
+    path = Path(folder) / "conversations.jsonl"
+    sessions: dict[str, Mapping[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(path, f"line {number}", "(line)", f"a JSON object ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise DataFormatError(path, f"line {number}", "(line)", "a JSON object (a session)")
+        for name in ("id", *SCENARIO_FIELDS):
+            if not isinstance(row.get(name), str):
+                raise DataFormatError(path, f"line {number}", name, "a string")
+        messages = row.get("messages")
+        if not isinstance(messages, list) or not all(
+            isinstance(m, dict) and m.get("role") in ("user", "character") and isinstance(m.get("text"), str)
+            for m in messages
+        ):
+            raise DataFormatError(path, f"line {number}", "messages", 'a list of {"role": user|character, "text"}')
+        if row["id"] in sessions:
+            raise DataFormatError(path, f"line {number}", "id", f"one session per id ({row['id']!r} is repeated)")
+        sessions[row["id"]] = row
+    if not sessions:
+        raise DataFormatError(path, "(file)", "(lines)", "at least one session")
+    return sessions
+
+
+def scenario_problems(folder: str, scenarios: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What keeps the other run's sessions from being compared with these ``scenarios`` (``id`` and the
+    ``SCENARIO_FIELDS``): no shared id, or a shared scenario whose card, persona or goal differs."""
+    other = read_sessions(folder)
+    if not any(s["id"] in other for s in scenarios):
+        return [
+            f"evaluator.pairwise_with={folder}: its conversations.jsonl shares no scenario id with this run's test "
+            f"records (it has {', '.join(list(other)[:3])}{', ...' if len(other) > 3 else ''})"
+        ]
+    try:
+        read_other(folder, scenarios)
+    except DataFormatError as error:
+        return [f"evaluator.pairwise_with: {error}"]
+    return []
+
+
 def read_other(folder: str, sessions: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The other run's sessions by id, for the scenarios both runs hold; a shared scenario whose card,
     persona or goal differs is an error naming the file, the session and the field."""
     path = Path(folder) / "conversations.jsonl"
-    other = {row["id"]: row for row in read_jsonl(path)}
+    other = read_sessions(folder)
     for session in sessions:
         theirs = other.get(session["id"])
         for field in SCENARIO_FIELDS if theirs is not None else ():

@@ -22,7 +22,7 @@ from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl
 from rpbench.eval.benchmarks.mmrole.judging import review_ratios
 from rpbench.eval.context import EvalContext
 from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key, agreement, model_family
-from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
+from rpbench.scoring.human_ratings import ratings_file_problems, read_human_ratings, read_judge_verdicts
 from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.typed import Settings
 
@@ -113,11 +113,16 @@ class JudgeAgreementSettings(Settings):
     judge_verdicts: str | None
     judge_model: str | None
     human_level: str
+    human_scale: tuple[float, float] | None  # [low, high] of pointwise ratings (null: pairwise ones)
 
     def problems(self):
         found = [(key, "a file (required)") for key in ("human_ratings", "judge_verdicts") if not getattr(self, key)]
         if self.human_level not in LEVELS:
             found.append(("human_level", f"one of {', '.join(LEVELS)}"))
+        if self.human_ratings and not Path(self.human_ratings).is_file():
+            found.append(("human_ratings", "an existing file of human ratings"))
+        elif self.human_ratings:
+            found += ratings_file_problems(self.human_ratings, self.human_scale, pairwise_allowed=True)
         return found
 
 

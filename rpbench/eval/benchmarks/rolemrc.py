@@ -25,6 +25,7 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
 class RoleMRC(Benchmark):
     headlines = (Headline("judge accuracy", ("judge", "overall"), "accuracy", "verdicts"), rouge_l())
     judged = True
+    judge_task = "rolemrc"
 
     def judge_requests(self, settings: EvaluatorSettings, examples: Sequence[EvalExample]) -> list[int]:
         return [len(e.meta.get("dimensions") or ()) for e in examples]  # one per rubric of the record's label

@@ -8,6 +8,7 @@ never closes has no reply and is counted (``think.unclosed``)."""
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from omegaconf import OmegaConf
 from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
+from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS
 from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
@@ -94,6 +96,7 @@ class RPGBenchSettings(EvaluatorSettings):
 class RPGBench(Benchmark):
     headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
     judged = True
+    judge_task = "rpgbench"
     settings_class = RPGBenchSettings
 
     def judge_requests(self, settings: RPGBenchSettings, examples: Sequence[EvalExample]) -> list[int]:
@@ -112,12 +115,44 @@ class RPGBench(Benchmark):
         if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
             return []
         found = []
+        splits = data.options.get("test_splits")  # the rpgbench reader's (conf/data/rpgbench.yaml)
+        if isinstance(splits, Sequence) and (ID_CATEGORY not in splits or set(splits) <= {ID_CATEGORY}):
+            found.append(
+                f"data.test_splits={list(splits)}: the R-EMID analysis (evaluator.generalization.enabled) compares "
+                f"the in-distribution split {ID_CATEGORY} with shifted ones (e.g. {', '.join(TEST_SPLITS[1:])}): "
+                "read both, or set evaluator.generalization.enabled=false"
+            )
         for role in ("critic", "reasoner"):
             try:
                 resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapter"))
             except ConfigError as error:
                 found.append(str(error))
         return found
+
+    def record_problems(self, settings: RPGBenchSettings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+        """The generalization analysis compares IDTest with each shifted category: at least 2 test records in
+        each (an estimate over pairs), IDTest and one shifted category at least."""
+        if not settings.generalization["enabled"]:
+            return []
+        where = f"data.files.test={data.files.get('test')}"
+        no_category = next((e.id for e in examples if "category" not in e.meta), None)
+        if no_category is not None:
+            return [f"{where}: test record {no_category!r} has no RPGBench category (data.format=rpgbench reads them)"]
+        splits: dict[str, set[str]] = {}
+        for e in examples:
+            splits.setdefault(str(e.meta["category"]), set()).add(str(e.meta["split"]))
+        counts = Counter(str(e.meta["category"]) for e in examples)
+        lacking = [] if counts[ID_CATEGORY] else [f"no {ID_CATEGORY} records (split {ID_CATEGORY})"]
+        lacking += [] if set(counts) - {ID_CATEGORY} else [f"no shifted records (splits {', '.join(TEST_SPLITS[1:])})"]
+        lacking += [f"{n} {c} record (split {'/'.join(sorted(splits[c]))})" for c, n in counts.items() if n < 2]
+        if not lacking:
+            return []
+        return [
+            f"{where}: the R-EMID analysis (evaluator.generalization.enabled) needs at least 2 test records of "
+            f"{ID_CATEGORY} and of each shifted category, and one shifted category at least; read: "
+            f"{'; '.join(lacking)} (data.test_splits={data.options.get('test_splits')}, data.max_test_samples="
+            f"{data.max_test_samples}; or evaluator.generalization.enabled=false)"
+        ]
 
     def scored_predictions(self, predictions: Mapping[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """Predictions without their think block, and the counts per reading (``generated_reply``)."""

@@ -133,6 +133,15 @@ class JudgeConfig(Settings):
         return int(self.max_tokens[task])
 
 
+def judge_reply_length_problems(judge: JudgeConfig | Mapping[str, Any], task: str) -> list[tuple[str, str]]:
+    """A judge's settings (typed, or the mapping of a reward's kwargs) without a reply length for ``task`` in
+    ``max_tokens``: (key, expected), checked at startup (``max_tokens_for`` would fail after generating)."""
+    lengths = judge.get("max_tokens") if isinstance(judge, Mapping) else judge.max_tokens
+    if not isinstance(lengths, Mapping) or task in lengths:
+        return []  # not a mapping: the judge's own settings name it
+    return [(f"judge.max_tokens.{task}", f"the judge's reply length for {task} (it has {', '.join(lengths)})")]
+
+
 @dataclass(frozen=True)
 class JudgeRequest:
     """One chat completion to ask. ``prompt_version`` names the prompt template (part of the cache key)."""
@@ -224,7 +233,7 @@ class JudgeClient:
         self.config, self.label = config, label
         self.endpoint = endpoint or endpoint_identity(config.base_url)
         self.stats = JudgeStats()
-        self._api_key = api_key if api_key is not None else _api_key(config)
+        self._api_key = api_key if api_key is not None else _api_key(config, f"{label}.api_key_env")
         self.cache = ReplyCache(config.cache_path) if config.cache_path else None
 
     def sampling(self, request: JudgeRequest) -> dict[str, Any]:
@@ -425,10 +434,11 @@ def judge_opener(local_server: LocalServer | None) -> JudgeOpener:
     return partial(open_judge, local_server=local_server)
 
 
-def _api_key(config: JudgeConfig) -> str:
-    """The key from the configured environment variable; a placeholder for keyless local endpoints."""
+def _api_key(config: JudgeConfig, setting: str) -> str:
+    """The key from the configured environment variable (``setting``: its key, for errors); a placeholder for
+    keyless local endpoints."""
     try:
-        return api_key(config.base_url, config.api_key_env, "judge.api_key_env")
+        return api_key(config.base_url, config.api_key_env, setting)
     except ConfigError as error:
         raise JudgeConfigError(str(error)) from None
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
 from rpbench.data.errors import ConfigError
+from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import LOCAL_ENDPOINT, JudgeClient, JudgeRequest, JudgeResult, LocalServer
 from rpbench.typed import Problem, Settings
 
@@ -68,6 +69,18 @@ class Simulator(Settings):
         return found
 
 
+def simulator_key_problems(sim: Simulator, where: str) -> list[str]:
+    """The key of the simulator's own endpoint (``base_url``), when it needs one; checked at startup as the
+    judge's is (a served simulator needs none; without base_url the judge's endpoint and key play the user)."""
+    if sim.server is not None or sim.base_url is None:
+        return []
+    try:
+        api_key(sim.base_url, sim.api_key_env, f"{where}.api_key_env")
+    except ConfigError as error:
+        return [f"{error} (or {where}.base_url=null: the judge's endpoint plays the user)"]
+    return []
+
+
 @contextmanager
 def open_simulator(
     judge: JudgeClient, sim: Simulator, local_server: LocalServer | None, where: str
@@ -88,7 +101,8 @@ def open_simulator(
         elif sim.base_url is None:
             client = JudgeClient(config, judge.endpoint)
         else:
-            client = JudgeClient(replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env))
+            own = replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env)
+            client = JudgeClient(own, label=where)
         stack.callback(client.close)  # before the server stops
         yield client
 

@@ -46,6 +46,7 @@ class MMRoleSettings(EvaluatorSettings):
 class MMRole(Benchmark):
     headlines = (Headline("MMRole-Eval overall", ("mmrole_eval", "all"), "overall"), rouge_l())
     judged = True
+    judge_task = "mmrole"
     settings_class = MMRoleSettings
 
     def needs_records(self, settings: MMRoleSettings) -> bool:

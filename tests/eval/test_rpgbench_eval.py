@@ -86,7 +86,14 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
     assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
     assert result["by_shift"]["in_distribution"]["winrate"] == 1.0
-    assert result["by_shift"]["user"] == {"winrate": 0.25, "n_judges": 2, "judged": 8, "no_verdict": 4, "n": 12}
+    assert result["by_shift"]["user"] == {
+        "winrate": 0.25,
+        "n_judges": 2,
+        "judged": 8,
+        "no_verdict": 4,
+        "n": 12,
+        "excluded_empty_predictions": 0,
+    }
     r4 = [r for r in result["records"] if r["id"] == "r4"]
     assert [(r["model_first"], r["model_won"]) for r in r4[:2]] == [(True, 1.0), (False, 0.0)]
     assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}

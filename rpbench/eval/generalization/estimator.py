@@ -73,7 +73,9 @@ def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> Estima
         found = _folder_model(folder, key)
     else:
         found = _entry_model(spec, key)
-    return EstimatorSpec(role, found[0], adapters, found[1] + _with(adapters))
+    resolved = EstimatorSpec(role, found[0], adapters, found[1] + _with(adapters))
+    _check_adapters(resolved)  # at startup (validate), before anything is generated
+    return resolved
 
 
 def _entry_model(spec: str, key: str) -> tuple[dict[str, Any], str]:

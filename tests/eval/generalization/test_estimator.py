@@ -141,3 +141,17 @@ def test_a_local_model_folder_is_a_critic_with_its_family_settings_and_digest(tm
     (folder / "config.json").write_text(json.dumps({"model_type": "unknown-arch"}))
     with pytest.raises(ConfigError, match="model_type='unknown-arch' with no instruct conf/model entries"):
         resolve_spec("critic", str(folder), ())
+
+
+def test_adapter_lists_and_a_plain_critic_are_checked_at_startup(compose, tmp_path):
+    # the README's two-adapter command, composed: a missing adapter is named with its list index
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "adapter_config.json").write_text("{}")
+    base = ("objective=none", "evaluator=rpgbench", "data=sample_rpgbench", "evaluator.critic=qwen3-8b")
+    cfg = compose(*base, f"evaluator.critic_adapters=[{tmp_path / 'sft'},{tmp_path / 'grpo'}]")
+    assert list(cfg.evaluator.critic_adapters) == [str(tmp_path / "sft"), str(tmp_path / "grpo")]
+    with pytest.raises(ConfigError, match=r"evaluator.critic_adapters\[1\]=.*grpo: no adapter_config.json"):
+        validate(cfg)
+    assert compose(*base).evaluator.plain_critic is None
+    with pytest.raises(ConfigError, match="evaluator.plain_critic=nowhere: no run folder there"):
+        validate(compose(*base, "evaluator.plain_critic=nowhere"))

@@ -56,11 +56,13 @@ def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> Estima
         )
     spec = str(spec)
     if spec == SELF:
-        if role != "critic":
+        if role == "reasoner":
             raise ConfigError(
                 f"{key}=self: reasoning comes from a reasoning generator, never from the evaluated model "
                 "(its reasoning would leak its own reply into r)"
             )
+        if role != "critic":
+            raise ConfigError(f"{key}=self: the plain critic is a fixed model trained without r, scoring every model")
         if adapters:
             raise ConfigError(f"{key}=self: {key}_adapters must be empty (the evaluated model is scored as it is)")
         return EstimatorSpec(

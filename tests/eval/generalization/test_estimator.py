@@ -34,6 +34,8 @@ def test_self_is_a_critic_only_and_labelled():
     assert "not comparable across models" in resolve_spec("critic", "self", ()).description
     with pytest.raises(ConfigError, match="never from the evaluated model"):
         resolve_spec("reasoner", "self", ())
+    with pytest.raises(ConfigError, match="plain critic is a fixed model"):
+        resolve_spec("plain_critic", "self", ())
 
 
 def test_a_corl_run_folder_gives_its_dialogue_model_as_critic_and_reasoner_as_reasoner(tmp_path):

@@ -28,7 +28,9 @@ naive) and ``prompts_source`` (``prompts.source``) choose the prompt. Other opti
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +88,26 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
 def category_of(tag: str) -> str:
     """The category R-EMID is estimated on: ``IDTest`` for in-distribution tags, else the subset tag."""
     return ID_CATEGORY if SHIFTS[tag] == "in_distribution" else tag
+
+
+@dataclass(frozen=True)
+class Replied:
+    """The test records an evaluation scores, and the count per category of those left out."""
+
+    examples: list[EvalExample]
+    excluded: Counter[str]  # category -> records whose scored prediction is empty
+
+
+def replied_records(examples: Sequence[EvalExample], predictions: Mapping[str, str]) -> Replied:
+    """The records WinRate and the R-EMID analysis both score: those whose scored prediction (think block
+    removed) is not empty. An empty one (also an unclosed think block) has no reply to judge or embed; it is
+    left out of both, and counted per category."""
+    missing = [e.id for e in examples if e.id not in predictions]
+    if missing:
+        raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
+    kept = [e for e in examples if predictions[e.id].strip()]
+    excluded = Counter(str(e.meta["category"]) for e in examples if not predictions[e.id].strip())
+    return Replied(kept, excluded)
 
 
 def prompt_options(options: dict[str, Any]) -> tuple[str, str | None]:

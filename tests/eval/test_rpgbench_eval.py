@@ -87,7 +87,14 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     assert result["overall"]["winrate"] == 0.5 and result["overall"]["no_verdict"] == 4
     assert result["overall"]["judged"] == 12 and result["overall"]["parse_failures"] == 4
     assert result["by_shift"]["in_distribution"]["winrate"] == 1.0
-    assert result["by_shift"]["user"] == {"winrate": 0.25, "n_judges": 2, "judged": 8, "no_verdict": 4, "n": 12}
+    assert result["by_shift"]["user"] == {
+        "winrate": 0.25,
+        "n_judges": 2,
+        "judged": 8,
+        "no_verdict": 4,
+        "n": 12,
+        "excluded_empty_predictions": 0,
+    }
     r4 = [r for r in result["records"] if r["id"] == "r4"]
     assert [(r["model_first"], r["model_won"]) for r in r4[:2]] == [(True, 1.0), (False, 0.0)]
     assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}
@@ -197,9 +204,17 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
     }
     shifted = records - {"IDTest"}
     assert len(shifted) == 11 and set(ev["jsd"]) == set(ev["bound"]) == set(ev["r_emid"]) == shifted
-    assert set(ev["emi"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == records
+    assert set(ev["emi_critic_without_r"]) == set(ev["r_emi"]) == set(ev["perplexity"]) == records
+    assert "emi" not in ev  # no plain critic: the paper's naive EMI is not claimed
     g = ev["generalization"]
     assert g["critic"] == "model=tiny-qwen3" and not g["critic_is_evaluated_model"]
+    assert g["estimators"]["critic"] == {"description": "model=tiny-qwen3", "weights_sha256": None, "adapters": []}
+    assert set(g["estimators"]) == {"critic", "reasoner"}
+    # WinRate and R-EMI judge the same records: the empty replies each leaves out are the same
+    for category, entry in ev["r_emi"].items():
+        assert (
+            ev["winrate"]["by_category"][category]["excluded_empty_predictions"] == entry["excluded_empty_predictions"]
+        )
     assert g["reasoning_source"].startswith("the reasoner (model=tiny-qwen3)")
     assert set(ev["prompts"]) >= {"policy_system", "policy_user", "pxy_user", "thought_user"}
     assert all(p["origin"] == "rpbench" and len(p["sha256"]) == 64 for p in ev["prompts"].values())
@@ -212,6 +227,8 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         roots = sum(math.sqrt(max(j[k], 0)) for k in ("user", "character", "dialogue"))
         # Theorem 3.4 (Δ = δ_P + δ_Q) with Ĥ estimated, and the EMID code's bound beside it
         h_hat = ev["entropy"]["h_hat"][shift_tag]
+        assert ev["entropy"]["h_hat_mean"][shift_tag] <= h_hat + 1e-9
+        assert ev["entropy"]["h_hat_quantile"][shift_tag] <= h_hat + 1e-9
         theorem = math.sqrt(2 / 3) * h_hat * roots + 8 * (max(j["delta_p"], 0) + max(j["delta_q"], 0)) ** 0.25
         assert b["value"] == pytest.approx(theorem) and b["delta_form"] == "sum" and b["entropy_form"] == "estimated"
         code = roots + max(j["delta_p"], 0) ** 0.25 + max(j["delta_q"], 0) ** 0.25

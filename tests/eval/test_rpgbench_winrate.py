@@ -99,11 +99,19 @@ def test_per_judge_tallies_and_ensemble_means_by_hand(judged):
         "n": 20,
         "parse_failures": 2,
         "request_failures": 0,
+        "excluded_empty_predictions": 0,
     }
     assert {c: e["winrate"] for c, e in result["by_category"].items()} == pytest.approx(
         {"IDTest": 0.25, "german": 1.0, "japanese": 0.5, "Literature": 0.5}
     )
-    assert result["by_category"]["german"] == {"winrate": 1.0, "n_judges": 1, "judged": 2, "no_verdict": 2, "n": 4}
+    assert result["by_category"]["german"] == {
+        "winrate": 1.0,
+        "n_judges": 1,
+        "judged": 2,
+        "no_verdict": 2,
+        "n": 4,
+        "excluded_empty_predictions": 0,
+    }
     # per shift: each judge's WinRate over the shift's records first, then the mean (not the categories' mean)
     assert {s: e["winrate"] for s, e in result["by_shift"].items()} == pytest.approx(
         {"in_distribution": 0.25, "user": 0.75, "character": 0.5}
@@ -117,7 +125,29 @@ def test_an_ensemble_without_any_verdict_has_no_winrate():
     with chat_stub(lambda body: "either") as server:
         result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url))
     assert result["overall"]["winrate"] is None and result["overall"]["n_judges"] == 0
-    assert result["by_category"]["IDTest"] == {"winrate": None, "n_judges": 0, "judged": 0, "no_verdict": 4, "n": 4}
+    assert result["by_category"]["IDTest"] == {
+        "winrate": None,
+        "n_judges": 0,
+        "judged": 0,
+        "no_verdict": 4,
+        "n": 4,
+        "excluded_empty_predictions": 0,
+    }
+
+
+def test_empty_replies_are_not_judged_and_are_counted_per_group():
+    # r2's reply is empty (as an unclosed think block reads), r3's is whitespace: neither is judged; german
+    # (r3 alone) has no WinRate, its record counted
+    predictions = {e.id: p for e, p in RECORDS} | {"r2": "", "r3": "  "}
+    with chat_stub(reply) as server:
+        result = judge_winrate([e for e, _ in RECORDS], predictions, judges(server.url))
+    assert {r["id"] for r in result["records"]} == {"r1", "r4", "r5"}
+    assert result["overall"]["excluded_empty_predictions"] == 2 and result["overall"]["n"] == 2 * 2 * 3
+    assert result["by_category"]["IDTest"]["excluded_empty_predictions"] == 1
+    assert result["by_category"]["IDTest"]["n"] == 2 * 2
+    german = result["by_category"]["german"]
+    assert german["winrate"] is None and german["n"] == 0 and german["excluded_empty_predictions"] == 1
+    assert result["by_shift"]["user"]["excluded_empty_predictions"] == 1
 
 
 @pytest.mark.parametrize(
@@ -148,10 +178,10 @@ def test_report_tables_per_category_and_shift_with_each_judge(judged):
     section = winrate_section(judged[0])
     lines = section.splitlines()
     row = next(line for line in lines if line.startswith("| german (user) |"))
-    assert row == "| german (user) | 1.0000 | -0.7500 | 1 | 2 | 2 | 1.0000 (2/2) | – (0/2) |"
+    assert row == "| german (user) | 1.0000 | -0.7500 | 1 | 2 | 2 | 0 | 1.0000 (2/2) | – (0/2) |"
     row = next(line for line in lines if line.startswith("| IDTest (in_distribution) |"))
-    assert row == "| IDTest (in_distribution) | 0.2500 | – | 2 | 8 | 0 | 0.5000 (4/4) | 0.0000 (4/4) |"
-    assert "| user | 0.7500 | -0.5000 | 2 | 6 | 2 | 0.5000 (4/4) | 1.0000 (2/4) |" in lines
+    assert row == "| IDTest (in_distribution) | 0.2500 | – | 2 | 8 | 0 | 0 | 0.5000 (4/4) | 0.0000 (4/4) |"
+    assert "| user | 0.7500 | -0.5000 | 2 | 6 | 2 | 0 | 0.5000 (4/4) | 1.0000 (2/4) |" in lines
     shift_header = next(k for k, line in enumerate(lines) if line.startswith("| shift |"))
     assert lines[shift_header].startswith("| shift | ensemble WinRate | drop from in_distribution |")
     assert lines[shift_header + 2].startswith("| in_distribution | 0.2500 | – |")
@@ -159,6 +189,7 @@ def test_report_tables_per_category_and_shift_with_each_judge(judged):
     assert lines[category_header + 2].startswith("| IDTest (in_distribution) |")
     assert "Overall ensemble WinRate: 0.4375 (2 judges with a verdict)" in section
     assert "No verdict (parse or request failure, never counted as a loss): 2 of 20" in section
+    assert "left out of WinRate as of the R-EMID analysis: 0." in section
 
 
 def test_pilot_figure_points_are_js_severity_against_ensemble_winrate(judged, tmp_path):

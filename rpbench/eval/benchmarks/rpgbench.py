@@ -1,9 +1,12 @@
 """RPGBench: reference metrics per category (each shift subtype and the ID set) and per distribution shift;
 WinRate against the golden responses from a judge ensemble (position-swapped); the R-EMID paper's
 generalization analysis per category (``rpbench.eval.generalization.analysis``) with one fixed estimator
-pair (``evaluator.critic`` / ``evaluator.reasoner``, ``rpbench.eval.generalization.estimator``) scoring every
-evaluated model. Predictions are scored without their think block (``<think>...</think>``); one whose block
-never closes has no reply and is counted (``think.unclosed``)."""
+pair (``evaluator.critic`` / ``evaluator.reasoner``, optionally ``plain_critic``;
+``rpbench.eval.generalization.estimator``) scoring every evaluated model. Predictions are scored without
+their think block (``<think>...</think>``); one whose block never closes has no reply and is counted
+(``think.unclosed``). WinRate and the analysis score the same records (``rpbench.data.rpgbench.
+replied_records``): an empty reply is left out of both and counted per category
+(``excluded_empty_predictions``)."""
 
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
     from rpbench.eval.generalization.analysis import EntropySettings
 
 log = logging.getLogger(__name__)
+ROLES = ("critic", "reasoner")  # the estimators always named; plain_critic is optional
 
 
 def judge_configs(judge: JudgeConfig, judges: Sequence[Mapping[str, Any]]) -> list[JudgeConfig]:
@@ -84,10 +88,12 @@ def sampled_responses(
 @dataclass(frozen=True, kw_only=True)
 class RPGBenchSettings(EvaluatorSettings):
     judges: Any  # the ensemble: judge settings merged over the judge group's, one mapping per judge
-    critic: str | None  # the R-EMID estimator pair: a CoRL run folder, a conf/model name, or self (critic)
+    critic: str | None  # the R-EMID estimators: a CoRL run folder, a model folder, a conf/model name, or self
     reasoner: str | None
-    critic_adapter: str | None
-    reasoner_adapter: str | None
+    critic_adapters: tuple[str, ...]  # LoRA adapter folders merged in this order
+    reasoner_adapters: tuple[str, ...]
+    plain_critic: str | None  # a critic trained without r (the paper's naive EMI); None: none
+    plain_critic_adapters: tuple[str, ...]
     generalization: Any  # rpbench.eval.generalization.analysis.AnalysisSettings' values
 
     open_keys = ("judges", "generalization")
@@ -122,9 +128,11 @@ class RPGBench(Benchmark):
                 f"the in-distribution split {ID_CATEGORY} with shifted ones (e.g. {', '.join(TEST_SPLITS[1:])}): "
                 "read both, or set evaluator.generalization.enabled=false"
             )
-        for role in ("critic", "reasoner"):
+        for role in ("critic", "reasoner", "plain_critic"):
+            if role == "plain_critic" and settings.plain_critic is None:
+                continue
             try:
-                resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapter"))
+                resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapters"))
             except ConfigError as error:
                 found.append(str(error))
         return found
@@ -162,7 +170,8 @@ class RPGBench(Benchmark):
 
     def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
-        per category and per shift. The judge sees each record's character, persona and dialogue."""
+        per category and per shift. The judge sees each record's character, persona and dialogue; records with
+        an empty reply are left out (as from the analysis) and counted beside each tally."""
         from rpbench.scoring.judge.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
@@ -185,6 +194,7 @@ class RPGBench(Benchmark):
         import torch
 
         from rpbench.eval.generalization.analysis import (
+            CONDITIONS,
             AnalysisSettings,
             Critic,
             EntropyInputs,
@@ -193,7 +203,7 @@ class RPGBench(Benchmark):
             entropy_prompts,
         )
         from rpbench.eval.generalization.embed import load_text_embedder
-        from rpbench.eval.generalization.estimator import load_estimator
+        from rpbench.eval.generalization.estimator import load_estimator, provenance
         from rpbench.models.loading import chat_renderer
 
         ev, g = ctx.settings, OmegaConf.create(ctx.settings.generalization)
@@ -202,20 +212,24 @@ class RPGBench(Benchmark):
         added: dict[str, Any] = {"prompts": prompts.records()}  # the policy's prompt is among them, analysed or not
         if not g.enabled:
             return added
-        critic_spec = resolve_spec("critic", ev.critic, ev.critic_adapter)
-        reasoner_spec = resolve_spec("reasoner", ev.reasoner, ev.reasoner_adapter)
+        specs = {role: resolve_spec(role, getattr(ev, role), getattr(ev, f"{role}_adapters")) for role in ROLES}
+        if ev.plain_critic is not None:
+            specs["plain_critic"] = resolve_spec("plain_critic", ev.plain_critic, ev.plain_critic_adapters)
+        critic_spec, reasoner_spec = specs["critic"], specs["reasoner"]
         entropy = EntropySettings(
             int(g.entropy.samples),
             int(g.entropy.max_new_tokens),
             None if g.entropy.max_prompts is None else int(g.entropy.max_prompts),
             int(g.entropy.seed),
+            float(g.entropy.quantile),
         )
-        if model is None and (critic_spec.model_cfg is None or entropy.samples):
+        if model is None and (any(spec.model_cfg is None for spec in specs.values()) or entropy.samples):
             raise ValueError(
                 "evaluator=rpgbench with backend=endpoint: the generalization analysis needs the evaluated model "
                 "in-process for critic=self and for Ĥ (entropy.samples > 0); use backend=local, or a fixed critic "
                 "and entropy.samples=0"
             )
+        estimators = {role: provenance(spec) for role, spec in specs.items()}
         device = model.device if model is not None else torch.device("cpu")
         generation = ev.generation
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
@@ -223,17 +237,18 @@ class RPGBench(Benchmark):
         reasoning_options = GenerationOptions.parse(reasoning, "evaluator.generalization.reasoning")
         reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
         del reasoner
-        if critic_spec.model_cfg is None:
-            critic_model, critic_tokenizer, critic_cfg = model, tokenizer, ctx.model_config
-        else:
-            (critic_model, critic_tokenizer), critic_cfg = load_estimator(critic_spec, device), critic_spec.model_cfg
-        critic = Critic(
-            critic_model,
-            chat_renderer(critic_cfg, critic_tokenizer, int(g.critic_max_length)),
-            prompts,
-            critic_spec.description,
-            critic_spec.model_cfg is None,
-        )
+
+        def scorer(spec) -> Critic:
+            if spec.model_cfg is None:
+                scoring_model, scoring_tokenizer, scoring_cfg = model, tokenizer, ctx.model_config
+            else:
+                (scoring_model, scoring_tokenizer), scoring_cfg = load_estimator(spec, device), spec.model_cfg
+            renderer = chat_renderer(scoring_cfg, scoring_tokenizer, int(g.critic_max_length))
+            return Critic(scoring_model, renderer, prompts, spec.description, spec.model_cfg is None)
+
+        critic = scorer(critic_spec)
+        plain_critic = scorer(specs["plain_critic"]) if "plain_critic" in specs else None
+        critic_model, critic_tokenizer = critic.model, critic.renderer.tokenizer
         sampled = entropy_prompts(examples, entropy)
         inputs = None
         if sampled:
@@ -272,9 +287,10 @@ class RPGBench(Benchmark):
         )
         decoding = f"temperature {reasoning_options.temperature}" if reasoning_options.temperature else "greedy"
         source = f"the reasoner ({reasoner_spec.description}), {decoding}"
-        analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
-        top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
-        added["generalization"] = {k: v for k, v in analysis.items() if k not in top}
+        analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs, plain_critic)
+        tables = [name for names in CONDITIONS.values() for name in names[:2]]
+        top = ("jsd", *tables, "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
+        added["generalization"] = {k: v for k, v in analysis.items() if k not in top} | {"estimators": estimators}
         added.update({key: analysis[key] for key in top if key in analysis})
         plot_severity({**results, **added}, out_dir / "js_vs_winrate.png")
         plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")

@@ -108,16 +108,15 @@ def _winrate_table(w: Mapping[str, Any], level: str, label: str) -> list[str]:
     drops = _drops(groups, base)
     lines = [
         f"| {label} | ensemble WinRate | drop from {base} | judges with a verdict | judged | no verdict | "
-        + " | ".join(f"{j} (judged/asked)" for j in judges)
-        + " |",
-        "|" + "---|" * (6 + len(judges)),
+        "empty replies left out | " + " | ".join(f"{j} (judged/asked)" for j in judges) + " |",
+        "|" + "---|" * (7 + len(judges)),
     ]
     for group, e in groups.items():
         cells = [_judge_cell(w["per_judge"][j][level].get(group)) for j in judges]
         name = f"{group} ({w['shift_of'][group]})" if level == "by_category" else group
         lines.append(
             f"| {name} | {_f(e['winrate'])} | {_f(drops.get(group))} | {e['n_judges']} | {e['judged']} | "
-            f"{e['no_verdict']} | " + " | ".join(cells) + " |"
+            f"{e['no_verdict']} | {e['excluded_empty_predictions']} | " + " | ".join(cells) + " |"
         )
     return lines
 
@@ -130,7 +129,9 @@ def winrate_section(w: Mapping[str, Any]) -> str:
         f"Judges: {', '.join(w['judges'])}. Ensemble WinRate = the mean of the WinRates of the judges with a "
         "verdict in the group; each judge's WinRate = model wins / verdicts over both orders. No verdict "
         f"(parse or request failure, never counted as a loss): {o['no_verdict']} of {o['n']} judgements "
-        f"({o['parse_failures']} parse, {o['request_failures']} request failures).\n",
+        f"({o['parse_failures']} parse, {o['request_failures']} request failures). Records with an empty reply "
+        f"(an unclosed think block too), left out of WinRate as of the R-EMID analysis: "
+        f"{o['excluded_empty_predictions']}.\n",
     ]
     if "warning" in w:
         lines.append(f"**Warning:** {w['warning']}\n")
@@ -172,24 +173,48 @@ def generalization_section(results: Mapping[str, Any]) -> str:
     ]
     if g["critic_is_evaluated_model"]:
         lines.append("**The critic is the evaluated model: these EMI values are not comparable across models.**\n")
+    plain = "emi" in results
+    lines.append(
+        "*EMI / EMID (critic without r)*: the R-EMI critic prompted without r, off the distribution it was "
+        "trained on; "
+        + (
+            f"*EMI / EMID*: the paper's naive EMI, from the plain critic ({g['plain_critic']})."
+            if plain
+            else "the paper's naive EMI needs a critic trained without r (evaluator.plain_critic)."
+        )
+        + "\n"
+    )
     lines += [
-        "| category | JS user | JS character | JS dialogue | δ_P | δ_Q | EMID | R-EMID | bound | Ĥ | EMID-code bound |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| category | JS user | JS character | JS dialogue | δ_P | δ_Q | EMID (critic without r) | EMID | R-EMID | "
+        "bound | Ĥ (max) | Ĥ mean | Ĥ quantile | EMID-code bound |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    h = results.get("entropy", {})
     for c, j in results["jsd"].items():
         b = results["bound"][c]
         lines.append(
             f"| {c} | {_f(j['user'])} | {_f(j['character'])} | {_f(j['dialogue'])} | {_f(j['delta_p'])} | "
-            f"{_f(j['delta_q'])} | {_f(results['emid'][c])} | {_f(results['r_emid'][c]) if has_r else '–'} | "
-            f"{_f(b['value'])} | {_f(b['entropy'])} | {_f(results['bound_emid_code'][c])} |"
+            f"{_f(j['delta_q'])} | {_f(results['emid_critic_without_r'][c])} | "
+            f"{_f(results['emid'][c]) if plain else '–'} | {_f(results['r_emid'][c]) if has_r else '–'} | "
+            f"{_f(b['value'])} | {_f(b['entropy'])} | {_f(h.get('h_hat_mean', {}).get(c))} | "
+            f"{_f(h.get('h_hat_quantile', {}).get(c))} | {_f(results['bound_emid_code'][c])} |"
         )
-    lines += ["", "| category | n | EMI | R-EMI | ppl(golden) | ppl(golden given r) |", "|---|---|---|---|---|---|"]
-    for c, e in results["emi"].items():
+    if h:
+        lines.append(f"\nĤ quantile: {h['quantile']} of the per-prompt H(P_θ(· | x)) + H(P(· | x)) sums.")
+    lines += [
+        "",
+        "| category | n | empty replies left out | EMI (critic without r) | EMI | R-EMI | "
+        "ppl(golden), critic without r | ppl(golden given r) | ppl(golden), plain critic |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c, e in results["emi_critic_without_r"].items():
         p = results["perplexity"][c]
         r = _f(results["r_emi"][c]["emi"]) if has_r else "–"
+        naive = _f(results["emi"][c]["emi"]) if plain else "–"
         lines.append(
-            f"| {c} | {e['n']} | {_f(e['emi'])} | {r} | {_f(p['without_reasoning'], '.2f')} | "
-            f"{_f(p.get('with_reasoning'), '.2f')} |"
+            f"| {c} | {e['n']} | {e['excluded_empty_predictions']} | {_f(e['emi'])} | {naive} | {r} | "
+            f"{_f(p['critic_without_r'], '.2f')} | {_f(p.get('with_reasoning'), '.2f')} | "
+            f"{_f(p.get('without_reasoning'), '.2f')} |"
         )
     lines += [
         "",
@@ -199,8 +224,8 @@ def generalization_section(results: Mapping[str, Any]) -> str:
     ]
     for shift, r in results["by_shift"].items():
         lines.append(
-            f"| {shift} | {', '.join(r['categories'])} | {r['n']} | {_f(r.get('r_emi', r.get('emi')))} | "
-            f"{_f(r.get('r_emid', r.get('emid')))} | {_f(r.get('bound'))} | {_f(r.get('bound_emid_code'))} |"
+            f"| {shift} | {', '.join(r['categories'])} | {r['n']} | {_f(r.get('r_emi'))} | "
+            f"{_f(r.get('r_emid'))} | {_f(r.get('bound'))} | {_f(r.get('bound_emid_code'))} |"
         )
     lines.append("\nPlots: js_vs_winrate.png (when judged), bound_convergence.png.")
     return "\n".join(lines) + "\n"

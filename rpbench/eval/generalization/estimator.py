@@ -1,19 +1,26 @@
-"""The R-EMID estimator pair that scores every evaluated model: the critic p(y | x, r) and the reasoning
-generator q(r | x) (``evaluator.critic`` / ``evaluator.reasoner``).
+"""The R-EMID estimators that score every evaluated model: the critic p(y | x, r), the reasoning generator
+q(r | x) and, optionally, a plain critic p(y | x) trained without r (``evaluator.critic`` / ``reasoner`` /
+``plain_critic``).
 
 A spec is one of:
-- a CoRL run folder (its ``config.yaml`` and exported ``model/dialogue`` for the critic, ``model/reasoner``
+- a CoRL run folder (its ``config.yaml`` and exported ``model/dialogue`` for a critic, ``model/reasoner``
   for the reasoner; ``model/`` when the run exported one model);
+- a local model folder (``config.json``, e.g. a pre-merged checkpoint), loaded with the settings of the
+  instruct ``conf/model`` entries of its ``model_type``'s family (they must agree on how a chat is rendered);
 - an rpbench ``conf/model`` entry name (e.g. ``qwen3-8b``, ``tiny-qwen3``), or a hub id that an entry names
   (``Qwen/Qwen3-8B``);
 - ``self`` (critic only): the evaluated model scores itself; its EMI is then not comparable across models.
-``critic_adapter`` / ``reasoner_adapter``: a LoRA adapter folder (peft) applied on top and merged, e.g. the
-released R-EMID-Estimator adapters on Qwen3-8B. The reasoner is never the evaluated model: its reasoning
-would carry the model's own answer into r.
+``<role>_adapters``: LoRA adapter folders (peft) merged on top one after the other, in the order given:
+the released R-EMID estimator merges its SFT adapter into Qwen3-8B, then applies the ITER[2] GRPO adapter
+(``[sft, grpo]``). ``provenance`` records each adapter's and each local folder's sha256. The reasoner is
+never the evaluated model: its reasoning would carry the model's own answer into r.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,55 +31,94 @@ from rpbench.data.errors import ConfigError
 from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
 
 SELF = "self"
-EXPORTED = {"critic": "dialogue", "reasoner": "reasoner"}  # CoRL's model/<name> folders
+EXPORTED = {"critic": "dialogue", "reasoner": "reasoner", "plain_critic": "dialogue"}  # CoRL's model/<name>
+RENDERING_KEYS = ("family", "instruct", "chat_template", "end_of_turn")  # what a critic's rows depend on
 
 
 @dataclass(frozen=True)
 class EstimatorSpec:
     role: str
     model_cfg: dict[str, Any] | None  # None: the evaluated model (critic=self)
-    adapter: str | None
+    adapters: tuple[str, ...]  # merged in this order
     description: str  # what the results name it (no machine path)
 
 
-def resolve_spec(role: str, spec: str | None, adapter: str | None) -> EstimatorSpec:
+def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> EstimatorSpec:
     """The model config of ``spec`` for ``role`` (module docstring); a clear ConfigError otherwise."""
     key = f"evaluator.{role}"
+    adapters = tuple(str(a) for a in adapters)
     if spec is None:
         raise ConfigError(
             f"{key} is not set: the R-EMID analysis scores every model with one fixed critic and reasoner. "
             f"Set evaluator.critic and evaluator.reasoner (a CoRL run folder, a conf/model entry such as "
-            f"qwen3-8b with evaluator.critic_adapter / reasoner_adapter, or critic=self), or "
+            f"qwen3-8b with evaluator.critic_adapters / reasoner_adapters, or critic=self), or "
             "evaluator.generalization.enabled=false"
         )
     spec = str(spec)
     if spec == SELF:
-        if role != "critic":
+        if role == "reasoner":
             raise ConfigError(
                 f"{key}=self: reasoning comes from a reasoning generator, never from the evaluated model "
                 "(its reasoning would leak its own reply into r)"
             )
+        if role != "critic":
+            raise ConfigError(f"{key}=self: the plain critic is a fixed model trained without r, scoring every model")
+        if adapters:
+            raise ConfigError(f"{key}=self: {key}_adapters must be empty (the evaluated model is scored as it is)")
         return EstimatorSpec(
-            role, None, None, "the evaluated model (critic=self: its EMI is not comparable across models)"
+            role, None, (), "the evaluated model (critic=self: its EMI is not comparable across models)"
         )
     folder = Path(spec).expanduser()
     if (folder / "config.yaml").is_file():
-        return EstimatorSpec(role, _run_model(folder, role), adapter, f"{role} of run {folder.resolve().name}")
+        found = _run_model(folder, role), f"{role} of run {folder.resolve().name}"
+    elif (folder / "config.json").is_file():
+        found = _folder_model(folder, key)
+    else:
+        found = _entry_model(spec, key)
+    resolved = EstimatorSpec(role, found[0], adapters, found[1] + _with(adapters))
+    _check_adapters(resolved)  # at startup (validate), before anything is generated
+    return resolved
+
+
+def _entry_model(spec: str, key: str) -> tuple[dict[str, Any], str]:
     entries = model_entries()
     if spec in entries:
-        return EstimatorSpec(role, compose_model_config(spec), adapter, f"model={spec}" + _with(adapter))
+        return compose_model_config(spec), f"model={spec}"
     for name in entries:
         entry = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
         if str(entry.get("name_or_path")) == spec:
-            return EstimatorSpec(role, compose_model_config(name), adapter, f"{spec} (model={name})" + _with(adapter))
+            return compose_model_config(name), f"{spec} (model={name})"
     raise ConfigError(
-        f"{key}={spec}: no run folder there (a CoRL run's folder holds config.yaml and model/), and not a "
-        f"conf/model entry ({', '.join(entries)}), a hub id one of them names, or self"
+        f"{key}={spec}: no run folder there (a CoRL run's folder holds config.yaml and model/), no model folder "
+        f"(config.json), and not a conf/model entry ({', '.join(entries)}), a hub id one of them names, or self"
     )
 
 
-def _with(adapter: str | None) -> str:
-    return "" if adapter is None else f" + LoRA adapter {Path(adapter).name}"
+def _folder_model(folder: Path, key: str) -> tuple[dict[str, Any], str]:
+    """A local model folder with the settings of its family's instruct entries (module docstring)."""
+    from rpbench.models.families.base import FAMILIES
+
+    model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    families = [f for f in FAMILIES.names() if model_type in FAMILIES.get(f).model_types]
+    entries = {}
+    for name in model_entries():
+        entry = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
+        if entry.get("family") in families and entry.get("instruct") is True:
+            entries[name] = compose_model_config(name)
+    rendering = {tuple(cfg.get(k) for k in RENDERING_KEYS) for cfg in entries.values()}
+    if len(rendering) != 1:
+        problem = "no" if not entries else f"disagreeing ({', '.join(entries)})"
+        raise ConfigError(
+            f"{key}={folder}: model folder of model_type={model_type!r} with {problem} instruct conf/model "
+            f"entries to load it with; give a conf/model entry or a run folder instead"
+        )
+    name, cfg = next(iter(entries.items()))
+    cfg = {**cfg, "name": folder.resolve().name, "name_or_path": str(folder), "lora": None}
+    return cfg, f"model folder {folder.resolve().name} (loaded as model={name})"
+
+
+def _with(adapters: Sequence[str]) -> str:
+    return "".join(f" + LoRA adapter {Path(a).name}" for a in adapters)
 
 
 def _run_model(folder: Path, role: str) -> dict[str, Any]:
@@ -89,15 +135,48 @@ def _run_model(folder: Path, role: str) -> dict[str, Any]:
     )
 
 
+def _check_adapters(spec: EstimatorSpec) -> None:
+    for k, adapter in enumerate(spec.adapters):
+        if not (Path(adapter) / "adapter_config.json").is_file():
+            raise ConfigError(f"evaluator.{spec.role}_adapters[{k}]={adapter}: no adapter_config.json in it")
+
+
 def load_estimator(spec: EstimatorSpec, device):
-    """(model, tokenizer) of a spec with a model config: loaded, the adapter merged, in eval mode on ``device``."""
+    """(model, tokenizer) of a spec with a model config: loaded, each adapter merged in order, in eval mode on
+    ``device``."""
     from rpbench.models import load
 
+    _check_adapters(spec)
     model, tokenizer = load(spec.model_cfg)
-    if spec.adapter is not None:
+    if spec.adapters:
         from peft import PeftModel
 
-        if not (Path(spec.adapter) / "adapter_config.json").is_file():
-            raise ConfigError(f"evaluator.{spec.role}_adapter={spec.adapter}: no adapter_config.json in it")
-        model = PeftModel.from_pretrained(model, spec.adapter).merge_and_unload()
+        for adapter in spec.adapters:
+            model = PeftModel.from_pretrained(model, adapter).merge_and_unload()
     return model.to(device).eval(), tokenizer
+
+
+def folder_sha256(folder: Path) -> str:
+    """sha256 over the folder's top-level files: each file's name and the sha256 of its bytes, by name."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in Path(folder).iterdir() if p.is_file()):
+        content = hashlib.sha256()
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                content.update(block)
+        digest.update(f"{path.name}\0{content.hexdigest()}\n".encode())
+    return digest.hexdigest()
+
+
+def provenance(spec: EstimatorSpec) -> dict[str, Any]:
+    """What metrics.json records of an estimator: its description, the sha256 of its weights folder when it is a
+    local one (None: a hub id or the evaluated model), and each adapter's name and sha256 in merge order."""
+    _check_adapters(spec)
+    weights = None if spec.model_cfg is None else Path(str(spec.model_cfg["name_or_path"])).expanduser()
+    return {
+        "description": spec.description,
+        "weights_sha256": folder_sha256(weights) if weights is not None and weights.is_dir() else None,
+        "adapters": [
+            {"order": k, "name": Path(a).name, "sha256": folder_sha256(Path(a))} for k, a in enumerate(spec.adapters)
+        ],
+    }

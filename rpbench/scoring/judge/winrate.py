@@ -8,7 +8,8 @@ as "A" and then second. A reply must be exactly ``A`` or ``B`` (optionally label
 anything else is re-asked and finally counted as a parse failure, never as a loss. Per judge:
 WinRate = model wins / parsed verdicts over both orders, overall, per category (the subtype the paper
 estimates on: IDTest or the subset tag) and per shift. Ensemble: the mean of the WinRates of the judges
-with a verdict there.
+with a verdict there. Records with an empty reply are not judged (``replied_records``: the R-EMID analysis
+leaves out the same ones); each ensemble tally counts them (``excluded_empty_predictions``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
+from rpbench.data.rpgbench import replied_records
 from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, JudgeRequest, ParsedReply, open_judge
 
 TASK = "rpgbench"
@@ -140,9 +142,7 @@ def judge_winrate(
     judgement in ``records``."""
     if not judges:
         raise ValueError("WinRate needs at least one judge config")
-    missing = [e.id for e in examples if e.id not in predictions]
-    if missing:
-        raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
+    replied = replied_records(examples, predictions)
     shift_of: dict[str, str] = {}
     for e in examples:
         check_meta(e)
@@ -150,7 +150,7 @@ def judge_winrate(
         if shift_of.setdefault(category, shift) != shift:
             problem = f"{shift!r}, but other records of {category!r} have {shift_of[category]!r}"
             raise DataFormatError(RECORDS_SOURCE, e.id, "meta.shift", problem)
-    asks = [(e, model_first) for e in examples for model_first in (True, False)]
+    asks = [(e, model_first) for e in replied.examples for model_first in (True, False)]
     records: list[dict[str, Any]] = []
     per_judge: dict[str, Any] = {}
     for k, judge_cfg in enumerate(judges):
@@ -183,8 +183,15 @@ def judge_winrate(
             for (e, first), r, w in zip(asks, replies, wins)
         ]
     tallies = list(per_judge.values())
-    categories = sorted({e.meta["category"] for e in examples})
-    shifts = sorted({e.meta["shift"] for e in examples})
+    excluded = replied.excluded
+    categories = sorted(shift_of)
+    shifts = sorted(set(shift_of.values()))
+
+    def group(level: str, name: str, left_out: int) -> dict[str, Any]:
+        # a group whose every record is empty has no tally: no WinRate there, its records counted
+        judged = ensemble([t[level][name] for t in tallies if name in t[level]])
+        return {**judged, "excluded_empty_predictions": left_out}
+
     return {
         "prompt_version": PROMPT_VERSION,
         "judges": list(per_judge),
@@ -193,9 +200,10 @@ def judge_winrate(
             **ensemble([t["overall"] for t in tallies]),
             "parse_failures": sum(t["overall"]["parse_failures"] for t in tallies),
             "request_failures": sum(t["overall"]["request_failures"] for t in tallies),
+            "excluded_empty_predictions": excluded.total(),
         },
-        "by_category": {c: ensemble([t["by_category"][c] for t in tallies]) for c in categories},
-        "by_shift": {s: ensemble([t["by_shift"][s] for t in tallies]) for s in shifts},
+        "by_category": {c: group("by_category", c, excluded[c]) for c in categories},
+        "by_shift": {s: group("by_shift", s, sum(n for c, n in excluded.items() if shift_of[c] == s)) for s in shifts},
         "shift_of": dict(sorted(shift_of.items())),
         "records": records,
     }

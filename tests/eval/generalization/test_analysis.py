@@ -36,7 +36,7 @@ SETTINGS = AnalysisSettings(
     batch_size=8,
     convergence_sizes=[2],
     convergence_repeats=1,
-    entropy=EntropySettings(0, 8, None, 0),
+    entropy=EntropySettings(0, 8, None, 0, 0.9),
 )
 USER_CATEGORIES = ["german", "spanish", "chinese", "japanese", "korean"]
 ANALYZED = ["IDTest", "german", "spanish", "Literature"]
@@ -77,10 +77,18 @@ def run():
     return examples, predictions, reasoning, empty, result
 
 
-def direct_emi(chosen, predictions, reasoning) -> tuple[float, float, float]:
+@functools.cache
+def plain_critic() -> Critic:
+    """A second, different critic standing in for one trained without r."""
+    model, tokenizer = load({"name_or_path": "tiny:qwen2", "attn_implementation": "eager"})
+    cfg = compose_model_config("tiny-qwen2")
+    return Critic(model.eval(), chat_renderer(cfg, tokenizer, 2048), remid_prompts(None), "tiny-qwen2", False)
+
+
+def direct_emi(chosen, predictions, reasoning, c=None) -> tuple[float, float, float]:
     """(EMI, MI(model), perplexity of the golden responses) of one category's records, with the critic's
     contexts built here from the records (R-EMI: with r's core features)."""
-    c = critic()
+    c = c or critic()
     p = c.prompts
     contexts = [
         p.pxy(RolePlayInput(**e.meta["x"]), None if reasoning is None else p.core_features(reasoning[e.id]))
@@ -113,16 +121,18 @@ def test_categories_counts_and_excluded_empty_predictions():
     examples, _, _, empty, result = run()
     categories = list(split_by_category(examples))
     assert categories == ANALYZED  # IDTest first, then each subset tag in record order
-    assert list(result["emi"]) == list(result["r_emi"]) == categories
-    assert list(result["r_emid"]) == list(result["emid"]) == list(result["bound"]) == categories[1:]
+    assert list(result["emi_critic_without_r"]) == list(result["r_emi"]) == categories
+    assert list(result["r_emid"]) == list(result["emid_critic_without_r"]) == list(result["bound"]) == categories[1:]
+    assert "emi" not in result and "emid" not in result and result["plain_critic"] is None  # no plain critic
     assert result["excluded_empty_predictions"] == {"german": 1}
+    assert [result["r_emi"][c]["excluded_empty_predictions"] for c in categories] == [0, 1, 0, 0]
     assert result["n_records_per_category"]["german"] == 3 and result["n_per_category"]["german"] == 2
     assert result["n_per_category"]["IDTest"] == 6
-    for table in (result["emi"], result["r_emi"]):
+    for table in (result["emi_critic_without_r"], result["r_emi"]):
         for c, entry in table.items():
             n = result["n_per_category"][c]
             assert entry["n"] == n and entry["n_negatives"] == min(n * (n - 1), N_NEGATIVES)
-    assert result["emi"]["german"]["n_negatives"] == 2  # 2 records left: both off-diagonal pairs
+    assert result["emi_critic_without_r"]["german"]["n_negatives"] == 2  # 2 records left: both off-diagonal pairs
     assert result["reasoning_source"] == "fixed test text" and result["critic"] == "tiny-qwen3"
     assert result["embedder"]["fallback_reason"] is None and result["embedder"]["pooling"] == "mean"
     assert "entropy" not in result and "Ĥ = 1" in result["bound_form"]
@@ -131,14 +141,15 @@ def test_categories_counts_and_excluded_empty_predictions():
 
 def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means():
     _, _, _, _, result = run()
-    for key, table in (("r_emid", "r_emi"), ("emid", "emi")):
+    for key, table in (("r_emid", "r_emi"), ("emid_critic_without_r", "emi_critic_without_r")):
         for c, value in result[key].items():
             assert value == pytest.approx(result[table]["IDTest"]["emi"] - result[table][c]["emi"], abs=1e-12)
     user = result["by_shift"]["user"]
     assert user["categories"] == ["german", "spanish"]
     assert user["n"] == 2 + 3  # german lost its empty prediction
     assert user["r_emid"] == pytest.approx((result["r_emid"]["german"] + result["r_emid"]["spanish"]) / 2, abs=1e-12)
-    assert user["emid"] == pytest.approx((result["emid"]["german"] + result["emid"]["spanish"]) / 2, abs=1e-12)
+    without_r = result["emid_critic_without_r"]
+    assert user["emid_critic_without_r"] == pytest.approx((without_r["german"] + without_r["spanish"]) / 2, abs=1e-12)
     assert user["r_emi"] == pytest.approx(
         (result["r_emi"]["german"]["emi"] + result["r_emi"]["spanish"]["emi"]) / 2, abs=1e-12
     )
@@ -155,14 +166,43 @@ def test_emi_and_remi_equal_direct_scoring_of_each_category():
     examples, predictions, reasoning, empty, result = run()
     for category in ("IDTest", "german"):
         chosen = [e for e in examples if e.meta["category"] == category and e.id != empty.id]
-        for table, r, ppl_key in (("emi", None, "without_reasoning"), ("r_emi", reasoning, "with_reasoning")):
+        for table, r, ppl_key in (
+            ("emi_critic_without_r", None, "critic_without_r"),
+            ("r_emi", reasoning, "with_reasoning"),
+        ):
             emi, mi_model, ppl = direct_emi(chosen, predictions, r)
             # other batches (other padding) than the analysis': float32 rounding only
             assert result[table][category]["emi"] == pytest.approx(emi, abs=1e-6)
             assert result[table][category]["mi_model"] == pytest.approx(mi_model, abs=1e-6)
             assert result["perplexity"][category][ppl_key] == pytest.approx(ppl, rel=1e-6)
     # r's core features enter the critic's context: R-EMI and EMI differ
-    assert result["r_emi"]["IDTest"]["mi_golden"] != result["emi"]["IDTest"]["mi_golden"]
+    assert result["r_emi"]["IDTest"]["mi_golden"] != result["emi_critic_without_r"]["IDTest"]["mi_golden"]
+    assert "without_reasoning" not in result["perplexity"]["IDTest"]  # the paper's name needs a plain critic
+
+
+def test_a_plain_critic_gives_the_papers_naive_emi_under_its_name():
+    examples = [e for e in sample_records() if e.meta["category"] in ("IDTest", "spanish")]
+    predictions = {e.id: e.reference[::-1] for e in examples}
+    reasoning = {e.id: f"Answer as {e.id} would." for e in examples}
+    result = analyze(
+        examples, predictions, critic(), embedder(), SETTINGS, reasoning, "fixed", plain_critic=plain_critic()
+    )
+    assert result["plain_critic"] == "tiny-qwen2"
+    for category in ("IDTest", "spanish"):
+        chosen = [e for e in examples if e.meta["category"] == category]
+        emi, mi_model, ppl = direct_emi(chosen, predictions, None, plain_critic())
+        assert result["emi"][category]["emi"] == pytest.approx(emi, abs=1e-6)
+        assert result["emi"][category]["mi_model"] == pytest.approx(mi_model, abs=1e-6)
+        assert result["perplexity"][category]["without_reasoning"] == pytest.approx(ppl, rel=1e-6)
+        # the R-EMI critic without r is still reported, under its own name, and differs
+        own, _, own_ppl = direct_emi(chosen, predictions, None)
+        assert result["emi_critic_without_r"][category]["emi"] == pytest.approx(own, abs=1e-6)
+        assert result["perplexity"][category]["critic_without_r"] == pytest.approx(own_ppl, rel=1e-6)
+        assert own_ppl != pytest.approx(ppl, rel=1e-3)
+    assert result["emid"]["spanish"] == pytest.approx(
+        result["emi"]["IDTest"]["emi"] - result["emi"]["spanish"]["emi"], abs=1e-12
+    )
+    assert result["by_shift"]["user"]["emid"] == result["emid"]["spanish"]
 
 
 def test_bounds_follow_the_formulas_on_the_reported_js_terms():
@@ -188,6 +228,25 @@ def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
     assert [p["n"] for p in convergence["points"]["Literature"]] == [2, 3]
     for points in convergence["points"].values():
         assert all(p["repeat"] == 0 and math.isfinite(p["empirical"]) and p["bound"] > 0 for p in points)
+
+
+def test_winrate_judges_exactly_the_records_the_analysis_scores():
+    from conftest import chat_stub, judge_config
+    from rpbench.eval.benchmarks.rpgbench import RPGBench
+    from rpbench.scoring.judge.winrate import judge_winrate
+
+    examples, predictions, _, empty, result = run()
+    raw = predictions | {empty.id: "<think>never closed"}  # as generated: scored as an empty reply
+    scored, counts = RPGBench().scored_predictions(raw)
+    assert counts["think"]["unclosed"] == 1 and scored == predictions | {empty.id: ""}
+    with chat_stub(lambda body: "A") as server:
+        judged = judge_winrate(examples, scored, [judge_config(base_url=server.url, model="m", parse_tries=1)])
+    assert {r["id"] for r in judged["records"]} == {e.id for e in examples} - {empty.id}
+    for category, n in result["n_per_category"].items():  # every remaining record (max_samples: null)
+        entry = judged["by_category"][category]
+        assert entry["n"] == 2 * n  # both orders
+        assert entry["excluded_empty_predictions"] == result["r_emi"][category]["excluded_empty_predictions"]
+    assert judged["overall"]["excluded_empty_predictions"] == sum(result["excluded_empty_predictions"].values()) == 1
 
 
 def test_too_few_records_with_predictions_is_an_error():

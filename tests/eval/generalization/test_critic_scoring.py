@@ -13,7 +13,13 @@ from rpbench.data.records import Turn, as_messages
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
 from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.emi import negative_pairs, sampled_club_mi
-from rpbench.eval.generalization.scoring import PairScorer, conditional_entropy, pair_logps, response_row
+from rpbench.eval.generalization.scoring import (
+    PairScorer,
+    SampledResponse,
+    conditional_entropy,
+    pair_logps,
+    response_row,
+)
 from rpbench.models import load
 
 PROMPTS = [
@@ -69,6 +75,25 @@ def direct_mean_logp(family: str, prompt, response: str) -> tuple[float, int]:
     start = len(prompt_ids)
     picked = [logps[start + k - 1, t].item() for k, t in enumerate(response_ids)]
     return sum(picked) / len(picked), len(picked)
+
+
+def direct_span_logp(family: str, prompt, text: str, scored_from: int, end_of_turn: bool) -> float:
+    """Peer: mean log-prob of the tokens of ``text`` starting at or after character ``scored_from`` (found
+    from the tokenizer's offsets), then <|im_end|> when ``end_of_turn``; one full-logits forward."""
+    model, renderer = tiny(family)
+    tokenizer = renderer.tokenizer
+    prompt_ids = tokenizer(
+        tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
+        add_special_tokens=False,
+    )["input_ids"]
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    scored = [k for k, (start, _) in enumerate(encoded["offset_mapping"]) if start >= scored_from]
+    scored += [len(ids) - 1] if end_of_turn else []
+    with torch.no_grad():
+        logps = model(input_ids=torch.tensor([prompt_ids + ids])).logits[0].float().log_softmax(-1)
+    picked = [logps[len(prompt_ids) + k - 1, ids[k]].item() for k in scored]
+    return sum(picked) / len(picked)
 
 
 class RowCounter:
@@ -174,14 +199,60 @@ def test_constructed_shift_gives_remid_equal_to_the_lost_golden_information():
 def test_conditional_entropy_against_direct_values():
     model, renderer = tiny()
     samples = [RESPONSES[:2], [RESPONSES[2]], RESPONSES]
-    entropy = conditional_entropy(model, renderer, PROMPTS, samples, batch_size=2)
+    ended = [[SampledResponse(y, "", True) for y in drawn] for drawn in samples]
+    entropy = conditional_entropy(model, renderer, PROMPTS, ended, batch_size=2)
     for i, drawn in enumerate(samples):
         expected = -sum(direct_mean_logp("qwen2", PROMPTS[i], y)[0] for y in drawn) / len(drawn)
         assert entropy[i].item() == pytest.approx(expected, abs=1e-4)
+    a, b = SampledResponse("a", "", True), SampledResponse("b", "", True)
     with pytest.raises(ValueError, match="context 1: no sampled responses"):
-        conditional_entropy(model, renderer, PROMPTS, [["a"], [], ["b"]], batch_size=2)
+        conditional_entropy(model, renderer, PROMPTS, [[a], [], [b]], batch_size=2)
     with pytest.raises(ValueError, match="2 sample lists for 3 contexts"):
-        conditional_entropy(model, renderer, PROMPTS, [["a"], ["b"]], batch_size=2)
+        conditional_entropy(model, renderer, PROMPTS, [[a], [b]], batch_size=2)
+
+
+def test_a_sample_is_scored_after_its_header_and_without_an_unseen_end_of_turn():
+    model, renderer = tiny()
+    header, reply = "## Agent Response\n", "North, past the cliffs."
+    text = header + reply
+    cases = [
+        (SampledResponse(text, header, True), len(header), True),
+        (SampledResponse(text, header, False), len(header), False),
+        (SampledResponse(reply, "", False), 0, False),
+    ]
+    got = conditional_entropy(model, renderer, PROMPTS[:1] * 3, [[c[0]] for c in cases], batch_size=2).tolist()
+    for value, (sample, start, ended) in zip(got, cases):
+        assert value == pytest.approx(-direct_span_logp("qwen2", PROMPTS[0], sample.text, start, ended), abs=1e-4)
+    assert got[0] != pytest.approx(got[1], abs=1e-4)  # the end-of-turn token counts only when it was written
+    with pytest.raises(ValueError, match="no token to score after its header"):
+        response_row(renderer, PROMPTS[0], header, header, end_of_turn=False)
+
+
+def test_cut_samples_and_headers_are_found_from_the_text():
+    from rpbench.eval.generalization.analysis import as_sampled
+
+    _, renderer = tiny()
+    tokenizer = renderer.tokenizer
+    text = "## Agent Response\n  North, past the cliffs, and on to the harbour."
+    n = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+    # cut: the re-encoded text reaches max_new_tokens - 2 (its stripped whitespace may have been tokens)
+    assert not as_sampled(tokenizer, text, n + 2, "## Agent Response").ended
+    assert as_sampled(tokenizer, text, n + 3, "## Agent Response").ended
+    assert as_sampled(tokenizer, text, n + 3, "## Agent Response").header == "## Agent Response\n  "
+    assert as_sampled(tokenizer, "North.", 64, "## Agent Response").header == ""
+    assert as_sampled(tokenizer, text, 64, None).header == ""
+
+
+def test_h_hat_max_mean_and_quantile_by_hand():
+    from rpbench.eval.generalization.analysis import entropy_sums
+
+    both = [
+        {"model": torch.tensor([1.0, 2.0]), "golden": torch.tensor([0.5, 0.5])},
+        {"model": torch.tensor([3.0, 0.0, 1.0]), "golden": torch.tensor([1.0, 0.25, 0.25])},
+    ]
+    # sums 1.5, 2.5, 4.0, 0.25, 1.25 -> sorted 0.25, 1.25, 1.5, 2.5, 4.0; q0.9 at rank 0.9 * 4 = 3.6:
+    # 2.5 + 0.6 * (4.0 - 2.5) = 3.4
+    assert entropy_sums(both, 0.9) == pytest.approx({"max": 4.0, "mean": 9.5 / 5, "quantile": 3.4})
 
 
 def test_a_response_cut_by_max_length_is_an_error():
@@ -216,17 +287,31 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
     critic_samples = {e.id: [prompts.target(RESPONSES[(k + 1) % 3])] for k, e in enumerate(examples)}
     model_samples.pop(examples[1].id)  # a record that was not sampled is left out
     inputs = EntropyInputs(model, renderer, model_samples, critic_samples)
-    entropies = category_entropies(critic, examples, reasoning, inputs, batch_size=2)
+    entropies, counts = category_entropies(critic, examples, reasoning, inputs, batch_size=2, max_new_tokens=64)
+    assert counts["german"] == {
+        "model_samples": 4,
+        "model_cut": 0,
+        "critic_samples": 2,
+        "critic_cut": 0,
+        "critic_without_header": 0,
+    }
     assert list(entropies) == ["IDTest", "german"]
     assert [len(entropies[c]["model"]) for c in entropies] == [1, 2]
 
     def h(prompt, drawn):
         return -sum(direct_mean_logp("qwen2", prompt, y)[0] for y in drawn) / len(drawn)
 
+    def h_after_header(prompt, drawn):  # the critic's target header is context, not scored
+        header = prompts.target("")
+        assert all(y.startswith(header) for y in drawn) and header.strip() == prompts.response_header
+        return -sum(direct_span_logp("qwen2", prompt, y, len(header), True) for y in drawn) / len(drawn)
+
     kept = [examples[0], examples[2], examples[3]]
     direct_model = [h(e.prompt, model_samples[e.id]) for e in kept]
     direct_golden = [
-        h(prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(reasoning[e.id])), critic_samples[e.id])
+        h_after_header(
+            prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(reasoning[e.id])), critic_samples[e.id]
+        )
         for e in kept
     ]
     got_model = torch.cat([entropies["IDTest"]["model"], entropies["german"]["model"]]).tolist()
@@ -240,10 +325,12 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
     bound = bound_of(severity, h_hat, "max")
     assert bound.entropy_form == "estimated" and bound.value == pytest.approx(math.sqrt(2 / 3) * h_hat * 0.9 + 2.4)
     # prompt choice: at most max_prompts per category, seeded; none when off
-    assert entropy_prompts(examples, EntropySettings(2, 8, None, 0)) == examples
-    picked = entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
+    assert entropy_prompts(examples, EntropySettings(2, 8, None, 0, 0.9)) == examples
+    picked = entropy_prompts(examples, EntropySettings(2, 8, 1, 0, 0.9))
     assert len(picked) == 2 and {e.meta["category"] for e in picked} == {"IDTest", "german"}
-    assert picked == entropy_prompts(examples, EntropySettings(2, 8, 1, 0))
-    assert entropy_prompts(examples, EntropySettings(0, 8, None, 0)) == []
+    assert picked == entropy_prompts(examples, EntropySettings(2, 8, 1, 0, 0.9))
+    assert entropy_prompts(examples, EntropySettings(0, 8, None, 0, 0.9)) == []
     with pytest.raises(ValueError, match="max_prompts >= 1 or null"):
-        EntropySettings(2, 8, 0, 0)
+        EntropySettings(2, 8, 0, 0, 0.9)
+    with pytest.raises(ValueError, match="quantile in"):
+        EntropySettings(2, 8, None, 0, 1.0)

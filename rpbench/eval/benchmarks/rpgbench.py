@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +79,15 @@ def sampled_responses(
     return drawn
 
 
+def encoder_problems(generalization: Mapping[str, Any]) -> list[str]:
+    """The JS encoder is available locally, or its fallback was chosen (``embed.encoder_problem``)."""
+    from rpbench.eval.generalization.embed import encoder_problem
+
+    g = generalization
+    problem = encoder_problem(g["encoder"], bool(g["encoder_fallback"]), "evaluator.generalization.encoder")
+    return [] if problem is None else [problem]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RPGBenchSettings(EvaluatorSettings):
     judges: Any  # the ensemble: judge settings merged over the judge group's, one mapping per judge
@@ -108,7 +117,8 @@ class RPGBench(Benchmark):
         }
 
     def problems(self, settings: RPGBenchSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
-        """The estimator pair is named (and usable) when the generalization analysis is on."""
+        """The estimator pair is named (and usable) and the JS encoder is there (or its fallback chosen) when the
+        generalization analysis is on."""
         if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
             return []
         found = []
@@ -117,7 +127,7 @@ class RPGBench(Benchmark):
                 resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapter"))
             except ConfigError as error:
                 found.append(str(error))
-        return found
+        return found + encoder_problems(settings.generalization)
 
     def scored_predictions(self, predictions: Mapping[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """Predictions without their think block, and the counts per reading (``generated_reply``)."""
@@ -159,6 +169,7 @@ class RPGBench(Benchmark):
         )
         from rpbench.eval.generalization.embed import load_text_embedder
         from rpbench.eval.generalization.estimator import load_estimator
+        from rpbench.eval.generalization.provenance import analysis_provenance
         from rpbench.models.loading import chat_renderer
 
         ev, g = ctx.settings, OmegaConf.create(ctx.settings.generalization)
@@ -240,6 +251,15 @@ class RPGBench(Benchmark):
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
         top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
         added["generalization"] = {k: v for k, v in analysis.items() if k not in top}
+        added["generalization"]["provenance"] = analysis_provenance(
+            critic_spec,
+            reasoner_spec,
+            embedder.describe(),
+            added["prompts"],
+            analysis["settings"],
+            asdict(reasoning_options),
+            int(g.critic_max_length),
+        )
         added.update({key: analysis[key] for key in top if key in analysis})
         plot_severity({**results, **added}, out_dir / "js_vs_winrate.png")
         plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")

@@ -9,6 +9,11 @@ anything else is re-asked and finally counted as a parse failure, never as a los
 WinRate = model wins / parsed verdicts over both orders, overall, per category (the subtype the paper
 estimates on: IDTest or the subset tag) and per shift. Ensemble: the mean of the WinRates of the judges
 with a verdict there.
+
+Per shift type, two conventions, each under its own name (the paper does not state its grouping):
+``by_shift`` pools the shift's records (a large subtype weighs more); ``by_shift_mean_of_categories`` is
+the mean of its categories' ensemble WinRates, the convention of the R-EMI / R-EMID roll-ups
+(``analysis.rollups``), so the two sides of a per-shift comparison are grouped alike.
 """
 
 from __future__ import annotations
@@ -115,6 +120,24 @@ def ensemble(tallies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def mean_of_categories(
+    by_category: Mapping[str, Mapping[str, Any]], shift_of: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """shift -> the mean of its categories' ensemble WinRates (module docstring), with the categories; None
+    when one of them has no WinRate (every judgement failed), which is named in ``without_winrate``."""
+    out = {}
+    for shift in sorted(set(shift_of.values())):
+        categories = sorted(c for c, s in shift_of.items() if s == shift)
+        rates = [by_category[c]["winrate"] for c in categories]
+        lacking = [c for c, rate in zip(categories, rates) if rate is None]
+        out[shift] = {
+            "winrate": None if lacking else sum(rates) / len(rates),
+            "categories": categories,
+            "without_winrate": lacking,
+        }
+    return out
+
+
 def model_won(reply: ParsedReply, model_first: bool) -> float | None:
     if reply.value is None:
         return None
@@ -185,6 +208,7 @@ def judge_winrate(
     tallies = list(per_judge.values())
     categories = sorted({e.meta["category"] for e in examples})
     shifts = sorted({e.meta["shift"] for e in examples})
+    by_category = {c: ensemble([t["by_category"][c] for t in tallies]) for c in categories}
     return {
         "prompt_version": PROMPT_VERSION,
         "judges": list(per_judge),
@@ -194,8 +218,9 @@ def judge_winrate(
             "parse_failures": sum(t["overall"]["parse_failures"] for t in tallies),
             "request_failures": sum(t["overall"]["request_failures"] for t in tallies),
         },
-        "by_category": {c: ensemble([t["by_category"][c] for t in tallies]) for c in categories},
+        "by_category": by_category,
         "by_shift": {s: ensemble([t["by_shift"][s] for t in tallies]) for s in shifts},
+        "by_shift_mean_of_categories": mean_of_categories(by_category, shift_of),
         "shift_of": dict(sorted(shift_of.items())),
         "records": records,
     }

@@ -1,6 +1,8 @@
-"""Correlations of R-EMI with WinRate and of R-EMID with the WinRate difference over several
-``evaluator=rpgbench`` run folders (one per evaluated model), with bootstrap intervals, and the pilot
-figure across runs (JS severity vs WinRate per category):
+"""Correlations of R-EMI with WinRate, of R-EMID with the WinRate difference and, per sample size n, of
+the bound with R-EMID over several ``evaluator=rpgbench`` run folders (one per evaluated model), with
+bootstrap intervals, and the pilot figure across runs (JS severity vs WinRate per category). Runs not
+scored alike (critic, reasoner, encoder, prompts, settings, judges; critic=self) are refused, naming the
+runs and what differs, unless --allow-mixed (the output then states it):
 
     python experiments/rpgbench/summarize.py <run_dir> <run_dir> ... --out-dir <dir> [--resamples 1000]
 
@@ -28,8 +30,14 @@ def main() -> None:
     parser.add_argument("--resamples", type=int, default=BOOTSTRAP_RESAMPLES, help="bootstrap resamples")
     parser.add_argument("--seed", type=int, default=BOOTSTRAP_SEED, help="bootstrap seed")
     parser.add_argument("--score-with-id", action="store_true", help="add each run's IDTest point to the score setting")
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="correlate runs not scored alike (critic, reasoner, encoder, prompts, settings, judges; critic=self); "
+        "the output states what differs",
+    )
     args = parser.parse_args()
-    summary = summarize_runs(args.runs, args.resamples, args.seed, args.score_with_id)
+    summary = summarize_runs(args.runs, args.resamples, args.seed, args.score_with_id, args.allow_mixed)
     write_summary(summary, args.out_dir)
     print(markdown(summary))
 

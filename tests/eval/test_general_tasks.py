@@ -116,25 +116,50 @@ def _rows(path: str, i: int) -> dict:
     if path == "EleutherAI/hendrycks_math":
         return {"problem": q, "solution": f"So $\\boxed{{{i}}}$.", "level": "Level 1", "type": "Algebra"}
     if path == "Idavidrein/gpqa":
-        return {"Question": q, "Correct Answer": "yes", "Incorrect Answer 1": "no", "Incorrect Answer 2": "maybe",
-                "Incorrect Answer 3": "never"}
+        return {
+            "Question": q,
+            "Correct Answer": "yes",
+            "Incorrect Answer 1": "no",
+            "Incorrect Answer 2": "maybe",
+            "Incorrect Answer 3": "never",
+        }
     if path == "google/IFEval":
-        return {"key": i, "prompt": f"Write {i} words.", "instruction_id_list": ["length_constraints:number_words"],
-                "kwargs": [{"relation": "at least", "num_words": i}]}
+        return {
+            "key": i,
+            "prompt": f"Write {i} words.",
+            "instruction_id_list": ["length_constraints:number_words"],
+            "kwargs": [{"relation": "at least", "num_words": i}],
+        }
     if path == "TIGER-Lab/MMLU-Pro":
         category = MMLU_PRO_CATEGORIES[i % len(MMLU_PRO_CATEGORIES)].replace("_", " ")
-        return {"question_id": i, "question": q, "options": ["a", "b", "c", "d"], "answer": "A", "answer_index": 0,
-                "cot_content": "A: Let's think step by step. The answer is (A).", "category": category, "src": "x"}
+        return {
+            "question_id": i,
+            "question": q,
+            "options": ["a", "b", "c", "d"],
+            "answer": "A",
+            "answer_index": 0,
+            "cot_content": "A: Let's think step by step. The answer is (A).",
+            "category": category,
+            "src": "x",
+        }
     if path == "cais/mmlu":
         return {"question": q, "subject": "x", "choices": ["a", "b", "c", "d"], "answer": i % 4}
     if path in ("baber/piqa", "ybisk/piqa", "piqa"):
         return {"goal": q, "sol1": "one way", "sol2": "another way", "label": i % 2}
     if path == "TAUR-Lab/MuSR":
-        return {"narrative": "A story.", "question": q, "choices": "['Ann', 'Bob']", "answer_index": 0,
-                "answer_choice": "Ann"}
+        return {
+            "narrative": "A story.",
+            "question": q,
+            "choices": "['Ann', 'Bob']",
+            "answer_index": 0,
+            "answer_choice": "Ann",
+        }
     if path == "truthfulqa/truthful_qa":
-        return {"question": q, "mc1_targets": {"choices": ["true", "false"], "labels": [1, 0]},
-                "mc2_targets": {"choices": ["true", "false"], "labels": [1, 0]}}
+        return {
+            "question": q,
+            "mc1_targets": {"choices": ["true", "false"], "labels": [1, 0]},
+            "mc2_targets": {"choices": ["true", "false"], "labels": [1, 0]},
+        }
     raise AssertionError(f"no local stand-in for the dataset {path!r}: add its columns here")
 
 
@@ -149,12 +174,11 @@ def local_datasets(monkeypatch):
         splits = {cfg.training_split, cfg.validation_split, cfg.test_split, cfg.fewshot_split}
         splits |= {getattr(cfg.fewshot_config, "split", None)}
         rows = [_rows(cfg.dataset_path, i) for i in range(7 * len(MMLU_PRO_CATEGORIES))]
-        self.dataset = datasets.DatasetDict(
-            {s: datasets.Dataset.from_list(rows) for s in splits if isinstance(s, str)}
-        )
+        self.dataset = datasets.DatasetDict({s: datasets.Dataset.from_list(rows) for s in splits if isinstance(s, str)})
 
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(ConfigurableTask, "download", download)
+
 
 def test_each_configured_task_builds_its_few_shot_context(manager, local_datasets):
     """lm-eval's own configs of every leaf task over local rows in its dataset's columns (no hub): each

@@ -13,7 +13,7 @@ from conftest import chat_stub, judge_config
 from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import plot_severity, severity_points, winrate_section
-from rpbench.scoring.judge.winrate import judge_winrate
+from rpbench.scoring.judge.winrate import judge_winrate, mean_of_categories
 
 SHIFT_OF = {"IDTest": "in_distribution", "german": "user", "japanese": "user", "Literature": "character"}
 CHARACTER = {"name": "Greta Holm", "occupation": "innkeeper in Bergen", "traits": ["gruff", "kind"]}
@@ -121,6 +121,29 @@ def test_per_judge_tallies_and_ensemble_means_by_hand(judged):
     assert [(r["status"], r["model_won"]) for r in r3] == [("parse_failure", None)] * 2
 
 
+def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories():
+    """Three german records the model wins, one japanese it loses: pooled, the user shift's WinRate is 6/8;
+    as the R-EMI roll-ups group (the mean over categories), (1 + 0) / 2."""
+    rows = [(record(f"g{k}", "german", "plain golden"), "GOOD reply") for k in range(3)]
+    rows += [(record("j1", "japanese", "GOOD golden"), "plain reply"), (record("i1", "IDTest", "g"), "GOOD")]
+    with chat_stub(reply) as server:
+        result = judge_winrate([e for e, _ in rows], dict((e.id, p) for e, p in rows), judges(server.url)[:1])
+    assert result["by_shift"]["user"]["winrate"] == pytest.approx(6 / 8)
+    assert result["by_shift_mean_of_categories"] == {
+        "in_distribution": {"winrate": 1.0, "categories": ["IDTest"], "without_winrate": []},
+        "user": {"winrate": pytest.approx(0.5), "categories": ["german", "japanese"], "without_winrate": []},
+    }
+    lines = winrate_section(result).splitlines()
+    assert "| user | 0.7500 | 0.2500 | 1 | 8 | 0 | 0 | 0.7500 (8/8) |" in lines  # the pooled table, drop from ID 1.0
+    assert "| user | 0.5000 | german, japanese | none |" in lines
+    assert any(line.startswith("| shift (its records pooled) | ensemble WinRate |") for line in lines)
+    # a category without any verdict leaves its shift's mean undefined, and is named
+    by_category = {"german": {"winrate": 0.2}, "japanese": {"winrate": None}, "Gaming": {"winrate": 0.4}}
+    means = mean_of_categories(by_category, {"german": "user", "japanese": "user", "Gaming": "character"})
+    assert means["user"] == {"winrate": None, "categories": ["german", "japanese"], "without_winrate": ["japanese"]}
+    assert means["character"]["winrate"] == 0.4
+
+
 def test_an_ensemble_without_any_verdict_has_no_winrate():
     with chat_stub(lambda body: "either") as server:
         result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url))
@@ -182,8 +205,8 @@ def test_report_tables_per_category_and_shift_with_each_judge(judged):
     row = next(line for line in lines if line.startswith("| IDTest (in_distribution) |"))
     assert row == "| IDTest (in_distribution) | 0.2500 | – | 2 | 8 | 0 | 0 | 0.5000 (4/4) | 0.0000 (4/4) |"
     assert "| user | 0.7500 | -0.5000 | 2 | 6 | 2 | 0 | 0.5000 (4/4) | 1.0000 (2/4) |" in lines
-    shift_header = next(k for k, line in enumerate(lines) if line.startswith("| shift |"))
-    assert lines[shift_header].startswith("| shift | ensemble WinRate | drop from in_distribution |")
+    shift_header = next(k for k, line in enumerate(lines) if line.startswith("| shift (its records pooled) |"))
+    assert lines[shift_header].startswith("| shift (its records pooled) | ensemble WinRate | drop from in_distrib")
     assert lines[shift_header + 2].startswith("| in_distribution | 0.2500 | – |")
     category_header = next(k for k, line in enumerate(lines) if line.startswith("| category (shift) |"))
     assert lines[category_header + 2].startswith("| IDTest (in_distribution) |")

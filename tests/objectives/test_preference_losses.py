@@ -115,8 +115,15 @@ def test_kto_matches_trl_kto_trainer_loss():
     from rpbench.models.forward import sequence_logps
 
     torch.manual_seed(5)
-    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
     model = LlamaForCausalLM(config).eval()
     rows, seq = 4, 10
     ids, kl_ids = torch.randint(0, 64, (rows, seq)), torch.randint(0, 64, (rows, seq))
@@ -127,8 +134,12 @@ def test_kto_matches_trl_kto_trainer_loss():
 
     def logps(input_ids):
         labels = input_ids.masked_fill(completion == 0, -100)
-        batch = {"input_ids": input_ids, "attention_mask": attention, "labels": labels,
-                 "position_ids": torch.arange(seq).expand(rows, seq)}
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": attention,
+            "labels": labels,
+            "position_ids": torch.arange(seq).expand(rows, seq),
+        }
         with torch.no_grad():
             return sequence_logps(model, batch)[0].double()
 
@@ -142,11 +153,20 @@ def test_kto_matches_trl_kto_trainer_loss():
     trainer.loss_type, trainer.beta, trainer.desirable_weight, trainer.undesirable_weight = "kto", 0.3, 1.0, 1.33
     trainer._metrics = {"train": defaultdict(list), "eval": defaultdict(list)}
     trainer._total_train_tokens, trainer._tp_size = 0, 1
-    inputs = {"input_ids": ids, "attention_mask": attention, "completion_mask": completion, "KL_input_ids": kl_ids,
-              "KL_attention_mask": attention, "KL_completion_mask": completion, "label": label,
-              "ref_logps": ref.float(), "ref_KL_logps": ref_kl.float()}
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "completion_mask": completion,
+        "KL_input_ids": kl_ids,
+        "KL_attention_mask": attention,
+        "KL_completion_mask": completion,
+        "label": label,
+        "ref_logps": ref.float(),
+        "ref_KL_logps": ref_kl.float(),
+    }
     with torch.no_grad():
         expected = trainer._compute_loss(model, inputs, return_outputs=False)
-    losses, _ = kto_loss(policy, ref, label, kto_kl(policy_kl, ref_kl), beta=0.3, desirable_weight=1.0,
-                         undesirable_weight=1.33)
+    losses, _ = kto_loss(
+        policy, ref, label, kto_kl(policy_kl, ref_kl), beta=0.3, desirable_weight=1.0, undesirable_weight=1.33
+    )
     assert losses.mean().item() == pytest.approx(expected.item(), rel=1e-4)

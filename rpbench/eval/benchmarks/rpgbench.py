@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +85,15 @@ def sampled_responses(
     return drawn
 
 
+def encoder_problems(generalization: Mapping[str, Any]) -> list[str]:
+    """The JS encoder is available locally, or its fallback was chosen (``embed.encoder_problem``)."""
+    from rpbench.eval.generalization.embed import encoder_problem
+
+    g = generalization
+    problem = encoder_problem(g["encoder"], bool(g["encoder_fallback"]), "evaluator.generalization.encoder")
+    return [] if problem is None else [problem]
+
+
 @dataclass(frozen=True, kw_only=True)
 class RPGBenchSettings(EvaluatorSettings):
     judges: Any  # the ensemble: judge settings merged over the judge group's, one mapping per judge
@@ -117,7 +126,8 @@ class RPGBench(Benchmark):
         }
 
     def problems(self, settings: RPGBenchSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
-        """The estimator pair is named (and usable) when the generalization analysis is on."""
+        """The estimator pair is named (and usable) and the JS encoder is there (or its fallback chosen) when the
+        generalization analysis is on."""
         if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
             return []
         found = []
@@ -135,7 +145,7 @@ class RPGBench(Benchmark):
                 resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapters"))
             except ConfigError as error:
                 found.append(str(error))
-        return found
+        return found + encoder_problems(settings.generalization)
 
     def record_problems(self, settings: RPGBenchSettings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
         """The generalization analysis compares IDTest with each shifted category: at least 2 test records in
@@ -204,6 +214,7 @@ class RPGBench(Benchmark):
         )
         from rpbench.eval.generalization.embed import load_text_embedder
         from rpbench.eval.generalization.estimator import load_estimator, provenance
+        from rpbench.eval.generalization.provenance import analysis_provenance
         from rpbench.models.loading import chat_renderer
 
         ev, g = ctx.settings, OmegaConf.create(ctx.settings.generalization)
@@ -290,7 +301,15 @@ class RPGBench(Benchmark):
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs, plain_critic)
         tables = [name for names in CONDITIONS.values() for name in names[:2]]
         top = ("jsd", *tables, "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")
-        added["generalization"] = {k: v for k, v in analysis.items() if k not in top} | {"estimators": estimators}
+        added["generalization"] = {k: v for k, v in analysis.items() if k not in top}
+        added["generalization"]["provenance"] = analysis_provenance(
+            estimators,
+            embedder.describe(),
+            added["prompts"],
+            analysis["settings"],
+            asdict(reasoning_options),
+            int(g.critic_max_length),
+        )
         added.update({key: analysis[key] for key in top if key in analysis})
         plot_severity({**results, **added}, out_dir / "js_vs_winrate.png")
         plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")

@@ -121,6 +121,20 @@ def _winrate_table(w: Mapping[str, Any], level: str, label: str) -> list[str]:
     return lines
 
 
+def _category_mean_lines(means: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Per shift, the mean of its categories' ensemble WinRates (the R-EMI roll-ups' convention)."""
+    lines = [
+        "| shift | ensemble WinRate, mean of its categories (as the R-EMI roll-ups) | categories | without WinRate |",
+        "|---|---|---|---|",
+    ]
+    for shift, m in means.items():
+        lines.append(
+            f"| {shift} | {_f(m['winrate'])} | {', '.join(m['categories'])} | "
+            f"{', '.join(m['without_winrate']) or 'none'} |"
+        )
+    return lines
+
+
 def winrate_section(w: Mapping[str, Any]) -> str:
     """WinRate per category and per shift: the ensemble (mean of the judges' WinRates) and each judge."""
     o = w["overall"]
@@ -141,7 +155,9 @@ def winrate_section(w: Mapping[str, Any]) -> str:
         + ".\n",
         *_winrate_table(w, "by_category", "category (shift)"),
         "",
-        *_winrate_table(w, "by_shift", "shift"),
+        *_winrate_table(w, "by_shift", "shift (its records pooled)"),
+        "",
+        *_category_mean_lines(w["by_shift_mean_of_categories"]),
         "\nPlot: js_vs_winrate.png (JS severity vs ensemble WinRate per category, when the analysis ran).",
     ]
     return "\n".join(lines) + "\n"

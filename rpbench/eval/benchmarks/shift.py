@@ -13,7 +13,7 @@ from rpbench.data.errors import ConfigError
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
-from rpbench.eval.benchmarks.rpgbench import RPGBenchSettings
+from rpbench.eval.benchmarks.rpgbench import RPGBenchSettings, encoder_problems
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.data_shift import shift_section, split_shift
 from rpbench.eval.generalization.embed import load_text_embedder
@@ -46,7 +46,7 @@ class Shift(Benchmark):
         if len(files) < 2:
             return [f"evaluator=shift compares two or more splits; got {sorted(files) or 'none'} (set evaluator.splits "
                     "or data.files.<split>)"]  # fmt: skip
-        return []
+        return encoder_problems(settings.generalization)
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any]:
         files = split_files(ctx.settings.splits, ctx.data.files)

@@ -4,9 +4,10 @@ The EMID code's recipe is the default (conf/evaluator/rpgbench.yaml): ``xlm-robe
 as the user-shift personas are in de/es/zh/ja/ko), ``hidden_states[0]`` (the embedding layer), the
 masked mean without the first token (``pooling: mean_skip_first``; ``mean`` keeps every token, as
 sentence-transformers pools), 512 tokens, then L2 normalisation. ``layer`` indexes ``hidden_states``
-(-1: the last layer). When the encoder is not available locally and ``fallback`` is set, the packaged
-all-MiniLM-L6-v2 stands in (English only) and ``describe`` says so. Texts longer than ``max_length`` tokens
-are embedded from their first ``max_length`` tokens and counted.
+(-1: the last layer). When the encoder is not available locally, the packaged all-MiniLM-L6-v2 stands in
+(English only) only if ``fallback`` is set (``evaluator.generalization.encoder_fallback``, off by default),
+and ``describe`` says so; otherwise it is an error, found at startup (``encoder_problem``). Texts longer than
+``max_length`` tokens are embedded from their first ``max_length`` tokens and counted.
 """
 
 from __future__ import annotations
@@ -22,6 +23,31 @@ from rpbench.scoring.metrics import fallback_model_path
 
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 POOLINGS = ("mean_skip_first", "mean")
+FALLBACK_SETTING = "evaluator.generalization.encoder_fallback"
+
+
+def encoder_available(encoder: str | None) -> bool:
+    """Whether ``encoder`` loads without a download: a folder, or a name in the local Hugging Face cache
+    (None: the packaged encoder)."""
+    if encoder is None or Path(encoder).is_dir():
+        return True
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(encoder, local_files_only=True)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def encoder_problem(encoder: str | None, fallback: bool, key: str) -> str | None:
+    """What stops the run at startup when ``encoder`` is missing and the fallback was not chosen (None: fine)."""
+    if fallback or encoder_available(encoder):
+        return None
+    return (
+        f"{key}={encoder} is not available locally (a hub model: `hf download {encoder}`); or choose the packaged "
+        f"{PACKAGED_ENCODER} (English only) in its place with {FALLBACK_SETTING}=true (the report then says so)"
+    )
 
 
 @dataclass(frozen=True)
@@ -99,7 +125,10 @@ def load_text_embedder(
         model = AutoModel.from_pretrained(path, local_files_only=True)
     except OSError as error:
         if encoder is None or not fallback:
-            raise OSError(f"encoder {name!r} is not available locally (a hub model: `hf download {name}`)") from error
+            raise OSError(
+                f"encoder {name!r} is not available locally (a hub model: `hf download {name}`; or "
+                f"{FALLBACK_SETTING}=true for the packaged {PACKAGED_ENCODER}, English only)"
+            ) from error
         reason = f"{shown} is not available locally; the packaged {PACKAGED_ENCODER} (English) stands in"
         path, name = fallback_model_path(), PACKAGED_ENCODER
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

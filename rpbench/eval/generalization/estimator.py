@@ -170,12 +170,14 @@ def folder_sha256(folder: Path) -> str:
 
 def provenance(spec: EstimatorSpec) -> dict[str, Any]:
     """What metrics.json records of an estimator: its description, the sha256 of its weights folder when it is a
-    local one (None: a hub id or the evaluated model), and each adapter's name and sha256 in merge order."""
+    local one (None: a hub id or the evaluated model), whether it is the evaluated model (critic=self), and each
+    adapter's name and sha256 in merge order."""
     _check_adapters(spec)
     weights = None if spec.model_cfg is None else Path(str(spec.model_cfg["name_or_path"])).expanduser()
     return {
         "description": spec.description,
         "weights_sha256": folder_sha256(weights) if weights is not None and weights.is_dir() else None,
+        "is_evaluated_model": spec.model_cfg is None,
         "adapters": [
             {"order": k, "name": Path(a).name, "sha256": folder_sha256(Path(a))} for k, a in enumerate(spec.adapters)
         ],

@@ -12,6 +12,18 @@ naming the run, the category and the field; nothing is dropped.
 
 The score setting takes the shifted categories by default (the paper's 121 = 11 models x 11 shift
 subtypes); ``score_with_id`` adds each run's IDTest point.
+
+Bound vs R-EMID (``bound_vs_remid``), as the paper: per sample size n, Theorem 3.4's bound from n samples
+per split (``eval.generalization.convergence``, the mean over its repeats) against the R-EMID of all the
+category's samples, over (run, shifted category) points; "largest" takes each point's largest subsample
+(the smaller split's size). A point without n samples is named in ``missing``.
+
+Runs are correlated only when scored alike: their ``eval.generalization.provenance`` (critic, reasoner,
+adapters, encoder and its fallback, prompt digests, analysis settings; ``provenance``) and their WinRate
+judges and judge prompt version must agree, no critic may be the evaluated model (critic=self), and every
+run must record a provenance. Otherwise it is an error naming the runs and the keys; ``allow_mixed``
+correlates them anyway and the summary states what differs (``comparability``). The packaged fallback
+encoder is named whenever a run used it.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.eval.generalization.correlation import correlate, winrate_drop
+from rpbench.eval.generalization.provenance import differing
 
 ID_CATEGORY = "IDTest"  # the in-distribution category: every in-distribution test record's
 BOOTSTRAP_RESAMPLES = 1000
@@ -39,7 +52,7 @@ def read_eval(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{run_dir}: no metrics.json (not a finished run folder)")
     ev = json.loads(path.read_text(encoding="utf-8")).get("eval", {})
-    missing = [key for key in ("winrate", "jsd") if key not in ev]
+    missing = [key for key in ("winrate", "jsd", "generalization") if key not in ev]
     missing += [] if "r_emi" in ev or "emi" in ev else ["r_emi (or emi)"]
     if missing:
         raise ValueError(f"{path}: eval lacks {missing}; run it with evaluator=rpgbench and a judge")
@@ -75,18 +88,101 @@ def run_names(run_dirs: Sequence[Path]) -> list[str]:
     return names
 
 
+def _scored_alike(ev: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What must agree across runs: the provenance plus the WinRate judges (None: no provenance recorded)."""
+    provenance = ev.get("generalization", {}).get("provenance")
+    if provenance is None:
+        return None
+    w = ev["winrate"]
+    return {**provenance, "winrate": {"judges": w["judges"], "prompt_version": w["prompt_version"]}}
+
+
+def comparability(evals: Mapping[str, Mapping[str, Any]], allow_mixed: bool) -> dict[str, Any]:
+    """Whether the runs were scored alike (module docstring): the differing keys per run, the runs without a
+    provenance, with critic=self, with the fallback encoder. An error naming them, unless ``allow_mixed``."""
+    scored = {run: _scored_alike(ev) for run, ev in evals.items()}
+    known = {run: p for run, p in scored.items() if p is not None}
+    found: dict[str, Any] = {
+        "differing": differing(known),
+        "without_provenance": sorted(run for run, p in scored.items() if p is None),
+        "critic_self": sorted(run for run, p in known.items() if p["critic"]["is_evaluated_model"]),
+        "encoder_fallback": sorted(run for run, p in known.items() if p["encoder"]["fallback_used"]),
+    }
+    problems = [
+        f"{key} differs: " + ", ".join(f"{run}={value!r}" for run, value in values.items())
+        for key, values in found["differing"].items()
+    ]
+    if found["without_provenance"]:
+        problems.append(
+            f"no eval.generalization.provenance (an older rpbench's metrics.json?): {found['without_provenance']}"
+        )
+    if found["critic_self"]:
+        problems.append(f"critic=self (EMI not comparable across models): {found['critic_self']}")
+    found["mixed"] = bool(problems)
+    if problems and not allow_mixed:
+        raise ValueError(
+            f"runs {list(evals)} were not scored alike, so their points would not be comparable:\n  "
+            + "\n  ".join(problems)
+            + "\n(--allow-mixed / allow_mixed=True correlates them anyway and states these differences)"
+        )
+    found["problems"] = problems
+    return found
+
+
+def bound_vs_remid(
+    evals: Mapping[str, Mapping[str, Any]], emid_key: str, settings: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Per n (``samples_per_split``): the bound from n samples (mean over repeats) vs the full-data R-EMID over
+    (run, shifted category) points, Pearson and Spearman with bootstrap intervals (module docstring)."""
+    sizes = sorted({n for ev in evals.values() for n in ev["generalization"]["settings"]["convergence_sizes"]})
+    at_n: dict[int | str, dict[tuple[str, str], list[float]]] = {n: {} for n in [*sizes, "largest"]}
+    full: dict[tuple[str, str], float] = {}
+    for run, ev in evals.items():
+        convergence = ev["generalization"]["convergence"]
+        if convergence["empirical"] != emid_key:
+            raise ValueError(f"{run}: convergence is of {convergence['empirical']}, the summary's metric {emid_key}")
+        for category, points in convergence["points"].items():
+            key = (run, category)
+            full[key] = _value(ev[emid_key], category, run, f"{emid_key}[...]")
+            largest = max(p["n"] for p in points)
+            for p in points:
+                for label in ([p["n"]] if p["n"] in at_n else []) + (["largest"] if p["n"] == largest else []):
+                    at_n[label].setdefault(key, []).append(p["bound"])
+    rows = []
+    for label in at_n:
+        bounds = {key: sum(values) / len(values) for key, values in at_n[label].items()}
+        row: dict[str, Any] = {
+            "samples_per_split": label,
+            "points": [{"run": r, "category": c, "bound": b, emid_key: full[r, c]} for (r, c), b in bounds.items()],
+            "missing": sorted(f"{r}/{c}" for r, c in set(full) - set(bounds)),
+        }
+        if len(bounds) >= 3:
+            row.update(correlate(bounds, {key: full[key] for key in bounds}, **settings).as_dict())
+        else:
+            row["undefined"] = f"{len(bounds)} points (a correlation needs 3)"
+        rows.append(row)
+    return {
+        "bound": "Theorem 3.4 from n samples per split, the mean over the convergence repeats",
+        "empirical": f"{emid_key} on all the category's samples (the paper's)",
+        "by_n": rows,
+    }
+
+
 def summarize_runs(
     run_dirs: Sequence[Path],
     n_resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
     score_with_id: bool = False,
+    allow_mixed: bool = False,
 ) -> dict[str, Any]:
-    """Score and drop correlations over the runs in ``run_dirs``, their points, and the severity points
-    of the pilot figure (module docstring)."""
+    """Score and drop correlations over the runs in ``run_dirs``, their points, the bound vs R-EMID per n, and
+    the severity points of the pilot figure; runs not scored alike are refused unless ``allow_mixed``
+    (module docstring)."""
     evals = {name: read_eval(Path(d)) for name, d in zip(run_names(run_dirs), run_dirs)}
     with_r = {run: "r_emi" in ev for run, ev in evals.items()}
     if len(set(with_r.values())) > 1:
         raise ValueError(f"some runs have R-EMI and some only EMI: {with_r}")
+    alike = comparability(evals, allow_mixed)
     reasoning = all(with_r.values())
     emi_key, emid_key = ("r_emi", "r_emid") if reasoning else ("emi", "emid")
     score, drop, severity = [], [], []
@@ -123,6 +219,8 @@ def summarize_runs(
         "bootstrap": {**settings, "method": "percentile; (run, category) points resampled with replacement"},
         "score": {"metric": emi_key, "judge": "winrate", **correlation(score, emi_key, "winrate")},
         "drop": {"metric": emid_key, "judge": "winrate_drop", **correlation(drop, emid_key, "winrate_drop")},
+        "bound_vs_remid": bound_vs_remid(evals, emid_key, settings),
+        "comparability": alike,
         "points": {"score": score, "drop": drop, "severity": severity},
     }
 
@@ -145,12 +243,40 @@ def markdown(summary: Mapping[str, Any]) -> str:
     ]
     for setting in ("score", "drop"):
         c = summary[setting]
+        lines.append(f"| {setting}: {c['metric']} vs {c['judge']} | {c['n']} | {_coefficients(c)} |")
+    b = summary["bound_vs_remid"]
+    lines += [
+        f"\nBound vs {b['empirical']}; bound: {b['bound']}.\n",
+        "| samples per split | points | missing | Pearson r | p | CI | Spearman ρ | p | CI | "
+        "undefined resamples (r / ρ) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in b["by_n"]:
+        cells = _coefficients(row) if "undefined" not in row else f"{row['undefined']} | – | – | – | – | – | – | –"
+        lines.append(f"| {row['samples_per_split']} | {len(row['points'])} | {len(row['missing'])} | {cells} |")
+    return "\n".join(lines + comparability_lines(summary["comparability"])) + "\n"
+
+
+def _coefficients(c: Mapping[str, Any]) -> str:
+    return (
+        f"{c['pearson_r']:.3f} | {c['pearson_p']:.2g} | {_ci(c['pearson_ci'])} | {c['spearman_rho']:.3f} | "
+        f"{c['spearman_p']:.2g} | {_ci(c['spearman_ci'])} | "
+        f"{c['pearson_ci']['undefined_resamples']} / {c['spearman_ci']['undefined_resamples']}"
+    )
+
+
+def comparability_lines(alike: Mapping[str, Any]) -> list[str]:
+    """What the summary says about how alike the runs were scored (``comparability``)."""
+    lines = []
+    if alike["encoder_fallback"]:
         lines.append(
-            f"| {setting}: {c['metric']} vs {c['judge']} | {c['n']} | {c['pearson_r']:.3f} | {c['pearson_p']:.2g} | "
-            f"{_ci(c['pearson_ci'])} | {c['spearman_rho']:.3f} | {c['spearman_p']:.2g} | {_ci(c['spearman_ci'])} | "
-            f"{c['pearson_ci']['undefined_resamples']} / {c['spearman_ci']['undefined_resamples']} |"
+            f"\nThe packaged fallback encoder (English only) stood in for the JS encoder in: "
+            f"{', '.join(alike['encoder_fallback'])}."
         )
-    return "\n".join(lines) + "\n"
+    if alike["mixed"]:
+        lines.append("\n**Mixed runs (--allow-mixed): these points were not scored alike.**\n")
+        lines += [f"- {problem}" for problem in alike["problems"]]
+    return lines
 
 
 def plot_severity_across_runs(summary: Mapping[str, Any], path: Path) -> Path:

@@ -10,6 +10,11 @@ WinRate = model wins / parsed verdicts over both orders, overall, per category (
 estimates on: IDTest or the subset tag) and per shift. Ensemble: the mean of the WinRates of the judges
 with a verdict there. Records with an empty reply are not judged (``replied_records``: the R-EMID analysis
 leaves out the same ones); each ensemble tally counts them (``excluded_empty_predictions``).
+
+Per shift type, two conventions, each under its own name (the paper does not state its grouping):
+``by_shift`` pools the shift's records (a large subtype weighs more); ``by_shift_mean_of_categories`` is
+the mean of its categories' ensemble WinRates, the convention of the R-EMI / R-EMID roll-ups
+(``analysis.rollups``), so the two sides of a per-shift comparison are grouped alike.
 """
 
 from __future__ import annotations
@@ -117,6 +122,24 @@ def ensemble(tallies: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+def mean_of_categories(
+    by_category: Mapping[str, Mapping[str, Any]], shift_of: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """shift -> the mean of its categories' ensemble WinRates (module docstring), with the categories; None
+    when one of them has no WinRate (every judgement failed), which is named in ``without_winrate``."""
+    out = {}
+    for shift in sorted(set(shift_of.values())):
+        categories = sorted(c for c, s in shift_of.items() if s == shift)
+        rates = [by_category[c]["winrate"] for c in categories]
+        lacking = [c for c, rate in zip(categories, rates) if rate is None]
+        out[shift] = {
+            "winrate": None if lacking else sum(rates) / len(rates),
+            "categories": categories,
+            "without_winrate": lacking,
+        }
+    return out
+
+
 def model_won(reply: ParsedReply, model_first: bool) -> float | None:
     if reply.value is None:
         return None
@@ -192,6 +215,7 @@ def judge_winrate(
         judged = ensemble([t[level][name] for t in tallies if name in t[level]])
         return {**judged, "excluded_empty_predictions": left_out}
 
+    by_category = {c: group("by_category", c, excluded[c]) for c in categories}
     return {
         "prompt_version": PROMPT_VERSION,
         "judges": list(per_judge),
@@ -202,8 +226,9 @@ def judge_winrate(
             "request_failures": sum(t["overall"]["request_failures"] for t in tallies),
             "excluded_empty_predictions": excluded.total(),
         },
-        "by_category": {c: group("by_category", c, excluded[c]) for c in categories},
+        "by_category": by_category,
         "by_shift": {s: group("by_shift", s, sum(n for c, n in excluded.items() if shift_of[c] == s)) for s in shifts},
+        "by_shift_mean_of_categories": mean_of_categories(by_category, shift_of),
         "shift_of": dict(sorted(shift_of.items())),
         "records": records,
     }

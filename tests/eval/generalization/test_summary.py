@@ -1,15 +1,18 @@
 """The multi-model summary on synthetic metrics.json files: the (run, category) points of the score
-and drop settings by hand, correlations against scipy on those points, named errors for missing
-points, and experiments/rpgbench/summarize.py as a user runs it."""
+and drop settings by hand, correlations against scipy on those points (and of the bound from n samples
+with the full-data R-EMID), named errors for missing points and for runs not scored alike, and
+experiments/rpgbench/summarize.py as a user runs it."""
 
 from __future__ import annotations
 
 import json
+import runpy
+import sys
 
 import pytest
 import scipy.stats
 
-from conftest import run_script
+from conftest import REPO_ROOT, run_script
 from rpbench.eval.generalization.summary import markdown, summarize_runs, write_summary
 
 JSD = {  # input JS terms per shifted category (the same data for every model)
@@ -24,11 +27,59 @@ MODELS = {
     "mistral": ([0.60, 0.42, 0.41, 0.57], [0.75, 0.52, 0.61, 0.73]),
 }
 CATEGORIES = ["IDTest", "german", "Literature", "TurnLevelComposition"]
+SCRIPT = REPO_ROOT / "experiments" / "rpgbench" / "summarize.py"
+SIZES = [2, 3]  # convergence_sizes; every category here has 4 samples, so n = 2, 3 and the largest, 4
+# Theorem 3.4's bound per (repeat, n) of each shifted category: model -> category -> [[n=2, n=3, n=4] per repeat]
+BOUNDS = {
+    "qwen": {"german": [[1.9, 1.6, 1.5], [2.1, 1.5, 1.5]], "Literature": [[1.2, 1.1, 1.0], [1.4, 1.0, 1.0]],
+             "TurnLevelComposition": [[0.9, 0.6, 0.5], [0.7, 0.8, 0.5]]},
+    "llama": {"german": [[2.2, 1.8, 1.7], [2.0, 1.9, 1.7]], "Literature": [[1.3, 0.9, 0.8], [0.9, 1.1, 0.8]],
+              "TurnLevelComposition": [[0.5, 0.4, 0.3], [0.6, 0.5, 0.3]]},
+    "mistral": {"german": [[1.0, 1.3, 1.2], [1.2, 1.1, 1.2]], "Literature": [[1.6, 1.3, 1.2], [1.0, 1.2, 1.2]],
+                "TurnLevelComposition": [[0.2, 0.3, 0.2], [0.4, 0.2, 0.2]]},
+}  # fmt: skip
 
 
-def write_run(root, name, remi, winrates, reasoning=True, drop_winrate_of=None, drop_jsd_of=None):
+def provenance(**changes):
+    """A run's eval.generalization.provenance as rpbench writes it (analysis_provenance), with ``changes``
+    (dotted key -> value) applied."""
+    tree = {
+        "critic": {"description": "critic of run corl-qwen3-4b", "adapters": [], "is_evaluated_model": False},
+        "reasoner": {"description": "reasoner of run corl-qwen3-4b", "adapters": [], "is_evaluated_model": False},
+        "encoder": {"encoder": "xlm-roberta-base", "layer": 0, "pooling": "mean_skip_first", "max_length": 512,
+                    "fallback_used": False},
+        "prompts": {"pxy_user": "a" * 64, "thought_user": "b" * 64},
+        "analysis": {"weighting": "equal", "delta_form": "sum", "n_negatives": 1000, "seed": 42,
+                     "convergence_sizes": SIZES, "reasoning": {"temperature": 0.0, "max_new_tokens": 2048}},
+    }  # fmt: skip
+    for dotted, value in changes.items():
+        *path, leaf = dotted.split(".")
+        node = tree
+        for key in path:
+            node = node[key]
+        node[leaf] = value
+    return tree
+
+
+def convergence(name, emid_key):
+    return {
+        "empirical": emid_key,
+        "points": {
+            c: [
+                {"n": n, "repeat": k, "bound": b, "empirical": 0.0}
+                for k, row in enumerate(repeats)
+                for n, b in zip([*SIZES, 4], row)
+            ]
+            for c, repeats in BOUNDS[name].items()
+        },
+    }
+
+
+def write_run(
+    root, name, remi, winrates, reasoning=True, drop_winrate_of=None, drop_jsd_of=None, prov=None, model=None
+):
     run = root / name
-    run.mkdir()
+    run.mkdir(parents=True)
     emi_key, emid_key = ("r_emi", "r_emid") if reasoning else ("emi", "emid")
     by_category = {
         c: {"winrate": w, "n_judges": 3, "judged": 12, "no_verdict": 0} for c, w in zip(CATEGORIES, winrates)
@@ -39,7 +90,12 @@ def write_run(root, name, remi, winrates, reasoning=True, drop_winrate_of=None, 
         emi_key: {c: {"emi": v, "n": 4} for c, v in zip(CATEGORIES, remi)},
         emid_key: {c: remi[0] - v for c, v in zip(CATEGORIES[1:], remi[1:])},
         "jsd": {c: j for c, j in JSD.items() if c != drop_jsd_of},
-        "winrate": {"judges": ["0:a", "1:b", "2:c"], "by_category": by_category},
+        "winrate": {"judges": ["0:a", "1:b", "2:c"], "prompt_version": "v2", "by_category": by_category},
+        "generalization": {
+            "settings": {"convergence_sizes": SIZES},
+            "convergence": convergence(model or (name if name in BOUNDS else "qwen"), emid_key),
+            **({} if prov is False else {"provenance": prov or provenance()}),
+        },
     }
     if reasoning:  # a run with reasoning reports plain EMI / EMID too
         ev["emi"], ev["emid"] = {c: {"emi": 0.0} for c in CATEGORIES}, {c: 0.0 for c in CATEGORIES[1:]}
@@ -53,7 +109,7 @@ def runs(tmp_path):
 
 
 def test_score_and_drop_points_and_correlations_by_hand(runs):
-    summary = summarize_runs(runs, n_resamples=300, seed=1)
+    summary = summarize_runs(runs, n_resamples=100, seed=1)
     assert summary["metric"] == "R-EMI / R-EMID" and summary["runs"] == list(MODELS)
     score_x = [remi[k] for remi, _ in MODELS.values() for k in (1, 2, 3)]
     score_y = [wr[k] for _, wr in MODELS.values() for k in (1, 2, 3)]
@@ -76,7 +132,7 @@ def test_score_and_drop_points_and_correlations_by_hand(runs):
         assert c["spearman_rho"] == pytest.approx(scipy.stats.spearmanr(x, y).statistic)
         assert c["spearman_p"] == pytest.approx(scipy.stats.spearmanr(x, y).pvalue)
         assert c["pearson_ci"]["low"] <= c["pearson_r"] <= c["pearson_ci"]["high"]
-    assert summary["bootstrap"]["n_resamples"] == 300 and summary["bootstrap"]["seed"] == 1
+    assert summary["bootstrap"]["n_resamples"] == 100 and summary["bootstrap"]["seed"] == 1
     # the pilot figure's points: severity = user + character + dialogue JS
     mistral_turn = next(
         p for p in points["severity"] if p["run"] == "mistral" and p["category"] == "TurnLevelComposition"
@@ -149,3 +205,112 @@ def test_summarize_script(runs, tmp_path):
     assert (out / "js_vs_winrate.png").is_file() and "| score: r_emi vs winrate | 9 |" in result.stdout
     assert str(tmp_path) not in (out / "summary.json").read_text()  # runs named by folder, no machine path
     assert written["bootstrap"]["n_resamples"] == 60
+
+
+def _mean(values):
+    return sum(values) / len(values)
+
+
+def test_bound_from_n_samples_vs_full_data_remid_against_scipy(runs):
+    # llama's Literature category is small: its convergence has n = 2 only (its largest), so n = 3 lacks it
+    path = runs[1] / "metrics.json"
+    metrics = json.loads(path.read_text())
+    points = metrics["eval"]["generalization"]["convergence"]["points"]
+    points["Literature"] = [p for p in points["Literature"] if p["n"] == 2]
+    path.write_text(json.dumps(metrics))
+    summary = summarize_runs(runs, n_resamples=60, seed=3)
+    b = summary["bound_vs_remid"]
+    assert [row["samples_per_split"] for row in b["by_n"]] == [2, 3, "largest"]
+    assert b["empirical"].startswith("r_emid on all the category's samples")
+    for row, column in zip(b["by_n"], (0, 1, 2)):
+        x, y = [], []
+        for name, (remi, _) in MODELS.items():
+            for k, category in enumerate(CATEGORIES[1:], start=1):
+                repeats = BOUNDS[name][category]
+                if name == "llama" and category == "Literature":
+                    if column == 1:
+                        continue  # no n = 3 subsample
+                    repeats = [r[:1] for r in repeats]  # its largest is n = 2
+                x.append(_mean([r[min(column, len(r) - 1)] for r in repeats]))
+                y.append(remi[0] - remi[k])  # the R-EMID of every sample, not of the subsample
+        assert row["missing"] == (["llama/Literature"] if column == 1 else [])
+        assert len(row["points"]) == row["n"] == len(x)
+        assert sorted(p["bound"] for p in row["points"]) == pytest.approx(sorted(x))
+        assert row["pearson_r"] == pytest.approx(scipy.stats.pearsonr(x, y).statistic)
+        assert row["pearson_p"] == pytest.approx(scipy.stats.pearsonr(x, y).pvalue)
+        assert row["spearman_rho"] == pytest.approx(scipy.stats.spearmanr(x, y).statistic)
+        assert row["spearman_p"] == pytest.approx(scipy.stats.spearmanr(x, y).pvalue)
+        assert row["pearson_ci"]["low"] <= row["pearson_r"] <= row["pearson_ci"]["high"]
+    table = markdown(summary)
+    assert "| 3 | 8 | 1 |" in table and "| largest | 9 | 0 |" in table
+
+
+def test_runs_not_scored_alike_are_refused_naming_runs_and_keys(tmp_path):
+    (qwen, llama, mistral) = MODELS.values()
+    a = write_run(tmp_path, "qwen", *qwen)
+    fallback = provenance(**{"encoder.encoder": "MiniLM", "encoder.fallback_used": True})
+    b = write_run(tmp_path, "llama", *llama, prov=fallback)
+    c = write_run(tmp_path, "mistral", *mistral, prov=provenance(**{"critic.description": "model=qwen3-8b"}))
+    with pytest.raises(ValueError) as refused:
+        summarize_runs([a, b, c], n_resamples=20)
+    message = str(refused.value)
+    assert "runs ['qwen', 'llama', 'mistral'] were not scored alike" in message
+    assert "encoder.fallback_used differs: qwen=False, llama=True, mistral=False" in message
+    assert "critic.description differs: qwen='critic of run corl-qwen3-4b', llama='critic of run corl-qwen3-4b', " in message
+    assert "--allow-mixed" in message
+    self_critic = provenance(**{"critic.is_evaluated_model": True, "critic.description": "the evaluated model"})
+    selfish = [write_run(tmp_path / "self", n, *v, prov=self_critic) for n, v in MODELS.items()]
+    with pytest.raises(ValueError, match=r"critic=self \(EMI not comparable .*\): \['llama', 'mistral', 'qwen'\]"):
+        summarize_runs(selfish, n_resamples=20)
+    old = write_run(tmp_path / "old", "mistral", *mistral, prov=False)
+    with pytest.raises(ValueError, match=r"no eval.generalization.provenance .*: \['mistral'\]"):
+        summarize_runs([a, old], n_resamples=20)
+    judges = json.loads((c / "metrics.json").read_text())
+    judges["eval"]["generalization"]["provenance"] = provenance()
+    judges["eval"]["winrate"]["judges"] = ["0:a"]
+    (c / "metrics.json").write_text(json.dumps(judges))
+    with pytest.raises(ValueError, match=r"winrate.judges differs: qwen=\['0:a', '1:b', '2:c'\], mistral=\['0:a'\]"):
+        summarize_runs([a, c], n_resamples=20)
+
+
+def test_allow_mixed_correlates_them_and_says_what_differs(tmp_path):
+    (qwen, llama, mistral) = MODELS.values()
+    fallback = provenance(**{"encoder.encoder": "MiniLM", "encoder.fallback_used": True})
+    runs = [
+        write_run(tmp_path, "qwen", *qwen),
+        write_run(tmp_path, "llama", *llama, prov=fallback),
+        write_run(tmp_path, "mistral", *mistral, prov=provenance(**{"analysis.delta_form": "max"})),
+    ]
+    summary = summarize_runs(runs, n_resamples=20, allow_mixed=True)
+    alike = summary["comparability"]
+    assert alike["mixed"] and alike["encoder_fallback"] == ["llama"] and alike["critic_self"] == []
+    assert alike["differing"] == {
+        "analysis.delta_form": {"qwen": "sum", "llama": "sum", "mistral": "max"},
+        "encoder.encoder": {"qwen": "xlm-roberta-base", "llama": "MiniLM", "mistral": "xlm-roberta-base"},
+        "encoder.fallback_used": {"qwen": False, "llama": True, "mistral": False},
+    }
+    assert summary["drop"]["n"] == 9  # correlated anyway
+    table = markdown(summary)
+    assert "**Mixed runs (--allow-mixed): these points were not scored alike.**" in table
+    assert "- analysis.delta_form differs: qwen='sum', llama='sum', mistral='max'" in table
+    assert "fallback encoder (English only) stood in for the JS encoder in: llama." in table
+    # the script's flag, in-process: the same summary, the differences printed
+    out = tmp_path / "summary"
+    argv = ["summarize.py", *map(str, runs), "--out-dir", str(out), "--resamples", "20", "--allow-mixed"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", argv)
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    assert json.loads((out / "summary.json").read_text())["comparability"] == json.loads(json.dumps(alike))
+    assert "encoder.fallback_used differs" in (out / "summary.md").read_text()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", argv[:-1])
+        with pytest.raises(ValueError, match="were not scored alike"):
+            runpy.run_path(str(SCRIPT), run_name="__main__")
+
+
+def test_alike_runs_using_the_fallback_encoder_are_named(tmp_path):
+    fallback = provenance(**{"encoder.encoder": "MiniLM", "encoder.fallback_used": True})
+    runs = [write_run(tmp_path, name, *values, prov=fallback) for name, values in MODELS.items()]
+    summary = summarize_runs(runs, n_resamples=20)
+    assert not summary["comparability"]["mixed"] and summary["comparability"]["encoder_fallback"] == sorted(MODELS)
+    assert "stood in for the JS encoder in: llama, mistral, qwen." in markdown(summary)

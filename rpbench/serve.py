@@ -611,6 +611,7 @@ class ChatServer:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=0,
+            repetition_penalty=1.0,
             seed=0,
             cache="dynamic",
             batch_size=len(group),

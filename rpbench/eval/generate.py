@@ -379,8 +379,10 @@ def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: 
         "top_p": opts.top_p if opts.sampling else 1.0,
         "seed": opts.seed,
     }
+    extra = {"repetition_penalty": opts.repetition_penalty}  # vLLM's extension of the OpenAI API
     if opts.sampling and opts.top_k:
-        sampling["extra_body"] = {"top_k": opts.top_k}
+        extra["top_k"] = opts.top_k
+    sampling["extra_body"] = extra
     return JudgeRequest(tuple(endpoint_messages(example, image_root)), opts.max_new_tokens, "generation", sampling)
 
 

@@ -28,7 +28,8 @@ KV_CACHES = ("dynamic", "static")
 @dataclass(frozen=True, kw_only=True)
 class GenerationOptions(Settings):
     """Decoding settings (``evaluator.generation``, every value from the YAML; the objectives that sample build
-    theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
+    theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off);
+    ``repetition_penalty`` (1: off; the RPGBench authors' vLLM runs use 1.05) applies either way.
 
     Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
     so results depend on the config alone. ``max_prompt_length``: longer prompts lose history turns from the
@@ -47,6 +48,7 @@ class GenerationOptions(Settings):
     temperature: float
     top_p: float
     top_k: int
+    repetition_penalty: float
     batch_size: int
     seed: int
     synced_gpus: bool | None
@@ -67,6 +69,8 @@ class GenerationOptions(Settings):
             found.append(("top_p", "a share in (0, 1]"))
         if self.top_k < 0:
             found.append(("top_k", "an integer >= 0 (0: off)"))
+        if not self.repetition_penalty > 0:
+            found.append(("repetition_penalty", "a number > 0 (1: off)"))
         if self.batch_size < 1:
             found.append(("batch_size", "an integer >= 1"))
         if self.seed < 0:
@@ -136,7 +140,7 @@ def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_i
     return GenerationConfig(
         max_new_tokens=opts.max_new_tokens,
         do_sample=opts.sampling,
-        repetition_penalty=1.0,
+        repetition_penalty=opts.repetition_penalty,
         eos_token_id=list(stop_ids),
         pad_token_id=pad_id,
         **({"cache_implementation": "static"} if opts.cache == "static" else {}),

@@ -68,6 +68,7 @@ class VLLMEngine:
             temperature=opts.temperature,
             top_p=opts.top_p if opts.sampling else 1.0,
             top_k=opts.top_k if opts.sampling and opts.top_k else -1,
+            repetition_penalty=opts.repetition_penalty,
             stop_token_ids=list(stop_ids),
             seed=seed,
             skip_special_tokens=False,

@@ -114,6 +114,7 @@ def rollout_options(
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
+        repetition_penalty=1.0,  # rollouts sample the policy's own distribution (TRL's default)
         cache=cache,
         gather_per_batch=gather_per_batch,
         max_prompt_length=None,

@@ -53,8 +53,9 @@ def test_the_presets_set_the_authors_values_and_the_default_keeps_each_model_s_t
     default, default_reasoner = decoding(compose)
     assert default == replace(policy, chat_template=None, generation_prompt=True)
     assert default_reasoner == replace(reasoner, chat_template=None, generation_prompt=True)
-    plain, _ = decoding(compose, "~evaluator/decoding")
-    assert (plain.repetition_penalty, plain.stop, plain.reply_tag) == (1.0, (), None)
+    plain, plain_reasoner = decoding(compose, "evaluator/decoding=plain")
+    for opts in (plain, plain_reasoner):
+        assert (opts.repetition_penalty, opts.stop, opts.reply_tag, opts.chat_template) == (1.0, (), None, None)
 
 
 def test_chatml_on_a_llama_tokenizer_is_the_authors_text_prompt(tiny_llama):

@@ -135,6 +135,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         run_dir,
         "objective=none",
         "evaluator=rpgbench",
+        "evaluator/decoding=authors",  # every prompt in ChatML (the default: each model's own template)
         "data=sample_rpgbench",
         "judge=local",
         "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
@@ -157,6 +158,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
     g = ev["generalization"]
     assert g["critic"] == "model=tiny-qwen3" and not g["critic_is_evaluated_model"]
     assert g["reasoning_source"].startswith("the reasoner (model=tiny-qwen3)")
+    assert g["reasoning_source"].endswith("repetition penalty 1.05, chat template chatml")
     assert set(ev["prompts"]) >= {"policy_system", "policy_user", "pxy_user", "thought_user"}
     assert all(p["origin"] == "rpbench" and len(p["sha256"]) == 64 for p in ev["prompts"].values())
     # two judges, both orders, every record: judged + no verdict = all, none scored as a loss by default

@@ -247,6 +247,8 @@ class RPGBench(Benchmark):
             entropy,
         )
         decoding = f"temperature {reasoning_options.temperature}" if reasoning_options.temperature else "greedy"
+        decoding += f", repetition penalty {reasoning_options.repetition_penalty}"
+        decoding += f", chat template {reasoning_options.chat_template or 'its own'}"
         source = f"the reasoner ({reasoner_spec.description}), {decoding}"
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs)
         top = ("jsd", "emi", "emid", "r_emi", "r_emid", "bound", "bound_emid_code", "entropy", "perplexity", "by_shift")

@@ -34,7 +34,8 @@ def decoding(compose, *overrides: str) -> tuple[GenerationOptions, GenerationOpt
 
 
 def example(system: str = "Play Ada.", user: str = "Hello there, who are you?") -> EvalExample:
-    return EvalExample(id="r1", prompt=(Turn("system", system), Turn("user", user)), reference="I am Ada.", task="IDTest")
+    turns = (Turn("system", system), Turn("user", user))
+    return EvalExample(id="r1", prompt=turns, reference="I am Ada.", task="IDTest")
 
 
 @pytest.fixture(scope="module")

@@ -33,8 +33,8 @@ def decoding(compose, *overrides: str) -> tuple[GenerationOptions, GenerationOpt
     return policy, reasoner
 
 
-def example(system: str = "Play Ada.", user: str = "Hello there, who are you?") -> EvalExample:
-    turns = (Turn("system", system), Turn("user", user))
+def example() -> EvalExample:
+    turns = (Turn("system", "Play Ada."), Turn("user", "Hello there, who are you?"))
     return EvalExample(id="r1", prompt=turns, reference="I am Ada.", task="IDTest")
 
 

@@ -485,6 +485,13 @@ class ChatServer:
             raise BadRequest("only n=1 is supported")
         if body.get("stop") is not None:
             raise BadRequest("'stop' is not supported: generation stops at the model's end-of-turn token")
+        if body.get("chat_template") is not None or body.get("add_generation_prompt", True) is not True:
+            raise BadRequest(
+                "'chat_template' and 'add_generation_prompt' are not supported: a prompt is the served model's "
+                "own template, ending on its assistant header"
+            )
+        if _number(body, "repetition_penalty", 1.0) != 1.0:
+            raise BadRequest("'repetition_penalty' is not supported (only 1, no penalty)")
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise BadRequest("'messages' must be a non-empty list")
@@ -615,6 +622,11 @@ class ChatServer:
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=0,
+            repetition_penalty=1.0,
+            chat_template=None,
+            generation_prompt=True,
+            stop=(),
+            reply_tag=None,
             seed=0,
             cache="dynamic",
             batch_size=len(group),

@@ -46,11 +46,19 @@ def leaves(node, prefix=()):
 
 def file_content(path) -> dict:
     """A config file's settings, read without Hydra: its own merged over those of the files of its folder that
-    its defaults list names (e.g. tuning/tiny/kto.yaml: dpo)."""
+    its defaults list names (e.g. tuning/tiny/kto.yaml: dpo), and of its subgroups' options placed at its own
+    level (e.g. evaluator/rpgbench.yaml's ``decoding: <option>``, files with the evaluator's package)."""
     content = OmegaConf.load(path) if path.is_file() else OmegaConf.create()
-    named = [path.parent / f"{entry}.yaml" for entry in content.pop("defaults", []) if isinstance(entry, str)]
+    named = [path.parent / name for entry in content.pop("defaults", []) for name in _default_files(entry)]
     inherited = [file_content(file) for file in named if file.is_file()]
     return OmegaConf.to_container(OmegaConf.merge(*inherited, content), resolve=False)
+
+
+def _default_files(entry) -> list[str]:
+    """The files of a defaults-list entry relative to its folder: a name, or a subgroup's option."""
+    if isinstance(entry, str):
+        return [f"{entry}.yaml"]
+    return [f"{group}/{option}.yaml" for group, option in entry.items() if "@" not in group and option]
 
 
 def file_values(path) -> dict:

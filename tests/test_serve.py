@@ -90,6 +90,9 @@ def test_concurrent_requests_are_batched(tiny):
         ({"messages": [{"role": "robot", "content": "hi"}]}, "role"),
         ({"messages": HELLO, "stream_options": {"include_usage": True}}, "stream_options"),
         ({"messages": HELLO, "n": 2}, "n=1"),
+        ({"messages": HELLO, "chat_template": "{{ messages }}"}, "'chat_template'"),
+        ({"messages": HELLO, "add_generation_prompt": False}, "'add_generation_prompt'"),
+        ({"messages": HELLO, "repetition_penalty": 1.05}, "'repetition_penalty'"),
         (
             {
                 "messages": [

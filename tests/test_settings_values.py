@@ -42,6 +42,9 @@ GENERATION = [
         "evaluator.generation.merge_timeout_s=0.0: expected a number of seconds",
     ),
     ("evaluator.generation.max_prompt_length=0", "evaluator.generation.max_prompt_length=0: expected null or an"),
+    ("evaluator.generation.chat_template=chatlm", "evaluator.generation.chat_template='chatlm': expected null (the"),
+    ("evaluator.generation.reply_tag='<reply>'", "evaluator.generation.reply_tag='<reply>': expected null or a tag"),
+    ("evaluator.generation.stop=['']", "evaluator.generation.stop=['']: expected a list of non-empty strings"),
 ]
 STATISTICS = [
     ("evaluator.bootstrap.n_resamples=0", "evaluator.bootstrap.n_resamples=0: expected an integer >= 1"),

@@ -111,7 +111,8 @@ class FittedPrompt:
 class ChatRenderer:
     """Renders conversations for one tokenizer; ``end_of_turn`` is the token closing an assistant turn;
     ``messages`` turns a conversation's Turns into chat-template messages (the model family's: text, or text
-    with images, a system turn where its template takes one);
+    with images, a system turn where its template takes one); ``chat_template``: a Jinja text rendering
+    instead of the tokenizer's own;
     ``expand_images(text, image paths)`` repeats each image placeholder to the image's token count and
     ``image_spans(ids)`` finds each image's ``[start, end)`` token span (an image-text model's tokenizer:
     ``rpbench.models.vision.ImageTextTokenizer.expand_image_tokens`` / ``image_spans``)."""
@@ -124,8 +125,10 @@ class ChatRenderer:
         messages: Callable[[Sequence[Turn]], list[dict]] = as_messages,
         expand_images: Callable[[str, list[str]], str] | None = None,
         image_spans: Callable[[Sequence[int]], list[tuple[int, int]]] | None = None,
+        chat_template: str | None = None,
     ):
         self.tokenizer = tokenizer
+        self.chat_template = chat_template
         self.end_of_turn = end_of_turn or tokenizer.eos_token
         self.max_length = max_length
         self.messages = messages
@@ -142,7 +145,10 @@ class ChatRenderer:
         """The chat-template text of ``turns``; with ``expand_images``, each image placeholder is repeated as
         many times as the image has tokens, so every length below is the model's real one."""
         text = self.tokenizer.apply_chat_template(
-            self.messages(turns), tokenize=False, add_generation_prompt=generation_prompt
+            self.messages(turns),
+            tokenize=False,
+            add_generation_prompt=generation_prompt,
+            chat_template=self.chat_template,
         )
         if self.expand_images is None:
             return text

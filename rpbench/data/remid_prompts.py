@@ -40,11 +40,11 @@ _INPUTS = {"user_persona", "agent_character", "str_dialogue_context"}
 DEFAULTS: dict[str, str] = {
     "policy_system": "You are talking with a user whose persona is given. Respond as the agent character given.",
     "policy_user": (
-        "<User Persona>{user_persona}</User Persona>\n<Agent Character>{agent_character}</Agent Character>\n"
-        "<Dialogue Context>{str_dialogue_context}</Dialogue Context>\n"
+        "<persona>{user_persona}</persona>\n<character>{agent_character}</character>\n"
+        "<dialogue>{str_dialogue_context}</dialogue>\n"
     ),
     "policy_user_naive": (
-        "User Persona: {user_persona}\nAgent Character: {agent_character}\nDialogue Context: {str_dialogue_context}\n"
+        "The user: {user_persona}\nYour character: {agent_character}\nThe conversation: {str_dialogue_context}\n"
     ),
     "thought_system": (
         "Work out, step by step, what the ideal next reply of the agent must contain and how it must sound, "

@@ -96,20 +96,27 @@ def image_counts(examples: Sequence[EvalExample], fitted: Sequence[FittedPrompt]
     return {"used": sum(used), "history_dropped": sum(shown) - sum(used)}
 
 
-def prompt_renderer(model, tokenizer, max_length: int) -> ChatRenderer:
+def prompt_renderer(model, tokenizer, max_length: int, chat_template: str | None = None) -> ChatRenderer:
     """The renderer of generation prompts: the model family's messages (text, or text with images) and,
-    for a family that takes images, image placeholders expanded to the images' token counts."""
-    return family_renderer(family_of_model(model), tokenizer, max_length)
+    for a family that takes images, image placeholders expanded to the images' token counts. With
+    ``chat_template`` (a Jinja text: ``GenerationOptions.chat_template``'s) the plain messages in that template
+    instead (text models only)."""
+    family = family_of_model(model)
+    if chat_template is None:
+        return family_renderer(family, tokenizer, max_length)
+    if family.takes_images:
+        raise ValueError("a generation chat_template renders text prompts: set it to null for an image-text model")
+    return ChatRenderer(tokenizer, None, max_length, chat_template=chat_template)
 
 
 TEST_FILE = "data.files.test"  # how the evaluation names the file of its records
 
 
-def fit_prompt(renderer: ChatRenderer, example: EvalExample) -> FittedPrompt:
-    """``example``'s prompt fitted to the renderer's budget; an unusable image, or images that alone exceed
-    the budget, are an error naming the record."""
+def fit_prompt(renderer: ChatRenderer, example: EvalExample, generation_prompt: bool = True) -> FittedPrompt:
+    """``example``'s prompt fitted to the renderer's budget (``generation_prompt``: ending on the assistant
+    header); an unusable image, or images that alone exceed the budget, are an error naming the record."""
     try:
-        return renderer.fit_prompt(example.prompt)
+        return renderer.fit_prompt(example.prompt, generation_prompt=generation_prompt)
     except (ImageError, ImageBudgetError) as error:
         raise DataFormatError(TEST_FILE, repr(example.id), "prompt", str(error)) from error
 
@@ -331,8 +338,9 @@ def generate_predictions(
     in_step = synced or (world_size > 1 and gathers_per_batch(model, opts))  # every rank: as many generate calls
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if in_step else 0
     stop_ids = default_stop_ids(model, tokenizer)
-    renderer = prompt_renderer(model, tokenizer, opts.max_prompt_length or tokenizer.model_max_length)
-    fitted = [fit_prompt(renderer, ex) for ex in todo]
+    length = opts.max_prompt_length or tokenizer.model_max_length
+    renderer = prompt_renderer(model, tokenizer, length, opts.template_text)
+    fitted = [fit_prompt(renderer, ex, opts.generation_prompt) for ex in todo]
     prompts = [f.input_ids for f in fitted]
     images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
     if engine is not None:
@@ -356,7 +364,7 @@ def generate_predictions(
     with own.open("a", encoding="utf-8") as f:
         for batch, completions in batches:
             for i, text in zip(batch, completions):
-                f.write(dumps(prediction_record(todo[i], text)))
+                f.write(dumps(prediction_record(todo[i], opts.reply(text))))
             f.flush()
     counts = {"prompts_fitted": prompts_fitted_counts(fitted), "images": image_counts(todo, fitted)}
     if world_size > 1 and rank_and_world()[1] == world_size:  # every rank's prompts
@@ -407,14 +415,24 @@ def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dic
 
 
 def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: Path | None) -> JudgeRequest:
-    """The chat completion asked for ``example``, with the generation's own sampling."""
+    """The chat completion asked for ``example``, with the generation's own sampling and stop strings; the
+    penalty, top-k, chat template and generation prompt as vLLM's extensions of the OpenAI API (a vLLM server
+    takes a request's template with ``--trust-request-chat-template``)."""
     sampling: dict[str, Any] = {
         "temperature": opts.temperature,
         "top_p": opts.top_p if opts.sampling else 1.0,
         "seed": opts.seed,
     }
+    if opts.stop:
+        sampling["stop"] = list(opts.stop)
+    extra: dict[str, Any] = {"repetition_penalty": opts.repetition_penalty}
     if opts.sampling and opts.top_k:
-        sampling["extra_body"] = {"top_k": opts.top_k}
+        extra["top_k"] = opts.top_k
+    if opts.chat_template is not None:
+        extra["chat_template"] = opts.template_text
+    if not opts.generation_prompt:
+        extra["add_generation_prompt"] = False
+    sampling["extra_body"] = extra
     return JudgeRequest(tuple(endpoint_messages(example, image_root)), opts.max_new_tokens, "generation", sampling)
 
 
@@ -458,7 +476,7 @@ def generate_via_endpoint(
             if result.error is not None:
                 failures.append((todo[i].id, result.error))
                 return
-            f.write(dumps(prediction_record(todo[i], (result.text or "").strip())))
+            f.write(dumps(prediction_record(todo[i], opts.reply(result.text or ""))))
             f.flush()
 
         try:

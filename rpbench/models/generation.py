@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rpbench.data.chat import ContentText
+from rpbench.models.chat_templates import available_templates, load_chat_template
 from rpbench.models.vision import is_image_text
 from rpbench.models.zero3 import gathered_for_generation, is_partitioned
 from rpbench.typed import Problem, Settings
@@ -28,7 +29,15 @@ KV_CACHES = ("dynamic", "static")
 @dataclass(frozen=True, kw_only=True)
 class GenerationOptions(Settings):
     """Decoding settings (``evaluator.generation``, every value from the YAML; the objectives that sample build
-    theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off).
+    theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off);
+    ``repetition_penalty`` (1: off; the RPGBench authors' vLLM runs use 1.05) applies either way.
+
+    The prompt: ``chat_template`` null renders it in the model's own chat template, else in the named one (a
+    shipped template or a Jinja file, as ``model.chat_template``; e.g. ``chatml``), for this generation only;
+    ``generation_prompt`` false ends it on the last turn, without the assistant header (the RPGBench authors'
+    template renders none). The reply (``reply``): the text before the first of the ``stop`` strings (each
+    backend also stops generating there), then with ``reply_tag`` (e.g. ``Agent Response``) the text after the
+    last ``<tag>`` and before the first ``</tag>``, each where present.
 
     Only these settings apply: the model's own ``generation_config`` sampling defaults are overridden,
     so results depend on the config alone. ``max_prompt_length``: longer prompts lose history turns from the
@@ -47,6 +56,11 @@ class GenerationOptions(Settings):
     temperature: float
     top_p: float
     top_k: int
+    repetition_penalty: float
+    chat_template: str | None
+    generation_prompt: bool
+    stop: tuple[str, ...]
+    reply_tag: str | None
     batch_size: int
     seed: int
     synced_gpus: bool | None
@@ -67,6 +81,18 @@ class GenerationOptions(Settings):
             found.append(("top_p", "a share in (0, 1]"))
         if self.top_k < 0:
             found.append(("top_k", "an integer >= 0 (0: off)"))
+        if not self.repetition_penalty > 0:
+            found.append(("repetition_penalty", "a number > 0 (1: off)"))
+        if self.chat_template is not None:
+            try:
+                load_chat_template(self.chat_template)
+            except ValueError:
+                shipped = ", ".join(available_templates())
+                found.append(("chat_template", f"null (the model's own), one of {shipped} or a Jinja file"))
+        if any(not stop for stop in self.stop):
+            found.append(("stop", "a list of non-empty strings"))
+        if self.reply_tag is not None and (not self.reply_tag or any(c in self.reply_tag for c in "<>/")):
+            found.append(("reply_tag", "null or a tag name without <, > or / (e.g. Agent Response)"))
         if self.batch_size < 1:
             found.append(("batch_size", "an integer >= 1"))
         if self.seed < 0:
@@ -85,6 +111,19 @@ class GenerationOptions(Settings):
     @property
     def sampling(self) -> bool:
         return self.temperature > 0
+
+    @property
+    def template_text(self) -> str | None:
+        """The Jinja text of ``chat_template`` (None: the model's own)."""
+        return None if self.chat_template is None else load_chat_template(self.chat_template)
+
+    def reply(self, completion: str) -> str:
+        """The reply in a decoded completion: cut at the first stop string, the text inside the reply tags."""
+        for stop in self.stop:
+            completion = completion.split(stop, 1)[0]
+        if self.reply_tag is not None:
+            completion = completion.split(f"</{self.reply_tag}>", 1)[0].split(f"<{self.reply_tag}>")[-1]
+        return completion.strip()
 
 
 def render_prompts(
@@ -136,9 +175,10 @@ def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_i
     return GenerationConfig(
         max_new_tokens=opts.max_new_tokens,
         do_sample=opts.sampling,
-        repetition_penalty=1.0,
+        repetition_penalty=opts.repetition_penalty,
         eos_token_id=list(stop_ids),
         pad_token_id=pad_id,
+        **({"stop_strings": list(opts.stop)} if opts.stop else {}),
         **({"cache_implementation": "static"} if opts.cache == "static" else {}),
         **sampling,
     )
@@ -242,6 +282,7 @@ def generate_batches(
                         **{name: value.to(device) for name, value in inputs.items()},
                         generation_config=config,
                         synced_gpus=synced_gpus,
+                        **({"tokenizer": tokenizer} if opts.stop else {}),  # stop strings are matched on text
                     )
                 completions = [decode_completion(tokenizer, row, stop_ids) for row in out[:, width:].tolist()]
                 if batch:

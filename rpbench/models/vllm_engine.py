@@ -40,6 +40,23 @@ def _plain_model(model: nn.Module) -> nn.Module:
     return model
 
 
+def sampling_kwargs(opts: GenerationOptions, stop_ids: Sequence[int], n: int = 1, seed: int | None = None) -> dict:
+    """``vllm.SamplingParams``' arguments equal to ``opts``: greedy at temperature 0, stop ids kept in the
+    output, stop strings left out of it (vLLM's default)."""
+    return {
+        "n": n,
+        "max_tokens": opts.max_new_tokens,
+        "temperature": opts.temperature,
+        "top_p": opts.top_p if opts.sampling else 1.0,
+        "top_k": opts.top_k if opts.sampling and opts.top_k else -1,
+        "repetition_penalty": opts.repetition_penalty,
+        "stop": list(opts.stop),
+        "stop_token_ids": list(stop_ids),
+        "seed": seed,
+        "skip_special_tokens": False,
+    }
+
+
 class VLLMEngine:
     """A ``vllm.LLM`` built from ``model``'s current weights; ``what`` names the setting in errors."""
 
@@ -61,17 +78,8 @@ class VLLMEngine:
         )
 
     def sampling_params(self, opts: GenerationOptions, stop_ids: Sequence[int], n: int = 1, seed: int | None = None):
-        """vLLM sampling settings equal to ``opts`` (greedy at temperature 0; stop ids kept in the output)."""
-        return self._vllm.SamplingParams(
-            n=n,
-            max_tokens=opts.max_new_tokens,
-            temperature=opts.temperature,
-            top_p=opts.top_p if opts.sampling else 1.0,
-            top_k=opts.top_k if opts.sampling and opts.top_k else -1,
-            stop_token_ids=list(stop_ids),
-            seed=seed,
-            skip_special_tokens=False,
-        )
+        """vLLM sampling settings equal to ``opts`` (``sampling_kwargs``)."""
+        return self._vllm.SamplingParams(**sampling_kwargs(opts, stop_ids, n, seed))
 
     def generate_ids(
         self,

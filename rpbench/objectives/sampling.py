@@ -114,6 +114,11 @@ def rollout_options(
         temperature=temperature,
         top_p=top_p,
         top_k=top_k,
+        repetition_penalty=1.0,  # rollouts sample the policy's own distribution (TRL's default)
+        chat_template=None,  # the prompt rows are rendered by the caller
+        generation_prompt=True,
+        stop=(),
+        reply_tag=None,
         cache=cache,
         gather_per_batch=gather_per_batch,
         max_prompt_length=None,

@@ -204,8 +204,8 @@ def test_rpgbench_sample_file():
     assert example.task == source["subset_tag"] and example.reference == source["agent_golden_response"]
     assert [t.role for t in example.prompt] == ["system", "user"]  # the released evaluation layout
     user = example.prompt[1].content
-    assert f"<User Persona>{source['user_persona']}</User Persona>" in user
-    assert f"<Agent Character>{source['agent_character']}</Agent Character>" in user
+    assert f"<persona>{source['user_persona']}</persona>" in user
+    assert f"<character>{source['agent_character']}</character>" in user
     assert all(next(iter(d.values())) in user for d in source["dialogue_context"])
     assert [t["content"] for t in example.meta["dialogue"]] == [
         next(iter(d.values())) for d in source["dialogue_context"]
@@ -222,7 +222,7 @@ def test_rpgbench_persona_object_and_training_layout(tmp_path):
     path.write_text(json.dumps({"IDTrain": [rpg_sample(user_persona=persona)]}), encoding="utf-8")
     [example] = rpgbench.read_sft(path).examples
     # the authors insert objects with str(): a persona object appears as its Python repr
-    assert f"<User Persona>{persona}</User Persona>" in example.turns[1].content
+    assert f"<persona>{persona}</persona>" in example.turns[1].content
     assert example.meta["subset_tag"] == "german" and example.meta["x"]["user_persona"] == str(persona)
     assert [t.role for t in example.turns] == ["system", "user", "assistant"]
 

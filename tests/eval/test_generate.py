@@ -363,3 +363,27 @@ def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
         "cut_after_system": over.count(True),
         "cut_left": over.count(False),
     }
+
+
+def test_repetition_penalty_reaches_local_generation(tiny):
+    """A penalty changes the greedy reply, to what model.generate gives with the same penalty."""
+    model, tok = tiny
+    conversation = as_messages(make_examples()[0].prompt)
+    stop_ids = model.generation_config.eos_token_id
+    [plain] = generate_texts(model, tok, [conversation], max_new_tokens=60)
+    [penalised] = generate_texts(model, tok, [conversation], max_new_tokens=60, repetition_penalty=100.0)
+    ids = tok.apply_chat_template(
+        conversation, add_generation_prompt=True, tokenize=True, return_dict=True, return_tensors="pt"
+    )
+    out = model.generate(**ids, max_new_tokens=60, do_sample=False, repetition_penalty=100.0)
+    row = out[0, ids["input_ids"].shape[1] :].tolist()
+    stops = stop_ids if isinstance(stop_ids, list) else [stop_ids]
+    cut = next((i for i, t in enumerate(row) if t in stops), len(row))
+    assert penalised != plain
+    assert penalised == tok.decode(row[:cut], skip_special_tokens=True).strip()
+
+
+def test_repetition_penalty_is_sent_to_the_endpoint(server, tmp_path):
+    cfg = generation_options(repetition_penalty=1.05)
+    generate_via_endpoint(generation_endpoint(server.url, "m"), make_examples(2), tmp_path / "p.jsonl", cfg)
+    assert {r["repetition_penalty"] for r in server.requests} == {1.05}

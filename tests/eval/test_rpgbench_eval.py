@@ -186,6 +186,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
         run_dir,
         "objective=none",
         "evaluator=rpgbench",
+        "evaluator/decoding=authors",  # every prompt in ChatML (the default: each model's own template)
         "data=sample_rpgbench",
         "judge=local",
         "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
@@ -214,6 +215,7 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path)
             ev["winrate"]["by_category"][category]["excluded_empty_predictions"] == entry["excluded_empty_predictions"]
         )
     assert g["reasoning_source"].startswith("the reasoner (model=tiny-qwen3)")
+    assert g["reasoning_source"].endswith("repetition penalty 1.05, chat template chatml")
     assert set(ev["prompts"]) >= {"policy_system", "policy_user", "pxy_user", "thought_user"}
     provenance = g["provenance"]  # what the multi-run summary compares across runs
     assert provenance["critic"] == {

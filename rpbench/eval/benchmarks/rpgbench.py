@@ -70,13 +70,24 @@ def generated_reasoning(
 def sampled_responses(
     model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, path: Path, options: GenerationOptions
 ) -> dict[str, list[str]]:
-    """``entropy.samples`` responses per record at temperature 1, no top-p / top-k (an estimate of
-    H(p(· | x)) needs the model's own distribution), seeded; kept in ``path``."""
+    """``entropy.samples`` responses per record at temperature 1, no top-p / top-k / repetition penalty, in the
+    model's own chat template, neither cut at stop strings nor tags (an estimate of H(p(· | x)) needs the
+    model's own distribution, scored under its own template), seeded; kept in ``path``."""
     from rpbench.eval.generate import generate_predictions
 
     copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(entropy.samples)]
     sampling = replace(
-        options, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=entropy.max_new_tokens, seed=entropy.seed
+        options,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        repetition_penalty=1.0,
+        chat_template=None,
+        generation_prompt=True,
+        stop=(),
+        reply_tag=None,
+        max_new_tokens=entropy.max_new_tokens,
+        seed=entropy.seed,
     )
     generate_predictions(model, tokenizer, copies, path, sampling)
     drawn: dict[str, list[str]] = {}
@@ -297,6 +308,8 @@ class RPGBench(Benchmark):
             entropy,
         )
         decoding = f"temperature {reasoning_options.temperature}" if reasoning_options.temperature else "greedy"
+        decoding += f", repetition penalty {reasoning_options.repetition_penalty}"
+        decoding += f", chat template {reasoning_options.chat_template or 'its own'}"
         source = f"the reasoner ({reasoner_spec.description}), {decoding}"
         analysis = analyze(examples, predictions, critic, embedder, settings, reasoning, source, inputs, plain_critic)
         tables = [name for names in CONDITIONS.values() for name in names[:2]]

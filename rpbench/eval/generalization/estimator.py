@@ -3,7 +3,8 @@ generator q(r | x) (``evaluator.critic`` / ``evaluator.reasoner``).
 
 A spec is one of:
 - a CoRL run folder (its ``config.yaml`` and exported ``model/dialogue`` for the critic, ``model/reasoner``
-  for the reasoner; ``model/`` when the run exported one model);
+  for the reasoner; ``model/`` when the run exported one model), checked at startup without loading it
+  (``config.json``, safetensors headers, tokenizer files: ``model_folder_problems``);
 - an rpbench ``conf/model`` entry name (e.g. ``qwen3-8b``, ``tiny-qwen3``), or a hub id that an entry names
   (``Qwen/Qwen3-8B``);
 - ``self`` (critic only): the evaluated model scores itself; its EMI is then not comparable across models.
@@ -21,6 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rpbench.data.errors import ConfigError
+from rpbench.models.checks import model_folder_problems
 from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
 
 SELF = "self"
@@ -81,6 +83,12 @@ def _run_model(folder: Path, role: str) -> dict[str, Any]:
         raise ConfigError(f"evaluator.{role}={folder}: its config.yaml has no model section")
     for candidate in (folder / "model" / EXPORTED[role], folder / "model"):
         if (candidate / "config.json").is_file():
+            problems = model_folder_problems(candidate)
+            if problems:
+                raise ConfigError(
+                    f"evaluator.{role}={folder}: its exported model cannot load: {'; '.join(problems)}. Re-export "
+                    "it (re-run the CoRL run with save_model=true) or copy it again"
+                )
             model = OmegaConf.to_container(run_cfg.model, resolve=False)
             return {**model, "name_or_path": str(candidate), "lora": None}
     raise ConfigError(

@@ -74,3 +74,46 @@ def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path)
     train = json.loads((out / "metrics.json").read_text())["train"]
     assert train["optimizer_steps"] == 1
     assert "held_out" not in train  # Lightning's fast_dev_run skips the pass before training: no "before" to report
+
+
+EPOCH = [*QUIET, "data.max_train_samples=48"]  # 43 training records: 6 micro-batches of 8 (3 steps of 2)
+
+
+@pytest.mark.parametrize(
+    ("override", "refusal"),
+    [
+        ("trainer.limit_train_batches=0.0001", r"trainer\.limit_train_batches=0\.0001: keeps no training batch"),
+        ("trainer.val_check_interval=7", r"trainer\.val_check_interval=7: past the end of the epoch"),
+        ("objective.val_every_n_steps=4", r"objective\.val_every_n_steps=4 \(8 micro-batches\): past the end"),
+    ],
+)
+def test_batch_limits_lightning_refuses_stop_the_run_before_the_model_loads(tmp_path, override, refusal):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=refusal + r".*an epoch has at most 6 training micro-batches \(43 records"):
+        run_in_process(out, *EPOCH, override)
+    assert not (out / "config.yaml").exists()  # refused right after the data was read
+
+
+def test_a_validation_interval_at_the_epoch_end_is_one_lightning_accepts(tmp_path):
+    result = run_in_process(tmp_path / "run", *EPOCH, "trainer.val_check_interval=6", "trainer.max_steps=1")
+    assert result["train"]["optimizer_steps"] == 1
+
+
+def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(tmp_path, compose, monkeypatch):
+    from huggingface_hub import constants
+
+    from rpbench.validate import check_model_source
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once, at import
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError, match=r"model\.name_or_path='Qwen/Qwen2\.5-0\.5B': not a local folder.*HF_HUB_OFF"):
+        run_in_process(tmp_path / "run", "model=qwen2.5-0.5b", "objective=none", "data.max_test_samples=2")
+    assert not (tmp_path / "run" / "config.yaml").exists()
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    check_model_source(validate(compose("model=qwen2.5-0.5b", "objective=none")))  # in the cache: loads offline
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    check_model_source(validate(compose("model=llama3-8b", "objective=none")))  # online: the download may work

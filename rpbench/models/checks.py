@@ -1,6 +1,7 @@
 """Startup checks of a model config (conf/model/*.yaml) that the loaders would otherwise reject late, as
-tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, and a local path that
-does not exist (a hub id cannot be checked offline: its download error names it)."""
+tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, a local path that
+does not exist, a hub id not in the cache while the Hub is offline (``hub_problems``), and a saved model
+folder that cannot load (``model_folder_problems``)."""
 
 from __future__ import annotations
 
@@ -139,3 +140,23 @@ def safetensors_problem(path: Path) -> str | None:
     if 8 + length + end > size:
         return f"{path}: cut short ({size} bytes, its tensors need {8 + length + end}; an interrupted download or copy?)"
     return None
+
+
+def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
+    """With the Hub offline (HF_HUB_OFFLINE=1), a hub id whose config.json is not in the local Hugging Face
+    cache: loading it would fail after the run has started."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    name = str(model["name_or_path"])
+    if not constants.HF_HUB_OFFLINE or name.startswith(TINY_PREFIX) or Path(name).expanduser().is_dir():
+        return []
+    if _looks_local(name):
+        return []  # a local path that does not exist: model_problems names it
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=model["revision"]), str):
+        return []
+    return [
+        f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "
+        f"HF_HUB_OFFLINE=1 lets it load from: download it where there is a network (`hf download {name} "
+        f"--local-dir <dir>`) and pass {key}.name_or_path=<dir>, point HF_HOME at a cache that holds it, or unset "
+        "HF_HUB_OFFLINE"
+    ]

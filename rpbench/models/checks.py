@@ -78,7 +78,7 @@ def model_folder_problems(folder: Path) -> list[str]:
     found = _config_problems(folder / "config.json")
     found += _weights_problems(folder)
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        found.append(f"{folder}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save the tokenizer with the model")
+        found.append(f"{folder}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save it with the model")
     return found
 
 
@@ -138,7 +138,8 @@ def safetensors_problem(path: Path) -> str | None:
         except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, IndexError) as error:
             return f"{path}: not a safetensors file (its header is unreadable: {type(error).__name__})"
     if 8 + length + end > size:
-        return f"{path}: cut short ({size} bytes, its tensors need {8 + length + end}; an interrupted download or copy?)"
+        need = 8 + length + end
+        return f"{path}: cut short ({size} bytes, its tensors need {need}; an interrupted download or copy?)"
     return None
 
 

@@ -117,3 +117,24 @@ def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(tm
     check_model_source(validate(compose("model=qwen2.5-0.5b", "objective=none")))  # in the cache: loads offline
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     check_model_source(validate(compose("model=llama3-8b", "objective=none")))  # online: the download may work
+
+
+@pytest.mark.parametrize("records", [5, 17, 43, 2001])
+def test_a_refused_share_is_one_lightning_refuses_and_the_share_advised_one_it_takes(compose, records):
+    import re
+
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.trainer.connectors.data_connector import _parse_num_batches
+    from lightning.pytorch.trainer.states import RunningStage
+
+    from rpbench.training.options import epoch_problems, most_micro_batches
+
+    objective = validate(compose("objective.batch_size=2", "objective.grad_accum=1")).objective
+    most = most_micro_batches(objective, records)
+    assert most == -(-records // 2)  # one micro-batch per two records, the last one short
+    (refusal,) = epoch_problems({"limit_train_batches": 0.5 / most}, objective, records)
+    with pytest.raises(MisconfigurationException):
+        _parse_num_batches(RunningStage.TRAINING, most, 0.5 / most)
+    advised = float(re.search(r"a share of at least ([0-9.]+)", refusal).group(1))
+    assert _parse_num_batches(RunningStage.TRAINING, most, advised) >= 1
+    assert epoch_problems({"limit_train_batches": advised}, objective, records) == []

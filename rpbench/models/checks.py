@@ -153,7 +153,7 @@ def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
         return []
     if _looks_local(name):
         return []  # a local path that does not exist: model_problems names it
-    if isinstance(try_to_load_from_cache(name, "config.json", revision=model["revision"]), str):
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=model.get("revision")), str):
         return []
     return [
         f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "

@@ -187,8 +187,8 @@ def epoch_problems(trainer_cfg: Mapping[str, Any], objective: ObjectiveConfig, t
     limit = trainer_cfg.get("limit_train_batches")
     if isinstance(limit, float) and int(most * limit) == 0:
         found.append(
-            f"trainer.limit_train_batches={limit!r}: keeps no training batch ({epoch}): set at least {1 / most:.3g}, "
-            "a number of batches, or null"
+            f"trainer.limit_train_batches={limit!r}: keeps no training batch ({epoch}): set a share of at least "
+            f"{math.ceil(1000 / most) / 1000}, a number of batches, or null"
         )
         return found
     if limit is None:

@@ -140,6 +140,8 @@ def test_a_run_stopped_on_max_steps_continues_to_a_larger_one_as_if_uninterrupte
     run_in_process(reference, *CONTINUED, "trainer.max_steps=10")  # into the second epoch
     first = run_in_process(continued, *CONTINUED, "trainer.max_steps=4")  # stops mid-epoch
     assert first["train"]["optimizer_steps"] == 4
+    again = run_in_process(continued, *CONTINUED, "trainer.max_steps=4")["train"]  # finished: nothing more trains
+    assert again["optimizer_steps"] == 4 and again["held_out"] == first["train"]["held_out"]
     with pytest.raises(ConfigError, match=r"trainer\.max_steps: 4 -> 3; trainer\.max_steps may grow .* not shrink"):
         run_in_process(continued, *CONTINUED, "trainer.max_steps=3")
 

@@ -43,7 +43,8 @@ from rpbench.training import (
     untuned_start_warning,
     zero_stage,
 )
-from rpbench.validate import RunSpec, check_test_images, check_test_records, validate
+from rpbench.training.options import epoch_problems
+from rpbench.validate import RunSpec, check_model_source, check_test_images, check_test_records, validate
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,16 @@ def evaluates_model_itself(spec: RunSpec) -> bool:
     """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
     ev = spec.evaluator
     return evaluates_a_model(spec) and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
+
+
+def check_epoch(training: TrainingSpec, splits: dict[str, list], train_split: str) -> None:
+    """The trainer's batch limits against the records an epoch trains on (``epoch_problems``), once they are read
+    and before the model loads: a ConfigError listing what Lightning would refuse after loading."""
+    trained, _ = train_val_split(splits[train_split], training.data.val_fraction, training.run.seed)
+    records = len(trained) + len(splits.get("augment", []))
+    problems = epoch_problems(training.trainer.as_dict(), training.objective, records)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
 def needs_model(spec: RunSpec) -> bool:
@@ -205,6 +216,8 @@ def import_plugins(modules: list[str]) -> None:
 def run(cfg: DictConfig) -> dict[str, Any]:
     import_plugins(list(cfg.plugins))  # before validation, which checks names against the registries
     spec = validate(cfg)  # every setting, before anything expensive: the run's typed parts
+    if needs_model(spec):
+        check_model_source(spec)
     out_dir = Path(cfg.paths.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
@@ -217,6 +230,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         trained = {file: records[file]["records_sha256"] for file in (train_split, "augment") if file in records}
         training = training.with_records(trained)
         warnings += check_resume(training, resolve_ckpt(training.run.ckpt_path, out_dir))
+        check_epoch(training, splits, train_split)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     results: dict[str, Any] = {
         "run_name": cfg.run_name,

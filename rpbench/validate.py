@@ -21,7 +21,7 @@ from rpbench.data.spec import DataSpec, data_spec_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import export_problems
 from rpbench.models import family_of
-from rpbench.models.checks import model_problems
+from rpbench.models.checks import hub_problems, model_problems
 from rpbench.models.config_tree import model_config, model_options
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
@@ -297,6 +297,15 @@ def check_test_records(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
     problems = BENCHMARKS.get(ev.name).record_problems(ev, spec.data, examples) if ev is not None else []
     if problems:
         raise ConfigError("invalid test records:\n  " + "\n  ".join(problems))
+
+
+def check_model_source(spec: RunSpec) -> None:
+    """Before a run loads its model: one it cannot reach (a hub id missing from the cache while the Hub is
+    offline) is a ConfigError naming ``model.name_or_path`` and what to do. Not part of ``validate``: a run that
+    loads no model (an endpoint evaluation) does not need it."""
+    problems = hub_problems(spec.model)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
 def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:

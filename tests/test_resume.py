@@ -21,6 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import OFFLINE_ENV, REPO_ROOT, run_in_process
+from rpbench.data.errors import ConfigError
 
 # 96 records -> 86 training samples in 43 micro-batches of 2 per epoch, one optimizer step each: 86 steps.
 TRAINING = [
@@ -117,3 +118,42 @@ def test_rerunning_a_finished_folder_keeps_its_before_and_after(uninterrupted, t
     after = json.loads((out / "metrics.json").read_text())["train"]
     assert after["held_out"] == before["held_out"] and after["optimizer_steps"] == before["optimizer_steps"]
     assert before["held_out"]["before"]["loss"] > before["held_out"]["after"]["loss"]
+
+
+# 16 records -> 14 training samples in 7 micro-batches of 2 per epoch; the schedule's lr does not depend on its length.
+CONTINUED = [
+    "evaluator=none",
+    "trainer.enable_progress_bar=false",
+    "data.max_train_samples=16",
+    "objective.epochs=2",
+    "objective.batch_size=2",
+    "objective.grad_accum=1",
+    "objective.log_every_n_steps=1",
+    "objective.scheduler=constant",
+    "objective.warmup_ratio=0",
+    "checkpoint_every_n_steps=null",
+]
+
+
+def test_a_run_stopped_on_max_steps_continues_to_a_larger_one_as_if_uninterrupted(tmp_path):
+    reference, continued = tmp_path / "reference", tmp_path / "continued"
+    run_in_process(reference, *CONTINUED, "trainer.max_steps=10")  # into the second epoch
+    first = run_in_process(continued, *CONTINUED, "trainer.max_steps=4")  # stops mid-epoch
+    assert first["train"]["optimizer_steps"] == 4
+    again = run_in_process(continued, *CONTINUED, "trainer.max_steps=4")["train"]  # finished: nothing more trains
+    assert again["optimizer_steps"] == 4 and again["held_out"] == first["train"]["held_out"]
+    with pytest.raises(ConfigError, match=r"trainer\.max_steps: 4 -> 3; trainer\.max_steps may grow .* not shrink"):
+        run_in_process(continued, *CONTINUED, "trainer.max_steps=3")
+
+    expected = json.loads((reference / "metrics.json").read_text())["train"]
+    got = run_in_process(continued, *CONTINUED, "trainer.max_steps=10")["train"]
+    assert got["optimizer_steps"] == expected["optimizer_steps"] == 10
+    assert got["held_out"]["before"] == expected["held_out"]["before"]
+    assert got["held_out"]["after"]["loss"] == pytest.approx(expected["held_out"]["after"]["loss"], rel=1e-5)
+    reference_losses, continued_losses = losses(reference), losses(continued)
+    assert sorted(continued_losses) == list(range(4, 10))  # the steps after the first run's, each once
+    for step, loss in continued_losses.items():
+        assert loss == pytest.approx(reference_losses[step], rel=1e-5, abs=1e-6), f"step {step}"
+    weights = load_file(reference / "model" / "model.safetensors")
+    for name, tensor in load_file(continued / "model" / "model.safetensors").items():
+        torch.testing.assert_close(tensor, weights[name], rtol=1e-5, atol=1e-6)

@@ -84,3 +84,67 @@ def test_accelerator_gpu_without_cuda_is_refused_before_loading():
         "trainer.accelerator=gpu: no CUDA device here (use trainer.accelerator=cpu or auto)"
     ]
     assert value_problems({"accelerator": "cpu"}) == []
+
+
+EPOCH = [*QUIET, "data.max_train_samples=48"]  # 43 training records: 6 micro-batches of 8 (3 steps of 2)
+
+
+@pytest.mark.parametrize(
+    ("override", "refusal"),
+    [
+        ("trainer.limit_train_batches=0.0001", r"trainer\.limit_train_batches=0\.0001: keeps no training batch"),
+        ("trainer.val_check_interval=7", r"trainer\.val_check_interval=7: past the end of the epoch"),
+        ("objective.val_every_n_steps=4", r"objective\.val_every_n_steps=4 \(8 micro-batches\): past the end"),
+    ],
+)
+def test_batch_limits_lightning_refuses_stop_the_run_before_the_model_loads(tmp_path, override, refusal):
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=refusal + r".*an epoch has at most 6 training micro-batches \(43 records"):
+        run_in_process(out, *EPOCH, override)
+    assert not (out / "config.yaml").exists()  # refused right after the data was read
+
+
+def test_a_validation_interval_at_the_epoch_end_is_one_lightning_accepts(tmp_path):
+    result = run_in_process(tmp_path / "run", *EPOCH, "trainer.val_check_interval=6", "trainer.max_steps=1")
+    assert result["train"]["optimizer_steps"] == 1
+
+
+def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(tmp_path, compose, monkeypatch):
+    from huggingface_hub import constants
+
+    from rpbench.validate import check_model_source
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # read once, at import
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(ConfigError, match=r"model\.name_or_path='Qwen/Qwen2\.5-0\.5B': not a local folder.*HF_HUB_OFF"):
+        run_in_process(tmp_path / "run", "model=qwen2.5-0.5b", "objective=none", "data.max_test_samples=2")
+    assert not (tmp_path / "run" / "config.yaml").exists()
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    check_model_source(validate(compose("model=qwen2.5-0.5b", "objective=none")))  # in the cache: loads offline
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    check_model_source(validate(compose("model=llama3-8b", "objective=none")))  # online: the download may work
+
+
+@pytest.mark.parametrize("records", [5, 17, 43, 2001])
+def test_a_refused_share_is_one_lightning_refuses_and_the_share_advised_one_it_takes(compose, records):
+    import re
+
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+    from lightning.pytorch.trainer.connectors.data_connector import _parse_num_batches
+    from lightning.pytorch.trainer.states import RunningStage
+
+    from rpbench.training.options import epoch_problems, most_micro_batches
+
+    objective = validate(compose("objective.batch_size=2", "objective.grad_accum=1")).objective
+    most = most_micro_batches(objective, records)
+    assert most == -(-records // 2)  # one micro-batch per two records, the last one short
+    (refusal,) = epoch_problems({"limit_train_batches": 0.5 / most}, objective, records)
+    with pytest.raises(MisconfigurationException):
+        _parse_num_batches(RunningStage.TRAINING, most, 0.5 / most)
+    advised = float(re.search(r"a share of at least ([0-9.]+)", refusal).group(1))
+    assert _parse_num_batches(RunningStage.TRAINING, most, advised) >= 1
+    assert epoch_problems({"limit_train_batches": advised}, objective, records) == []

@@ -1,9 +1,11 @@
 """Startup checks of a model config (conf/model/*.yaml) that the loaders would otherwise reject late, as
-tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, and a local path that
-does not exist (a hub id cannot be checked offline: its download error names it)."""
+tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, a local path that
+does not exist, a hub id not in the cache while the Hub is offline (``hub_problems``), and a saved model
+folder that cannot load (``model_folder_problems``)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,3 +64,100 @@ def lora_problems(lora: Any, key: str) -> list[str]:
     ):
         found.append(f"{key}.target_modules={targets!r}: expected a list of module names or 'all-linear'")
     return found
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
+LEGACY_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def model_folder_problems(folder: Path) -> list[str]:
+    """What keeps the saved model ``folder`` from loading, each naming its file: ``config.json`` unreadable,
+    or of a model type or architecture transformers does not know; weights missing or cut short (each
+    safetensors header against its file's size); no tokenizer. No weights are read."""
+    found = _config_problems(folder / "config.json")
+    found += _weights_problems(folder)
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        found.append(f"{folder}: no tokenizer (none of {', '.join(TOKENIZER_FILES)}): save it with the model")
+    return found
+
+
+def _config_problems(path: Path) -> list[str]:
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    if not path.is_file():
+        return [f"{path}: missing (a saved model's settings)"]
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        return [f"{path}: not valid JSON ({error})"]
+    if not isinstance(config, dict):
+        return [f"{path}: expected a JSON object, got {type(config).__name__}"]
+    if "auto_map" in config:  # the model's own code (trust_remote_code) defines its type
+        return []
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or model_type not in CONFIG_MAPPING:
+        return [f"{path}: model_type={model_type!r} is not a model type transformers {transformers.__version__} knows"]
+    architectures = config.get("architectures") or []
+    unknown = [name for name in architectures if not (isinstance(name, str) and hasattr(transformers, name))]
+    if unknown:
+        return [f"{path}: architectures {unknown} are not classes of transformers {transformers.__version__}"]
+    return []
+
+
+def _weights_problems(folder: Path) -> list[str]:
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        try:
+            files = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as error:
+            return [f"{index}: not a safetensors index with a weight_map ({type(error).__name__}: {error})"]
+    elif (folder / SAFETENSORS).is_file():
+        files = [SAFETENSORS]
+    elif any((folder / name).is_file() for name in LEGACY_WEIGHTS):
+        return []  # pickled weights: their size says nothing without loading them
+    else:
+        return [f"{folder}: no weights (neither {SAFETENSORS} nor {SAFETENSORS_INDEX}): save the model's weights there"]
+    return [problem for name in files if (problem := safetensors_problem(folder / name))]
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """What is wrong with the safetensors file ``path`` from its header alone (missing, cut short, an unreadable
+    header); None when its tensors fit in the file."""
+    if not path.is_file():
+        return f"{path}: missing"
+    size = path.stat().st_size
+    with path.open("rb") as file:
+        length = int.from_bytes(file.read(8), "little")
+        if size < 8 or 8 + length > size:
+            return f"{path}: cut short ({size} bytes, less than its header; an interrupted download or copy?)"
+        try:
+            header = json.loads(file.read(length))
+            end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+        except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError, TypeError, IndexError) as error:
+            return f"{path}: not a safetensors file (its header is unreadable: {type(error).__name__})"
+    if 8 + length + end > size:
+        need = 8 + length + end
+        return f"{path}: cut short ({size} bytes, its tensors need {need}; an interrupted download or copy?)"
+    return None
+
+
+def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
+    """With the Hub offline (HF_HUB_OFFLINE=1), a hub id whose config.json is not in the local Hugging Face
+    cache: loading it would fail after the run has started."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    name = str(model["name_or_path"])
+    if not constants.HF_HUB_OFFLINE or name.startswith(TINY_PREFIX) or Path(name).expanduser().is_dir():
+        return []
+    if _looks_local(name):
+        return []  # a local path that does not exist: model_problems names it
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=model.get("revision")), str):
+        return []
+    return [
+        f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "
+        f"HF_HUB_OFFLINE=1 lets it load from: download it where there is a network (`hf download {name} "
+        f"--local-dir <dir>`) and pass {key}.name_or_path=<dir>, point HF_HOME at a cache that holds it, or unset "
+        "HF_HUB_OFFLINE"
+    ]

@@ -56,10 +56,18 @@ class ValidationHistory(Callback):
         self.history = list(state_dict["history"])
 
 
+def stopped_on_max_steps(trainer) -> bool:
+    """Whether ``trainer.max_steps`` is reached before the epoch's last batch."""
+    cut_short = not trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
+    return 0 <= trainer.max_steps <= trainer.global_step and cut_short
+
+
 class LastCheckpoint(ModelCheckpoint):
-    """``checkpoints/last.ckpt`` every ``every_n_steps`` optimizer steps (0: never mid-epoch) and at each
-    epoch end, written to a temporary file and renamed over the previous one: a kill at any moment leaves
-    the previous or the new checkpoint, whole."""
+    """``checkpoints/last.ckpt`` every ``every_n_steps`` optimizer steps (0: never mid-epoch), at each
+    epoch end, and at the step ``trainer.max_steps`` stops training mid-epoch (instead of that epoch's end,
+    which Lightning would resume at the next epoch: a larger ``max_steps`` continues the epoch), written to a
+    temporary file and renamed over the previous one: a kill at any moment leaves the previous or the new
+    checkpoint, whole."""
 
     def __init__(self, dirpath: Path, every_n_steps: int):
         super().__init__(
@@ -70,10 +78,15 @@ class LastCheckpoint(ModelCheckpoint):
             enable_version_counter=False,
         )
 
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        if stopped_on_max_steps(trainer) and not self._should_skip_saving_checkpoint(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         """After the epoch's last step and its validation, even when a step checkpoint was just written
         (that one lacks the validation)."""
-        if trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run and not stopped_on_max_steps(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:

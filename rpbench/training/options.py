@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
+
+if TYPE_CHECKING:
+    from rpbench.objectives.config import ObjectiveConfig
 
 # Trainer parameters rpbench sets itself: where they are configured instead.
 SET_ELSEWHERE = {
@@ -170,3 +174,50 @@ def extra_callbacks(trainer_cfg: Mapping[str, Any]) -> list:
     from hydra.utils import instantiate
 
     return [instantiate(spec) for spec in trainer_cfg.get("callbacks") or []]
+
+
+def most_micro_batches(objective: ObjectiveConfig, train_records: int) -> int:
+    """The most micro-batches an epoch of ``train_records`` records can give one rank: a record renders to one
+    sample at most, a packed batch holds one at least, and a rank's batches fill whole optimizer steps."""
+    batches = train_records if objective.packing else math.ceil(train_records / int(objective.batch_size))
+    grad_accum = int(objective.grad_accum)
+    return math.ceil(batches / grad_accum) * grad_accum
+
+
+def epoch_problems(trainer_cfg: Mapping[str, Any], objective: ObjectiveConfig, train_records: int) -> list[str]:
+    """What Lightning refuses once it counts an epoch's training batches, checked once the records are read
+    (before the model loads) against ``most_micro_batches``: a ``limit_train_batches`` share that keeps no
+    batch, a validation interval (``trainer.val_check_interval``, or ``objective.val_every_n_steps`` times
+    ``grad_accum``) past the epoch's end."""
+    if trainer_cfg.get("fast_dev_run"):
+        return []  # Lightning's own 1-batch run replaces these limits
+    most = most_micro_batches(objective, train_records)
+    epoch = f"an epoch has at most {most} training micro-batches ({train_records} records"
+    epoch += ", packed)" if objective.packing else f" in micro-batches of {objective.batch_size})"
+    found = []
+    limit = trainer_cfg.get("limit_train_batches")
+    if isinstance(limit, float) and int(most * limit) == 0:
+        found.append(
+            f"trainer.limit_train_batches={limit!r}: keeps no training batch ({epoch}): set a share of at least "
+            f"{math.ceil(1000 / most) / 1000}, a number of batches, or null"
+        )
+        return found
+    if limit is None:
+        batches = most
+    else:
+        batches = min(most, limit) if isinstance(limit, int) else int(most * limit)
+    every_epoch = "check_val_every_n_epoch" not in trainer_cfg or trainer_cfg["check_val_every_n_epoch"] is not None
+    validating = trainer_cfg.get("limit_val_batches") != 0 and every_epoch
+    interval = trainer_cfg.get("val_check_interval")
+    if objective.val_every_n_steps:
+        interval = int(objective.val_every_n_steps) * int(objective.grad_accum)
+        key = f"objective.val_every_n_steps={objective.val_every_n_steps} ({interval} micro-batches)"
+    else:
+        key = f"trainer.val_check_interval={interval!r}"
+    if validating and isinstance(interval, int) and not isinstance(interval, bool) and interval > batches:
+        limited = "" if batches == most else f"; {batches} with trainer.limit_train_batches={limit!r}"
+        found.append(
+            f"{key}: past the end of the epoch ({epoch}{limited}), which Lightning refuses: validate at most every "
+            f"{batches} micro-batches, or give a share of the epoch (trainer.val_check_interval=0.5)"
+        )
+    return found

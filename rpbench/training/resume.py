@@ -5,16 +5,19 @@ content digest of the records trained on (``data.records_sha256.<file>``: a file
 counts) are stored next to the checkpoints (``checkpoints/training_config.json``; earlier settings that differ,
 after a ``resume=force``, are kept as ``training_config.<k>.json``) when training starts. A re-run that would
 resume a checkpoint compares its own: the same settings resume; others stop the run, naming the keys that
-differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change: a
-checkpoint is resumed mid-epoch or at an epoch end, so more epochs continue the run (``trainer.max_steps`` may
-not: Lightning takes a checkpoint written on stopping there for an epoch end). Settings that only say how the
-run is watched (logging, progress bars, validation frequency, loader workers) are not compared.
+differ and the two ways out (a new output folder, or ``resume=force``). ``objective.epochs`` may change and
+``trainer.max_steps`` may grow: a checkpoint is resumed mid-epoch or at an epoch end (a run stopped on
+``max_steps`` mid-epoch writes its last checkpoint at that step: ``LastCheckpoint``), so more epochs or steps
+continue the run (the learning-rate schedule then spans the new length); fewer steps than the checkpoint was
+written for are refused. Settings that only say how the run is watched (logging, progress bars, validation
+frequency, loader workers) are not compared.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +34,7 @@ FINGERPRINT_FILE = "training_config.json"
 RESUME_CHOICES = ("check", "force")
 SHAPING_KEYS = ("seed", "init_from", "model", "data", "objective", "trainer")
 LENGTH_KEYS = ("objective.epochs",)
+GROWING_KEYS = ("trainer.max_steps",)  # more steps continue the run; fewer are not the run the checkpoint is of
 # Keys of the compared groups that change neither the batches nor the weights.
 NOT_COMPARED = {
     "data": ("files.test", "max_test_samples", "task_dimensions", "allow_overlap"),
@@ -75,6 +79,15 @@ def differences(stored: Mapping[str, Any], current: Mapping[str, Any]) -> dict[s
     """Key -> (stored value, current value) for each key whose values differ (a missing key: None)."""
     keys = sorted(set(stored) | set(current))
     return {k: (stored.get(k), current.get(k)) for k in keys if stored.get(k) != current.get(k)}
+
+
+def fewer_steps(old: Any, new: Any) -> bool:
+    """Whether the step limit ``new`` is below ``old`` (``-1``: no limit, the most)."""
+
+    def steps(value: Any) -> float:
+        return math.inf if value in (-1, None) else float(value)
+
+    return steps(new) < steps(old)
 
 
 def read_settings(checkpoint: Path) -> dict[str, Any] | None:
@@ -130,10 +143,15 @@ def check_resume(training: TrainingSpec, checkpoint: str | None) -> list[str]:
     if checkpoint is not None:
         stored = read_settings(Path(checkpoint))
         changes = differences(stored, current) if stored is not None else None
-        shaping = {k: v for k, v in (changes or {}).items() if k not in LENGTH_KEYS}
+        shaping = {
+            k: v
+            for k, v in (changes or {}).items()
+            if k not in LENGTH_KEYS and (k not in GROWING_KEYS or fewer_steps(*v))
+        }
         if stored is None or shaping:
+            shrunk = "".join(f"; {k} may grow to continue the run, not shrink" for k in GROWING_KEYS if k in shaping)
             what = (
-                f"the settings that shape training differ from those it was written with ({_shown(shaping)})"
+                f"the settings that shape training differ from those it was written with ({_shown(shaping)}{shrunk})"
                 if stored is not None
                 else f"it has no record of the settings it was written with ({FINGERPRINT_FILE} beside it)"
             )
@@ -144,7 +162,7 @@ def check_resume(training: TrainingSpec, checkpoint: str | None) -> list[str]:
                     "(the results then say so)"
                 )
             warnings.append(f"resume=force: resumed {checkpoint} although {what}")
-        lengths = {k: v for k, v in (changes or {}).items() if k in LENGTH_KEYS}
+        lengths = {k: v for k, v in (changes or {}).items() if k in (*LENGTH_KEYS, *GROWING_KEYS) and k not in shaping}
         if lengths:
             log.info("resuming with another length: %s", _shown(lengths))
     for warning in warnings:

@@ -4,7 +4,8 @@ q(r | x) and, optionally, a plain critic p(y | x) trained without r (``evaluator
 
 A spec is one of:
 - a CoRL run folder (its ``config.yaml`` and exported ``model/dialogue`` for a critic, ``model/reasoner``
-  for the reasoner; ``model/`` when the run exported one model);
+  for the reasoner; ``model/`` when the run exported one model), checked at startup without loading it
+  (``config.json``, safetensors headers, tokenizer files: ``model_folder_problems``);
 - a local model folder (``config.json``, e.g. a pre-merged checkpoint), loaded with the settings of the
   instruct ``conf/model`` entries of its ``model_type``'s family (they must agree on how a chat is rendered);
 - an rpbench ``conf/model`` entry name (e.g. ``qwen3-8b``, ``tiny-qwen3``), or a hub id that an entry names
@@ -28,6 +29,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rpbench.data.errors import ConfigError
+from rpbench.models.checks import model_folder_problems
 from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
 
 SELF = "self"
@@ -98,6 +100,9 @@ def _folder_model(folder: Path, key: str) -> tuple[dict[str, Any], str]:
     """A local model folder with the settings of its family's instruct entries (module docstring)."""
     from rpbench.models.families.base import FAMILIES
 
+    problems = model_folder_problems(folder)
+    if problems:
+        raise ConfigError(f"{key}={folder}: this model folder cannot load: {'; '.join(problems)}")
     model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
     families = [f for f in FAMILIES.names() if model_type in FAMILIES.get(f).model_types]
     entries = {}
@@ -127,6 +132,12 @@ def _run_model(folder: Path, role: str) -> dict[str, Any]:
         raise ConfigError(f"evaluator.{role}={folder}: its config.yaml has no model section")
     for candidate in (folder / "model" / EXPORTED[role], folder / "model"):
         if (candidate / "config.json").is_file():
+            problems = model_folder_problems(candidate)
+            if problems:
+                raise ConfigError(
+                    f"evaluator.{role}={folder}: its exported model cannot load: {'; '.join(problems)}. Re-export "
+                    "it (re-run the CoRL run with save_model=true) or copy it again"
+                )
             model = OmegaConf.to_container(run_cfg.model, resolve=False)
             return {**model, "name_or_path": str(candidate), "lora": None}
     raise ConfigError(

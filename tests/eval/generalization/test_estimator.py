@@ -1,6 +1,8 @@
 """The R-EMID estimator pair: named at startup, resolved from a run folder or a model entry, adapters merged."""
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,12 +40,26 @@ def test_self_is_a_critic_only_and_labelled():
         resolve_spec("plain_critic", "self", ())
 
 
-def test_a_corl_run_folder_gives_its_dialogue_model_as_critic_and_reasoner_as_reasoner(tmp_path):
-    run = tmp_path / "corl-run"
+@pytest.fixture(scope="module")
+def saved_tiny(tmp_path_factory) -> Path:
+    """A tiny model saved as an export writes it: config.json, model.safetensors, the tokenizer's files."""
+    folder = tmp_path_factory.mktemp("saved") / "model"
+    model, tokenizer = load(compose_model_config("tiny-qwen3"))
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def corl_run(folder: Path, saved: Path) -> Path:
+    """A CoRL run folder: its config.yaml and a copy of ``saved`` as each exported model."""
     for name in ("dialogue", "reasoner"):
-        (run / "model" / name).mkdir(parents=True)
-        (run / "model" / name / "config.json").write_text("{}")
-    (run / "config.yaml").write_text(json.dumps({"model": {**compose_model_config("tiny-qwen3"), "lora": {"r": 4}}}))
+        shutil.copytree(saved, folder / "model" / name)
+    (folder / "config.yaml").write_text(json.dumps({"model": {**compose_model_config("tiny-qwen3"), "lora": {"r": 4}}}))
+    return folder
+
+
+def test_a_corl_run_folder_gives_its_dialogue_model_as_critic_and_reasoner_as_reasoner(tmp_path, saved_tiny):
+    run = corl_run(tmp_path / "corl-run", saved_tiny)
     critic, reasoner = resolve_spec("critic", str(run), ()), resolve_spec("reasoner", str(run), ())
     assert critic.model_cfg["name_or_path"] == str(run / "model" / "dialogue") and critic.model_cfg["lora"] is None
     assert reasoner.model_cfg["name_or_path"] == str(run / "model" / "reasoner")
@@ -140,8 +156,8 @@ def test_a_local_model_folder_is_a_critic_with_its_family_settings_and_digest(tm
     for name, weight in loaded.state_dict().items():
         assert torch.equal(weight, saved[name].to(weight.dtype)), name
     assert len(provenance(spec)["weights_sha256"]) == 64
-    (folder / "config.json").write_text(json.dumps({"model_type": "unknown-arch"}))
-    with pytest.raises(ConfigError, match="model_type='unknown-arch' with no instruct conf/model entries"):
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))  # transformers knows it, no rpbench family
+    with pytest.raises(ConfigError, match="model_type='gpt2' with no instruct conf/model entries"):
         resolve_spec("critic", str(folder), ())
 
 
@@ -157,3 +173,50 @@ def test_adapter_lists_and_a_plain_critic_are_checked_at_startup(compose, tmp_pa
     assert compose(*base).evaluator.plain_critic is None
     with pytest.raises(ConfigError, match="evaluator.plain_critic=nowhere: no run folder there"):
         validate(compose(*base, "evaluator.plain_critic=nowhere"))
+
+
+def _truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:-100])
+
+
+def _set(key: str, value) -> callable:
+    def edit(path: Path) -> None:
+        path.write_text(json.dumps({**json.loads(path.read_text()), key: value}))
+
+    return edit
+
+
+def _header_broken(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[:8] + b"!" + data[9:])  # the header's length kept, its JSON broken
+
+
+BROKEN = {  # what breaks the exported critic: (file, how, the file the error names ("": the folder), what it says)
+    "config cut off": ("config.json", lambda p: p.write_text(p.read_text()[:40]), "config.json", "not valid JSON"),
+    "unknown model type": ("config.json", _set("model_type", "qwen99"), "config.json", "model_type='qwen99' is not"),
+    "unknown architecture": ("config.json", _set("architectures", ["Qwen99LM"]), "config.json", "['Qwen99LM'] are not"),
+    "weights missing": ("model.safetensors", Path.unlink, "", "no weights"),
+    "weights cut short": ("model.safetensors", _truncate, "model.safetensors", "cut short"),
+    "weights header broken": ("model.safetensors", _header_broken, "model.safetensors", "header is unreadable"),
+    "no tokenizer": ("tokenizer.json", Path.unlink, "", "no tokenizer"),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN)
+def test_a_broken_exported_critic_is_refused_at_startup_naming_its_file(kind, tmp_path, saved_tiny):
+    file, breaks, named, said = BROKEN[kind]
+    run = corl_run(tmp_path / "corl-run", saved_tiny)
+    resolve_spec("critic", str(run), ())  # whole, it resolves
+    critic = run / "model" / "dialogue"
+    breaks(critic / file)
+    with pytest.raises(ConfigError) as refused:
+        resolve_spec("critic", str(run), ())
+    message = str(refused.value)
+    assert message.startswith(f"evaluator.critic={run}: its exported model cannot load") and said in message
+    assert f"{critic / named if named else critic}: " in message
+    resolve_spec("reasoner", str(run), ())  # the reasoner's own folder is whole
+    with pytest.raises(ConfigError) as refused:
+        resolve_spec("critic", str(critic), ())  # the same folder given as a pre-merged model
+    assert str(refused.value).startswith(f"evaluator.critic={critic}: this model folder cannot load") and said in str(
+        refused.value
+    )

@@ -256,7 +256,10 @@ def test_runs_not_scored_alike_are_refused_naming_runs_and_keys(tmp_path):
     message = str(refused.value)
     assert "runs ['qwen', 'llama', 'mistral'] were not scored alike" in message
     assert "encoder.fallback_used differs: qwen=False, llama=True, mistral=False" in message
-    assert "critic.description differs: qwen='critic of run corl-qwen3-4b', llama='critic of run corl-qwen3-4b', " in message
+    assert (
+        "critic.description differs: qwen='critic of run corl-qwen3-4b', llama='critic of run corl-qwen3-4b', "
+        in message
+    )
     assert "--allow-mixed" in message
     self_critic = provenance(**{"critic.is_evaluated_model": True, "critic.description": "the evaluated model"})
     selfish = [write_run(tmp_path / "self", n, *v, prov=self_critic) for n, v in MODELS.items()]

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -45,11 +46,20 @@ def registered(*entries):
             registry.unregister(name)
 
 
+@dataclass(frozen=True)
+class RawReply:
+    """An HTTP 200 with this body and content type instead of a chat completion."""
+
+    body: bytes
+    content_type: str
+
+
 class ChatStub(ThreadingHTTPServer):
     """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body and the
     Authorization header it came with (``authorizations``).
 
-    ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status.
+    ``reply(body)`` gives the assistant's text for a parsed request (None: a null content), an int: that HTTP
+    error status, or a ``RawReply``: that body as it is (faults: cut-off JSON, an HTML page).
     """
 
     def __init__(self, reply: Callable[[dict], str | int]):
@@ -83,6 +93,13 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
         if isinstance(content, int):
             self.send_response(content)
             self.end_headers()
+            return
+        if isinstance(content, RawReply):
+            self.send_response(200)
+            self.send_header("Content-Type", content.content_type)
+            self.send_header("Content-Length", str(len(content.body)))
+            self.end_headers()
+            self.wfile.write(content.body)
             return
         payload = json.dumps(
             {

@@ -1,6 +1,7 @@
 """Startup checks of a model config (conf/model/*.yaml) that the loaders would otherwise reject late, as
 tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, and a local path that
-does not exist (a hub id cannot be checked offline: its download error names it)."""
+does not exist (a hub id cannot be checked offline: its download error names it); and the model's context
+(``model_context``), which bounds what it is asked to generate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.models.loading import DTYPES, TINY_PREFIX
+from rpbench.models.tiny import TINY_DEFAULTS
 
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -62,3 +64,39 @@ def lora_problems(lora: Any, key: str) -> list[str]:
     ):
         found.append(f"{key}.target_modules={targets!r}: expected a list of module names or 'all-linear'")
     return found
+
+
+def config_context(config: Any) -> int | None:
+    """The positions (prompt plus reply) a Hugging Face model config allows: its text config's
+    ``max_position_embeddings``; None when it gives none."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def model_context(model: Mapping[str, Any]) -> int | None:
+    """The context of the model config ``model`` before loading it: a tiny model's ``tiny`` sizes over
+    TINY_DEFAULTS, else the weights' config.json (a local folder, or a hub id already downloaded); None when
+    that cannot be read here (the loaded model is checked again before it generates)."""
+    name = str(model.get("name_or_path"))
+    if name.startswith(TINY_PREFIX):
+        return int({**TINY_DEFAULTS, **dict(model.get("tiny") or {})}["max_position_embeddings"])
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            name, revision=model.get("revision"), trust_remote_code=bool(model.get("trust_remote_code"))
+        )
+    except (OSError, ValueError):
+        return None
+    return config_context(config)
+
+
+def generation_length_problems(max_new_tokens: int, context: int | None, key: str, model: str) -> list[str]:
+    """``max_new_tokens`` (the setting ``key``) must leave the prompt room in the ``model``'s ``context``."""
+    if context is None or max_new_tokens < context:
+        return []
+    return [
+        f"{key}={max_new_tokens}: model {model} has a context of {context} tokens (max_position_embeddings of its "
+        "config): expected fewer new tokens, leaving room for the prompt"
+    ]

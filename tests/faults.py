@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Callable
 
 from conftest import RawReply
 
@@ -32,11 +31,6 @@ def fault_reply(fault: str) -> str | int | RawReply | None:
     if fault == "null":
         return None
     raise ValueError(f"no served fault {fault!r}")
-
-
-def faulty(fault: str, hit: Callable[[dict], bool], otherwise: Callable[[dict], str | int | None]):
-    """A stub's reply: ``fault`` for the requests ``hit`` picks, ``otherwise(body)`` for the others."""
-    return lambda body: fault_reply(fault) if hit(body) else otherwise(body)
 
 
 def refused_url() -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from faults import FAULTS, TIMEOUT_S, fault_reply, faulty, refused_url
+from faults import FAULTS, TIMEOUT_S, fault_reply, refused_url
 
 from conftest import chat_stub, evaluation_of, generation_endpoint, generation_options, judge_config
 from rpbench.data import readers
@@ -23,10 +23,6 @@ REQUEST_FAULTS = [f for f in FAULTS if f not in ("empty", "null")]  # the client
 
 def scenarios():
     return readers.read("conversation", "test", SAMPLE).examples
-
-
-def is_simulator(body: dict) -> bool:
-    return "Write only your next message" in body["messages"][-1]["content"]
 
 
 def character(body: dict) -> str:
@@ -57,26 +53,24 @@ def test_role_health_warns_above_its_threshold_and_names_a_role_that_answered_no
     assert no_verdict(3, 2, 1) is not None and no_verdict(3, 2, 0) is None and no_verdict(0, 0, 0) is None
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-def test_a_user_simulator_that_fails_every_request_ends_every_session_counted(compose, tmp_path, fault):
-    """The evaluated model is an endpoint answering a line; the simulator (another endpoint) answers ``fault``:
-    every session ends after one turn, each simulator request is counted as failed, and nothing is left to rest
-    a result on."""
-    from rpbench.eval.benchmarks.conversation import simulator_health
-    from rpbench.eval.benchmarks.conversation_loop import run_sessions
-    from rpbench.scoring.judge.conversation import open_simulator, simulator_version
+@pytest.fixture(scope="module")
+def conversation_run(tmp_path_factory):
+    """evaluator=conversation's context, the evaluated model an endpoint on 127.0.0.1 answering a line (composed
+    once: each test hands its own simulator and folder)."""
+    from hydra.core.global_hydra import GlobalHydra
 
-    with chat_stub(character) as model, served(fault, faulty(fault, is_simulator, character)) as sim:
-        url = refused_url() if sim is None else sim.url
-        cfg = compose(
+    from conftest import composed
+
+    with chat_stub(character) as model:
+        cfg = composed(
+            tmp_path_factory.mktemp("run"),
             "data=sample_conversation",
             "objective=none",
             "evaluator=conversation",
             "evaluator.backend=endpoint",
             f"evaluator.endpoint.base_url={model.url}",
             "evaluator.endpoint.model=m",
-            f"evaluator.simulator.base_url={url}",
-            "evaluator.simulator.model=user",
+            "evaluator.generation.progress=false",
             "judge=vllm",
             f"judge.base_url={model.url}",
             "judge.api_key_env=null",
@@ -84,67 +78,86 @@ def test_a_user_simulator_that_fails_every_request_ends_every_session_counted(co
             f"judge.timeout_s={TIMEOUT_S}",
             "judge.cache_path=null",
             "judge.progress=false",
-            "evaluator.generation.progress=false",
         )
-        ctx = evaluation_of(cfg, tmp_path, examples=scenarios())
-        with open_judge(ctx.judge) as judge, open_simulator(judge, ctx.settings.simulator, None, "s") as simulator:
-            sessions, _, counts = run_sessions(ctx, simulator, simulator_version())
-    assert [s.ended_by for s in sessions] == ["simulator_error"] * 6
-    assert all(s.character_turns == 1 for s in sessions)
-    assert counts["simulator_requests"] == counts["simulator_failures"] == 6
-    health = simulator_health(counts, ctx.judge.warn_request_failure_rate)
-    assert health["warning"] is not None and health["threshold"] == 0.0
-    assert rests_on_nothing({"simulator": health}) is not None
+        try:
+            yield evaluation_of(cfg, tmp_path_factory.mktemp("eval"), examples=scenarios())
+        finally:
+            GlobalHydra.instance().clear()
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_session_judge_that_fails_every_request_gives_no_verdict(fault):
-    """The session judge's requests against ``fault``: a failed request (counted under the judge's role) or, for
-    an empty or null reply, a parse failure; either way no verdict, and a result resting on nothing."""
-    from rpbench.scoring.judge.conversation import judge_sessions
+class TestEveryEndpointRoleAgainstAFaultyServer:
+    """Each endpoint role against a server on 127.0.0.1 that answers every request with ``fault``."""
 
-    sessions = [Session.start(e, 20) for e in scenarios()[:2]]
-    for s in sessions:
-        s.add_reply("Aye.")
-    records = [s.record() for s in sessions]
-    with served(fault, lambda body: fault_reply(fault)) as stub:
-        url = refused_url() if stub is None else stub.url
-        config = judge_config(base_url=url, model="j", max_retries=0, timeout_s=TIMEOUT_S, parse_tries=1)
-        with counting_usage() as usage, open_judge(config) as client:
-            judgements = judge_sessions(client, records, {"consistency": "Does it stay in role?"}, 64)
-    statuses = [j["status"] for j in judgements]
-    stats = usage.roles["judge"]
-    assert stats.asked == 2 and set(usage.roles) == {"judge"}
-    if fault in REQUEST_FAULTS:
-        assert statuses == ["request_failure"] * 2 and stats.failures == 2
-        health = role_health("judge", stats.asked, stats.failures, 0.0, "judge.warn_request_failure_rate")
-        assert rests_on_nothing({"judge": health}) is not None
-    else:
-        assert statuses == ["parse_failure"] * 2 and stats.failures == 0
-    parse = statuses.count("parse_failure")
-    assert no_verdict(len(statuses), parse, statuses.count("request_failure")) is not None
+    def test_a_user_simulator_that_fails_every_request_ends_every_session_counted(
+        self, conversation_run, tmp_path, fault
+    ):
+        """Every session ends after one turn, each simulator request is counted as failed, and nothing is left to
+        rest a result on."""
+        from dataclasses import replace
 
+        from rpbench.eval.benchmarks.conversation import simulator_health
+        from rpbench.eval.benchmarks.conversation_loop import run_sessions
+        from rpbench.scoring.judge.conversation import open_simulator, simulator_version
 
-@pytest.mark.parametrize("fault", FAULTS)
-def test_endpoint_generation_against_every_fault_is_counted_and_stops_the_run(tmp_path, fault):
-    """A failed generation request owes a prediction: the run stops (a user error naming how many); an empty
-    reply is an empty prediction. Either way the requests are counted under the generation role."""
-    from rpbench.data.errors import RpbenchError
-    from rpbench.data.records import EvalExample, Turn
-    from rpbench.eval.generate import generate_via_endpoint
+        ctx = conversation_run.into(tmp_path)
+        with served(fault, lambda body: fault_reply(fault)) as sim:
+            own = replace(ctx.settings.simulator, base_url=refused_url() if sim is None else sim.url, model="user")
+            with open_judge(ctx.judge) as judge, open_simulator(judge, own, None, "s") as simulator:
+                sessions, _, counts = run_sessions(ctx, simulator, simulator_version())
+        assert [s.ended_by for s in sessions] == ["simulator_error"] * 6
+        assert all(s.character_turns == 1 for s in sessions)
+        assert counts["simulator_requests"] == counts["simulator_failures"] == 6
+        health = simulator_health(counts, ctx.judge.warn_request_failure_rate)
+        assert health["warning"] is not None and health["threshold"] == 0.0
+        assert rests_on_nothing({"simulator": health}) == "every request of simulator (6 of 6) failed"
 
-    examples = [EvalExample(id=f"ex{i}", prompt=(Turn("user", f"hi {i}"),), reference="r", task="t") for i in (0, 1)]
-    with served(fault, lambda body: fault_reply(fault)) as stub:
-        url = refused_url() if stub is None else stub.url
-        endpoint = generation_endpoint(url, "m", max_retries=0, timeout_s=TIMEOUT_S)
-        with counting_usage() as usage:
-            if fault == "empty":
-                generate_via_endpoint(endpoint, examples, tmp_path / "p.jsonl", generation_options())
-            else:
-                with pytest.raises(RpbenchError, match=r"2 of 2 endpoint requests failed"):
+    def test_a_session_judge_that_fails_every_request_gives_no_verdict(self, fault):
+        """A failed request (counted under the judge's role) or, for an empty or null reply, a parse failure;
+        either way no verdict, and a result resting on nothing."""
+        from rpbench.scoring.judge.conversation import judge_sessions
+
+        sessions = [Session.start(e, 20) for e in scenarios()[:2]]
+        for s in sessions:
+            s.add_reply("Aye.")
+        records = [s.record() for s in sessions]
+        with served(fault, lambda body: fault_reply(fault)) as stub:
+            url = refused_url() if stub is None else stub.url
+            config = judge_config(base_url=url, model="j", max_retries=0, timeout_s=TIMEOUT_S, parse_tries=1)
+            with counting_usage() as usage, open_judge(config) as client:
+                judgements = judge_sessions(client, records, {"consistency": "Does it stay in role?"}, 64)
+        statuses = [j["status"] for j in judgements]
+        stats = usage.roles["judge"]
+        assert stats.asked == 2 and set(usage.roles) == {"judge"}
+        if fault in REQUEST_FAULTS:
+            assert statuses == ["request_failure"] * 2 and stats.failures == 2
+            health = role_health("judge", stats.asked, stats.failures, 0.0, "judge.warn_request_failure_rate")
+            assert rests_on_nothing({"judge": health}) is not None
+        else:
+            assert statuses == ["parse_failure"] * 2 and stats.failures == 0
+        assert no_verdict(2, statuses.count("parse_failure"), statuses.count("request_failure")) is not None
+
+    def test_endpoint_generation_is_counted_and_a_failed_request_stops_the_run(self, tmp_path, fault):
+        """A failed generation request owes a prediction: the run stops (a user error naming how many); an empty
+        reply is an empty prediction. Either way the requests are counted under the generation role."""
+        from rpbench.data.errors import RpbenchError
+        from rpbench.data.records import EvalExample, Turn
+        from rpbench.eval.generate import generate_via_endpoint
+
+        examples = [
+            EvalExample(id=f"ex{i}", prompt=(Turn("user", f"hi {i}"),), reference="r", task="t") for i in (0, 1)
+        ]
+        with served(fault, lambda body: fault_reply(fault)) as stub:
+            url = refused_url() if stub is None else stub.url
+            endpoint = generation_endpoint(url, "m", max_retries=0, timeout_s=TIMEOUT_S)
+            with counting_usage() as usage:
+                if fault == "empty":
                     generate_via_endpoint(endpoint, examples, tmp_path / "p.jsonl", generation_options())
-    stats = usage.roles["generation"]
-    assert stats.asked == 2 and stats.failures == (0 if fault in ("empty", "null") else 2)
+                else:
+                    with pytest.raises(RpbenchError, match=r"2 of 2 endpoint requests failed"):
+                        generate_via_endpoint(endpoint, examples, tmp_path / "p.jsonl", generation_options())
+        stats = usage.roles["generation"]
+        assert stats.asked == 2 and stats.failures == (0 if fault in ("empty", "null") else 2)
 
 
 def test_a_run_rests_on_nothing_when_a_headline_has_no_value():

@@ -180,7 +180,8 @@ def evaluate(ctx: EvalContext) -> dict[str, Any]:
 def endpoint_health(ctx: EvalContext, usage: Usage, counted: Mapping[str, Any]) -> dict[str, Any]:
     """Per endpoint role that asked anything: its ``role_health``. ``counted``: the roles a benchmark counted
     itself (the user simulator's unusable replies, empty ones included); the others from the clients'
-    counters (judge requests against ``judge.warn_request_failure_rate``)."""
+    counters: for the judge (and a simulator on its settings) a failed request or an empty reply, against
+    ``judge.warn_request_failure_rate``; for generation a failed request (an empty reply is an empty prediction)."""
     from rpbench.scoring.judge.health import GENERATION_FAILURE_LIMIT, role_health
 
     roles = dict(counted)
@@ -190,8 +191,8 @@ def endpoint_health(ctx: EvalContext, usage: Usage, counted: Mapping[str, Any]) 
         if role == "generation":
             roles[role] = role_health(role, stats.asked, stats.failures, GENERATION_FAILURE_LIMIT, None)
         else:  # the judge's, or a user simulator on the judge's settings
-            limit = ctx.judge.warn_request_failure_rate
-            roles[role] = role_health(role, stats.asked, stats.failures, limit, "judge.warn_request_failure_rate")
+            limit, unusable = ctx.judge.warn_request_failure_rate, stats.failures + stats.empty_replies
+            roles[role] = role_health(role, stats.asked, unusable, limit, "judge.warn_request_failure_rate")
     return roles
 
 

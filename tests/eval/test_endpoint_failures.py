@@ -113,8 +113,11 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         assert rests_on_nothing({"simulator": health}) == "every request of simulator (6 of 6) failed"
 
     def test_a_session_judge_that_fails_every_request_gives_no_verdict(self, fault):
-        """A failed request (counted under the judge's role) or, for an empty or null reply, a parse failure;
-        either way no verdict, and a result resting on nothing."""
+        """A failed request or, for an empty or null reply, a parse failure: either way no verdict, every
+        request counted as failed under the judge's role (warned about), and a result resting on nothing."""
+        from types import SimpleNamespace
+
+        from rpbench.eval.evaluate import endpoint_health
         from rpbench.scoring.judge.conversation import judge_sessions
 
         sessions = [Session.start(e, 20) for e in scenarios()[:2]]
@@ -131,10 +134,12 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         assert stats.asked == 2 and set(usage.roles) == {"judge"}
         if fault in REQUEST_FAULTS:
             assert statuses == ["request_failure"] * 2 and stats.failures == 2
-            health = role_health("judge", stats.asked, stats.failures, 0.0, "judge.warn_request_failure_rate")
-            assert rests_on_nothing({"judge": health}) is not None
         else:
-            assert statuses == ["parse_failure"] * 2 and stats.failures == 0
+            assert statuses == ["parse_failure"] * 2 and stats.failures == 0 and stats.empty_replies == 2
+        health = endpoint_health(SimpleNamespace(judge=config), usage, {})["judge"]
+        assert (health["requests"], health["failures"], health["threshold"]) == (2, 2, 0.0)
+        assert "judge: 2 of 2 judge requests got no usable reply" in health["warning"]
+        assert rests_on_nothing({"judge": health}) == "every request of judge (2 of 2) failed"
         assert no_verdict(2, statuses.count("parse_failure"), statuses.count("request_failure")) is not None
 
     def test_endpoint_generation_is_counted_and_a_failed_request_stops_the_run(self, tmp_path, fault):

@@ -185,8 +185,9 @@ class JudgeStats:
     """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included),
     ``bad_replies`` the attempts answered by an HTTP 200 that was no chat completion, ``retry_wait_s`` the
     seconds waited before retries, ``failures`` the requests that got no reply after all retries (or were not
-    sent: ``prompts_too_long`` of them had a prompt beyond ``max_prompt_chars``); tokens and cost count fresh
-    replies only (a cache hit costs nothing). Requests asked: ``replies + cache_hits + failures``."""
+    sent: ``prompts_too_long`` of them had a prompt beyond ``max_prompt_chars``), ``empty_replies`` the fresh
+    replies with no text (null or blank content); tokens and cost count fresh replies only (a cache hit costs
+    nothing). Requests asked: ``replies + cache_hits + failures``."""
 
     requests: int = 0
     replies: int = 0
@@ -196,6 +197,7 @@ class JudgeStats:
     retry_wait_s: float = 0.0
     failures: int = 0
     prompts_too_long: int = 0
+    empty_replies: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
@@ -360,6 +362,7 @@ class JudgeClient:
             result = await self._request_with_retries(api, request, sampling)
         if result.error is None:
             self._count_usage(result)
+            self.stats.empty_replies += not (result.text or "").strip()
             if self.cache is not None:
                 reply = CachedReply(result.text or "", result.prompt_tokens, result.completion_tokens)
                 self.cache.put(key, self.config.model, request.prompt_version, reply)

@@ -49,13 +49,15 @@ class Task:
 
 @dataclass
 class StageTally:
-    """What a stage did in this run: items written, rejected (by reason), failed requests, usage, seconds."""
+    """What a stage did in this run: items written, rejected (by reason), failed requests (the first one's
+    error), usage, seconds."""
 
     planned: int = 0
     already_done: int = 0
     accepted: int = 0
     rejected: int = 0
     failed: int = 0
+    first_error: str | None = None
     reasons: Counter = field(default_factory=Counter)
     usage: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
@@ -111,6 +113,7 @@ def run_tasks(
                 tally.reasons.update(reason_name(r) for r in reasons)
                 if error is not None:
                     tally.failed += 1
+                    tally.first_error = tally.first_error or error
                 elif value is not None:
                     good.append({"id": task.id, **task.meta, **value})
                 else:

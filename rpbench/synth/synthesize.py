@@ -93,7 +93,8 @@ class Run:
         if tally.failed:
             raise RpbenchError(
                 f"stage {stage}: {tally.failed} requests got no reply after the generator's retries "
-                "(judge.max_retries); rerun the same command to ask them again (done items are kept)"
+                f"(judge.max_retries; first: {tally.first_error}); rerun the same command to ask them again "
+                "(done items are kept)"
             )
         return tally
 

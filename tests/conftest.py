@@ -124,7 +124,8 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
 def chat_stub(reply: Callable[[dict], str | int]) -> Iterator[ChatStub]:
     """A running ``ChatStub``, shut down when the block ends."""
     server = ChatStub(reply)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # polled often: shutting down waits up to one poll interval (the default 0.5 s, on every stub of the suite)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield server

@@ -9,7 +9,7 @@ headline, the judge (backend and model, each judge of an ensemble), the test rec
 median run is shown (the lower one of an even count). Runs of one cell with different identities are never
 combined (the cell is a conflict), and a cell whose judge, data or headline differs from its column's most
 common one is flagged and left out of that column's ranks: only like is ranked with like. A missing cell is
-shown as missing.
+shown as missing. A run marked ``failed`` in its metrics.json (its results rest on nothing) is skipped, with why.
 
 The overall rank is the mean of a model's ranks over the benchmarks it is ranked in (1: best; ties share the
 mean rank), with their spread (min-max); adjacent models in that order are compared per benchmark by a paired
@@ -252,6 +252,8 @@ def read_cell(run: Path) -> tuple[Cell | None, str | None]:
         return None, "no evaluation"
     if not isinstance(results["eval"], Mapping):
         raise RunFolderError(f"{metrics}: eval: a mapping of results expected, got {type(results['eval']).__name__}")
+    if results.get("failed"):  # its results rest on nothing (rpbench.pipeline.RunFailed): never ranked
+        return None, f"failed: {results['failed']}"
     if benchmark not in BENCHMARKS.names():
         return None, f"evaluator {benchmark!r} is not registered here (a plugin's?)"
     found = headline_of(BENCHMARKS.get(benchmark).headlines, results["eval"], str(metrics))

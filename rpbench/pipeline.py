@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.data.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
@@ -47,6 +47,11 @@ from rpbench.training.options import epoch_problems
 from rpbench.validate import RunSpec, check_model_source, check_test_images, check_test_records, validate
 
 log = logging.getLogger(__name__)
+
+
+class RunFailed(RpbenchError, RuntimeError):
+    """The evaluation's results rest on nothing (``eval.failed``): metrics.json is written with ``failed`` set
+    (the leaderboard skips such a run) and the run exits non-zero."""
 
 
 def evaluation_needs_records(spec: RunSpec) -> bool:
@@ -284,6 +289,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger)
     if evaluator != "none":
         results["eval"] = evaluate(evaluation)
+        endpoint_warnings = [h["warning"] for h in results["eval"]["endpoints"].values() if h["warning"]]
+        if endpoint_warnings:
+            results["warnings"] = [*results.get("warnings", []), *endpoint_warnings]
+        if results["eval"].get("failed"):
+            results["failed"] = f"evaluator={evaluator}: {results['eval']['failed']}"
+            if is_rank_zero():
+                write_results(results, out_dir, logger)
+            raise RunFailed(f"{results['failed']} (metrics.json marks the run failed: it has no headline)")
     if probe != "none":
         again = lambda folder: evaluate(replace(evaluation.into(folder), logger=None))  # noqa: E731
         probing = ProbeContext(
@@ -306,10 +319,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             results["hub_commit"] = push_to_hub(exported, cfg.export.hub, str(cfg.run_name))
             log.info("model/ uploaded: %s", results["hub_commit"])
     if is_rank_zero():
-        (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
-        write_report(results, out_dir)
-        finish_logger(logger, out_dir)
+        write_results(results, out_dir, logger)
         for line in headline(results):
             log.info(line)
         log.info("run written to %s", os.path.relpath(out_dir))
     return results
+
+
+def write_results(results: dict[str, Any], out_dir: Path, logger: Any) -> None:
+    """metrics.json and report.md; the logger finished."""
+    (out_dir / "metrics.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    write_report(results, out_dir)
+    finish_logger(logger, out_dir)

@@ -93,7 +93,11 @@ def write_report(results: dict[str, Any], out_dir: Path) -> Path:
         f"model `{results['model']}`, data `{results['data']}`, objective `{results['objective']}`, "
         f"evaluator `{results['evaluator']}`, probe `{results.get('probe', {}).get('name', 'none')}`"
     )
-    lines = [f"# {results['run_name']}", "", header, "", "## Data", "", *_data_lines(results.get("records", {}))]
+    lines = [f"# {results['run_name']}", "", header]
+    if results.get("failed"):
+        lines += ["", f"**Failed:** {results['failed']}. This run has no headline."]
+    lines += [f"\n**Warning:** {warning}" for warning in results.get("warnings", [])]
+    lines += ["", "## Data", "", *_data_lines(results.get("records", {}))]
     if "train" in results:
         lines += ["", "## Training", "", *_train_lines(results["train"])]
     for stage in ("eval", "probe"):

@@ -21,8 +21,9 @@ from rpbench.data.spec import DataSpec, data_spec_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import export_problems
 from rpbench.models import family_of
-from rpbench.models.checks import hub_problems, model_problems
+from rpbench.models.checks import generation_length_problems, hub_problems, model_context, model_problems
 from rpbench.models.config_tree import model_config, model_options
+from rpbench.models.generation import GenerationOptions
 from rpbench.models.quantization import quantization_problems
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
@@ -241,6 +242,16 @@ def check_probe(cfg: DictConfig, problems: Problems) -> Settings | None:
     return registered.settings_class.collect(OmegaConf.to_container(probe, resolve=True), "probe", problems)
 
 
+def generation_context_problems(evaluator: Settings | None, model: Mapping[str, Any]) -> list[str]:
+    """The evaluated model's replies (``evaluator.generation.max_new_tokens``, generated here: backend local or
+    vllm) fit in its context."""
+    generation = getattr(evaluator, "generation", None)
+    if not isinstance(generation, GenerationOptions) or evaluator.backend == "endpoint":
+        return []
+    key, name = "evaluator.generation.max_new_tokens", str(model.get("name"))
+    return generation_length_problems(generation.max_new_tokens, model_context(model), key, name)
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """The typed parts of a run the stages receive, each parsed once by ``validate``."""
@@ -276,6 +287,9 @@ def validate(cfg: DictConfig) -> RunSpec:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     model = types.MappingProxyType(model_config(cfg))
+    length = generation_context_problems(evaluator, model)  # reads the weights' config: after the cheap checks
+    if length:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(length))
     trainer = TrainerOptions(OmegaConf.to_container(cfg.trainer, resolve=True))
     training = None if objective is None else training_spec(cfg, objective, data, model, trainer)  # checked above
     return RunSpec(

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -45,11 +46,20 @@ def registered(*entries):
             registry.unregister(name)
 
 
+@dataclass(frozen=True)
+class RawReply:
+    """An HTTP 200 with this body and content type instead of a chat completion."""
+
+    body: bytes
+    content_type: str
+
+
 class ChatStub(ThreadingHTTPServer):
     """An OpenAI-compatible chat-completions stub on 127.0.0.1 that keeps every raw request body and the
     Authorization header it came with (``authorizations``).
 
-    ``reply(body)`` gives the assistant's text for a parsed request, or an int: that HTTP error status;
+    ``reply(body)`` gives the assistant's text for a parsed request (None: a null content), an int: that HTTP
+    error status, or a ``RawReply``: that body as it is (faults: cut-off JSON, an HTML page).
     ``usage(body)`` the (prompt, completion) tokens the reply reports (default: one each).
     """
 
@@ -87,6 +97,13 @@ class _ChatStubHandler(BaseHTTPRequestHandler):
             self.send_response(content)
             self.end_headers()
             return
+        if isinstance(content, RawReply):
+            self.send_response(200)
+            self.send_header("Content-Type", content.content_type)
+            self.send_header("Content-Length", str(len(content.body)))
+            self.end_headers()
+            self.wfile.write(content.body)
+            return
         payload = json.dumps(
             {
                 "id": "c1",
@@ -116,7 +133,8 @@ def chat_stub(
 ) -> Iterator[ChatStub]:
     """A running ``ChatStub``, shut down when the block ends."""
     server = ChatStub(reply, usage)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # polled often: shutting down waits up to one poll interval (the default 0.5 s, on every stub of the suite)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield server

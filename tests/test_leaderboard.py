@@ -264,3 +264,16 @@ def test_model_names_cannot_inject_markdown_rows_or_spreadsheet_formulas(tmp_pat
     assert row.startswith("| evil \\| 1.0 \\| \\| injected \\| row | 1.00 (1-1, 1) |")
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
     assert {r["model"] for r in rows} == {evil, '\'=HYPERLINK("http://x")'}
+
+
+def test_a_run_that_rests_on_nothing_is_never_ranked(tmp_path):
+    """A run marked failed (every judge request failed; its accuracy a number all the same) is skipped with
+    why; the run beside it is ranked alone."""
+    write_run(tmp_path / "ok", "big", "rolemrc", 0.8, [1, 1, 0, 1], judge="openai:gpt-4o")
+    write_run(tmp_path / "dead", "small", "rolemrc", 0.0, [0, 0, 0, 0], judge="openai:gpt-4o")
+    dead = json.loads((tmp_path / "dead" / "metrics.json").read_text())
+    dead["failed"] = "evaluator=rolemrc: every request of judge (4 of 4) failed: the results rest on nothing"
+    (tmp_path / "dead" / "metrics.json").write_text(json.dumps(dead))
+    board = build([tmp_path])
+    assert list(board.cells) == [("big", "rolemrc")] and board.rank == {("big", "rolemrc"): 1}
+    assert [why for _, why in board.skipped] == [f"failed: {dead['failed']}"]

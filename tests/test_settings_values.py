@@ -241,7 +241,7 @@ def test_the_environment_s_rewards_are_named_as_the_user_sets_them(compose):
     overrides = ["env=conversation", "data=sample_conversation", "judge=local", "objective=grpo"]
     rewards = "env.rewards=[{name: length_penalty, weight: 1.0, kwargs: {min_len: 1, max_len: 9}}]"
     assert problem_lines(compose(*overrides, rewards, "env.max_turns=0")) == [
-        "env.max_turns=0: expected null (each scenario's turns) or an integer >= 1",
+        "env.max_turns=0: expected an integer >= 1 (the cap on every scenario's turns)",
     ]
     assert problem_lines(compose(*overrides, rewards)) == [
         "env.rewards[0].kwargs.unit: missing (a reward has no defaults in code: set unit in its YAML entry)",

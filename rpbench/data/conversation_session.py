@@ -34,10 +34,15 @@ class Session:
     error: str | None = None
 
     @classmethod
-    def start(cls, example: EvalExample, max_turns: int | None) -> Session:
-        """The scenario's session: its opening said, its turn limit capped by ``max_turns`` (None: no cap)."""
+    def start(cls, example: EvalExample, max_turns: int) -> Session:
+        """The scenario's session: its opening said, its turn limit the scenario's ``turns`` capped by
+        ``max_turns`` (``capped`` tells whether the cap cut it)."""
         turns = example.meta["turns"]
-        return cls(example, min(turns, max_turns or turns), [{"role": "user", "text": example.prompt[-1].content}])
+        return cls(example, min(turns, max_turns), [{"role": "user", "text": example.prompt[-1].content}])
+
+    @property
+    def capped(self) -> bool:
+        return self.limit < self.example.meta["turns"]
 
     @property
     def id(self) -> str:

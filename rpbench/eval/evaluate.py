@@ -28,7 +28,8 @@ from rpbench.eval.generate import endpoint_fingerprint, generate_predictions, ge
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.scoring.judge.client import JudgeConfig, Usage
+from rpbench.scoring.judge.health import rests_on_nothing
 from rpbench.scoring.metrics import ROUGE_TYPES, compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
@@ -177,14 +178,42 @@ def judge_estimate(
 
 
 def evaluate(ctx: EvalContext) -> dict[str, Any]:
-    """``evaluate_benchmark``, with the judge's requests, tokens and cost of the run (``judge_cost``)."""
+    """``evaluate_benchmark``, with the judge's requests, tokens and cost of the run (``judge_cost``), each
+    endpoint role's requests and failures (``endpoints``, warned about above their thresholds), and why the
+    results rest on nothing (``failed``: every request of a role failed, no verdict, or a headline without a
+    number; the pipeline then fails the run)."""
     from rpbench.scoring.judge.client import counting_usage
 
     with counting_usage() as usage:
         results = evaluate_benchmark(ctx)
     if ctx.judge is not None:
-        results["judge_cost"] = usage.as_dict()
+        results["judge_cost"] = usage.total().as_dict()
+    results["endpoints"] = endpoint_health(ctx, usage, results.get("endpoints", {}))
+    benchmark = BENCHMARKS.get(ctx.settings.name)
+    unscored = [f"its headline ({h.label}) has no value" for h in benchmark.headlines if h.unscored(results)]
+    reasons = [results.get("failed"), rests_on_nothing(results["endpoints"]), *unscored]
+    if any(reasons):
+        results["failed"] = "; ".join(dict.fromkeys(r for r in reasons if r)) + ": the results rest on nothing"
     return results
+
+
+def endpoint_health(ctx: EvalContext, usage: Usage, counted: Mapping[str, Any]) -> dict[str, Any]:
+    """Per endpoint role that asked anything: its ``role_health``. ``counted``: the roles a benchmark counted
+    itself (the user simulator's unusable replies, empty ones included); the others from the clients'
+    counters: for the judge (and a simulator on its settings) a failed request or an empty reply, against
+    ``judge.warn_request_failure_rate``; for generation a failed request (an empty reply is an empty prediction)."""
+    from rpbench.scoring.judge.health import GENERATION_FAILURE_LIMIT, role_health
+
+    roles = dict(counted)
+    for role, stats in usage.roles.items():
+        if role in roles or not stats.asked:
+            continue
+        if role == "generation":
+            roles[role] = role_health(role, stats.asked, stats.failures, GENERATION_FAILURE_LIMIT, None)
+        else:  # the judge's, or a user simulator on the judge's settings
+            limit, unusable = ctx.judge.warn_request_failure_rate, stats.failures + stats.empty_replies
+            roles[role] = role_health(role, stats.asked, unusable, limit, "judge.warn_request_failure_rate")
+    return roles
 
 
 def evaluate_benchmark(ctx: EvalContext) -> dict[str, Any]:

@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.chat import ChatRenderer, FittedPrompt, ImageBudgetError
-from rpbench.data.errors import DataFormatError
+from rpbench.data.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
 from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.provenance import claim, fingerprint_path, generation_settings, matches, model_identity
 from rpbench.eval.settings import GenerationEndpoint
+from rpbench.models.checks import config_context, generation_length_problems
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import (
     GenerationOptions,
@@ -51,6 +52,10 @@ from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, JudgeResult, image_part
 
 log = logging.getLogger(__name__)
+
+
+class EndpointGenerationError(RpbenchError, RuntimeError):
+    """Endpoint generation requests still failing after their retries: the predictions they owe are missing."""
 
 
 @dataclass
@@ -107,6 +112,23 @@ def prompt_renderer(model, tokenizer, max_length: int, chat_template: str | None
     if family.takes_images:
         raise ValueError("a generation chat_template renders text prompts: set it to null for an image-text model")
     return ChatRenderer(tokenizer, None, max_length, chat_template=chat_template)
+
+
+def prompt_budget(model, tokenizer, opts: GenerationOptions) -> int:
+    """The most prompt tokens: ``max_prompt_length`` (null: the tokenizer's ``model_max_length``), less when the
+    model's context leaves less room beside ``max_new_tokens``; a reply that alone fills the context is a
+    ConfigError (validation refuses it when it can read the model's config before loading)."""
+    config = getattr(model, "config", None)
+    context = None if config is None else config_context(config)
+    budget = opts.max_prompt_length or tokenizer.model_max_length
+    if context is None:
+        return budget
+    problems = generation_length_problems(
+        opts.max_new_tokens, context, "evaluator.generation.max_new_tokens", type(model).__name__
+    )
+    if problems:
+        raise ConfigError(problems[0])
+    return min(budget, context - opts.max_new_tokens)
 
 
 TEST_FILE = "data.files.test"  # how the evaluation names the file of its records
@@ -338,8 +360,7 @@ def generate_predictions(
     in_step = synced or (world_size > 1 and gathers_per_batch(model, opts))  # every rank: as many generate calls
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if in_step else 0
     stop_ids = default_stop_ids(model, tokenizer)
-    length = opts.max_prompt_length or tokenizer.model_max_length
-    renderer = prompt_renderer(model, tokenizer, length, opts.template_text)
+    renderer = prompt_renderer(model, tokenizer, prompt_budget(model, tokenizer, opts), opts.template_text)
     fitted = [fit_prompt(renderer, ex, opts.generation_prompt) for ex in todo]
     prompts = [f.input_ids for f in fitted]
     images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
@@ -450,7 +471,7 @@ def generate_via_endpoint(
     retried with backoff, counted in the report's ``endpoint_usage``; no cache, since sampled replies must not
     repeat). The API key is read from the environment variable ``api_key_env`` (a placeholder is sent without
     one, as local servers expect; see ``rpbench.scoring.endpoints``). Requests still failing after the
-    retries are reported in a RuntimeError once the others are written; a re-run retries only those.
+    retries are reported in an EndpointGenerationError once the others are written; a re-run retries only those.
     """
     examples = list(examples)
     by_id = index_examples(examples)
@@ -465,7 +486,8 @@ def generate_via_endpoint(
     root = Path(image_root) if image_root is not None else None
     check_images(todo, root)
     key = api_key(endpoint.base_url, endpoint.api_key_env, "evaluator.endpoint.api_key_env")
-    client = JudgeClient(endpoint.client_config(opts.progress), api_key=key, label="evaluator.endpoint")
+    config = endpoint.client_config(opts.progress)
+    client = JudgeClient(config, api_key=key, label="evaluator.endpoint", role="generation")
     requests = [endpoint_request(ex, opts, root) for ex in todo]
     failures: list[tuple[str, str]] = []
     with out_path.open("a", encoding="utf-8") as f:
@@ -485,7 +507,7 @@ def generate_via_endpoint(
             client.close()
     if failures:
         first_id, first_error = failures[0]
-        raise RuntimeError(
+        raise EndpointGenerationError(
             f"{len(failures)} of {len(todo)} endpoint requests failed (first: record {first_id!r}: {first_error}); "
             f"{len(todo) - len(failures)} predictions were written to {out_path}; re-run to retry the failed ones"
         )

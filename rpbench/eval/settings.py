@@ -64,7 +64,7 @@ class GenerationEndpoint(Endpoint):
     def client_config(self, progress: bool) -> JudgeConfig:
         """The client settings generation runs with: this endpoint's, and what generation fixes itself (each
         request carries its own sampling and length; no cache, since sampled replies must not repeat; no
-        re-asks, prices or budget)."""
+        re-asks, prices, budget or prompt limit)."""
         return JudgeConfig(
             backend="vllm",
             model=str(self.model),
@@ -84,6 +84,7 @@ class GenerationEndpoint(Endpoint):
             parse_failure="exclude",
             warn_parse_failure_rate=1.0,
             warn_request_failure_rate=1.0,
+            max_prompt_chars=None,  # the test records' own prompts: the server refuses one beyond its context
             price_input_per_1m=0.0,
             price_output_per_1m=0.0,
             cache_path=None,

@@ -1,7 +1,8 @@
 """Startup checks of a model config (conf/model/*.yaml) that the loaders would otherwise reject late, as
 tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, a local path that
-does not exist, a hub id not in the cache while the Hub is offline (``hub_problems``), and a saved model
-folder that cannot load (``model_folder_problems``)."""
+does not exist, a hub id not in the cache while the Hub is offline (``hub_problems``), a saved model
+folder that cannot load (``model_folder_problems``); and the model's context (``model_context``), which
+bounds what it is asked to generate."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.models.loading import DTYPES, TINY_PREFIX
+from rpbench.models.tiny import TINY_DEFAULTS
 
 ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -160,4 +162,40 @@ def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
         f"HF_HUB_OFFLINE=1 lets it load from: download it where there is a network (`hf download {name} "
         f"--local-dir <dir>`) and pass {key}.name_or_path=<dir>, point HF_HOME at a cache that holds it, or unset "
         "HF_HUB_OFFLINE"
+    ]
+
+
+def config_context(config: Any) -> int | None:
+    """The positions (prompt plus reply) a Hugging Face model config allows: its text config's
+    ``max_position_embeddings``; None when it gives none."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    value = getattr(text, "max_position_embeddings", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def model_context(model: Mapping[str, Any]) -> int | None:
+    """The context of the model config ``model`` before loading it: a tiny model's ``tiny`` sizes over
+    TINY_DEFAULTS, else the weights' config.json (a local folder, or a hub id already downloaded); None when
+    that cannot be read here (the loaded model is checked again before it generates)."""
+    name = str(model.get("name_or_path"))
+    if name.startswith(TINY_PREFIX):
+        return int({**TINY_DEFAULTS, **dict(model.get("tiny") or {})}["max_position_embeddings"])
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(
+            name, revision=model.get("revision"), trust_remote_code=bool(model.get("trust_remote_code"))
+        )
+    except (OSError, ValueError):
+        return None
+    return config_context(config)
+
+
+def generation_length_problems(max_new_tokens: int, context: int | None, key: str, model: str) -> list[str]:
+    """``max_new_tokens`` (the setting ``key``) must leave the prompt room in the ``model``'s ``context``."""
+    if context is None or max_new_tokens < context:
+        return []
+    return [
+        f"{key}={max_new_tokens}: model {model} has a context of {context} tokens (max_position_embeddings of its "
+        "config): expected fewer new tokens, leaving room for the prompt"
     ]

@@ -61,7 +61,7 @@ class ConversationEnvSettings(Settings):
     """conf/env/conversation.yaml (the session settings from conf/evaluator/common/conversation_session.yaml)."""
 
     name: str
-    max_turns: int | None
+    max_turns: int
     simulator: Simulator
     rubric: Mapping[str, str]
     judge: Mapping[str, Any]
@@ -71,8 +71,8 @@ class ConversationEnvSettings(Settings):
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
-        if self.max_turns is not None and self.max_turns < 1:
-            found.append(("max_turns", "null (each scenario's turns) or an integer >= 1"))
+        if self.max_turns < 1:
+            found.append(("max_turns", "an integer >= 1 (the cap on every scenario's turns)"))
         if not self.rubric or not all(q.strip() for q in self.rubric.values()):
             found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
         if self.simulator.server is not None:

@@ -106,13 +106,15 @@ class Task:
 
 @dataclass
 class StageTally:
-    """What a stage did in this run: items written, rejected (by reason), failed requests, usage, seconds."""
+    """What a stage did in this run: items written, rejected (by reason), failed requests (the first one's
+    error), usage, seconds."""
 
     planned: int = 0
     already_done: int = 0
     accepted: int = 0
     rejected: int = 0
     failed: int = 0
+    first_error: str | None = None
     reasons: Counter = field(default_factory=Counter)
     usage: dict[str, float] = field(default_factory=dict)
     estimate: dict[str, Any] = field(default_factory=dict)  # the pending items' typical cost, before asking
@@ -125,6 +127,7 @@ class StageTally:
             "accepted": self.accepted,
             "rejected": self.rejected,
             "failed_requests": self.failed,
+            "first_error": self.first_error,
             "rejection_reasons": dict(sorted(self.reasons.items())),  # every rejected reply, retried or dropped
             **self.usage,
             "estimate": self.estimate,
@@ -175,6 +178,7 @@ def run_tasks(
                     unasked += 1
                 elif error is not None:
                     tally.failed += 1
+                    tally.first_error = tally.first_error or error
                 elif value is not None:
                     good.append({"id": task.id, **task.meta, **value})
                 else:

@@ -98,7 +98,8 @@ class Run:
         if result["failed_requests"]:
             raise RpbenchError(
                 f"stage {stage}: {result['failed_requests']} requests got no reply after the generator's retries "
-                "(judge.max_retries); rerun the same command to ask them again (done items are kept)"
+                f"(judge.max_retries; first: {result['first_error']}); rerun the same command to ask them again "
+                "(done items are kept)"
             )
         reasons = ", ".join(f"{name} x{n}" for name, n in result["rejection_reasons"].items())
         if result["rejected"] and not self.file(stage).records():

@@ -157,24 +157,29 @@ def test_both_settings_are_interviewed_and_scored(tmp_path):
 
 def test_both_settings_run_against_the_local_judge_server(tmp_path):
     """rpbench's own server (a tiny random model) as interviewer and judge: its replies carry no score, so
-    every judgement is a parse failure, counted and left out of the means, not scored 0."""
+    every judgement is a parse failure, counted and left out of the means, not scored 0: the run has no headline
+    and fails, its metrics.json written."""
+    from rpbench.pipeline import RunFailed
+
     run = tmp_path / "run"
-    results = run_in_process(
-        run,
-        "objective=none",
-        "logger=none",
-        "data=sample_characterllm",
-        "evaluator=characterllm",
-        "evaluator.max_turns=1",
-        "evaluator.interviewer.max_tokens=8",
-        "evaluator.generation.max_new_tokens=4",
-        "evaluator.bootstrap.n_resamples=10",
-        "judge=local",
-        "judge.max_tokens.characterllm=4",
-        "judge.parse_tries=1",
-        "judge.cache_path=null",
-        "judge.progress=false",
-    )["eval"]
+    with pytest.raises(RunFailed, match=r"its headline \(single-turn average\) has no value"):
+        run_in_process(
+            run,
+            "objective=none",
+            "logger=none",
+            "data=sample_characterllm",
+            "evaluator=characterllm",
+            "evaluator.max_turns=1",
+            "evaluator.interviewer.max_tokens=8",
+            "evaluator.generation.max_new_tokens=4",
+            "evaluator.bootstrap.n_resamples=10",
+            "judge=local",
+            "judge.max_tokens.characterllm=4",
+            "judge.parse_tries=1",
+            "judge.cache_path=null",
+            "judge.progress=false",
+        )
+    results = json.loads((run / "metrics.json").read_text())["eval"]
     for setting in ("single", "turns"):
         for summary in results["characterllm"][setting]["aspects"].values():
             assert summary["n"] + summary["n_missing"] == results["characterllm"][setting]["n_interviews"]

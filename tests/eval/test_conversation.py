@@ -240,30 +240,36 @@ def test_ooc_phrases_and_judge_verdicts_are_read_strictly():
 
 def test_sessions_run_against_the_local_judge_server(tmp_path):
     """rpbench's own server (a tiny random model) as user simulator and judge: its verdicts are no JSON, so
-    every session's judgement is a parse failure, counted and left out of the means, never scored."""
+    every session's judgement is a parse failure, counted and left out of the means, never scored: the run has no
+    headline and fails, its metrics.json written."""
+    from rpbench.pipeline import RunFailed
+
     out = tmp_path / "run"
-    results = run_in_process(
-        out,
-        "objective=none",
-        "logger=none",
-        "data=sample_conversation",
-        "evaluator=conversation",
-        "evaluator.max_turns=2",
-        "evaluator.simulator.max_tokens=6",
-        "evaluator.generation.max_new_tokens=4",
-        "evaluator.drift.enabled=false",
-        "evaluator.bootstrap.n_resamples=10",
-        "judge=local",
-        "judge.max_tokens.conversation=4",
-        "judge.parse_tries=1",
-        "judge.cache_path=null",
-        "judge.progress=false",
-    )["eval"]
+    with pytest.raises(RunFailed, match=r"its headline \(session score \(1-5\)\) has no value"):
+        run_in_process(
+            out,
+            "objective=none",
+            "logger=none",
+            "data=sample_conversation",
+            "evaluator=conversation",
+            "evaluator.max_turns=2",
+            "evaluator.simulator.max_tokens=6",
+            "evaluator.generation.max_new_tokens=4",
+            "evaluator.drift.enabled=false",
+            "evaluator.bootstrap.n_resamples=10",
+            "judge=local",
+            "judge.max_tokens.conversation=4",
+            "judge.parse_tries=1",
+            "judge.cache_path=null",
+            "judge.progress=false",
+        )
+    results = json.loads((out / "metrics.json").read_text())["eval"]
     c = results["conversation"]
     assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
-    assert c["judge_parse_failures"] + c["judge_request_failures"] == 6
+    judged = 6 - c["sessions_cut_short"]  # a session the simulator cut short is not judged
+    assert c["judge_parse_failures"] + c["judge_request_failures"] == judged
     assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
-    assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == 6
+    assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == judged
     assert len(lines(out / "conversations.jsonl")) == 6
 
 
@@ -489,7 +495,13 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
         run(cfg)
 
 
-def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):
+def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_answers_fails_the_run(tmp_path):
+    """The simulator answers blank (Lena's session) or 503 (the others): every session ends after one turn, is not
+    judged, and the run has nothing to score: RunFailed, metrics.json marked failed with the simulator's requests
+    and failures, the warning on record, and the leaderboard skips it."""
+    from rpbench.leaderboard import build
+    from rpbench.pipeline import RunFailed
+
     def reply(body: dict) -> str | int:
         if "Write only your next message" in body["messages"][-1]["content"]:
             return "   " if "Lena" in body["messages"][-1]["content"] else 503
@@ -497,12 +509,21 @@ def test_a_simulator_without_a_usable_reply_ends_the_session_counted(tmp_path):
 
     with chat_stub(reply) as stub:
         model = ["evaluator.backend=endpoint", f"evaluator.endpoint.base_url={stub.url}", "evaluator.endpoint.model=m"]
-        results = run(tmp_path / "run", stub, *model, "evaluator.drift.enabled=false")["eval"]
-    c = results["conversation"]
-    assert c["ended_by"] == {"simulator_error": 6}
+        with pytest.raises(RunFailed, match=r"every request of simulator \(6 of 6\) failed"):
+            run(tmp_path / "run", stub, *model, "evaluator.drift.enabled=false")
+        requests = stub.requests
+    results = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    c = results["eval"]["conversation"]
+    assert c["ended_by"] == {"simulator_error": 6} and c["sessions_cut_short"] == 6
     assert c["simulator_errors"]["rolemrc-mara-phone"] == "turn 1: an empty reply"
     assert "503" in c["simulator_errors"]["rpgbench-greta-room"]
     sessions = lines(tmp_path / "run" / "conversations.jsonl")
-    assert all(s["n_character_turns"] == 1 for s in sessions)  # scored as they are, not dropped
-    assert c["judge"]["overall"]["n"] == 6
-    assert "Sessions cut short by the simulator" in (tmp_path / "run" / "report.md").read_text()
+    assert all(s["n_character_turns"] == 1 for s in sessions)  # kept in the run folder, not judged
+    assert c["judge"]["overall"]["n"] == 0 and c["judge"]["overall"]["mean"] is None
+    assert not [r for r in requests if "Judge only the character" in r["messages"][-1]["content"]]
+    health = results["eval"]["endpoints"]["simulator"]
+    assert (health["requests"], health["failures"], health["threshold"]) == (6, 6, 0.0)
+    assert health["warning"] in results["warnings"] and results["failed"].startswith("evaluator=conversation: ")
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "6 sessions cut short by the simulator (not judged)" in report and results["failed"] in report
+    assert [why for _, why in build([tmp_path]).skipped] == [f"failed: {results['failed']}"]

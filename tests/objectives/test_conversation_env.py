@@ -176,7 +176,7 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
     unreadable, so it gets failure_reward and is counted."""
     cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
     verdict = json.dumps({"scores": SCORES, "breaks": []})
-    sessions = [Session.start(e, None) for e in readers.read("conversation", "train", scenarios).examples]
+    sessions = [Session.start(e, cfg.env.max_turns) for e in readers.read("conversation", "train", scenarios).examples]
     for session in sessions:
         session.add_reply("Plant sage.")
     with chat_stub(lambda body: verdict if "Ida Brenn" in body["messages"][-1]["content"] else "maybe") as stub:

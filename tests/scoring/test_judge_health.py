@@ -10,23 +10,24 @@ def test_warns_only_above_the_limit():
     assert parse_failure_warning(0, 0, 0.2) is None  # nothing judged: nothing to warn about
 
 
-def test_request_failures_warn_above_their_limit():
-    from rpbench.scoring.judge.health import request_failure_warning
-
-    assert request_failure_warning(0, 10, 0.0) is None
-    warning = request_failure_warning(10, 10, 0.0)  # a judge that failed every request
-    assert warning is not None and "10 of 10" in warning and "100%" in warning
-    assert request_failure_warning(1, 10, 0.1) is None and request_failure_warning(2, 10, 0.1) is not None
-
-
-def test_a_judge_that_fails_every_request_is_reported_on_the_console_and_in_the_results(tmp_path, caplog):
+def test_a_judge_that_fails_every_request_fails_the_run_and_is_never_ranked(tmp_path, caplog):
+    """Every judge request answered 500: the warning is on the console, in metrics.json (``eval.endpoints.judge``,
+    ``warnings``) and report.md; the run stops with RunFailed, metrics.json marked ``failed``, and the
+    leaderboard skips it."""
     import json
     import logging
 
+    import pytest
+
     from conftest import chat_stub, run_in_process
+    from rpbench.leaderboard import build
+    from rpbench.pipeline import RunFailed
 
     with chat_stub(lambda body: 500) as judge:
-        with caplog.at_level(logging.WARNING):
+        with (
+            caplog.at_level(logging.WARNING),
+            pytest.raises(RunFailed, match=r"every request of judge \((\d+) of \1\) failed"),
+        ):
             run_in_process(
                 tmp_path / "run",
                 "objective=none",
@@ -43,9 +44,18 @@ def test_a_judge_that_fails_every_request_is_reported_on_the_console_and_in_the_
                 f"judge.cache_path={tmp_path / 'judge.sqlite'}",
                 f"judge.base_url={judge.url}",
             )
-    judged = json.loads((tmp_path / "run" / "metrics.json").read_text())["eval"]["judge"]
+    results = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    judged = results["eval"]["judge"]
     n = judged["overall"]["n"]
-    assert n > 0 and judged["overall"]["request_failures"] == n == len(judge.requests)
-    assert f"no reply for {n} of {n} judgements" in judged["warning"]
-    assert any(f"no reply for {n} of {n}" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
-    assert judged["warning"] in (tmp_path / "run" / "report.md").read_text()
+    assert n > 0 and judged["overall"]["request_failures"] == n
+    health = results["eval"]["endpoints"]["judge"]
+    assert len(judge.requests) == health["requests"] == health["failures"] == n
+    assert (
+        health["rate"] == 1.0 and health["threshold"] == 0.0 and health["setting"] == "judge.warn_request_failure_rate"
+    )
+    assert f"judge: {n} of {n} judge requests got no usable reply" in health["warning"]
+    assert results["warnings"] == [health["warning"]] and "rest on nothing" in results["failed"]
+    assert any(health["warning"] in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert health["warning"] in report and results["failed"] in report
+    assert [why for _, why in build([tmp_path]).skipped] == [f"failed: {results['failed']}"]

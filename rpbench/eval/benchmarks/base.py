@@ -46,6 +46,19 @@ class Headline:
     scores: str = ""
     higher_is_better: bool = True
 
+    def unscored(self, results: Mapping[str, Any]) -> bool:
+        """Whether ``results`` hold this headline's entry without a number in it (nothing was scored)."""
+        entry: Any = results
+        for key in self.path:
+            if not isinstance(entry, Mapping) or key not in entry:
+                return False  # not held: another headline, or a setting this run left out
+            entry = entry[key]
+        if self.value:
+            if not isinstance(entry, Mapping):
+                return False
+            entry = entry.get(self.value)
+        return entry is None
+
 
 def rouge_l() -> Headline:
     return Headline("ROUGE-L", ("metrics", "overall", "rougeL"), scores="metrics/rougeL")

@@ -190,10 +190,11 @@ class CharacterLLM(Benchmark):
         """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
         from rpbench.eval.evaluate import generate
         from rpbench.scoring.judge import JudgeClient, JudgeRequest
+        from rpbench.scoring.judge.health import role_health
 
         ev = ctx.settings
         sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=ev.interviewer.top_p)
-        asker = JudgeClient(sampling)
+        asker = JudgeClient(sampling, role="simulator")
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}
@@ -203,9 +204,11 @@ class CharacterLLM(Benchmark):
             return {"role": "user", "content": interviewer_prompt(e, transcripts[e.id], prompts, loc_time)}
 
         stopped: dict[str, str] = {}
+        asked_in_all = 0
         try:
             for turn in range(1, ev.max_turns + 1):
                 active = [e for e in records if e.id not in stopped]
+                asked_in_all += len(active)
                 requests = [JudgeRequest((system, asking(e)), ev.interviewer.max_tokens, version) for e in active]
                 asked = []
                 for e, reply in zip(active, asker.judge_many(requests, desc=f"interviewer, turn {turn}")):
@@ -227,6 +230,9 @@ class CharacterLLM(Benchmark):
         finally:
             asker.close()
         results["interviews_stopped"] = stopped
+        limit = ctx.judge.warn_request_failure_rate  # asked with the judge's client settings
+        health = role_health("simulator", asked_in_all, len(stopped), limit, "judge.warn_request_failure_rate")
+        results["endpoints"] = {"simulator": health}
         return [_interview(e, transcripts[e.id], finished=e.id not in stopped) for e in records]
 
 

@@ -22,6 +22,7 @@ dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimensi
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from rpbench.scoring.judge.conversation import (
 )
 from rpbench.typed import Problem, Settings
 
+log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
 
 
@@ -72,7 +74,7 @@ class Drift(Settings):
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationSettings(EvaluatorSettings):
-    max_turns: int | None
+    max_turns: int
     simulator: Simulator
     rubric: Mapping[str, str]
     drift: Drift
@@ -83,8 +85,8 @@ class ConversationSettings(EvaluatorSettings):
 
     def problems(self) -> list[Problem]:
         found = super().problems()
-        if self.max_turns is not None and self.max_turns < 1:
-            found.append(("max_turns", "null (each scenario's turns) or an integer >= 1"))
+        if self.max_turns < 1:
+            found.append(("max_turns", "an integer >= 1 (the cap on every scenario's turns)"))
         if not self.rubric or not all(q.strip() for q in self.rubric.values()):
             found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
         if any(not p.strip() for p in self.ooc_phrases):
@@ -113,7 +115,7 @@ class Conversation(Benchmark):
         serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
         served = settings.simulator.server is not None
-        return [(1 if served else min(e.meta["turns"], cap or e.meta["turns"])) + pairwise for e in examples]
+        return [(1 if served else min(e.meta["turns"], cap)) + pairwise for e in examples]
 
     def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
         out = []
@@ -139,9 +141,16 @@ class Conversation(Benchmark):
         with ctx.open_judge() as client:
             with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
+            if capped := [s.id for s in sessions if s.capped]:
+                log.warning(
+                    "%d sessions were cut to evaluator.max_turns=%d (their scenarios ask for more turns; first: %s)",
+                    len(capped),
+                    ev.max_turns,
+                    capped[0],
+                )
             records = [s.record() for s in sessions]
             max_tokens = client.config.max_tokens_for("conversation")
-            judgements = judge_sessions(client, records, ev.rubric, max_tokens)
+            judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
             if ev.pairwise_with:
                 other = read_other(ev.pairwise_with, records)
                 bootstrap = ev.bootstrap.as_kwargs()
@@ -156,6 +165,7 @@ class Conversation(Benchmark):
                 "simulator_model": simulator.config.model,
                 "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),
+                "endpoints": {"simulator": simulator_health(resumed, ctx.judge.warn_request_failure_rate)},
             }
         write_jsonl(out_dir / "judgements.jsonl", judgements)
         measured = measure(ev, sessions)
@@ -182,6 +192,33 @@ class Conversation(Benchmark):
                 }
             )
         return results
+
+
+def judge_complete(
+    client: Any,
+    sessions: Sequence[Session],
+    records: Sequence[Mapping[str, Any]],
+    rubric: Mapping[str, str],
+    max_tokens: int,
+) -> list[dict[str, Any]]:
+    """Each session's judgement; a session the simulator cut short (``simulator_error``) is not judged (status
+    ``simulator_error``, no scores): it is no whole conversation, and is counted beside the means."""
+    complete = [r for s, r in zip(sessions, records) if s.ended_by != "simulator_error"]
+    judged = iter(judge_sessions(client, complete, rubric, max_tokens) if complete else [])
+    unjudged = {"scores": dict.fromkeys(rubric), "breaks": [], "breaks_out_of_range": 0, "reply": None, "attempts": 0}
+    return [
+        next(judged) if s.ended_by != "simulator_error" else {"id": s.id, "status": "simulator_error", **unjudged}
+        for s in sessions
+    ]
+
+
+def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:
+    """The user simulator's ``role_health``: its replies asked and unusable (failed, or empty) over the run, held
+    to the judge's request failure threshold (it is asked with the judge's client settings)."""
+    from rpbench.scoring.judge.health import role_health
+
+    requests, failures = counts["simulator_requests"], counts["simulator_failures"]
+    return role_health("simulator", requests, failures, limit, "judge.warn_request_failure_rate")
 
 
 def measure(ev: ConversationSettings, sessions: Sequence[Session]) -> dict[str, dict[str, Any]]:
@@ -233,6 +270,10 @@ def summaries(
         "sessions": len(sessions),
         "ended_by": dict(Counter(s.ended_by for s in sessions)),
         "simulator_errors": {s.id: s.error for s in sessions if s.error is not None},
+        # left out of the judge's means (not judged), counted here
+        "sessions_cut_short": statuses["simulator_error"],
+        "sessions_capped": sum(s.capped for s in sessions),
+        "max_turns": ev.max_turns,
         "character_turns": summarize([s.character_turns for s in sessions], **bootstrap),
         "judge": judge,
         "scale": "1 (poor) to 5 (excellent), one judgement per session",
@@ -268,8 +309,10 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in c["ended_by"].items())
         + f"; character turns {_cell(c['character_turns'])}.\n\n"
         f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
-        f"Judge failures left out of the means: {c['judge_parse_failures']} unparsed, "
-        f"{c['judge_request_failures']} unanswered. Sessions with a flagged turn: {c['sessions_flagged']} "
+        f"Left out of the means: {c['sessions_cut_short']} sessions cut short by the simulator (not judged); "
+        f"judge failures {c['judge_parse_failures']} unparsed, {c['judge_request_failures']} unanswered. "
+        f"Sessions cut to evaluator.max_turns={c['max_turns']}: {c['sessions_capped']}. "
+        f"Sessions with a flagged turn: {c['sessions_flagged']} "
         f"(by turn: {c['flags_by_turn'] or 'none'}).\n\n"
         f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}."
     )

@@ -112,7 +112,9 @@ def simulate(
 def run_sessions(
     ctx: EvalContext, simulator: Any, version: str
 ) -> tuple[list[Session], dict[str, Any], dict[str, int]]:
-    """Every scenario's session, the generation report per turn, and what resuming read back."""
+    """Every scenario's session, the generation report per turn, and what resuming read back with the
+    simulator's replies asked and unusable (``simulator_requests``, ``simulator_failures``: the run's, the
+    ones read back included). At most ``evaluator.max_turns`` turns."""
     from rpbench.eval.evaluate import generate  # the generic evaluation imports the benchmarks
 
     ev, out_dir = ctx.settings, ctx.out_dir
@@ -121,9 +123,11 @@ def run_sessions(
     sessions = [Session.start(e, ev.max_turns) for e in ctx.examples]
     files = ConversationFiles(out_dir, {e.id: e for e in ctx.examples}, fingerprint)
     generation: dict[str, Any] = {}
-    turn = 0
+    turn = asked = failed = 0
     while live := [s for s in sessions if s.ended_by is None]:
         turn += 1
+        if turn > ev.max_turns:  # each session ends at its limit, at most max_turns
+            raise AssertionError(f"sessions {[s.id for s in live]} outlived evaluator.max_turns={ev.max_turns}")
         records = [model_prompt(s, turn) for s in live]
         path = out_dir / f"predictions_turn_{turn}.jsonl"
         generation[f"turn_{turn}"] = {**generate(ctx, records, path), "path": path.name}  # named in the run folder
@@ -135,8 +139,11 @@ def run_sessions(
         answers = simulate(simulator, asking, turn, out_dir / f"simulator_turn_{turn}.jsonl", sim, version, fingerprint)
         for s in asking:
             s.take_user_reply(answers[s.id]["text"], answers[s.id]["error"], turn, sim.stop_marker)
+        asked += len(asking)
+        failed += sum(s.ended_by == "simulator_error" for s in asking)
         files.add([s for s in asking if s.ended_by is not None])
-    resumed: dict[str, Any] = {"sessions_resumed": files.resumed, "turns": turn}
+    counts = {"simulator_requests": asked, "simulator_failures": failed}
+    resumed: dict[str, Any] = {"sessions_resumed": files.resumed, "turns": turn, **counts}
     if files.set_aside is not None:
         resumed["set_aside"] = files.set_aside
     return sessions, generation, resumed

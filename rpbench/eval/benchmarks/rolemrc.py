@@ -53,17 +53,14 @@ class RoleMRC(Benchmark):
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
         from rpbench.scoring.judge import judge_rolemrc
-        from rpbench.scoring.judge.health import parse_failure_warning, request_failure_warning
+        from rpbench.scoring.judge.health import no_verdict, parse_failure_warning
 
         judged = judge_rolemrc(ctx.examples, predictions, ctx.judge, prepared, ctx.open_judge)
-        overall = judged["overall"]
-        judge_cfg = ctx.judge
-        warnings = [
-            request_failure_warning(overall["request_failures"], overall["n"], judge_cfg.warn_request_failure_rate),
-            parse_failure_warning(overall["parse_failures"], overall["n"], judge_cfg.warn_parse_failure_rate),
-        ]
-        if any(warnings):
-            judged["warning"] = " ".join(w for w in warnings if w)
+        overall = judged["overall"]  # request failures: the judge's endpoint health (rpbench.eval.evaluate)
+        warning = parse_failure_warning(overall["parse_failures"], overall["n"], ctx.judge.warn_parse_failure_rate)
+        if warning:
+            judged["warning"] = warning
+        failed = no_verdict(overall["n"], overall["parse_failures"], overall["request_failures"])
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         bootstrap = ctx.settings.bootstrap.as_kwargs()
@@ -71,7 +68,7 @@ class RoleMRC(Benchmark):
             for group, tally in judged[level].items():
                 verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
                 tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
-        results = {"judge": judged, "prompts": dict(prepared.records)}
+        results = {"judge": judged, "prompts": dict(prepared.records), **({"failed": failed} if failed else {})}
         return Judged(results, {rec["id"]: rec["verdicts"] for rec in records})
 
 

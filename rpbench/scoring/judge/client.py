@@ -6,10 +6,12 @@ Requests run concurrently under a limit, are retried with exponential backoff an
 timeouts, connection errors and bad replies (an HTTP 200 whose body is not a chat completion: cut-off JSON,
 a wrong shape, an HTML page), waiting at least what a ``Retry-After`` header asks (up to
 ``retry_after_max_s``); a request still failing then is a counted failure, never a verdict. Replies are
-cached in SQLite (keyed by endpoint, model, prompt and sampling) so a re-run makes no requests. Tokens and
-cost are counted. The API key is read from the environment variable the config names (see
-``rpbench.scoring.endpoints``: none by default to a host other than OpenAI's), handed to the ``openai``
-client and nowhere else: it is not part of the config object, the cache key, logs or results.
+cached in SQLite (keyed by endpoint, model, prompt and sampling) so a re-run makes no requests. A prompt
+longer than ``max_prompt_chars`` is not sent: a counted failure (``prompts_too_long``) naming the limit. Tokens
+and cost are counted, per endpoint role (``judge``, ``simulator``, ``generation``: ``counting_usage``). The API
+key is read from the environment variable the config names (see ``rpbench.scoring.endpoints``: none by default
+to a host other than OpenAI's), handed to the ``openai`` client and nowhere else: it is not part of the config
+object, the cache key, logs or results.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from functools import partial
@@ -86,6 +88,9 @@ class JudgeConfig(Settings):
     warn_parse_failure_rate: float
     # Above this share of requests without a reply after all retries, the log and report.md warn.
     warn_request_failure_rate: float
+    # The longest prompt (characters of its messages' text) a request may send; a longer one is a failure,
+    # not sent (null: no limit).
+    max_prompt_chars: int | None
     price_input_per_1m: float
     price_output_per_1m: float
     cache_path: str | None
@@ -110,6 +115,8 @@ class JudgeConfig(Settings):
                 found.append((key, "a number of seconds >= 0"))
         if self.parse_failure not in PARSE_FAILURE_POLICIES:
             found.append(("parse_failure", f"one of {', '.join(PARSE_FAILURE_POLICIES)}"))
+        if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
+            found.append(("max_prompt_chars", "null or an integer >= 1 (characters)"))
         for key in ("warn_parse_failure_rate", "warn_request_failure_rate"):
             if not 0 <= getattr(self, key) <= 1:
                 found.append((key, "a share in [0, 1]"))
@@ -186,8 +193,10 @@ class ParsedReply:
 class JudgeStats:
     """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included),
     ``bad_replies`` the attempts answered by an HTTP 200 that was no chat completion, ``retry_wait_s`` the
-    seconds waited before retries, ``failures`` the requests that got no reply after all retries; tokens
-    and cost count fresh replies only (a cache hit costs nothing)."""
+    seconds waited before retries, ``failures`` the requests that got no reply after all retries (or were not
+    sent: ``prompts_too_long`` of them had a prompt beyond ``max_prompt_chars``), ``empty_replies`` the fresh
+    replies with no text (null or blank content); tokens and cost count fresh replies only (a cache hit costs
+    nothing). Requests asked: ``replies + cache_hits + failures``."""
 
     requests: int = 0
     replies: int = 0
@@ -196,6 +205,8 @@ class JudgeStats:
     bad_replies: int = 0
     retry_wait_s: float = 0.0
     failures: int = 0
+    prompts_too_long: int = 0
+    empty_replies: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
@@ -207,30 +218,62 @@ class JudgeStats:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
+    @property
+    def asked(self) -> int:
+        """The requests asked (each once, however often it was retried)."""
+        return self.replies + self.cache_hits + self.failures
 
-_totals: list[JudgeStats] = []  # the open ``counting_usage`` blocks
+
+ROLES = ("judge", "simulator", "generation")  # what a client asks its endpoint for
+
+
+@dataclass
+class Usage:
+    """The counters of the clients closed inside a ``counting_usage`` block, per role."""
+
+    roles: dict[str, JudgeStats] = field(default_factory=dict)
+
+    def add(self, role: str, stats: JudgeStats) -> None:
+        self.roles.setdefault(role, JudgeStats()).add(stats)
+
+    def total(self) -> JudgeStats:
+        summed = JudgeStats()
+        for stats in self.roles.values():
+            summed.add(stats)
+        return summed
+
+
+_totals: list[Usage] = []  # the open ``counting_usage`` blocks
 
 
 @contextmanager
-def counting_usage() -> Iterator[JudgeStats]:
-    """The summed counters of every client closed inside the block (a run's judge cost, all judges together)."""
-    total = JudgeStats()
-    _totals.append(total)
+def counting_usage() -> Iterator[Usage]:
+    """The counters of every client closed inside the block, per role (a run's judge cost: their total)."""
+    usage = Usage()
+    _totals.append(usage)
     try:
-        yield total
+        yield usage
     finally:
-        _totals.remove(total)
+        _totals.remove(usage)
 
 
 class JudgeClient:
     """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point. ``endpoint``: what
     the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``); ``api_key``:
-    the key to send (default: read from ``config.api_key_env``); ``label``: the config group errors name."""
+    the key to send (default: read from ``config.api_key_env``); ``label``: the config group errors name;
+    ``role``: what it asks for (one of ROLES), the role its counters are summed under."""
 
     def __init__(
-        self, config: JudgeConfig, endpoint: str | None = None, api_key: str | None = None, label: str = "judge"
+        self,
+        config: JudgeConfig,
+        endpoint: str | None = None,
+        api_key: str | None = None,
+        label: str = "judge",
+        role: str = "judge",
     ):
-        self.config, self.label = config, label
+        if role not in ROLES:
+            raise ValueError(f"JudgeClient role {role!r}: one of {', '.join(ROLES)}")
+        self.config, self.label, self.role = config, label, role
         self.endpoint = endpoint or endpoint_identity(config.base_url)
         self.stats = JudgeStats()
         self._api_key = api_key if api_key is not None else _api_key(config, f"{label}.api_key_env")
@@ -307,6 +350,14 @@ class JudgeClient:
         return out
 
     async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: JudgeRequest) -> JudgeResult:
+        chars, most = prompt_chars(request.messages), self.config.max_prompt_chars
+        if most is not None and chars > most:
+            self.stats.prompts_too_long += 1
+            self.stats.failures += 1
+            return JudgeResult(
+                None,
+                error=f"prompt too long: {chars} characters, above {self.label}.max_prompt_chars={most} (not sent)",
+            )
         sampling = self.sampling(request)
         key = None
         if self.cache is not None:
@@ -320,6 +371,7 @@ class JudgeClient:
             result = await self._request_with_retries(api, request, sampling)
         if result.error is None:
             self._count_usage(result)
+            self.stats.empty_replies += not (result.text or "").strip()
             if self.cache is not None:
                 reply = CachedReply(result.text or "", result.prompt_tokens, result.completion_tokens)
                 self.cache.put(key, self.config.model, request.prompt_version, reply)
@@ -382,10 +434,22 @@ class JudgeClient:
         ) / 1e6
 
     def close(self) -> None:
-        for total in _totals:
-            total.add(self.stats)
+        for usage in _totals:
+            usage.add(self.role, self.stats)
         if self.cache is not None:
             self.cache.close()
+
+
+def prompt_chars(messages: Sequence[Mapping[str, Any]]) -> int:
+    """The characters of a request's text (a message's content, or its text parts; images not counted)."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, Sequence):
+            total += sum(len(part.get("text") or "") for part in content if isinstance(part, Mapping))
+    return total
 
 
 def image_part(path: Path) -> dict[str, Any]:

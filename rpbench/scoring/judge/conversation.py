@@ -97,12 +97,12 @@ def open_simulator(
             server = stack.enter_context(local_server(served))
             free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
             local = replace(config, base_url=server.base_url, model=server.model, api_key_env=None, **free)
-            client = JudgeClient(local, LOCAL_ENDPOINT)
+            client = JudgeClient(local, LOCAL_ENDPOINT, role="simulator")
         elif sim.base_url is None:
-            client = JudgeClient(config, judge.endpoint)
+            client = JudgeClient(config, judge.endpoint, role="simulator")
         else:
             own = replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env)
-            client = JudgeClient(own, label=where)
+            client = JudgeClient(own, label=where, role="simulator")
         stack.callback(client.close)  # before the server stops
         yield client
 

@@ -296,6 +296,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             results["failed"] = f"evaluator={evaluator}: {results['eval']['failed']}"
             if is_rank_zero():
                 write_results(results, out_dir, logger)
+                for line in headline(results):  # what it did measure, before why it fails
+                    log.info(line)
             raise RunFailed(f"{results['failed']} (metrics.json marks the run failed: it has no headline)")
     if probe != "none":
         again = lambda folder: evaluate(replace(evaluation.into(folder), logger=None))  # noqa: E731

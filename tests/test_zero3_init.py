@@ -35,7 +35,7 @@ def _signature(out) -> str:
 
 
 def test_under_zero3_the_pipeline_loads_tokenizers_and_defers_the_trained_models(compose):
-    zero3 = compose("objective=dpo", "trainer=deepspeed_zero3")
+    zero3 = compose("objective=dpo", "trainer=deepspeed_zero3", "trainer.accelerator=cpu")  # no CUDA here
     model, tokenizer = build_models(validate(zero3).training, model_config(zero3))["policy"]
     assert isinstance(model, DeferredModel) and model.tokenizer is tokenizer
     dpo = compose("objective=dpo")

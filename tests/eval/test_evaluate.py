@@ -41,16 +41,21 @@ def lines(path) -> list[dict]:
 @pytest.mark.slow
 @pytest.mark.wordnet
 def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
+    """The tiny random local judge answers no rubric's format: the run writes everything, marks itself failed
+    (its judged results rest on nothing) and exits with RunFailed."""
+    from rpbench.pipeline import RunFailed
+
     out = tmp_path / "run"
-    run_in_process(
-        out,
-        *SMALL,
-        "evaluator=rolemrc",
-        "judge=local",
-        "data.max_test_samples=8",
-        "evaluator.generation.max_new_tokens=8",
-        f"paths.output_root={tmp_path}",
-    )
+    with pytest.raises(RunFailed, match=r"none of the \d+ judgements gave a verdict"):
+        run_in_process(
+            out,
+            *SMALL,
+            "evaluator=rolemrc",
+            "judge=local",
+            "data.max_test_samples=8",
+            "evaluator.generation.max_new_tokens=8",
+            f"paths.output_root={tmp_path}",
+        )
     predictions = lines(out / "predictions.jsonl")
     assert len(predictions) == 8 and all("prediction" in p for p in predictions)
     metrics = json.loads((out / "metrics.json").read_text())["eval"]
@@ -70,6 +75,7 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
     tally = metrics["judge"]["overall"]
     assert f"| {tally['judged']} / {tally['n']} | {tally['parse_failures']} |" in overall_row
     assert (tmp_path / "judge_cache.sqlite").exists()
+    assert metrics["failed"].endswith("the results rest on nothing") and metrics["endpoints"]["judge"]["warning"]
 
 
 @pytest.mark.slow

@@ -150,22 +150,27 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
     }
     (answers / "comment_test.json").write_text(json.dumps([record]))
     judged = tmp_path / "judged"
-    run_in_process(
-        judged,
-        "evaluator=mmrole",
-        "objective=none",
-        "logger=csv",
-        "judge=mmrole_rm",
-        f"judge.model={trained / 'model'}",
-        "judge.server.model.family=qwen2",  # the tiny base's family (the default is the experiment's qwen2_vl)
-        "~judge.server.model.freeze_vision",
-        "judge.multimodal=false",
-        "judge.server.model.dtype=float32",
-        "judge.max_tokens.mmrole=4",
-        f"evaluator.answers={answers}",
-    )
-    mmrole = json.loads((judged / "metrics.json").read_text())["eval"]["mmrole_eval"]
+    from rpbench.pipeline import RunFailed
+
+    with pytest.raises(RunFailed, match=r"every request of judge \(\d+ of \d+\) failed"):  # a 3-step tiny RM
+        run_in_process(
+            judged,
+            "evaluator=mmrole",
+            "objective=none",
+            "logger=csv",
+            "judge=mmrole_rm",
+            f"judge.model={trained / 'model'}",
+            "judge.server.model.family=qwen2",  # the tiny base's family (the default is the experiment's qwen2_vl)
+            "~judge.server.model.freeze_vision",
+            "judge.multimodal=false",
+            "judge.server.model.dtype=float32",
+            "judge.max_tokens.mmrole=4",
+            f"evaluator.answers={answers}",
+        )
+    results = json.loads((judged / "metrics.json").read_text())["eval"]
+    mmrole = results["mmrole_eval"]  # the RM answered every request (no transport failure); none gave a score
     assert mmrole["judge_stats"]["replies"] >= len(METRICS) and mmrole["judge_stats"]["failures"] == 0
+    assert results["endpoints"]["judge"]["failures"] == results["endpoints"]["judge"]["requests"]
     assert mmrole["files"]["comment_test"]["count"] == 1
 
 

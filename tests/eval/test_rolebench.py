@@ -11,7 +11,6 @@ from rouge_score import rouge_scorer
 
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import data_spec
-from rpbench.eval.generate import dumps, prediction_record
 
 SYSTEM = (
     "You are Sherlock Holmes, your description is: a consulting detective of Baker Street. Now please answer "
@@ -61,6 +60,14 @@ def test_rolebench_files_are_read_by_the_rolemrc_reader(compose, tmp_path, data)
     assert examples[1].prompt[-1].content == "Describe London fog." and examples[0].meta["dimensions"] == []
 
 
+def replace_predictions(run, replies: dict[str, str]) -> None:
+    """Each record of the run's predictions.jsonl given ``replies[id]`` as its prediction (its fingerprint kept)."""
+    path = run / "predictions.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["id"] for r in records} == set(replies)
+    path.write_text("".join(json.dumps({**r, "prediction": replies[r["id"]]}) + "\n" for r in records))
+
+
 @pytest.mark.slow
 def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, tmp_path):
     import rpbench.pipeline as pipeline
@@ -81,11 +88,12 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(run)
-    # predictions written beforehand (generation resumes them all), so the scores are not all zero
+    # the model's predictions replaced under the fingerprint it wrote (the re-run resumes them all), so the
+    # scores are not all zero
     examples = read_split(data_spec(cfg.data), "test").examples
     replies = ["My method is the observation of small things.", "Fog over London, my dear fellow.", "The violin."]
-    run.mkdir()
-    (run / "predictions.jsonl").write_text("".join(dumps(prediction_record(e, r)) for e, r in zip(examples, replies)))
+    pipeline.run(cfg)
+    replace_predictions(run, {e.id: r for e, r in zip(examples, replies)})
     pipeline.run(cfg)
     predictions = {
         json.loads(line)["id"]: json.loads(line)["prediction"] for line in (run / "predictions.jsonl").open()
@@ -155,11 +163,14 @@ def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
     run = tmp_path / "run"
     overrides = ["objective=none", "logger=none", "data=sample_rolebench", "evaluator=rolebench"]
     examples = read_split(data_spec(compose(*overrides).data), "test").examples
-    # predictions written beforehand (generation resumes them all): half of each reference's words
+    # the model's predictions replaced under the fingerprint it wrote (the re-run resumes them all): half of
+    # each reference's words
     replies = {e.id: " ".join(e.reference.split()[::2]) for e in examples}
-    run.mkdir()
-    (run / "predictions.jsonl").write_text("".join(dumps(prediction_record(e, replies[e.id])) for e in examples))
-    results = run_in_process(run, *overrides, "evaluator.bootstrap.n_resamples=10")["eval"]
+    run_in_process(run, *overrides, "evaluator.bootstrap.n_resamples=10", "evaluator.generation.max_new_tokens=4")
+    replace_predictions(run, replies)
+    results = run_in_process(
+        run, *overrides, "evaluator.bootstrap.n_resamples=10", "evaluator.generation.max_new_tokens=4"
+    )["eval"]
     peer = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
     scores = {json.loads(line)["id"]: json.loads(line) for line in (run / "scores.jsonl").open()}
     assert len(scores) == 5

@@ -181,24 +181,28 @@ def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_genera
 
 def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
     """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
+    from rpbench.pipeline import RunFailed
+
     run_dir = tmp_path / "run"
-    run_in_process(
-        run_dir,
-        "objective=none",
-        "evaluator=rpgbench",
-        "evaluator/decoding=authors",  # every prompt in ChatML (the default: each model's own template)
-        "data=sample_rpgbench",
-        "judge=local",
-        "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
-        "evaluator.generalization.convergence_repeats=1",
-        "evaluator.generalization.entropy.samples=2",
-        "evaluator.generalization.entropy.max_prompts=1",
-        "evaluator.generalization.entropy.max_new_tokens=8",
-        "evaluator.generalization.reasoning.max_new_tokens=8",
-        "evaluator.generation.max_new_tokens=16",
-        "+evaluator.judges=[{},{}]",
-        f"paths.output_root={tmp_path}",
-    )
+    # the tiny judges' replies do not parse: no WinRate, so the run is marked failed (the analysis is written)
+    with pytest.raises(RunFailed, match=r"its headline \(WinRate\) has no value"):
+        run_in_process(
+            run_dir,
+            "objective=none",
+            "evaluator=rpgbench",
+            "evaluator/decoding=authors",  # every prompt in ChatML (the default: each model's own template)
+            "data=sample_rpgbench",
+            "judge=local",
+            "judge.parse_tries=1",  # the tiny judge's replies rarely parse: no re-asks (those: the judge's own tests)
+            "evaluator.generalization.convergence_repeats=1",
+            "evaluator.generalization.entropy.samples=2",
+            "evaluator.generalization.entropy.max_prompts=1",
+            "evaluator.generalization.entropy.max_new_tokens=8",
+            "evaluator.generalization.reasoning.max_new_tokens=8",
+            "evaluator.generation.max_new_tokens=16",
+            "+evaluator.judges=[{},{}]",
+            f"paths.output_root={tmp_path}",
+        )
     ev = json.loads((run_dir / "metrics.json").read_text())["eval"]
     records = {
         json.loads(line)["meta"]["category"] for line in (run_dir / "predictions.jsonl").read_text().splitlines()

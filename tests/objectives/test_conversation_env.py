@@ -271,6 +271,7 @@ def test_zero2_sessions_pass_validation(tmp_path):
         "judge=local",
         "objective=grpo",
         "trainer=deepspeed_zero2",
+        "trainer.accelerator=cpu",  # validated here, on a machine without CUDA
     )
     validate(composed(tmp_path / "run", *overrides, "objective.clip_grad_norm=null"))
 

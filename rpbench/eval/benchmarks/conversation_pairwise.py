@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.data.errors import DataFormatError
+from rpbench.data.jsonl import object_lines
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.conversation import prompt_slots, transcript
 
@@ -49,15 +50,7 @@ def read_sessions(folder: str) -> dict[str, Mapping[str, Any]]:
     bad line is an error naming the file, the line and the field."""
     path = Path(folder) / "conversations.jsonl"
     sessions: dict[str, Mapping[str, Any]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFormatError(path, f"line {number}", "(line)", f"a JSON object ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise DataFormatError(path, f"line {number}", "(line)", "a JSON object (a session)")
+    for number, row in object_lines(path):
         for name in ("id", *SCENARIO_FIELDS):
             if not isinstance(row.get(name), str):
                 raise DataFormatError(path, f"line {number}", name, "a string")

@@ -199,8 +199,11 @@ def model_context(model: Mapping[str, Any]) -> int | None:
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(
-            name, revision=model.get("revision"), trust_remote_code=bool(model.get("trust_remote_code"))
+        config = AutoConfig.from_pretrained(  # never a download at startup: the cache or the folder only
+            name,
+            revision=model.get("revision"),
+            trust_remote_code=bool(model.get("trust_remote_code")),
+            local_files_only=True,
         )
     except (OSError, ValueError):
         return None

@@ -12,6 +12,7 @@ from conftest import REPO_ROOT
 
 # Declared without an import in rpbench, each for a reason.
 USED_WITHOUT_IMPORT = {
+    "gguf": "transformers reads model.gguf_file checkpoints through it (rpbench/models/gguf.py)",
     "hydra-submitit-launcher": "conf/hydra/launcher/slurm.yaml (hydra.launcher: submitit_slurm)",
     "torchvision": "transformers' fast image processors (multimodal models) import it",
     "wandb": "Lightning's WandbLogger (logger=wandb) imports it",

@@ -12,6 +12,7 @@ never inside the project. A folder is published whole (``rpbench.atomic``): a ki
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -49,6 +50,13 @@ def gguf_path(spec: str) -> Path:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of the file, computed once per (path, size, modification time) in a process."""
+    stat = path.stat()
+    return _sha256(path.resolve(), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as file:
         while chunk := file.read(1 << 20):

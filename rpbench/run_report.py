@@ -72,7 +72,10 @@ def headline(results: dict[str, Any]) -> list[str]:
         lines.append("test: " + ", ".join(f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None))
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
-        lines.append(f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged)")
+        lines.append(
+            f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged; "
+            f"{judge['parse_failures']} unparsed, {judge['request_failures']} unanswered)"
+        )
     humans = results.get("eval", {}).get("judge_agreement")
     if humans and humans["n_compared"]:
         stats = ", ".join(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import os
 import signal
@@ -225,6 +226,9 @@ def pytest_collection_modifyitems(config, items):
         for marker, skip in skips.items():
             if item.get_closest_marker(marker):
                 item.add_marker(skip)
+        real = item.get_closest_marker("real_model")
+        if real and importlib.util.find_spec(real.args[0]) is None:
+            item.add_marker(pytest.mark.skip(reason=f"the real model's package {real.args[0]} is not installed"))
 
 
 def composed(out: Path, *overrides: str):

@@ -2,6 +2,7 @@
 
     python experiments/throughput/bench.py                                  # CPU, tiny shape, a few minutes
     python experiments/throughput/bench.py --shape cpu-152k --repeats 5     # CPU, Qwen's 152k vocabulary
+    python experiments/throughput/bench.py --shape smollm2-135m             # CPU, a real model's shape
     python experiments/throughput/bench.py --shape qwen2.5-1.5b --peak-tflops 989 --csv out.csv   # one GPU
 
 Every run builds a fresh random-init model of the shape (published config.json values, no download) with a
@@ -64,7 +65,13 @@ SHAPES = {
     "qwen2.5-7b": {**QWEN25, "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
                    "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
                    "tie_word_embeddings": False},
+    # HuggingFaceTB/SmolLM2-135M-Instruct's config.json (a Llama; model=smollm2-135m-instruct), random weights
+    "smollm2-135m": {"architecture": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+                     "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+                     "rope_theta": 100000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 8192,
+                     "tie_word_embeddings": True},
 }  # fmt: skip
+ARCHITECTURES = {"qwen2": "Qwen2Config", "llama": "LlamaConfig"}  # a shape's "architecture" (default qwen2)
 # Dense bf16 peaks, for MFU when --peak-tflops is not given.
 PEAK_BF16_TFLOPS = {"H200": 989, "H100": 989, "A100": 312, "L40S": 362, "A10G": 125}
 OBJECTIVES = ("sft", "dpo", "grpo")
@@ -98,15 +105,17 @@ class Setup:
 
 
 def build_model(setup: Setup):
-    """A fresh random-init Qwen2 causal LM of the shape (same seed, so the same weights every run)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    """A fresh random-init causal LM of the shape (same seed, so the same weights every run)."""
+    import transformers
+    from transformers import AutoModelForCausalLM
 
     shape = dict(SHAPES[setup.shape])
+    config_cls = getattr(transformers, ARCHITECTURES[shape.pop("architecture", "qwen2")])
     if shape["vocab_size"] == "tokenizer":
         shape["vocab_size"] = len(setup.tokenizer)
     tok = setup.tokenizer
-    config = Qwen2Config(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                         pad_token_id=tok.pad_token_id)  # fmt: skip
+    config = config_cls(**shape, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                        pad_token_id=tok.pad_token_id)  # fmt: skip
     torch.manual_seed(setup.seed)
     with torch.device(setup.device):
         model = AutoModelForCausalLM.from_config(config, dtype=setup.dtype, attn_implementation=setup.attn)

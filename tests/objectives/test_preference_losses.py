@@ -42,7 +42,7 @@ def test_dpo_loss_types_hand_computed():
     ("kwargs", "match"),
     [
         ({"loss_type": "exo_pair"}, "needs label_smoothing > 0"),
-        ({"loss_type": "nca_pair", "label_smoothing": 0.1}, "applies to sigmoid, robust, exo_pair only"),
+        ({"loss_type": "nca_pair", "label_smoothing": 0.1}, "applies to exo_pair, robust, sigmoid only"),
     ],
 )
 def test_dpo_loss_types_refuse_bad_smoothing(kwargs, match):

@@ -37,10 +37,10 @@ def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from rpbench.quiet import quiet_libraries
+    from rpbench.core.quiet import quiet_libraries
 
     quiet_libraries()
-    from rpbench.data.errors import RpbenchError
+    from rpbench.core.errors import RpbenchError
     from rpbench.pipeline import run
     from rpbench.serve import local_judge
     from rpbench.synth.synthesize import synthesize_from_config

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.benchmarks.base import Headline
 from rpbench.eval.stats import paired_bootstrap, summarize

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.errors import ConfigError, DataFormatError, RpbenchError
+from rpbench.core.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split

@@ -15,7 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec, data_spec_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
@@ -34,7 +35,6 @@ from rpbench.training.fit import zero_stage
 from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
 from rpbench.training.spec import TrainingSpec, training_spec
-from rpbench.typed import Settings
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 

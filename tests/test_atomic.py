@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from conftest import OFFLINE_ENV, REPO_ROOT
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
 from rpbench.models import load, save_hf
 
 TINY = {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"}

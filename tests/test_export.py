@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import run_in_process
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.export.hub import upload_arguments
 from rpbench.validate import validate
 

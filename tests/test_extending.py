@@ -14,7 +14,7 @@ from omegaconf import OmegaConf, open_dict
 from transformers import MistralConfig, MistralForCausalLM
 
 from conftest import objective_settings, registered
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.models.families import FAMILIES, ModelFamily
 from rpbench.models.families.base import DECODER_HOOK_PRESETS
 from rpbench.models.families.qwen2 import Qwen2

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import run_in_process
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.pipeline import import_plugins
 from rpbench.validate import validate
 

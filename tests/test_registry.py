@@ -2,7 +2,7 @@
 
 import pytest
 
-from rpbench.registry import Registry
+from rpbench.core.registry import Registry
 
 
 def test_register_get_names_and_contains():
@@ -33,7 +33,7 @@ def test_import_modules_registers_every_file_of_a_package(tmp_path, monkeypatch)
     package = tmp_path / "dropin"
     package.mkdir()
     (package / "__init__.py").write_text(
-        "from rpbench.registry import Registry, import_modules\nSHAPES = Registry('shape')\n"
+        "from rpbench.core.registry import Registry, import_modules\nSHAPES = Registry('shape')\n"
         "import_modules(__name__, __path__)\n"
     )
     (package / "square.py").write_text("from dropin import SHAPES\nSHAPES.register('square')(lambda x: x * x)\n")

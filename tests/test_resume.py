@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import OFFLINE_ENV, REPO_ROOT, run_in_process
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 # 96 records -> 86 training samples in 43 micro-batches of 2 per epoch, one optimizer step each: 86 steps.
 TRAINING = [

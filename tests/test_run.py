@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO_ROOT, run_in_process, run_script
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 SHORT_TRAINING = [
     "objective.epochs=1",

@@ -21,8 +21,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from conftest import CONF_DIR, group_values
-from rpbench.data.errors import ConfigError, DataFormatError
-from rpbench.typed import Elsewhere, Settings, defaults_declared
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.typed import Elsewhere, Settings, defaults_declared
 from rpbench.validate import validate
 
 GENERATION = [

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from conftest import run_in_process
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.pipeline import read_data
 from rpbench.training.starting_point import check_trained_records, untuned_start_warning
 from rpbench.validate import validate

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import run_in_process
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.validate import validate
 
 QUIET = ["trainer.enable_progress_bar=false", "evaluator=none"]

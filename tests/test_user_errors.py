@@ -8,7 +8,7 @@ import json
 import pytest
 
 from conftest import run_in_process
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 
 CHAT = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "Sherlock Holmes, of London."}]
 QUICK = ("logger=none", "trainer.enable_progress_bar=false")

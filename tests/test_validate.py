@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_script
-from rpbench.data.errors import ConfigError, RpbenchError
+from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.objectives.registry import OBJECTIVES

@@ -623,8 +623,8 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import datasets
 
+    from rpbench.core.quiet import quiet_libraries
     from rpbench.models import load
-    from rpbench.quiet import quiet_libraries
 
     quiet_libraries()
     datasets.disable_progress_bars()

@@ -22,8 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.errors import DataFormatError
 from rpbench.data.characterllm_prompts import CharacterLLMPrompts
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, check_on_error, optional_str, require_str
 from rpbench.data.records import EvalExample, Turn
 

@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.files import HUB_PREFIX
 from rpbench.data.readers import (
     FORMATS,

@@ -1,30 +1,14 @@
-"""Input validation errors and the skip-or-raise policy every reader shares."""
+"""The skip-or-raise policy every reader shares (the errors themselves: rpbench.core.errors)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Generic, Literal, TypeVar
+
+from rpbench.core.errors import DataFormatError
 
 OnError = Literal["raise", "skip"]
 T = TypeVar("T")
-
-
-class RpbenchError(Exception):
-    """An error in what the user gave (data, configuration): run.py prints its message alone and exits 1;
-    the traceback goes to the run log only."""
-
-
-class ConfigError(RpbenchError, ValueError):
-    """A configuration that cannot work. The message names each key, its value and what is allowed."""
-
-
-class DataFormatError(RpbenchError, ValueError):
-    """A record that does not match its format. The message names file, record, field and expectation."""
-
-    def __init__(self, path: str | Path, record: str | int, field: str, problem: str):
-        self.path, self.record, self.field, self.problem = str(path), record, field, problem
-        super().__init__(f"{path}: record {record}: field '{field}': {problem}")
 
 
 @dataclass

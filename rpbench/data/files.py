@@ -6,7 +6,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path, PurePath
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 
 PKG_PREFIX = "pkg://"
 HUB_PREFIX = "hf://"  # a hub dataset loaded with `datasets` (data=custom: rpbench/data/custom.py)

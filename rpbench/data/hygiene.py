@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 from rpbench.data.records import Example, content_hash, split_for_overlap
 
 SHOWN_IDS = 5

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 
 
 def object_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -18,8 +18,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers, supervision
-from rpbench.data.errors import ConfigError, DataFormatError, ReadResult
+from rpbench.data.errors import ReadResult
 from rpbench.data.files import HUB_PREFIX, resolve_data_file
 from rpbench.data.records import SFTExample
 from rpbench.data.spec import DataSpec

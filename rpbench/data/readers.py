@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.registry import Registry
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.records import Turn
 from rpbench.data.supervision import SPEAKER_KEY, TurnField
-from rpbench.registry import Registry
 
 T = TypeVar("T")
 Reader = Callable[..., ReadResult]

@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError, OnError, ReadResult
+from rpbench.core.errors import ConfigError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

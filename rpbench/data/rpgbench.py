@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.core.errors import DataFormatError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,

@@ -14,10 +14,10 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.files import package_path
 from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
 from rpbench.data.supervision import SUPERVISE_WHOLE
-from rpbench.typed import Problem, Settings
 
 # The format options the readers take, when the data config sets them.
 READER_OPTIONS = (

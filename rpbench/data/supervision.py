@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.data.records import SFTExample
 
 SUPERVISE_WHOLE = ("all", "last")  # data.supervise's policies; any other value names a per-turn field

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 RPBENCH = "rpbench"
 

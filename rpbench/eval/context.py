@@ -17,11 +17,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
 from rpbench.eval.provenance import model_identity
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
-from rpbench.typed import Settings
 
 
 @dataclass(frozen=True)

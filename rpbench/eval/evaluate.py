@@ -17,8 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.distributed import rank_and_world
 from rpbench.data.records import EvalExample
-from rpbench.distributed import rank_and_world
 from rpbench.eval import report
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.base import read_jsonl, write_jsonl

@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.distributed import all_gather_objects, rank_and_world
+from rpbench.core.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.chat import ChatRenderer, FittedPrompt, ImageBudgetError
-from rpbench.data.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.files import confined_path
 from rpbench.data.records import EvalExample
-from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.eval.provenance import claim, fingerprint_path, generation_settings, matches, model_identity
 from rpbench.eval.settings import GenerationEndpoint
 from rpbench.models.checks import config_context, generation_length_problems

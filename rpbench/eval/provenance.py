@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.typed import as_dict
 from rpbench.models.generation import GenerationOptions
 from rpbench.models.zero3 import is_partitioned
-from rpbench.typed import as_dict
 
 log = logging.getLogger(__name__)
 

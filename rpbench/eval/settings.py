@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.eval.stats import METHODS
 from rpbench.models.generation import GenerationOptions
 from rpbench.scoring.human_agreement import LEVELS
 from rpbench.scoring.human_ratings import ratings_file_problems
 from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS, ROUGE_TOKENIZERS, ROUGE_TYPES
-from rpbench.typed import Problem, Settings, as_dict
 
 BACKENDS = ("local", "vllm", "endpoint")
 

@@ -13,7 +13,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
 from rpbench.training.spec import TrainingSpec
 
 # Objective keys that describe bookkeeping, not the optimisation.

@@ -17,11 +17,11 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.chat import ContentText
 from rpbench.models.chat_templates import available_templates, load_chat_template
 from rpbench.models.vision import is_image_text
 from rpbench.models.zero3 import gathered_for_generation, is_partitioned
-from rpbench.typed import Problem, Settings
 
 KV_CACHES = ("dynamic", "static")
 

@@ -9,7 +9,7 @@ seconds, so the first load writes the dequantized model and the file's tokenizer
 plain Hugging Face folder in the user's cache, keyed by the file's sha256, and later loads read that folder.
 
 The cache is ``$RPBENCH_CACHE/gguf`` (default ``$XDG_CACHE_HOME/rpbench``, else ``~/.cache/rpbench``); it is
-never inside the project. A folder is published whole (``rpbench.atomic``): a kill mid-write leaves none.
+never inside the project. A folder is published whole (``rpbench.core.atomic``): a kill mid-write leaves none.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
 
 log = logging.getLogger(__name__)
 

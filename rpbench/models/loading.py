@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
 from rpbench.data.chat import ChatRenderer
 from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named

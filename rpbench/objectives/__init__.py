@@ -2,6 +2,6 @@
 
 Importing the package imports each of its modules: every objective and reward file registers itself."""
 
-from rpbench.registry import import_modules
+from rpbench.core.registry import import_modules
 
 import_modules(__name__, __path__)

@@ -25,9 +25,9 @@ import torch
 from lightning.pytorch.utilities import grad_norm
 from transformers import get_scheduler
 
+from rpbench.core.distributed import all_gather_objects
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
-from rpbench.distributed import all_gather_objects
 from rpbench.models import DeferredModel, save_hf
 from rpbench.models.forward import supervised_nll_sum
 from rpbench.models.loading import save_hf_partitioned

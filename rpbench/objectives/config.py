@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from transformers import SchedulerType
 
-from rpbench.typed import Problem, Settings
+from rpbench.core.typed import Problem, Settings
 
 SCHEDULERS = tuple(kind.value for kind in SchedulerType)
 

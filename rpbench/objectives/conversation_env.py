@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.chat import ChatRenderer, TemplateError
 from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
@@ -49,7 +50,6 @@ from rpbench.scoring.rewards import (
     score_rewards,
     weighted_sum,
 )
-from rpbench.typed import Problem, Settings
 
 log = logging.getLogger(__name__)
 

@@ -44,13 +44,14 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.distributed import all_gather_objects, rank_and_world
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Problem
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
-from rpbench.data.errors import ConfigError
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
-from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
@@ -78,7 +79,6 @@ from rpbench.objectives.sampling import (
 )
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.scoring.rewards import RewardFn, build_reward_fns, reward_problems, score_rewards, weighted_sum
-from rpbench.typed import Problem
 
 log = logging.getLogger(__name__)
 

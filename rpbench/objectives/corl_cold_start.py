@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from lightning.pytorch.utilities import rank_zero_info
 
+from rpbench.core.typed import Problem
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate, unpad
 from rpbench.data.records import PreferenceExample, SessionPreferenceExample
@@ -41,7 +42,6 @@ from rpbench.objectives.reference import (
     sample_fingerprint,
 )
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.typed import Problem
 
 REFERENCE_CACHE_NAME = "reference_logps.json"
 VALIDATION_SUMS = ("loss", "correct", "margin", "chosen_nll", "pairs")

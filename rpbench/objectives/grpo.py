@@ -36,11 +36,12 @@ from typing import Any
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from rpbench.core.distributed import all_gather_objects, rank_and_world
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Elsewhere, Problem
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
-from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
-from rpbench.distributed import all_gather_objects, rank_and_world
 from rpbench.models.forward import labelled_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.vllm_engine import VLLMEngine
@@ -70,7 +71,6 @@ from rpbench.objectives.sampling import (
 from rpbench.scoring.judge.client import JudgeOpener, open_judge
 from rpbench.scoring.judge.conversation import simulator_key_problems
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
-from rpbench.typed import Elsewhere, Problem
 
 
 def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) -> tuple[tuple[Turn, ...], str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from rpbench.core.typed import Problem
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import LabelledExample
@@ -32,7 +33,6 @@ from rpbench.objectives.config import ObjectiveConfig, once_per_key
 from rpbench.objectives.losses import kto_kl, kto_loss
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.typed import Problem
 
 VALIDATION_SUMS = ("loss", "desirable_rewards", "desirable", "undesirable_rewards", "undesirable", "kl", "batches")
 

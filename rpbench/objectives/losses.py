@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rpbench.registry import Registry
+from rpbench.core.registry import Registry
 
 ADVANTAGE_SCALES = ("group", "batch", "none")
 AGGREGATION_MODES = ("token_mean", "seq_mean", "dr_grpo")

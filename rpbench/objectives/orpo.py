@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
+from rpbench.core.typed import Problem
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule
 from rpbench.objectives.losses import orpo_loss
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.typed import Problem
 
 
 @dataclass(frozen=True, kw_only=True)

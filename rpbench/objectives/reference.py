@@ -40,8 +40,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from rpbench.data.errors import ConfigError
-from rpbench.distributed import all_gather_objects, barrier, broadcast_from_zero, rank_and_world
+from rpbench.core.distributed import all_gather_objects, barrier, broadcast_from_zero, rank_and_world
+from rpbench.core.errors import ConfigError
 from rpbench.models.forward import sequence_logps
 from rpbench.models.zero3 import gathered, is_partitioned
 

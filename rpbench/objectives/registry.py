@@ -5,7 +5,7 @@ The built-in objectives register when ``rpbench.objectives`` is imported (its ``
 
 from __future__ import annotations
 
-from rpbench.registry import Registry
+from rpbench.core.registry import Registry
 
 OBJECTIVES = Registry("objective")
 

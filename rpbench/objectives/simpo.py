@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rpbench.core.typed import Problem
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule, preference_terms
 from rpbench.objectives.registry import OBJECTIVES
-from rpbench.typed import Problem
 
 
 def simpo_loss(

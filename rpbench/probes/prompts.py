@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from rpbench.core.errors import DataFormatError
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
-from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.scoring.judge.rolemrc_rubrics import dimensions_of
 

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.rank_zero import rank_zero_only
 
+from rpbench.core.registry import Registry
+from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.data.files import run_label
 from rpbench.data.records import EvalExample
 from rpbench.models import chat_renderer
@@ -34,8 +36,6 @@ from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
 from rpbench.probes.prompts import prompt_batches
 from rpbench.probes.restraint import restrain, select_neurons
 from rpbench.probes.stats import BY_CHOICES, POSITION_CHOICES, ProbeSettings
-from rpbench.registry import Registry
-from rpbench.typed import Problem, Settings, as_dict
 
 log = logging.getLogger(__name__)
 

@@ -6,6 +6,6 @@ endpoint generation use it. Scoring never starts a server itself: a ``judge=loca
 by the caller (``open_judge(cfg, local_server)``; the pipeline and run.py hand in ``rpbench.serve.local_judge``).
 """
 
-from rpbench.registry import import_modules
+from rpbench.core.registry import import_modules
 
 import_modules(__name__, __path__)  # every metric file registers itself (metrics.METRICS)

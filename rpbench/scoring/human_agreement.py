@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 from rpbench.scoring.agreement import mae, pearson, rmse
 
 PAIRWISE_CODES = {"a": 1.0, "tie": 0.0, "b": -1.0}

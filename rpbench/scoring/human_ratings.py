@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.jsonl import object_lines
 from rpbench.scoring.human_agreement import HumanItem, JudgeVerdict, Key, code
 

@@ -35,7 +35,7 @@ import sacrebleu
 import torch
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from rpbench.registry import Registry
+from rpbench.core.registry import Registry
 from rpbench.scoring.wordnet import load_wordnet
 
 log = logging.getLogger(__name__)

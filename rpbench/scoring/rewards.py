@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from numbers import Real
 from typing import Any, ClassVar
 
-from rpbench.data.errors import ConfigError
-from rpbench.registry import Registry
+from rpbench.core.errors import ConfigError
+from rpbench.core.registry import Registry
 from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems, open_judge
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer

@@ -20,7 +20,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 from rpbench.scoring.judge import JudgeClient, JudgeRequest, JudgeStats
 from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, JudgeEstimate
 from rpbench.scoring.judge.client import reasked

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from rpbench.typed import Problem, Settings
+from rpbench.core.typed import Problem, Settings
 
 STAGES = ("personas", "profiles", "retrieval", "dialogues")
 REQUEST_KINDS = ("profile", "chat", "reply")  # synth.max_tokens: the reply length of each kind of request

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 
 def persona_of(line: str, path: Path, number: int) -> str | None:

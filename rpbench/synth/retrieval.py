@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from rpbench.atomic import partial_path, publish
-from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.errors import ConfigError, DataFormatError
 
 NO_ANSWER = "No Answer Present."
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"

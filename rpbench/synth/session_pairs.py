@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.errors import DataFormatError, RpbenchError
 from rpbench.data.conversation import character_prompt
-from rpbench.data.errors import DataFormatError, RpbenchError
 from rpbench.data.readers import Source, as_object, read_file, record_id, require, require_list, require_str
 from rpbench.data.session_pairs import read_pairs
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 
 
 class StageFile:

@@ -22,8 +22,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from rpbench.atomic import partial_path, publish
-from rpbench.data.errors import ConfigError, RpbenchError
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.rolemrc import read_pairs, read_sft, read_test
 from rpbench.data.templates import Template

@@ -15,11 +15,11 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
 
-from rpbench.atomic import partial_path, publish
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
-from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.spec import DataSpec
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text

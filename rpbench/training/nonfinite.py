@@ -7,7 +7,7 @@ import os
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 
 
 class NonFiniteLossError(RpbenchError):

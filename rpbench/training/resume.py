@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rpbench.atomic import partial_path, publish
-from rpbench.data.errors import ConfigError
+from rpbench.core.atomic import partial_path, publish
+from rpbench.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from rpbench.training.spec import TrainingSpec

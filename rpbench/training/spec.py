@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 from rpbench.data.spec import DataSpec
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.training.options import TrainerOptions
 from rpbench.training.resume import SHAPING_KEYS, training_settings
-from rpbench.typed import Settings
 
 S = TypeVar("S", bound=Settings)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.objectives.registry import objective_class
 from rpbench.training.spec import TrainingSpec
 

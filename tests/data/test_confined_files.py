@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.records import Turn
 from rpbench.data.spec import data_spec
@@ -291,7 +291,7 @@ def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path):
 
 
 def test_mapping_mistakes_are_configuration_errors(tmp_path):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
 
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
     with pytest.raises(ConfigError, match=r"data.columns: unknown keys \['speaker'\]"):
@@ -343,7 +343,7 @@ def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_p
 
 
 def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
 
     both = [{"prompt": USER, "chosen": ASSISTANT, "rejected": "No.", "messages": OPENAI}]
     path = jsonl(tmp_path / "both.jsonl", both)
@@ -360,7 +360,7 @@ def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
 
 
 def test_hub_timeout_must_be_a_positive_number(tmp_path):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
 
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
     for bad in ("soon", 0, True):

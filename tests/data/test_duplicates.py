@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import data_spec
 from rpbench.validate import validate

@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 
 CHAT = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "Holmes."}]
 GOOD = {  # one valid record per (format, split), the base the corpus damages

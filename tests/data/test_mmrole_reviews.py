@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
 from rpbench.data.mmrole.reviews import select_heldout
 from rpbench.data.prepare import read_split

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from conftest import REPO_ROOT
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.data.records import SFTExample, Turn

@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import SAMPLE_DIR
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers, rolemrc, rpgbench
-from rpbench.data.errors import DataFormatError
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SAMPLE_DIR
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 from rpbench.data.prepare import train_val_split
 from rpbench.data.rpgbench import TEST_SPLITS
 

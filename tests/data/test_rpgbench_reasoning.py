@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.rpgbench import read_sft, read_test
 
 SAMPLE = {

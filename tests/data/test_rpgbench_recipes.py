@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import SAMPLE_DIR, run_in_process
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import data_spec
 from rpbench.pipeline import read_data

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from rpbench.core.errors import DataFormatError, RpbenchError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation import CHARACTER_PROMPT
-from rpbench.data.errors import DataFormatError, RpbenchError
 from rpbench.models.loading import chat_renderer, load_tokenizer
 from rpbench.objectives.dpo import DPOModule
 from rpbench.synth.session_pairs import main, write_pairs

@@ -9,8 +9,8 @@ import pytest
 from omegaconf import open_dict
 
 from conftest import run_in_process
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import IGNORE_INDEX
-from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import data_spec
 from rpbench.models.loading import chat_renderer, load_tokenizer

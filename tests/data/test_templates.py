@@ -143,7 +143,7 @@ def _clone_with(tmp_path, shape):
     ["missing", "a folder", *BROKEN_FILES, "link outside the clone", "clone is a file"],
 )
 def test_a_broken_template_clone_is_a_user_error_naming_the_file(tmp_path, shape):
-    from rpbench.data.errors import RpbenchError
+    from rpbench.core.errors import RpbenchError
 
     clone, target = _clone_with(tmp_path, shape)
     with pytest.raises(RpbenchError) as raised:

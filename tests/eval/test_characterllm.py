@@ -10,9 +10,9 @@ import shutil
 import pytest
 
 from conftest import chat_stub, run_in_process
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.characterllm_prompts import DEFAULTS
-from rpbench.data.errors import DataFormatError
 from rpbench.data.files import package_path
 from rpbench.eval.benchmarks.characterllm import parse_score
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ChatStub, chat_stub, generation_endpoint, generation_options, judge_config
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.mmrole.judging import judge_answers
 from rpbench.eval.generate import generate_via_endpoint

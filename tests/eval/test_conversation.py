@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import chat_stub, run_in_process
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
-from rpbench.data.errors import DataFormatError
 from rpbench.data.files import package_path
 from rpbench.eval.benchmarks.conversation_drift import card_similarities, ooc_hits, session_drift, slope
 from rpbench.scoring.judge.client import JudgeConfigError
@@ -274,7 +274,7 @@ def test_sessions_run_against_the_local_judge_server(tmp_path):
 
 
 def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(compose):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     with pytest.raises(ConfigError, match="evaluator=conversation needs a judge"):
@@ -316,7 +316,7 @@ OPENAI_SIMULATOR = ("base_url=https://api.openai.com/v1", "model=gpt-4o-mini")
 def test_a_simulator_endpoint_without_its_api_key_is_refused_at_startup(compose, monkeypatch, where, overrides):
     """The simulator's own endpoint (OpenAI's here) needs the key named by its own api_key_env, checked as the
     judge's is, before any model loads (the judge is local: it needs none)."""
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     monkeypatch.delenv("RPBENCH_TEST_SIM_KEY", raising=False)
@@ -460,7 +460,7 @@ SESSION = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g
 )
 def test_a_bad_pairwise_with_file_is_named_at_startup(compose, tmp_path, lines_written, named):
     """evaluator.pairwise_with's conversations.jsonl is read by validate: file, line and field of a bad line."""
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     other = tmp_path / "other"
@@ -476,7 +476,7 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
     records are read, before generating (pairwise judging would compare nothing, or other scenarios)."""
     from omegaconf import open_dict
 
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.pipeline import run
 
     other = tmp_path / "other"

@@ -10,9 +10,9 @@ import pytest
 from faults import FAULTS, TIMEOUT_S, fault_reply, refused_url
 
 from conftest import chat_stub, evaluation_of, generation_endpoint, generation_options, judge_config
+from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.conversation_session import Session
-from rpbench.data.errors import ConfigError
 from rpbench.data.files import package_path
 from rpbench.scoring.judge.client import JudgeRequest, counting_usage, open_judge
 from rpbench.scoring.judge.health import no_verdict, rests_on_nothing, role_health
@@ -145,7 +145,7 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
     def test_endpoint_generation_is_counted_and_a_failed_request_stops_the_run(self, tmp_path, fault):
         """A failed generation request owes a prediction: the run stops (a user error naming how many); an empty
         reply is an empty prediction. Either way the requests are counted under the generation role."""
-        from rpbench.data.errors import RpbenchError
+        from rpbench.core.errors import RpbenchError
         from rpbench.data.records import EvalExample, Turn
         from rpbench.eval.generate import generate_via_endpoint
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import chat_stub, generate_texts, generation_endpoint, generation_options
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
 from rpbench.eval.provenance import fingerprint_path

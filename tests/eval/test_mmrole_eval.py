@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA, judge_config
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.mmrole.prompts import METRICS, REASK
 from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
 from rpbench.scoring.judge.client import JudgeClient

@@ -10,8 +10,8 @@ import statistics
 import pytest
 
 from conftest import REPO_ROOT, chat_stub, run_in_process
+from rpbench.core.errors import RpbenchError
 from rpbench.data import readers
-from rpbench.data.errors import RpbenchError
 from rpbench.data.mmrole.prompts import METRICS
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"

@@ -49,7 +49,7 @@ def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
 
 
 def test_image_records_are_checked_against_the_model_and_the_probe(compose):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.data.records import EvalExample, Turn
     from rpbench.validate import check_test_images, validate
 

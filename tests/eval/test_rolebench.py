@@ -145,7 +145,7 @@ def released_copy(tmp_path):
 
 
 def test_an_undescribed_role_or_a_bad_answer_list_is_named(compose, tmp_path):
-    from rpbench.data.errors import DataFormatError
+    from rpbench.core.errors import DataFormatError
 
     root, path = released_copy(tmp_path)
     cfg = compose("data=rolebench_instruction", f"data.files.test={root}")

@@ -140,7 +140,7 @@ def refused_before_loading(compose, *overrides: str) -> str:
     """``pipeline.run`` on the composed config: the ConfigError it stops with before any model loads."""
     from omegaconf import open_dict
 
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.pipeline import run
 
     cfg = compose("objective=none", "data=sample_rpgbench", *overrides)
@@ -159,7 +159,7 @@ def refused_before_loading(compose, *overrides: str) -> str:
     ],
 )
 def test_the_analysis_needs_the_id_split_and_a_shifted_one_configured(compose, splits, named):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     with pytest.raises(ConfigError, match=re.escape(named)):

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from conftest import chat_stub, judge_config
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench_report import plot_severity, severity_points, winrate_section
 from rpbench.scoring.judge.winrate import judge_winrate, mean_of_categories

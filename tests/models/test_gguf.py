@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rpbench.core.errors import ConfigError
 from rpbench.data.chat import IGNORE_INDEX
-from rpbench.data.errors import ConfigError
 from rpbench.data.records import Turn, as_messages
 from rpbench.models import chat_renderer, load
 from rpbench.models.config_tree import compose_model_config

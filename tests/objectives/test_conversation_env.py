@@ -13,10 +13,10 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
 from conftest import chat_stub, composed, registered, run_in_process
+from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation_session import Session
-from rpbench.data.errors import ConfigError
 from rpbench.models import chat_renderer, load
 from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward

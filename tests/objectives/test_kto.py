@@ -11,9 +11,9 @@ import torch
 from test_dpo import naive_sequence_logps
 
 from conftest import objective_settings, run_in_process
+from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
-from rpbench.data.errors import DataFormatError
 from rpbench.models import load
 from rpbench.objectives.kto import KTOModule
 

@@ -193,7 +193,7 @@ def test_precompute_on_two_ranks_splits_the_work_and_gives_every_rank_the_whole_
 def test_a_folder_as_ref_cache_is_a_configuration_error_leaving_nothing_behind(tmp_path):
     import torch
 
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.objectives.reference import PrecomputedReference, _write_cache
 
     folder = tmp_path / "cache"

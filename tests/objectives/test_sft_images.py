@@ -11,7 +11,7 @@ import pytest
 from omegaconf import open_dict
 
 from rpbench import pipeline
-from rpbench.data.errors import ConfigError, DataFormatError
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.records import image_count
 from rpbench.data.spec import data_spec

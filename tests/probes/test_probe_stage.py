@@ -7,8 +7,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import REPO_ROOT
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import ChatRenderer
-from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages, drop_images
 from rpbench.eval.stats import aggregate
 from rpbench.models import load

@@ -10,8 +10,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import chat_stub, evaluation_of
+from rpbench.core.errors import ConfigError
 from rpbench.data import readers
-from rpbench.data.errors import ConfigError
 from rpbench.eval.evaluate import generate
 from rpbench.scoring.judge.client import JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.validate import validate

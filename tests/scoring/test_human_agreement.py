@@ -119,7 +119,7 @@ def test_a_rating_outside_the_scale_names_file_line_and_field(tmp_path):
 )
 def test_human_ratings_are_read_at_startup(compose, tmp_path, rows, overrides, named):
     """The file evaluator.human_ratings names is read by validate, before any model loads or generates."""
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     path = tmp_path / "humans.jsonl"
@@ -130,7 +130,7 @@ def test_human_ratings_are_read_at_startup(compose, tmp_path, rows, overrides, n
 
 
 def test_judge_agreement_needs_a_scale_for_pointwise_ratings(compose, tmp_path):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
 
     verdicts = write_lines(tmp_path / "judge.jsonl", [{"id": "r1", "rubric": "s", "verdict": 1}])
@@ -177,7 +177,7 @@ def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
 
 @pytest.mark.parametrize("bad", [True, "high", float("nan"), [3]])
 def test_a_rating_that_is_no_number_is_a_user_error_naming_file_line_and_field(tmp_path, bad):
-    from rpbench.data.errors import RpbenchError
+    from rpbench.core.errors import RpbenchError
 
     path = tmp_path / "humans.jsonl"
     path.write_text(json.dumps({"id": "r1", "rubric": "style", "ratings": [4, bad]}) + "\n")  # NaN as JSON's NaN
@@ -188,7 +188,7 @@ def test_a_rating_that_is_no_number_is_a_user_error_naming_file_line_and_field(t
 def test_ratings_and_verdicts_sharing_no_item_warn_and_the_evaluator_refuses(tmp_path):
     from types import SimpleNamespace
 
-    from rpbench.data.errors import RpbenchError
+    from rpbench.core.errors import RpbenchError
     from rpbench.eval.benchmarks.judge_agreement import JudgeAgreement
 
     humans = write_lines(tmp_path / "humans.jsonl", [{"id": "r1", "rubric": "style", "ratings": [4, 5]}])

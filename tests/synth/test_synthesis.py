@@ -12,7 +12,7 @@ from omegaconf import open_dict
 from synth_fixtures import FLAKY, MALFORMED, scripted, write_personas, write_pool
 
 from conftest import chat_stub, composed
-from rpbench.data.errors import ConfigError, RpbenchError
+from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.rolemrc import TEST_LABELS
 from rpbench.synth.calls import TEMPLATE_TOKENS_PER_MESSAGE, BudgetReached, NothingAccepted
 from rpbench.synth.personas import sample_personas

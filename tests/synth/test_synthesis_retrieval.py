@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from synth_fixtures import TOPICS, write_pool
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.synth.retrieval import index_dir, load_encoder, open_pool_index, retrieve
 
 

@@ -2,6 +2,6 @@
 (``prompts``), the reward model's samples from review files (``reviews``) and from its own training data
 (``rm``). Importing the package imports (registers) every module in it."""
 
-from rpbench.registry import import_modules
+from rpbench.core.registry import import_modules
 
 import_modules(__name__, __path__)

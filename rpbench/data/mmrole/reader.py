@@ -33,7 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError, DataFormatError, OnError, ReadResult
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.readers import (
     FORMATS,

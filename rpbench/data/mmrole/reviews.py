@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError, OnError, ReadResult
+from rpbench.core.errors import DataFormatError
+from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole.prompts import METRICS, ReviewPrompts, review_prompts
 from rpbench.data.mmrole.reader import PROFILE_KEYS, scenario_of

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.registry import Registry
+from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
-from rpbench.registry import Registry
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.typed import Settings
 
 BENCHMARKS = Registry("evaluator")
 

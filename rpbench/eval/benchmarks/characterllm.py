@@ -25,18 +25,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rpbench.core.distributed import rank_and_world
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 from rpbench.data.characterllm import SETTINGS
 from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE, CharacterLLMPrompts
-from rpbench.data.errors import ConfigError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.spec import DataSpec
-from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.client import JudgeConfig, ParsedReply
-from rpbench.typed import Settings
 
 SCORE = re.compile(r"\s(\d)")
 REASK = "Give your score now: one whole number from 1 to 7, alone on the last line."

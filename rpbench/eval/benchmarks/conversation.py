@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.distributed import rank_and_world
+from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import Session
-from rpbench.data.errors import ConfigError, DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
-from rpbench.distributed import rank_and_world
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
 from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation_loop import run_sessions
@@ -56,7 +57,6 @@ from rpbench.scoring.judge.conversation import (
     simulator_key_problems,
     simulator_version,
 )
-from rpbench.typed import Problem, Settings
 
 log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -23,8 +23,8 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rpbench.core.errors import DataFormatError
 from rpbench.data.conversation_session import Session, model_prompt
-from rpbench.data.errors import DataFormatError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.eval.benchmarks.base import read_jsonl
 from rpbench.eval.context import EvalContext

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.jsonl import object_lines
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.conversation import prompt_slots, transcript

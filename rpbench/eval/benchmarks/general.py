@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.provenance import claim
 from rpbench.eval.settings import Bootstrap, Endpoint
 from rpbench.eval.stats import paired_bootstrap, summarize
-from rpbench.typed import Settings
 
 log = logging.getLogger(__name__)
 

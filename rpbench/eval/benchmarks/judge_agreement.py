@@ -17,14 +17,14 @@ from typing import Any
 
 import yaml
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl
 from rpbench.eval.benchmarks.mmrole.judging import review_ratios
 from rpbench.eval.context import EvalContext
 from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key, agreement, model_family
 from rpbench.scoring.human_ratings import ratings_file_problems, read_human_ratings, read_judge_verdicts
 from rpbench.scoring.judge.client import JudgeConfig
-from rpbench.typed import Settings
 
 log = logging.getLogger(__name__)
 

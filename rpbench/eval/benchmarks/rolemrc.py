@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l, write_jsonl
 from rpbench.eval.context import EvalContext

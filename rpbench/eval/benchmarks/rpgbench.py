@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS

@@ -9,7 +9,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import DataSpec
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark

@@ -28,7 +28,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.models.checks import model_folder_problems
 from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
 

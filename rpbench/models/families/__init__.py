@@ -1,7 +1,7 @@
 """Registered model families (``model.family``): each module registers one."""
 
+from rpbench.core.registry import import_modules
 from rpbench.models.families.base import FAMILIES, ModelFamily, family_named, family_of_model, family_or_base
-from rpbench.registry import import_modules
 
 import_modules(__name__, __path__)
 

@@ -18,10 +18,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from rpbench.core.registry import Registry
 from rpbench.data.records import Turn
 from rpbench.models.tiny import build_tiny_model
 from rpbench.models.tokenizer import TokenizerFamily, tiny_tokenizer
-from rpbench.registry import Registry
 
 FAMILIES = Registry("model family")
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rpbench.data.errors import RpbenchError
+from rpbench.core.errors import RpbenchError
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English BPE vocabularies
 BUDGET_KEYS = ("usd", "tokens")

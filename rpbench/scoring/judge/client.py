@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from tqdm.auto import tqdm
 
-from rpbench.data.errors import ConfigError, RpbenchError
+from rpbench.core.errors import ConfigError, RpbenchError
+from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.scoring.endpoints import api_key, endpoint_identity
 from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
-from rpbench.typed import Problem, Settings, as_dict
 
 if TYPE_CHECKING:  # openai is imported when a request is made: a run without a judge never loads it
     import openai

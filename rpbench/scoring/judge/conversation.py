@@ -18,11 +18,11 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
-from rpbench.data.errors import ConfigError
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import LOCAL_ENDPOINT, JudgeClient, JudgeRequest, JudgeResult, LocalServer
-from rpbench.typed import Problem, Settings
 
 SCALE = (1, 5)
 JUDGE_PROMPT = """You are judging a role-play conversation. A model played the character {character}. A user \

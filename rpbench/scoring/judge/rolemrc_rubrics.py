@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.templates import RPBENCH, Released, Template, resolve
 from rpbench.scoring.judge.client import (

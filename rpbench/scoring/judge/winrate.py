@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.data.rpgbench import replied_records
 from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, JudgeRequest, ParsedReply, open_judge

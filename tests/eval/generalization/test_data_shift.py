@@ -103,7 +103,7 @@ def test_shift_report_between_splits_of_own_data(tmp_path, one_thread):
 
 
 def test_one_split_is_refused(tmp_path):
-    from rpbench.data.errors import ConfigError
+    from rpbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="evaluator=shift compares two or more splits"):
         run_in_process(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.eval.generalization.estimator import load_estimator, provenance, resolve_spec
 from rpbench.models import load
 from rpbench.models.config_tree import compose_model_config

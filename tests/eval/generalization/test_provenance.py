@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.data.remid_prompts import remid_prompts
 from rpbench.eval.generalization.embed import PACKAGED_ENCODER, load_text_embedder
 from rpbench.eval.generalization.estimator import provenance, resolve_spec

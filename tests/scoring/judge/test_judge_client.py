@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import chat_stub, judge_config, judge_settings, run_in_process
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
 from rpbench.scoring.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, local_judge, serve_in_thread

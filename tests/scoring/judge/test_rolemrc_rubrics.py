@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import judge_config
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.scoring.judge.client import JudgeClient, judge_opener
 from rpbench.scoring.judge.rolemrc_rubrics import (

@@ -2,6 +2,6 @@
 answers/reviews/results layout (``judging``) and the reward model's agreement (``reward_model``). Importing
 the package imports (registers) every module in it."""
 
-from rpbench.registry import import_modules
+from rpbench.core.registry import import_modules
 
 import_modules(__name__, __path__)

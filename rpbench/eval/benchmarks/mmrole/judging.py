@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import DataFormatError
+from rpbench.core.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole.prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
 from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, image_part

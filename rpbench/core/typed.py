@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, TypeVar, Union
 
-from rpbench.data.errors import ConfigError
+from rpbench.core.errors import ConfigError
 
 S = TypeVar("S", bound="Settings")
 # (key relative to the settings, what is expected), or a message starting with the key ("runs: ..."),

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 PACKAGE_SEPARATOR = ":"
 SUFFIX = ".gguf"
+CONVERSION = "rpbench conversion 2"  # SOURCE's line naming how the cached folder was written
 
 
 def gguf_path(spec: str) -> Path:
@@ -108,7 +109,10 @@ class GGUFSource:
 
     @property
     def converted(self) -> bool:
-        return (self.folder / "config.json").is_file()
+        """The folder holds this version's conversion (an older one, e.g. with the GGUF quantization
+        marker still in its config, is converted again)."""
+        source = self.folder / "SOURCE"
+        return source.is_file() and CONVERSION in source.read_text().splitlines()
 
 
 def gguf_tokenizer(path: Path):
@@ -127,7 +131,9 @@ def convert(source: GGUFSource, tokenizer) -> Path:
     path, folder = source.path, source.folder
     log.info("model.gguf_file: dequantizing %s once into %s", path.name, folder)
     loaded = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    plain = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+    config = loaded.config
+    del config.quantization_config  # the weights are plain now: a kept GGUF marker makes the model unsavable
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
     partial = partial_path(folder)
@@ -135,5 +141,5 @@ def convert(source: GGUFSource, tokenizer) -> Path:
     partial.parent.mkdir(parents=True, exist_ok=True)
     plain.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
-    (partial / "SOURCE").write_text(f"{path.name}\nsha256 {source.sha256}\n")
+    (partial / "SOURCE").write_text(f"{path.name}\nsha256 {source.sha256}\n{CONVERSION}\n")
     return publish(partial, folder)

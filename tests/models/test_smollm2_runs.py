@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 from lightning.pytorch.loggers import CSVLogger
 
 from conftest import composed, run_in_process
 from rpbench.data.records import PreferenceExample, SFTExample, Turn
-from rpbench.models import load
+from rpbench.models import load, save_hf
 from rpbench.pipeline import RunFailed
 from rpbench.scoring.judge import open_judge
 from rpbench.scoring.rewards import REWARDS
@@ -47,23 +48,32 @@ PAIRS = [
 ]
 
 
-def fit(out: Path, examples, held_out, *overrides: str, judges=None):
-    """(report, logged training rows) of a training run of SmolLM2 on ``examples``, validated on ``held_out``."""
+def fit(out: Path, examples, held_out, *overrides: str, judges=None, trained: list | None = None):
+    """(report, logged training rows) of a training run of SmolLM2 on ``examples``, validated on ``held_out``;
+    ``trained`` gets the trained model and its tokenizer."""
     cfg = composed(out, f"model={SMOLLM2}", *QUIET, "objective.log_every_n_steps=1", *overrides)
     model, tokenizer = load(cfg.model)
     logger = CSVLogger(str(out), name="csv", version=0)
     report = train(validate(cfg).training, model, tokenizer, examples, held_out, out, logger=logger, judges=judges)
+    if trained is not None:
+        trained += [model, tokenizer]
     with open(out / "csv" / "version_0" / "metrics.csv", newline="") as f:
         return report, list(csv.DictReader(f))
 
 
-def test_one_sft_step_lowers_the_held_out_loss(tmp_path):
+def test_one_sft_step_lowers_the_held_out_loss_and_the_model_exports(tmp_path):
+    trained = []
     report, _ = fit(
         tmp_path, RECORDS, RECORDS, "objective=sft", "trainer.max_steps=1", "objective.batch_size=4",
-        "objective.grad_accum=1", "objective.warmup_ratio=0", "objective.lr=5e-5",
+        "objective.grad_accum=1", "objective.warmup_ratio=0", "objective.lr=5e-5", trained=trained,
     )  # fmt: skip
     before, after = report["held_out"]["before"]["loss"], report["held_out"]["after"]["loss"]
     assert report["optimizer_steps"] == 1 and after < before
+    # the converted weights are plain: the trained model saves (a kept GGUF marker made save_pretrained refuse)
+    folder = save_hf(*trained, tmp_path / "model")
+    assert "quantization_config" not in json.loads((folder / "config.json").read_text())
+    reloaded, _ = load({"name_or_path": str(folder), "family": "smollm2", "end_of_turn": "<|im_end|>"})
+    assert torch.equal(reloaded.lm_head.weight, trained[0].lm_head.weight)
 
 
 def test_dpo_on_four_pairs_raises_their_reward_accuracy(tmp_path):

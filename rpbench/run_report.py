@@ -68,8 +68,9 @@ def headline(results: dict[str, Any]) -> list[str]:
     if held_out and "loss" in held_out["after"]:
         lines.append(f"held-out loss {held_out['before']['loss']:.4f} -> {held_out['after']['loss']:.4f}")
     overall = results.get("eval", {}).get("metrics", {}).get("overall", {})
-    if overall:
-        lines.append("test: " + ", ".join(f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None))
+    scored = [f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None]
+    if scored:
+        lines.append("test: " + ", ".join(scored))
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
         lines.append(

@@ -3,6 +3,8 @@ line or by an experiment wins: real Hydra composition of every data option."""
 
 from __future__ import annotations
 
+import pytest
+
 from conftest import CONF_DIR
 
 # Each data option's evaluator (the benchmark its records come from).
@@ -34,6 +36,7 @@ def test_every_data_option_has_an_evaluator_here():
     assert sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml")) == sorted(EVALUATOR_OF)
 
 
+@pytest.mark.slow
 def test_a_data_config_chooses_its_evaluator():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -83,6 +83,7 @@ def test_the_pages_hold_commands():
     assert len([c for page, c in found if page == "README.md"]) >= 8 and len(found) >= 60
 
 
+@pytest.mark.slow
 def test_every_documented_command_composes():
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -135,6 +135,7 @@ CONTINUED = [
 ]
 
 
+@pytest.mark.slow
 def test_a_run_stopped_on_max_steps_continues_to_a_larger_one_as_if_uninterrupted(tmp_path):
     reference, continued = tmp_path / "reference", tmp_path / "continued"
     run_in_process(reference, *CONTINUED, "trainer.max_steps=10")  # into the second epoch

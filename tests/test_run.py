@@ -47,6 +47,7 @@ def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["path"] == "predictions.jsonl"
 
 
+@pytest.mark.slow
 def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, caplog):
     out = tmp_path / "run"
     run_in_process(out, *FAST)
@@ -62,6 +63,7 @@ def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, cap
     assert min(logged_steps) >= steps - 1 and max(logged_steps) == 2 * steps - 1  # only the resumed epoch
 
 
+@pytest.mark.slow
 def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_path):
     out = tmp_path / "run"
     run_in_process(out, *FAST)
@@ -86,6 +88,7 @@ def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_
     assert "warnings" not in watched and watched["train"]["optimizer_steps"] == forced["train"]["optimizer_steps"]
 
 
+@pytest.mark.slow
 def test_a_training_file_replaced_at_its_path_is_not_resumed_and_forcing_keeps_the_history(tmp_path):
     from rpbench.data.files import package_path
 

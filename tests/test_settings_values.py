@@ -404,6 +404,7 @@ def group_settings() -> list[tuple[str, str, Any, type]]:
     return found
 
 
+@pytest.mark.slow
 def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
     """The other half of one default per setting: a key the YAML sets and no settings field reads would be a
     setting that silently does nothing. Rewards: each entry's kwargs are the reward's parameters."""
@@ -418,6 +419,7 @@ def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
         assert reward_problems(objectives[option][key], f"objective.{key}") == []
 
 
+@pytest.mark.slow
 def test_every_key_of_every_data_config_is_read():
     """A data config's key is a typed DataSpec field, a reader option, or read by another group's YAML
     (``${data.<key>}``): anything else would be a setting that silently does nothing."""

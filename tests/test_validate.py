@@ -154,6 +154,7 @@ def test_choices_come_from_the_registries(compose):
     assert "judge.backend='mystery': choose one of" in message
 
 
+@pytest.mark.slow
 def test_the_shipped_experiments_and_defaults_validate(compose, monkeypatch):
     """(The DPO experiments start from the SFT runs' folders, so they validate once those exist. The GPU recipes
     are validated as on their GPU machine: torch reports a CUDA device.)"""

@@ -30,6 +30,7 @@ def test_group_is_the_experiment_of_a_single_run_or_the_configured_one(compose):
     assert wandb_group(compose("logger=wandb").logger, config) is None
 
 
+@pytest.mark.slow
 def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_path, monkeypatch):
     """What run.py runs, in-process."""
     out = tmp_path / "run"

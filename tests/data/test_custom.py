@@ -302,6 +302,7 @@ def test_mapping_mistakes_are_configuration_errors(tmp_path):
         read("test", path, task_dimensions={"chats": 3})
 
 
+@pytest.mark.slow
 def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_path):
     """A real TCP endpoint that accepts and never answers, as HF_ENDPOINT; the read stops at hub_timeout_s."""
     import os

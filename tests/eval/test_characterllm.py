@@ -83,6 +83,7 @@ def reply(body: dict) -> str:
     return f"The replies are as they are.\n{GIVEN[criterion]}\n{GIVEN[criterion]}"
 
 
+@pytest.mark.slow
 def test_both_settings_are_interviewed_and_scored(tmp_path):
     run = tmp_path / "run"
     humans = tmp_path / "human_ratings.jsonl"  # people's scores of two interviews' aspects

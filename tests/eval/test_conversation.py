@@ -73,6 +73,7 @@ def lines(path):
     return [json.loads(line) for line in path.open()]
 
 
+@pytest.mark.slow
 def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     """The evaluated model is the scripted endpoint too: it answers turn 1 with the card itself, turn 2 with an
     out-of-character slip, later turns with a line of its own."""
@@ -139,6 +140,7 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
     out = tmp_path / "run"
     replies = {"now": scripted(fail_at_turn=3)}  # one simulator endpoint for both runs: the killed one's
@@ -375,6 +377,7 @@ def test_a_served_conf_model_plays_the_user(tmp_path):
             assert s["messages"][2] == {"role": "user", "text": reply["text"].strip()}
 
 
+@pytest.mark.slow
 def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
     """Run m slips out of character at turn 2, run m2 never does. The judge prefers the conversation without
     the slip on every dimension but engagement, where it always answers "A" (a position bias): m2's win rate

@@ -87,6 +87,7 @@ def peer_accuracy(model_name: str, rows, *overrides: str) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path):
     run = tmp_path / "run"
     results = run_in_process(run, *tasks)["eval"]
@@ -117,6 +118,7 @@ def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path):
     assert (run / "general" / "rpb_mc_a.1.json").is_file()
 
 
+@pytest.mark.slow
 def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path):
     start = run_in_process(tmp_path / "start", *tasks, "model.init_seed=1")["eval"]["general"]
     tuned = run_in_process(tmp_path / "tuned", *tasks, f"evaluator.compare_to={tmp_path / 'start'}")["eval"]
@@ -142,6 +144,7 @@ def test_an_unknown_task_is_named(tasks, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_the_endpoint_backend_scores_as_the_local_one(tasks, tmp_path):
     """backend=endpoint: lm-eval's local-completions against rpbench.serve (echo + logprobs on
     /v1/completions) gives the loglikelihood accuracy backend=local gives on the same model."""

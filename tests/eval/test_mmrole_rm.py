@@ -19,6 +19,7 @@ HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # 
 TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "trainer.enable_progress_bar=false"]
 
 
+@pytest.mark.slow
 def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
     held_out = readers.read(
         "mmrole_reviews", "test", BUNDLED, heldout=HELDOUT, reference_judge="MMRole-Eval_RM"

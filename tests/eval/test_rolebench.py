@@ -157,6 +157,7 @@ def test_an_undescribed_role_or_a_bad_answer_list_is_named(compose, tmp_path):
         read_split(data_spec(cfg.data), "test")
 
 
+@pytest.mark.slow
 def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
     from conftest import run_in_process
 

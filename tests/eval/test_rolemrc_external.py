@@ -54,6 +54,7 @@ def judge_reply(body: dict) -> str:
     return "What do you remember best?" if "Write only your next utterance" in text else "Fine.\n4\n4"
 
 
+@pytest.mark.slow
 def test_each_part_runs_on_the_tiny_model(workdir):
     common = [*TINY, "evaluator.bootstrap.n_resamples=10"]
     general = [

@@ -179,6 +179,7 @@ def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_genera
     assert "no IDTest records (split IDTest); 1 german record (split OOD1Test)" in message
 
 
+@pytest.mark.slow
 def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
     """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
     from rpbench.pipeline import RunFailed

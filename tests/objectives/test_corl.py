@@ -223,6 +223,7 @@ def test_a_few_iterations_raise_both_phases_rewards(compose, tmp_path):
         assert last > 0.55 and last > first + 0.25, (phase, rewards)
 
 
+@pytest.mark.slow
 def test_each_iteration_writes_the_reasoning_its_dialogue_phase_used(compose, tmp_path):
     report, _, rows = run_corl(
         compose, tmp_path, *TOY, "objective.iterations=2", "objective.reasoner_steps=1", "objective.dialogue_steps=1"

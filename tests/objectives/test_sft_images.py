@@ -32,6 +32,7 @@ def run(cfg, out: Path) -> dict:
     return pipeline.run(cfg)
 
 
+@pytest.mark.slow
 def test_sft_with_images_lowers_the_held_out_loss(compose, tmp_path):
     cfg = compose(
         "data=sample_mmrole",

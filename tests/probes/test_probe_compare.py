@@ -69,6 +69,7 @@ def test_incomparable_runs_are_rejected(tmp_path):
         compare_runs(a, c, tmp_path)
 
 
+@pytest.mark.slow
 def test_two_tiny_runs_end_to_end(tmp_path):
     # Run b is run a's model with the last layer's attention output negated. The hook points before it see the
     # same activations (D_l = 0 exactly); at the last one each observation's top 20% (6 of 32 neurons) turns into

@@ -117,6 +117,7 @@ def test_the_sample_splits_into_idtest_and_each_subset_tag():
             assert {e.task for e in records} == {c}  # the subset tag
 
 
+@pytest.mark.slow
 def test_categories_counts_and_excluded_empty_predictions():
     examples, _, _, empty, result = run()
     categories = list(split_by_category(examples))
@@ -180,6 +181,7 @@ def test_emi_and_remi_equal_direct_scoring_of_each_category():
     assert "without_reasoning" not in result["perplexity"]["IDTest"]  # the paper's name needs a plain critic
 
 
+@pytest.mark.slow
 def test_a_plain_critic_gives_the_papers_naive_emi_under_its_name():
     examples = [e for e in sample_records() if e.meta["category"] in ("IDTest", "spanish")]
     predictions = {e.id: e.reference[::-1] for e in examples}
@@ -230,6 +232,7 @@ def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
         assert all(p["repeat"] == 0 and math.isfinite(p["empirical"]) and p["bound"] > 0 for p in points)
 
 
+@pytest.mark.slow
 def test_winrate_judges_exactly_the_records_the_analysis_scores():
     from conftest import chat_stub, judge_config
     from rpbench.eval.benchmarks.rpgbench import RPGBench

@@ -160,6 +160,7 @@ def test_pair_scorer_equals_direct_forwards_and_scores_each_pair_once():
         PairScorer(model, renderer, PROMPTS, RESPONSES[:2], batch_size=2)
 
 
+@pytest.mark.slow
 def test_club_on_a_pair_scorer_equals_the_formula_on_direct_log_probs():
     model, renderer = tiny()
     contexts = pxy_contexts()  # R-EMI: the critic conditioned on x and r's core features

@@ -82,6 +82,7 @@ def test_exhausted_retries_are_reported_not_raised(tiny):
     assert server.stats.requests == 2 and client.stats.failures == 1
 
 
+@pytest.mark.slow
 def test_a_slow_reply_times_out_and_is_retried(tiny):
     options = {"faults": ["slow"], "slow_s": 1.0, "scripted": [{"match": "?", "reply": "0"}]}
     with serve_in_thread(tiny, options) as server:

@@ -19,4 +19,4 @@ row sft-smollm2 model=$SMOL judge=none
 row dpo-smollm2 model=$SMOL objective=dpo init_from="$OUT/sft-smollm2" judge=none
 row judged-zero-shot-smollm2 model=$SMOL objective=none $JUDGE data.max_test_samples=24
 row conversation-smollm2 model=$SMOL objective=none data=sample_conversation evaluator.simulator.server=$SMOL $JUDGE
-python -m rpbench.leaderboard "$OUT" > "$OUT/leaderboard.txt" 2>&1; cat "$OUT/leaderboard.txt"
+python -m rpbench.leaderboard "$OUT" --out "$OUT"   # leaderboard.md, .csv and .png beside the runs

@@ -173,7 +173,7 @@ def test_typed_configs_reject_unknown_missing_and_bad_values():
         ObjectiveConfig.parse({**sft, "batch_size": 0}, "objective")
     with pytest.raises(ConfigError, match=r"objective.mu=0: expected an integer >= 1"):
         GRPOConfig.parse(objective_settings("grpo", mu=0), "objective")
-    with pytest.raises(ConfigError, match=r"objective.loss_type='kto': expected one of sigmoid, "):
+    with pytest.raises(ConfigError, match=r"objective.loss_type='kto': expected one of apo_down, apo_zero, "):
         DPOConfig.parse(objective_settings("dpo", loss_type="kto"), "objective")
     with pytest.raises(ConfigError, match=r"objective.beta: unknown key"):  # DPO's key on SFT
         ObjectiveConfig.parse(objective_settings("sft", beta=0.1), "objective")

@@ -73,8 +73,9 @@ def headline(results: dict[str, Any]) -> list[str]:
         lines.append("test: " + ", ".join(scored))
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
+        score = f"{100 * judge['accuracy']:.2f}%" if judge["judged"] else "none"  # no verdict: no number
         lines.append(
-            f"judge accuracy {100 * judge['accuracy']:.2f}% ({judge['judged']} of {judge['n']} judged; "
+            f"judge accuracy {score} ({judge['judged']} of {judge['n']} judged; "
             f"{judge['parse_failures']} unparsed, {judge['request_failures']} unanswered)"
         )
     humans = results.get("eval", {}).get("judge_agreement")

@@ -94,3 +94,14 @@ def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     peaks = re.findall(r"step \d/2 .* ETA \S+  peak GPU memory ([\d,]+) MiB", (out / "run.log").read_text())
     assert len(peaks) == 2 and all(int(p.replace(",", "")) > 0 for p in peaks)
+
+
+def test_a_judge_without_a_single_verdict_prints_no_accuracy():
+    from rpbench.run_report import headline
+
+    tally = {"n": 8, "judged": 0, "parse_failures": 8, "request_failures": 0, "accuracy": 0.0}
+    assert headline({"eval": {"judge": {"overall": tally}}}) == [
+        "judge accuracy none (0 of 8 judged; 8 unparsed, 0 unanswered)"
+    ]
+    tally = {**tally, "judged": 4, "parse_failures": 4, "accuracy": 0.25}
+    assert headline({"eval": {"judge": {"overall": tally}}})[0].startswith("judge accuracy 25.00% (4 of 8")

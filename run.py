@@ -43,17 +43,15 @@ def main(cfg: DictConfig) -> None:
     from rpbench.core.errors import RpbenchError
     from rpbench.pipeline import run
     from rpbench.serve import local_judge
-    from rpbench.synth.synthesize import synthesize_from_config
+    from rpbench.synth.synthesize import synthesize_run
+    from rpbench.validate import validate
 
     # judge=local: the pipeline hands rpbench's server in itself; the synthesis task is handed it here
-    tasks = {"train_eval": run, "synthesize": partial(synthesize_from_config, local_judge_server=local_judge)}
-    if cfg.task not in tasks:
-        raise SystemExit(f"error: task={cfg.task}: expected one of {list(tasks)}")
-
+    tasks = {"train_eval": run, "synthesize": partial(synthesize_run, local_judge_server=local_judge)}
     error_file = Path(cfg.paths.output_dir) / "error.txt"  # why the job failed (a sweep's summary lists it)
     error_file.unlink(missing_ok=True)  # from an earlier attempt in this folder
     try:
-        tasks[cfg.task](cfg)
+        tasks[cfg.task](validate(cfg))  # validate refuses an unknown task
     except Exception as error:
         error_file.parent.mkdir(parents=True, exist_ok=True)
         error_file.write_text(f"{type(error).__name__}: {error}\n")

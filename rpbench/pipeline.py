@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from rpbench.core.errors import ConfigError, DataFormatError, RpbenchError
 from rpbench.data.files import run_label
@@ -29,6 +28,7 @@ from rpbench.export.hub import push_to_hub
 from rpbench.export.model_card import write_model_card
 from rpbench.loggers import build_logger, finish_logger
 from rpbench.models import DeferredModel, family_of, for_inference, load_model, load_tokenizer
+from rpbench.models.settings import ModelSettings
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.run_report import headline, write_report
@@ -44,7 +44,7 @@ from rpbench.training import (
     zero_stage,
 )
 from rpbench.training.options import epoch_problems
-from rpbench.validate import RunSpec, check_model_source, check_test_images, check_test_records, validate
+from rpbench.validate import RunSpec, check_model_source, check_test_images, check_test_records
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +110,14 @@ def eval_context(spec: RunSpec, model, tokenizer, examples, out_dir: Path, logge
     )
 
 
-def build_models(training: TrainingSpec | None, model_cfg: dict[str, Any]) -> dict[str, tuple]:
+def build_models(training: TrainingSpec | None, model: ModelSettings) -> dict[str, tuple]:
     """Name -> (model, tokenizer) of each model ``training``'s objective trains (``models_to_build``; the
-    first is the one evaluated and probed), or of ``model_cfg`` (the run's model config) alone when nothing
+    first is the one evaluated and probed), or of ``model`` (the run's model) alone when nothing
     trains. Under ZeRO-3 a trained model is a DeferredModel: the objective builds it inside the engine's init
     context, partitioned (the evaluation reloads it from the run's export)."""
-    specs = {"policy": model_cfg}
+    specs = {"policy": model}
     if training is not None:
-        module_cls = objective_class(training.objective.name)
-        specs = module_cls.models_to_build(training.objective, dict(training.model))
+        specs = objective_class(training.objective.name).models_to_build(training.objective, training.model)
     defer = training is not None and zero_stage(training.trainer.values) == 3
     models = {}
     for name, spec in specs.items():
@@ -197,7 +196,7 @@ def records_for_model(spec: RunSpec, splits: dict[str, list], counts: dict[str, 
     with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)
     if with_image is not None and not family_of(spec.model).takes_images:
         raise ConfigError(
-            f"data={data.name}: training record {with_image.id!r} has an image, and model={spec.model['name']} "
+            f"data={data.name}: training record {with_image.id!r} has an image, and model={spec.model.name} "
             "is text-only: choose a vision-language model (e.g. model=tiny-qwen2-vl), or data.images=drop to "
             "train on the text alone (the dropped images are counted)"
         )
@@ -207,25 +206,15 @@ def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
 
-def import_plugins(modules: list[str]) -> None:
-    """Import the user's modules listed in ``plugins``: each registers its formats, metrics, evaluators..."""
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as error:
-            if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
-                raise  # the plugin itself imports something missing
-            raise ConfigError(f"plugins: cannot import {name!r} ({error}): put it on PYTHONPATH") from error
-
-
-def run(cfg: DictConfig) -> dict[str, Any]:
-    import_plugins(list(cfg.plugins))  # before validation, which checks names against the registries
-    spec = validate(cfg)  # every setting, before anything expensive: the run's typed parts
+def run(spec: RunSpec) -> dict[str, Any]:
+    """The run ``validate`` parsed (every setting checked before anything expensive); its results."""
     if needs_model(spec):
         check_model_source(spec)
-    out_dir = Path(cfg.paths.output_dir)
+    out_dir = spec.output_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    objective, evaluator, probe = str(cfg.objective.name), str(cfg.evaluator.name), str(cfg.probe.name)
+    objective = spec.objective.name if spec.objective is not None else "none"
+    evaluator = spec.evaluator.name if spec.evaluator is not None else "none"
+    probe = spec.probe.name
     training = spec.training  # the training stage's one input
     train_split = training.split if training is not None else None  # 1. data: read before the model loads
     need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
@@ -236,10 +225,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         training = training.with_records(trained)
         warnings += check_resume(training, resolve_ckpt(training.run.ckpt_path, out_dir))
         check_epoch(training, splits, train_split)
-    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(dict(spec.composed)))
     results: dict[str, Any] = {
-        "run_name": cfg.run_name,
-        "model": f"{cfg.model.name} from {run_label(cfg.init_from)}" if cfg.init_from else cfg.model.name,
+        "run_name": spec.name,
+        "model": f"{spec.model.name} from {run_label(spec.init_from)}" if spec.init_from else spec.model.name,
         "data": spec.data.name,
         "objective": objective,
         "evaluator": evaluator,
@@ -263,15 +252,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         benchmark = BENCHMARKS.get(evaluator)
         results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
-    L.seed_everything(int(cfg.seed), workers=True)
+    L.seed_everything(spec.seed, workers=True)
     models = build_models(training, spec.model) if needs_model(spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
 
-    logger = build_logger(cfg.logger, out_dir, str(cfg.run_name), OmegaConf.to_container(cfg, resolve=True))
+    logger = build_logger(spec.logger, out_dir, spec.name, spec.composed)
     if train_split:  # 3. train
-        train_records, val_records = train_val_split(splits[train_split], spec.data.val_fraction, int(cfg.seed))
+        train_records, val_records = train_val_split(splits[train_split], spec.data.val_fraction, spec.seed)
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
@@ -317,8 +306,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     if exported and is_rank_zero():  # 5. export and report
         write_model_card(training, results, exported)
-        if cfg.export.push_to_hub:
-            results["hub_commit"] = push_to_hub(exported, cfg.export.hub, str(cfg.run_name))
+        if spec.hub is not None:
+            results["hub_commit"] = push_to_hub(exported, spec.hub, spec.name)
             log.info("model/ uploaded: %s", results["hub_commit"])
     if is_rank_zero():
         write_results(results, out_dir, logger)

@@ -7,9 +7,10 @@ what is allowed (the allowed names come from the registries and config groups th
 
 from __future__ import annotations
 
+import importlib
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,20 @@ from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec, data_spec_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.export.hub import export_problems
+from rpbench.export.hub import HubSettings, export_problems
 from rpbench.models import family_of
-from rpbench.models.checks import generation_length_problems, hub_problems, model_context, model_problems
-from rpbench.models.config_tree import model_config, model_options
+from rpbench.models.checks import generation_length_problems, hub_problems, model_context, source_problems
+from rpbench.models.config_tree import model_options
 from rpbench.models.generation import GenerationOptions
 from rpbench.models.quantization import quantization_problems
+from rpbench.models.settings import ModelSettings
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.endpoints import api_key
 from rpbench.scoring.judge.client import BACKENDS, JudgeConfig, judge_reply_length_problems
+from rpbench.synth.config import SynthConfig
+from rpbench.synth.synthesize import SynthesisRun
 from rpbench.training.fit import zero_stage
 from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
@@ -81,8 +85,19 @@ def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) ->
     return False
 
 
+def import_plugins(modules: list[str]) -> None:
+    """Import the user's modules listed in ``plugins``: each registers its formats, metrics, evaluators..."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as error:
+            if error.name is None or not (name == error.name or name.startswith(error.name + ".")):
+                raise  # the plugin itself imports something missing
+            raise ConfigError(f"plugins: cannot import {name!r} ({error}): put it on PYTHONPATH") from error
+
+
 def check_run(cfg: DictConfig, problems: Problems) -> None:
-    """Seed, a model marked unsupported, where training starts from, and how often it is checkpointed."""
+    """Seed, where training starts from, and how often it is checkpointed."""
     _check(
         problems,
         cfg,
@@ -92,38 +107,49 @@ def check_run(cfg: DictConfig, problems: Problems) -> None:
     )
     _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
     _choice(problems, "resume", cfg.resume, RESUME_CHOICES)
-    if cfg.model.get("unsupported"):
-        problems.append(f"model={cfg.model.name}: {cfg.model.unsupported}")
-    problems.extend(quantization_problems(cfg.model))
-    if cfg.get("init_from") and not (Path(str(cfg.init_from)) / "model").is_dir():
+    if cfg.init_from and not (Path(str(cfg.init_from)) / "model").is_dir():
         problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
 
 
-def check_images(cfg: DictConfig, problems: Problems) -> None:
+def check_model(cfg: DictConfig, problems: Problems) -> ModelSettings | None:
+    """The model group's settings, pointed at ``init_from``'s saved model when set: a model marked unsupported,
+    its quantization and its image settings checked too."""
+    model = ModelSettings.collect(OmegaConf.to_container(cfg.model, resolve=True), "model", problems)
+    if model is None:
+        return None
+    if model.unsupported:
+        problems.append(f"model={model.name}: {model.unsupported}")
+        return None
+    problems.extend(quantization_problems(model))
+    problems.extend(source_problems(model))
+    check_images(cfg, model, problems)
+    saved = Path(str(cfg.init_from)) / "model" if cfg.init_from else None
+    return replace(model, name_or_path=str(saved)) if saved is not None and saved.is_dir() else model
+
+
+def check_images(cfg: DictConfig, model: ModelSettings, problems: Problems) -> None:
     """The image settings of the model: ``model.freeze_vision`` (read by families with a vision tower
     only), LoRA (adapts the language model only) and packing (carries no images)."""
     try:
-        family = family_of(cfg.model)
+        family = family_of(model)
     except (KeyError, ValueError) as error:
         problems.append(f"model.family: {error}")
         return
-    freeze = cfg.model.get("freeze_vision")
+    freeze = model.freeze_vision
     if family.vision_module is None:
         if freeze is not None:
-            problems.append(
-                f"model.freeze_vision={freeze!r}: model={cfg.model.name} has no vision tower; remove the key"
-            )
+            problems.append(f"model.freeze_vision={freeze!r}: model={model.name} has no vision tower; remove the key")
         return
-    if freeze not in (True, False):
-        problems.append(f"model.freeze_vision={freeze!r}: expected true (vision tower frozen) or false (trained)")
-    elif cfg.model.get("lora") and not freeze:
+    if freeze is None:
+        problems.append("model.freeze_vision=None: expected true (vision tower frozen) or false (trained)")
+    elif model.lora is not None and not freeze:
         problems.append(
             "model.freeze_vision=false with model.lora: LoRA adapts the language model only and leaves the "
             "vision tower frozen; set model.freeze_vision=true (or train without LoRA)"
         )
     if family.takes_images and str(cfg.objective.name) != "none" and cfg.objective.get("packing"):
         problems.append(
-            f"objective.packing=true: model={cfg.model.name} takes images, which packed batches cannot carry; "
+            f"objective.packing=true: model={model.name} takes images, which packed batches cannot carry; "
             "set objective.packing=false"
         )
 
@@ -242,13 +268,13 @@ def check_probe(cfg: DictConfig, problems: Problems) -> Settings | None:
     return registered.settings_class.collect(OmegaConf.to_container(probe, resolve=True), "probe", problems)
 
 
-def generation_context_problems(evaluator: Settings | None, model: Mapping[str, Any]) -> list[str]:
+def generation_context_problems(evaluator: Settings | None, model: ModelSettings) -> list[str]:
     """The evaluated model's replies (``evaluator.generation.max_new_tokens``, generated here: backend local or
     vllm) fit in its context."""
     generation = getattr(evaluator, "generation", None)
     if not isinstance(generation, GenerationOptions) or evaluator.backend == "endpoint":
         return []
-    key, name = "evaluator.generation.max_new_tokens", str(model.get("name"))
+    key, name = "evaluator.generation.max_new_tokens", model.name
     return generation_length_problems(generation.max_new_tokens, model_context(model), key, name)
 
 
@@ -262,31 +288,46 @@ class RunSpec:
     judge: JudgeConfig | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
     training: TrainingSpec | None  # the training stage's settings; None: nothing trains
     data: DataSpec  # the data stage's settings (read by training, evaluation and the probes too)
-    model: Mapping[str, Any]  # the run's model config, resolved: pointed at init_from's saved model when set
+    model: ModelSettings  # the run's model: pointed at init_from's saved model when set
     trainer: TrainerOptions  # the trainer group (training's strategy; the device evaluation and probes run on)
+    name: str  # run_name
+    seed: int
+    init_from: str | None  # the earlier run trained from (the results name it)
+    output_dir: Path  # paths.output_dir: where the run writes
+    logger: Mapping[str, Any]  # the logger group (rpbench.loggers)
+    hub: HubSettings | None  # export.hub when export.push_to_hub; None: model/ is not uploaded
+    composed: Mapping[str, Any]  # the whole config resolved: written to config.yaml and given to the logger
 
 
-def validate(cfg: DictConfig) -> RunSpec:
-    """The run's typed parts; a ConfigError listing every problem of ``cfg`` when there is any."""
+def validate(cfg: DictConfig) -> RunSpec | SynthesisRun:
+    """The typed run of ``cfg.task`` (train_eval: a RunSpec; synthesize: a SynthesisRun); a ConfigError listing
+    every problem of ``cfg`` when there is any. The user's ``plugins`` are imported first: names are checked
+    against the registries they add to."""
+    import_plugins(list(cfg.plugins))
+    if cfg.task == "synthesize":
+        return synthesis_run(cfg)
+    if cfg.task != "train_eval":
+        raise ConfigError(f"task={cfg.task}: choose one of train_eval, synthesize")
     run_keys = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # Hydra's own node: unset until run
     unset = sorted(OmegaConf.missing_keys(run_keys))  # `???` of a shared file (conf/model/common) no config set
     if unset:
         raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
     problems: Problems = []
-    for check in (check_run, check_images):
-        check(cfg, problems)
+    check_run(cfg, problems)
+    model = check_model(cfg, problems)
     data = data_spec_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
     check_env(cfg, problems, data)
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
     evaluator = check_evaluator(cfg, problems, data, judge)
-    problems += model_problems(OmegaConf.to_container(cfg.model, resolve=True))
     problems += trainer_problems(cfg.trainer, cfg.objective)
     problems += export_problems(cfg)
+    hub = None
+    if cfg.export.push_to_hub:
+        hub = HubSettings.collect(OmegaConf.to_container(cfg.export.hub, resolve=True), "export.hub", problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    model = types.MappingProxyType(model_config(cfg))
     length = generation_context_problems(evaluator, model)  # reads the weights' config: after the cheap checks
     if length:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(length))
@@ -301,6 +342,36 @@ def validate(cfg: DictConfig) -> RunSpec:
         data=data,
         model=model,
         trainer=trainer,
+        name=str(cfg.run_name),
+        seed=int(cfg.seed),
+        init_from=None if cfg.init_from is None else str(cfg.init_from),
+        output_dir=Path(cfg.paths.output_dir),
+        logger=types.MappingProxyType(OmegaConf.to_container(cfg.logger, resolve=True)),
+        hub=hub,
+        composed=types.MappingProxyType(OmegaConf.to_container(run_keys, resolve=True)),
+    )
+
+
+def synthesis_run(cfg: DictConfig) -> SynthesisRun:
+    """``task=synthesize``'s settings: the recipe, the generator (the judge group) and the RoleMRC test labels of
+    ``data`` (a RoleMRC-format data config, e.g. the default sample)."""
+    if cfg.synth is None:
+        raise ConfigError("task=synthesize needs a synthesis recipe: synth=rolemrc")
+    problems: Problems = []
+    judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
+    synth = SynthConfig.collect(OmegaConf.to_container(cfg.synth, resolve=True), "synth", problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    if judge is None and any(s in synth.stages for s in ("profiles", "dialogues")):
+        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
+    if cfg.data.format != "rolemrc" or not cfg.data.get("task_dimensions"):
+        raise ConfigError(f"task=synthesize writes RoleMRC files: data={cfg.data.name} is not a RoleMRC-format config")
+    return SynthesisRun(
+        synth=synth,
+        judge=judge,
+        seed=int(cfg.seed),
+        prompts_source=cfg.prompts.source,
+        task_dimensions=types.MappingProxyType(OmegaConf.to_container(cfg.data.task_dimensions, resolve=True)),
     )
 
 
@@ -343,7 +414,7 @@ def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
             "renders text only: set data.images=drop to probe without the images"
         )
     raise ConfigError(
-        f"data={spec.data.name}: test record {with_image.id!r} has an image, and model={spec.model['name']} is "
+        f"data={spec.data.name}: test record {with_image.id!r} has an image, and model={spec.model.name} is "
         "text-only: choose a model whose family takes images (e.g. model=tiny-qwen2-vl), "
         "evaluator.backend=endpoint with a multimodal server, or data.images=drop to generate from the "
         "text alone (counted)"

@@ -255,13 +255,14 @@ def run_in_process(out: Path, *overrides: str) -> dict:
     from omegaconf import open_dict
 
     from rpbench.pipeline import run
+    from rpbench.validate import validate
 
     cfg = composed(out, *overrides)
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(out)
     try:
-        return run(cfg)
+        return run(validate(cfg))
     finally:
         GlobalHydra.instance().clear()
 

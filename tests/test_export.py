@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import run_in_process
 from rpbench.core.errors import ConfigError
-from rpbench.export.hub import upload_arguments
+from rpbench.export.hub import HubSettings, upload_arguments
 from rpbench.validate import validate
 
 LORA = "model.lora={r:4,alpha:8,dropout:0.0,target_modules:[q_proj,v_proj]}"
@@ -74,7 +74,7 @@ def test_push_is_off_by_default_and_uploads_the_run_model_folder(compose, tmp_pa
     cfg = compose()
     assert cfg.export.push_to_hub is False and cfg.export.hub.private is True
     validate(cfg)  # no token needed when nothing is pushed
-    hub = {**OmegaConf.to_container(cfg.export.hub), "repo_id": "me/my-model"}
+    hub = HubSettings.parse({**OmegaConf.to_container(cfg.export.hub), "repo_id": "me/my-model"}, "export.hub")
     assert upload_arguments(tmp_path / "model", hub, "sft-tiny-qwen2-sample") == {
         "folder_path": str(tmp_path / "model"),
         "repo_id": "me/my-model",

@@ -131,7 +131,7 @@ def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
         del cfg["hydra"]
         cfg.paths.output_dir = str(tmp_path / "out")
     assert cfg.objective.lr == 1e-2 and cfg.objective.adam_eps == 1e-8  # own value, shared default
-    results = run(cfg)
+    results = run(validate(cfg))
     out = tmp_path / "out"
 
     train_samples = results["train"]["samples"]["train"]

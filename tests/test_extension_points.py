@@ -16,6 +16,7 @@ from rpbench.data.readers import FORMATS, DataFormat, Source, read_file, record_
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
 from rpbench.scoring.metrics import METRICS
+from rpbench.validate import validate
 
 TOY_TEST = [
     {"id": "q1", "question": "Say hi.", "answer": "hi"},
@@ -83,7 +84,7 @@ def test_a_format_metric_and_evaluator_added_by_the_test_are_used_by_a_run(compo
         del cfg["hydra"]
         cfg.paths.output_dir = str(out)
 
-    results = pipeline.run(cfg)
+    results = pipeline.run(validate(cfg))
 
     assert results["records"]["test"]["read"] == len(TOY_TEST)
     predictions = {row["id"]: row["prediction"] for row in map(json.loads, (out / "predictions.jsonl").open())}

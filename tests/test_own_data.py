@@ -11,6 +11,7 @@ from omegaconf import open_dict
 
 import rpbench.pipeline as pipeline
 from conftest import run_in_process
+from rpbench.validate import validate
 
 NAMES = ["Holmes", "Watson", "Hudson", "Lestrade", "Moriarty", "Adler", "Mycroft", "Gregson", "Toby", "Wiggins"]
 
@@ -71,7 +72,7 @@ def test_dpo_on_own_conversational_pairs_parquet(compose, tmp_path):
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(tmp_path / "run")
-    results = pipeline.run(cfg)
+    results = pipeline.run(validate(cfg))
     assert results["records"]["pairs"]["read"] == 10
     assert results["records"]["pairs"]["shape"] == "prompt/chosen/rejected (conversational: message lists)"
     assert results["train"]["optimizer_steps"] >= 1

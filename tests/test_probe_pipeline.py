@@ -56,7 +56,7 @@ def job_config(compose, folder: Path, *overrides: str):
 
 def run_in(compose, folder: Path, *overrides: str):
     cfg = job_config(compose, folder, *overrides)
-    pipeline.run(cfg)
+    pipeline.run(validate(cfg))
     return cfg
 
 
@@ -180,7 +180,7 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
     )
     with open_dict(cfg):
         cfg.judge.server.scripted = [{"match": m, "reply": r} for m, r in VERDICTS.items()]
-    pipeline.run(cfg)
+    pipeline.run(validate(cfg))
 
     metrics = metrics_of(run)
     probe = metrics["probe"]

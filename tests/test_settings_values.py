@@ -156,6 +156,25 @@ def test_the_default_run_is_valid(default_config):
     assert validate(default_config).objective.name == "sft"
 
 
+def test_only_the_entry_points_and_validation_see_the_composed_config():
+    """``pipeline.run`` and the synthesis task take the typed run ``validate`` returns; a DictConfig appears only in
+    validation (and the training settings it builds), the config tree (benchmark scripts compose a run), the
+    ``${rpb.*}`` resolvers and the sweep's Hydra callback."""
+    import inspect
+
+    from rpbench import pipeline
+    from rpbench.synth.synthesize import SynthesisRun, synthesize_run
+    from rpbench.validate import RunSpec
+
+    for entry, typed in ((pipeline.run, RunSpec), (synthesize_run, SynthesisRun)):
+        first = next(iter(inspect.signature(entry).parameters.values()))
+        assert first.annotation in (typed, typed.__name__), entry
+    allowed = {"validate.py", "training/spec.py", "models/config_tree.py", "resolvers.py", "sweep_summary.py"}
+    package = Path(pipeline.__file__).parent
+    seen = {str(p.relative_to(package)) for p in package.rglob("*.py") if "DictConfig" in p.read_text()}
+    assert seen <= allowed, seen - allowed
+
+
 def test_the_training_stage_receives_typed_settings_and_no_composed_config(default_config):
     """``validate`` parses the training stage's part once; nothing in it is, or holds, a config node."""
     import dataclasses
@@ -179,7 +198,7 @@ def test_the_training_stage_receives_typed_settings_and_no_composed_config(defau
     training = validate(default_config).training
     assert nodes(training) == []
     assert (training.objective.name, training.split, training.run.seed) == ("sft", "train", default_config.seed)
-    assert training.data.max_length == default_config.data.max_length and training.model["name"] == "tiny-qwen2"
+    assert training.data.max_length == default_config.data.max_length and training.model.name == "tiny-qwen2"
     assert validate(with_override(default_config, "objective.name=none")).training is None
 
 
@@ -339,9 +358,11 @@ def settings_classes() -> list[type]:
                 if isinstance(kind, type) and dataclasses.is_dataclass(kind):
                     visit(kind)
 
-    from rpbench.training import TrainingSpec
+    from rpbench.synth.synthesize import SynthesisRun
+    from rpbench.validate import RunSpec
 
-    visit(TrainingSpec)
+    visit(RunSpec)
+    visit(SynthesisRun)
     for registry, attribute in (
         (BENCHMARKS, "settings_class"),
         (PROBES, "settings_class"),
@@ -440,6 +461,24 @@ def test_every_key_of_every_data_config_is_read():
     assert "remid_estimator" in elsewhere and "max_prompt_length" in elsewhere  # the scan finds what it should
 
 
+def test_every_model_entry_parses_to_its_typed_settings():
+    """The model group is typed too: each conf/model entry parses (an unknown key would be refused), and the
+    values the loaders once defaulted in code come from the YAML."""
+    from rpbench.models.config_tree import compose_model_config, model_entries
+    from rpbench.models.settings import LoraSettings, ModelSettings
+
+    entries = {name: compose_model_config(name) for name in model_entries()}
+    assert len(entries) > 20 and all(isinstance(m, ModelSettings) for m in entries.values())
+    assert entries["qwen2.5-7b"].dtype == "bfloat16" and entries["tiny-qwen2"].dtype == "float32"
+    assert entries["tiny-qwen2"].init_seed == 0 and entries["qwen2.5-7b"].init_seed is None
+    with pytest.raises(ConfigError, match=r"model\.lora\.alpha: missing"):
+        compose_model_config("tiny-qwen2", ["model.lora={r: 4, dropout: 0.0, target_modules: null}"])
+    with pytest.raises(ConfigError, match=r"model\.lora\.r=0: expected an integer rank >= 1"):
+        compose_model_config("tiny-qwen2", ["model.lora={r: 0, alpha: 8, dropout: 0.0, target_modules: null}"])
+    lora = compose_model_config("qwen3-4b", ["model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}"]).lora
+    assert lora == LoraSettings(r=4, alpha=8.0, dropout=0.0, target_modules=None)
+
+
 def test_a_key_read_nowhere_is_found():
     from rpbench.scoring.judge.client import JudgeConfig
 
@@ -460,7 +499,7 @@ def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):
     with open_dict(cfg):
         del cfg["hydra"]
     with pytest.raises(DataFormatError) as error:
-        run(cfg)
+        run(validate(cfg))
     assert str(error.value).startswith("data.files.test=") and "field 'image': image '" in str(error.value)
     assert "does not exist" in str(error.value)
     assert not (Path(cfg.paths.output_dir) / "predictions.jsonl").exists()

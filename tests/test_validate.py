@@ -39,7 +39,7 @@ def refused_at_startup(compose, *overrides: str) -> str:
     with open_dict(cfg):  # what run.py hands the pipeline
         del cfg["hydra"]
     with pytest.raises(RpbenchError) as error:
-        run(cfg)
+        run(validate(cfg))
     assert_nothing_trained_or_evaluated(Path(cfg.paths.output_dir))
     return str(error.value)
 

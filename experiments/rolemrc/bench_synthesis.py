@@ -44,7 +44,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from rpbench.serve import serve_in_thread
-    from rpbench.synth.synthesize import synthesize_from_config
+    from rpbench.synth.synthesize import synthesize_run
+    from rpbench.validate import validate
 
     default_bound = int(compose(["judge=openai"]).judge.concurrency)
     bounds = args.concurrency or [1, default_bound]
@@ -79,7 +80,7 @@ def main() -> None:
                     f"synth.batch_size={args.items}",
                 ]
             )
-            stage = synthesize_from_config(cfg)["stages"]["profiles"]
+            stage = synthesize_run(validate(cfg))["stages"]["profiles"]
             items = stage["accepted"] + stage["rejected"]
             tokens = stage["usage"]["this_run"]["completion_tokens"]
             rows.append((bound, items, stage["seconds"], 60 * items / stage["seconds"], tokens / stage["seconds"]))

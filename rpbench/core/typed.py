@@ -18,8 +18,10 @@ own ``problems()`` are all reported together, each naming the dotted key, its va
 
 Fields typed with another ``Settings`` class are parsed recursively; ``tuple[X, ...]`` accepts a list
 (``tuple[X, Y]`` a list of two); ``Mapping[str, X]`` a mapping (returned read-only). A field named in
-``open_keys`` takes any plain value. A problem about a key of another group (a field holding ``${env}``, whose
-keys are set as ``env.*``) is an ``Elsewhere`` message: it names that key in full and gets no ``where`` prefix.
+``open_keys`` takes any plain value; one named in ``only_some`` (a key only some entries of a group
+have, such as a tiny model's ``init_seed``) is None when absent. A problem about a key of another group (a
+field holding ``${env}``, whose keys are set as ``env.*``) is an ``Elsewhere`` message: it names that key in
+full and gets no ``where`` prefix.
 """
 
 from __future__ import annotations
@@ -139,6 +141,7 @@ class Settings:
     """Base of typed settings: see the module docstring."""
 
     open_keys: ClassVar[tuple[str, ...]] = ()  # fields whose value is kept as given (benchmark-specific options)
+    only_some: ClassVar[tuple[str, ...]] = ()  # fields only some entries of the group have: None when absent
 
     def problems(self) -> list[Problem]:
         """What is wrong with the values, as (key, expected) pairs, messages starting with the key, or
@@ -156,6 +159,9 @@ class Settings:
             problems.append(f"{prefix}{key}: unknown key; valid keys: {', '.join(sorted(known))}")
         converted = {}
         for name in known:
+            if name not in values and name in cls.only_some:
+                converted[name] = None
+                continue
             if name not in values:
                 problems.append(f"{prefix}{name}: missing (it has no default in code: set it in the YAML)")
                 continue
@@ -204,6 +210,17 @@ def _dotted(settings: Any, key: str) -> Any:
 def as_dict(settings: Settings) -> dict[str, Any]:
     """The fields of ``settings`` as keyword arguments (nested settings stay typed)."""
     return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+
+def plain(value: Any) -> Any:
+    """Parsed settings as plain data: settings and read-only mappings as dicts, tuples as lists."""
+    if isinstance(value, Settings):
+        value = as_dict(value)
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [plain(v) for v in value]
+    return value
 
 
 def _shown(value: Any) -> str:

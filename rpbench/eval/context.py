@@ -10,7 +10,7 @@ The local judge server (``judge=local``) is handed in by the pipeline; a hook op
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -21,6 +21,7 @@ from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.spec import DataSpec
 from rpbench.eval.provenance import model_identity
+from rpbench.models.settings import ModelSettings
 from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
 
 
@@ -29,7 +30,7 @@ class EvalContext:
     settings: Settings  # the benchmark's typed ``evaluator`` settings
     judge: JudgeConfig | None  # the judge's typed settings (``RunSpec.judge``); None: judge=none
     data: DataSpec  # the run's data settings (image folder, prompt lengths, files)
-    model_config: Mapping[str, Any]  # the evaluated model's config (chat template, family)
+    model_config: ModelSettings  # the evaluated model's settings (chat template, family)
     prompts_source: str | None  # a clone of the authors' repository to read their prompts from (None: rpbench's)
     model: Any
     tokenizer: Any

@@ -7,8 +7,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rpbench.core.typed import Settings
+
+
+@dataclass(frozen=True, kw_only=True)
+class HubSettings(Settings):
+    """Where ``export.push_to_hub`` uploads ``model/`` (the ``export.hub`` group)."""
+
+    repo_id: str | None
+    private: bool
+    token_env: str
+    endpoint: str | None
 
 
 def export_problems(cfg: Mapping[str, Any]) -> list[str]:
@@ -29,21 +42,21 @@ def export_problems(cfg: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def upload_arguments(model_dir: Path, hub: Mapping[str, Any], run_name: str) -> dict[str, Any]:
+def upload_arguments(model_dir: Path, hub: HubSettings, run_name: str) -> dict[str, Any]:
     """Keyword arguments of ``HfApi.upload_folder`` for the run's model folder."""
     return {
         "folder_path": str(model_dir),
-        "repo_id": str(hub["repo_id"]),
+        "repo_id": str(hub.repo_id),
         "repo_type": "model",
         "commit_message": f"rpbench run {run_name}",
     }
 
 
-def push_to_hub(model_dir: Path, hub: Mapping[str, Any], run_name: str) -> str:
+def push_to_hub(model_dir: Path, hub: HubSettings, run_name: str) -> str:
     """Create the (private unless configured otherwise) repository if needed, upload ``model_dir``;
     returns the commit URL."""
     from huggingface_hub import HfApi
 
-    api = HfApi(endpoint=hub["endpoint"], token=os.environ[str(hub["token_env"])])
-    api.create_repo(str(hub["repo_id"]), private=bool(hub["private"]), exist_ok=True, repo_type="model")
+    api = HfApi(endpoint=hub.endpoint, token=os.environ[hub.token_env])
+    api.create_repo(str(hub.repo_id), private=hub.private, exist_ok=True, repo_type="model")
     return str(api.upload_folder(**upload_arguments(model_dir, hub, run_name)).commit_url)

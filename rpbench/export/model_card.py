@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.core.atomic import partial_path, publish
+from rpbench.core.typed import plain
 from rpbench.training.spec import TrainingSpec
 
 # Objective keys that describe bookkeeping, not the optimisation.
@@ -31,8 +32,8 @@ def hyperparameters(training: TrainingSpec) -> dict[str, Any]:
     if training.trainer.values["max_steps"] != -1:
         values["max_steps"] = training.trainer.values["max_steps"]
     values["seed"] = training.run.seed
-    if training.model["lora"]:
-        values["lora"] = training.model["lora"]
+    if training.model.lora is not None:
+        values["lora"] = plain(training.model.lora)
     return values
 
 
@@ -76,7 +77,7 @@ def data_files(files: Mapping[str, Any]) -> dict[str, str]:
 
 def card_text(training: TrainingSpec, results: dict[str, Any], model_dir: Path) -> str:
     """The card of the model ``training`` exports to ``model_dir``."""
-    base, init_from = str(training.model["name_or_path"]), training.run.init_from
+    base, init_from = training.model.name_or_path, training.run.init_from
     tiny = base.startswith("tiny:")
     front = ["---", "library_name: transformers", f"tags: [rpbench, role-playing, {training.objective.name}]"]
     if not tiny and not init_from and not is_local(base):
@@ -92,7 +93,7 @@ def card_text(training: TrainingSpec, results: dict[str, Any], model_dir: Path) 
         + (
             f"the model of run `{results['model']}`"
             if init_from
-            else f"`{shown(base)}` (model config `{training.model['name']}`)"
+            else f"`{shown(base)}` (model config `{training.model.name}`)"
         )
         + f", on data `{training.data.name}`.",
         "",

@@ -1,4 +1,4 @@
-"""Model factory: ``load(cfg) -> (model, tokenizer)`` for tiny offline models and real HF models."""
+"""Model factory: ``load(settings) -> (model, tokenizer)`` for tiny offline models and real HF models."""
 
 from rpbench.models.loading import (
     DeferredModel,
@@ -6,7 +6,6 @@ from rpbench.models.loading import (
     end_of_turn_ids,
     family_of,
     for_inference,
-    is_tiny,
     load,
     load_model,
     load_tokenizer,
@@ -19,7 +18,6 @@ __all__ = [
     "end_of_turn_ids",
     "family_of",
     "for_inference",
-    "is_tiny",
     "load",
     "load_model",
     "load_tokenizer",

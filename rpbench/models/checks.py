@@ -1,78 +1,17 @@
-"""Startup checks of a model config (conf/model/*.yaml) that the loaders would otherwise reject late, as
-tracebacks of transformers or peft: dtype, attention implementation, LoRA settings, a local path that
-does not exist, a hub id not in the cache while the Hub is offline (``hub_problems``), a saved model
-folder that cannot load (``model_folder_problems``); and the model's context (``model_context``), which
-bounds what it is asked to generate."""
+"""Startup checks of a model that the loaders would otherwise reject late, as tracebacks of transformers: a hub
+id not in the cache while the Hub is offline (``hub_problems``), a saved model folder that cannot load
+(``model_folder_problems``); and the model's context (``model_context``), which bounds what it is asked to
+generate. The settings' own values are checked as they are parsed (rpbench.models.settings)."""
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rpbench.models.gguf import GGUFSource, gguf_path
-from rpbench.models.loading import DTYPES, TINY_PREFIX
+from rpbench.models.settings import TINY_PREFIX, ModelSettings, looks_local
 from rpbench.models.tiny import TINY_DEFAULTS
-
-ATTENTION = ("eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention")
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-LORA_KEYS = ("r", "alpha", "dropout", "target_modules")
-
-
-def _looks_local(name: str) -> bool:
-    """A path rather than a hub id (``<org>/<name>`` or a legacy bare name such as ``gpt2``)."""
-    return name.startswith(("/", ".", "~")) or ("/" in name and not HUB_ID.match(name))
-
-
-def model_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
-    """What is wrong with the model config ``model`` (reported under ``key``)."""
-    found = []
-    name = str(model.get("name_or_path"))
-    if not name.startswith(TINY_PREFIX) and _looks_local(name) and not Path(name).expanduser().is_dir():
-        found.append(
-            f"{key}.name_or_path={name!r}: expected a Hugging Face hub id (<org>/<name>), a local model folder "
-            f"that exists, or {TINY_PREFIX}<family>"
-        )
-    if model.get("gguf_file"):
-        try:
-            gguf_path(str(model["gguf_file"]))
-        except FileNotFoundError as error:
-            found.append(str(error).replace("model.", f"{key}.", 1))
-    if str(model.get("dtype")) not in DTYPES:
-        found.append(f"{key}.dtype={model.get('dtype')!r}: choose one of {', '.join(DTYPES)}")
-    if str(model.get("attn_implementation")) not in ATTENTION:
-        found.append(
-            f"{key}.attn_implementation={model.get('attn_implementation')!r}: choose one of {', '.join(ATTENTION)}"
-        )
-    lora = model.get("lora")
-    if lora is not None:
-        found += lora_problems(lora, f"{key}.lora")
-    return found
-
-
-def lora_problems(lora: Any, key: str) -> list[str]:
-    if not isinstance(lora, Mapping):
-        return [f"{key}={lora!r}: expected null or a mapping with {', '.join(LORA_KEYS)}"]
-    found = [f"{key}.{k}: unknown key; valid keys: {', '.join(LORA_KEYS)}" for k in lora if k not in LORA_KEYS]
-    r, alpha, dropout = lora.get("r"), lora.get("alpha"), lora.get("dropout")
-    if r is not None and not (isinstance(r, int) and not isinstance(r, bool) and r >= 1):
-        found.append(f"{key}.r={r!r}: expected an integer rank >= 1")
-    if alpha is not None and not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and alpha > 0):
-        found.append(f"{key}.alpha={alpha!r}: expected a number > 0")
-    if dropout is not None and not (isinstance(dropout, (int, float)) and 0 <= dropout < 1):
-        found.append(f"{key}.dropout={dropout!r}: expected a probability in [0, 1)")
-    targets = lora.get("target_modules")
-    if targets is not None and (
-        isinstance(targets, str)
-        and targets != "all-linear"
-        or not isinstance(targets, (str, list, tuple))
-        or not targets
-    ):
-        found.append(f"{key}.target_modules={targets!r}: expected a list of module names or 'all-linear'")
-    return found
-
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
 SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -151,19 +90,37 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
-def hub_problems(model: Mapping[str, Any], key: str = "model") -> list[str]:
+def source_problems(model: ModelSettings, key: str = "model") -> list[str]:
+    """Where the weights come from, on this machine: a local folder that does not exist, a GGUF file or package
+    that is not there (a hub id is checked by ``hub_problems``, only when the run loads the model)."""
+    found = []
+    name = model.name_or_path
+    if not model.is_tiny and looks_local(name) and not Path(name).expanduser().is_dir():
+        found.append(
+            f"{key}.name_or_path={name!r}: expected a Hugging Face hub id (<org>/<name>), a local model folder "
+            f"that exists, or {TINY_PREFIX}<family>"
+        )
+    if model.gguf_file:
+        try:
+            gguf_path(model.gguf_file)
+        except FileNotFoundError as error:
+            found.append(str(error).replace("model.", f"{key}.", 1))
+    return found
+
+
+def hub_problems(model: ModelSettings, key: str = "model") -> list[str]:
     """With the Hub offline (HF_HUB_OFFLINE=1), a hub id whose config.json is not in the local Hugging Face
     cache: loading it would fail after the run has started."""
     from huggingface_hub import constants, try_to_load_from_cache
 
-    name = str(model["name_or_path"])
-    if not constants.HF_HUB_OFFLINE or name.startswith(TINY_PREFIX) or Path(name).expanduser().is_dir():
+    name = model.name_or_path
+    if not constants.HF_HUB_OFFLINE or model.is_tiny or Path(name).expanduser().is_dir():
         return []
-    if model.get("gguf_file"):
-        return []  # the weights come from the file (model_problems checks it)
-    if _looks_local(name):
-        return []  # a local path that does not exist: model_problems names it
-    if isinstance(try_to_load_from_cache(name, "config.json", revision=model.get("revision")), str):
+    if model.gguf_file:
+        return []  # the weights come from the file (checked as the settings are parsed)
+    if looks_local(name):
+        return []  # a local path that does not exist: the settings' check names it
+    if isinstance(try_to_load_from_cache(name, "config.json", revision=model.revision), str):
         return []
     return [
         f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "
@@ -181,17 +138,17 @@ def config_context(config: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
 
 
-def model_context(model: Mapping[str, Any]) -> int | None:
+def model_context(model: ModelSettings) -> int | None:
     """The context of the model config ``model`` before loading it: a tiny model's ``tiny`` sizes over
     TINY_DEFAULTS, else the weights' config.json (a local folder, or a hub id already downloaded); None when
     that cannot be read here (the loaded model is checked again before it generates)."""
-    name = str(model.get("name_or_path"))
-    if name.startswith(TINY_PREFIX):
-        return int({**TINY_DEFAULTS, **dict(model.get("tiny") or {})}["max_position_embeddings"])
-    if model.get("gguf_file"):  # its dequantized copy's config, once written (name_or_path is not read)
+    name = model.name_or_path
+    if model.is_tiny:
+        return int({**TINY_DEFAULTS, **dict(model.tiny)}["max_position_embeddings"])
+    if model.gguf_file:  # its dequantized copy's config, once written (name_or_path is not read)
         try:
-            source = GGUFSource.of(str(model["gguf_file"]))
-        except FileNotFoundError:  # model_problems names it
+            source = GGUFSource.of(model.gguf_file)
+        except FileNotFoundError:  # the settings' check names it
             return None
         if not source.converted:
             return None
@@ -201,8 +158,8 @@ def model_context(model: Mapping[str, Any]) -> int | None:
     try:
         config = AutoConfig.from_pretrained(  # never a download at startup: the cache or the folder only
             name,
-            revision=model.get("revision"),
-            trust_remote_code=bool(model.get("trust_remote_code")),
+            revision=model.revision,
+            trust_remote_code=model.trust_remote_code,
             local_files_only=True,
         )
     except (OSError, ValueError):

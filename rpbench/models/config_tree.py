@@ -1,16 +1,16 @@
 """rpbench's config tree (``conf/`` beside the package): model entries by name, for code that loads a
-model other than the run's (the server, the R-EMID estimator pair); the run's own model config; and a run's
-whole config composed outside ``run.py`` (benchmark scripts)."""
+model other than the run's (the server, the R-EMID estimator pair), as typed settings; and a run's whole config
+composed outside ``run.py`` (benchmark scripts)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.core.errors import ConfigError
+from rpbench.models.settings import ModelSettings
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
@@ -30,34 +30,29 @@ def model_options() -> list[str]:
     return sorted(GlobalHydra.instance().config_loader().get_group_options("model"))
 
 
-def compose_model_config(name: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``model`` group entry ``name`` of rpbench's config tree, with ``model.*`` overrides."""
-    from hydra import compose, initialize_config_dir
+def compose_model_config(name: str, overrides: Sequence[str] = ()) -> ModelSettings:
+    """The settings of the ``model`` group entry ``name`` of rpbench's config tree, with ``model.*`` overrides."""
+    from hydra import compose
     from hydra.core.global_hydra import GlobalHydra
 
-    overrides = [f"+model={name}", *overrides]
     if GlobalHydra.instance().is_initialized():  # inside a Hydra app: compose from its config tree
-        cfg = compose(config_name=None, overrides=overrides)
-    else:
-        if not (CONF_DIR / "model").is_dir():
-            raise FileNotFoundError(
-                "rpbench's config tree (conf/model) is not next to the package; "
-                "pass a model config mapping instead of a name"
-            )
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            cfg = compose(config_name=None, overrides=overrides)
-    return OmegaConf.to_container(cfg.model, resolve=True)  # type: ignore[return-value]
+        cfg = compose(config_name=None, overrides=[f"+model={name}", *overrides])
+        return ModelSettings.parse(OmegaConf.to_container(cfg.model, resolve=True), "model")
+    return _own_model_entry(name, tuple(overrides))
 
 
-def model_config(cfg: DictConfig) -> dict[str, Any]:
-    """The run's ``model`` group resolved, pointed at an earlier run's saved model when ``init_from`` is set."""
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
-    if cfg.get("init_from"):
-        saved = Path(str(cfg.init_from)) / "model"
-        if not saved.is_dir():
-            raise ConfigError(f"init_from={cfg.init_from}: no saved model folder 'model' in it")
-        model_cfg["name_or_path"] = str(saved)
-    return model_cfg
+@functools.cache
+def _own_model_entry(name: str, overrides: tuple[str, ...]) -> ModelSettings:
+    """``compose_model_config`` from rpbench's own config tree (composed once per name and overrides)."""
+    from hydra import compose, initialize_config_dir
+
+    if not (CONF_DIR / "model").is_dir():
+        raise FileNotFoundError(
+            "rpbench's config tree (conf/model) is not next to the package: give the model's settings"
+        )
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name=None, overrides=[f"+model={name}", *overrides])
+    return ModelSettings.parse(OmegaConf.to_container(cfg.model, resolve=True), "model")
 
 
 def compose_run_config(overrides: Sequence[str], out_dir: Path) -> DictConfig:

@@ -1,14 +1,6 @@
-"""Build the tokenizer and model a model config names: tiny offline ones, or real ones by hub id / path.
-
-A model config (conf/model/*.yaml) holds: ``name_or_path`` (``tiny:<family>`` or a hub id / local dir),
-``family`` (a registered model family, rpbench.models.families: how to load, render and probe it),
-``gguf_file`` (null, or a GGUF checkpoint the tokenizer and weights come from: rpbench.models.gguf; then
-``name_or_path`` names the model it was converted from), ``dtype``, ``attn_implementation``,
-``gradient_checkpointing``, ``chat_template`` (null keeps the tokenizer's own), ``end_of_turn``, ``lora``
-(null or peft settings), ``quantization`` (null, 4bit or 8bit: QLoRA, rpbench.models.quantization), ``tiny``
-(size overrides); a family with a vision tower (``vision_module``) also ``freeze_vision`` (true: the tower
-does not train).
-"""
+"""Build the tokenizer and model a model's settings (``ModelSettings``, rpbench.models.settings) name: tiny
+offline ones, or real ones by hub id / path, or from a GGUF file (rpbench.models.gguf); then dtype,
+checkpointing, a frozen vision tower, LoRA (peft) and QLoRA (rpbench.models.quantization)."""
 
 from __future__ import annotations
 
@@ -17,7 +9,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,29 +23,22 @@ from rpbench.models.chat_templates import load_chat_template
 from rpbench.models.families import ModelFamily, family_named
 from rpbench.models.gguf import GGUFSource, convert, gguf_tokenizer
 from rpbench.models.quantization import quantization_config
+from rpbench.models.settings import LoraSettings, ModelSettings
 from rpbench.models.zero3 import full_numel, gathered_state_dict, initialise_partitioned_lora, is_partitioned
 
 log = logging.getLogger(__name__)
 
-TINY_PREFIX = "tiny:"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def is_tiny(cfg: Mapping[str, Any]) -> bool:
-    return str(cfg["name_or_path"]).startswith(TINY_PREFIX)
+def family_of(cfg: ModelSettings) -> type[ModelFamily]:
+    """The registered family of a model (``model.family``)."""
+    return family_named(cfg.family)
 
 
-def family_of(cfg: Mapping[str, Any]) -> type[ModelFamily]:
-    """The registered family of a model config: ``family``, or the ``<family>`` of ``tiny:<family>``."""
-    name = cfg.get("family") or (str(cfg["name_or_path"]).removeprefix(TINY_PREFIX) if is_tiny(cfg) else None)
-    if not name:
-        raise ValueError(f"model {cfg['name_or_path']!r}: set model.family (a registered model family)")
-    return family_named(str(name))
-
-
-def chat_renderer(cfg: Mapping[str, Any], tokenizer, max_length: int) -> ChatRenderer:
-    """The renderer of a model config's conversations: its end-of-turn token, its family's messages."""
-    return family_renderer(family_of(cfg), tokenizer, max_length, cfg["end_of_turn"])
+def chat_renderer(cfg: ModelSettings, tokenizer, max_length: int) -> ChatRenderer:
+    """The renderer of a model's conversations: its end-of-turn token, its family's messages."""
+    return family_renderer(family_of(cfg), tokenizer, max_length, cfg.end_of_turn)
 
 
 def family_renderer(
@@ -76,27 +61,25 @@ def _offline_hint(name: str, error: Exception) -> OSError:
     )
 
 
-def load_tokenizer(cfg: Mapping[str, Any]):
+def load_tokenizer(cfg: ModelSettings):
     """The tokenizer for ``cfg``, with the configured chat template and a pad token."""
-    name = str(cfg["name_or_path"])
+    name = cfg.name_or_path
     family = family_of(cfg)
-    if is_tiny(cfg):
-        tokenizer = family.build_tiny_tokenizer(int(cfg.get("tiny", {}).get("vocab_size", 4096)))
-    elif cfg.get("gguf_file"):  # the file's own tokenizer: checked (end of turn, template) before any weights load
-        source = GGUFSource.of(str(cfg["gguf_file"]))
+    if cfg.is_tiny:
+        tokenizer = family.build_tiny_tokenizer(int(cfg.tiny["vocab_size"]))
+    elif cfg.gguf_file:  # the file's own tokenizer: checked (end of turn, template) before any weights load
+        source = GGUFSource.of(cfg.gguf_file)
         if source.converted:
             tokenizer = family.load_tokenizer(str(source.folder), revision=None, trust_remote_code=False)
         else:
             tokenizer = gguf_tokenizer(source.path)
     else:
         try:
-            tokenizer = family.load_tokenizer(
-                name, revision=cfg.get("revision"), trust_remote_code=bool(cfg.get("trust_remote_code", False))
-            )
+            tokenizer = family.load_tokenizer(name, revision=cfg.revision, trust_remote_code=cfg.trust_remote_code)
         except (OSError, ValueError) as error:
             raise _offline_hint(name, error) from error
-    if cfg.get("chat_template"):
-        tokenizer.chat_template = load_chat_template(str(cfg["chat_template"]))
+    if cfg.chat_template:
+        tokenizer.chat_template = load_chat_template(cfg.chat_template)
     if not tokenizer.chat_template:
         raise ValueError(f"{name!r} has no chat template: set model.chat_template (e.g. qwen2.5 or llama3)")
     if tokenizer.pad_token is None:
@@ -105,35 +88,35 @@ def load_tokenizer(cfg: Mapping[str, Any]):
     return tokenizer
 
 
-def end_of_turn_ids(cfg: Mapping[str, Any], tokenizer) -> list[int]:
-    """Token ids that end an assistant turn: the config's ``end_of_turn`` and the tokenizer's eos."""
-    tokens = [cfg.get("end_of_turn") or tokenizer.eos_token, tokenizer.eos_token]
+def end_of_turn_ids(cfg: ModelSettings, tokenizer) -> list[int]:
+    """Token ids that end an assistant turn: the model's ``end_of_turn`` and the tokenizer's eos."""
+    tokens = [cfg.end_of_turn, tokenizer.eos_token]
     ids = []
     for token in tokens:
         token_id = tokenizer.convert_tokens_to_ids(token)
         if token_id is None or token_id == tokenizer.unk_token_id:
-            raise ValueError(f"model.end_of_turn={token!r} is not a single token of {cfg['name_or_path']!r}")
+            raise ValueError(f"model.end_of_turn={token!r} is not a single token of {cfg.name_or_path!r}")
         if token_id not in ids:
             ids.append(token_id)
     return ids
 
 
-def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
+def load_model(cfg: ModelSettings, tokenizer) -> PreTrainedModel:
     """The model for ``cfg``: tiny random-init or ``from_pretrained``; then dtype, checkpointing, LoRA.
 
     Under ZeRO-3 (rpbench.models.zero3) the model is built partitioned, in the precision the engine sets."""
-    name = str(cfg["name_or_path"])
+    name = cfg.name_or_path
     family = family_of(cfg)
-    dtype = DTYPES[str(cfg.get("dtype", "float32"))]
-    attn = str(cfg.get("attn_implementation", "sdpa"))
-    if is_tiny(cfg):
-        overrides = {k: v for k, v in dict(cfg.get("tiny", {})).items() if k != "vocab_size"}
-        model = family.build_tiny_model(tokenizer, overrides, int(cfg.get("init_seed", 0)), attn)
+    dtype = DTYPES[cfg.dtype]
+    attn = cfg.attn_implementation
+    if cfg.is_tiny:
+        overrides = {k: v for k, v in cfg.tiny.items() if k != "vocab_size"}
+        model = family.build_tiny_model(tokenizer, overrides, cfg.init_seed, attn)
         if not is_partitioned(model):
             model = model.to(dtype)
     else:
         quantized = quantization_config(cfg, dtype)
-        source = GGUFSource.of(str(cfg["gguf_file"])) if cfg.get("gguf_file") else None
+        source = GGUFSource.of(cfg.gguf_file) if cfg.gguf_file else None
         if source is not None:
             name = str(gguf_weights(source, tokenizer))
         try:
@@ -141,39 +124,36 @@ def load_model(cfg: Mapping[str, Any], tokenizer) -> PreTrainedModel:
                 name,
                 dtype=dtype,
                 attn_implementation=attn,
-                revision=cfg.get("revision"),
-                trust_remote_code=bool(cfg.get("trust_remote_code", False)),
+                revision=cfg.revision,
+                trust_remote_code=cfg.trust_remote_code,
                 **({"quantization_config": quantized} if quantized is not None else {}),
             )
         except (OSError, ValueError) as error:
             raise _offline_hint(name, error) from error
         if source is not None:  # named by what it was converted from, not by the cache folder's path
-            model.name_or_path = f"{cfg['name_or_path']} (GGUF {source.path.name}, sha256 {source.sha256[:16]})"
+            model.name_or_path = f"{cfg.name_or_path} (GGUF {source.path.name}, sha256 {source.sha256[:16]})"
     if family.vision_module is not None:
-        if cfg.get("freeze_vision") not in (True, False):
-            raise ValueError(
-                f"model {name!r} has a vision tower: set model.freeze_vision to true (frozen) or false (trained), "
-                f"got {cfg.get('freeze_vision')!r}"
-            )
-        if cfg["freeze_vision"]:
+        if cfg.freeze_vision is None:
+            raise ValueError(f"model {name!r} has a vision tower: set model.freeze_vision to true (frozen) or false")
+        if cfg.freeze_vision:
             tower = vision_tower(model, family.vision_module).requires_grad_(False)
             frozen = sum(full_numel(p) for p in tower.parameters())
             log.info("model.freeze_vision=true: the vision tower's %s parameters are frozen", f"{frozen:,}")
     eot = end_of_turn_ids(cfg, tokenizer)
     model.generation_config.eos_token_id = eot
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    if cfg.get("quantization"):  # QLoRA: norms in float32, inputs requiring grad for checkpointing
+    if cfg.quantization:  # QLoRA: norms in float32, inputs requiring grad for checkpointing
         from peft import prepare_model_for_kbit_training
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-    if cfg.get("gradient_checkpointing"):
+    if cfg.gradient_checkpointing:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
-    if cfg.get("lora"):
+    if cfg.lora is not None:
         model = apply_lora(
             model,
-            cfg["lora"],
-            gradient_checkpointing=bool(cfg.get("gradient_checkpointing")),
+            cfg.lora,
+            gradient_checkpointing=cfg.gradient_checkpointing,
             task=family.lora_task_type,
             exclude=family.vision_module,
             default_targets=family.lora_target_modules,
@@ -196,25 +176,25 @@ def vision_tower(model, module_name: str):
 
 def apply_lora(
     model: PreTrainedModel,
-    lora: Mapping[str, Any],
-    gradient_checkpointing: bool = False,
-    task: str = "CAUSAL_LM",
-    exclude: str | None = None,
-    default_targets: Sequence[str] = (),
+    lora: LoraSettings,
+    gradient_checkpointing: bool,
+    task: str,
+    exclude: str | None,
+    default_targets: Sequence[str],
 ):
     """Wrap ``model`` with peft LoRA adapters (only adapter weights train); ``exclude``: a module (e.g. the
     vision tower) whose layers get no adapter, whatever ``target_modules`` names; ``default_targets``: the
     modules adapted when ``target_modules`` is not given (the model family's)."""
     from peft import LoraConfig, get_peft_model
 
-    targets = list(lora.get("target_modules") or default_targets)
+    targets = lora.target_modules or list(default_targets)
     if not targets:
         raise ValueError("model.lora: set target_modules (the model's family names no default)")
     config = LoraConfig(
-        r=int(lora.get("r", 16)),
-        lora_alpha=int(lora.get("alpha", 32)),
-        lora_dropout=float(lora.get("dropout", 0.05)),
-        target_modules=targets,
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=targets if isinstance(targets, str) else list(targets),
         exclude_modules=rf"(.*\.)?{re.escape(exclude)}\..*" if exclude else None,
         task_type=task,
     )
@@ -226,18 +206,18 @@ def apply_lora(
     return model
 
 
-def load(cfg: Mapping[str, Any]):
-    """(model, tokenizer) for a model config."""
+def load(cfg: ModelSettings):
+    """(model, tokenizer) for a model's settings."""
     tokenizer = load_tokenizer(cfg)
     return load_model(cfg, tokenizer), tokenizer
 
 
 @dataclass(frozen=True)
 class DeferredModel:
-    """A model config and its tokenizer, to build later (under ZeRO-3 inside the engine's init context, so
+    """A model's settings and its tokenizer, to build later (under ZeRO-3 inside the engine's init context, so
     that the model is partitioned as it is created; see rpbench.models.zero3)."""
 
-    cfg: Mapping[str, Any]
+    cfg: ModelSettings
     tokenizer: Any
 
     def build(self) -> nn.Module:
@@ -251,7 +231,7 @@ def inference_device(trainer_cfg: Mapping[str, Any]) -> torch.device:
     return torch.device("cpu")
 
 
-def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: Mapping[str, Any], saved: Path | None):
+def for_inference(model, tokenizer, model_cfg: ModelSettings, trainer_cfg: Mapping[str, Any], saved: Path | None):
     """The model ready for generation and probing on this process's device.
 
     Lightning leaves a trained model on the CPU; under ZeRO-3 it was built inside the objective (``model``
@@ -260,7 +240,7 @@ def for_inference(model, tokenizer, model_cfg: Mapping[str, Any], trainer_cfg: M
     if isinstance(model, DeferredModel) or is_partitioned(model):
         if saved is None or not saved.is_dir():
             raise ValueError("evaluating a ZeRO-3-trained model needs its export: set save_model=true")
-        model = load_model({**model_cfg, "name_or_path": str(saved), "lora": None}, tokenizer)
+        model = load_model(replace(model_cfg, name_or_path=str(saved), lora=None), tokenizer)
     return model.to(inference_device(trainer_cfg)).eval()
 
 

@@ -4,31 +4,27 @@ bitsandbytes (a CUDA device; ``pip install -e ".[qlora]"``) and trains LoRA adap
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from importlib.util import find_spec
-from typing import Any
 
 import torch
 
-CHOICES = (None, "4bit", "8bit")
+from rpbench.models.settings import ModelSettings
 
 
-def quantization_problems(cfg: Mapping[str, Any]) -> list[str]:
-    """What keeps a model config's ``quantization`` from loading, found before anything is loaded."""
-    value = cfg.get("quantization")
+def quantization_problems(cfg: ModelSettings) -> list[str]:
+    """What keeps a model's ``quantization`` from loading, found before anything is loaded."""
+    value = cfg.quantization
     if value is None:
         return []
-    if value not in CHOICES:
-        return [f"model.quantization={value!r}: choose null, 4bit or 8bit"]
     out = []
-    if not cfg.get("lora"):
+    if cfg.lora is None:
         out.append(
             f"model.quantization={value}: quantized weights do not train; add LoRA adapters (model.lora, e.g. "
-            "model.lora={r: 16}) or set model.quantization=null"
+            "model.lora={r: 16, alpha: 32, dropout: 0.05, target_modules: null}) or set model.quantization=null"
         )
-    if str(cfg["name_or_path"]).startswith("tiny:"):
+    if cfg.is_tiny:
         out.append(
-            f"model.quantization={value}: model={cfg['name']} is built in memory, not loaded; quantization "
+            f"model.quantization={value}: model={cfg.name} is built in memory, not loaded; quantization "
             "applies to a hub id or a saved model folder"
         )
     if find_spec("bitsandbytes") is None:
@@ -36,9 +32,9 @@ def quantization_problems(cfg: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def quantization_config(cfg: Mapping[str, Any], dtype: torch.dtype):
-    """transformers' BitsAndBytesConfig for ``cfg["quantization"]`` (None: no quantization)."""
-    value = cfg.get("quantization")
+def quantization_config(cfg: ModelSettings, dtype: torch.dtype):
+    """transformers' BitsAndBytesConfig for ``cfg.quantization`` (None: no quantization)."""
+    value = cfg.quantization
     if value is None:
         return None
     problems = quantization_problems(cfg)

@@ -31,6 +31,7 @@ from rpbench.data.collate import pad_collate
 from rpbench.models import DeferredModel, save_hf
 from rpbench.models.forward import supervised_nll_sum
 from rpbench.models.loading import save_hf_partitioned
+from rpbench.models.settings import ModelSettings
 from rpbench.models.zero3 import full_numel, full_shape, held_numel, is_partitioned, transformers_see_zero3
 from rpbench.objectives.config import ObjectiveConfig
 
@@ -104,9 +105,9 @@ class ObjectiveModule(L.LightningModule):
     config_class: type[ObjectiveConfig] = ObjectiveConfig
 
     @classmethod
-    def models_to_build(cls, config: ObjectiveConfig, model_cfg: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    def models_to_build(cls, config: ObjectiveConfig, model: ModelSettings) -> dict[str, ModelSettings]:
         """Name -> model config of each model the objective trains; the first is the evaluated policy."""
-        return {"policy": model_cfg}
+        return {"policy": model}
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:

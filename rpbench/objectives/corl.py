@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompt
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
 from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.settings import ModelSettings
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import once_per_key
 from rpbench.objectives.grpo import (
@@ -250,16 +251,16 @@ class CoRLModule(GRPOModule):
     config_class = CoRLConfig
 
     @classmethod
-    def models_to_build(cls, config: CoRLConfig, model_cfg: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    def models_to_build(cls, config: CoRLConfig, model: ModelSettings) -> dict[str, ModelSettings]:
         """The dialogue policy (evaluated) and the reasoner; one LoRA base for both when ``shared_base``."""
         if config.shared_base:
-            if not model_cfg.get("lora"):
+            if model.lora is None:
                 raise ConfigError("objective.shared_base=true trains two LoRA adapters of one base: set model.lora")
-            return {DIALOGUE: model_cfg}
-        reasoner = dict(model_cfg)
+            return {DIALOGUE: model}
+        reasoner = model
         if config.reasoner_init_from:
-            reasoner["name_or_path"] = reasoner_source(config.reasoner_init_from)
-        return {DIALOGUE: model_cfg, REASONER: reasoner}
+            reasoner = replace(model, name_or_path=reasoner_source(config.reasoner_init_from))
+        return {DIALOGUE: model, REASONER: reasoner}
 
     @classmethod
     def render_for(cls, config: CoRLConfig, examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:

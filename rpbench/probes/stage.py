@@ -29,6 +29,7 @@ from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.data.files import run_label
 from rpbench.data.records import EvalExample
 from rpbench.models import chat_renderer
+from rpbench.models.settings import ModelSettings
 from rpbench.probes import before_after
 from rpbench.probes.collect import collect_frequencies
 from rpbench.probes.compare import compare_runs
@@ -76,7 +77,7 @@ class ProbeContext:
     tokenizer: Any
     examples: Sequence[EvalExample] | None
     out_dir: Path
-    model_config: Mapping[str, Any]  # the probed model's config (its chat template)
+    model_config: ModelSettings  # the probed model's settings (its chat template)
     max_length: int  # data.max_length: the rendered conversation's limit
     max_prompt_length: int  # data.max_prompt_length
     evaluate: Evaluate | None = None  # the run's evaluation again, into another folder

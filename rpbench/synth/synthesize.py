@@ -16,7 +16,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -310,25 +310,25 @@ def synthesize(
     return summary
 
 
-def synthesize_from_config(cfg: Mapping[str, Any], local_judge_server: LocalServer | None = None) -> dict[str, Any]:
-    """``task=synthesize``: the run config's ``synth``, ``judge`` (the generator), ``seed``, ``prompts.source``
-    and the RoleMRC test labels of ``data`` (a RoleMRC-format data config, e.g. the default sample);
-    ``local_judge_server`` serves ``judge=local`` (run.py hands in ``rpbench.serve.local_judge``)."""
-    from omegaconf import OmegaConf
+@dataclass(frozen=True, kw_only=True)
+class SynthesisRun:
+    """``task=synthesize`` as ``validate`` parses it: the recipe (``synth``), the generator (the judge group;
+    None: judge=none), ``seed``, ``prompts.source`` and the RoleMRC test labels of ``data``."""
 
-    if cfg.get("synth") is None:
-        raise ConfigError("task=synthesize needs a synthesis recipe: synth=rolemrc")
-    values = OmegaConf.to_container(cfg.judge, resolve=True)
-    judge = None if values["backend"] == "none" else JudgeConfig.parse(values, "judge")
-    if judge is None and any(s in cfg.synth.stages for s in ("profiles", "dialogues")):
-        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
-    if cfg.data.format != "rolemrc" or not cfg.data.get("task_dimensions"):
-        raise ConfigError(f"task=synthesize writes RoleMRC files: data={cfg.data.name} is not a RoleMRC-format config")
+    synth: SynthConfig
+    judge: JudgeConfig | None
+    seed: int
+    prompts_source: str | None
+    task_dimensions: Mapping[str, Any]
+
+
+def synthesize_run(run: SynthesisRun, local_judge_server: LocalServer | None = None) -> dict[str, Any]:
+    """``task=synthesize``; ``local_judge_server`` serves ``judge=local`` (run.py hands in rpbench's server)."""
     return synthesize(
-        SynthConfig.parse(OmegaConf.to_container(cfg.synth, resolve=True), "synth"),
-        judge,
-        seed=int(cfg.seed),
-        prompts_source=cfg.prompts.source,
-        task_dimensions=OmegaConf.to_container(cfg.data.task_dimensions, resolve=True),
+        run.synth,
+        run.judge,
+        seed=run.seed,
+        prompts_source=run.prompts_source,
+        task_dimensions=dict(run.task_dimensions),
         local_judge_server=local_judge_server,
     )

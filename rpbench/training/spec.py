@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Settings
 from rpbench.data.spec import DataSpec
+from rpbench.models.settings import ModelSettings
 from rpbench.objectives.config import ObjectiveConfig
 from rpbench.objectives.registry import objective_class
 from rpbench.training.options import TrainerOptions
@@ -52,7 +53,7 @@ class TrainingSpec:
     objective: ObjectiveConfig
     split: str  # the data file trained on: objective.data_split, or the objective's own
     data: DataSpec  # the run's data settings (name and files for the model card, rendering)
-    model: Mapping[str, Any]  # the model group resolved, name_or_path pointed at init_from's saved model
+    model: ModelSettings  # the run's model, name_or_path pointed at init_from's saved model
     trainer: TrainerOptions
     run: RunSettings
     export: ExportSettings
@@ -76,7 +77,7 @@ def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> 
 
 
 def training_spec(
-    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: Mapping[str, Any], trainer: TrainerOptions
+    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: ModelSettings, trainer: TrainerOptions
 ) -> TrainingSpec:
     """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data``, run ``model``
     config and ``trainer`` options; a ConfigError naming each key whose value cannot be read."""

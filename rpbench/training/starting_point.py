@@ -39,13 +39,11 @@ def untuned_start_warning(training: TrainingSpec) -> str | None:
     if not objective_class(objective).needs_tuned_start:
         return None
     model = training.model
-    if training.run.init_from or model["instruct"]:
+    if training.run.init_from or model.instruct:
         return None
-    kind = (
-        "random weights" if str(model["name_or_path"]).startswith("tiny:") else "a base (not instruction-tuned) model"
-    )
+    kind = "random weights" if model.is_tiny else "a base (not instruction-tuned) model"
     return (
-        f"objective={objective} starts from model={model['name']}, {kind}: {objective} refines an "
+        f"objective={objective} starts from model={model.name}, {kind}: {objective} refines an "
         "instruction-tuned or SFT model; pass init_from=<SFT run folder>, or set model.instruct=true "
         "if this model is one"
     )

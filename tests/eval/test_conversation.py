@@ -481,6 +481,7 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
 
     from rpbench.core.errors import ConfigError
     from rpbench.pipeline import run
+    from rpbench.validate import validate
 
     other = tmp_path / "other"
     other.mkdir()
@@ -490,12 +491,12 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
     with open_dict(cfg):
         del cfg["hydra"]
     with pytest.raises(ConfigError, match=r"shares no scenario id with this run's test records \(it has elsewhere\)"):
-        run(cfg)
+        run(validate(cfg))
     first = readers.read("conversation", "test", package_path(cfg.data.files.test)).examples[0]
     same = {k: first.meta[k] for k in ("character", "card", "persona")}
     conversations.write_text(json.dumps(SESSION | same | {"id": first.id, "goal": "another"}) + "\n")
     with pytest.raises(ConfigError, match=rf"conversations\.jsonl: record {first.id}: field 'goal': the same scenario"):
-        run(cfg)
+        run(validate(cfg))
 
 
 def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_answers_fails_the_run(tmp_path):

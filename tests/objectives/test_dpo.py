@@ -303,7 +303,7 @@ def run_pipeline(compose, folder: Path, *overrides: str) -> dict:
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(folder)
-    run(cfg)
+    run(validate(cfg))
     return json.loads((folder / "metrics.json").read_text())
 
 

@@ -29,7 +29,7 @@ def run(cfg, out: Path) -> dict:
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(out)
-    return pipeline.run(cfg)
+    return pipeline.run(validate(cfg))
 
 
 @pytest.mark.slow

@@ -16,7 +16,8 @@ from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.rolemrc import TEST_LABELS
 from rpbench.synth.calls import TEMPLATE_TOKENS_PER_MESSAGE, BudgetReached, NothingAccepted
 from rpbench.synth.personas import sample_personas
-from rpbench.synth.synthesize import synthesize_from_config
+from rpbench.synth.synthesize import synthesize_run
+from rpbench.validate import validate
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +60,7 @@ def synthesized(tmp_path_factory, inputs):
     """One full synthesis (every stage) and the scripted endpoint, shared by the tests below."""
     tmp_path = tmp_path_factory.mktemp("synthesized")
     with chat_stub(scripted) as stub:
-        summary = synthesize_from_config(config(tmp_path, stub.url, *inputs))
+        summary = synthesize_run(validate(config(tmp_path, stub.url, *inputs)))
         yield tmp_path, stub, summary
 
 
@@ -140,7 +141,7 @@ def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, s
     fresh = ("synth.stages=[dialogues]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")  # every reply asked
     with chat_stub(scripted, worst_case_usage) as stub:
         with pytest.raises(BudgetReached, match="stage dialogues"):
-            synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh, "synth.budget_usd=20"))
+            synthesize_run(validate(config(tmp_path, stub.url, *inputs, *fresh, "synth.budget_usd=20")))
         assert 0 < stub_cost_usd(stub) <= 20  # never past the budget (checked between batches of 8: ~28 USD)
         written = lines(out / "dialogues.jsonl")
         planned = first["stages"]["dialogues"]["planned"]
@@ -148,7 +149,7 @@ def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, s
         with (out / "dialogues.jsonl").open("a") as f:
             f.write('{"id": "train:cut off mid-wri')  # a kill during a write
         asked = len(stub.bodies)
-        resumed = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
+        resumed = synthesize_run(validate(config(tmp_path, stub.url, *inputs, *fresh)))
         ids = [r["id"] for r in lines(out / "dialogues.jsonl")]
         assert len(ids) == len(set(ids)) == planned
         assert resumed["stages"]["dialogues"]["already_done"] == len(written)
@@ -157,7 +158,7 @@ def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, s
 
         asked = len(stub.bodies)
         (out / "dialogues.jsonl").unlink()  # the stage redone from scratch: every reply from the cache
-        again = synthesize_from_config(config(tmp_path, stub.url, *inputs, *fresh))
+        again = synthesize_run(validate(config(tmp_path, stub.url, *inputs, *fresh)))
         assert len(stub.bodies) == asked
     usage = again["stages"]["dialogues"]["usage"]
     assert usage["this_run"]["cost_usd"] == 0 and usage["this_run"]["cache_hits"] == planned
@@ -172,9 +173,9 @@ def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_reco
     with chat_stub(scripted, worst_case_usage) as stub:
         stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")
         with pytest.raises(BudgetReached, match=r"stopped after 0/12 items"):
-            synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages, "synth.budget_usd=0.0001"))
+            synthesize_run(validate(config(tmp_path, stub.url, *inputs, *stages, "synth.budget_usd=0.0001")))
         assert stub.bodies == []
-        summary = synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages))
+        summary = synthesize_run(validate(config(tmp_path, stub.url, *inputs, *stages)))
     estimate = summary["stages"]["profiles"]["estimate"]
     requests = [r for r in stub.requests if len(r["messages"]) == 1]  # first tries (a re-ask adds two messages)
     assert estimate["requests"] == 12 and estimate["completion_tokens"] == sum(r["max_tokens"] for r in requests)
@@ -194,7 +195,7 @@ def synth_problems(tmp_path, inputs, *overrides: str) -> list[str]:
         *overrides,
     )
     with pytest.raises(ConfigError) as raised:
-        synthesize_from_config(cfg)
+        synthesize_run(validate(cfg))
     return sorted(line.split("=")[0].split(":")[0].strip() for line in str(raised.value).splitlines()[1:])
 
 
@@ -217,7 +218,7 @@ def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, syn
     with chat_stub(lambda body: "Sure! Here is a profile: a kind baker.") as stub:
         expected = r"stage profiles: 0 of 12 items accepted \(rejected replies: not_json x24\): the generator cannot"
         with pytest.raises(NothingAccepted, match=expected):
-            synthesize_from_config(config(tmp_path, stub.url, *inputs, *stages))
+            synthesize_run(validate(config(tmp_path, stub.url, *inputs, *stages)))
     summary = json.loads((tmp_path / "out" / "synthesis.json").read_text())
     assert (summary["stages"]["profiles"]["accepted"], summary["stages"]["profiles"]["rejected"]) == (0, 12)
 
@@ -242,8 +243,10 @@ def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_p
     check = ("synth.stages=[retrieval,dialogues]", f"synth.overlap_test_file={given}")
     copy_run(synthesized, tmp_path, "retrieval.jsonl")
     with pytest.raises(RpbenchError, match="1 rolemrc_train-sft.jsonl records also appear in given_test.jsonl"):
-        synthesize_from_config(config(tmp_path, synthesized[1].url, *inputs, *check))
-    summary = synthesize_from_config(config(tmp_path, synthesized[1].url, *inputs, *check, "synth.allow_overlap=true"))
+        synthesize_run(validate(config(tmp_path, synthesized[1].url, *inputs, *check)))
+    summary = synthesize_run(
+        validate(config(tmp_path, synthesized[1].url, *inputs, *check, "synth.allow_overlap=true"))
+    )
     assert summary["output"]["overlap"]["train"] == 1
     retrieval = summary["stages"]["retrieval"]
     assert (retrieval["index"], retrieval["profiles"]) == ("reused", 0)  # the profiles were retrieved in the run before
@@ -251,8 +254,8 @@ def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_p
 
 def test_without_test_profiles_no_test_file_is_written(tmp_path, synthesized, inputs):
     copy_run(synthesized, tmp_path)
-    summary = synthesize_from_config(
-        config(tmp_path, synthesized[1].url, *inputs, "synth.stages=[dialogues]", "synth.test_fraction=0")
+    summary = synthesize_run(
+        validate(config(tmp_path, synthesized[1].url, *inputs, "synth.stages=[dialogues]", "synth.test_fraction=0"))
     )
     assert summary["output"]["files"]["test"] == {"file": None, "records": 0, "per_label": {}}
     assert summary["output"]["overlap"] == {"test_file": None, "train": 0, "pairs": 0}
@@ -302,9 +305,9 @@ def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(
         "synth.max_tokens.profile=4",
     )
     with pytest.raises(ValueError, match="no local judge server was handed in"):
-        synthesize_from_config(cfg)
+        synthesize_run(validate(cfg))
     with pytest.raises(NothingAccepted, match="stage profiles: 0 of 2 items accepted"):  # a random tiny model's
-        synthesize_from_config(cfg, local_judge_server=local_judge)
+        synthesize_run(validate(cfg), local_judge_server=local_judge)
     profiles = json.loads((tmp_path / "out" / "synthesis.json").read_text())["stages"]["profiles"]
     usage = profiles["usage"]["this_run"]
     assert (usage["requests"], usage["failures"], profiles["failed_requests"]) == (2, 0, 0)
@@ -321,5 +324,5 @@ def test_a_generator_prompt_beyond_judge_max_prompt_chars_is_not_sent_and_counte
             cfg.judge.max_prompt_chars = 10
         limit = r"stage profiles: 2 requests got no reply.*above judge.max_prompt_chars=10 \(not sent\)"
         with pytest.raises(RpbenchError, match=limit):
-            synthesize_from_config(cfg)
+            synthesize_run(validate(cfg))
         assert stub.requests == []

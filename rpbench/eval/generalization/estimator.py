@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from rpbench.core.errors import ConfigError
 from rpbench.models.checks import model_folder_problems
 from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
+from rpbench.models.settings import ModelSettings
 
 SELF = "self"
 EXPORTED = {"critic": "dialogue", "reasoner": "reasoner", "plain_critic": "dialogue"}  # CoRL's model/<name>
@@ -40,7 +41,7 @@ RENDERING_KEYS = ("family", "instruct", "chat_template", "end_of_turn")  # what 
 @dataclass(frozen=True)
 class EstimatorSpec:
     role: str
-    model_cfg: dict[str, Any] | None  # None: the evaluated model (critic=self)
+    model_cfg: ModelSettings | None  # None: the evaluated model (critic=self)
     adapters: tuple[str, ...]  # merged in this order
     description: str  # what the results name it (no machine path)
 
@@ -82,7 +83,7 @@ def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> Estima
     return resolved
 
 
-def _entry_model(spec: str, key: str) -> tuple[dict[str, Any], str]:
+def _entry_model(spec: str, key: str) -> tuple[ModelSettings, str]:
     entries = model_entries()
     if spec in entries:
         return compose_model_config(spec), f"model={spec}"
@@ -96,7 +97,7 @@ def _entry_model(spec: str, key: str) -> tuple[dict[str, Any], str]:
     )
 
 
-def _folder_model(folder: Path, key: str) -> tuple[dict[str, Any], str]:
+def _folder_model(folder: Path, key: str) -> tuple[ModelSettings, str]:
     """A local model folder with the settings of its family's instruct entries (module docstring)."""
     from rpbench.models.families.base import FAMILIES
 
@@ -110,7 +111,7 @@ def _folder_model(folder: Path, key: str) -> tuple[dict[str, Any], str]:
         entry = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
         if entry.get("family") in families and entry.get("instruct") is True:
             entries[name] = compose_model_config(name)
-    rendering = {tuple(cfg.get(k) for k in RENDERING_KEYS) for cfg in entries.values()}
+    rendering = {tuple(getattr(cfg, k) for k in RENDERING_KEYS) for cfg in entries.values()}
     if len(rendering) != 1:
         problem = "no" if not entries else f"disagreeing ({', '.join(entries)})"
         raise ConfigError(
@@ -118,7 +119,7 @@ def _folder_model(folder: Path, key: str) -> tuple[dict[str, Any], str]:
             f"entries to load it with; give a conf/model entry or a run folder instead"
         )
     name, cfg = next(iter(entries.items()))
-    cfg = {**cfg, "name": folder.resolve().name, "name_or_path": str(folder), "lora": None}
+    cfg = replace(cfg, name=folder.resolve().name, name_or_path=str(folder), lora=None)
     return cfg, f"model folder {folder.resolve().name} (loaded as model={name})"
 
 
@@ -126,7 +127,7 @@ def _with(adapters: Sequence[str]) -> str:
     return "".join(f" + LoRA adapter {Path(a).name}" for a in adapters)
 
 
-def _run_model(folder: Path, role: str) -> dict[str, Any]:
+def _run_model(folder: Path, role: str) -> ModelSettings:
     run_cfg = OmegaConf.load(folder / "config.yaml")
     if "model" not in run_cfg:
         raise ConfigError(f"evaluator.{role}={folder}: its config.yaml has no model section")
@@ -138,8 +139,10 @@ def _run_model(folder: Path, role: str) -> dict[str, Any]:
                     f"evaluator.{role}={folder}: its exported model cannot load: {'; '.join(problems)}. Re-export "
                     "it (re-run the CoRL run with save_model=true) or copy it again"
                 )
-            model = OmegaConf.to_container(run_cfg.model, resolve=False)
-            return {**model, "name_or_path": str(candidate), "lora": None}
+            model = ModelSettings.parse(
+                OmegaConf.to_container(run_cfg.model, resolve=True), f"{folder}/config.yaml model"
+            )
+            return replace(model, name_or_path=str(candidate), lora=None)
     raise ConfigError(
         f"evaluator.{role}={folder}: no exported model in model/{EXPORTED[role]} or model/ "
         "(run it with save_model=true)"
@@ -184,7 +187,7 @@ def provenance(spec: EstimatorSpec) -> dict[str, Any]:
     local one (None: a hub id or the evaluated model), whether it is the evaluated model (critic=self), and each
     adapter's name and sha256 in merge order."""
     _check_adapters(spec)
-    weights = None if spec.model_cfg is None else Path(str(spec.model_cfg["name_or_path"])).expanduser()
+    weights = None if spec.model_cfg is None else Path(spec.model_cfg.name_or_path).expanduser()
     return {
         "description": spec.description,
         "weights_sha256": folder_sha256(weights) if weights is not None and weights.is_dir() else None,

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from tqdm.auto import tqdm
 
 from rpbench.core.errors import ConfigError, RpbenchError
-from rpbench.core.typed import Problem, Settings, as_dict
+from rpbench.core.typed import Problem, Settings, as_dict, plain
 from rpbench.scoring.endpoints import api_key, endpoint_identity
 from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
 
@@ -131,7 +131,7 @@ class JudgeConfig(Settings):
         values = as_dict(self)
         for key in ("max_tokens", "budget", "server"):
             if values[key] is not None:
-                values[key] = _plain(values[key])
+                values[key] = plain(values[key])
         return values
 
     def max_tokens_for(self, task: str) -> int:
@@ -570,12 +570,3 @@ def _describe(error: Exception) -> str:
     if isinstance(error, BadReply):
         return str(error)
     return type(error).__name__
-
-
-def _plain(value: Any) -> Any:
-    """Read-only mappings and tuples of parsed settings as dicts and lists."""
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value

@@ -57,6 +57,7 @@ from aiohttp import web
 from omegaconf import OmegaConf
 
 from rpbench.models.config_tree import compose_model_config
+from rpbench.models.settings import ModelSettings
 
 if TYPE_CHECKING:
     from rpbench.scoring.judge.client import JudgeConfig
@@ -192,27 +193,38 @@ class Pending:
     top: int = 0
 
 
-def load_served_model(model_cfg: Mapping[str, Any] | str) -> ServedModel:
-    """Load a model config (a mapping, or the name of a ``conf/model`` entry) for serving."""
+def load_served_model(model_cfg: ModelSettings | Mapping[str, Any] | str) -> ServedModel:
+    """Load a model for serving: its settings, a model config mapping, or the name of a ``conf/model`` entry."""
     from rpbench.models import end_of_turn_ids, load
 
-    cfg = compose_model_config(model_cfg) if isinstance(model_cfg, str) else dict(model_cfg)
+    if isinstance(model_cfg, str):
+        cfg = compose_model_config(model_cfg)
+    elif isinstance(model_cfg, ModelSettings):
+        cfg = model_cfg
+    else:
+        cfg = ModelSettings.parse(model_cfg, "model")
     model, tokenizer = load(cfg)
     model.eval()
-    return ServedModel(model, tokenizer, end_of_turn_ids(cfg, tokenizer), served_name(cfg), model_identity(cfg))
+    return ServedModel(
+        model,
+        tokenizer,
+        end_of_turn_ids(cfg, tokenizer),
+        served_name(cfg.name_or_path),
+        model_identity(cfg.name_or_path),
+    )
 
 
-def served_name(cfg: Mapping[str, Any]) -> str:
-    """The default model name clients use: a local folder's name, the hub id's last part, ``tiny:<family>``."""
-    name = str(cfg["name_or_path"])
+def served_name(name: str) -> str:
+    """The default model name clients use for ``model.name_or_path`` ``name``: a local folder's name, the hub
+    id's last part, ``tiny:<family>``."""
     path = Path(name)
     return path.resolve().name if path.exists() else name.rstrip("/").rsplit("/", 1)[-1]
 
 
-def model_identity(cfg: Mapping[str, Any]) -> str:
-    """The model's unique id (judge caches key on it): the hub id or ``tiny:<family>``; for a local folder
-    its name plus a hash of its full path, so no machine path reaches results."""
-    name = str(cfg["name_or_path"])
+def model_identity(name: str) -> str:
+    """The unique id of ``model.name_or_path`` ``name`` (judge caches key on it): the hub id or
+    ``tiny:<family>``; for a local folder its name plus a hash of its full path, so no machine path reaches
+    results."""
     path = Path(name)
     if not path.exists():
         return name

@@ -290,6 +290,35 @@ def compose(tmp_path):
     GlobalHydra.instance().clear()
 
 
+def tiny_settings(family: str = "qwen2", *, lora: dict | None = None, tiny: dict | None = None, **changes):
+    """The settings of conf/model/tiny-<family>.yaml (tiny-qwen2's for another family) with ``changes``;
+    ``tiny``: sizes over the entry's,
+    ``lora``: r and alpha (no dropout, the family's target modules unless given)."""
+    import dataclasses
+
+    from rpbench.models.config_tree import compose_model_config
+    from rpbench.models.settings import LoraSettings
+
+    entry = f"tiny-{family.replace('_', '-')}"
+    if (CONF_DIR / "model" / f"{entry}.yaml").is_file():
+        base = compose_model_config(entry)
+    else:  # a family with no tiny entry: tiny-qwen2's sizes with that family's architecture
+        base = dataclasses.replace(
+            compose_model_config("tiny-qwen2"), name=entry, name_or_path=f"tiny:{family}", family=family
+        )
+    if tiny is not None:
+        changes["tiny"] = {**base.tiny, **tiny}
+    if lora is not None:
+        changes["lora"] = LoraSettings(**{"dropout": 0.0, "target_modules": None, **lora})
+    return dataclasses.replace(base, **changes)
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """tiny_model(family="qwen2", **changes) -> the ModelSettings of a tiny model entry (see tiny_settings)."""
+    return tiny_settings
+
+
 @functools.cache
 def group_values(group: str, option: str, key: str) -> dict:
     """The resolved ``key`` node of `python run.py <group>=<option>` (composed once per session)."""

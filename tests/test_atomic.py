@@ -11,19 +11,21 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import OFFLINE_ENV, REPO_ROOT
+from conftest import OFFLINE_ENV, REPO_ROOT, tiny_settings
 from rpbench.core.atomic import partial_path, publish
 from rpbench.models import load, save_hf
 
-TINY = {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"}
+TINY = tiny_settings(end_of_turn="<|im_end|>")
 
 # Export a differently initialised model over `out`, killed (SIGKILL) once the weights are written and
 # before the tokenizer files are.
 KILLED_EXPORT = textwrap.dedent(
     """
     import os, signal, sys
+    from dataclasses import replace
     from rpbench.models import load, save_hf
-    model, tokenizer = load({"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>", "init_seed": 1})
+    from rpbench.models.config_tree import compose_model_config
+    model, tokenizer = load(replace(compose_model_config("tiny-qwen2"), init_seed=1))
     tokenizer.save_pretrained = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
     save_hf(model, tokenizer, sys.argv[1])
     """

@@ -5,7 +5,7 @@ objective configs' errors."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -56,7 +56,7 @@ class TwoModelSFT(SFTModule):
 
     @classmethod
     def models_to_build(cls, config, model_cfg):
-        return {"policy": model_cfg, "reasoner": {**model_cfg, "init_seed": 1}}
+        return {"policy": model_cfg, "reasoner": replace(model_cfg, init_seed=1)}
 
     def training_step(self, batch, batch_idx):
         policy_nll, tokens = supervised_nll_sum(self.model, batch)
@@ -195,8 +195,8 @@ def test_validation_names_an_unknown_objective_key(compose):
         validate(compose("+objective.gamma=0.9"))
 
 
-def test_a_model_config_must_name_a_registered_family():
+def test_a_model_config_must_name_a_registered_family(tiny_model):
     from rpbench.models import load
 
     with pytest.raises(ValueError, match=r"unknown model family 'mamba'; registered: .*llama, qwen2"):
-        load({"name_or_path": "some/model", "family": "mamba"})
+        load(tiny_model(name_or_path="some/model", family="mamba"))

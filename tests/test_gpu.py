@@ -28,13 +28,13 @@ def _weights(model) -> dict[str, torch.Tensor]:
     return {name: param.detach().float().cpu() for name, param in model.named_parameters()}
 
 
-def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp_path):
+def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp_path, tiny_model):
     """One optimiser step over 2 accumulated micro-batches, under ZeRO-2 and without DeepSpeed. Adam's first
     step is lr * g / (|g| + eps): with eps 1e4 and lr 1e5 it is 10 g, so an engine dividing the loss by the
     accumulation count a second time would halve the update."""
     from rpbench.models import load
 
-    initial = _weights(load({"name_or_path": "tiny:qwen2"})[0])
+    initial = _weights(load(tiny_model())[0])
     step = [
         "trainer.devices=1",
         "logger=none",
@@ -66,7 +66,7 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
 @pytest.mark.parametrize("shared", [False, True])
 def test_corl_trains_both_phases_on_one_gpu(tmp_path, shared):
     out = tmp_path / f"corl-{shared}"
-    lora = ["model.lora={r: 4, alpha: 8, target_modules: [q_proj, v_proj]}"] if shared else []
+    lora = ["model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"] if shared else []
     result = run(
         f"hydra.run.dir={out}",
         "objective=corl",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from rpbench.core.errors import ConfigError
-from rpbench.pipeline import import_plugins
 from rpbench.validate import validate
 
 PLUGIN = """
@@ -23,8 +22,7 @@ def test_a_metric_from_a_plugin_module_is_registered_and_accepted(compose, tmp_p
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = compose("plugins=[my_rpbench_plugin]", "evaluator.metrics=[plugin_exact_match,rouge1]")
 
-    import_plugins(list(cfg.plugins))
-    validate(cfg)
+    validate(cfg)  # imports the plugins first
 
     from rpbench.scoring.metrics import METRICS
 
@@ -40,4 +38,4 @@ def test_an_unknown_metric_without_its_plugin_is_refused(compose):
 def test_a_plugin_that_cannot_be_imported_is_a_config_error_naming_it(compose):
     cfg = compose("plugins=[no_such_rpbench_plugin]")
     with pytest.raises(ConfigError, match="plugins: cannot import 'no_such_rpbench_plugin'"):
-        import_plugins(list(cfg.plugins))
+        validate(cfg)

@@ -67,7 +67,7 @@ def metrics_of(folder: Path) -> dict:
 def last_prompt_counts(cfg, examples) -> dict[str, np.ndarray]:
     """Peer: each prompt alone (no padding) through the model, o_proj outputs hooked with plain torch, read at
     the prompt's last token rendered without a generation header (the authors' interpret.py)."""
-    model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
+    model, tokenizer = load(validate(cfg).model)
     layers = model.model.layers
     seen: dict[int, torch.Tensor] = {}
     handles = [
@@ -221,7 +221,7 @@ def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
         "probe=restraint",
         "probe.neurons={model.layers.0.self_attn.o_proj:[0,1,2,3]}",
     )
-    model, tokenizer = load(OmegaConf.to_container(cfg.model, resolve=True))
+    model, tokenizer = load(validate(cfg).model)
     examples = read_split(data_spec(cfg.data), "test").examples
     evaluation = evaluation_of(cfg, tmp_path, model, tokenizer, examples)
     baseline = evaluate(evaluation)

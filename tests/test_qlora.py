@@ -10,14 +10,14 @@ from test_validate import refused_at_startup
 
 from test_run import FAST, run
 
-LORA = "model.lora={r: 8, alpha: 16, target_modules: [q_proj, v_proj]}"
+LORA = "model.lora={r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, v_proj]}"
 
 
 @pytest.mark.parametrize(
     "overrides, named",
     [
         (["model=qwen2.5-7b", "model.quantization=4bit"], "add LoRA adapters (model.lora"),
-        (["model=qwen2.5-7b", "model.quantization=3bit", LORA], "choose null, 4bit or 8bit"),
+        (["model=qwen2.5-7b", "model.quantization=3bit", LORA], "expected one of 4bit, 8bit or null"),
         (["model.quantization=8bit", LORA], "model=tiny-qwen2 is built in memory"),
     ],
 )
@@ -36,10 +36,10 @@ def test_without_bitsandbytes_the_error_says_what_to_install(compose, monkeypatc
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bits", ["4bit", "8bit"])
-def test_qlora_trains_the_adapters_of_a_quantized_model(tmp_path, bits):
+def test_qlora_trains_the_adapters_of_a_quantized_model(tmp_path, bits, tiny_model):
     from rpbench.models import load
 
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    model, tokenizer = load(tiny_model())
     model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
     out = tmp_path / bits

@@ -165,10 +165,10 @@ def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path)
     first, second = tmp_path / "run-a" / "model", tmp_path / "run-b" / "model"
     first.mkdir(parents=True)
     second.mkdir(parents=True)
-    assert {served_name({"name_or_path": str(p)}) for p in (first, second)} == {"model"}
-    identities = {model_identity({"name_or_path": str(p)}) for p in (first, second)}
+    assert {served_name(str(p)) for p in (first, second)} == {"model"}
+    identities = {model_identity(str(p)) for p in (first, second)}
     assert len(identities) == 2 and all(n.startswith("local/model-") and str(tmp_path) not in n for n in identities)
-    hub = {"name_or_path": "Qwen/Qwen2.5-7B-Instruct"}
+    hub = "Qwen/Qwen2.5-7B-Instruct"
     assert (served_name(hub), model_identity(hub)) == ("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ MAX_NEW = 8
 def tiny_vl():
     # initializer_range 0.2: greedy replies that vary with the prompt and the image
     cfg = compose_model_config("tiny-qwen2-vl")
-    return load_served_model({**cfg, "tiny": {**cfg["tiny"], "initializer_range": 0.2}})
+    return load_served_model(replace(cfg, tiny={**cfg.tiny, "initializer_range": 0.2}))
 
 
 def data_url(path: Path) -> str:

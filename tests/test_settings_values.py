@@ -86,8 +86,8 @@ TRAINER = [
     ("trainer.accelerator=npu", "trainer.accelerator='npu': expected one of"),
 ]
 MODEL = [
-    ("model.dtype=fp8", "model.dtype='fp8': choose one of float32, bfloat16, float16"),
-    ("model.attn_implementation=fast", "model.attn_implementation='fast': choose one of"),
+    ("model.dtype=fp8", "model.dtype='fp8': expected one of float32, bfloat16, float16"),
+    ("model.attn_implementation=fast", "model.attn_implementation='fast': expected one of"),
     ("model.lora={r:0,alpha:16,dropout:0.0,target_modules:[q_proj]}", "model.lora.r=0: expected an integer rank >= 1"),
     ("model.lora={r:8,alpha:16,dropout:1.5,target_modules:[q_proj]}", "model.lora.dropout=1.5: expected a probability"),
     ("model.lora={r:8,rank:4}", "model.lora.rank: unknown key"),

@@ -15,7 +15,6 @@ from test_deepspeed_cpu import CPU_ZERO, _losses, assert_same_weights
 
 from conftest import REPO_ROOT, run_script
 from rpbench.models import DeferredModel
-from rpbench.models.config_tree import model_config
 from rpbench.pipeline import build_models
 from rpbench.validate import validate
 from test_run import FAST, SHORT_TRAINING, SMALL_EVAL, run
@@ -36,17 +35,19 @@ def _signature(out) -> str:
 
 def test_under_zero3_the_pipeline_loads_tokenizers_and_defers_the_trained_models(compose):
     zero3 = compose("objective=dpo", "trainer=deepspeed_zero3", "trainer.accelerator=cpu")  # no CUDA here
-    model, tokenizer = build_models(validate(zero3).training, model_config(zero3))["policy"]
+    run = validate(zero3)
+    model, tokenizer = build_models(run.training, run.model)["policy"]
     assert isinstance(model, DeferredModel) and model.tokenizer is tokenizer
     dpo = compose("objective=dpo")
-    assert not isinstance(build_models(validate(dpo).training, model_config(dpo))["policy"][0], DeferredModel)
+    run = validate(dpo)
+    assert not isinstance(build_models(run.training, run.model)["policy"][0], DeferredModel)
 
 
 @pytest.mark.slow
 def test_lora_adapters_built_partitioned_start_at_zero(tmp_path):
     """peft's initialisation, lost on partitioned layers, is redone: lora_B is zero, so the policy starts as
     its LoRA-disabled reference and DPO's first loss is ln 2; the run trains and exports the merged model."""
-    lora = ["model.lora={r: 4, alpha: 8}", "objective.precompute_ref=false", "objective.lr=1e-2"]
+    lora = ["model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}", "objective.precompute_ref=false", "objective.lr=1e-2"]
     out = _run(tmp_path / "zero3_lora", "trainer=deepspeed_zero3", *CPU_ZERO, *lora)
     first, second = _losses(out)
     assert first == pytest.approx(math.log(2), abs=1e-6)

@@ -46,8 +46,8 @@ def conversations(draw):
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
-def renderer(request):
-    tokenizer = load_tokenizer({"name_or_path": f"tiny:{request.param}"})
+def renderer(request, tiny_model):
+    tokenizer = load_tokenizer(tiny_model(request.param))
     return ChatRenderer(tokenizer, FAMILIES[request.param], max_length=100_000)
 
 

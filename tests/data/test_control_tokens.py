@@ -20,8 +20,8 @@ INJECTIONS = {
 
 
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
-def family(request):
-    return request.param, load_tokenizer({"name_or_path": f"tiny:{request.param}"})
+def family(request, tiny_model):
+    return request.param, load_tokenizer(tiny_model(request.param))
 
 
 def special_ids(tokenizer, ids: list[int]) -> list[int]:

@@ -261,7 +261,7 @@ def test_openai_content_part_lists_are_read_as_their_text(tmp_path):
     assert error.value.field == "messages[1].content[0]" and "'image_url'" in error.value.problem
 
 
-def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path):
+def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path, tiny_model):
     from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
     from rpbench.models import load_tokenizer
 
@@ -273,7 +273,7 @@ def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path):
     ]
     [example] = read("train", jsonl(tmp_path / "w.jsonl", [{"messages": chat}])).examples
     assert [t.trained for t in example.turns] == [True, False, True, True]
-    tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2"})
+    tokenizer = load_tokenizer(tiny_model())
     rendered = ChatRenderer(tokenizer, "<|im_end|>", 512).render_conversation(example.turns)
     supervised = [t for t, label in zip(rendered.input_ids, rendered.labels) if label != IGNORE_INDEX]
     assert tokenizer.decode(supervised) == ASSISTANT + "<|im_end|>"  # the weight-0 reply is not trained on

@@ -61,10 +61,10 @@ def supervised_text(tokenizer, sample: dict) -> str:
     return tokenizer.decode([label for label in sample["labels"] if label != -100])
 
 
-def test_last_only_samples_supervise_their_final_reply_alone():
+def test_last_only_samples_supervise_their_final_reply_alone(tiny_model):
     from rpbench.data.chat import ChatRenderer
 
-    tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2", "chat_template": None})
+    tokenizer = load_tokenizer(tiny_model(chat_template=None))
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     turns = (
         Turn("system", "Be Ann."),

@@ -130,7 +130,7 @@ def test_a_malformed_pair_record_is_named(tmp_path, change, field):
         readers.read("session_pairs", "pairs", path)
 
 
-def test_every_character_turn_is_supervised_and_every_user_turn_masked_token_by_token(tmp_path):
+def test_every_character_turn_is_supervised_and_every_user_turn_masked_token_by_token(tmp_path, tiny_model):
     """ChatML written out by hand: the labelled tokens are exactly each reply and its <|im_end|>."""
     path = tmp_path / "pairs.jsonl"
     chosen = [
@@ -141,7 +141,7 @@ def test_every_character_turn_is_supervised_and_every_user_turn_masked_token_by_
     record = {"id": "p", "system": "Be Mara.", "opening": "Hello!", "chosen": chosen}
     path.write_text(json.dumps(record | {"rejected": [{"role": "assistant", "content": "Go away."}]}) + "\n")
     pair = readers.read("session_pairs", "pairs", path).examples[0]
-    model = {"name_or_path": "tiny:qwen2", "family": "qwen2", "end_of_turn": "<|im_end|>", "chat_template": None}
+    model = tiny_model(family="qwen2", end_of_turn="<|im_end|>", chat_template=None)
     tokenizer = load_tokenizer(model)
     samples, empty = DPOModule.render([pair], chat_renderer(model, tokenizer, 512))
 

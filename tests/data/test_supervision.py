@@ -59,8 +59,8 @@ def supervised_runs(sample: dict) -> list[list[int]]:
 @pytest.mark.parametrize("model", ["tiny-qwen2", "tiny-llama", "tiny-qwen3"])
 def test_masks_token_by_token_on_stock_templates(compose, tavern, model):
     cfg = compose("data=custom", f"data.files.train={tavern}", f"model={model}")
-    tokenizer = load_tokenizer(cfg.model)
-    renderer = chat_renderer(cfg.model, tokenizer, 512)
+    tokenizer = load_tokenizer(validate(cfg).model)
+    renderer = chat_renderer(validate(cfg).model, tokenizer, 512)
     eot = renderer.end_of_turn
     expected = {
         ("all", None): [MIRA_1, TOM, MIRA_2],  # the `train` fields are read only when data.supervise names them

@@ -39,10 +39,10 @@ def example() -> EvalExample:
 
 
 @pytest.fixture(scope="module")
-def tiny_llama():
+def tiny_llama(tiny_model):
     from rpbench.models import load
 
-    return load({"name_or_path": "tiny:llama", "tiny": {"initializer_range": 0.2}})
+    return load(tiny_model("llama", tiny={"initializer_range": 0.2}))
 
 
 def test_the_presets_set_the_authors_values_and_the_default_keeps_each_model_s_template(compose):

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_in_process
 from rpbench.serve import serve_in_thread
+from rpbench.validate import validate
 
 RUBRIC_NAMES = [
     "knowledge_boundary.within",
@@ -223,7 +224,7 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
         with open_dict(cfg):
             del cfg["hydra"]
             cfg.paths.output_dir = str(tmp_path / "run")
-        pipeline.run(cfg)
+        pipeline.run(validate(cfg))
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
     assert len(judge.requests) == sum(len(table[r["task"]]) for r in raw) == 80
     sent = "\n".join(m["content"] for body in judge.requests for m in body["messages"])

@@ -67,11 +67,10 @@ def tasks(tmp_path, monkeypatch):
 def peer_accuracy(model_name: str, rows, *overrides: str) -> list[float]:
     """Each question's accuracy from the tiny model's summed log-probabilities of each choice (0-shot)."""
     from conftest import composed
-    from rpbench.models.config_tree import model_config
     from rpbench.models.loading import load_model, load_tokenizer
+    from rpbench.validate import validate
 
-    cfg = composed(os.devnull, f"model={model_name}", *overrides)
-    spec = model_config(cfg)
+    spec = validate(composed(os.devnull, f"model={model_name}", *overrides)).model
     tokenizer = load_tokenizer(spec)
     model = load_model(spec, tokenizer).eval()
     out = []

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 
-from conftest import chat_stub, generate_texts, generation_endpoint, generation_options
+from conftest import chat_stub, generate_texts, generation_endpoint, generation_options, tiny_settings
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
@@ -17,7 +18,7 @@ from rpbench.eval.provenance import fingerprint_path
 
 MAX_NEW = 10
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token
-MODEL_CFG = {"name_or_path": "tiny:qwen2", "tiny": {"initializer_range": 0.2}}
+MODEL_CFG = tiny_settings(tiny={"initializer_range": 0.2})
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,7 @@ def test_predictions_of_another_model_or_settings_are_set_aside_not_resumed(tiny
     from rpbench.models import load
 
     model, tok = tiny
-    other, _ = load({**MODEL_CFG, "init_seed": 1})  # another model of the same name and shape
+    other, _ = load(replace(MODEL_CFG, init_seed=1))  # another model of the same name and shape
     examples = make_examples(4)
     cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=2)
     out = tmp_path / "predictions.jsonl"

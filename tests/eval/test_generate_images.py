@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import generate_texts, generation_options
+from conftest import generate_texts, generation_options, tiny_settings
 from rpbench.data.mmrole.reader import read_test
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions
@@ -20,12 +20,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample
 IMAGES = sorted(str(p) for p in (SAMPLE / "images").rglob("*.jpg"))
 MAX_NEW = 8
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token (and with the image)
-MODEL_CFG = {
-    "name_or_path": "tiny:qwen2_vl",
-    "end_of_turn": "<|im_end|>",
-    "freeze_vision": True,
-    "tiny": {"initializer_range": 0.2},
-}
+MODEL_CFG = tiny_settings("qwen2_vl", end_of_turn="<|im_end|>", freeze_vision=True, tiny={"initializer_range": 0.2})
 
 
 @pytest.fixture(scope="module")
@@ -171,9 +166,9 @@ def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_pat
     assert report.prompts_fitted["history_dropped"] + report.prompts_fitted["cut_after_system"] >= 1
 
 
-def test_text_only_model_refuses_image_records_clearly(tmp_path):
+def test_text_only_model_refuses_image_records_clearly(tmp_path, tiny_model):
     from rpbench.models import load
 
-    model, tok = load({"name_or_path": "tiny:qwen2"})
+    model, tok = load(tiny_model())
     with pytest.raises(ValueError, match=r"has an image, but .* is a text-only model.*data.images=drop"):
         generate_predictions(model, tok, mmrole_examples()[:1], tmp_path / "p.jsonl", generation_options())

@@ -9,6 +9,7 @@ import pytest
 from omegaconf import open_dict
 
 from rpbench import pipeline
+from rpbench.validate import validate
 
 
 def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
@@ -27,7 +28,7 @@ def test_vl_model_evaluates_mmrole_records_with_their_images(compose, tmp_path):
     with open_dict(cfg):
         del cfg["hydra"]
         cfg.paths.output_dir = str(out)
-    results = pipeline.run(cfg)
+    results = pipeline.run(validate(cfg))
 
     generation = results["eval"]["generation"]
     assert generation["n_generated"] == 8 and generation["images"] == {"used": 8, "history_dropped": 0}

@@ -11,6 +11,7 @@ from rouge_score import rouge_scorer
 
 from rpbench.data.prepare import read_split
 from rpbench.data.spec import data_spec
+from rpbench.validate import validate
 
 SYSTEM = (
     "You are Sherlock Holmes, your description is: a consulting detective of Baker Street. Now please answer "
@@ -92,9 +93,9 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
     # scores are not all zero
     examples = read_split(data_spec(cfg.data), "test").examples
     replies = ["My method is the observation of small things.", "Fog over London, my dear fellow.", "The violin."]
-    pipeline.run(cfg)
+    pipeline.run(validate(cfg))
     replace_predictions(run, {e.id: r for e, r in zip(examples, replies)})
-    pipeline.run(cfg)
+    pipeline.run(validate(cfg))
     predictions = {
         json.loads(line)["id"]: json.loads(line)["prediction"] for line in (run / "predictions.jsonl").open()
     }

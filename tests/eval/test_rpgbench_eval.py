@@ -142,12 +142,13 @@ def refused_before_loading(compose, *overrides: str) -> str:
 
     from rpbench.core.errors import ConfigError
     from rpbench.pipeline import run
+    from rpbench.validate import validate
 
     cfg = compose("objective=none", "data=sample_rpgbench", *overrides)
     with open_dict(cfg):
         del cfg["hydra"]
     with pytest.raises(ConfigError) as error:
-        run(cfg)
+        run(validate(cfg))
     return str(error.value)
 
 

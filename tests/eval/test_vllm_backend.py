@@ -17,9 +17,9 @@ from rpbench.models import load
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 
 
-def test_vllm_backend_without_vllm_names_the_setting(compose, tmp_path):
+def test_vllm_backend_without_vllm_names_the_setting(compose, tmp_path, tiny_model):
     cfg = compose("evaluator=rolemrc", "evaluator.backend=vllm")
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    model, tokenizer = load(tiny_model())
     examples = [EvalExample(id="a", prompt=(Turn("user", "Hi"),), reference="Hello", task="t", meta={})]
     with pytest.raises(ImportError, match=r"evaluator.backend=vllm needs vLLM, which is not installed"):
         generate(evaluation_of(cfg, tmp_path, model, tokenizer), examples, tmp_path / "predictions.jsonl")

@@ -6,6 +6,7 @@ import itertools
 import pytest
 import torch
 
+from conftest import tiny_settings
 from rpbench.data.collate import packed_collate, pad_collate
 from rpbench.models import load
 from rpbench.models.forward import (
@@ -23,9 +24,8 @@ FAMILY_ATTN = [(family, attn) for family in ("qwen2", "llama") for attn in ("sdp
 
 @functools.cache
 def tiny(family: str, attn: str, lora: bool = False):
-    cfg = {"name_or_path": f"tiny:{family}", "attn_implementation": attn, "tiny": {"tie_word_embeddings": False}}
-    if lora:
-        cfg["lora"] = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+    adapters = {"r": 4, "alpha": 8, "target_modules": ("q_proj", "v_proj")} if lora else None
+    cfg = tiny_settings(family, attn_implementation=attn, tiny={"tie_word_embeddings": False}, lora=adapters)
     model, tokenizer = load(cfg)
     if lora:  # LoRA B starts at zero; make the adapters matter
         with torch.no_grad():
@@ -159,8 +159,8 @@ def test_peft_model_uses_its_adapters():
     assert lora_grads and all(g is not None and g.any() for g in lora_grads)
 
 
-def test_rejects_models_that_transform_logits():
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+def test_rejects_models_that_transform_logits(tiny_model):
+    model, tokenizer = load(tiny_model())
     model.config.final_logit_softcapping = 30.0
     with pytest.raises(ValueError, match="final_logit_softcapping"):
         labelled_logps(model, packed_collate(random_samples(len(tokenizer))))
@@ -209,7 +209,7 @@ def varlen_reference_attention(
     return out.transpose(1, 2).contiguous(), None
 
 
-def test_flash_branch_passes_varlen_kwargs_that_isolate_samples():
+def test_flash_branch_passes_varlen_kwargs_that_isolate_samples(tiny_model):
     """CPU check of the flash_attention_2 plumbing: the kernel is swapped for a reference that uses
     only cu_seq_lens; transformers' own flash mask function and kwargs routing stay real."""
     import inspect
@@ -222,7 +222,7 @@ def test_flash_branch_passes_varlen_kwargs_that_isolate_samples():
     assert varlen_kwargs == {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"}
     assert varlen_kwargs <= set(inspect.signature(_flash_attention_forward).parameters)
 
-    model, tokenizer = load({"name_or_path": "tiny:llama"})
+    model, tokenizer = load(tiny_model("llama"))
     with torch.no_grad():
         samples = random_samples(len(tokenizer), seed=6, labelled=1.0)
         expected = torch.cat([labelled_logps(model, pad_collate([s], 0)).token_logps for s in samples])
@@ -246,10 +246,8 @@ def _flash_attn_available() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not _flash_attn_available(), reason="needs CUDA and the flash-attn package")
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_flash_attention_varlen_packed_equals_separate(family):
-    model, tokenizer = load(
-        {"name_or_path": f"tiny:{family}", "attn_implementation": "flash_attention_2", "dtype": "bfloat16"}
-    )
+def test_flash_attention_varlen_packed_equals_separate(family, tiny_model):
+    model, tokenizer = load(tiny_model(family, attn_implementation="flash_attention_2", dtype="bfloat16"))
     model = model.cuda().eval()
     samples = random_samples(len(tokenizer), seed=4, labelled=1.0)
 
@@ -301,9 +299,9 @@ def test_fused_cross_entropy_refuses_where_it_cannot_run():
 @pytest.mark.gpu
 @pytest.mark.skipif(fused_linear_cross_entropy() is None, reason="liger-kernel is not installed (the gpu extra)")
 @pytest.mark.parametrize("layout", ["packed", "right"])
-def test_fused_cross_entropy_equals_the_chunked_path(layout):
+def test_fused_cross_entropy_equals_the_chunked_path(layout, tiny_model):
     """liger's fused linear cross-entropy: the same summed NLL and gradients as the chunked log-probs."""
-    model, tokenizer = load({"name_or_path": "tiny:qwen2", "tiny": {"tie_word_embeddings": False}})
+    model, tokenizer = load(tiny_model(tiny={"tie_word_embeddings": False}))
     model = model.cuda()
     batch = batch_of(layout, random_samples(len(tokenizer), seed=5), tokenizer.pad_token_id)
     batch = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}

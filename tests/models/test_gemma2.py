@@ -3,10 +3,12 @@ one SFT step of tiny-gemma2 through the composed config."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from conftest import tiny_settings
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import SFTExample, Turn, as_messages
@@ -16,7 +18,7 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 EOT = "<end_of_turn>"
-TINY = {"name_or_path": "tiny:gemma2", "attn_implementation": "eager", "end_of_turn": EOT}
+TINY = tiny_settings("gemma2", attn_implementation="eager", end_of_turn=EOT)
 SYSTEM, USER, REPLY = "You are Greta, an innkeeper.", "Hello! Who are you?", "Greta Holm, at your service."
 MULTI = [
     Turn("system", SYSTEM),
@@ -79,7 +81,7 @@ def hf_logps(model, batch) -> torch.Tensor:
 def test_our_log_probs_are_those_of_the_softcapped_model(tiny):
     _, tok = tiny
     # caps small enough to change a random tiny model's logits and (sharpened) attention scores a lot
-    model, _ = load({**TINY, "tiny": {"final_logit_softcapping": 0.5, "attn_logit_softcapping": 1.0}})
+    model, _ = load(replace(TINY, tiny={**TINY.tiny, "final_logit_softcapping": 0.5, "attn_logit_softcapping": 1.0}))
     renderer = chat_renderer(TINY, tok, 512)
     batch = pad_collate([renderer.render_conversation(MULTI[:k]).as_sample() for k in (3, 5)], tok.pad_token_id)
     with torch.no_grad():
@@ -98,7 +100,7 @@ def test_our_log_probs_are_those_of_the_softcapped_model(tiny):
 
 def test_sdpa_which_drops_the_attention_cap_is_refused():
     with pytest.raises(ValueError, match="attn_implementation=eager"):
-        load({**TINY, "attn_implementation": "sdpa"})
+        load(replace(TINY, attn_implementation="sdpa"))
 
 
 def test_tiny_gemma2_trains_an_sft_step_from_the_composed_config(compose, tmp_path):
@@ -113,7 +115,7 @@ def test_tiny_gemma2_trains_an_sft_step_from_the_composed_config(compose, tmp_pa
         "save_model=false",
     )
     assert (cfg.model.family, cfg.model.attn_implementation, cfg.objective.lr) == ("gemma2", "eager", 5e-3)
-    model, tok = load(OmegaConf.to_container(cfg.model, resolve=True))
+    model, tok = load(validate(cfg).model)
     examples = [SFTExample("ex0", tuple(MULTI[:3])), SFTExample("ex1", tuple(MULTI))]
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     report = train(validate(cfg).training, model, tok, examples, examples, tmp_path / "run", logger=None)

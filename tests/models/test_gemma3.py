@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import tiny_settings
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.records import Turn
 from rpbench.models import chat_renderer, load
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.generation import decode_completion, default_stop_ids
 
-TINY = {"name_or_path": "tiny:gemma3", "chat_template": "plain", "end_of_turn": "<eos>"}
+TINY = tiny_settings("gemma3", chat_template="plain", end_of_turn="<eos>")
 TURNS = [
     Turn("system", "You are Greta, an innkeeper."),
     Turn("user", "Hello! Who are you?"),

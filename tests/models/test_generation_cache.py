@@ -15,8 +15,8 @@ CONVERSATIONS = [
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_static_cache_greedy_generation_equals_the_dynamic_cache(family):
-    model, tokenizer = load({"name_or_path": f"tiny:{family}"})
+def test_static_cache_greedy_generation_equals_the_dynamic_cache(family, tiny_model):
+    model, tokenizer = load(tiny_model(family))
     ids, mask = left_pad(render_prompts(tokenizer, CONVERSATIONS), tokenizer.pad_token_id)
     assert (mask == 0).any()  # left padding is exercised
     outputs = {}

@@ -23,16 +23,16 @@ def batch_for(tokenizer, eot: str) -> dict:
 
 
 @pytest.mark.parametrize(("family", "eot"), [("qwen2", "<|im_end|>"), ("llama", "<|eot_id|>")])
-def test_tiny_models_stop_at_their_end_of_turn_token(family, eot):
-    cfg = {"name_or_path": f"tiny:{family}", "end_of_turn": eot}
+def test_tiny_models_stop_at_their_end_of_turn_token(family, eot, tiny_model):
+    cfg = tiny_model(family, end_of_turn=eot)
     model, tokenizer = load(cfg)
     assert tokenizer.convert_tokens_to_ids(eot) in model.generation_config.eos_token_id
     assert end_of_turn_ids(cfg, tokenizer)[0] == tokenizer.convert_tokens_to_ids(eot)
     assert model.config.vocab_size == len(tokenizer)
 
 
-def test_lora_trains_only_the_adapters_and_exports_a_merged_model(tmp_path):
-    cfg = {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>", "lora": {"r": 4, "alpha": 8, "dropout": 0.0}}
+def test_lora_trains_only_the_adapters_and_exports_a_merged_model(tmp_path, tiny_model):
+    cfg = tiny_model(end_of_turn="<|im_end|>", lora={"r": 4, "alpha": 8, "dropout": 0.0})
     model, tokenizer = load(cfg)
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -54,12 +54,10 @@ def test_lora_trains_only_the_adapters_and_exports_a_merged_model(tmp_path):
     assert AutoTokenizer.from_pretrained(out).chat_template == tokenizer.chat_template
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+def test_gradient_checkpointing_gives_the_same_gradients(tiny_model):
     grads = []
     for checkpointing in (False, True):
-        model, tokenizer = load(
-            {"name_or_path": "tiny:llama", "end_of_turn": "<|eot_id|>", "gradient_checkpointing": checkpointing}
-        )
+        model, tokenizer = load(tiny_model("llama", end_of_turn="<|eot_id|>", gradient_checkpointing=checkpointing))
         model.train()
         nll, _ = supervised_nll_sum(model, batch_for(tokenizer, "<|eot_id|>"))
         nll.backward()
@@ -68,16 +66,16 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     torch.testing.assert_close(grads[0], grads[1])
 
 
-def test_an_unreachable_hub_model_says_what_to_do(monkeypatch):
+def test_an_unreachable_hub_model_says_what_to_do(monkeypatch, tiny_model):
     import huggingface_hub.constants
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read once, at import
     with pytest.raises(OSError, match=r"model.name_or_path=<dir>"):
-        load({"name_or_path": "Qwen/Qwen2.5-7B-not-in-cache", "family": "qwen2"})
+        load(tiny_model(name_or_path="Qwen/Qwen2.5-7B-not-in-cache"))
 
 
-def test_an_end_of_turn_that_is_no_single_token_stops_at_the_tokenizer_before_any_weights():
+def test_an_end_of_turn_that_is_no_single_token_stops_at_the_tokenizer_before_any_weights(tiny_model):
     """As a Llama-3 config pointed at a ChatML model: load_tokenizer (no weights read) already refuses it."""
     with pytest.raises(ValueError, match=r"model\.end_of_turn='<\|eot_id\|>' is not a single token of 'tiny:qwen2'"):
-        load_tokenizer({"name_or_path": "tiny:qwen2", "end_of_turn": "<|eot_id|>"})
+        load_tokenizer(tiny_model(end_of_turn="<|eot_id|>"))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from conftest import generate_texts
+from conftest import generate_texts, tiny_settings
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import SFTExample, Turn, as_messages, reasoning_target
 from rpbench.models import load
@@ -13,7 +15,7 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 EOT = "<|im_end|>"
-TINY = {"name_or_path": "tiny:qwen3", "end_of_turn": EOT}
+TINY = tiny_settings("qwen3", end_of_turn=EOT)
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 SYSTEM, USER, REPLY = "You are Greta, an innkeeper.", "Hello! Who are you?", "Greta Holm, at your service."
 TURNS = [Turn("system", SYSTEM), Turn("user", USER), Turn("assistant", REPLY)]
@@ -70,7 +72,7 @@ def test_qwen3_template_refuses_a_think_block_and_points_to_the_thinking_one(tin
 
 def test_thinking_template_supervises_the_reasoning_then_the_reply(tiny):
     _, tok = tiny
-    thinking = load({**TINY, "chat_template": "qwen3-thinking"})[1]
+    thinking = load(replace(TINY, chat_template="qwen3-thinking"))[1]
     target = reasoning_target("She greets a guest: be warm and give her name.", REPLY)
     assert target == f"<think>\nShe greets a guest: be warm and give her name.\n</think>\n\n{REPLY}"
     renderer = ChatRenderer(thinking, EOT, 512)
@@ -99,7 +101,7 @@ def test_tiny_qwen3_learns_replies_and_generation_stops_at_end_of_turn(compose, 
         "objective.scheduler=constant",
         "save_model=false",
     )
-    model, tok = load(cfg.model)
+    model, tok = load(validate(cfg).model)
     report = train(validate(cfg).training, model, tok, examples, examples, tmp_path / "run", logger=None)
     assert report["optimizer_steps"] == 30
     assert report["held_out"]["after"]["loss"] < 0.1 * report["held_out"]["before"]["loss"]

@@ -52,7 +52,7 @@ def fit(out: Path, examples, held_out, *overrides: str, judges=None, trained: li
     """(report, logged training rows) of a training run of SmolLM2 on ``examples``, validated on ``held_out``;
     ``trained`` gets the trained model and its tokenizer."""
     cfg = composed(out, f"model={SMOLLM2}", *QUIET, "objective.log_every_n_steps=1", *overrides)
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     logger = CSVLogger(str(out), name="csv", version=0)
     report = train(validate(cfg).training, model, tokenizer, examples, held_out, out, logger=logger, judges=judges)
     if trained is not None:

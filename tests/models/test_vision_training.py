@@ -4,6 +4,7 @@ trained vision tower, LoRA on the language model only, and an export that reload
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rpbench.models import chat_renderer, load, save_hf
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.families.qwen2_vl import Qwen2VL
 from rpbench.models.forward import sequence_logps
+from rpbench.models.settings import LoraSettings, ModelSettings
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.objectives.dpo import DPOModule
 from rpbench.training.fit import log_parameters, with_image_inputs
@@ -25,8 +27,8 @@ MODEL_CFG = compose_model_config("tiny-qwen2-vl")
 SYSTEM = Turn("system", "You are Monica Geller.")
 
 
-def model_cfg(**overrides) -> dict:
-    return {**MODEL_CFG, **overrides}
+def model_cfg(**overrides) -> ModelSettings:
+    return replace(MODEL_CFG, **overrides)
 
 
 @pytest.fixture(scope="module")
@@ -132,11 +134,11 @@ def test_freeze_vision_decides_whether_the_vision_tower_trains(freeze, caplog):
 
 def test_a_vl_model_config_must_say_whether_the_vision_tower_trains():
     with pytest.raises(ValueError, match="set model.freeze_vision to true"):
-        load({k: v for k, v in MODEL_CFG.items() if k != "freeze_vision"})
+        load(model_cfg(freeze_vision=None))
 
 
 def test_lora_on_a_vl_model_adapts_the_language_model_only_trains_and_exports(images, tmp_path):
-    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "proj"]}
+    lora = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "proj"))
     model, tokenizer = load(model_cfg(lora=lora))
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)

@@ -17,15 +17,15 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-MODEL = {
-    "name_or_path": "tiny:qwen2",
-    "family": "qwen2",
-    "end_of_turn": "<|im_end|>",
-    "init_seed": 0,
-    "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "vocab_size": 512},
-}  # fmt: skip
-LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+from conftest import tiny_settings
+from rpbench.models.settings import LoraSettings
+
+MODEL = tiny_settings(
+    end_of_turn="<|im_end|>",
+    init_seed=0,
+    tiny={"hidden_size": 32, "intermediate_size": 64, "vocab_size": 512},
+)
+LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))
 PROMPTS = [[5, 17, 33, 2, 9], [40, 41], [7, 7, 8, 100, 3, 12, 90], [250, 6, 1]]
 NEW_TOKENS = {0: 3, 1: 9}  # uneven per rank: a per-token collective would leave rank 1 waiting for rank 0
 ROWS = {0: PROMPTS[:1], 1: PROMPTS[1:]}  # uneven per rank: 1 and 3 batches of 1, evened out to 3
@@ -130,7 +130,7 @@ def _worker(rank: int, port: int, out: Path) -> None:
     torch.set_num_threads(1)
     import deepspeed
 
-    from rpbench.models.loading import apply_lora, load, save_hf_partitioned
+    from rpbench.models.loading import load, save_hf_partitioned
 
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
@@ -140,8 +140,7 @@ def _worker(rank: int, port: int, out: Path) -> None:
     results["export"] = _export_checks(engine.module, reference, rank)
     results["generation"] = _generation_checks(engine, reference, tokenizer, rank)
 
-    base, _ = load(MODEL)
-    peft = apply_lora(base, LORA)
+    peft, _ = load(replace(MODEL, lora=LORA))
     with torch.no_grad():
         for name, param in peft.named_parameters():
             if "lora_B" in name:

@@ -84,7 +84,7 @@ def labelled_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
     return runs + [current] if current else runs
 
 
-def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_path, scenarios):
+def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_path, scenarios, tiny_model):
     """Two sessions of a 2-turn scenario: decoding the labelled runs gives the character's turns, and the whole
     sequence decodes to the chat template's rendering of the conversation (system prompt, opening, the user
     simulator's turn: all unlabelled). Token ids 100-399 also stop a turn, so turns end on a stop token of
@@ -96,9 +96,9 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_
         "judge=openai",
         "env.rewards=[{name: non_empty, weight: 1.0}]",
     )
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(tiny_model())
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 400)]
-    renderer = chat_renderer(cfg.model, tokenizer, 1024)
+    renderer = chat_renderer(tiny_model(), tokenizer, 1024)
     (scenario,) = readers.read("conversation", "train", scenarios).examples[:1]
     stop_ids = default_stop_ids(model, tokenizer)
     with chat_stub(lambda body: USER_REPLY) as stub:
@@ -223,7 +223,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
             "save_model=false",
             "trainer.enable_progress_bar=false",
         )
-        model, tokenizer = load(cfg.model)
+        model, tokenizer = load(validate(cfg).model)
         logger = CSVLogger(str(tmp_path), name="csv", version=0)
         report = train(validate(cfg).training, model, tokenizer, examples, [], tmp_path, logger=logger)
     with open(tmp_path / "csv" / "version_0" / "metrics.csv", newline="") as f:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,7 +146,8 @@ def build(compose, *overrides: str):
     cfg = compose(
         "objective=corl", "data=sample_rpgbench", "logger=none", "trainer.enable_progress_bar=false", *overrides
     )
-    specs = CoRLModule.models_to_build(validate(cfg).objective, dict(cfg.model))
+    run = validate(cfg)
+    specs = CoRLModule.models_to_build(run.objective, run.model)
     loaded = {name: load(spec) for name, spec in specs.items()}
     return cfg, {n: m for n, (m, _) in loaded.items()}, {n: t for n, (_, t) in loaded.items()}
 
@@ -246,10 +248,11 @@ def test_shared_base_trains_two_adapters_and_exports_both(compose, tmp_path):
     cfg.objective.reasoner_steps = cfg.objective.dialogue_steps = 1
     report = train(validate(cfg).training, models, tokenizers, TRAIN, VAL, tmp_path, logger=None)
     assert report["optimizer_steps"] == 2
-    base, _ = load({**cfg.model, "lora": None})  # the same random initial weights
+    model = replace(validate(cfg).model, lora=None)
+    base, _ = load(model)  # the same random initial weights
     weights = {"base": dict(base.named_parameters())}
     for name in ("dialogue", "reasoner"):
-        exported, _ = load({**cfg.model, "name_or_path": str(tmp_path / "model" / name), "lora": None})
+        exported, _ = load(replace(model, name_or_path=str(tmp_path / "model" / name)))
         assert not any("lora" in n for n, _ in exported.named_parameters())
         weights[name] = dict(exported.named_parameters())
     q_proj = "model.layers.0.self_attn.q_proj.weight"
@@ -289,8 +292,9 @@ def test_reasoner_init_from_takes_a_runs_reasoner_folder(compose, tmp_path):
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     cfg = compose("objective=corl", f"objective.reasoner_init_from={tmp_path / 'run'}")
-    specs = CoRLModule.models_to_build(validate(cfg).objective, dict(cfg.model))
-    assert list(specs) == ["dialogue", "reasoner"] and specs["reasoner"]["name_or_path"] == str(folder)
+    run = validate(cfg)
+    specs = CoRLModule.models_to_build(run.objective, run.model)
+    assert list(specs) == ["dialogue", "reasoner"] and specs["reasoner"].name_or_path == str(folder)
 
 
 def test_records_without_persona_and_character_are_named(compose):
@@ -299,7 +303,9 @@ def test_records_without_persona_and_character_are_named(compose):
     from rpbench.models import chat_renderer
 
     with pytest.raises(ValueError, match=f"record {rolemrc[0].id!r}: CoRL needs RPGBench records"):
-        CoRLModule.render_for(validate(cfg).objective, rolemrc, chat_renderer(cfg.model, tokenizers["dialogue"], 1024))
+        CoRLModule.render_for(
+            validate(cfg).objective, rolemrc, chat_renderer(validate(cfg).model, tokenizers["dialogue"], 1024)
+        )
 
 
 @pytest.mark.parametrize("model_name", ["llama3-8b", "qwen3-4b"])
@@ -381,7 +387,7 @@ def test_shared_base_keeps_both_adapters_trainable_and_the_dialogue_adapter_acti
 def test_two_cpu_ranks_train_a_shared_base(tmp_path):
     out = tmp_path / "run"
     settings = ["objective=corl", "data=sample_rpgbench", "evaluator=none", "logger=none", "objective.batch_size=2"]
-    shared = ["objective.shared_base=true", "model.lora={r: 4, alpha: 8}", "trainer.devices=2"]
+    shared = ["objective.shared_base=true", "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}", "trainer.devices=2"]
     result = run_script(
         "run.py", f"hydra.run.dir={out}", *settings, *shared, "trainer.strategy=ddp_find_unused_parameters_true"
     )

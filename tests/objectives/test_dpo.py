@@ -45,7 +45,7 @@ def run_dpo(
         "objective.log_every_n_steps=1",
         *overrides,
     )
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     logger = CSVLogger(str(out_dir), name="csv", version=0)
     report = train(validate(cfg).training, model, tokenizer, *pairs, out_dir, logger=logger)
     with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
@@ -99,8 +99,8 @@ def naive_sequence_logps(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @pytest.mark.parametrize(("loss_type", "sft_weight"), [("sigmoid", 0.0), ("ipo", 0.5), ("robust", 1.0)])
-def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight):
-    model, tokenizer = load({"name_or_path": "tiny:llama"})
+def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight, tiny_model):
+    model, tokenizer = load(tiny_model("llama"))
     smoothing = 0.2 if loss_type == "robust" else 0.0
     module = DPOModule(
         model,
@@ -147,9 +147,9 @@ def test_precomputed_reference_is_the_default():
 
 
 @pytest.mark.parametrize(("family", "attn"), [("qwen2", "sdpa"), ("llama", "eager")])
-def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn):
+def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_model):
     """pair_layout=packed: one row of the 2B replies back to back, no padding; same loss and gradients."""
-    model, tokenizer = load({"name_or_path": f"tiny:{family}", "attn_implementation": attn})
+    model, tokenizer = load(tiny_model(family, attn_implementation=attn))
     settings = {"lr": 1e-3, "beta": 0.3, "sft_weight": 0.5, "precompute_ref": False}
     padded = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="padded"))
     packed = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="packed"))
@@ -176,15 +176,15 @@ def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn):
     assert not padded.packed_pairs and packed.packed_pairs
 
 
-def test_auto_pair_layout_packs_on_flash_kernels_only():
-    model, _ = load({"name_or_path": "tiny:qwen2", "attn_implementation": "sdpa"})
+def test_auto_pair_layout_packs_on_flash_kernels_only(tiny_model):
+    model, _ = load(tiny_model(attn_implementation="sdpa"))
     assert not packs_pairs("auto", model) and packs_pairs("packed", model) and not packs_pairs("padded", model)
     model.config._attn_implementation = "flash_attention_2"
     assert packs_pairs("auto", model)
 
 
-def test_render_collates_chosen_then_rejected_and_reports_empty_pairs():
-    _, tokenizer = load({"name_or_path": "tiny:qwen2"})
+def test_render_collates_chosen_then_rejected_and_reports_empty_pairs(tiny_model):
+    _, tokenizer = load(tiny_model())
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     samples, empty = DPOModule.render(PAIRS[:2], renderer)
     assert empty == []
@@ -220,8 +220,8 @@ def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_invalid_settings_fail_at_construction():
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+def test_invalid_settings_fail_at_construction(tiny_model):
+    model, tokenizer = load(tiny_model())
     with pytest.raises(ValueError, match="objective.loss_type='kto': expected one of apo_down, apo_zero, "):
         DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="kto"))
     smoothing = "objective.label_smoothing applies to exo_pair, robust, sigmoid only, not 'hinge'"
@@ -353,9 +353,9 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
     assert "eval" in dpo
 
 
-def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply():
+def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply(tiny_model):
     """IPO on a sample pair with an assistant turn in its prompt, recomputed from the template text alone."""
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    model, tokenizer = load(tiny_model())
     settings = objective_settings("dpo", lr=1e-3, beta=0.5, loss_type="ipo", precompute_ref=False)
     module = DPOModule(model, tokenizer, settings)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):

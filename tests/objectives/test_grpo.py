@@ -55,7 +55,7 @@ def run_grpo(
         "objective.rewards=[{name: test_letter_fraction, weight: 1.0}]",
         *overrides,
     )
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 100 + extra_stop_ids)]
     logger = CSVLogger(str(out_dir), name="csv", version=0)
     report = train(validate(cfg).training, model, tokenizer, TRAIN, VAL, out_dir, logger=logger, judges=judges)
@@ -79,8 +79,8 @@ def test_cut_at_stop_keeps_the_stop_token_and_flags_truncation():
     assert cut_at_stop([5, 6, 7], [2]) == ([5, 6, 7], True)
 
 
-def test_sample_completions_gives_g_seeded_completions_per_prompt():
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+def test_sample_completions_gives_g_seeded_completions_per_prompt(tiny_model):
+    model, tokenizer = load(tiny_model())
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     prompts = [renderer.render_prompt(prompt_and_reference(r)[0]) for r in TRAIN[:2]]
     options = generation_options(max_new_tokens=6, temperature=1.0)
@@ -96,8 +96,8 @@ def test_sample_completions_gives_g_seeded_completions_per_prompt():
         sample_completions(model, prompts, 3, generation_options(temperature=0.0), [2], tokenizer.pad_token_id, seed=7)
 
 
-def test_generation_mode_switches_checkpointing_off_and_restores_it():
-    model, _ = load({"name_or_path": "tiny:llama", "gradient_checkpointing": True})
+def test_generation_mode_switches_checkpointing_off_and_restores_it(tiny_model):
+    model, _ = load(tiny_model("llama", gradient_checkpointing=True))
     model.train()
     flagged = [m for m in model.modules() if getattr(m, "gradient_checkpointing", False)]
     assert flagged
@@ -121,7 +121,7 @@ def test_batch_scaled_advantages_use_the_std_of_every_ranks_rewards():
 # -- records --------------------------------------------------------------------------------------------
 
 
-def test_prompts_and_references_come_from_every_record_type():
+def test_prompts_and_references_come_from_every_record_type(tiny_model):
     system, user, reply = Turn("system", "You are a knight."), Turn("user", "Who are you?"), Turn("assistant", "Rowan.")
     later = (Turn("user", "And your castle?"), Turn("assistant", "Highmoor."))
     sft = SFTExample("s", (system, user, reply, *later))
@@ -131,7 +131,7 @@ def test_prompts_and_references_come_from_every_record_type():
     test = EvalExample("t", (system, user), reference="Rowan.", task="role_related_mrc_answer_no_narration")
     assert prompt_and_reference(test) == ((system, user), "Rowan.")
 
-    _, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    _, tokenizer = load(tiny_model())
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
     no_prompt = SFTExample("n", (Turn("assistant", "Hail!"),))
     samples, empty = GRPOModule.render([sft, pair, test, no_prompt], renderer)
@@ -266,9 +266,9 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
         ("+objective.precompute_ref=true", r"objective.precompute_ref: unknown key; valid keys: .*, mu, "),
     ],
 )
-def test_invalid_settings_fail_at_construction(compose, override, message):
+def test_invalid_settings_fail_at_construction(compose, override, message, tiny_model):
     cfg = compose("objective=grpo", override)
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(tiny_model())
     with pytest.raises(ValueError, match=message):
         GRPOModule(model, tokenizer, OmegaConf.to_container(cfg.objective, resolve=True))
 
@@ -279,13 +279,13 @@ def test_vllm_rollouts_without_vllm_fail_at_fit_start_naming_the_setting(compose
         run_grpo(compose, tmp_path, "objective.rollout_backend=vllm", "trainer.max_steps=1")
 
 
-def test_beta_zero_loads_no_reference_model(compose):
+def test_beta_zero_loads_no_reference_model(compose, tiny_model):
     cfg = compose("objective=grpo")
     objective = OmegaConf.to_container(cfg.objective, resolve=True)
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     assert GRPOModule(model, tokenizer, {**objective, "beta": 0.0}).reference is None
     assert isinstance(GRPOModule(model, tokenizer, {**objective, "beta": 0.04}).reference, FrozenCopy)
-    lora, _ = load({**cfg.model, "lora": {"r": 4, "alpha": 8}})
+    lora, _ = load(tiny_model(lora={"r": 4, "alpha": 8}))
     assert isinstance(GRPOModule(lora, tokenizer, {**objective, "beta": 0.04}).reference, DisabledAdapter)
 
 

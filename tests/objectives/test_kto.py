@@ -47,8 +47,8 @@ def test_labelled_records_are_their_own_shape(tmp_path):
         readers.read("custom", "train", labelled_file(tmp_path))  # not an SFT file
 
 
-def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path):
-    _, tokenizer = load({"name_or_path": "tiny:qwen2"})
+def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path, tiny_model):
+    _, tokenizer = load(tiny_model())
     examples = readers.read("custom", "labelled", labelled_file(tmp_path)).examples[:3]
     samples, _ = KTOModule.render(examples, ChatRenderer(tokenizer, "<|im_end|>", 512))
     batch = KTOModule.collate(samples, tokenizer.pad_token_id)
@@ -63,8 +63,8 @@ def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path)
         assert tokenizer.decode(labelled) == examples[i - 1].completion + "<|im_end|>"
 
 
-def test_training_step_matches_trl_loss_on_full_logits(tmp_path):
-    model, tokenizer = load({"name_or_path": "tiny:llama"})
+def test_training_step_matches_trl_loss_on_full_logits(tmp_path, tiny_model):
+    model, tokenizer = load(tiny_model("llama"))
     module = KTOModule(model, tokenizer, objective_settings("kto", beta=0.5, undesirable_weight=1.33))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
         torch.manual_seed(3)

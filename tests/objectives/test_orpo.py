@@ -13,8 +13,8 @@ from rpbench.models import load
 from rpbench.objectives.orpo import ORPOModule
 
 
-def test_training_step_is_chosen_nll_plus_the_odds_ratio_term():
-    model, tokenizer = load({"name_or_path": "tiny:llama"})
+def test_training_step_is_chosen_nll_plus_the_odds_ratio_term(tiny_model):
+    model, tokenizer = load(tiny_model("llama"))
     module = ORPOModule(model, tokenizer, objective_settings("orpo", beta=0.5, pair_layout="padded"))
     module.on_models_built()
     samples, _ = ORPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from conftest import tiny_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.datamodule import PlannedBatches, epoch_batcher
@@ -27,7 +28,7 @@ from rpbench.objectives.reference import (
 )
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-TINY = {"name_or_path": "tiny:qwen2"}
+TINY = tiny_settings()
 
 
 def pair_samples(tokenizer, n: int = 10) -> list[dict]:
@@ -82,7 +83,7 @@ def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains():
     base, tokenizer = load(TINY)
     batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
     base_logps = sequence_logps(base, batch)[0]
-    policy, _ = load({**TINY, "lora": {"r": 4, "alpha": 8, "dropout": 0.0}})
+    policy, _ = load(tiny_settings(lora={"r": 4, "alpha": 8}))
     with torch.no_grad():
         for name, param in policy.named_parameters():
             if "lora_B" in name:
@@ -95,11 +96,11 @@ def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains():
 
 
 def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains():
-    base, tokenizer = load({**TINY, "tiny": {"attention_dropout": 0.5}})
+    base, tokenizer = load(tiny_settings(tiny={"attention_dropout": 0.5}))
     batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
     base.eval()
     base_logps = sequence_logps(base, batch)[0]  # no dropout
-    policy, _ = load({**TINY, "tiny": {"attention_dropout": 0.5}, "lora": {"r": 4, "alpha": 8, "dropout": 0.0}})
+    policy, _ = load(tiny_settings(tiny={"attention_dropout": 0.5}, lora={"r": 4, "alpha": 8}))
     policy.train()
     with torch.no_grad():
         assert not torch.allclose(sequence_logps(policy, batch)[0], base_logps, atol=1e-4)  # dropout on

@@ -32,9 +32,9 @@ BETA = 0.3
 
 
 @pytest.fixture(scope="module")
-def dpo():
+def dpo(tiny_model):
     """DPO with a live reference on tiny-qwen2, the policy moved away from it."""
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    model, tokenizer = load(tiny_model())
     module = DPOModule(model, tokenizer, objective_settings("dpo", lr=1e-3, beta=BETA, precompute_ref=False))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(7)
@@ -84,7 +84,7 @@ def test_the_multi_turn_loss_sums_the_character_turns_of_each_session(dpo):
     assert terms["rejected_rewards"].item() == pytest.approx(BETA * rejected, rel=1e-3, abs=1e-5)
 
 
-def test_dpo_trains_on_session_pairs(tmp_path):
+def test_dpo_trains_on_session_pairs(tmp_path, tiny_model):
     def messages(session):
         return [t.as_message() for t in session]
 
@@ -111,7 +111,7 @@ def test_dpo_trains_on_session_pairs(tmp_path):
     )
     train = results["train"]
     assert train["optimizer_steps"] == 1 and train["samples"]["train"] == 2
-    tokenizer = load({"name_or_path": "tiny:qwen2"})[1]
+    tokenizer = load(tiny_model())[1]
 
     def tokens(*turns):
         return sum(len(tokenizer(t.content + "<|im_end|>")["input_ids"]) for t in turns if t.role == "assistant")

@@ -38,7 +38,7 @@ def overfit(compose, tmp_path, model_name: str, *overrides: str) -> dict:
         "save_model=false",
         *overrides,
     )
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     return train(validate(cfg).training, model, tokenizer, EXAMPLES, EXAMPLES, tmp_path / model_name, logger=None)
 
 

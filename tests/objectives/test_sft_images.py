@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ def test_sft_with_images_lowers_the_held_out_loss(compose, tmp_path):
         "objective.scheduler=constant",
     )
     records = read_split(data_spec(cfg.data), "train").examples
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     report = train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)
     before, after = report["held_out"]["before"]["loss"], report["held_out"]["after"]["loss"]
     assert after < 0.8 * before, (before, after)  # 12 steps on 8 samples: about 8.3 -> 6
@@ -124,7 +125,7 @@ def test_image_settings_that_cannot_work_are_configuration_errors(compose):
     cases = {
         "objective.packing=true: model=tiny-qwen2-vl takes images": [*vl, "objective.packing=true"],
         "model.freeze_vision=True: model=tiny-qwen2 has no vision tower": ["+model.freeze_vision=true"],
-        "model.freeze_vision=false with model.lora": [*vl, "model.freeze_vision=false", "model.lora={r: 4}"],
+        "model.freeze_vision=false with model.lora": [*vl, "model.freeze_vision=false", "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}"],
         "data.images='sometimes': expected one of keep, drop": ["data.images=sometimes"],
     }
     for message, overrides in cases.items():
@@ -136,7 +137,7 @@ def test_image_settings_that_cannot_work_are_configuration_errors(compose):
 def test_grpo_refuses_samples_with_images(compose, tmp_path):
     cfg = compose("data=sample_mmrole", "model=tiny-qwen2-vl", "objective=grpo", *QUIET, "data.max_train_samples=4")
     records = read_split(data_spec(cfg.data), "train").examples
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     with pytest.raises(ConfigError, match="objective=grpo cannot train on images"):
         train(validate(cfg).training, model, tokenizer, records, records, tmp_path, logger=None)
 
@@ -155,5 +156,5 @@ def test_a_vl_run_exports_a_model_that_reloads_with_its_processor(compose, tmp_p
     assert saved["train"]["samples"]["images"] == {"train": 7, "val": 1}
     assert saved["records"]["train"]["images_dropped"] == 0
     assert results["train"]["held_out"]["after"]["loss"] < results["train"]["held_out"]["before"]["loss"]
-    model, tokenizer = load({**cfg.model, "name_or_path": str(tmp_path / "run" / "model")})
+    model, tokenizer = load(replace(validate(cfg).model, name_or_path=str(tmp_path / "run" / "model")))
     assert isinstance(tokenizer, ImageTextTokenizer) and model.config.model_type == "qwen2_vl"

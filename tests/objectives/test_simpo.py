@@ -64,11 +64,11 @@ def test_simpo_loss_equals_trls_on_the_same_inputs(beta, ratio, smoothing):
         torch.testing.assert_close(ours, theirs)
 
 
-def test_a_simpo_step_is_trls_loss_with_its_nll_term():
+def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model):
     """One pair (TRL's NLL is a token mean over the batch's chosen tokens, rpbench's a mean over pairs of
     per-pair means: the same for one pair): TRL's length-normalised log-probs, loss and cpo_alpha term from
     the model's full logits against the module's chunked training step."""
-    model, tokenizer = load({"name_or_path": "tiny:qwen2"})
+    model, tokenizer = load(tiny_model())
     settings = objective_settings("simpo", cpo_alpha=0.7, label_smoothing=0.1)
     module = SimPOModule(model.eval(), tokenizer, settings)
     samples, _ = SimPOModule.render(PAIRS[:1], ChatRenderer(tokenizer, "<|im_end|>", 512))
@@ -104,7 +104,7 @@ def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_
         "objective.warmup_ratio=0",
     )
     assert (cfg.objective.beta, cfg.objective.gamma_beta_ratio, cfg.objective.cpo_alpha) == (2.0, 0.5, 0.0)
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     report = train(validate(cfg).training, model, tokenizer, PAIRS[:4], PAIRS[:4], tmp_path / "run", logger=None)
     assert report["optimizer_steps"] == 1
     before, after = report["held_out"]["before"], report["held_out"]["after"]

@@ -27,7 +27,7 @@ def test_an_eval_mode_policy_with_dropout_trains_in_train_mode(compose, tmp_path
         "objective.grad_accum=1",
         "save_model=false",
     )
-    model, tokenizer = load(cfg.model)
+    model, tokenizer = load(validate(cfg).model)
     assert model.config.attention_dropout == 0.1
     model.eval()  # as from_pretrained leaves it
     modes = []  # (gradients on, the model's mode, its attention's mode) at each forward of the first layer

@@ -37,8 +37,8 @@ RECORDS = [
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load({"name_or_path": "tiny:qwen2"})
+def tiny(tiny_model):
+    return load(tiny_model())
 
 
 def test_which_probes_need_a_model():

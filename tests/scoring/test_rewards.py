@@ -312,13 +312,13 @@ def test_judge_reward_scores_each_completion_through_a_real_judge_server():
     assert fn.fn.failures == 1
 
 
-def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(tmp_path):
+def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(tmp_path, tiny_model):
     import torch
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
     from rpbench.models import load_tokenizer
 
-    tokenizer = load_tokenizer({"name_or_path": "tiny:qwen2"})
+    tokenizer = load_tokenizer(tiny_model())
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=32,

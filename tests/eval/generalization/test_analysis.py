@@ -3,6 +3,7 @@ packaged MiniLM encoder; its numbers against direct per-category scoring and the
 
 import functools
 import math
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -80,8 +81,8 @@ def run():
 @functools.cache
 def plain_critic() -> Critic:
     """A second, different critic standing in for one trained without r."""
-    model, tokenizer = load({"name_or_path": "tiny:qwen2", "attn_implementation": "eager"})
     cfg = compose_model_config("tiny-qwen2")
+    model, tokenizer = load(replace(cfg, attn_implementation="eager"))
     return Critic(model.eval(), chat_renderer(cfg, tokenizer, 2048), remid_prompts(None), "tiny-qwen2", False)
 
 

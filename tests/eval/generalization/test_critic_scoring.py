@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import tiny_settings
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import Turn, as_messages
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
@@ -44,7 +45,7 @@ SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbenc
 
 @functools.cache
 def tiny(family: str = "qwen2"):
-    model, tokenizer = load({"name_or_path": f"tiny:{family}", "attn_implementation": "eager"})
+    model, tokenizer = load(tiny_settings(family, attn_implementation="eager"))
     return model.eval(), ChatRenderer(tokenizer, None, max_length=4096)
 
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rpbench.core.errors import ConfigError
+from rpbench.core.typed import plain
 from rpbench.eval.generalization.estimator import load_estimator, provenance, resolve_spec
 from rpbench.models import load
 from rpbench.models.config_tree import compose_model_config
@@ -50,21 +51,26 @@ def saved_tiny(tmp_path_factory) -> Path:
     return folder
 
 
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": None}
+
+
 def corl_run(folder: Path, saved: Path) -> Path:
     """A CoRL run folder: its config.yaml and a copy of ``saved`` as each exported model."""
     for name in ("dialogue", "reasoner"):
         shutil.copytree(saved, folder / "model" / name)
-    (folder / "config.yaml").write_text(json.dumps({"model": {**compose_model_config("tiny-qwen3"), "lora": {"r": 4}}}))
+    (folder / "config.yaml").write_text(
+        json.dumps({"model": {**plain(compose_model_config("tiny-qwen3")), "lora": LORA}})
+    )
     return folder
 
 
 def test_a_corl_run_folder_gives_its_dialogue_model_as_critic_and_reasoner_as_reasoner(tmp_path, saved_tiny):
     run = corl_run(tmp_path / "corl-run", saved_tiny)
     critic, reasoner = resolve_spec("critic", str(run), ()), resolve_spec("reasoner", str(run), ())
-    assert critic.model_cfg["name_or_path"] == str(run / "model" / "dialogue") and critic.model_cfg["lora"] is None
-    assert reasoner.model_cfg["name_or_path"] == str(run / "model" / "reasoner")
+    assert critic.model_cfg.name_or_path == str(run / "model" / "dialogue") and critic.model_cfg.lora is None
+    assert reasoner.model_cfg.name_or_path == str(run / "model" / "reasoner")
     assert critic.description == "critic of run corl-run" and str(tmp_path) not in critic.description
-    assert resolve_spec("critic", "Qwen/Qwen3-8B", ()).model_cfg["name"] == "qwen3-8b"
+    assert resolve_spec("critic", "Qwen/Qwen3-8B", ()).model_cfg.name == "qwen3-8b"
     with pytest.raises(ConfigError, match="no run folder there"):
         resolve_spec("critic", str(tmp_path / "missing"), ())
 
@@ -148,8 +154,8 @@ def test_a_local_model_folder_is_a_critic_with_its_family_settings_and_digest(tm
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     spec = resolve_spec("critic", str(folder), ())
-    assert spec.model_cfg["name_or_path"] == str(folder) and spec.model_cfg["family"] == "qwen3"
-    assert spec.model_cfg["chat_template"] == compose_model_config("qwen3-8b")["chat_template"]
+    assert spec.model_cfg.name_or_path == str(folder) and spec.model_cfg.family == "qwen3"
+    assert spec.model_cfg.chat_template == compose_model_config("qwen3-8b").chat_template
     assert spec.description.startswith("model folder merged (loaded as model=qwen3-")
     loaded, _ = load_estimator(spec, "cpu")  # the folder's weights, in the entry's dtype
     saved = model.state_dict()

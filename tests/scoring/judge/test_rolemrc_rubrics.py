@@ -286,14 +286,14 @@ def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
     assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
 
 
-def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path):
+def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny_model):
     judge = judge_config(
         backend="local",
         model="local",
         parse_tries=1,
         cache_path=str(tmp_path / "judge.sqlite"),
         server={
-            "model": {"name_or_path": "tiny:qwen2", "end_of_turn": "<|im_end|>"},
+            "model": tiny_model(end_of_turn="<|im_end|>"),
             "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
         },
     )

@@ -22,6 +22,7 @@ def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_pa
     from transformers import AutoModelForCausalLM
 
     from rpbench.models import load
+    from rpbench.models.config_tree import compose_model_config
 
     out = tmp_path / "run"
     run_in_process(
@@ -45,7 +46,7 @@ def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_pa
     assert "base_model:" not in card  # random weights have no hub id to name
     assert "hub_commit" not in metrics  # push_to_hub is off by default: nothing uploaded (tests run offline)
 
-    base, tokenizer = load(OmegaConf.to_container(compose("model=tiny-qwen2").model, resolve=True))
+    base, tokenizer = load(compose_model_config("tiny-qwen2"))
     adapted = PeftModel.from_pretrained(base, str(out / "model" / "adapter")).eval()
     merged = AutoModelForCausalLM.from_pretrained(out / "model").eval()
     ids = torch.tensor([tokenizer.encode("Hello there, who are you?")])

@@ -84,6 +84,9 @@ TOY_MODEL = """\
 name: toy-mistral
 name_or_path: tiny:toy_mistral
 family: toy_mistral
+gguf_file: null
+instruct: false
+quantization: null
 dtype: float32
 attn_implementation: sdpa
 gradient_checkpointing: false
@@ -93,7 +96,8 @@ trust_remote_code: false
 revision: null
 lora: null
 init_seed: 0
-tiny: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2}
+tiny: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2,
+  vocab_size: 4096}
 """
 
 
@@ -113,9 +117,9 @@ def toy_config_dir(tmp_path: Path) -> Path:
 
 
 def initial_weights(seed: int) -> dict[str, torch.Tensor]:
-    tokenizer = ToyMistral.build_tiny_tokenizer(4096)
-    sizes = OmegaConf.create(TOY_MODEL).tiny
-    return ToyMistral.build_tiny_model(tokenizer, dict(sizes), seed, "sdpa").state_dict()
+    sizes = dict(OmegaConf.create(TOY_MODEL).tiny)
+    tokenizer = ToyMistral.build_tiny_tokenizer(sizes.pop("vocab_size"))
+    return ToyMistral.build_tiny_model(tokenizer, sizes, seed, "sdpa").state_dict()
 
 
 @pytest.mark.slow

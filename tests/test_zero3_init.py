@@ -47,7 +47,11 @@ def test_under_zero3_the_pipeline_loads_tokenizers_and_defers_the_trained_models
 def test_lora_adapters_built_partitioned_start_at_zero(tmp_path):
     """peft's initialisation, lost on partitioned layers, is redone: lora_B is zero, so the policy starts as
     its LoRA-disabled reference and DPO's first loss is ln 2; the run trains and exports the merged model."""
-    lora = ["model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}", "objective.precompute_ref=false", "objective.lr=1e-2"]
+    lora = [
+        "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}",
+        "objective.precompute_ref=false",
+        "objective.lr=1e-2",
+    ]
     out = _run(tmp_path / "zero3_lora", "trainer=deepspeed_zero3", *CPU_ZERO, *lora)
     first, second = _losses(out)
     assert first == pytest.approx(math.log(2), abs=1e-6)

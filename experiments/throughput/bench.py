@@ -624,7 +624,8 @@ def main() -> None:
     import datasets
 
     from rpbench.core.quiet import quiet_libraries
-    from rpbench.models import load
+    from rpbench.models import load_tokenizer
+    from rpbench.models.config_tree import compose_model_config
 
     quiet_libraries()
     datasets.disable_progress_bars()
@@ -634,7 +635,7 @@ def main() -> None:
     attn = args.attn or ("flash_attention_2" if device.type == "cuda" and installed("flash_attn") else "sdpa")
     setup = Setup(args.shape, device, torch.bfloat16 if device.type == "cuda" else torch.float32, attn,
                   args.checkpointing, args.seed)  # fmt: skip
-    setup.tokenizer = load({"name_or_path": "tiny:qwen2"})[1]
+    setup.tokenizer = load_tokenizer(compose_model_config("tiny-qwen2"))
     make_data(setup, args)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     digest = hashlib.sha1(str(setup.samples["sft"][0]["input_ids"][:16]).encode()).hexdigest()[:8]

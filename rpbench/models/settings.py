@@ -78,6 +78,8 @@ class ModelSettings(Settings):
             found.append(("attn_implementation", f"one of {', '.join(ATTENTION)}"))
         if self.is_tiny and (self.tiny is None or self.init_seed is None):
             found.append(f"tiny: a {TINY_PREFIX} model needs tiny sizes and init_seed (conf/model/common/tiny.yaml)")
+        elif self.is_tiny and "vocab_size" not in self.tiny:
+            found.append(("tiny", "sizes that include vocab_size (its tokenizer's size)"))
         return found
 
 

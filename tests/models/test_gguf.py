@@ -57,7 +57,7 @@ def smollm2():
 @pytest.mark.slow  # the first load on a fresh machine dequantizes the file: about 30 s on 2 cores
 def test_smollm2_from_its_gguf_is_cached_once_per_file_digest(smollm2):
     cfg, model, _ = smollm2
-    source = GGUFSource.of(cfg["gguf_file"])
+    source = GGUFSource.of(cfg.gguf_file)
     assert source.converted and (source.folder / "model.safetensors").is_file()
     assert (
         source.folder.name.endswith(source.sha256[:16])

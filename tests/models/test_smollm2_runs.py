@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from lightning.pytorch.loggers import CSVLogger
 from conftest import composed, run_in_process
 from rpbench.data.records import PreferenceExample, SFTExample, Turn
 from rpbench.models import load, save_hf
+from rpbench.models.config_tree import compose_model_config
 from rpbench.pipeline import RunFailed
 from rpbench.scoring.judge import open_judge
 from rpbench.scoring.rewards import REWARDS
@@ -72,7 +74,7 @@ def test_one_sft_step_lowers_the_held_out_loss_and_the_model_exports(tmp_path):
     # the converted weights are plain: the trained model saves (a kept GGUF marker made save_pretrained refuse)
     folder = save_hf(*trained, tmp_path / "model")
     assert "quantization_config" not in json.loads((folder / "config.json").read_text())
-    reloaded, _ = load({"name_or_path": str(folder), "family": "smollm2", "end_of_turn": "<|im_end|>"})
+    reloaded, _ = load(replace(compose_model_config(SMOLLM2), name_or_path=str(folder), gguf_file=None))
     assert torch.equal(reloaded.lm_head.weight, trained[0].lm_head.weight)
 
 

@@ -387,7 +387,11 @@ def test_shared_base_keeps_both_adapters_trainable_and_the_dialogue_adapter_acti
 def test_two_cpu_ranks_train_a_shared_base(tmp_path):
     out = tmp_path / "run"
     settings = ["objective=corl", "data=sample_rpgbench", "evaluator=none", "logger=none", "objective.batch_size=2"]
-    shared = ["objective.shared_base=true", "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}", "trainer.devices=2"]
+    shared = [
+        "objective.shared_base=true",
+        "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}",
+        "trainer.devices=2",
+    ]
     result = run_script(
         "run.py", f"hydra.run.dir={out}", *settings, *shared, "trainer.strategy=ddp_find_unused_parameters_true"
     )

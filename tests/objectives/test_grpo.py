@@ -243,7 +243,7 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
         "objective.beta=0.1",
         "objective.mu=2",
         "objective.lr=5e-2",
-        "model.lora={r: 4, alpha: 8, dropout: 0.0}",
+        "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}",
     )
     assert hasattr(model, "disable_adapter")
     assert float(rows[0]["train/kl"]) == 0.0  # first step: the adapter is still zero

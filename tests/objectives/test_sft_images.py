@@ -125,7 +125,11 @@ def test_image_settings_that_cannot_work_are_configuration_errors(compose):
     cases = {
         "objective.packing=true: model=tiny-qwen2-vl takes images": [*vl, "objective.packing=true"],
         "model.freeze_vision=True: model=tiny-qwen2 has no vision tower": ["+model.freeze_vision=true"],
-        "model.freeze_vision=false with model.lora": [*vl, "model.freeze_vision=false", "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}"],
+        "model.freeze_vision=false with model.lora": [
+            *vl,
+            "model.freeze_vision=false",
+            "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: null}",
+        ],
         "data.images='sometimes': expected one of keep, drop": ["data.images=sometimes"],
     }
     for message, overrides in cases.items():

@@ -20,7 +20,7 @@ from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
 from rpbench.data.records import drop_images, image_count, missing_image
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.context import EvalContext
 from rpbench.eval.evaluate import evaluate, judge_estimate
@@ -32,10 +32,10 @@ from rpbench.models.settings import ModelSettings
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.run_report import headline, write_report
-from rpbench.scoring.judge.client import judge_opener
+from rpbench.scoring.chat.client import client_opener
 from rpbench.serve import local_judge
 from rpbench.training import (
-    TrainingSpec,
+    TrainingSettings,
     check_resume,
     check_trained_records,
     resolve_ckpt,
@@ -43,8 +43,8 @@ from rpbench.training import (
     untuned_start_warning,
     zero_stage,
 )
-from rpbench.training.options import epoch_problems
-from rpbench.validate import RunSpec, check_model_source, check_test_images, check_test_records
+from rpbench.training.trainer_settings import epoch_problems
+from rpbench.validate import TrainEvalRun, check_model_source, check_test_images, check_test_records
 
 log = logging.getLogger(__name__)
 
@@ -54,18 +54,18 @@ class RunFailed(RpbenchError, RuntimeError):
     (the leaderboard skips such a run) and the run exits non-zero."""
 
 
-def evaluation_needs_records(spec: RunSpec) -> bool:
+def evaluation_needs_records(spec: TrainEvalRun) -> bool:
     """Whether the evaluation reads the test records (not when it only aggregates or judges given files)."""
     ev = spec.evaluator
     return ev is not None and BENCHMARKS.get(ev.name).needs_records(ev)
 
 
-def evaluates_a_model(spec: RunSpec) -> bool:
+def evaluates_a_model(spec: TrainEvalRun) -> bool:
     """False for the evaluators that measure files and records alone (judge agreement, shift report)."""
     return spec.evaluator is not None and BENCHMARKS.get(spec.evaluator.name).needs_model
 
 
-def generates_in_process(spec: RunSpec) -> bool:
+def generates_in_process(spec: TrainEvalRun) -> bool:
     """Whether the run's own model generates for the test records (evaluation or a probe)."""
     local_generation = (
         evaluation_needs_records(spec) and evaluates_a_model(spec) and spec.evaluator.backend in ("local", "vllm")
@@ -73,13 +73,13 @@ def generates_in_process(spec: RunSpec) -> bool:
     return local_generation or PROBES.get(spec.probe.name).needs_model
 
 
-def evaluates_model_itself(spec: RunSpec) -> bool:
+def evaluates_model_itself(spec: TrainEvalRun) -> bool:
     """Whether the evaluator runs the run's own model its own way (evaluator=general's lm-eval tasks)."""
     ev = spec.evaluator
     return evaluates_a_model(spec) and not BENCHMARKS.get(ev.name).reads_records and ev.backend == "local"
 
 
-def check_epoch(training: TrainingSpec, splits: dict[str, list], train_split: str) -> None:
+def check_epoch(training: TrainingSettings, splits: dict[str, list], train_split: str) -> None:
     """The trainer's batch limits against the records an epoch trains on (``epoch_problems``), once they are read
     and before the model loads: a ConfigError listing what Lightning would refuse after loading."""
     trained, _ = train_val_split(splits[train_split], training.data.val_fraction, training.run.seed)
@@ -89,11 +89,11 @@ def check_epoch(training: TrainingSpec, splits: dict[str, list], train_split: st
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def needs_model(spec: RunSpec) -> bool:
+def needs_model(spec: TrainEvalRun) -> bool:
     return spec.objective is not None or generates_in_process(spec) or evaluates_model_itself(spec)
 
 
-def eval_context(spec: RunSpec, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
+def eval_context(spec: TrainEvalRun, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
     """The evaluation stage's inputs: its typed settings, the judge's, the data and model settings it reads."""
     return EvalContext(
         settings=spec.evaluator,
@@ -110,7 +110,7 @@ def eval_context(spec: RunSpec, model, tokenizer, examples, out_dir: Path, logge
     )
 
 
-def build_models(training: TrainingSpec | None, model: ModelSettings) -> dict[str, tuple]:
+def build_models(training: TrainingSettings | None, model: ModelSettings) -> dict[str, tuple]:
     """Name -> (model, tokenizer) of each model ``training``'s objective trains (``models_to_build``; the
     first is the one evaluated and probed), or of ``model`` (the run's model) alone when nothing
     trains. Under ZeRO-3 a trained model is a DeferredModel: the objective builds it inside the engine's init
@@ -126,7 +126,7 @@ def build_models(training: TrainingSpec | None, model: ModelSettings) -> dict[st
     return models
 
 
-def read_data(data: DataSpec, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
+def read_data(data: DataSettings, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
     """Records per split (and ``augment``: the records of ``data.files.augment``, read as the training split),
     and the read report (counts, skipped records, train/test overlap)."""
     splits: dict[str, list] = {}
@@ -168,7 +168,9 @@ def records_sha256(examples: list) -> str:
     return digest.hexdigest()
 
 
-def records_for_model(spec: RunSpec, splits: dict[str, list], counts: dict[str, Any], train_split: str | None) -> None:
+def records_for_model(
+    spec: TrainEvalRun, splits: dict[str, list], counts: dict[str, Any], train_split: str | None
+) -> None:
     """The records as the model gets them: with ``data.images=drop`` every split's images are removed (counted
     per split as ``images_dropped``); with ``keep`` a text-only model refuses records with images."""
     data = spec.data
@@ -206,7 +208,7 @@ def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
 
-def run(spec: RunSpec) -> dict[str, Any]:
+def run(spec: TrainEvalRun) -> dict[str, Any]:
     """The run ``validate`` parsed (every setting checked before anything expensive); its results."""
     if needs_model(spec):
         check_model_source(spec)
@@ -264,7 +266,7 @@ def run(spec: RunSpec) -> dict[str, Any]:
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
-        judges = judge_opener(local_judge)  # judge rewards (judge=local: served here when a reward opens it)
+        judges = client_opener(local_judge)  # judge rewards (judge=local: served here when a reward opens it)
         results["train"] = train(training, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
     exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
     if exported and is_rank_zero():

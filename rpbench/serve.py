@@ -60,7 +60,7 @@ from rpbench.models.config_tree import compose_model_config
 from rpbench.models.settings import ModelSettings
 
 if TYPE_CHECKING:
-    from rpbench.scoring.judge.client import JudgeConfig
+    from rpbench.scoring.chat.client import EndpointSettings
 
 FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
@@ -624,12 +624,12 @@ class ChatServer:
         import torch
         from transformers import StoppingCriteriaList
 
-        from rpbench.models.generation import GenerationOptions, batch_inputs, hf_generation_config
+        from rpbench.models.generation import GenerationSettings, batch_inputs, hf_generation_config
 
         model, tok, stop_ids = self.served.model, self.served.tokenizer, self.served.stop_ids
         # The request's sampling; the rest is the server's own: no top-k (the API has none), each sampled
         # batch seeded with 0, a dynamic KV cache, one process (nothing gathered, synced or merged)
-        opts = GenerationOptions(
+        opts = GenerationSettings(
             max_new_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
@@ -1029,10 +1029,10 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def local_judge(judge: JudgeConfig) -> Iterator[JudgeConfig]:
+def local_judge(judge: EndpointSettings) -> Iterator[EndpointSettings]:
     """A ``backend: local`` judge's server, started on 127.0.0.1 for ``judge.server`` (stopped on exit);
     yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the synthesis
-    task hand it to ``open_judge`` (``rpbench.scoring.judge.client.LocalServer``)."""
+    task hand it to ``open_client`` (``rpbench.scoring.chat.client.LocalServer``)."""
     server_cfg = dict(judge.server or {})
     if "model" not in server_cfg:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")

@@ -19,26 +19,26 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
-from rpbench.data.spec import DataSpec, data_spec_problems
+from rpbench.data.settings import DataSettings, data_settings_problems
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import HubSettings, export_problems
 from rpbench.models import family_of
 from rpbench.models.checks import generation_length_problems, hub_problems, model_context, source_problems
 from rpbench.models.config_tree import model_options
-from rpbench.models.generation import GenerationOptions
+from rpbench.models.generation import GenerationSettings
 from rpbench.models.quantization import quantization_problems
 from rpbench.models.settings import ModelSettings
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
-from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import BACKENDS, JudgeConfig, judge_reply_length_problems
-from rpbench.synth.config import SynthConfig
+from rpbench.scoring.chat.client import BACKENDS, EndpointSettings, judge_reply_length_problems
+from rpbench.scoring.chat.endpoints import api_key
+from rpbench.synth.config import SynthSettings
 from rpbench.synth.synthesize import SynthesisRun
 from rpbench.training.fit import zero_stage
-from rpbench.training.options import TrainerOptions, trainer_problems
 from rpbench.training.resume import RESUME_CHOICES
-from rpbench.training.spec import TrainingSpec, training_spec
+from rpbench.training.settings import TrainingSettings, training_settings
+from rpbench.training.trainer_settings import TrainerSettings, trainer_problems
 
 MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 
@@ -154,7 +154,7 @@ def check_images(cfg: DictConfig, model: ModelSettings, problems: Problems) -> N
         )
 
 
-def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | None:
+def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveSettings | None:
     """The objective's typed settings (its ``config_class``, which checks its own values), and whether the
     trainer can step its optimizers."""
     name = str(cfg.objective.name)
@@ -174,7 +174,7 @@ def check_objective(cfg: DictConfig, problems: Problems) -> ObjectiveConfig | No
     return config
 
 
-def check_env(cfg: DictConfig, problems: Problems, data: DataSpec | None) -> None:
+def check_env(cfg: DictConfig, problems: Problems, data: DataSettings | None) -> None:
     """``env``: an environment the objective rolls out in (its ``environments``), on scenario data, with a
     usable judge (it plays the user). The environment's own settings are the objective's (``objective.env``)."""
     name, objective = str(cfg.env.name), str(cfg.objective.name)
@@ -200,7 +200,7 @@ def check_env(cfg: DictConfig, problems: Problems, data: DataSpec | None) -> Non
         check_judge_key(judge, "env.judge", problems)
 
 
-def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> JudgeConfig | None:
+def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> EndpointSettings | None:
     """A judge group's typed settings (None: backend none); a local judge's served model is one rpbench knows."""
     backend = str(judge.get("backend"))
     if not _choice(problems, f"{where}.backend", backend, BACKENDS) or backend == "none":
@@ -213,10 +213,10 @@ def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> Jud
             f"{where}.server.model.name_or_path is not set: give the served model's folder "
             "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
         )
-    return JudgeConfig.collect(judge, where, problems)
+    return EndpointSettings.collect(judge, where, problems)
 
 
-def check_judge_key(judge: JudgeConfig, where: str, problems: Problems) -> None:
+def check_judge_key(judge: EndpointSettings, where: str, problems: Problems) -> None:
     """The judge's API key, when it calls an endpoint that needs one (the key is read, never kept)."""
     if judge.backend == "local":  # rpbench's own server on 127.0.0.1: no key
         return
@@ -227,7 +227,7 @@ def check_judge_key(judge: JudgeConfig, where: str, problems: Problems) -> None:
 
 
 def check_evaluator(
-    cfg: DictConfig, problems: Problems, data: DataSpec | None, judge: JudgeConfig | None
+    cfg: DictConfig, problems: Problems, data: DataSettings | None, judge: EndpointSettings | None
 ) -> Settings | None:
     """The evaluator's typed settings (its benchmark's ``settings_class``); judge and evaluator fit together,
     the judge is usable."""
@@ -272,24 +272,24 @@ def generation_context_problems(evaluator: Settings | None, model: ModelSettings
     """The evaluated model's replies (``evaluator.generation.max_new_tokens``, generated here: backend local or
     vllm) fit in its context."""
     generation = getattr(evaluator, "generation", None)
-    if not isinstance(generation, GenerationOptions) or evaluator.backend == "endpoint":
+    if not isinstance(generation, GenerationSettings) or evaluator.backend == "endpoint":
         return []
     key, name = "evaluator.generation.max_new_tokens", model.name
     return generation_length_problems(generation.max_new_tokens, model_context(model), key, name)
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class TrainEvalRun:
     """The typed parts of a run the stages receive, each parsed once by ``validate``."""
 
-    objective: ObjectiveConfig | None  # None: nothing trains
+    objective: ObjectiveSettings | None  # None: nothing trains
     evaluator: Settings | None  # the benchmark's settings; None: no evaluation
     probe: Settings  # the probe's settings (probe=none: its name alone)
-    judge: JudgeConfig | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
-    training: TrainingSpec | None  # the training stage's settings; None: nothing trains
-    data: DataSpec  # the data stage's settings (read by training, evaluation and the probes too)
+    judge: EndpointSettings | None  # the judge's settings (evaluation, judge rewards, synthesis); None: judge=none
+    training: TrainingSettings | None  # the training stage's settings; None: nothing trains
+    data: DataSettings  # the data stage's settings (read by training, evaluation and the probes too)
     model: ModelSettings  # the run's model: pointed at init_from's saved model when set
-    trainer: TrainerOptions  # the trainer group (training's strategy; the device evaluation and probes run on)
+    trainer: TrainerSettings  # the trainer group (training's strategy; the device evaluation and probes run on)
     name: str  # run_name
     seed: int
     init_from: str | None  # the earlier run trained from (the results name it)
@@ -299,8 +299,8 @@ class RunSpec:
     composed: Mapping[str, Any]  # the whole config resolved: written to config.yaml and given to the logger
 
 
-def validate(cfg: DictConfig) -> RunSpec | SynthesisRun:
-    """The typed run of ``cfg.task`` (train_eval: a RunSpec; synthesize: a SynthesisRun); a ConfigError listing
+def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
+    """The typed run of ``cfg.task`` (train_eval: a TrainEvalRun; synthesize: a SynthesisRun); a ConfigError listing
     every problem of ``cfg`` when there is any. The user's ``plugins`` are imported first: names are checked
     against the registries they add to."""
     import_plugins(list(cfg.plugins))
@@ -315,7 +315,7 @@ def validate(cfg: DictConfig) -> RunSpec | SynthesisRun:
     problems: Problems = []
     check_run(cfg, problems)
     model = check_model(cfg, problems)
-    data = data_spec_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
+    data = data_settings_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     probe = check_probe(cfg, problems)
     objective = check_objective(cfg, problems)
     check_env(cfg, problems, data)
@@ -331,9 +331,9 @@ def validate(cfg: DictConfig) -> RunSpec | SynthesisRun:
     length = generation_context_problems(evaluator, model)  # reads the weights' config: after the cheap checks
     if length:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(length))
-    trainer = TrainerOptions(OmegaConf.to_container(cfg.trainer, resolve=True))
-    training = None if objective is None else training_spec(cfg, objective, data, model, trainer)  # checked above
-    return RunSpec(
+    trainer = TrainerSettings(OmegaConf.to_container(cfg.trainer, resolve=True))
+    training = None if objective is None else training_settings(cfg, objective, data, model, trainer)  # checked above
+    return TrainEvalRun(
         objective=objective,
         evaluator=evaluator,
         probe=probe,
@@ -359,7 +359,7 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
         raise ConfigError("task=synthesize needs a synthesis recipe: synth=rolemrc")
     problems: Problems = []
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
-    synth = SynthConfig.collect(OmegaConf.to_container(cfg.synth, resolve=True), "synth", problems)
+    synth = SynthSettings.collect(OmegaConf.to_container(cfg.synth, resolve=True), "synth", problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     if judge is None and any(s in synth.stages for s in ("profiles", "dialogues")):
@@ -375,7 +375,7 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     )
 
 
-def check_test_records(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
+def check_test_records(spec: TrainEvalRun, examples: Sequence[EvalExample]) -> None:
     """What the evaluator's benchmark needs of the test records read (``Benchmark.record_problems``): a
     ConfigError listing it, when the records are read, before any model loads."""
     ev = spec.evaluator
@@ -384,7 +384,7 @@ def check_test_records(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
         raise ConfigError("invalid test records:\n  " + "\n  ".join(problems))
 
 
-def check_model_source(spec: RunSpec) -> None:
+def check_model_source(spec: TrainEvalRun) -> None:
     """Before a run loads its model: one it cannot reach (a hub id missing from the cache while the Hub is
     offline) is a ConfigError naming ``model.name_or_path`` and what to do. Not part of ``validate``: a run that
     loads no model (an endpoint evaluation) does not need it."""
@@ -393,7 +393,7 @@ def check_model_source(spec: RunSpec) -> None:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-def check_test_images(spec: RunSpec, examples: Sequence[EvalExample]) -> None:
+def check_test_images(spec: TrainEvalRun, examples: Sequence[EvalExample]) -> None:
     """Test records with images, generated for in-process: a model whose family takes images sees them;
     a text-only model, and any probe (probes render text), needs ``data.images=drop``. Checked when
     the records are read, before training."""

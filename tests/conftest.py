@@ -349,18 +349,18 @@ def judge_settings(**overrides) -> dict:
 
 def judge_config(**overrides):
     """``judge_settings`` parsed, as ``validate`` parses the judge group."""
-    from rpbench.scoring.judge.client import JudgeConfig
+    from rpbench.scoring.chat.client import EndpointSettings
 
-    return JudgeConfig.parse(judge_settings(**overrides), "judge")
+    return EndpointSettings.parse(judge_settings(**overrides), "judge")
 
 
 def generation_options(**overrides):
     """evaluator=rolemrc's ``generation`` settings (conf/evaluator/rolemrc.yaml, the sample data's prompt
     length) without a progress bar, with ``overrides``."""
-    from rpbench.models.generation import GenerationOptions
+    from rpbench.models.generation import GenerationSettings
 
     values = {**group_values("evaluator", "rolemrc", "evaluator.generation"), "progress": False, **overrides}
-    return GenerationOptions.parse(values, "evaluator.generation")
+    return GenerationSettings.parse(values, "evaluator.generation")
 
 
 def generation_endpoint(base_url: str, model: str, **overrides):
@@ -381,7 +381,7 @@ def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
 
 def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> list[str]:
     """Each conversation's reply in input order, through evaluation's path (``render_prompts`` ->
-    ``generate_batches``); ``options`` are ``GenerationOptions`` fields."""
+    ``generate_batches``); ``options`` are ``GenerationSettings`` fields."""
     from rpbench.models.generation import default_stop_ids, generate_batches, render_prompts
 
     opts = generation_options(**options)

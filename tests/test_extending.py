@@ -19,9 +19,9 @@ from rpbench.models.families import FAMILIES, ModelFamily
 from rpbench.models.families.base import DECODER_HOOK_PRESETS
 from rpbench.models.families.qwen2 import Qwen2
 from rpbench.models.forward import supervised_nll_sum
-from rpbench.objectives.config import ObjectiveConfig
-from rpbench.objectives.dpo import DPOConfig
-from rpbench.objectives.grpo import GRPOConfig
+from rpbench.objectives.config import ObjectiveSettings
+from rpbench.objectives.dpo import DPOSettings
+from rpbench.objectives.grpo import GRPOSettings
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.objectives.sft import SFTModule
 from rpbench.pipeline import run
@@ -39,7 +39,7 @@ class ToyMistral(ModelFamily):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TwoModelConfig(ObjectiveConfig):
+class TwoModelConfig(ObjectiveSettings):
     reasoner_weight: float
 
     def problems(self):
@@ -169,27 +169,27 @@ def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
 def test_typed_configs_reject_unknown_missing_and_bad_values():
     sft = objective_settings("sft")
     with pytest.raises(ConfigError, match=r"objective.lr_decay: unknown key; valid keys: .*, lr, "):
-        ObjectiveConfig.parse({**sft, "lr_decay": 0.1}, "objective")
+        ObjectiveSettings.parse({**sft, "lr_decay": 0.1}, "objective")
     without_lr = {k: v for k, v in sft.items() if k != "lr"}
     with pytest.raises(ConfigError, match=r"objective.lr: missing \(it has no default in code"):
-        ObjectiveConfig.parse(without_lr, "objective")
+        ObjectiveSettings.parse(without_lr, "objective")
     with pytest.raises(ConfigError, match=r"objective.batch_size=0: expected an integer >= 1"):
-        ObjectiveConfig.parse({**sft, "batch_size": 0}, "objective")
+        ObjectiveSettings.parse({**sft, "batch_size": 0}, "objective")
     with pytest.raises(ConfigError, match=r"objective.mu=0: expected an integer >= 1"):
-        GRPOConfig.parse(objective_settings("grpo", mu=0), "objective")
+        GRPOSettings.parse(objective_settings("grpo", mu=0), "objective")
     with pytest.raises(ConfigError, match=r"objective.loss_type='kto': expected one of apo_down, apo_zero, "):
-        DPOConfig.parse(objective_settings("dpo", loss_type="kto"), "objective")
+        DPOSettings.parse(objective_settings("dpo", loss_type="kto"), "objective")
     with pytest.raises(ConfigError, match=r"objective.beta: unknown key"):  # DPO's key on SFT
-        ObjectiveConfig.parse(objective_settings("sft", beta=0.1), "objective")
+        ObjectiveSettings.parse(objective_settings("sft", beta=0.1), "objective")
     with pytest.raises(ConfigError, match=r"objective.reasoner_weight=0.0: expected a number > 0"):  # a plugin's own
         TwoModelConfig.parse({**sft, "reasoner_weight": 0}, "objective")
 
 
 def test_each_default_comes_from_the_yaml():
     """The values the code once fell back to differently (GRPO clip-higher, the shared schedule)."""
-    grpo = GRPOConfig.parse(objective_settings("grpo"), "objective")
+    grpo = GRPOSettings.parse(objective_settings("grpo"), "objective")
     assert (grpo.epsilon_low, grpo.epsilon_high) == (0.2, 0.28)
-    dpo = DPOConfig.parse(objective_settings("dpo"), "objective")
+    dpo = DPOSettings.parse(objective_settings("dpo"), "objective")
     assert (dpo.scheduler, dpo.adam_betas, dpo.adam_eps) == ("cosine", (0.9, 0.999), 1e-8)  # optim/default.yaml
     assert (dpo.lr, dpo.warmup_ratio) == (1e-3, 0.0)  # the tiny model's tuning over dpo.yaml
 

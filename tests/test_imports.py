@@ -28,7 +28,7 @@ LAYERS = {
     "rpbench.objectives": 2,
     "rpbench.eval": 2,
     "rpbench.probes": 2,
-    "rpbench.synth": 2,  # task=synthesize: data written by a generator model (the judge client)
+    "rpbench.synth": 2,  # task=synthesize: data written by a generator model (the chat client)
     "rpbench.training": 3,  # the Trainer, its callbacks, resume and trainer checks: objectives run under it
 }
 PIPELINE = 4
@@ -106,9 +106,9 @@ def test_serve_is_pipeline_level():
 
 
 def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
-    """No import side effect: the local judge server is handed to open_judge, never set by importing the
+    """No import side effect: the local judge server is handed to open_client, never set by importing the
     pipeline (or rpbench.serve). In-process: the pipeline import is shared with the suite's other tests."""
-    import rpbench.scoring.judge.client as client
+    import rpbench.scoring.chat.client as client
 
     before = dict(vars(client))
     import rpbench.pipeline  # noqa: F401
@@ -116,7 +116,7 @@ def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
     changed = sorted(k for k in before.keys() | vars(client).keys() if before.get(k) is not vars(client).get(k))
     assert changed == []
     with pytest.raises(ValueError, match="no local judge server was handed in"):
-        with client.open_judge(judge_config(backend="local", model="local", server={"model": "tiny-qwen2"})):
+        with client.open_client(judge_config(backend="local", model="local", server={"model": "tiny-qwen2"})):
             pass
 
 

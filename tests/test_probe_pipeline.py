@@ -15,7 +15,7 @@ import rpbench.pipeline as pipeline
 from conftest import evaluation_of
 from rpbench.data.prepare import read_split
 from rpbench.data.records import as_messages
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.eval.evaluate import evaluate
 from rpbench.models import load
 from rpbench.probes import load_stats

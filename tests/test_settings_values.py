@@ -93,7 +93,7 @@ MODEL = [
     ("model.lora={r:8,rank:4}", "model.lora.rank: unknown key"),
     ("model.name_or_path=./no/such/model", "model.name_or_path='./no/such/model': expected a Hugging Face hub id"),
 ]
-TRAINING = [  # the training stage's typed settings (rpbench/training/spec.py)
+TRAINING = [  # the training stage's typed settings (rpbench/training/settings.py)
     ("save_model=yes", "save_model='yes': expected true or false"),
     ("ckpt_path=3", "ckpt_path=3: expected a string or null"),
     ("export.lora_adapter=2", "export.lora_adapter=2: expected true or false"),
@@ -164,12 +164,12 @@ def test_only_the_entry_points_and_validation_see_the_composed_config():
 
     from rpbench import pipeline
     from rpbench.synth.synthesize import SynthesisRun, synthesize_run
-    from rpbench.validate import RunSpec
+    from rpbench.validate import TrainEvalRun
 
-    for entry, typed in ((pipeline.run, RunSpec), (synthesize_run, SynthesisRun)):
+    for entry, typed in ((pipeline.run, TrainEvalRun), (synthesize_run, SynthesisRun)):
         first = next(iter(inspect.signature(entry).parameters.values()))
         assert first.annotation in (typed, typed.__name__), entry
-    allowed = {"validate.py", "training/spec.py", "models/config_tree.py", "resolvers.py", "sweep_summary.py"}
+    allowed = {"validate.py", "training/settings.py", "models/config_tree.py", "resolvers.py", "sweep_summary.py"}
     package = Path(pipeline.__file__).parent
     seen = {str(p.relative_to(package)) for p in package.rglob("*.py") if "DictConfig" in p.read_text()}
     assert seen <= allowed, seen - allowed
@@ -183,7 +183,7 @@ def test_the_training_stage_receives_typed_settings_and_no_composed_config(defau
 
     from omegaconf import DictConfig, ListConfig
 
-    from rpbench.training import TrainingSpec, train
+    from rpbench.training import TrainingSettings, train
 
     def nodes(value) -> list:
         if isinstance(value, (DictConfig, ListConfig)):
@@ -194,7 +194,7 @@ def test_the_training_stage_receives_typed_settings_and_no_composed_config(defau
         return [n for item in items for n in nodes(item)]
 
     first = next(iter(inspect.signature(train).parameters.values()))  # the stage's settings, then its data
-    assert (first.name, first.annotation) in (("training", "TrainingSpec"), ("training", TrainingSpec))
+    assert (first.name, first.annotation) in (("training", "TrainingSettings"), ("training", TrainingSettings))
     training = validate(default_config).training
     assert nodes(training) == []
     assert (training.objective.name, training.split, training.run.seed) == ("sft", "train", default_config.seed)
@@ -359,9 +359,9 @@ def settings_classes() -> list[type]:
                     visit(kind)
 
     from rpbench.synth.synthesize import SynthesisRun
-    from rpbench.validate import RunSpec
+    from rpbench.validate import TrainEvalRun
 
-    visit(RunSpec)
+    visit(TrainEvalRun)
     visit(SynthesisRun)
     for registry, attribute in (
         (BENCHMARKS, "settings_class"),
@@ -376,14 +376,14 @@ def settings_classes() -> list[type]:
 def test_no_settings_class_declares_a_default_in_code():
     """Each default lives in the YAML alone: a default in a settings class (the judge's and generation's
     included) would be a second one."""
-    from rpbench.models.generation import GenerationOptions
-    from rpbench.objectives.config import ObjectiveConfig
-    from rpbench.objectives.grpo import GRPOConfig
-    from rpbench.scoring.judge.client import JudgeConfig
+    from rpbench.models.generation import GenerationSettings
+    from rpbench.objectives.config import ObjectiveSettings
+    from rpbench.objectives.grpo import GRPOSettings
+    from rpbench.scoring.chat.client import EndpointSettings
 
     classes = settings_classes()
-    assert len(classes) > 20 and {GenerationOptions, ObjectiveConfig, GRPOConfig} <= set(classes)
-    classes += [JudgeConfig]
+    assert len(classes) > 20 and {GenerationSettings, ObjectiveSettings, GRPOSettings} <= set(classes)
+    classes += [EndpointSettings]
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
 
 
@@ -404,20 +404,20 @@ def group_settings() -> list[tuple[str, str, Any, type]]:
     """(group, option, its composed values, the class that reads them) for the judge, evaluator and
     objective groups, and the generation settings and reward lists nested in them that are read apart."""
     from rpbench.eval.benchmarks import BENCHMARKS
-    from rpbench.models.generation import GenerationOptions
+    from rpbench.models.generation import GenerationSettings
     from rpbench.objectives.registry import OBJECTIVES
-    from rpbench.scoring.judge.client import JudgeConfig
+    from rpbench.scoring.chat.client import EndpointSettings
 
     found = []
     for option in sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml")):
         if option != "none":
-            found.append(("judge", option, group_values("judge", option, "judge"), JudgeConfig))
+            found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
     for option in BENCHMARKS.names():
         values = group_values("evaluator", option, "evaluator")
         found.append(("evaluator", option, values, BENCHMARKS.get(option).settings_class))
         reasoning = (values.get("generalization") or {}).get("reasoning")  # rpgbench's reasoner, parsed when run
         if reasoning is not None:
-            found.append(("evaluator", f"{option}.generalization.reasoning", reasoning, GenerationOptions))
+            found.append(("evaluator", f"{option}.generalization.reasoning", reasoning, GenerationSettings))
     for option in OBJECTIVES.names():
         found.append(
             ("objective", option, group_values("objective", option, "objective"), OBJECTIVES.get(option).config_class)
@@ -442,11 +442,11 @@ def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
 
 @pytest.mark.slow
 def test_every_key_of_every_data_config_is_read():
-    """A data config's key is a typed DataSpec field, a reader option, or read by another group's YAML
+    """A data config's key is a typed DataSettings field, a reader option, or read by another group's YAML
     (``${data.<key>}``): anything else would be a setting that silently does nothing."""
     import re
 
-    from rpbench.data.spec import READER_OPTIONS, DataSpec
+    from rpbench.data.settings import READER_OPTIONS, DataSettings
 
     elsewhere = {
         match
@@ -454,7 +454,7 @@ def test_every_key_of_every_data_config_is_read():
         if path.relative_to(CONF_DIR).parts[0] != "data"
         for match in re.findall(r"\bdata\.(\w+)", path.read_text())
     }
-    read = {field.name for field in dataclasses.fields(DataSpec)} - {"options"} | set(READER_OPTIONS) | elsewhere
+    read = {field.name for field in dataclasses.fields(DataSettings)} - {"options"} | set(READER_OPTIONS) | elsewhere
     options = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml"))
     unread = {option: sorted(set(group_values("data", option, "data")) - read) for option in options}
     assert len(options) > 15 and {option: keys for option, keys in unread.items() if keys} == {}
@@ -480,10 +480,10 @@ def test_every_model_entry_parses_to_its_typed_settings():
 
 
 def test_a_key_read_nowhere_is_found():
-    from rpbench.scoring.judge.client import JudgeConfig
+    from rpbench.scoring.chat.client import EndpointSettings
 
     values = {**group_values("judge", "openai", "judge"), "retries": 3, "budget": {"usd": 1, "tokens": None}}
-    assert unread_keys(values, JudgeConfig, "judge") == ["judge.retries"]
+    assert unread_keys(values, EndpointSettings, "judge") == ["judge.retries"]
     assert unread_keys({"a": {"b": 1}}, Outer, "x") == ["x.a"]
     assert unread_keys({"inner": {"share": 1, "more": 2}}, Outer, "x") == ["x.inner.more"]
 

@@ -78,7 +78,7 @@ def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path)
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks a machine without CUDA")
 def test_accelerator_gpu_without_cuda_is_refused_before_loading():
-    from rpbench.training.options import value_problems
+    from rpbench.training.trainer_settings import value_problems
 
     assert value_problems({"accelerator": "gpu"}) == [
         "trainer.accelerator=gpu: no CUDA device here (use trainer.accelerator=cpu or auto)"
@@ -137,7 +137,7 @@ def test_a_refused_share_is_one_lightning_refuses_and_the_share_advised_one_it_t
     from lightning.pytorch.trainer.connectors.data_connector import _parse_num_batches
     from lightning.pytorch.trainer.states import RunningStage
 
-    from rpbench.training.options import epoch_problems, most_micro_batches
+    from rpbench.training.trainer_settings import epoch_problems, most_micro_batches
 
     objective = validate(compose("objective.batch_size=2", "objective.grad_accum=1")).objective
     most = most_micro_batches(objective, records)

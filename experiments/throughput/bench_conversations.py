@@ -63,10 +63,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
-    from rpbench.eval.benchmarks.conversation_loop import run_sessions
+    from rpbench.eval.benchmarks.conversation.sessions import run_sessions
     from rpbench.models import for_inference
     from rpbench.pipeline import build_models, eval_context, read_data
-    from rpbench.scoring.judge import open_judge
+    from rpbench.scoring.chat import open_client
     from rpbench.scoring.judge.conversation import judge_sessions, open_simulator, simulator_version
     from rpbench.serve import local_judge
     from rpbench.validate import validate
@@ -81,7 +81,7 @@ def main() -> None:
     ]
     model, tokenizer = build_models(spec.training, spec.model)["policy"]
     model = for_inference(model, tokenizer, spec.model, spec.trainer.values, None)
-    with scratch as tmp, open_judge(spec.judge, local_judge) as judge:
+    with scratch as tmp, open_client(spec.judge, local_judge) as judge:
         ctx = eval_context(spec, model, tokenizer, examples, Path(tmp), None)
         with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
             rows = {}

@@ -23,7 +23,7 @@ from rpbench.data import readers, supervision
 from rpbench.data.errors import ReadResult
 from rpbench.data.files import HUB_PREFIX, resolve_data_file
 from rpbench.data.records import SFTExample
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 
 MAX_SAMPLES = {
     "train": "max_train_samples",
@@ -35,7 +35,7 @@ TEST_SET = "test_set"
 log = logging.getLogger(__name__)
 
 
-def read_split(data: DataSpec, split: str, file: str | None = None) -> ReadResult:
+def read_split(data: DataSettings, split: str, file: str | None = None) -> ReadResult:
     """Read ``data.files.<file>`` (default: ``<split>``) with the reader of ``split`` and the data config's
     format, error policy and options; an ``hf://`` name (a hub dataset) goes to the reader as it is."""
     file = file or split
@@ -61,7 +61,7 @@ def check_augment_ids(train: Sequence, augment: Sequence, augment_file: str) -> 
         )
 
 
-def _read_file(data: DataSpec, split: str, name: str, file: str | None = None) -> ReadResult:
+def _read_file(data: DataSettings, split: str, name: str, file: str | None = None) -> ReadResult:
     """One file ``name`` of ``data.files.<file>`` (default ``<split>``), read with ``split``'s reader; a
     training file's conversations supervised as ``data.supervise`` and ``data.speaker`` say (``supervision``)."""
     configured = f"data.files.{file or split}"
@@ -82,14 +82,14 @@ def _read_file(data: DataSpec, split: str, name: str, file: str | None = None) -
     return result
 
 
-def _limited(data: DataSpec, file: str, result: ReadResult) -> ReadResult:
+def _limited(data: DataSettings, file: str, result: ReadResult) -> ReadResult:
     limit = getattr(data, MAX_SAMPLES[file]) if file in MAX_SAMPLES else None
     if limit is not None:
         result.examples = result.examples[:limit]
     return result
 
 
-def _read_test_sets(data: DataSpec, sets: Mapping[str, Any]) -> ReadResult:
+def _read_test_sets(data: DataSettings, sets: Mapping[str, Any]) -> ReadResult:
     """Every file of every test set, its records tagged with the set; counts summed, plus the records per
     set (``test_set.<name>``). Skipped-record messages name the files as configured."""
     combined: ReadResult = ReadResult(str(dict(sets)))

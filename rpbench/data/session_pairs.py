@@ -1,6 +1,6 @@
 """Whole-session preference pairs (``format: session_pairs``, ``data=session_pairs``): multi-turn DPO's data.
 
-A JSON Lines file (or JSON list), one pair per record, as ``python -m rpbench.synth.session_pairs`` writes it
+A JSON Lines file (or JSON list), one pair per record, as ``python -m rpbench.synth.pairs_from_runs`` writes it
 from judged ``evaluator=conversation`` runs (or as you write it yourself):
 
 - ``id``: the pair's name (string or integer, unique in the file);

@@ -5,7 +5,7 @@ benchmark's ``evaluator`` settings (typed, parsed once at startup), the judge's 
 model settings evaluation reads (image folder, prompt lengths, chat template), the prompt source, the
 model and tokenizer (None when an endpoint generates), the test records, the run folder and the logger.
 The local judge server (``judge=local``) is handed in by the pipeline; a hook opens its judge with
-``ctx.open_judge()`` (``evaluator=conversation`` serves its ``simulator.server`` with it too).
+``ctx.open_client()`` (``evaluator=conversation`` serves its ``simulator.server`` with it too).
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from typing import Any
 
 from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.provenance import model_identity
 from rpbench.models.settings import ModelSettings
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, LocalServer, open_judge
+from rpbench.scoring.chat.client import ChatClient, EndpointSettings, LocalServer, open_client
 
 
 @dataclass(frozen=True)
 class EvalContext:
     settings: Settings  # the benchmark's typed ``evaluator`` settings
-    judge: JudgeConfig | None  # the judge's typed settings (``RunSpec.judge``); None: judge=none
-    data: DataSpec  # the run's data settings (image folder, prompt lengths, files)
+    judge: EndpointSettings | None  # the judge's typed settings (``TrainEvalRun.judge``); None: judge=none
+    data: DataSettings  # the run's data settings (image folder, prompt lengths, files)
     model_config: ModelSettings  # the evaluated model's settings (chat template, family)
     prompts_source: str | None  # a clone of the authors' repository to read their prompts from (None: rpbench's)
     model: Any
@@ -49,9 +49,9 @@ class EvalContext:
     def image_root(self) -> Path | None:
         return self.data.image_root
 
-    def open_judge(self, judge: JudgeConfig | None = None) -> AbstractContextManager[JudgeClient]:
+    def open_client(self, judge: EndpointSettings | None = None) -> AbstractContextManager[ChatClient]:
         """A client for ``judge`` (default: the run's judge), a local one served by the handed-in server."""
-        return open_judge(self.judge if judge is None else judge, self.local_judge_server)
+        return open_client(self.judge if judge is None else judge, self.local_judge_server)
 
     def into(self, out_dir: Path) -> EvalContext:
         """The same evaluation written into another folder (a probe's restrained re-evaluation)."""

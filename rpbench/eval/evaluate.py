@@ -28,8 +28,8 @@ from rpbench.eval.generate import endpoint_fingerprint, generate_predictions, ge
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
-from rpbench.scoring.judge.client import JudgeConfig, Usage
-from rpbench.scoring.judge.health import rests_on_nothing
+from rpbench.scoring.chat.client import EndpointSettings, Usage
+from rpbench.scoring.chat.health import rests_on_nothing
 from rpbench.scoring.metrics import ROUGE_TYPES, compute_metrics, corpus_bleu, load_bertscorer
 from rpbench.scoring.wordnet import WordNetMissingError, load_wordnet
 
@@ -156,7 +156,7 @@ def compare(ev: EvaluatorSettings, scores: Sequence[Mapping[str, Any]]) -> dict[
 
 
 def judge_estimate(
-    settings: EvaluatorSettings, config: JudgeConfig, benchmark: Benchmark, examples: Sequence[EvalExample]
+    settings: EvaluatorSettings, config: EndpointSettings, benchmark: Benchmark, examples: Sequence[EvalExample]
 ) -> dict[str, Any]:
     """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
     ``judge.budget`` a JudgeBudgetError. The pipeline asks before it trains or generates anything."""
@@ -182,7 +182,7 @@ def evaluate(ctx: EvalContext) -> dict[str, Any]:
     endpoint role's requests and failures (``endpoints``, warned about above their thresholds), and why the
     results rest on nothing (``failed``: every request of a role failed, no verdict, or a headline without a
     number; the pipeline then fails the run)."""
-    from rpbench.scoring.judge.client import counting_usage
+    from rpbench.scoring.chat.client import counting_usage
 
     with counting_usage() as usage:
         results = evaluate_benchmark(ctx)
@@ -202,7 +202,7 @@ def endpoint_health(ctx: EvalContext, usage: Usage, counted: Mapping[str, Any]) 
     itself (the user simulator's unusable replies, empty ones included); the others from the clients'
     counters: for the judge (and a simulator on its settings) a failed request or an empty reply, against
     ``judge.warn_request_failure_rate``; for generation a failed request (an empty reply is an empty prediction)."""
-    from rpbench.scoring.judge.health import GENERATION_FAILURE_LIMIT, role_health
+    from rpbench.scoring.chat.health import GENERATION_FAILURE_LIMIT, role_health
 
     roles = dict(counted)
     for role, stats in usage.roles.items():

@@ -39,7 +39,7 @@ from rpbench.eval.settings import GenerationEndpoint
 from rpbench.models.checks import config_context, generation_length_problems
 from rpbench.models.families import family_of_model
 from rpbench.models.generation import (
-    GenerationOptions,
+    GenerationSettings,
     default_stop_ids,
     gathers_per_batch,
     generate_batches,
@@ -48,8 +48,8 @@ from rpbench.models.generation import (
 from rpbench.models.loading import family_renderer
 from rpbench.models.vision import ImageError
 from rpbench.models.vllm_engine import VLLMEngine
-from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, JudgeResult, image_part
+from rpbench.scoring.chat.client import ChatClient, ChatRequest, ChatResult, image_part
+from rpbench.scoring.chat.endpoints import api_key
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class GenerationReport:
     prompts_fitted: dict[str, int] | None = None
     # images the model was given with the prompts generated now, and those left out with dropped history turns
     images: dict[str, int] | None = None
-    # endpoint generation: the client's requests, retries, failures and tokens (``JudgeStats``)
+    # endpoint generation: the client's requests, retries, failures and tokens (``RequestStats``)
     endpoint_usage: dict[str, Any] | None = None
     # an earlier file of another model or settings, moved aside (``file``) with the keys that differ (``differs``)
     set_aside: dict[str, Any] | None = None
@@ -104,7 +104,7 @@ def image_counts(examples: Sequence[EvalExample], fitted: Sequence[FittedPrompt]
 def prompt_renderer(model, tokenizer, max_length: int, chat_template: str | None = None) -> ChatRenderer:
     """The renderer of generation prompts: the model family's messages (text, or text with images) and,
     for a family that takes images, image placeholders expanded to the images' token counts. With
-    ``chat_template`` (a Jinja text: ``GenerationOptions.chat_template``'s) the plain messages in that template
+    ``chat_template`` (a Jinja text: ``GenerationSettings.chat_template``'s) the plain messages in that template
     instead (text models only)."""
     family = family_of_model(model)
     if chat_template is None:
@@ -114,7 +114,7 @@ def prompt_renderer(model, tokenizer, max_length: int, chat_template: str | None
     return ChatRenderer(tokenizer, None, max_length, chat_template=chat_template)
 
 
-def prompt_budget(model, tokenizer, opts: GenerationOptions) -> int:
+def prompt_budget(model, tokenizer, opts: GenerationSettings) -> int:
     """The most prompt tokens: ``max_prompt_length`` (null: the tokenizer's ``model_max_length``), less when the
     model's context leaves less room beside ``max_new_tokens``; a reply that alone fills the context is a
     ConfigError (validation refuses it when it can read the model's config before loading)."""
@@ -303,12 +303,12 @@ def _check_text_only(examples: Sequence[EvalExample], model) -> None:
             )
 
 
-def local_fingerprint(identity: Mapping[str, Any], backend: str, opts: GenerationOptions) -> dict[str, Any]:
+def local_fingerprint(identity: Mapping[str, Any], backend: str, opts: GenerationSettings) -> dict[str, Any]:
     """What in-process predictions are resumed under: the model's ``identity``, the backend, the settings."""
     return {**identity, "backend": backend, **generation_settings(opts)}
 
 
-def endpoint_fingerprint(endpoint: GenerationEndpoint, opts: GenerationOptions) -> dict[str, Any]:
+def endpoint_fingerprint(endpoint: GenerationEndpoint, opts: GenerationSettings) -> dict[str, Any]:
     """What an endpoint's predictions are resumed under: its address and model name, the settings."""
     return {"backend": "endpoint", "endpoint.base_url": endpoint.base_url, "endpoint.model": endpoint.model} | (
         generation_settings(opts)
@@ -320,7 +320,7 @@ def generate_predictions(
     tokenizer,
     examples: Sequence[EvalExample],
     out_path: str | Path,
-    opts: GenerationOptions,
+    opts: GenerationSettings,
     rank: int = 0,
     world_size: int = 1,
     engine: VLLMEngine | None = None,
@@ -435,7 +435,7 @@ def endpoint_messages(example: EvalExample, image_root: Path | None) -> list[dic
     return messages
 
 
-def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: Path | None) -> JudgeRequest:
+def endpoint_request(example: EvalExample, opts: GenerationSettings, image_root: Path | None) -> ChatRequest:
     """The chat completion asked for ``example``, with the generation's own sampling and stop strings; the
     penalty, top-k, chat template and generation prompt as vLLM's extensions of the OpenAI API (a vLLM server
     takes a request's template with ``--trust-request-chat-template``)."""
@@ -454,23 +454,23 @@ def endpoint_request(example: EvalExample, opts: GenerationOptions, image_root: 
     if not opts.generation_prompt:
         extra["add_generation_prompt"] = False
     sampling["extra_body"] = extra
-    return JudgeRequest(tuple(endpoint_messages(example, image_root)), opts.max_new_tokens, "generation", sampling)
+    return ChatRequest(tuple(endpoint_messages(example, image_root)), opts.max_new_tokens, "generation", sampling)
 
 
 def generate_via_endpoint(
     endpoint: GenerationEndpoint,
     examples: Sequence[EvalExample],
     out_path: str | Path,
-    opts: GenerationOptions,
+    opts: GenerationSettings,
     image_root: str | Path | None = None,
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 
     Same file, resume and record format as ``generate_predictions``. Requests go through the judge's
-    client (``rpbench.scoring.judge.client``, ``endpoint.client_config``: at most ``concurrency`` at once,
+    client (``rpbench.scoring.chat.client``, ``endpoint.client_config``: at most ``concurrency`` at once,
     retried with backoff, counted in the report's ``endpoint_usage``; no cache, since sampled replies must not
     repeat). The API key is read from the environment variable ``api_key_env`` (a placeholder is sent without
-    one, as local servers expect; see ``rpbench.scoring.endpoints``). Requests still failing after the
+    one, as local servers expect; see ``rpbench.scoring.chat.endpoints``). Requests still failing after the
     retries are reported in an EndpointGenerationError once the others are written; a re-run retries only those.
     """
     examples = list(examples)
@@ -487,12 +487,12 @@ def generate_via_endpoint(
     check_images(todo, root)
     key = api_key(endpoint.base_url, endpoint.api_key_env, "evaluator.endpoint.api_key_env")
     config = endpoint.client_config(opts.progress)
-    client = JudgeClient(config, api_key=key, label="evaluator.endpoint", role="generation")
+    client = ChatClient(config, api_key=key, label="evaluator.endpoint", role="generation")
     requests = [endpoint_request(ex, opts, root) for ex in todo]
     failures: list[tuple[str, str]] = []
     with out_path.open("a", encoding="utf-8") as f:
 
-        def write(i: int, result: JudgeResult) -> None:
+        def write(i: int, result: ChatResult) -> None:
             if result.no_content:
                 result = replace(result, error=f"endpoint returned no text (finish_reason {result.finish_reason!r})")
             if result.error is not None:
@@ -502,7 +502,7 @@ def generate_via_endpoint(
             f.flush()
 
         try:
-            client.judge_many(requests, desc="generate (endpoint)", on_result=write)
+            client.ask_many(requests, desc="generate (endpoint)", on_result=write)
         finally:
             client.close()
     if failures:

@@ -23,7 +23,7 @@ import torch
 
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.typed import as_dict
-from rpbench.models.generation import GenerationOptions
+from rpbench.models.generation import GenerationSettings
 from rpbench.models.zero3 import is_partitioned
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def model_identity(model, tokenizer) -> dict[str, Any]:
     }
 
 
-def generation_settings(opts: GenerationOptions) -> dict[str, Any]:
+def generation_settings(opts: GenerationSettings) -> dict[str, Any]:
     """The generation settings that change what is generated, as ``generation.<key>``."""
     return {f"generation.{k}": v for k, v in as_dict(opts).items() if k not in NOT_COMPARED}
 

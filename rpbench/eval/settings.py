@@ -15,10 +15,10 @@ from typing import Any
 
 from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.eval.stats import METHODS
-from rpbench.models.generation import GenerationOptions
+from rpbench.models.generation import GenerationSettings
+from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.scoring.human_agreement import LEVELS
 from rpbench.scoring.human_ratings import ratings_file_problems
-from rpbench.scoring.judge.client import JudgeConfig
 from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS, ROUGE_TOKENIZERS, ROUGE_TYPES
 
 BACKENDS = ("local", "vllm", "endpoint")
@@ -61,11 +61,11 @@ class GenerationEndpoint(Endpoint):
                 found.append((key, "a number of seconds >= 0"))
         return found
 
-    def client_config(self, progress: bool) -> JudgeConfig:
+    def client_config(self, progress: bool) -> EndpointSettings:
         """The client settings generation runs with: this endpoint's, and what generation fixes itself (each
         request carries its own sampling and length; no cache, since sampled replies must not repeat; no
         re-asks, prices, budget or prompt limit)."""
-        return JudgeConfig(
+        return EndpointSettings(
             backend="vllm",
             model=str(self.model),
             base_url=self.base_url,
@@ -95,7 +95,7 @@ class GenerationEndpoint(Endpoint):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VLLMOptions(Settings):
+class VLLMSettings(Settings):
     gpu_memory_utilization: float
 
     def problems(self) -> list[Problem]:
@@ -125,7 +125,7 @@ class Bootstrap(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BleuOptions(Settings):
+class BleuSettings(Settings):
     empty: str
 
     def problems(self) -> list[Problem]:
@@ -133,7 +133,7 @@ class BleuOptions(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RougeOptions(Settings):
+class RougeSettings(Settings):
     tokenizer: str  # every ROUGE type's
 
     def problems(self) -> list[Problem]:
@@ -141,7 +141,7 @@ class RougeOptions(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class RougeLsumOptions(Settings):
+class RougeLsumSettings(Settings):
     order: str
 
     def problems(self) -> list[Problem]:
@@ -149,7 +149,7 @@ class RougeLsumOptions(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class BERTScoreOptions(Settings):
+class BERTScoreSettings(Settings):
     model: str
     layer: int | None
     fallback: bool
@@ -168,14 +168,14 @@ class EvaluatorSettings(Settings):
 
     name: str
     backend: str
-    vllm: VLLMOptions
+    vllm: VLLMSettings
     endpoint: GenerationEndpoint
-    generation: GenerationOptions
+    generation: GenerationSettings
     metrics: tuple[str, ...]
-    bleu: BleuOptions
-    rouge: RougeOptions
-    rougeLsum: RougeLsumOptions
-    bertscore: BERTScoreOptions
+    bleu: BleuSettings
+    rouge: RougeSettings
+    rougeLsum: RougeLsumSettings
+    bertscore: BERTScoreSettings
     bootstrap: Bootstrap
     compare_to: str | None
     judge_prompt_file: str | None

@@ -1,6 +1,6 @@
 """The model card (``model/README.md``) of a run's exported model: what it is and how it was made.
 
-Written after training and again after evaluation, from the training stage's settings (``TrainingSpec``) and
+Written after training and again after evaluation, from the training stage's settings (``TrainingSettings``) and
 the results (metrics.json's content): base model, data, objective, its hyperparameters, held-out loss and
 evaluation metrics. A local
 file or folder is named by its name alone: the card is pushed to the Hub, this machine's paths stay here.
@@ -15,13 +15,13 @@ from typing import Any
 
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.typed import plain
-from rpbench.training.spec import TrainingSpec
+from rpbench.training.settings import TrainingSettings
 
 # Objective keys that describe bookkeeping, not the optimisation.
 NOT_HYPERPARAMETERS = {"name", "log_every_n_steps", "num_workers", "ref_cache", "val_every_n_steps", "rewards"}
 
 
-def hyperparameters(training: TrainingSpec) -> dict[str, Any]:
+def hyperparameters(training: TrainingSettings) -> dict[str, Any]:
     """The objective's scalar settings, the run length, the seed and LoRA settings, as configured."""
     objective = {f.name: getattr(training.objective, f.name) for f in fields(training.objective)}
     values = {
@@ -75,7 +75,7 @@ def data_files(files: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def card_text(training: TrainingSpec, results: dict[str, Any], model_dir: Path) -> str:
+def card_text(training: TrainingSettings, results: dict[str, Any], model_dir: Path) -> str:
     """The card of the model ``training`` exports to ``model_dir``."""
     base, init_from = training.model.name_or_path, training.run.init_from
     tiny = base.startswith("tiny:")
@@ -116,7 +116,7 @@ def card_text(training: TrainingSpec, results: dict[str, Any], model_dir: Path) 
     return "\n".join(lines) + "\n"
 
 
-def write_model_card(training: TrainingSpec, results: dict[str, Any], model_dir: Path) -> Path:
+def write_model_card(training: TrainingSettings, results: dict[str, Any], model_dir: Path) -> Path:
     """``model_dir/README.md``, replaced whole."""
     final = model_dir / "README.md"
     partial = partial_path(final)

@@ -27,7 +27,7 @@ KV_CACHES = ("dynamic", "static")
 
 
 @dataclass(frozen=True, kw_only=True)
-class GenerationOptions(Settings):
+class GenerationSettings(Settings):
     """Decoding settings (``evaluator.generation``, every value from the YAML; the objectives that sample build
     theirs from their own). ``temperature`` 0 is greedy; otherwise sampling with ``top_p``/``top_k`` (0: off);
     ``repetition_penalty`` (1: off; the RPGBench authors' vLLM runs use 1.05) applies either way.
@@ -164,7 +164,7 @@ def default_stop_ids(model, tokenizer) -> list[int]:
     return [eos] if isinstance(eos, int) else list(eos)
 
 
-def hf_generation_config(opts: GenerationOptions, stop_ids: Sequence[int], pad_id: int):
+def hf_generation_config(opts: GenerationSettings, stop_ids: Sequence[int], pad_id: int):
     from transformers import GenerationConfig
 
     sampling = (
@@ -215,13 +215,13 @@ def decode_completion(tokenizer, ids: Sequence[int], stop_ids: Sequence[int]) ->
     return tokenizer.decode(ids[:cut], skip_special_tokens=True).strip()
 
 
-def gathers_per_batch(model, opts: GenerationOptions) -> bool:
+def gathers_per_batch(model, opts: GenerationSettings) -> bool:
     """Whether each ``generate`` batch runs on the whole model gathered once (ZeRO-3 with ``gather_per_batch``):
     every rank then makes the same number of batches."""
     return opts.gather_per_batch and is_partitioned(model)
 
 
-def synced_gpus_needed(model, opts: GenerationOptions, world_size: int) -> bool:
+def synced_gpus_needed(model, opts: GenerationSettings, world_size: int) -> bool:
     """Whether ``generate`` syncs the ranks every token: set by ``synced_gpus``, or needed for a model that
     stays partitioned while generating (ZeRO-3 without ``gather_per_batch``, FSDP)."""
     if opts.synced_gpus is not None:
@@ -240,7 +240,7 @@ def generate_batches(
     model,
     tokenizer,
     prompts: Sequence[Sequence[int]],
-    opts: GenerationOptions,
+    opts: GenerationSettings,
     stop_ids: Sequence[int],
     *,
     min_batches: int = 0,

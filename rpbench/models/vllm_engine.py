@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rpbench.models.generation import GenerationOptions, decode_completion
+from rpbench.models.generation import GenerationSettings, decode_completion
 
 INSTALL_HINT = "install vLLM on a CUDA machine (pip install vllm), or use the Hugging Face backend"
 
@@ -40,7 +40,7 @@ def _plain_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def sampling_kwargs(opts: GenerationOptions, stop_ids: Sequence[int], n: int = 1, seed: int | None = None) -> dict:
+def sampling_kwargs(opts: GenerationSettings, stop_ids: Sequence[int], n: int = 1, seed: int | None = None) -> dict:
     """``vllm.SamplingParams``' arguments equal to ``opts``: greedy at temperature 0, stop ids kept in the
     output, stop strings left out of it (vLLM's default)."""
     return {
@@ -77,14 +77,14 @@ class VLLMEngine:
             enable_prefix_caching=True,
         )
 
-    def sampling_params(self, opts: GenerationOptions, stop_ids: Sequence[int], n: int = 1, seed: int | None = None):
+    def sampling_params(self, opts: GenerationSettings, stop_ids: Sequence[int], n: int = 1, seed: int | None = None):
         """vLLM sampling settings equal to ``opts`` (``sampling_kwargs``)."""
         return self._vllm.SamplingParams(**sampling_kwargs(opts, stop_ids, n, seed))
 
     def generate_ids(
         self,
         prompts: Sequence[Sequence[int]],
-        opts: GenerationOptions,
+        opts: GenerationSettings,
         stop_ids: Sequence[int],
         n: int = 1,
         seed: int | None = None,
@@ -103,7 +103,7 @@ class VLLMEngine:
         return rows
 
     def generate_batches(
-        self, tokenizer, prompts: Sequence[Sequence[int]], opts: GenerationOptions, stop_ids: Sequence[int]
+        self, tokenizer, prompts: Sequence[Sequence[int]], opts: GenerationSettings, stop_ids: Sequence[int]
     ) -> Iterator[tuple[list[int], list[str]]]:
         """(prompt indices, completions) as ``generation.generate_batches`` yields them, ``batch_size`` prompts
         per call (vLLM schedules inside a call; batches keep the predictions file growing)."""

@@ -33,7 +33,7 @@ from rpbench.models.forward import supervised_nll_sum
 from rpbench.models.loading import save_hf_partitioned
 from rpbench.models.settings import ModelSettings
 from rpbench.models.zero3 import full_numel, full_shape, held_numel, is_partitioned, transformers_see_zero3
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 
 NO_DECAY = ("bias", "norm.weight", "layernorm.weight", "ln_f.weight")
 
@@ -99,13 +99,13 @@ class ObjectiveModule(L.LightningModule):
     supports_images = True  # False: samples with images are refused (the objective cannot pass them on)
     needs_tuned_start = False  # True: starting from a base or random-weight model is warned about
     optimizer_count = 1  # optimizers stepped (a DeepSpeed engine steps one)
-    opens_judges = False  # True: built with ``judges`` (a JudgeOpener) for rewards that ask an LLM judge
+    opens_judges = False  # True: built with ``judges`` (a ClientOpener) for rewards that ask an LLM judge
     environments: tuple[str, ...] = ()  # the ``env`` options it rolls out in (built with the run's ``renderer``)
     record_types: tuple[type, ...] = ()  # the record types its ``render`` takes (checked when read); (): any
-    config_class: type[ObjectiveConfig] = ObjectiveConfig
+    config_class: type[ObjectiveSettings] = ObjectiveSettings
 
     @classmethod
-    def models_to_build(cls, config: ObjectiveConfig, model: ModelSettings) -> dict[str, ModelSettings]:
+    def models_to_build(cls, config: ObjectiveSettings, model: ModelSettings) -> dict[str, ModelSettings]:
         """Name -> model config of each model the objective trains; the first is the evaluated policy."""
         return {"policy": model}
 
@@ -116,7 +116,7 @@ class ObjectiveModule(L.LightningModule):
 
     @classmethod
     def render_for(
-        cls, config: ObjectiveConfig, examples: Sequence, renderer: ChatRenderer
+        cls, config: ObjectiveSettings, examples: Sequence, renderer: ChatRenderer
     ) -> tuple[list[dict], list[str]]:
         """``render`` under the run's objective settings; an objective whose rendering reads them overrides it."""
         return cls.render(examples, renderer)
@@ -141,7 +141,7 @@ class ObjectiveModule(L.LightningModule):
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | ObjectiveConfig):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | ObjectiveSettings):
         """``model``/``tokenizer``: one model (the policy) or ``{name: ...}`` as ``models_to_build`` names them;
         ``cfg``: the typed settings or the ``objective`` group they are built from."""
         super().__init__()
@@ -149,7 +149,7 @@ class ObjectiveModule(L.LightningModule):
         tokenizers = dict(tokenizer) if isinstance(tokenizer, Mapping) else {name: tokenizer for name in models}
         self.model_names = list(models)
         self.tokenizer, self.tokenizers = tokenizers[self.model_names[0]], tokenizers
-        self.config = cfg if isinstance(cfg, ObjectiveConfig) else self.config_class.parse(cfg, "objective")
+        self.config = cfg if isinstance(cfg, ObjectiveSettings) else self.config_class.parse(cfg, "objective")
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
         self.backward_factor = 1  # set for the run's strategy in on_fit_start

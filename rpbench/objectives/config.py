@@ -34,7 +34,7 @@ def once_per_key(found: Iterable[Problem], more: Iterable[Problem]) -> list[Prob
 
 
 @dataclass(frozen=True, kw_only=True)
-class ObjectiveConfig(Settings):
+class ObjectiveSettings(Settings):
     """The optimisation and loop settings every objective shares (conf/objective/optim/default.yaml)."""
 
     name: str

@@ -32,9 +32,9 @@ from rpbench.core.typed import Problem, Settings
 from rpbench.data.chat import ChatRenderer, TemplateError
 from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
-from rpbench.models.generation import GenerationOptions, decode_completion
+from rpbench.models.generation import GenerationSettings, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems
+from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, judge_reply_length_problems
 from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
@@ -113,12 +113,12 @@ class SessionJudgeReward:
 
     def __init__(
         self,
-        judge: JudgeConfig,
+        judge: EndpointSettings,
         rubric: Mapping[str, str],
         weights: Mapping[str, float] | None,
         failure_reward: float,
         *,
-        opener: JudgeOpener,
+        opener: ClientOpener,
     ):
         self.rubric, self.weights = dict(rubric), dict(weights) if weights else None
         self.failure_reward, self.failures = float(failure_reward), 0
@@ -180,10 +180,10 @@ class PlayedSession:
 class ConversationEnv:
     """Plays and scores the sessions of a micro-batch of scenarios (see the module's docstring)."""
 
-    def __init__(self, settings: ConversationEnvSettings, judges: JudgeOpener, renderer: ChatRenderer):
+    def __init__(self, settings: ConversationEnvSettings, judges: ClientOpener, renderer: ChatRenderer):
         self.settings, self.renderer = settings, renderer
         self._stack = ExitStack()
-        config = JudgeConfig.parse(dict(settings.judge), "env.judge")
+        config = EndpointSettings.parse(dict(settings.judge), "env.judge")
         judge = self._stack.enter_context(judges(config))
         self.simulator = self._stack.enter_context(open_simulator(judge, settings.simulator, None, "env.simulator"))
         # the session judge asks the judge opened here (one local server for the simulator and the judge)
@@ -203,7 +203,7 @@ class ConversationEnv:
         model,
         scenarios: Sequence[EvalExample],
         group_size: int,
-        options: GenerationOptions,
+        options: GenerationSettings,
         stop_ids: Sequence[int],
         pad_id: int,
         seed: int,

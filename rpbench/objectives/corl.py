@@ -54,12 +54,12 @@ from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.models import save_hf
 from rpbench.models.forward import sequence_logps
-from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.generation import GenerationSettings, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.settings import ModelSettings
 from rpbench.objectives.base import ObjectiveModule
 from rpbench.objectives.config import once_per_key
 from rpbench.objectives.grpo import (
-    GroupSamplingConfig,
+    GroupSamplingSettings,
     GRPOModule,
     UpdateSettings,
     optimise_policy,
@@ -78,7 +78,7 @@ from rpbench.objectives.sampling import (
     sample_completions,
     sampling_seed,
 )
-from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.scoring.rewards import RewardFn, build_reward_fns, reward_problems, score_rewards, weighted_sum
 
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ class Schedule:
 
 
 @dataclass(frozen=True, kw_only=True)
-class CoRLConfig(GroupSamplingConfig):
+class CoRLSettings(GroupSamplingSettings):
     """conf/objective/corl.yaml."""
 
     shared_base: bool
@@ -176,7 +176,7 @@ class CoRLConfig(GroupSamplingConfig):
     def max_completion_length(self, phase: str) -> int:
         return int(self.reasoner_max_completion_length if phase == REASONER else self.dialogue_max_completion_length)
 
-    def generation(self, phase: str) -> GenerationOptions:
+    def generation(self, phase: str) -> GenerationSettings:
         """How a phase's completions are sampled."""
         return rollout_options(
             max_new_tokens=self.max_completion_length(phase),
@@ -187,7 +187,7 @@ class CoRLConfig(GroupSamplingConfig):
             gather_per_batch=bool(self.gather_per_batch),
         )
 
-    def reasoning_generation(self) -> GenerationOptions:
+    def reasoning_generation(self) -> GenerationSettings:
         """How the reasoner writes the thoughts the dialogue phase conditions on."""
         return rollout_options(
             max_new_tokens=int(self.reasoner_max_completion_length),
@@ -248,10 +248,10 @@ class CoRLModule(GRPOModule):
     supports_packing = False
     optimizer_count = 2  # one per phase
     environments = ()  # its episodes are its own two phases
-    config_class = CoRLConfig
+    config_class = CoRLSettings
 
     @classmethod
-    def models_to_build(cls, config: CoRLConfig, model: ModelSettings) -> dict[str, ModelSettings]:
+    def models_to_build(cls, config: CoRLSettings, model: ModelSettings) -> dict[str, ModelSettings]:
         """The dialogue policy (evaluated) and the reasoner; one LoRA base for both when ``shared_base``."""
         if config.shared_base:
             if model.lora is None:
@@ -263,7 +263,9 @@ class CoRLModule(GRPOModule):
         return {DIALOGUE: model, REASONER: reasoner}
 
     @classmethod
-    def render_for(cls, config: CoRLConfig, examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+    def render_for(
+        cls, config: CoRLSettings, examples: Sequence, renderer: ChatRenderer
+    ) -> tuple[list[dict], list[str]]:
         """Per record: its input x and golden response, and (for the held-out loss) the golden target after
         the pxy prompt with the record's own ``reasoning`` (empty core features without one)."""
         prompts = config.prompts()
@@ -286,7 +288,7 @@ class CoRLModule(GRPOModule):
             samples.append({**rendered.as_sample(), "id": example.id, "x": asdict(x), "reference": golden})
         return samples, empty
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | CoRLConfig, judges: JudgeOpener = open_judge):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | CoRLSettings, judges: ClientOpener = open_client):
         ObjectiveModule.__init__(self, model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False

@@ -32,7 +32,7 @@ from rpbench.data.collate import pad_collate, unpad
 from rpbench.data.records import PreferenceExample, SessionPreferenceExample
 from rpbench.models.forward import sequence_logps, uses_varlen_kernel
 from rpbench.objectives.base import ObjectiveModule
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.losses import DPO_LOSSES, check_dpo_settings, dpo_loss
 from rpbench.objectives.reference import (
     PrecomputedReference,
@@ -49,7 +49,7 @@ PAIR_LAYOUTS = ("auto", "packed", "padded")
 
 
 @dataclass(frozen=True, kw_only=True)
-class DPOConfig(ObjectiveConfig):
+class DPOSettings(ObjectiveSettings):
     """conf/objective/dpo.yaml."""
 
     beta: float
@@ -278,9 +278,9 @@ class PreferenceModule(ObjectiveModule):
 @OBJECTIVES.register("dpo")
 class DPOModule(PreferenceModule):
     loss_name = "dpo_loss"
-    config_class = DPOConfig
+    config_class = DPOSettings
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOConfig):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOSettings):
         super().__init__(model, tokenizer, cfg)
         self.nll_weight = self.config.sft_weight
         self.beta, self.loss_type = self.config.beta, self.config.loss_type

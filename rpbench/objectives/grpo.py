@@ -43,11 +43,11 @@ from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn, as_messages
 from rpbench.models.forward import labelled_logps
-from rpbench.models.generation import GenerationOptions, decode_completion, default_stop_ids, synced_gpus_needed
+from rpbench.models.generation import GenerationSettings, decode_completion, default_stop_ids, synced_gpus_needed
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.models.zero3 import is_partitioned
 from rpbench.objectives.base import ObjectiveModule, is_deepspeed
-from rpbench.objectives.config import ObjectiveConfig, once_per_key
+from rpbench.objectives.config import ObjectiveSettings, once_per_key
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, scenario_of, session_metrics
 from rpbench.objectives.losses import (
     ADVANTAGE_SCALES,
@@ -68,7 +68,7 @@ from rpbench.objectives.sampling import (
     sample_with_engine,
     sampling_seed,
 )
-from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.scoring.judge.conversation import simulator_key_problems
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 
@@ -254,7 +254,7 @@ def rollout_metrics(
 
 
 @dataclass(frozen=True, kw_only=True)
-class GroupSamplingConfig(ObjectiveConfig):
+class GroupSamplingSettings(ObjectiveSettings):
     """What GRPO and CoRL share: groups of sampled completions, the clipped update, manual optimisation."""
 
     num_generations: int
@@ -311,7 +311,7 @@ class GroupSamplingConfig(ObjectiveConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GRPOConfig(GroupSamplingConfig):
+class GRPOSettings(GroupSamplingSettings):
     """conf/objective/grpo.yaml."""
 
     max_completion_length: int
@@ -374,7 +374,7 @@ class GRPOConfig(GroupSamplingConfig):
         """The typed ``env=conversation`` settings; None without an environment."""
         return ConversationEnvSettings.parse(self.env, "env") if self.env["name"] == "conversation" else None
 
-    def generation(self) -> GenerationOptions:
+    def generation(self) -> GenerationSettings:
         """How completions are sampled."""
         return rollout_options(
             max_new_tokens=int(self.max_completion_length),
@@ -395,7 +395,7 @@ class GRPOModule(ObjectiveModule):
     opens_judges = True  # judge rewards (objective.rewards) ask an LLM judge
     environments = ("conversation",)
     record_types = (SFTExample, PreferenceExample, EvalExample)  # a prompt and its reference, or a scenario
-    config_class = GRPOConfig
+    config_class = GRPOSettings
     env: ConversationEnv | None = None  # env=conversation's sessions (built in __init__)
 
     @staticmethod
@@ -420,7 +420,9 @@ class GRPOModule(ObjectiveModule):
         return samples, empty
 
     @classmethod
-    def render_for(cls, config: GRPOConfig, examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
+    def render_for(
+        cls, config: GRPOSettings, examples: Sequence, renderer: ChatRenderer
+    ) -> tuple[list[dict], list[str]]:
         """With ``env=conversation`` one sample per scenario (its system prompt and opening; nothing labelled),
         else ``render``."""
         if config.env["name"] != "conversation":
@@ -448,8 +450,8 @@ class GRPOModule(ObjectiveModule):
         self,
         model,
         tokenizer,
-        cfg: Mapping[str, Any] | GRPOConfig,
-        judges: JudgeOpener = open_judge,
+        cfg: Mapping[str, Any] | GRPOSettings,
+        judges: ClientOpener = open_client,
         renderer: ChatRenderer | None = None,
     ):
         """``renderer``: the run's chat renderer (an environment renders the turns it adds with it)."""

@@ -29,7 +29,7 @@ from rpbench.data.collate import pad_collate
 from rpbench.data.records import LabelledExample
 from rpbench.models.forward import sequence_logps
 from rpbench.objectives.base import ObjectiveModule
-from rpbench.objectives.config import ObjectiveConfig, once_per_key
+from rpbench.objectives.config import ObjectiveSettings, once_per_key
 from rpbench.objectives.losses import kto_kl, kto_loss
 from rpbench.objectives.reference import drop_reference_weights, live_reference, restore_reference_weights
 from rpbench.objectives.registry import OBJECTIVES
@@ -38,7 +38,7 @@ VALIDATION_SUMS = ("loss", "desirable_rewards", "desirable", "undesirable_reward
 
 
 @dataclass(frozen=True, kw_only=True)
-class KTOConfig(ObjectiveConfig):
+class KTOSettings(ObjectiveSettings):
     """conf/objective/kto.yaml."""
 
     beta: float
@@ -64,7 +64,7 @@ class KTOModule(ObjectiveModule):
     supports_packing = False
     min_micro_batch = 2  # the KL pairs need another sample's completion
     record_types = (LabelledExample,)
-    config_class = KTOConfig
+    config_class = KTOSettings
 
     @staticmethod
     def render(examples: Sequence[LabelledExample], renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -121,7 +121,7 @@ class KTOModule(ObjectiveModule):
         """Every completion weighs the same in the global-batch mean."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | KTOConfig):
+    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | KTOSettings):
         super().__init__(model, tokenizer, cfg)
         self._val_sums: torch.Tensor | None = None
 

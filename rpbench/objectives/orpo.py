@@ -15,14 +15,14 @@ from dataclasses import dataclass
 import torch
 
 from rpbench.core.typed import Problem
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule
 from rpbench.objectives.losses import orpo_loss
 from rpbench.objectives.registry import OBJECTIVES
 
 
 @dataclass(frozen=True, kw_only=True)
-class ORPOConfig(ObjectiveConfig):
+class ORPOSettings(ObjectiveSettings):
     """conf/objective/orpo.yaml."""
 
     beta: float
@@ -40,7 +40,7 @@ class ORPOConfig(ObjectiveConfig):
 @OBJECTIVES.register("orpo")
 class ORPOModule(PreferenceModule):
     needs_tuned_start = False  # ORPO trains the SFT and preference terms together, from a base model
-    config_class = ORPOConfig
+    config_class = ORPOSettings
     loss_name = "orpo_loss"
     logs_chosen_nll = True  # its loss holds the chosen NLL (nll_weight stays 0: not added twice)
 

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from rpbench.data.chat import IGNORE_INDEX
-from rpbench.models.generation import GenerationOptions, hf_generation_config, left_pad
+from rpbench.models.generation import GenerationSettings, hf_generation_config, left_pad
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.models.zero3 import gathered_for_generation
 
@@ -105,11 +105,11 @@ ROLLOUT_KEYS = {"max_new_tokens": "max_completion_length", "cache": "generation_
 
 def rollout_options(
     *, max_new_tokens: int, temperature: float, top_p: float, top_k: int, cache: str, gather_per_batch: bool
-) -> GenerationOptions:
+) -> GenerationSettings:
     """How a policy's rollouts decode, from the objective's settings. The other options are not read by
     rollouts (``generate_rows``: one batch of prompt rows already cut to length, seeded and synced by the
     caller, no progress bar, nothing merged across ranks) and are set to say so."""
-    return GenerationOptions(
+    return GenerationSettings(
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=top_p,
@@ -134,7 +134,7 @@ def sample_completions(
     model: nn.Module,
     prompt_ids: Sequence[Sequence[int]],
     num_generations: int,
-    options: GenerationOptions,
+    options: GenerationSettings,
     stop_ids: Sequence[int],
     pad_id: int,
     seed: int,
@@ -150,7 +150,7 @@ def sample_completions(
 def generate_rows(
     model: nn.Module,
     rows: Sequence[Sequence[int]],
-    options: GenerationOptions,
+    options: GenerationSettings,
     stop_ids: Sequence[int],
     pad_id: int,
     seed: int,
@@ -181,7 +181,7 @@ def sample_with_engine(
     model: nn.Module,
     prompt_ids: Sequence[Sequence[int]],
     num_generations: int,
-    options: GenerationOptions,
+    options: GenerationSettings,
     stop_ids: Sequence[int],
     seed: int,
 ) -> Rollouts:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rpbench.core.typed import Problem
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.dpo import PAIR_LAYOUTS, PreferenceModule, preference_terms
 from rpbench.objectives.registry import OBJECTIVES
 
@@ -46,7 +46,7 @@ def simpo_loss(
 
 
 @dataclass(frozen=True, kw_only=True)
-class SimPOConfig(ObjectiveConfig):
+class SimPOSettings(ObjectiveSettings):
     """conf/objective/simpo.yaml."""
 
     beta: float
@@ -80,7 +80,7 @@ class SimPOConfig(ObjectiveConfig):
 @OBJECTIVES.register("simpo")
 class SimPOModule(PreferenceModule):
     loss_name = "simpo_loss"
-    config_class = SimPOConfig
+    config_class = SimPOSettings
 
     def __init__(self, model, tokenizer, cfg):
         super().__init__(model, tokenizer, cfg)

@@ -1,9 +1,9 @@
-"""Scoring building blocks shared by training rewards, evaluation and probes: text metrics, the
-LLM judge (client, parsers, cache, rubrics), the reward-model scorer and how scores are printed.
+"""Scoring building blocks shared by training rewards, evaluation and probes: text metrics, the chat client
+(``chat``), the LLM judge's rubrics and parsers (``judge``), the reward-model scorer and how scores are printed.
 
-The judge client (``judge.client``) is rpbench's one OpenAI-compatible client: judging, synthesis and
+``chat.client`` is rpbench's one OpenAI-compatible client: judging, the user simulator, synthesis and
 endpoint generation use it. Scoring never starts a server itself: a ``judge=local`` server is handed in
-by the caller (``open_judge(cfg, local_server)``; the pipeline and run.py hand in ``rpbench.serve.local_judge``).
+by the caller (``open_client(cfg, local_server)``; the pipeline and run.py hand in ``rpbench.serve.local_judge``).
 """
 
 from rpbench.core.registry import import_modules

@@ -6,7 +6,7 @@ missing one is an error at startup (``reward_problems``) naming ``objective.rewa
 reward that holds state (an LLM-judge client, a reward model) is registered as a class: it is built once
 with the entry's kwargs and the instance is called with ``(prompts, completions, references)``. A class
 with ``opens_judge`` is also handed ``opener``, the judge opener the objective was given
-(``rpbench.scoring.judge.client.judge_opener``: it serves ``judge=local`` with the server the pipeline
+(``rpbench.scoring.chat.client.client_opener``: it serves ``judge=local`` with the server the pipeline
 handed in); rewards never open a judge on their own. The scorers themselves (metrics, judge rubrics, the
 reward model) live in ``rpbench.scoring``.
 
@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from rpbench.core.errors import ConfigError
 from rpbench.core.registry import Registry
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, judge_reply_length_problems, open_judge
+from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, judge_reply_length_problems, open_client
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
 
@@ -153,14 +153,14 @@ def bleu(prompts, completions, references, *, tokenize: str) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Model rewards: an LLM judge through the judge client, a sequence-classification reward model
+# Model rewards: an LLM judge through the chat client, a sequence-classification reward model
 
 
 @REWARDS.register("judge")
 class JudgeReward:
     """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
 
-    ``judge`` is a ``judge`` config (e.g. ``${judge}``, parsed as ``JudgeConfig`` when the entry is read),
+    ``judge`` is a ``judge`` config (e.g. ``${judge}``, parsed as ``EndpointSettings`` when the entry is read),
     opened once by ``opener`` and kept for the run (``judge=local``: the handed-in server). A verdict still
     unparseable after the client's re-asks gets ``failure_reward`` and is counted in ``failures`` (the
     objective logs it).
@@ -176,7 +176,7 @@ class JudgeReward:
         found = [] if kwargs["rubric"] in RUBRICS else [("rubric", f"one of {', '.join(sorted(RUBRICS))}")]
         return found + judge_reply_length_problems(kwargs["judge"], TASK)
 
-    def __init__(self, judge: JudgeConfig, rubric: str, failure_reward: float, *, opener: JudgeOpener):
+    def __init__(self, judge: EndpointSettings, rubric: str, failure_reward: float, *, opener: ClientOpener):
         from contextlib import ExitStack
 
         self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
@@ -185,7 +185,8 @@ class JudgeReward:
 
     def __call__(self, prompts, completions, references) -> list[float]:
         from rpbench.data.records import EvalExample, Turn
-        from rpbench.scoring.judge import JudgeRequest, parse_verdict
+        from rpbench.scoring.chat import ChatRequest
+        from rpbench.scoring.judge import parse_verdict
         from rpbench.scoring.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, TASK, rubric_messages
 
         max_tokens = self.client.config.max_tokens_for(TASK)
@@ -193,8 +194,8 @@ class JudgeReward:
         for i, (prompt, completion, reference) in enumerate(zip(prompts, completions, references, strict=True)):
             turns = tuple(Turn(m["role"], m["content"]) for m in prompt)
             example = EvalExample(f"completion {i}", turns, reference or "", "grpo", {"dimensions": [self.rubric]})
-            requests.append(JudgeRequest(rubric_messages(self.rubric, example, completion), max_tokens, PROMPT_VERSION))
-        replies = self.client.judge_parsed(requests, parse_verdict, REASK, desc=f"judge reward ({self.rubric})")
+            requests.append(ChatRequest(rubric_messages(self.rubric, example, completion), max_tokens, PROMPT_VERSION))
+        replies = self.client.ask_parsed(requests, parse_verdict, REASK, desc=f"judge reward ({self.rubric})")
         failed = sum(r.status != "ok" for r in replies)
         if failed:
             log.warning(
@@ -276,7 +277,7 @@ def _check_kwargs(obj: Callable[..., Any], kwargs: Mapping[str, Any], where: str
         )
 
 
-def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str, opener: JudgeOpener) -> RewardCallable:
+def _bind(obj: Callable[..., Any], kwargs: dict[str, Any], where: str, opener: ClientOpener) -> RewardCallable:
     if isinstance(obj, type):
         if getattr(obj, "opens_judge", False):
             kwargs = {**kwargs, "opener": opener}
@@ -341,7 +342,7 @@ def read_entries(cfg: Sequence[Mapping[str, Any]], where: str) -> list[RewardEnt
         kwargs = dict(kwargs)
         if getattr(obj, "opens_judge", False) and isinstance(kwargs.get("judge"), Mapping):
             problems: list[str] = []  # each starts with its key, as reward_problems' callers report them
-            kwargs["judge"] = JudgeConfig.collect(kwargs["judge"], f"{at}.kwargs.judge", problems)
+            kwargs["judge"] = EndpointSettings.collect(kwargs["judge"], f"{at}.kwargs.judge", problems)
             if kwargs["judge"] is None:
                 raise ConfigError("; ".join(problems))
         if any(e.name == name for e in entries):
@@ -359,7 +360,9 @@ def reward_problems(cfg: Sequence[Mapping[str, Any]], where: str) -> list[str]:
     return []
 
 
-def build_reward_fns(cfg: Sequence[Mapping[str, Any]], where: str, opener: JudgeOpener = open_judge) -> list[RewardFn]:
+def build_reward_fns(
+    cfg: Sequence[Mapping[str, Any]], where: str, opener: ClientOpener = open_client
+) -> list[RewardFn]:
     """The rewards of the list at ``where`` (``read_entries``), built; a reward that ``opens_judge`` is handed
     ``opener`` (the default opens no local judge server)."""
     return [

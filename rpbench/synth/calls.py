@@ -21,9 +21,9 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from rpbench.core.errors import RpbenchError
-from rpbench.scoring.judge import JudgeClient, JudgeRequest, JudgeStats
+from rpbench.scoring.chat import ChatClient, ChatRequest, RequestStats
+from rpbench.scoring.chat.client import reasked
 from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, JudgeEstimate
-from rpbench.scoring.judge.client import reasked
 from rpbench.synth.stagefile import StageFile
 
 log = logging.getLogger(__name__)
@@ -41,11 +41,11 @@ class NothingAccepted(RpbenchError):
     """Every reply of a stage was rejected: the generator cannot follow the format."""
 
 
-def _message_text(request: JudgeRequest) -> list[str]:
+def _message_text(request: ChatRequest) -> list[str]:
     return [m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]) for m in request.messages]
 
 
-def worst_case_usd(client: JudgeClient, request: JudgeRequest) -> float:
+def worst_case_usd(client: ChatClient, request: ChatRequest) -> float:
     """The most ``request`` can cost: a token per byte of its messages (byte-level BPE never needs more) plus
     the template's tokens, and its whole ``max_tokens`` of reply."""
     texts = _message_text(request)
@@ -53,7 +53,7 @@ def worst_case_usd(client: JudgeClient, request: JudgeRequest) -> float:
     return (prompt * client.config.price_input_per_1m + request.max_tokens * client.config.price_output_per_1m) / 1e6
 
 
-def typical_estimate(client: JudgeClient, requests: Sequence[JudgeRequest]) -> JudgeEstimate:
+def typical_estimate(client: ChatClient, requests: Sequence[ChatRequest]) -> JudgeEstimate:
     """The requests' cost by the judge's rule (``CHARS_PER_TOKEN`` characters a token, the whole reply length)."""
     prompt = sum(-(-sum(len(t) for t in _message_text(r)) // CHARS_PER_TOKEN) for r in requests)
     completion = sum(r.max_tokens for r in requests)
@@ -68,14 +68,14 @@ class Spending:
 
     limit_usd: float | None
     spent_before_usd: float
-    client: JudgeClient
+    client: ChatClient
     start_cost_usd: float
 
     @property
     def spent_usd(self) -> float:
         return self.spent_before_usd + self.client.stats.cost_usd - self.start_cost_usd
 
-    def affordable(self, requests: Sequence[JudgeRequest]) -> int:
+    def affordable(self, requests: Sequence[ChatRequest]) -> int:
         """How many of ``requests``, in order, may be sent together without the budget being passed."""
         if self.limit_usd is None:
             return len(requests)
@@ -98,7 +98,7 @@ class Checked:
 @dataclass(frozen=True)
 class Task:
     id: str
-    request: JudgeRequest
+    request: ChatRequest
     check: Callable[[str], Checked]
     # What the written record keeps besides the outcome (the inputs the task was built from).
     meta: Mapping[str, Any] = field(default_factory=dict)
@@ -135,7 +135,7 @@ class StageTally:
         }
 
 
-def usage_between(before: JudgeStats, after: JudgeStats) -> dict[str, float]:
+def usage_between(before: RequestStats, after: RequestStats) -> dict[str, float]:
     return {k: round(getattr(after, k) - getattr(before, k), 6) for k in USAGE_KEYS}
 
 
@@ -145,7 +145,7 @@ def reason_name(reason: str) -> str:
 
 
 def run_tasks(
-    client: JudgeClient,
+    client: ChatClient,
     stage: str,
     tasks: Sequence[Task],
     accepted: StageFile,
@@ -225,7 +225,7 @@ OVER_BUDGET = "not asked: over synth.budget_usd"
 
 
 def _ask_checked(
-    client: JudgeClient, stage: str, tasks: Sequence[Task], tries: int, reask: str, spending: Spending
+    client: ChatClient, stage: str, tasks: Sequence[Task], tries: int, reask: str, spending: Spending
 ) -> list[tuple[dict[str, Any] | None, list[str], str | None]]:
     """(value, rejection reasons, request error) per task, after up to ``tries`` checked attempts; a task
     whose next request the budget cannot cover ends with the error ``OVER_BUDGET`` (not written)."""

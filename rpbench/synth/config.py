@@ -15,7 +15,7 @@ COUNTS = ("n_personas", "profile_tries", "embed_batch_size", "top_k", "paper_pro
 
 
 @dataclass(frozen=True, kw_only=True)
-class SynthConfig(Settings):
+class SynthSettings(Settings):
     name: str
     out_dir: str
     stages: tuple[str, ...]

@@ -25,7 +25,7 @@ from typing import Any
 
 from rpbench.data.rolemrc import FREE_CHAT, MULTI_TURN, NESTED, ON_SCENE, PRIORITY
 from rpbench.data.templates import Template
-from rpbench.scoring.judge import JudgeRequest
+from rpbench.scoring.chat import ChatRequest
 from rpbench.synth import prompts
 from rpbench.synth.calls import Checked, Task
 from rpbench.synth.profiles import json_payload, profile_text
@@ -163,7 +163,7 @@ class Builder:
             scene=scene,
             narration=_narration_rule(narration, single=False),
         )
-        request = JudgeRequest(
+        request = ChatRequest(
             ({"role": "user", "content": text},), self.max_tokens["chat"], _version(self.templates["chat"])
         )
 
@@ -216,7 +216,7 @@ class Builder:
             seed="\n###\n".join(seeds),
             narration=_narration_rule(narration, single=True),
         )
-        request = JudgeRequest(
+        request = ChatRequest(
             ({"role": "user", "content": text},),
             self.max_tokens["reply"] * len(seeds),
             _version(self.templates["reply"]),

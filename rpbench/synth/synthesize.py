@@ -27,10 +27,10 @@ from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.rolemrc import read_pairs, read_sft, read_test
 from rpbench.data.templates import Template
-from rpbench.scoring.judge import JudgeClient, JudgeConfig, JudgeRequest, LocalServer, open_judge
+from rpbench.scoring.chat import ChatClient, ChatRequest, EndpointSettings, LocalServer, open_client
 from rpbench.synth import dialogues
 from rpbench.synth.calls import USAGE_KEYS, NothingAccepted, StageTally, Task, run_tasks
-from rpbench.synth.config import SynthConfig
+from rpbench.synth.config import SynthSettings
 from rpbench.synth.personas import sample_personas
 from rpbench.synth.profiles import check_profile, retrieval_text
 from rpbench.synth.prompts import synthesis_templates
@@ -61,8 +61,8 @@ class Run:
 
     def __init__(
         self,
-        config: SynthConfig,
-        client: JudgeClient | None,
+        config: SynthSettings,
+        client: ChatClient | None,
         templates: Mapping[str, Template],
         seed: int,
         progress: bool,
@@ -138,7 +138,7 @@ class Run:
         tasks = [
             Task(
                 p["id"],
-                JudgeRequest(
+                ChatRequest(
                     ({"role": "user", "content": template.render(persona=p["persona"])},),
                     self.config.max_tokens["profile"],
                     f"{template.name}:{template.sha256[:16]}",
@@ -263,8 +263,8 @@ def _accumulated(previous: Mapping[str, Any] | None, this_run: Mapping[str, Any]
 
 
 def synthesize(
-    config: SynthConfig,
-    judge: JudgeConfig | None,
+    config: SynthSettings,
+    judge: EndpointSettings | None,
     *,
     seed: int,
     prompts_source: str | None,
@@ -286,7 +286,7 @@ def synthesize(
     )
     asks = any(s in config.stages for s in ("profiles", "dialogues"))
     progress = judge is not None and judge.progress  # judge=none: the retrieval stage alone, no bar
-    opened = open_judge(replace(judge, progress=False), local_judge_server) if asks else nullcontext(None)
+    opened = open_client(replace(judge, progress=False), local_judge_server) if asks else nullcontext(None)
     with opened as client:
         run = Run(config, client, templates, seed, progress)
         for stage in config.stages:
@@ -315,8 +315,8 @@ class SynthesisRun:
     """``task=synthesize`` as ``validate`` parses it: the recipe (``synth``), the generator (the judge group;
     None: judge=none), ``seed``, ``prompts.source`` and the RoleMRC test labels of ``data``."""
 
-    synth: SynthConfig
-    judge: JudgeConfig | None
+    synth: SynthSettings
+    judge: EndpointSettings | None
     seed: int
     prompts_source: str | None
     task_dimensions: Mapping[str, Any]

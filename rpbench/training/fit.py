@@ -20,19 +20,19 @@ from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import ChatRenderer, ImageBudgetError
 from rpbench.data.collate import pack_into_budget, packed_collate
 from rpbench.data.datamodule import Collate, PlannedBatches, PlannedDataModule, epoch_batcher, fixed_order_batcher
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.models import chat_renderer
 from rpbench.models.vision import ImageError, is_image_text
 from rpbench.models.zero3 import full_numel
 from rpbench.objectives.registry import objective_class
-from rpbench.scoring.judge.client import JudgeOpener, open_judge
+from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.training.cluster import cluster_plugins
 from rpbench.training.deepspeed_strategy import deepspeed_strategy
 from rpbench.training.nonfinite import StopOnNonFiniteLoss
-from rpbench.training.options import extra_callbacks, passed_options
 from rpbench.training.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
 from rpbench.training.resume import write_settings
-from rpbench.training.spec import TrainingSpec
+from rpbench.training.settings import TrainingSettings
+from rpbench.training.trainer_settings import extra_callbacks, passed_options
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def zero_stage(trainer_cfg: Mapping[str, Any]) -> int:
 
 
 def build_trainer(
-    training: TrainingSpec, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
+    training: TrainingSettings, out_dir: Path, logger, callbacks: Sequence[Callback], resuming: bool = False
 ) -> L.Trainer:
     """The Trainer of ``training``; a resumed run skips the sanity validation (its "before" is in the
     checkpoint)."""
@@ -168,7 +168,7 @@ def with_image_inputs(collate: Collate, tokenizer) -> Collate:
 
 
 def build_datamodule(
-    training: TrainingSpec, module_cls, train: list[dict], val: list[dict], tokenizer
+    training: TrainingSettings, module_cls, train: list[dict], val: list[dict], tokenizer
 ) -> PlannedDataModule:
     """Planned train/val batches; the objective says how samples collate and what each weighs in the mean;
     an image-text model's batches carry their images' inputs."""
@@ -247,7 +247,9 @@ def render_records(
     return samples, empty, cuts
 
 
-def supervision_report(data: DataSpec, module_cls, train_samples: Sequence, val_samples: Sequence) -> dict[str, Any]:
+def supervision_report(
+    data: DataSettings, module_cls, train_samples: Sequence, val_samples: Sequence
+) -> dict[str, Any]:
     """``data.supervise`` and ``data.speaker``, and the assistant turns trained on per split, for objectives
     that train on conversation turns (SFT)."""
     turns = {"train": module_cls.supervised_turns(train_samples), "val": module_cls.supervised_turns(val_samples)}
@@ -262,14 +264,14 @@ def image_count(samples: Sequence[Mapping[str, Any]]) -> int:
 
 
 def train(
-    training: TrainingSpec,
+    training: TrainingSettings,
     model,
     tokenizer,
     train_examples: list,
     val_examples: list,
     out_dir: Path,
     logger,
-    judges: JudgeOpener = open_judge,
+    judges: ClientOpener = open_client,
 ) -> dict[str, Any]:
     """Fit ``training.objective`` and return what the run reports (counts, held-out loss before/after).
 

@@ -26,7 +26,7 @@ from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from rpbench.training.spec import TrainingSpec
+    from rpbench.training.settings import TrainingSettings
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def flatten(node: Any, prefix: str) -> dict[str, Any]:
     return flat
 
 
-def training_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+def shaping_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     """The settings that shape training, flattened to dotted keys (LENGTH_KEYS included), of ``config``:
     the resolved run config's SHAPING_KEYS."""
     settings = {"seed": config["seed"], "init_from": config["init_from"]}
@@ -111,7 +111,7 @@ def read_settings(checkpoint: Path) -> dict[str, Any] | None:
 
 
 def write_settings(fingerprint: Mapping[str, Any], checkpoint_dir: Path) -> None:
-    """Store the run's training settings (``TrainingSpec.fingerprint``) where its checkpoints are written
+    """Store the run's training settings (``TrainingSettings.fingerprint``) where its checkpoints are written
     (whole, or not at all). Earlier settings that differ (a run resumed with ``resume=force``) are kept as
     ``training_config.<k>.json``: the folder's history of what trained it."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -134,7 +134,7 @@ def _shown(changes: Mapping[str, tuple[Any, Any]]) -> str:
     return "; ".join(lines)
 
 
-def check_resume(training: TrainingSpec, checkpoint: str | None) -> list[str]:
+def check_resume(training: TrainingSettings, checkpoint: str | None) -> list[str]:
     """Refuse (ConfigError) to resume ``checkpoint`` under other training settings than it was written with,
     unless ``resume`` is ``force``. Returns warnings for the run's results (a forced resume). Training
     stores its settings with ``write_settings`` when it starts."""

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from rpbench.core.errors import ConfigError
 from rpbench.objectives.registry import objective_class
-from rpbench.training.spec import TrainingSpec
+from rpbench.training.settings import TrainingSettings
 
 
-def check_trained_records(training: TrainingSpec, examples: Sequence) -> None:
+def check_trained_records(training: TrainingSettings, examples: Sequence) -> None:
     """A ConfigError when the records read for training are not of a type the objective renders (scenarios
     given to SFT, conversations to DPO), before any model is loaded."""
     module_cls = objective_class(training.objective.name)
@@ -33,7 +33,7 @@ def check_trained_records(training: TrainingSpec, examples: Sequence) -> None:
     )
 
 
-def untuned_start_warning(training: TrainingSpec) -> str | None:
+def untuned_start_warning(training: TrainingSettings) -> str | None:
     """The warning for ``training``, or None when its starting point suits its objective."""
     objective = training.objective.name
     if not objective_class(objective).needs_tuned_start:

@@ -13,7 +13,7 @@ from rpbench.core.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 
 WHERE = {"file": "data.json", "record": 7, "field": "image"}
 

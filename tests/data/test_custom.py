@@ -14,7 +14,7 @@ from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import read_split
 from rpbench.data.records import Turn
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 
 SYSTEM, USER, ASSISTANT = "You are Sherlock Holmes.", "Where do you live?", "At 221B Baker Street."
 TURNS = (Turn("system", SYSTEM), Turn("user", USER), Turn("assistant", ASSISTANT))

@@ -12,7 +12,7 @@ import pytest
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.validate import validate
 
 CHAT = [{"role": "user", "content": "Where do you live?"}, {"role": "assistant", "content": "At 221B Baker Street."}]

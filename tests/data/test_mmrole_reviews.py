@@ -15,7 +15,7 @@ from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
 from rpbench.data.mmrole.reviews import select_heldout
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 FULL = SHARED_DATA / "mmrole" / "in-test_reviews"

@@ -13,7 +13,7 @@ from rpbench.data import readers
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 
 SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole_rm"
 IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"

@@ -12,7 +12,7 @@ from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.mmrole import reader as mmrole
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.data.records import SFTExample, Turn
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.models.loading import load_tokenizer
 from rpbench.objectives.sft import SFTModule
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import SAMPLE_DIR, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.pipeline import read_data
 
 AUGMENT = "pkg://rpbench/resources/sample/rpgbench/augment.json"

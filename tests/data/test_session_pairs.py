@@ -1,4 +1,4 @@
-"""Multi-turn preference pairs from judged conversation runs (``rpbench.synth.session_pairs``) and their reader
+"""Multi-turn preference pairs from judged conversation runs (``rpbench.synth.pairs_from_runs``) and their reader
 (``data=session_pairs``): which session is chosen, what is skipped and counted, named errors for bad runs and
 bad pair records, and the loss mask of a pair token by token on ChatML (tiny-qwen2)."""
 
@@ -14,7 +14,7 @@ from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation import CHARACTER_PROMPT
 from rpbench.models.loading import chat_renderer, load_tokenizer
 from rpbench.objectives.dpo import DPOModule
-from rpbench.synth.session_pairs import main, write_pairs
+from rpbench.synth.pairs_from_runs import main, write_pairs
 
 SCENARIO = {"character": "Mara", "card": "A lighthouse keeper.", "persona": "A sailor.", "goal": "Directions."}
 RUBRIC = ("consistency", "engagement")

@@ -12,7 +12,7 @@ from conftest import run_in_process
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.models.loading import chat_renderer, load_tokenizer
 from rpbench.objectives.sft import SFTModule
 from rpbench.validate import validate

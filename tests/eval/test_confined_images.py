@@ -15,7 +15,7 @@ from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.mmrole.judging import judge_answers
 from rpbench.eval.generate import generate_via_endpoint
-from rpbench.scoring.judge.client import JudgeClient
+from rpbench.scoring.chat.client import ChatClient
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8
@@ -74,9 +74,9 @@ def answer(rid: str, image: str) -> dict:
     }
 
 
-def judge(server: ChatStub) -> JudgeClient:
+def judge(server: ChatStub) -> ChatClient:
     settings = {"model": "judge", "base_url": server.url, "api_key_env": None, "progress": False, "multimodal": True}
-    return JudgeClient(judge_config(**settings))
+    return ChatClient(judge_config(**settings))
 
 
 def test_judge_gets_the_image_inside_the_root(server, root, tmp_path):

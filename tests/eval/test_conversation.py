@@ -14,8 +14,8 @@ from conftest import chat_stub, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.files import package_path
-from rpbench.eval.benchmarks.conversation_drift import card_similarities, ooc_hits, session_drift, slope
-from rpbench.scoring.judge.client import JudgeConfigError
+from rpbench.eval.benchmarks.conversation.drift import card_similarities, ooc_hits, session_drift, slope
+from rpbench.scoring.chat.client import EndpointConfigError
 from rpbench.scoring.judge.conversation import parse_verdict
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
@@ -119,7 +119,7 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
     scores = {row["id"]: row for row in lines(out / "scores.jsonl")}
     assert scores["rpgbench-greta-room"]["verdicts"]["goal_progress"] == 2
     # drift from the packaged MiniLM, checked against a direct computation for one session
-    from rpbench.eval.benchmarks.conversation_drift import load_encoder
+    from rpbench.eval.benchmarks.conversation.drift import load_encoder
 
     model = load_encoder(None)[0]
     greta = sessions["rpgbench-greta-room"]
@@ -145,7 +145,7 @@ def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
     out = tmp_path / "run"
     replies = {"now": scripted(fail_at_turn=3)}  # one simulator endpoint for both runs: the killed one's
     with chat_stub(lambda body: replies["now"](body)) as stub:
-        with pytest.raises(JudgeConfigError):
+        with pytest.raises(EndpointConfigError):
             run(out, stub, "evaluator.drift.enabled=false")
         first = lines(out / "conversations.jsonl")
         # Lena (ended at turn 2) and the two other 3-turn sessions (at their limit) were written before the stop
@@ -334,13 +334,13 @@ def test_the_simulator_clients_missing_key_names_the_simulators_setting():
     """Opened without its key, the simulator's client names its own key (evaluator.simulator.api_key_env), not
     the judge's."""
     from conftest import judge_config
-    from rpbench.scoring.judge.client import JudgeClient
+    from rpbench.scoring.chat.client import ChatClient
     from rpbench.scoring.judge.conversation import Simulator, open_simulator
 
     values = {"server": None, "base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "api_key_env": None}
     sim = Simulator.parse({**values, "temperature": 0.7, "max_tokens": 8, "stop_marker": "[END]"}, "s")
-    judge = JudgeClient(judge_config(base_url="http://127.0.0.1:1/v1", model="m"))
-    with pytest.raises(JudgeConfigError, match=r"^evaluator\.simulator\.api_key_env=None: OpenAI's API needs a key"):
+    judge = ChatClient(judge_config(base_url="http://127.0.0.1:1/v1", model="m"))
+    with pytest.raises(EndpointConfigError, match=r"^evaluator\.simulator\.api_key_env=None: OpenAI's API needs a key"):
         with open_simulator(judge, sim, None, "evaluator.simulator"):
             pass
 
@@ -426,7 +426,7 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
         results["compare"]["ooc_phrases"]["delta"] == pytest.approx(-2.0) and results["compare"]["shared_records"] == 6
     )
     # multi-turn DPO's pairs from these runs' files: m2 chosen overall (no slip), ties on engagement
-    from rpbench.synth.session_pairs import build_pairs
+    from rpbench.synth.pairs_from_runs import build_pairs
 
     pairs, counts = build_pairs([tmp_path / "m", tmp_path / "m2"], "overall")
     assert len(pairs) == counts["pairs"] == 6 and {p["meta"]["chosen"]["run"] for p in pairs} == {"m2"}
@@ -437,7 +437,7 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
 
 
 def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
-    from rpbench.eval.benchmarks.conversation_pairwise import read_other
+    from rpbench.eval.benchmarks.conversation.pairwise import read_other
 
     other = tmp_path / "other"
     other.mkdir()

@@ -15,7 +15,7 @@ from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
 from rpbench.models.chat_templates import load_chat_template
-from rpbench.models.generation import GenerationOptions, default_stop_ids
+from rpbench.models.generation import GenerationSettings, default_stop_ids
 from rpbench.models.vllm_engine import sampling_kwargs
 
 STOP = "</Agent Response>"
@@ -23,13 +23,13 @@ STOP = "</Agent Response>"
 REAL_MODEL = "model=llama3.1-8b-instruct"
 
 
-def decoding(compose, *overrides: str) -> tuple[GenerationOptions, GenerationOptions]:
+def decoding(compose, *overrides: str) -> tuple[GenerationSettings, GenerationSettings]:
     """evaluator=rpgbench's policy and reasoner options as `python run.py evaluator=rpgbench <overrides>` sets them."""
     cfg = compose("evaluator=rpgbench", REAL_MODEL, *overrides)
     ev = OmegaConf.to_container(cfg.evaluator, resolve=True)
-    policy = GenerationOptions.parse({**ev["generation"], "progress": False}, "evaluator.generation")
+    policy = GenerationSettings.parse({**ev["generation"], "progress": False}, "evaluator.generation")
     reasoning = ev["generalization"]["reasoning"]
-    reasoner = GenerationOptions.parse({**reasoning, "progress": False}, "evaluator.generalization.reasoning")
+    reasoner = GenerationSettings.parse({**reasoning, "progress": False}, "evaluator.generalization.reasoning")
     return policy, reasoner
 
 

@@ -14,8 +14,8 @@ from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.conversation_session import Session
 from rpbench.data.files import package_path
-from rpbench.scoring.judge.client import JudgeRequest, counting_usage, open_judge
-from rpbench.scoring.judge.health import no_verdict, rests_on_nothing, role_health
+from rpbench.scoring.chat.client import ChatRequest, counting_usage, open_client
+from rpbench.scoring.chat.health import no_verdict, rests_on_nothing, role_health
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
 REQUEST_FAULTS = [f for f in FAULTS if f not in ("empty", "null")]  # the client itself gets no reply
@@ -96,14 +96,14 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         rest a result on."""
         from dataclasses import replace
 
-        from rpbench.eval.benchmarks.conversation import simulator_health
-        from rpbench.eval.benchmarks.conversation_loop import run_sessions
+        from rpbench.eval.benchmarks.conversation.evaluator import simulator_health
+        from rpbench.eval.benchmarks.conversation.sessions import run_sessions
         from rpbench.scoring.judge.conversation import open_simulator, simulator_version
 
         ctx = conversation_run.into(tmp_path)
         with served(fault, lambda body: fault_reply(fault)) as sim:
             own = replace(ctx.settings.simulator, base_url=refused_url() if sim is None else sim.url, model="user")
-            with open_judge(ctx.judge) as judge, open_simulator(judge, own, None, "s") as simulator:
+            with open_client(ctx.judge) as judge, open_simulator(judge, own, None, "s") as simulator:
                 sessions, _, counts = run_sessions(ctx, simulator, simulator_version())
         assert [s.ended_by for s in sessions] == ["simulator_error"] * 6
         assert all(s.character_turns == 1 for s in sessions)
@@ -127,7 +127,7 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         with served(fault, lambda body: fault_reply(fault)) as stub:
             url = refused_url() if stub is None else stub.url
             config = judge_config(base_url=url, model="j", max_retries=0, timeout_s=TIMEOUT_S, parse_tries=1)
-            with counting_usage() as usage, open_judge(config) as client:
+            with counting_usage() as usage, open_client(config) as client:
                 judgements = judge_sessions(client, records, {"consistency": "Does it stay in role?"}, 64)
         statuses = [j["status"] for j in judgements]
         stats = usage.roles["judge"]
@@ -182,7 +182,7 @@ def test_sessions_cut_short_by_the_simulator_are_left_out_of_the_means_and_count
     two (3.0), the third counted beside them."""
     from dataclasses import replace
 
-    from rpbench.eval.benchmarks.conversation import judge_complete, measure, summaries, turn_flags
+    from rpbench.eval.benchmarks.conversation.evaluator import judge_complete, measure, summaries, turn_flags
 
     cfg = compose("data=sample_conversation", "objective=none", "evaluator=conversation", "judge=local")
     ev = evaluation_of(cfg, tmp_path).settings
@@ -196,7 +196,7 @@ def test_sessions_cut_short_by_the_simulator_are_left_out_of_the_means_and_count
     def judge(body: dict) -> str:
         return json.dumps({"scores": {"consistency": next(score)}, "breaks": []})
 
-    with chat_stub(judge) as stub, open_judge(judge_config(base_url=stub.url, model="j", max_retries=0)) as client:
+    with chat_stub(judge) as stub, open_client(judge_config(base_url=stub.url, model="j", max_retries=0)) as client:
         judgements = judge_complete(client, sessions, [s.record() for s in sessions], ev.rubric, 64)
         judged = len(stub.requests)
     assert judged == 2 and judgements[0]["status"] == "simulator_error"
@@ -287,11 +287,11 @@ def test_a_prompt_beyond_the_character_limit_is_not_sent_and_counted():
     simulator = Simulator.parse(group_values("evaluator", "conversation", "evaluator.simulator"), "s")
     with chat_stub(lambda body: "fine") as stub:
         config = judge_config(base_url=stub.url, model="j", max_retries=0, max_prompt_chars=10_000)
-        with counting_usage() as usage, open_judge(config) as client:
-            big, short = client.judge_many(
+        with counting_usage() as usage, open_client(config) as client:
+            big, short = client.ask_many(
                 [
-                    JudgeRequest(({"role": "user", "content": huge},), 8, "v"),
-                    JudgeRequest(({"role": "user", "content": "short"},), 8, "v"),
+                    ChatRequest(({"role": "user", "content": huge},), 8, "v"),
+                    ChatRequest(({"role": "user", "content": "short"},), 8, "v"),
                 ]
             )
             [judged] = judge_sessions(client, [sessions[0].record()], {"consistency": "In role?"}, 64)

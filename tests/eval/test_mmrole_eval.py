@@ -11,7 +11,7 @@ from conftest import REPO_ROOT, SHARED_DATA, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.mmrole.prompts import METRICS, REASK
 from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
-from rpbench.scoring.judge.client import JudgeClient
+from rpbench.scoring.chat.client import ChatClient
 from rpbench.serve import load_served_model, serve_in_thread
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
@@ -174,7 +174,7 @@ def official_answers(n: int) -> list:
     return records[:n]
 
 
-def judge(server, tmp_path, **overrides) -> JudgeClient:
+def judge(server, tmp_path, **overrides) -> ChatClient:
     settings = {
         "model": server.model_name,
         "base_url": server.base_url,
@@ -184,7 +184,7 @@ def judge(server, tmp_path, **overrides) -> JudgeClient:
         "cache_path": str(tmp_path / "judge.sqlite"),
         **overrides,
     }
-    return JudgeClient(judge_config(**settings))
+    return ChatClient(judge_config(**settings))
 
 
 def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny, tmp_path):
@@ -258,7 +258,7 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
 def test_malformed_answers_are_named(tiny, tmp_path):
     record = official_answers(1)[0]
     del record["conversations"][1]["answer"]
-    client = JudgeClient(
+    client = ChatClient(
         judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(

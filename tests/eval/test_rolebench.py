@@ -10,7 +10,7 @@ from omegaconf import open_dict
 from rouge_score import rouge_scorer
 
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.validate import validate
 
 SYSTEM = (

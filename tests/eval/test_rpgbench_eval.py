@@ -12,7 +12,7 @@ import pytest
 
 from conftest import judge_config, run_in_process
 from rpbench.data.records import EvalExample, Turn, generated_reply
-from rpbench.eval.benchmarks.rpgbench_report import js_severity, winrate_drops
+from rpbench.eval.benchmarks.rpgbench.report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve import load_served_model, serve_in_thread

@@ -12,7 +12,7 @@ import pytest
 from conftest import chat_stub, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.benchmarks.rpgbench_report import plot_severity, severity_points, winrate_section
+from rpbench.eval.benchmarks.rpgbench.report import plot_severity, severity_points, winrate_section
 from rpbench.scoring.judge.winrate import judge_winrate, mean_of_categories
 
 SHIFT_OF = {"IDTest": "in_distribution", "german": "user", "japanese": "user", "Literature": "character"}

@@ -20,7 +20,7 @@ from rpbench.data.records import PreferenceExample, SFTExample, Turn
 from rpbench.models import load, save_hf
 from rpbench.models.config_tree import compose_model_config
 from rpbench.pipeline import RunFailed
-from rpbench.scoring.judge import open_judge
+from rpbench.scoring.chat import open_client
 from rpbench.scoring.rewards import REWARDS
 from rpbench.training import train
 from rpbench.validate import validate
@@ -100,7 +100,7 @@ def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path):
     _, rows = fit(
         tmp_path, records, records[:2], "objective=grpo", "objective.rewards=[{name: test_few_words, weight: 1.0}]",
         "objective.num_generations=4", "objective.max_completion_length=16", "objective.lr=1e-4",
-        "objective.batch_size=2", judges=open_judge,
+        "objective.batch_size=2", judges=open_client,
     )  # fmt: skip
     rewards = [float(r["train/reward"]) for r in rows if r.get("train/reward")]
     assert len(rewards) == 4  # 8 prompts, 2 per step

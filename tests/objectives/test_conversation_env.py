@@ -22,7 +22,7 @@ from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
 from rpbench.objectives.grpo import completion_batch
 from rpbench.objectives.sampling import rollout_options
-from rpbench.scoring.judge.client import JudgeConfig, open_judge
+from rpbench.scoring.chat.client import EndpointSettings, open_client
 from rpbench.scoring.rewards import REWARDS
 from rpbench.training import train
 from rpbench.validate import validate
@@ -69,7 +69,7 @@ def conversation_env(cfg, base_url: str, renderer) -> ConversationEnv:
     """The env of a composed run, its judge (the simulator) pointed at ``base_url``."""
     settings = OmegaConf.to_container(cfg.env, resolve=True)
     settings["judge"] |= {"base_url": base_url, "api_key_env": None, "cache_path": None, "progress": False}
-    return ConversationEnv(ConversationEnvSettings.parse(settings, "env"), open_judge, renderer)
+    return ConversationEnv(ConversationEnvSettings.parse(settings, "env"), open_client, renderer)
 
 
 def labelled_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
@@ -183,8 +183,8 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
         judge = OmegaConf.to_container(cfg.judge, resolve=True)
         judge |= {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
         weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
-        config = JudgeConfig.parse(judge, "judge")
-        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, 0.25, opener=open_judge)
+        config = EndpointSettings.parse(judge, "judge")
+        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, 0.25, opener=open_client)
         scores = reward([s.record() for s in sessions], ["", ""], [None, None])
         reward.close()
         asked = stub.requests

@@ -20,7 +20,7 @@ from rpbench.objectives.grpo import GRPOModule, prompt_and_reference, rank_slice
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
-from rpbench.scoring.judge.client import judge_opener, open_judge
+from rpbench.scoring.chat.client import client_opener, open_client
 from rpbench.scoring.rewards import REWARDS, JudgeReward
 from rpbench.serve import local_judge
 from rpbench.training import train
@@ -39,7 +39,7 @@ def letter_fraction(prompts, completions, references) -> list[float]:
 
 
 def run_grpo(
-    compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0, judges=open_judge
+    compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0, judges=open_client
 ):
     """(report, trained model, logged training rows) of a GRPO run on 16 prompts with the toy reward.
 
@@ -340,7 +340,7 @@ def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tm
     kwargs = "{judge: ${judge}, rubric: role_style, failure_reward: 0.5}"
     rewards = f"objective.rewards=[{{name: test_kept_judge, weight: 1.0, kwargs: {kwargs}}}]"
     report, _, rows = run_grpo(
-        compose, tmp_path, "objective.epochs=1", rewards, *judge, judges=judge_opener(local_judge)
+        compose, tmp_path, "objective.epochs=1", rewards, *judge, judges=client_opener(local_judge)
     )
     assert report["optimizer_steps"] == len(rows) == 4
     assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4

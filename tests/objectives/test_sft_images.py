@@ -15,7 +15,7 @@ from rpbench import pipeline
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.records import image_count
-from rpbench.data.spec import data_spec
+from rpbench.data.settings import data_spec
 from rpbench.models import load
 from rpbench.models.vision import ImageTextTokenizer
 from rpbench.training import train

@@ -15,7 +15,7 @@ from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.models.forward import model_inputs
-from rpbench.objectives.simpo import SimPOConfig, SimPOModule, simpo_loss
+from rpbench.objectives.simpo import SimPOModule, SimPOSettings, simpo_loss
 from rpbench.training import train
 from rpbench.validate import validate
 
@@ -86,9 +86,9 @@ def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model):
 
 def test_invalid_settings_are_named():
     with pytest.raises(ValueError, match=r"objective.cpo_alpha=-1.0: expected a number >= 0"):
-        SimPOConfig.parse(objective_settings("simpo", cpo_alpha=-1.0), "objective")
+        SimPOSettings.parse(objective_settings("simpo", cpo_alpha=-1.0), "objective")
     with pytest.raises(ValueError, match=r"objective.label_smoothing must lie in \[0, 0.5\), got 0.5"):
-        SimPOConfig.parse(objective_settings("simpo", label_smoothing=0.5), "objective")
+        SimPOSettings.parse(objective_settings("simpo", label_smoothing=0.5), "objective")
 
 
 def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_path):

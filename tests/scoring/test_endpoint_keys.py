@@ -13,7 +13,7 @@ from conftest import chat_stub, evaluation_of
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.eval.evaluate import generate
-from rpbench.scoring.judge.client import JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
+from rpbench.scoring.chat.client import ChatRequest, EndpointConfigError, EndpointSettings, open_client
 from rpbench.validate import validate
 
 TEST_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
@@ -55,8 +55,8 @@ def test_openai_key_named_for_another_evaluation_endpoint_is_refused_before_any_
 
 
 def ask_judge(judge_cfg) -> None:
-    with open_judge(JudgeConfig.parse(OmegaConf.to_container(judge_cfg, resolve=True), "judge")) as client:
-        client.judge_many([JudgeRequest(({"role": "user", "content": "In character?"},), 4, "test-v1")])
+    with open_client(EndpointSettings.parse(OmegaConf.to_container(judge_cfg, resolve=True), "judge")) as client:
+        client.ask_many([ChatRequest(({"role": "user", "content": "In character?"},), 4, "test-v1")])
 
 
 def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(compose, openai_key):
@@ -65,11 +65,11 @@ def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(c
         cfg = compose("objective=none", "evaluator=rolemrc", *overrides)
         with pytest.raises(ConfigError, match=r"judge.api_key_env=OPENAI_API_KEY: http://127.0.0.1.* null"):
             validate(cfg)
-        with pytest.raises(JudgeConfigError, match="not OpenAI's API"):
+        with pytest.raises(EndpointConfigError, match="not OpenAI's API"):
             ask_judge(cfg.judge)
         with pytest.MonkeyPatch.context() as env:  # the openai client's own redirection counts the same
             env.setenv("OPENAI_BASE_URL", endpoint.url)
-            with pytest.raises(JudgeConfigError, match="not OpenAI's API"):
+            with pytest.raises(EndpointConfigError, match="not OpenAI's API"):
                 ask_judge(compose("objective=none", "judge=openai", *QUIET_JUDGE).judge)
         keyless = compose("objective=none", *overrides, "judge.api_key_env=null", *QUIET_JUDGE)
         ask_judge(keyless.judge)
@@ -83,10 +83,10 @@ def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(c
 def test_the_openai_judge_gets_the_openai_key(compose, openai_key, monkeypatch):
     """The client built for OpenAI's API carries its key (no request is made: the machine is offline)."""
     cfg = compose("objective=none", "judge=openai")
-    judge = JudgeConfig.parse(OmegaConf.to_container(cfg.judge, resolve=True), "judge")
-    with open_judge(judge) as client:
+    judge = EndpointSettings.parse(OmegaConf.to_container(cfg.judge, resolve=True), "judge")
+    with open_client(judge) as client:
         assert client._api_key == OPENAI_SECRET
     monkeypatch.delenv("OPENAI_API_KEY")
-    with pytest.raises(JudgeConfigError, match="OPENAI_API_KEY.*not set"):
-        with open_judge(judge):
+    with pytest.raises(EndpointConfigError, match="OPENAI_API_KEY.*not set"):
+        with open_client(judge):
             pass

@@ -253,14 +253,14 @@ def test_build_reward_fns_rejects_wrong_types(cfg, match):
 
 
 def test_grpo_startup_names_a_reward_kwarg_missing_from_the_yaml():
-    from rpbench.objectives.grpo import GRPOConfig
+    from rpbench.objectives.grpo import GRPOSettings
 
     entries = objective_settings("grpo")["rewards"]
     (penalty,) = [e for e in entries if e["name"] == "length_penalty"]
     without_unit = {**penalty, "kwargs": {k: v for k, v in penalty["kwargs"].items() if k != "unit"}}
     cut = [without_unit if e is penalty else e for e in entries]
     with pytest.raises(ValueError, match=r"objective.rewards\[2\]\.kwargs\.unit: missing"):
-        GRPOConfig.parse(objective_settings("grpo", rewards=cut), "objective")
+        GRPOSettings.parse(objective_settings("grpo", rewards=cut), "objective")
 
 
 def test_score_rewards_rejects_bad_outputs():

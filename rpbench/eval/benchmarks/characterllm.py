@@ -31,12 +31,12 @@ from rpbench.core.typed import Settings
 from rpbench.data.characterllm import SETTINGS
 from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE, CharacterLLMPrompts
 from rpbench.data.records import EvalExample, Turn
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
-from rpbench.scoring.judge.client import JudgeConfig, ParsedReply
+from rpbench.scoring.chat.client import EndpointSettings, ParsedReply
 
 SCORE = re.compile(r"\s(\d)")
 REASK = "Give your score now: one whole number from 1 to 7, alone on the last line."
@@ -106,7 +106,7 @@ class CharacterLLM(Benchmark):
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         return [len(ASPECTS)] * len(examples)  # one score per aspect of each interview
 
-    def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
+    def problems(self, settings: Settings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         out = []
         if judge is None:
             out.append("evaluator=characterllm is scored by a judge: choose judge=openai|local|vllm|...")
@@ -128,7 +128,7 @@ class CharacterLLM(Benchmark):
         prompts = CharacterLLMPrompts.load(ctx.prompts_source)
         results: dict[str, Any] = {"n_records": sum(map(len, chosen.values())), "generation": {}}
         interviews: list[dict[str, Any]] = []
-        with ctx.open_judge() as client:
+        with ctx.open_client() as client:
             if "single" in chosen:
                 path = out_dir / "predictions.jsonl"
                 results["generation"]["single"] = generate(ctx, chosen["single"], path)
@@ -189,12 +189,12 @@ class CharacterLLM(Benchmark):
     ) -> list[dict[str, Any]]:
         """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
         from rpbench.eval.evaluate import generate
-        from rpbench.scoring.judge import JudgeClient, JudgeRequest
-        from rpbench.scoring.judge.health import role_health
+        from rpbench.scoring.chat import ChatClient, ChatRequest
+        from rpbench.scoring.chat.health import role_health
 
         ev = ctx.settings
         sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=ev.interviewer.top_p)
-        asker = JudgeClient(sampling, role="simulator")
+        asker = ChatClient(sampling, role="simulator")
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}
@@ -209,9 +209,9 @@ class CharacterLLM(Benchmark):
             for turn in range(1, ev.max_turns + 1):
                 active = [e for e in records if e.id not in stopped]
                 asked_in_all += len(active)
-                requests = [JudgeRequest((system, asking(e)), ev.interviewer.max_tokens, version) for e in active]
+                requests = [ChatRequest((system, asking(e)), ev.interviewer.max_tokens, version) for e in active]
                 asked = []
-                for e, reply in zip(active, asker.judge_many(requests, desc=f"interviewer, turn {turn}")):
+                for e, reply in zip(active, asker.ask_many(requests, desc=f"interviewer, turn {turn}")):
                     question = interviewer_question(reply.text or "")
                     if reply.error is not None or not question:
                         stopped[e.id] = (
@@ -274,7 +274,7 @@ def score(
 ) -> tuple[dict[str, dict[str, int | None]], list[dict[str, Any]]]:
     """Each interview's score per aspect (None: parse or request failure) and the judge's replies; an
     unreadable score is re-asked only with ``reask``."""
-    from rpbench.scoring.judge import JudgeRequest
+    from rpbench.scoring.chat import ChatRequest
 
     loc_time = prompts.render("loc_time")
     system = {"role": "system", "content": prompts.render("judge_system")}
@@ -293,9 +293,9 @@ def score(
             )
             jobs.append((interview["id"], aspect))
             version = f"characterllm-{aspect}-{template.sha256[:12]}"
-            requests.append(JudgeRequest((system, {"role": "user", "content": text}), max_tokens, version))
+            requests.append(ChatRequest((system, {"role": "user", "content": text}), max_tokens, version))
     if reask:
-        replies = client.judge_parsed(requests, parse_score, REASK, desc="judge (characterllm)")
+        replies = client.ask_parsed(requests, parse_score, REASK, desc="judge (characterllm)")
     else:
         replies = ask_once(client, requests)
     verdicts: dict[str, dict[str, int | None]] = {i["id"]: {} for i in interviews}
@@ -317,7 +317,7 @@ def score(
 
 def ask_once(client: Any, requests: Sequence[Any]) -> list[ParsedReply]:
     """Each request asked once and its reply parsed (``parse_score``), as the authors' scoring scripts do."""
-    results = client.judge_many(requests, desc="judge (characterllm)")
+    results = client.ask_many(requests, desc="judge (characterllm)")
     return [
         ParsedReply(None if r.error is not None else parse_score(r.text or ""), r.text, 1, r.error) for r in results
     ]

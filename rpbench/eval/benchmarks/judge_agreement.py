@@ -22,9 +22,9 @@ from rpbench.core.typed import Settings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, read_jsonl
 from rpbench.eval.benchmarks.mmrole.judging import review_ratios
 from rpbench.eval.context import EvalContext
+from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.scoring.human_agreement import LEVELS, HumanItem, JudgeVerdict, Key, agreement, model_family
 from rpbench.scoring.human_ratings import ratings_file_problems, read_human_ratings, read_judge_verdicts
-from rpbench.scoring.judge.client import JudgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,9 @@ class JudgeAgreement(Benchmark):
         return {"judge_agreement": found, "report_sections": [agreement_section(found)]}
 
 
-def human_agreement_of_run(settings: Any, judge: JudgeConfig, scores: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def human_agreement_of_run(
+    settings: Any, judge: EndpointSettings, scores: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """A judged run's verdicts (scores.jsonl rows) against ``evaluator.human_ratings``."""
     humans = read_human_ratings(settings.human_ratings)
     if humans[0].pairwise:

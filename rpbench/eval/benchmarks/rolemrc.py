@@ -52,10 +52,10 @@ class RoleMRC(Benchmark):
     def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
+        from rpbench.scoring.chat.health import no_verdict, parse_failure_warning
         from rpbench.scoring.judge import judge_rolemrc
-        from rpbench.scoring.judge.health import no_verdict, parse_failure_warning
 
-        judged = judge_rolemrc(ctx.examples, predictions, ctx.judge, prepared, ctx.open_judge)
+        judged = judge_rolemrc(ctx.examples, predictions, ctx.judge, prepared, ctx.open_client)
         overall = judged["overall"]  # request failures: the judge's endpoint health (rpbench.eval.evaluate)
         warning = parse_failure_warning(overall["parse_failures"], overall["n"], ctx.judge.warn_parse_failure_rate)
         if warning:

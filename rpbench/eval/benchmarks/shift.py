@@ -1,4 +1,4 @@
-"""``evaluator=shift``: how far the splits of one's data are apart (``generalization.data_shift``), before
+"""``evaluator=shift``: how far the splits of one's data are apart (``generalization.split_distance``), before
 training and without a model: the files of ``evaluator.splits`` (null: every ``data.files`` entry set), each
 read as test records with the data config's reader."""
 
@@ -11,13 +11,13 @@ from omegaconf import OmegaConf
 
 from rpbench.core.errors import ConfigError
 from rpbench.data.prepare import read_split
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
-from rpbench.eval.benchmarks.rpgbench import RPGBenchSettings, encoder_problems
+from rpbench.eval.benchmarks.rpgbench.evaluator import RPGBenchSettings, encoder_problems
 from rpbench.eval.context import EvalContext
-from rpbench.eval.generalization.data_shift import shift_section, split_shift
 from rpbench.eval.generalization.embed import load_text_embedder
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.eval.generalization.split_distance import shift_section, split_shift
+from rpbench.scoring.chat.client import EndpointSettings
 
 
 def split_files(named: Any, data_files: Any) -> dict[str, str]:
@@ -41,7 +41,7 @@ class Shift(Benchmark):
     needs_model = False
     settings_class = ShiftSettings
 
-    def problems(self, settings: ShiftSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
+    def problems(self, settings: ShiftSettings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         files = split_files(settings.splits, data.files)
         if len(files) < 2:
             return [f"evaluator=shift compares two or more splits; got {sorted(files) or 'none'} (set evaluator.splits "

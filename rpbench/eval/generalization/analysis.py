@@ -43,7 +43,7 @@ from rpbench.eval.generalization.convergence import bound_convergence, remid_of_
 from rpbench.eval.generalization.embed import TextEmbedder
 from rpbench.eval.generalization.emi import sampled_club_mi
 from rpbench.eval.generalization.scoring import PairScorer, SampledResponse, conditional_entropy
-from rpbench.eval.generalization.shift import embed_split, shift_severity
+from rpbench.eval.generalization.severity import embed_split, shift_severity
 
 ID_CATEGORY = "IDTest"
 # Samples are decoded without their stop token and stripped: one whose re-encoded text has at least

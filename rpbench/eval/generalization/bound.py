@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import torch
 
-from rpbench.eval.generalization.shift import INPUT_FIELDS, ShiftSeverity
+from rpbench.eval.generalization.severity import INPUT_FIELDS, ShiftSeverity
 
 DeltaForm = Literal["max", "sum", "code"]
 NUMERICAL_TOLERANCE = 1e-9

@@ -17,7 +17,7 @@ import numpy as np
 from rpbench.eval.generalization.bound import Bound, DeltaForm, bound_of
 from rpbench.eval.generalization.emi import PairScores, sampled_club_mi
 from rpbench.eval.generalization.rjsd import Weighting
-from rpbench.eval.generalization.shift import ShiftSeverity, SplitEmbeddings, shift_severity
+from rpbench.eval.generalization.severity import ShiftSeverity, SplitEmbeddings, shift_severity
 
 SubsampleREMID = Callable[[Sequence[int], Sequence[int]], float]
 

@@ -39,14 +39,14 @@ RENDERING_KEYS = ("family", "instruct", "chat_template", "end_of_turn")  # what 
 
 
 @dataclass(frozen=True)
-class EstimatorSpec:
+class EstimatorModel:
     role: str
     model_cfg: ModelSettings | None  # None: the evaluated model (critic=self)
     adapters: tuple[str, ...]  # merged in this order
     description: str  # what the results name it (no machine path)
 
 
-def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> EstimatorSpec:
+def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> EstimatorModel:
     """The model config of ``spec`` for ``role`` (module docstring); a clear ConfigError otherwise."""
     key = f"evaluator.{role}"
     adapters = tuple(str(a) for a in adapters)
@@ -68,7 +68,7 @@ def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> Estima
             raise ConfigError(f"{key}=self: the plain critic is a fixed model trained without r, scoring every model")
         if adapters:
             raise ConfigError(f"{key}=self: {key}_adapters must be empty (the evaluated model is scored as it is)")
-        return EstimatorSpec(
+        return EstimatorModel(
             role, None, (), "the evaluated model (critic=self: its EMI is not comparable across models)"
         )
     folder = Path(spec).expanduser()
@@ -78,7 +78,7 @@ def resolve_spec(role: str, spec: str | None, adapters: Sequence[str]) -> Estima
         found = _folder_model(folder, key)
     else:
         found = _entry_model(spec, key)
-    resolved = EstimatorSpec(role, found[0], adapters, found[1] + _with(adapters))
+    resolved = EstimatorModel(role, found[0], adapters, found[1] + _with(adapters))
     _check_adapters(resolved)  # at startup (validate), before anything is generated
     return resolved
 
@@ -149,13 +149,13 @@ def _run_model(folder: Path, role: str) -> ModelSettings:
     )
 
 
-def _check_adapters(spec: EstimatorSpec) -> None:
+def _check_adapters(spec: EstimatorModel) -> None:
     for k, adapter in enumerate(spec.adapters):
         if not (Path(adapter) / "adapter_config.json").is_file():
             raise ConfigError(f"evaluator.{spec.role}_adapters[{k}]={adapter}: no adapter_config.json in it")
 
 
-def load_estimator(spec: EstimatorSpec, device):
+def load_estimator(spec: EstimatorModel, device):
     """(model, tokenizer) of a spec with a model config: loaded, each adapter merged in order, in eval mode on
     ``device``."""
     from rpbench.models import load
@@ -182,7 +182,7 @@ def folder_sha256(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def provenance(spec: EstimatorSpec) -> dict[str, Any]:
+def provenance(spec: EstimatorModel) -> dict[str, Any]:
     """What metrics.json records of an estimator: its description, the sha256 of its weights folder when it is a
     local one (None: a hub id or the evaluated model), whether it is the evaluated model (critic=self), and each
     adapter's name and sha256 in merge order."""

@@ -21,8 +21,8 @@ from typing import Any
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
-from rpbench.scoring.endpoints import api_key
-from rpbench.scoring.judge.client import LOCAL_ENDPOINT, JudgeClient, JudgeRequest, JudgeResult, LocalServer
+from rpbench.scoring.chat.client import LOCAL_ENDPOINT, ChatClient, ChatRequest, ChatResult, LocalServer
+from rpbench.scoring.chat.endpoints import api_key
 
 SCALE = (1, 5)
 JUDGE_PROMPT = """You are judging a role-play conversation. A model played the character {character}. A user \
@@ -83,8 +83,8 @@ def simulator_key_problems(sim: Simulator, where: str) -> list[str]:
 
 @contextmanager
 def open_simulator(
-    judge: JudgeClient, sim: Simulator, local_server: LocalServer | None, where: str
-) -> Iterator[JudgeClient]:
+    judge: ChatClient, sim: Simulator, local_server: LocalServer | None, where: str
+) -> Iterator[ChatClient]:
     """The user simulator's client, ``sim``'s sampling: a server of ``sim.server`` started on 127.0.0.1 (by
     ``local_server``, as ``judge=local``'s), ``sim.base_url``'s endpoint, or the judge's endpoint and model;
     closed (and the server stopped) on exit. ``where``: the settings' key, for errors."""
@@ -97,12 +97,12 @@ def open_simulator(
             server = stack.enter_context(local_server(served))
             free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
             local = replace(config, base_url=server.base_url, model=server.model, api_key_env=None, **free)
-            client = JudgeClient(local, LOCAL_ENDPOINT, role="simulator")
+            client = ChatClient(local, LOCAL_ENDPOINT, role="simulator")
         elif sim.base_url is None:
-            client = JudgeClient(config, judge.endpoint, role="simulator")
+            client = ChatClient(config, judge.endpoint, role="simulator")
         else:
             own = replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env)
-            client = JudgeClient(own, label=where, role="simulator")
+            client = ChatClient(own, label=where, role="simulator")
         stack.callback(client.close)  # before the server stops
         yield client
 
@@ -112,14 +112,14 @@ def simulator_version() -> str:
 
 
 def ask_simulator(
-    simulator: JudgeClient, sessions: Sequence[Session], turn: int, stop_marker: str, max_tokens: int, version: str
-) -> list[JudgeResult]:
+    simulator: ChatClient, sessions: Sequence[Session], turn: int, stop_marker: str, max_tokens: int, version: str
+) -> list[ChatResult]:
     """The simulator's reply to each session after the character's ``turn``-th, in one batch."""
     requests = [
-        JudgeRequest(({"role": "user", "content": simulator_prompt(s, stop_marker)},), max_tokens, version)
+        ChatRequest(({"role": "user", "content": simulator_prompt(s, stop_marker)},), max_tokens, version)
         for s in sessions
     ]
-    return simulator.judge_many(requests, desc=f"user simulator, turn {turn}") if requests else []
+    return simulator.ask_many(requests, desc=f"user simulator, turn {turn}") if requests else []
 
 
 def transcript(session: Mapping[str, Any]) -> str:
@@ -184,10 +184,10 @@ def judge_sessions(
     "attempts"}`` (scores None per dimension unless the reply parsed)."""
     version = prompt_version(rubric)
     requests = [
-        JudgeRequest(({"role": "user", "content": judge_prompt(s, rubric)},), max_tokens, version) for s in sessions
+        ChatRequest(({"role": "user", "content": judge_prompt(s, rubric)},), max_tokens, version) for s in sessions
     ]
     dimensions = list(rubric)
-    replies = client.judge_parsed(
+    replies = client.ask_parsed(
         requests, lambda text: parse_verdict(text, dimensions), REASK, desc="judge (conversation)"
     )
     out = []

@@ -39,13 +39,13 @@ import yaml
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.templates import RPBENCH, Released, Template, resolve
-from rpbench.scoring.judge.client import (
-    JudgeClient,
-    JudgeConfig,
-    JudgeOpener,
-    JudgeRequest,
+from rpbench.scoring.chat.client import (
+    ChatClient,
+    ChatRequest,
+    ClientOpener,
+    EndpointSettings,
     ParsedReply,
-    open_judge,
+    open_client,
 )
 from rpbench.scoring.judge.parse import parse_verdict
 
@@ -388,9 +388,9 @@ def rubric_messages(
 def judge_rolemrc(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
-    judge: JudgeClient | JudgeConfig,
+    judge: ChatClient | EndpointSettings,
     prompts: JudgePrompts = DEFAULT_PROMPTS,
-    opener: JudgeOpener = open_judge,
+    opener: ClientOpener = open_client,
 ) -> dict[str, Any]:
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
@@ -406,13 +406,13 @@ def judge_rolemrc(
     if missing:
         raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
     pairs = [(e, rubric) for e in examples for rubric in _rubrics_of(e)]
-    with nullcontext(judge) if isinstance(judge, JudgeClient) else opener(judge) as client:
+    with nullcontext(judge) if isinstance(judge, ChatClient) else opener(judge) as client:
         max_tokens = client.config.max_tokens_for(TASK)
         requests = [
-            JudgeRequest(rubric_messages(r, e, predictions[e.id], prompts), max_tokens, prompts.version)
+            ChatRequest(rubric_messages(r, e, predictions[e.id], prompts), max_tokens, prompts.version)
             for e, r in pairs
         ]
-        replies = client.judge_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
+        replies = client.ask_parsed(requests, parse_verdict, REASK, desc="RoleMRC judge")
         stats, model, policy = client.stats.as_dict(), client.config.model, client.config.parse_failure
     scored = [scored_verdict(reply, policy) for reply in replies]
     records = _per_record(examples, pairs, replies, scored)

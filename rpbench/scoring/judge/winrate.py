@@ -27,7 +27,7 @@ from typing import Any
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample
 from rpbench.data.rpgbench import replied_records
-from rpbench.scoring.judge.client import JudgeConfig, JudgeOpener, JudgeRequest, ParsedReply, open_judge
+from rpbench.scoring.chat.client import ChatRequest, ClientOpener, EndpointSettings, ParsedReply, open_client
 
 TASK = "rpgbench"
 PROMPT_VERSION = "rpgbench-winrate-v2"
@@ -156,8 +156,8 @@ def _grouped(rows: Sequence[tuple[str, float | None]]) -> dict[str, dict[str, An
 def judge_winrate(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
-    judges: Sequence[JudgeConfig],
-    opener: JudgeOpener = open_judge,
+    judges: Sequence[EndpointSettings],
+    opener: ClientOpener = open_client,
 ) -> dict[str, Any]:
     """WinRate of ``predictions`` against the golden responses for each of ``judges`` (``judge``
     configs, each opened by ``opener``: one with the local judge server handed in for ``judge=local``) over
@@ -180,14 +180,14 @@ def judge_winrate(
         with opener(judge_cfg) as client:
             max_tokens = client.config.max_tokens_for(TASK)
             requests = [
-                JudgeRequest(
+                ChatRequest(
                     pairwise_messages(e, *((predictions[e.id], e.reference)[:: 1 if first else -1])),
                     max_tokens,
                     PROMPT_VERSION,
                 )
                 for e, first in asks
             ]
-            replies = client.judge_parsed(requests, parse_choice, REASK, desc=f"WinRate judge {k}")
+            replies = client.ask_parsed(requests, parse_choice, REASK, desc=f"WinRate judge {k}")
             name = f"{k}:{client.config.model}"
             stats = client.stats.as_dict()
         wins = [model_won(r, first) for r, (_, first) in zip(replies, asks)]

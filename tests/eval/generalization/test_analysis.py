@@ -236,7 +236,7 @@ def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
 @pytest.mark.slow
 def test_winrate_judges_exactly_the_records_the_analysis_scores():
     from conftest import chat_stub, judge_config
-    from rpbench.eval.benchmarks.rpgbench import RPGBench
+    from rpbench.eval.benchmarks.rpgbench.evaluator import RPGBench
     from rpbench.scoring.judge.winrate import judge_winrate
 
     examples, predictions, _, empty, result = run()

@@ -8,7 +8,7 @@ import torch
 from rpbench.eval.generalization.bound import bound_of
 from rpbench.eval.generalization.convergence import bound_convergence, remid_of_subsamples
 from rpbench.eval.generalization.emi import matrix_scores, negative_pairs, sampled_club_mi
-from rpbench.eval.generalization.shift import SplitEmbeddings, shift_severity
+from rpbench.eval.generalization.severity import SplitEmbeddings, shift_severity
 
 
 def split(n: int, seed: int, offset: float) -> SplitEmbeddings:

@@ -276,7 +276,7 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
         entropy_prompts,
     )
     from rpbench.eval.generalization.bound import bound_of, entropy_bound
-    from rpbench.eval.generalization.shift import ShiftSeverity
+    from rpbench.eval.generalization.severity import ShiftSeverity
 
     model, renderer = tiny()
     prompts = remid_prompts(None)

@@ -13,7 +13,7 @@ from rpbench.eval.generalization.bound import (
     output_terms,
     remid_bound,
 )
-from rpbench.eval.generalization.shift import ShiftSeverity
+from rpbench.eval.generalization.severity import ShiftSeverity
 
 JS = {"user": 0.04, "character": 0.09, "dialogue": 0.16}  # roots 0.2, 0.3, 0.4: sum 0.9
 DELTA_P, DELTA_Q = 0.0016, 0.0081  # fourth roots 0.2, 0.3; sum 0.0097, whose fourth root is 0.31382890

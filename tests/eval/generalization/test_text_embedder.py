@@ -13,7 +13,7 @@ from rpbench.data.remid_prompts import format_dialogue
 from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.embed import PACKAGED_ENCODER, load_text_embedder
 from rpbench.eval.generalization.rjsd import representation_jsd
-from rpbench.eval.generalization.shift import embed_split, input_field_texts, shift_severity
+from rpbench.eval.generalization.severity import embed_split, input_field_texts, shift_severity
 from rpbench.scoring.metrics import fallback_model_path
 
 TEXTS = ["The lamp is lit every night.", "Ich backe Brot in Leeds.", "A wild orchid, rare in these parts."]

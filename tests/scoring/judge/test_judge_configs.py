@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.serve import ServeOptions
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
@@ -28,7 +28,7 @@ def test_the_group_has_the_six_options():
 @pytest.mark.parametrize("name", [n for n in OPTIONS if n != "none"])
 def test_option_builds_a_judge_config(name):
     cfg = judge_config(name, *(["judge.model=outputs/rm/model"] if name == "mmrole_rm" else []))
-    config = JudgeConfig.parse(cfg, "judge")
+    config = EndpointSettings.parse(cfg, "judge")
     backend = {"openai": "openai", "rolemrc_published": "openai", "mmrole_rm": "local"}.get(name, name)
     assert cfg["backend"] == backend
     assert config.cache_path.endswith("judge_cache.sqlite")
@@ -38,7 +38,7 @@ def test_option_builds_a_judge_config(name):
 
 
 def test_published_rolemrc_setup():
-    config = JudgeConfig.parse(judge_config("rolemrc_published"), "judge")
+    config = EndpointSettings.parse(judge_config("rolemrc_published"), "judge")
     assert (config.model, config.temperature, config.max_tokens["rolemrc"]) == ("gpt-4-turbo-2024-04-09", 0.7, 4)
     assert config.base_url is None and config.api_key_env == "OPENAI_API_KEY"
 

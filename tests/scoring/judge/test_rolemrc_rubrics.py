@@ -9,7 +9,7 @@ import pytest
 from conftest import judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.scoring.judge.client import JudgeClient, judge_opener
+from rpbench.scoring.chat.client import ChatClient, client_opener
 from rpbench.scoring.judge.rolemrc_rubrics import (
     REASK,
     RUBRICS,
@@ -168,7 +168,7 @@ def test_prompt_file_must_name_every_rubric_and_exist(tmp_path):
         load_prompts(tmp_path / "absent.yaml")
 
 
-def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> JudgeClient:
+def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> ChatClient:
     settings = {
         "model": server.model_name,
         "base_url": server.base_url,
@@ -178,7 +178,7 @@ def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: 
         "parse_failure": parse_failure,
         "cache_path": str(tmp_path / "judge.sqlite"),
     }
-    return JudgeClient(judge_config(**settings))
+    return ChatClient(judge_config(**settings))
 
 
 # The judge answers by what the model reply says: a real server, a scripted judge.
@@ -297,13 +297,13 @@ def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny
             "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
         },
     )
-    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=judge_opener(local_judge))
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=client_opener(local_judge))
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 
 
 def test_bad_inputs_are_named():
-    client = JudgeClient(
+    client = ChatClient(
         judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):

@@ -187,7 +187,7 @@ def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
         results = aggregate_review_sets(reviews) if isinstance(reviews, dict) else aggregate_reviews(reviews)
     else:
         judge = judge_answer_sets if isinstance(answers, dict) else judge_answers
-        with ctx.open_judge() as client:
+        with ctx.open_client() as client:
             results = judge(
                 answers,
                 client,

@@ -24,7 +24,7 @@ from typing import Any
 from rpbench.core.errors import DataFormatError
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole.prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
-from rpbench.scoring.judge.client import JudgeClient, JudgeRequest, ParsedReply, image_part
+from rpbench.scoring.chat.client import ChatClient, ChatRequest, ParsedReply, image_part
 from rpbench.scoring.judge.parse import parse_score_pair
 
 REVIEW_KEY = "rm_review"
@@ -192,7 +192,7 @@ def _ratio(path: Path, rid: Any, key: str, review: Any, metric: str) -> tuple[fl
 
 def judge_answers(
     answers_dir: str | Path,
-    client: JudgeClient,
+    client: ChatClient,
     reviews_dir: str | Path,
     *,
     prompts: ReviewPrompts = DEFAULT_PROMPTS,
@@ -220,7 +220,7 @@ def judge_answers(
         parts = [_image_part(path, record, client, image_root, images) for record in records]
         jobs = [(i, metric, flipped) for i in range(len(records)) for metric in METRICS for flipped in orders]
         requests = [_request(records[i], metric, flipped, parts[i], client, prompts) for i, metric, flipped in jobs]
-        replies = client.judge_parsed(requests, parse_score_pair, REASK, desc=f"MMRole-Eval {path.stem}")
+        replies = client.ask_parsed(requests, parse_score_pair, REASK, desc=f"MMRole-Eval {path.stem}")
         for (i, metric, flipped), reply in zip(jobs, replies):
             records[i].setdefault(SWAPPED_KEY if flipped else REVIEW_KEY, {})[metric] = _review_entry(reply)
         with open(out / path.name, "w", encoding="utf-8") as handle:
@@ -232,7 +232,7 @@ def judge_answers(
 
 
 def judge_answer_sets(
-    folders: Mapping[str, str | Path], client: JudgeClient, reviews_dir: str | Path, **options: Any
+    folders: Mapping[str, str | Path], client: ChatClient, reviews_dir: str | Path, **options: Any
 ) -> dict[str, Any]:
     """``judge_answers`` of each test set's answers folder into ``reviews_dir/<name>``; the results as
     ``aggregate_review_sets`` gives them, plus ``images`` (summed) and ``judge_stats``."""
@@ -251,9 +251,9 @@ def _request(
     metric: str,
     flipped: bool,
     image: dict | None,
-    client: JudgeClient,
+    client: ChatClient,
     prompts: ReviewPrompts,
-) -> JudgeRequest:
+) -> ChatRequest:
     turn = record["conversations"][1]
     answer, truth = turn["answer"], turn["value"]
     text = prompts.review(
@@ -267,7 +267,7 @@ def _request(
     )
     content: Any = [image, {"type": "text", "text": text}] if image else text
     messages = ({"role": "system", "content": prompts.system}, {"role": "user", "content": content})
-    return JudgeRequest(messages, client.config.max_tokens_for(TASK), prompts.version)
+    return ChatRequest(messages, client.config.max_tokens_for(TASK), prompts.version)
 
 
 def _review_entry(reply: ParsedReply) -> dict[str, Any]:
@@ -278,7 +278,7 @@ def _review_entry(reply: ParsedReply) -> dict[str, Any]:
 
 
 def _image_part(
-    answers: Path, record: Mapping[str, Any], client: JudgeClient, image_root: str | Path | None, counts: dict[str, int]
+    answers: Path, record: Mapping[str, Any], client: ChatClient, image_root: str | Path | None, counts: dict[str, int]
 ) -> dict | None:
     path = confined_path(image_root, record["image"], file=answers, record=record["id"], field="image")
     if not client.config.multimodal:

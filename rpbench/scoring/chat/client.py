@@ -9,7 +9,7 @@ a wrong shape, an HTML page), waiting at least what a ``Retry-After`` header ask
 cached in SQLite (keyed by endpoint, model, prompt and sampling) so a re-run makes no requests. A prompt
 longer than ``max_prompt_chars`` is not sent: a counted failure (``prompts_too_long``) naming the limit. Tokens
 and cost are counted, per endpoint role (``judge``, ``simulator``, ``generation``: ``counting_usage``). The API
-key is read from the environment variable the config names (see ``rpbench.scoring.endpoints``: none by default
+key is read from the environment variable the config names (see ``rpbench.scoring.chat.endpoints``: none by default
 to a host other than OpenAI's), handed to the ``openai`` client and nowhere else: it is not part of the config
 object, the cache key, logs or results.
 """
@@ -36,8 +36,8 @@ from tqdm.auto import tqdm
 
 from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.core.typed import Problem, Settings, as_dict, plain
-from rpbench.scoring.endpoints import api_key, endpoint_identity
-from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.chat.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.chat.endpoints import api_key, endpoint_identity
 
 if TYPE_CHECKING:  # openai is imported when a request is made: a run without a judge never loads it
     import openai
@@ -49,7 +49,7 @@ BACKENDS = ("none", "openai", "vllm", "local")
 LOCAL_ENDPOINT = "rpbench.serve"
 
 
-class JudgeConfigError(RpbenchError, RuntimeError):
+class EndpointConfigError(RpbenchError, RuntimeError):
     """The judge cannot be used at all (no key, bad credentials, unknown model): stop, do not retry."""
 
 
@@ -61,7 +61,7 @@ PARSE_FAILURE_POLICIES = ("wrong", "exclude")
 
 
 @dataclass(frozen=True, kw_only=True)
-class JudgeConfig(Settings):
+class EndpointSettings(Settings):
     """The ``judge`` config group (conf/judge/*.yaml), parsed once at startup (``rpbench.validate``); every
     value comes from the YAML. ``server``: what a ``backend: local`` judge serves (``rpbench.serve.local_judge``
     fills ``base_url`` and ``model`` in from the started server)."""
@@ -140,7 +140,7 @@ class JudgeConfig(Settings):
         return int(self.max_tokens[task])
 
 
-def judge_reply_length_problems(judge: JudgeConfig | Mapping[str, Any], task: str) -> list[tuple[str, str]]:
+def judge_reply_length_problems(judge: EndpointSettings | Mapping[str, Any], task: str) -> list[tuple[str, str]]:
     """A judge's settings (typed, or the mapping of a reward's kwargs) without a reply length for ``task`` in
     ``max_tokens``: (key, expected), checked at startup (``max_tokens_for`` would fail after generating)."""
     lengths = judge.get("max_tokens") if isinstance(judge, Mapping) else judge.max_tokens
@@ -150,7 +150,7 @@ def judge_reply_length_problems(judge: JudgeConfig | Mapping[str, Any], task: st
 
 
 @dataclass(frozen=True)
-class JudgeRequest:
+class ChatRequest:
     """One chat completion to ask. ``prompt_version`` names the prompt template (part of the cache key)."""
 
     messages: tuple[Mapping[str, Any], ...]
@@ -161,7 +161,7 @@ class JudgeRequest:
 
 
 @dataclass(frozen=True)
-class JudgeResult:
+class ChatResult:
     """A reply (``text``) or, after all retries, the reason there is none (``error``)."""
 
     text: str | None
@@ -190,7 +190,7 @@ class ParsedReply:
 
 
 @dataclass
-class JudgeStats:
+class RequestStats:
     """Counters over the client's lifetime. ``requests`` counts HTTP attempts (retries included),
     ``bad_replies`` the attempts answered by an HTTP 200 that was no chat completion, ``retry_wait_s`` the
     seconds waited before retries, ``failures`` the requests that got no reply after all retries (or were not
@@ -214,7 +214,7 @@ class JudgeStats:
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def add(self, other: JudgeStats) -> None:
+    def add(self, other: RequestStats) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
@@ -231,13 +231,13 @@ ROLES = ("judge", "simulator", "generation")  # what a client asks its endpoint 
 class Usage:
     """The counters of the clients closed inside a ``counting_usage`` block, per role."""
 
-    roles: dict[str, JudgeStats] = field(default_factory=dict)
+    roles: dict[str, RequestStats] = field(default_factory=dict)
 
-    def add(self, role: str, stats: JudgeStats) -> None:
-        self.roles.setdefault(role, JudgeStats()).add(stats)
+    def add(self, role: str, stats: RequestStats) -> None:
+        self.roles.setdefault(role, RequestStats()).add(stats)
 
-    def total(self) -> JudgeStats:
-        summed = JudgeStats()
+    def total(self) -> RequestStats:
+        summed = RequestStats()
         for stats in self.roles.values():
             summed.add(stats)
         return summed
@@ -257,29 +257,29 @@ def counting_usage() -> Iterator[Usage]:
         _totals.remove(usage)
 
 
-class JudgeClient:
-    """Asks an OpenAI-compatible endpoint; ``judge_many`` is the synchronous entry point. ``endpoint``: what
+class ChatClient:
+    """Asks an OpenAI-compatible endpoint; ``ask_many`` is the synchronous entry point. ``endpoint``: what
     the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``); ``api_key``:
     the key to send (default: read from ``config.api_key_env``); ``label``: the config group errors name;
     ``role``: what it asks for (one of ROLES), the role its counters are summed under."""
 
     def __init__(
         self,
-        config: JudgeConfig,
+        config: EndpointSettings,
         endpoint: str | None = None,
         api_key: str | None = None,
         label: str = "judge",
         role: str = "judge",
     ):
         if role not in ROLES:
-            raise ValueError(f"JudgeClient role {role!r}: one of {', '.join(ROLES)}")
+            raise ValueError(f"ChatClient role {role!r}: one of {', '.join(ROLES)}")
         self.config, self.label, self.role = config, label, role
         self.endpoint = endpoint or endpoint_identity(config.base_url)
-        self.stats = JudgeStats()
+        self.stats = RequestStats()
         self._api_key = api_key if api_key is not None else _api_key(config, f"{label}.api_key_env")
         self.cache = ReplyCache(config.cache_path) if config.cache_path else None
 
-    def sampling(self, request: JudgeRequest) -> dict[str, Any]:
+    def sampling(self, request: ChatRequest) -> dict[str, Any]:
         if request.sampling is not None:
             return {**request.sampling, "max_tokens": request.max_tokens}
         params: dict[str, Any] = {"temperature": self.config.temperature, "max_tokens": request.max_tokens}
@@ -287,21 +287,21 @@ class JudgeClient:
             params["top_p"] = self.config.top_p
         return params
 
-    def judge_many(
+    def ask_many(
         self,
-        requests: Sequence[JudgeRequest],
+        requests: Sequence[ChatRequest],
         desc: str = "judge",
-        on_result: Callable[[int, JudgeResult], None] | None = None,
-    ) -> list[JudgeResult]:
+        on_result: Callable[[int, ChatResult], None] | None = None,
+    ) -> list[ChatResult]:
         """Replies in request order (runs its own event loop); ``on_result(i, result)`` as each one arrives."""
         return asyncio.run(self.ajudge_many(requests, desc, on_result))
 
     async def ajudge_many(
         self,
-        requests: Sequence[JudgeRequest],
+        requests: Sequence[ChatRequest],
         desc: str = "judge",
-        on_result: Callable[[int, JudgeResult], None] | None = None,
-    ) -> list[JudgeResult]:
+        on_result: Callable[[int, ChatResult], None] | None = None,
+    ) -> list[ChatResult]:
         import openai
 
         api = openai.AsyncOpenAI(
@@ -310,7 +310,7 @@ class JudgeClient:
         limit = asyncio.Semaphore(self.config.concurrency)
         bar = tqdm(total=len(requests), desc=desc, disable=not self.config.progress)
 
-        async def one(i: int, request: JudgeRequest) -> JudgeResult:
+        async def one(i: int, request: ChatRequest) -> ChatResult:
             result = await self._complete(api, limit, request)
             if on_result is not None:
                 on_result(i, result)
@@ -323,8 +323,8 @@ class JudgeClient:
             bar.close()
             await api.close()
 
-    def judge_parsed(
-        self, requests: Sequence[JudgeRequest], parse: Callable[[str], Any], reask: str, desc: str = "judge"
+    def ask_parsed(
+        self, requests: Sequence[ChatRequest], parse: Callable[[str], Any], reask: str, desc: str = "judge"
     ) -> list[ParsedReply]:
         """Ask, parse strictly, and re-ask unreadable replies (the reply and ``reask`` appended) up to
         ``parse_tries`` attempts in all. A reply still unreadable then is a parse failure (value None)."""
@@ -333,7 +333,7 @@ class JudgeClient:
         pending = list(range(len(requests)))
         for attempt in range(1, self.config.parse_tries + 1):
             label = desc if attempt == 1 else f"{desc} (re-ask {attempt - 1})"
-            results = self.judge_many([current[i] for i in pending], desc=label)
+            results = self.ask_many([current[i] for i in pending], desc=label)
             retry = []
             for i, result in zip(pending, results):
                 if result.error is not None:
@@ -349,12 +349,12 @@ class JudgeClient:
                 break
         return out
 
-    async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: JudgeRequest) -> JudgeResult:
+    async def _complete(self, api: openai.AsyncOpenAI, limit: asyncio.Semaphore, request: ChatRequest) -> ChatResult:
         chars, most = prompt_chars(request.messages), self.config.max_prompt_chars
         if most is not None and chars > most:
             self.stats.prompts_too_long += 1
             self.stats.failures += 1
-            return JudgeResult(
+            return ChatResult(
                 None,
                 error=f"prompt too long: {chars} characters, above {self.label}.max_prompt_chars={most} (not sent)",
             )
@@ -364,7 +364,7 @@ class JudgeClient:
             key = cache_key(self.endpoint, self.config.model, request.prompt_version, request.messages, sampling)
             if (hit := self.cache.get(key)) is not None:
                 self.stats.cache_hits += 1
-                return JudgeResult(
+                return ChatResult(
                     hit.text, cached=True, prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens
                 )
         async with limit:
@@ -380,8 +380,8 @@ class JudgeClient:
         return result
 
     async def _request_with_retries(
-        self, api: openai.AsyncOpenAI, request: JudgeRequest, sampling: Mapping[str, Any]
-    ) -> JudgeResult:
+        self, api: openai.AsyncOpenAI, request: ChatRequest, sampling: Mapping[str, Any]
+    ) -> ChatResult:
         import openai
 
         for attempt in range(self.config.max_retries + 1):
@@ -392,7 +392,7 @@ class JudgeClient:
                 )
                 result = read_completion(raw.text, raw.headers.get("content-type"))
             except (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError) as error:
-                raise JudgeConfigError(
+                raise EndpointConfigError(
                     f"{self.label}: the endpoint refused the request ({type(error).__name__}, "
                     f"status {error.status_code}): check {self.label}.model and the API key"
                 ) from None
@@ -400,7 +400,7 @@ class JudgeClient:
                 if isinstance(error, BadReply):
                     self.stats.bad_replies += 1
                 if not _retryable(error) or attempt == self.config.max_retries:
-                    return JudgeResult(None, error=_describe(error))
+                    return ChatResult(None, error=_describe(error))
                 self.stats.retries += 1
                 await self._wait(self._delay(attempt, error))
                 continue
@@ -425,7 +425,7 @@ class JudgeClient:
             await asyncio.sleep(left)
         self.stats.retry_wait_s += seconds
 
-    def _count_usage(self, result: JudgeResult) -> None:
+    def _count_usage(self, result: ChatResult) -> None:
         self.stats.prompt_tokens += result.prompt_tokens
         self.stats.completion_tokens += result.completion_tokens
         self.stats.cost_usd += (
@@ -459,7 +459,7 @@ def image_part(path: Path) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}}
 
 
-def reasked(request: JudgeRequest, reply: str, reask: str) -> JudgeRequest:
+def reasked(request: ChatRequest, reply: str, reask: str) -> ChatRequest:
     """``request`` continued by its unusable ``reply`` and the ``reask`` message (a new request, not a cache hit)."""
     follow_up = ({"role": "assistant", "content": reply}, {"role": "user", "content": reask})
     return replace(request, messages=(*request.messages, *follow_up))
@@ -468,46 +468,48 @@ def reasked(request: JudgeRequest, reply: str, reask: str) -> JudgeRequest:
 # How a ``backend: local`` judge gets its server: ``start(judge)`` starts one for ``judge.server`` and yields
 # the judge config pointing at it, stopping it on exit (``rpbench.serve.local_judge``). The pipeline (or the
 # synthesis task) hands it to whoever opens a judge; scoring never imports the server.
-LocalServer = Callable[[JudgeConfig], AbstractContextManager[JudgeConfig]]
-# What a stage that opens judges receives: ``open_judge`` with the local server bound (``judge_opener``).
-JudgeOpener = Callable[[JudgeConfig], AbstractContextManager["JudgeClient"]]
+LocalServer = Callable[[EndpointSettings], AbstractContextManager[EndpointSettings]]
+# What a stage that opens judges receives: ``open_client`` with the local server bound (``client_opener``).
+ClientOpener = Callable[[EndpointSettings], AbstractContextManager["ChatClient"]]
 
 
 @contextmanager
-def open_judge(config: JudgeConfig, local_server: LocalServer | None = None) -> Iterator[JudgeClient]:
+def open_client(config: EndpointSettings, local_server: LocalServer | None = None) -> Iterator[ChatClient]:
     """A client for a judge config; ``backend: local`` first starts ``local_server`` (stopped on exit)
     and points the client at it."""
-    if not isinstance(config, JudgeConfig):
-        raise TypeError(f"open_judge takes a JudgeConfig (JudgeConfig.parse(values, where)), got {type(config)}")
+    if not isinstance(config, EndpointSettings):
+        raise TypeError(
+            f"open_client takes a EndpointSettings (EndpointSettings.parse(values, where)), got {type(config)}"
+        )
     local = config.backend == "local"
     if local and local_server is None:
         raise ValueError(
             "judge=local: no local judge server was handed in: "
-            "open_judge(config, local_server=rpbench.serve.local_judge) (run.py and the pipeline hand it in)"
+            "open_client(config, local_server=rpbench.serve.local_judge) (run.py and the pipeline hand it in)"
         )
     with local_server(config) if local else nullcontext(config) as served:
-        client = JudgeClient(served, LOCAL_ENDPOINT if local else None)
+        client = ChatClient(served, LOCAL_ENDPOINT if local else None)
         try:
             yield client
         finally:
             client.close()
 
 
-def judge_opener(local_server: LocalServer | None) -> JudgeOpener:
-    """``open_judge`` with ``local_server`` handed in: what a stage that opens judges is given."""
-    return partial(open_judge, local_server=local_server)
+def client_opener(local_server: LocalServer | None) -> ClientOpener:
+    """``open_client`` with ``local_server`` handed in: what a stage that opens judges is given."""
+    return partial(open_client, local_server=local_server)
 
 
-def _api_key(config: JudgeConfig, setting: str) -> str:
+def _api_key(config: EndpointSettings, setting: str) -> str:
     """The key from the configured environment variable (``setting``: its key, for errors); a placeholder for
     keyless local endpoints."""
     try:
         return api_key(config.base_url, config.api_key_env, setting)
     except ConfigError as error:
-        raise JudgeConfigError(str(error)) from None
+        raise EndpointConfigError(str(error)) from None
 
 
-def read_completion(body: str, content_type: str | None) -> JudgeResult:
+def read_completion(body: str, content_type: str | None) -> ChatResult:
     """The reply text and token usage of a chat-completion body; BadReply when it is not one."""
     try:
         data = json.loads(body)
@@ -527,7 +529,7 @@ def read_completion(body: str, content_type: str | None) -> JudgeResult:
     tokens = [usage.get(k) or 0 for k in ("prompt_tokens", "completion_tokens")]
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens):
         raise BadReply(f"bad reply: usage token counts are not counts ({tokens})")
-    return JudgeResult(
+    return ChatResult(
         content or "",
         prompt_tokens=tokens[0],
         completion_tokens=tokens[1],

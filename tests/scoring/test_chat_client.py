@@ -1,4 +1,4 @@
-"""The judge client against the real rpbench server on 127.0.0.1 (with injected faults)."""
+"""The chat client against the real rpbench server on 127.0.0.1 (with injected faults)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from conftest import chat_stub, judge_config, judge_settings, run_in_process
 from rpbench.core.errors import ConfigError
-from rpbench.scoring.judge.client import JudgeClient, JudgeConfig, JudgeConfigError, JudgeRequest, open_judge
+from rpbench.scoring.chat.client import ChatClient, ChatRequest, EndpointConfigError, EndpointSettings, open_client
 from rpbench.scoring.judge.parse import parse_verdict
 from rpbench.serve import load_served_model, local_judge, serve_in_thread
 
@@ -21,11 +21,11 @@ def tiny():
     return load_served_model("tiny-qwen2")
 
 
-def requests_for(*questions: str, version: str = "test-v1") -> list[JudgeRequest]:
-    return [JudgeRequest(({"role": "user", "content": q},), 6, version) for q in questions]
+def requests_for(*questions: str, version: str = "test-v1") -> list[ChatRequest]:
+    return [ChatRequest(({"role": "user", "content": q},), 6, version) for q in questions]
 
 
-def client_for(server, tmp_path=None, **overrides) -> JudgeClient:
+def client_for(server, tmp_path=None, **overrides) -> ChatClient:
     settings = {
         "model": server.model_name,
         "base_url": server.base_url,
@@ -37,14 +37,14 @@ def client_for(server, tmp_path=None, **overrides) -> JudgeClient:
         "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None,
         **overrides,
     }
-    return JudgeClient(judge_config(**settings))
+    return ChatClient(judge_config(**settings))
 
 
 def test_second_run_is_served_from_the_cache(tiny, tmp_path):
     asks = requests_for("Who are you?", "Where do you live?", "What do you like?")
     with serve_in_thread(tiny) as server:
         first = client_for(server, tmp_path, price_input_per_1m=2.0, price_output_per_1m=4.0)
-        replies = first.judge_many(asks)
+        replies = first.ask_many(asks)
         assert server.stats.requests == 3
         assert all(r.error is None and not r.cached for r in replies)
         stats = first.stats
@@ -54,13 +54,13 @@ def test_second_run_is_served_from_the_cache(tiny, tmp_path):
         first.close()
 
         again = client_for(server, tmp_path, price_input_per_1m=2.0, price_output_per_1m=4.0)
-        cached = again.judge_many(asks)
+        cached = again.ask_many(asks)
         assert server.stats.requests == 3  # nothing new reached the server
         assert [r.text for r in cached] == [r.text for r in replies]
         assert all(r.cached for r in cached)
         assert again.stats.cache_hits == 3 and again.stats.requests == 0 and again.stats.cost_usd == 0
 
-        again.judge_many(requests_for("Who are you?", version="test-v2"))  # a new prompt version is a new key
+        again.ask_many(requests_for("Who are you?", version="test-v2"))  # a new prompt version is a new key
         assert server.stats.requests == 4
         again.close()
 
@@ -68,7 +68,7 @@ def test_second_run_is_served_from_the_cache(tiny, tmp_path):
 def test_injected_429_and_500_are_retried(tiny):
     with serve_in_thread(tiny, {"faults": ["429", "500"], "scripted": [{"match": "?", "reply": "1"}]}) as server:
         client = client_for(server, max_retries=3, concurrency=1)
-        replies = client.judge_many(requests_for("a?", "b?", "c?"))
+        replies = client.ask_many(requests_for("a?", "b?", "c?"))
     assert [r.text for r in replies] == ["1", "1", "1"]
     assert server.stats.requests == 5
     assert client.stats.retries == 2 and client.stats.requests == 5 and client.stats.failures == 0
@@ -77,7 +77,7 @@ def test_injected_429_and_500_are_retried(tiny):
 def test_exhausted_retries_are_reported_not_raised(tiny):
     with serve_in_thread(tiny, {"faults": ["500", "500", "500"]}) as server:
         client = client_for(server, max_retries=1)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
     assert reply.text is None and reply.error == "HTTP 500"
     assert server.stats.requests == 2 and client.stats.failures == 1
 
@@ -87,11 +87,11 @@ def test_a_slow_reply_times_out_and_is_retried(tiny):
     options = {"faults": ["slow"], "slow_s": 1.0, "scripted": [{"match": "?", "reply": "0"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, timeout_s=0.3, max_retries=1)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
         assert reply.text == "0" and client.stats.retries == 1 and server.stats.requests == 2
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, timeout_s=0.3, max_retries=0)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
         assert reply.error == "timeout" and client.stats.failures == 1
 
 
@@ -100,7 +100,7 @@ def test_concurrency_limit_is_respected(tiny, limit):
     options = {"faults": ["slow"] * 8, "slow_s": 0.25, "scripted": [{"match": "?", "reply": "1"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, concurrency=limit)
-        replies = client.judge_many(requests_for(*(f"q{i}?" for i in range(8))))
+        replies = client.ask_many(requests_for(*(f"q{i}?" for i in range(8))))
         assert server.stats.max_in_flight == limit
     assert all(r.text == "1" for r in replies)
 
@@ -116,7 +116,7 @@ def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
     }
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, parse_tries=3)
-        parsed = client.judge_parsed(requests_for("good?", "hopeless?"), parse_verdict, reask)
+        parsed = client.ask_parsed(requests_for("good?", "hopeless?"), parse_verdict, reask)
         assert server.stats.requests == 1 + 3
     assert (parsed[0].value, parsed[0].attempts, parsed[0].status) == (1, 1, "ok")
     assert (parsed[1].value, parsed[1].attempts, parsed[1].status) == (None, 3, "parse_failure")
@@ -128,20 +128,20 @@ def test_another_server_under_the_same_model_name_is_asked_again(tmp_path):
     asks = requests_for("Who are you?", "Where do you live?")
     with chat_stub(lambda body: "1") as first, chat_stub(lambda body: "0") as second:
         for server, verdict in ((first, "1"), (second, "0"), (first, "1")):
-            client = JudgeClient(judge_config(**stub_settings(server, tmp_path)))
-            assert [r.text for r in client.judge_many(asks)] == [verdict] * 2
+            client = ChatClient(judge_config(**stub_settings(server, tmp_path)))
+            assert [r.text for r in client.ask_many(asks)] == [verdict] * 2
             client.close()
         assert len(first.requests) == len(second.requests) == 2  # the third pass was the first server's cache
 
 
 def test_a_local_judge_started_again_on_another_port_answers_from_the_cache(compose, tmp_path):
     values = OmegaConf.to_container(compose("judge=local").judge, resolve=True)
-    judge = JudgeConfig.parse({**values, "progress": False, "cache_path": str(tmp_path / "cache.sqlite")}, "judge")
+    judge = EndpointSettings.parse({**values, "progress": False, "cache_path": str(tmp_path / "cache.sqlite")}, "judge")
     asks = requests_for("Who are you?")
     runs = []
     for _ in range(2):
-        with open_judge(judge, local_judge) as client:
-            runs.append((client.config.base_url, client.judge_many(asks)[0], client.stats.requests))
+        with open_client(judge, local_judge) as client:
+            runs.append((client.config.base_url, client.ask_many(asks)[0], client.stats.requests))
     (first_url, first, asked), (second_url, second, asked_again) = runs
     assert first_url != second_url and (asked, asked_again) == (1, 0)
     assert second.cached and second.text == first.text
@@ -156,7 +156,7 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, 
     monkeypatch.setenv("RPBENCH_TEST_JUDGE_KEY", secret)
     with serve_in_thread(tiny, {"scripted": [{"match": "?", "reply": "1"}]}) as server:
         client = client_for(server, tmp_path, api_key_env="RPBENCH_TEST_JUDGE_KEY")
-        client.judge_many(requests_for("a?"))
+        client.ask_many(requests_for("a?"))
         client.close()
     assert secret not in repr(client.config) and secret not in repr(client.stats)
     stored = b"".join(p.read_bytes() for p in tmp_path.iterdir())
@@ -166,19 +166,17 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, 
 
 def test_openai_endpoint_without_a_key_fails_fast_naming_the_variable(monkeypatch):
     monkeypatch.delenv("RPBENCH_ABSENT_KEY", raising=False)
-    with pytest.raises(JudgeConfigError, match="RPBENCH_ABSENT_KEY"):
-        JudgeClient(
-            judge_config(backend="openai", model="gpt-4o-mini", base_url=None, api_key_env="RPBENCH_ABSENT_KEY")
-        )
+    with pytest.raises(EndpointConfigError, match="RPBENCH_ABSENT_KEY"):
+        ChatClient(judge_config(backend="openai", model="gpt-4o-mini", base_url=None, api_key_env="RPBENCH_ABSENT_KEY"))
 
 
 def test_config_rejects_unknown_and_missing_keys_naming_them():
     with pytest.raises(ConfigError, match=r"judge\.temprature: unknown key"):
-        JudgeConfig.parse({**judge_settings(model="m"), "temprature": 0.7}, "judge")
+        EndpointSettings.parse({**judge_settings(model="m"), "temprature": 0.7}, "judge")
     settings = judge_settings(model="m")
     del settings["retry_after_max_s"]
     with pytest.raises(ConfigError, match=r"judge\.retry_after_max_s: missing \(it has no default in code"):
-        JudgeConfig.parse(settings, "judge")
+        EndpointSettings.parse(settings, "judge")
 
 
 BAD_REPLIES = [
@@ -192,7 +190,7 @@ def test_bad_replies_are_retried_like_server_errors(tiny):
     faults = [fault for fault, _ in BAD_REPLIES]
     with serve_in_thread(tiny, {"faults": faults, "scripted": [{"match": "?", "reply": "1"}]}) as server:
         client = client_for(server, max_retries=3)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
         assert server.stats.requests == 4
     assert reply.text == "1" and reply.error is None
     stats = client.stats
@@ -204,7 +202,7 @@ def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault,
     options = {"faults": [fault, fault], "scripted": [{"match": "?", "reply": "1"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, max_retries=1, concurrency=1)
-        parsed = client.judge_parsed(requests_for("a?", "b?"), parse_verdict, "Answer 0 or 1.")
+        parsed = client.ask_parsed(requests_for("a?", "b?"), parse_verdict, "Answer 0 or 1.")
         assert server.stats.requests == 3
     assert [p.status for p in parsed] == ["request_failure", "ok"]
     assert parsed[0].value is None and parsed[0].error.startswith(reason)
@@ -216,7 +214,7 @@ def test_retry_after_in_seconds_is_waited_for(tiny):
     options = {"faults": ["429"], "retry_after": "1", "scripted": [{"match": "?", "reply": "1"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, max_retries=2)  # backoff alone would wait 0.005-0.01 s
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
         first, second = server.stats.arrivals
     assert reply.text == "1" and client.stats.retries == 1
     assert second - first >= 1.0 and client.stats.retry_wait_s >= 1.0
@@ -228,7 +226,7 @@ def test_retry_after_as_an_http_date_is_waited_for(tiny):
     options = {"faults": ["503"], "retry_after": when, "scripted": [{"match": "?", "reply": "1"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, max_retries=2)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
         first, second = server.stats.arrivals
     assert reply.text == "1"
     assert second >= parsedate_to_datetime(when).timestamp() > first
@@ -238,7 +236,7 @@ def test_retry_after_is_capped_by_the_configured_maximum(tiny):
     options = {"faults": ["429"], "retry_after": "3600", "scripted": [{"match": "?", "reply": "1"}]}
     with serve_in_thread(tiny, options) as server:
         client = client_for(server, max_retries=2, retry_after_max_s=0.2)
-        [reply] = client.judge_many(requests_for("a?"))
+        [reply] = client.ask_many(requests_for("a?"))
     assert reply.text == "1" and client.stats.retry_wait_s == pytest.approx(0.2)
 
 

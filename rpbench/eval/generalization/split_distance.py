@@ -1,7 +1,7 @@
 """How far apart splits of one's own data are, before any training: R-EMID's representation JSD (``rjsd``)
 between every two splits, over each input part, overall and per subset (the records' ``task`` label).
 
-Parts of a record: RPGBench test records (``meta["x"]``) give R-EMID's own three fields (``shift.input_field_texts``:
+Parts of a record: RPGBench test records (``meta["x"]``) give R-EMID's own three fields (``severity.input_field_texts``:
 user persona, agent character, dialogue context). Any other record: ``user``, its user turns; ``character``,
 its system prompt (a record without one is left out of that part, and counted); ``dialogue``, the whole
 conversation (every turn and the reply) as ``role: text`` lines.
@@ -18,7 +18,7 @@ import torch
 from rpbench.data.records import EvalExample
 from rpbench.eval.generalization.embed import TextEmbedder
 from rpbench.eval.generalization.rjsd import Weighting, representation_jsd
-from rpbench.eval.generalization.shift import INPUT_FIELDS, input_field_texts
+from rpbench.eval.generalization.severity import INPUT_FIELDS, input_field_texts
 
 OVERALL = "(all)"
 

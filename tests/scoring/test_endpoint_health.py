@@ -1,6 +1,6 @@
 """The parse-failure warning's threshold, by hand."""
 
-from rpbench.scoring.judge.health import parse_failure_warning
+from rpbench.scoring.chat.health import parse_failure_warning
 
 
 def test_warns_only_above_the_limit():

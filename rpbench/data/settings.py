@@ -1,4 +1,4 @@
-"""The data stage's one input: ``DataSpec``, the ``data`` group typed and checked once by ``validate``.
+"""The data stage's one input: ``DataSettings``, the ``data`` group typed and checked once by ``validate``.
 
 The keys every data config has (conf/data/common/default.yaml and each base config) are typed fields; the
 keys only some formats have (``task_dimensions``, ``image_root``, ``test_splits``...) stay as given in
@@ -39,7 +39,7 @@ READER_OPTIONS = (
 
 
 @dataclass(frozen=True, kw_only=True)
-class DataSpec(Settings):
+class DataSettings(Settings):
     """The ``data`` group: where the records are, how they are read, limited, held out and rendered."""
 
     name: str
@@ -99,14 +99,14 @@ class DataSpec(Settings):
             options["prompts_source"] = self.prompts_source
         return options
 
-    def with_files(self, files: Mapping[str, Any]) -> DataSpec:
+    def with_files(self, files: Mapping[str, Any]) -> DataSettings:
         """The same data read from other files."""
         return replace(self, files=types.MappingProxyType(dict(files)))
 
 
 def _grouped(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The data group's plain values with the keys DataSpec does not type gathered under ``options``."""
-    typed = {f.name for f in fields(DataSpec)} - {"options"}
+    """The data group's plain values with the keys DataSettings does not type gathered under ``options``."""
+    typed = {f.name for f in fields(DataSettings)} - {"options"}
     grouped = {key: value for key, value in values.items() if key in typed}
     if isinstance(grouped.get("files"), Mapping):
         grouped["files"] = types.MappingProxyType(dict(grouped["files"]))
@@ -114,15 +114,15 @@ def _grouped(values: Mapping[str, Any]) -> dict[str, Any]:
     return {**grouped, "options": types.MappingProxyType(options)}
 
 
-def data_spec_problems(values: Mapping[str, Any], problems: list[str]) -> DataSpec | None:
+def data_settings_problems(values: Mapping[str, Any], problems: list[str]) -> DataSettings | None:
     """The typed ``data`` group of plain ``values`` (the group resolved), or None with its problems added."""
-    return DataSpec.collect(_grouped(values), "data", problems)
+    return DataSettings.collect(_grouped(values), "data", problems)
 
 
-def data_spec(values: Mapping[str, Any]) -> DataSpec:
+def data_spec(values: Mapping[str, Any]) -> DataSettings:
     """The typed ``data`` group of ``values`` (a plain mapping or a config node, resolved here); a
     ConfigError naming every bad key."""
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
-    return DataSpec.parse(_grouped(plain), "data")
+    return DataSettings.parse(_grouped(plain), "data")

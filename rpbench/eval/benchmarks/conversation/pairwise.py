@@ -136,7 +136,7 @@ def judge_pairwise(
     bootstrap: Mapping[str, Any],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The win rates per dimension (results) and every judgement (for pairwise.jsonl)."""
-    from rpbench.scoring.judge import JudgeRequest
+    from rpbench.scoring.chat import ChatRequest
 
     text = PAIRWISE_PROMPT + json.dumps(dict(rubric), sort_keys=True)
     version = f"conversation-pairwise-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
@@ -146,8 +146,8 @@ def judge_pairwise(
     for s, this_first in asks:
         first, second = (s, other[s["id"]]) if this_first else (other[s["id"]], s)
         content = pairwise_prompt(s, first, second, rubric)
-        requests.append(JudgeRequest(({"role": "user", "content": content},), max_tokens, version))
-    replies = client.judge_parsed(
+        requests.append(ChatRequest(({"role": "user", "content": content},), max_tokens, version))
+    replies = client.ask_parsed(
         requests, lambda t: parse_choices(t, dimensions), REASK, desc="judge (conversation, pairwise)"
     )
     judgements, per_session = [], {}

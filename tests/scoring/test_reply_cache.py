@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rpbench.scoring.endpoints import endpoint_identity
-from rpbench.scoring.judge.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.chat.cache import CachedReply, ReplyCache, cache_key
+from rpbench.scoring.chat.endpoints import endpoint_identity
 
 MESSAGES = [{"role": "user", "content": "Is this in character?"}]
 SAMPLING = {"temperature": 0.0, "max_tokens": 4}

@@ -23,14 +23,14 @@ from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
-from rpbench.eval.benchmarks.rpgbench_report import plot_convergence, plot_severity, report_sections
+from rpbench.eval.benchmarks.rpgbench.report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
 from rpbench.eval.settings import EvaluatorSettings
-from rpbench.models.generation import GenerationOptions
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.models.generation import GenerationSettings
+from rpbench.scoring.chat.client import EndpointSettings
 
 if TYPE_CHECKING:
     from rpbench.eval.generalization.analysis import EntropySettings
@@ -39,12 +39,12 @@ log = logging.getLogger(__name__)
 ROLES = ("critic", "reasoner")  # the estimators always named; plain_critic is optional
 
 
-def judge_configs(judge: JudgeConfig, judges: Sequence[Mapping[str, Any]]) -> list[JudgeConfig]:
+def judge_configs(judge: EndpointSettings, judges: Sequence[Mapping[str, Any]]) -> list[EndpointSettings]:
     """The ensemble: ``judge`` with each entry of ``evaluator.judges`` merged over it (none: ``judge``)."""
     if not judges:
         return [judge]
     merged = [OmegaConf.to_container(OmegaConf.merge(judge.plain(), dict(override))) for override in judges]
-    return [JudgeConfig.parse(values, f"evaluator.judges[{i}]") for i, values in enumerate(merged)]
+    return [EndpointSettings.parse(values, f"evaluator.judges[{i}]") for i, values in enumerate(merged)]
 
 
 def generated_reasoning(
@@ -52,7 +52,7 @@ def generated_reasoning(
     tokenizer,
     prompts: RemidPrompts,
     examples: Sequence[EvalExample],
-    options: GenerationOptions,
+    options: GenerationSettings,
     out_dir: Path,
 ) -> dict[str, str]:
     """r from x alone with the reasoner (its thought prompt, no golden response), kept in reasoning.jsonl."""
@@ -68,7 +68,7 @@ def generated_reasoning(
 
 
 def sampled_responses(
-    model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, path: Path, options: GenerationOptions
+    model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, path: Path, options: GenerationSettings
 ) -> dict[str, list[str]]:
     """``entropy.samples`` responses per record at temperature 1, no top-p / top-k / repetition penalty, in the
     model's own chat template, neither cut at stop strings nor tags (an estimate of H(p(· | x)) needs the
@@ -136,7 +136,7 @@ class RPGBench(Benchmark):
             "shift": [e.meta["shift"] for e in examples],
         }
 
-    def problems(self, settings: RPGBenchSettings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
+    def problems(self, settings: RPGBenchSettings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         """The estimator pair is named (and usable) and the JS encoder is there (or its fallback chosen) when the
         generalization analysis is on."""
         if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
@@ -158,7 +158,9 @@ class RPGBench(Benchmark):
                 found.append(str(error))
         return found + encoder_problems(settings.generalization)
 
-    def record_problems(self, settings: RPGBenchSettings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+    def record_problems(
+        self, settings: RPGBenchSettings, data: DataSettings, examples: Sequence[EvalExample]
+    ) -> list[str]:
         """The generalization analysis compares IDTest with each shifted category: at least 2 test records in
         each (an estimate over pairs), IDTest and one shifted category at least."""
         if not settings.generalization["enabled"]:
@@ -193,10 +195,12 @@ class RPGBench(Benchmark):
         """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
         per category and per shift. The judge sees each record's character, persona and dialogue; records with
         an empty reply are left out (as from the analysis) and counted beside each tally."""
-        from rpbench.scoring.judge.health import parse_failure_warning
+        from rpbench.scoring.chat.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
-        judged = judge_winrate(ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges), ctx.open_judge)
+        judged = judge_winrate(
+            ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges), ctx.open_client
+        )
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         overall = judged["overall"]
@@ -256,7 +260,7 @@ class RPGBench(Benchmark):
         generation = ev.generation
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
         reasoning = OmegaConf.to_container(g.reasoning, resolve=True)
-        reasoning_options = GenerationOptions.parse(reasoning, "evaluator.generalization.reasoning")
+        reasoning_options = GenerationSettings.parse(reasoning, "evaluator.generalization.reasoning")
         reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
         del reasoner
 

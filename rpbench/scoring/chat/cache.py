@@ -38,7 +38,7 @@ def cache_key(
     sampling: Mapping[str, Any],
 ) -> str:
     """Stable hex digest of everything that determines a judge reply (``endpoint``: who answers, see
-    ``rpbench.scoring.endpoints.endpoint_identity``)."""
+    ``rpbench.scoring.chat.endpoints.endpoint_identity``)."""
     payload = {
         "endpoint": endpoint,
         "model": model,

@@ -1,6 +1,6 @@
 """Multi-turn preference pairs from judged conversation runs (multi-turn DPO's data, ``data=session_pairs``).
 
-    python -m rpbench.synth.session_pairs RUN RUN [RUN ...] --out pairs.jsonl [--dimension overall]
+    python -m rpbench.synth.pairs_from_runs RUN RUN [RUN ...] --out pairs.jsonl [--dimension overall]
 
 Each RUN is an ``evaluator=conversation`` run folder (its ``conversations.jsonl`` and ``scores.jsonl``) on the
 same scenarios. A session's score is its judge's verdict on ``--dimension`` (a rubric dimension, or
@@ -215,7 +215,7 @@ def summary_path(out: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m rpbench.synth.session_pairs", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rpbench.synth.pairs_from_runs", description=__doc__.split("\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="evaluator=conversation run folders (two or more)")
     parser.add_argument("--out", type=Path, required=True, help="the pairs file to write (JSON Lines)")
     parser.add_argument("--dimension", default=OVERALL, help="a rubric dimension, or overall (the rubric's mean)")

@@ -1,7 +1,7 @@
-"""The training stage's one input: ``TrainingSpec``, parsed once from the composed config by ``validate``.
+"""The training stage's one input: ``TrainingSettings``, parsed once from the composed config by ``validate``.
 
 It holds what ``train``, the resume check, the start-point warning, the model building and the model card
-read: the objective's typed config, the trainer options, the data settings (``DataSpec``), the model
+read: the objective's typed config, the trainer options, the data settings (``DataSettings``), the model
 config it starts from, the run's seed, checkpoint and export settings, and the fingerprint a resumed
 checkpoint is compared with. No stage after ``validate`` reads the composed config for training.
 """
@@ -17,12 +17,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Settings
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.models.settings import ModelSettings
-from rpbench.objectives.config import ObjectiveConfig
+from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.registry import objective_class
-from rpbench.training.options import TrainerOptions
-from rpbench.training.resume import SHAPING_KEYS, training_settings
+from rpbench.training.resume import SHAPING_KEYS, shaping_settings
+from rpbench.training.trainer_settings import TrainerSettings
 
 S = TypeVar("S", bound=Settings)
 
@@ -47,19 +47,19 @@ class ExportSettings(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingSpec:
+class TrainingSettings:
     """Everything the training stage reads, typed and frozen."""
 
-    objective: ObjectiveConfig
+    objective: ObjectiveSettings
     split: str  # the data file trained on: objective.data_split, or the objective's own
-    data: DataSpec  # the run's data settings (name and files for the model card, rendering)
+    data: DataSettings  # the run's data settings (name and files for the model card, rendering)
     model: ModelSettings  # the run's model, name_or_path pointed at init_from's saved model
-    trainer: TrainerOptions
+    trainer: TrainerSettings
     run: RunSettings
     export: ExportSettings
     fingerprint: Mapping[str, Any]  # the settings that shape training, compared before a checkpoint resumes
 
-    def with_records(self, digests: Mapping[str, str]) -> TrainingSpec:
+    def with_records(self, digests: Mapping[str, str]) -> TrainingSettings:
         """This spec with the content digests of the records trained on (data file -> ``records_sha256``) in
         its fingerprint: a file replaced at the same path does not resume the checkpoint of the old one."""
         found = {f"data.records_sha256.{file}": digest for file, digest in digests.items()}
@@ -76,9 +76,9 @@ def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> 
     return cls.collect({f.name: _plain(node[f.name]) for f in fields(cls) if f.name in node}, where, problems)
 
 
-def training_spec(
-    cfg: DictConfig, objective: ObjectiveConfig, data: DataSpec, model: ModelSettings, trainer: TrainerOptions
-) -> TrainingSpec:
+def training_settings(
+    cfg: DictConfig, objective: ObjectiveSettings, data: DataSettings, model: ModelSettings, trainer: TrainerSettings
+) -> TrainingSettings:
     """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data``, run ``model``
     config and ``trainer`` options; a ConfigError naming each key whose value cannot be read."""
     problems: list[str] = []
@@ -86,7 +86,7 @@ def training_spec(
     export = _picked(ExportSettings, cfg.export, "export", problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
-    return TrainingSpec(
+    return TrainingSettings(
         objective=objective,
         split=str(objective.data_split or objective_class(objective.name).data_split),
         data=data,
@@ -94,5 +94,5 @@ def training_spec(
         trainer=trainer,
         run=run,
         export=export,
-        fingerprint=types.MappingProxyType(training_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS})),
+        fingerprint=types.MappingProxyType(shaping_settings({key: _plain(cfg[key]) for key in SHAPING_KEYS})),
     )

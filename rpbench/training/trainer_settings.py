@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import lightning as L
 
 if TYPE_CHECKING:
-    from rpbench.objectives.config import ObjectiveConfig
+    from rpbench.objectives.config import ObjectiveSettings
 
 # Trainer parameters rpbench sets itself: where they are configured instead.
 SET_ELSEWHERE = {
@@ -37,7 +37,7 @@ SET_ELSEWHERE = {
 
 
 @dataclass(frozen=True)
-class TrainerOptions:
+class TrainerSettings:
     """The ``trainer`` group as checked by ``trainer_problems``: free-form ``lightning.Trainer`` keyword
     arguments (no fixed dataclass lists them), held read-only."""
 
@@ -176,7 +176,7 @@ def extra_callbacks(trainer_cfg: Mapping[str, Any]) -> list:
     return [instantiate(spec) for spec in trainer_cfg.get("callbacks") or []]
 
 
-def most_micro_batches(objective: ObjectiveConfig, train_records: int) -> int:
+def most_micro_batches(objective: ObjectiveSettings, train_records: int) -> int:
     """The most micro-batches an epoch of ``train_records`` records can give one rank: a record renders to one
     sample at most, a packed batch holds one at least, and a rank's batches fill whole optimizer steps."""
     batches = train_records if objective.packing else math.ceil(train_records / int(objective.batch_size))
@@ -184,7 +184,7 @@ def most_micro_batches(objective: ObjectiveConfig, train_records: int) -> int:
     return math.ceil(batches / grad_accum) * grad_accum
 
 
-def epoch_problems(trainer_cfg: Mapping[str, Any], objective: ObjectiveConfig, train_records: int) -> list[str]:
+def epoch_problems(trainer_cfg: Mapping[str, Any], objective: ObjectiveSettings, train_records: int) -> list[str]:
     """What Lightning refuses once it counts an epoch's training batches, checked once the records are read
     (before the model loads) against ``most_micro_batches``: a ``limit_train_batches`` share that keeps no
     batch, a validation interval (``trainer.val_check_interval``, or ``objective.val_every_n_steps`` times

@@ -1,7 +1,7 @@
 """Whole conversations (``evaluator=conversation``): a simulated user talks with the evaluated model's
 character for up to N turns per scenario (``data=conversation``), then the whole session is judged.
 
-- The loop (``conversation_loop``): sessions batched across scenarios, one generation call per turn for all
+- The loop (``sessions``): sessions batched across scenarios, one generation call per turn for all
   live sessions; the user simulator is an OpenAI-compatible endpoint (the judge's unless
   ``evaluator.simulator.base_url`` names another, or ``evaluator.simulator.server`` a conf/model entry this
   run serves on 127.0.0.1) with its own sampling; transcripts in conversations.jsonl, resumable after a kill.
@@ -11,11 +11,11 @@ character for up to N turns per scenario (``data=conversation``), then the whole
   ``evaluator.rubric`` dimension 1-5 and flags the character turns where the character broke. Per dimension:
   mean with a bootstrap CI; ``overall``: the mean over dimensions of each session's scores, summarised the
   same way.
-- Without a judge (``conversation_drift``): each reply's similarity to the character card and its slope
+- Without a judge (``drift``): each reply's similarity to the character card and its slope
   over turns; out-of-character phrase counts (``evaluator.ooc_phrases``), which flag turns as well.
 
 Two models on the same scenarios: ``evaluator.pairwise_with`` (another conversation run's folder) has the
-judge compare each pair of sessions, position-swapped (``conversation_pairwise``): this run's win rate per
+judge compare each pair of sessions, position-swapped (``pairwise``): this run's win rate per
 dimension; ``evaluator.compare_to`` adds paired bootstrap tests of every dimension and judge-free metric
 (``rpbench.eval.evaluate.compare``).
 """
@@ -34,22 +34,22 @@ from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import Session
 from rpbench.data.records import EvalExample
-from rpbench.data.spec import DataSpec
+from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
-from rpbench.eval.benchmarks.conversation_drift import load_encoder, ooc_hits, session_drift
-from rpbench.eval.benchmarks.conversation_loop import run_sessions
-from rpbench.eval.benchmarks.conversation_pairwise import (
+from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
+from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
     judge_pairwise,
     read_other,
     read_sessions,
     scenario_problems,
 )
+from rpbench.eval.benchmarks.conversation.sessions import run_sessions
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
-from rpbench.scoring.judge.client import JudgeConfig
+from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.scoring.judge.conversation import (
     Simulator,
     judge_sessions,
@@ -117,7 +117,7 @@ class Conversation(Benchmark):
         served = settings.simulator.server is not None
         return [(1 if served else min(e.meta["turns"], cap)) + pairwise for e in examples]
 
-    def problems(self, settings: Settings, data: DataSpec, judge: JudgeConfig | None) -> list[str]:
+    def problems(self, settings: Settings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         out = []
         if judge is None:
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
@@ -125,7 +125,7 @@ class Conversation(Benchmark):
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
 
-    def record_problems(self, settings: Settings, data: DataSpec, examples: Sequence[EvalExample]) -> list[str]:
+    def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
         """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
         if settings.pairwise_with is None:
             return []
@@ -138,7 +138,7 @@ class Conversation(Benchmark):
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
         ev, out_dir = ctx.settings, ctx.out_dir
-        with ctx.open_judge() as client:
+        with ctx.open_client() as client:
             with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
             if capped := [s.id for s in sessions if s.capped]:
@@ -215,7 +215,7 @@ def judge_complete(
 def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:
     """The user simulator's ``role_health``: its replies asked and unusable (failed, or empty) over the run, held
     to the judge's request failure threshold (it is asked with the judge's client settings)."""
-    from rpbench.scoring.judge.health import role_health
+    from rpbench.scoring.chat.health import role_health
 
     requests, failures = counts["simulator_requests"], counts["simulator_failures"]
     return role_health("simulator", requests, failures, limit, "judge.warn_request_failure_rate")

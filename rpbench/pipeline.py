@@ -229,8 +229,8 @@ def run(spec: TrainEvalRun) -> dict[str, Any]:
         check_epoch(training, splits, train_split)
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(dict(spec.composed)))
     results: dict[str, Any] = {
-        "run_name": spec.name,
-        "model": f"{spec.model.name} from {run_label(spec.init_from)}" if spec.init_from else spec.model.name,
+        "run_name": spec.run.run_name,
+        "model": f"{spec.model.name} from {run_label(spec.run.init_from)}" if spec.run.init_from else spec.model.name,
         "data": spec.data.name,
         "objective": objective,
         "evaluator": evaluator,
@@ -254,15 +254,15 @@ def run(spec: TrainEvalRun) -> dict[str, Any]:
         benchmark = BENCHMARKS.get(evaluator)
         results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
-    L.seed_everything(spec.seed, workers=True)
+    L.seed_everything(spec.run.seed, workers=True)
     models = build_models(training, spec.model) if needs_model(spec) else {}  # 2. build
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
 
-    logger = build_logger(spec.logger, out_dir, spec.name, spec.composed)
+    logger = build_logger(spec.logger, out_dir, spec.run.run_name, spec.composed)
     if train_split:  # 3. train
-        train_records, val_records = train_val_split(splits[train_split], spec.data.val_fraction, spec.seed)
+        train_records, val_records = train_val_split(splits[train_split], spec.data.val_fraction, spec.run.seed)
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
@@ -308,8 +308,8 @@ def run(spec: TrainEvalRun) -> dict[str, Any]:
 
     if exported and is_rank_zero():  # 5. export and report
         write_model_card(training, results, exported)
-        if spec.hub is not None:
-            results["hub_commit"] = push_to_hub(exported, spec.hub, spec.name)
+        if spec.export.push_to_hub:
+            results["hub_commit"] = push_to_hub(exported, spec.export.hub, spec.run.run_name)
             log.info("model/ uploaded: %s", results["hub_commit"])
     if is_rank_zero():
         write_results(results, out_dir, logger)

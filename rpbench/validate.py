@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import types
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +20,10 @@ from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings, data_settings_problems
+from rpbench.data.templates import PromptSettings
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
-from rpbench.export.hub import HubSettings, export_problems
+from rpbench.export.hub import export_problems
+from rpbench.loggers import LOGGERS, LoggerSettings
 from rpbench.models import family_of
 from rpbench.models.checks import generation_length_problems, hub_problems, model_context, source_problems
 from rpbench.models.config_tree import model_options
@@ -36,46 +38,10 @@ from rpbench.scoring.chat.endpoints import api_key
 from rpbench.synth.config import SynthSettings
 from rpbench.synth.synthesize import SynthesisRun
 from rpbench.training.fit import zero_stage
-from rpbench.training.resume import RESUME_CHOICES
-from rpbench.training.settings import TrainingSettings, training_settings
+from rpbench.training.settings import ExportSettings, RunSettings, TrainingSettings, training_settings
 from rpbench.training.trainer_settings import TrainerSettings, trainer_problems
 
-MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
-
 Problems = list[str]
-
-
-def _integer(value: Any) -> int | None:
-    """``value`` as an int when it is one (an integral float or a numeric string too), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None
-
-
-def _check(problems: Problems, cfg: DictConfig, key: str, ok: Callable[[Any], bool], expected: str) -> None:
-    """Add a problem when the run config's ``key`` (dotted) fails ``ok``."""
-    value = OmegaConf.select(cfg, key)
-    if not ok(value):
-        problems.append(f"{key}={value!r}: expected {expected}")
-
-
-def _at_least(minimum: int, optional: bool = False) -> Callable[[Any], bool]:
-    def ok(value: Any) -> bool:
-        if value is None:
-            return optional
-        number = _integer(value)
-        return number is not None and number >= minimum
-
-    return ok
 
 
 def _choice(problems: Problems, key: str, value: Any, allowed: Sequence[str]) -> bool:
@@ -96,19 +62,22 @@ def import_plugins(modules: list[str]) -> None:
             raise ConfigError(f"plugins: cannot import {name!r} ({error}): put it on PYTHONPATH") from error
 
 
-def check_run(cfg: DictConfig, problems: Problems) -> None:
-    """Seed, where training starts from, and how often it is checkpointed."""
-    _check(
-        problems,
-        cfg,
-        "seed",
-        lambda v: (n := _integer(v)) is not None and 0 <= n <= MAX_SEED,
-        f"an integer from 0 to {MAX_SEED}",
-    )
-    _check(problems, cfg, "checkpoint_every_n_steps", _at_least(1, optional=True), "null or an integer >= 1")
-    _choice(problems, "resume", cfg.resume, RESUME_CHOICES)
-    if cfg.init_from and not (Path(str(cfg.init_from)) / "model").is_dir():
-        problems.append(f"init_from={cfg.init_from}: expected a run folder with a saved 'model' in it")
+def check_run(cfg: DictConfig, problems: Problems) -> RunSettings | None:
+    """The keys at the top of the run config (name, seed, start, checkpoints); ``init_from`` holds a saved model."""
+    keys = {f.name: cfg[f.name] for f in fields(RunSettings) if f.name in cfg}
+    run = RunSettings.collect(OmegaConf.to_container(OmegaConf.create(keys), resolve=True), "", problems)
+    if run is not None and run.init_from and not (Path(run.init_from) / "model").is_dir():
+        problems.append(f"init_from={run.init_from}: expected a run folder with a saved 'model' in it")
+    return run
+
+
+def check_logger(cfg: DictConfig, problems: Problems) -> LoggerSettings | None:
+    """The logger option's typed settings (its registered ``LoggerKind``'s class)."""
+    name = str(cfg.logger.name)
+    if not _choice(problems, "logger.name", name, LOGGERS.names()):
+        return None
+    values = OmegaConf.to_container(cfg.logger, resolve=True)
+    return LOGGERS.get(name).settings_class.collect(values, "logger", problems)
 
 
 def check_model(cfg: DictConfig, problems: Problems) -> ModelSettings | None:
@@ -290,12 +259,10 @@ class TrainEvalRun:
     data: DataSettings  # the data stage's settings (read by training, evaluation and the probes too)
     model: ModelSettings  # the run's model: pointed at init_from's saved model when set
     trainer: TrainerSettings  # the trainer group (training's strategy; the device evaluation and probes run on)
-    name: str  # run_name
-    seed: int
-    init_from: str | None  # the earlier run trained from (the results name it)
+    run: RunSettings  # the run's name, seed, start (init_from: the earlier run trained from) and checkpoints
+    export: ExportSettings  # the LoRA adapter's export and the Hub upload of model/ (export.push_to_hub)
     output_dir: Path  # paths.output_dir: where the run writes
-    logger: Mapping[str, Any]  # the logger group (rpbench.loggers)
-    hub: HubSettings | None  # export.hub when export.push_to_hub; None: model/ is not uploaded
+    logger: LoggerSettings  # the logger option's settings (rpbench.loggers)
     composed: Mapping[str, Any]  # the whole config resolved: written to config.yaml and given to the logger
 
 
@@ -313,7 +280,7 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
     if unset:
         raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
     problems: Problems = []
-    check_run(cfg, problems)
+    run = check_run(cfg, problems)
     model = check_model(cfg, problems)
     data = data_settings_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     probe = check_probe(cfg, problems)
@@ -322,17 +289,17 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
     evaluator = check_evaluator(cfg, problems, data, judge)
     problems += trainer_problems(cfg.trainer, cfg.objective)
-    problems += export_problems(cfg)
-    hub = None
-    if cfg.export.push_to_hub:
-        hub = HubSettings.collect(OmegaConf.to_container(cfg.export.hub, resolve=True), "export.hub", problems)
+    export = ExportSettings.collect(OmegaConf.to_container(cfg.export, resolve=True), "export", problems)
+    if export is not None and run is not None:
+        problems += export_problems(export, run.save_model)
+    logger = check_logger(cfg, problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     length = generation_context_problems(evaluator, model)  # reads the weights' config: after the cheap checks
     if length:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(length))
     trainer = TrainerSettings(OmegaConf.to_container(cfg.trainer, resolve=True))
-    training = None if objective is None else training_settings(cfg, objective, data, model, trainer)  # checked above
+    training = None if objective is None else training_settings(cfg, objective, data, model, trainer, run, export)
     return TrainEvalRun(
         objective=objective,
         evaluator=evaluator,
@@ -342,12 +309,10 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
         data=data,
         model=model,
         trainer=trainer,
-        name=str(cfg.run_name),
-        seed=int(cfg.seed),
-        init_from=None if cfg.init_from is None else str(cfg.init_from),
+        run=run,
+        export=export,
         output_dir=Path(cfg.paths.output_dir),
-        logger=types.MappingProxyType(OmegaConf.to_container(cfg.logger, resolve=True)),
-        hub=hub,
+        logger=logger,
         composed=types.MappingProxyType(OmegaConf.to_container(run_keys, resolve=True)),
     )
 
@@ -358,6 +323,8 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     if cfg.synth is None:
         raise ConfigError("task=synthesize needs a synthesis recipe: synth=rolemrc")
     problems: Problems = []
+    run = check_run(cfg, problems)
+    prompts = PromptSettings.collect(OmegaConf.to_container(cfg.prompts, resolve=True), "prompts", problems)
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
     synth = SynthSettings.collect(OmegaConf.to_container(cfg.synth, resolve=True), "synth", problems)
     if problems:
@@ -369,8 +336,8 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     return SynthesisRun(
         synth=synth,
         judge=judge,
-        seed=int(cfg.seed),
-        prompts_source=cfg.prompts.source,
+        seed=run.seed,
+        prompts_source=prompts.source,
         task_dimensions=types.MappingProxyType(OmegaConf.to_container(cfg.data.task_dimensions, resolve=True)),
     )
 

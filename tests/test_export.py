@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from conftest import run_in_process
 from rpbench.core.errors import ConfigError
-from rpbench.export.hub import HubSettings, upload_arguments
+from rpbench.export.hub import upload_arguments
+from rpbench.training.settings import HubSettings
 from rpbench.validate import validate
 
 LORA = "model.lora={r:4,alpha:8,dropout:0.0,target_modules:[q_proj,v_proj]}"

@@ -503,3 +503,28 @@ def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):
     assert str(error.value).startswith("data.files.test=") and "field 'image': image '" in str(error.value)
     assert "does not exist" in str(error.value)
     assert not (Path(cfg.paths.output_dir) / "predictions.jsonl").exists()
+
+
+def test_every_key_of_the_run_s_own_groups_is_read(default_config):
+    """The logger options, ``export`` and ``prompts`` and the keys at the top of the run config are typed too:
+    a key no field reads would be a setting that silently does nothing."""
+    from rpbench.data.templates import PromptSettings
+    from rpbench.loggers import LOGGERS
+    from rpbench.training.settings import ExportSettings, RunSettings
+
+    loggers = sorted(p.stem for p in (CONF_DIR / "logger").glob("*.yaml"))
+    assert loggers == LOGGERS.names()
+    unread = [
+        key
+        for option in loggers
+        for key in unread_keys(group_values("logger", option, "logger"), LOGGERS.get(option).settings_class, option)
+    ]
+    values = OmegaConf.to_container(default_config, resolve=False)
+    unread += unread_keys(values["export"], ExportSettings, "export") + unread_keys(
+        values["prompts"], PromptSettings, "prompts"
+    )
+    assert unread == []
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()} | {"hydra", "paths", "export", "prompts"}
+    entry_keys = {"task", "plugins", "sweep_name"}  # read by run.py / validate before any settings
+    top = {key for key in values if key not in groups and key not in entry_keys}
+    assert top == {field.name for field in dataclasses.fields(RunSettings)}

@@ -54,7 +54,8 @@ def refused_at_startup(compose, *overrides: str) -> str:
         ("data.val_fraction=1.5", "data.val_fraction=1.5: expected a held-out share, 0 <= f < 1"),
         ("objective.lr=abc", "objective.lr='abc': expected a finite number"),
         ("objective.lr=0", "objective.lr=0.0: expected a number > 0"),
-        ("seed=abc", "seed='abc': expected an integer from 0 to 4294967295"),
+        ("seed=abc", "seed='abc': expected an integer"),
+        ("seed=-1", "seed=-1: expected an integer from 0 to 4294967295"),
     ],
 )
 def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override, named):

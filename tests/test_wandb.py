@@ -9,7 +9,11 @@ from omegaconf import OmegaConf
 from wandb_records import run_records
 
 from conftest import run_in_process
-from rpbench.loggers import wandb_group, wandb_job_type
+from rpbench.loggers import WandbSettings, wandb_group, wandb_job_type
+
+
+def wandb_settings(cfg, **changes) -> WandbSettings:
+    return WandbSettings.parse({**OmegaConf.to_container(cfg.logger), **changes}, "logger")
 
 
 @pytest.mark.parametrize(
@@ -18,16 +22,16 @@ from rpbench.loggers import wandb_group, wandb_job_type
 )
 def test_job_type_follows_the_run(compose, overrides, job_type):
     cfg = compose("logger=wandb", *overrides)
-    assert wandb_job_type(cfg.logger, OmegaConf.to_container(cfg, resolve=False)) == job_type
-    assert wandb_job_type({**cfg.logger, "job_type": "mine"}, {}) == "mine"
+    assert wandb_job_type(wandb_settings(cfg), OmegaConf.to_container(cfg, resolve=False)) == job_type
+    assert wandb_job_type(wandb_settings(cfg, job_type="mine"), {}) == "mine"
 
 
 def test_group_is_the_experiment_of_a_single_run_or_the_configured_one(compose):
     cfg = compose("logger=wandb", "experiment=rolemrc_sft_qwen2.5-7b")
     config = OmegaConf.to_container(cfg, resolve=False)
-    assert wandb_group(cfg.logger, config) == "rolemrc_sft_qwen2.5-7b"
-    assert wandb_group({**cfg.logger, "group": "ablation"}, config) == "ablation"
-    assert wandb_group(compose("logger=wandb").logger, config) is None
+    assert wandb_group(wandb_settings(cfg), config) == "rolemrc_sft_qwen2.5-7b"
+    assert wandb_group(wandb_settings(cfg, group="ablation"), config) == "ablation"
+    assert wandb_group(wandb_settings(compose("logger=wandb")), config) is None
 
 
 @pytest.mark.slow

@@ -26,8 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.core.errors import ConfigError
+from rpbench.core.typed import Settings
 
 RPBENCH = "rpbench"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptSettings(Settings):
+    """The ``prompts`` group: null (rpbench's own wording) or a clone of a paper's repository to read the
+    authors' templates from."""
+
+    source: str | None
 
 
 class TemplateError(ConfigError):

@@ -6,37 +6,24 @@ The token is read from the environment variable ``export.hub.token_env`` names; 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.core.typed import Settings
+from rpbench.training.settings import ExportSettings, HubSettings
 
 
-@dataclass(frozen=True, kw_only=True)
-class HubSettings(Settings):
-    """Where ``export.push_to_hub`` uploads ``model/`` (the ``export.hub`` group)."""
-
-    repo_id: str | None
-    private: bool
-    token_env: str
-    endpoint: str | None
-
-
-def export_problems(cfg: Mapping[str, Any]) -> list[str]:
+def export_problems(export: ExportSettings, save_model: bool) -> list[str]:
     """What stops ``export.push_to_hub`` at the end of the run, found at its start."""
-    export = cfg["export"]
-    if not export["push_to_hub"]:
+    if not export.push_to_hub:
         return []
-    hub, problems = export["hub"], []
-    if not cfg["save_model"]:
+    hub, problems = export.hub, []
+    if not save_model:
         problems.append("export.push_to_hub=true needs save_model=true (there is no model/ to upload)")
-    if not hub["repo_id"] or "/" not in str(hub["repo_id"]):
-        problems.append(f"export.hub.repo_id={hub['repo_id']!r}: expected <user or organisation>/<name>")
-    if not os.environ.get(str(hub["token_env"])):
+    if not hub.repo_id or "/" not in hub.repo_id:
+        problems.append(f"export.hub.repo_id={hub.repo_id!r}: expected <user or organisation>/<name>")
+    if not os.environ.get(hub.token_env):
         problems.append(
-            f"export.push_to_hub=true: the environment variable {hub['token_env']} (export.hub.token_env) "
+            f"export.push_to_hub=true: the environment variable {hub.token_env} (export.hub.token_env) "
             "holds no Hugging Face token"
         )
     return problems
@@ -46,7 +33,7 @@ def upload_arguments(model_dir: Path, hub: HubSettings, run_name: str) -> dict[s
     """Keyword arguments of ``HfApi.upload_folder`` for the run's model folder."""
     return {
         "folder_path": str(model_dir),
-        "repo_id": str(hub.repo_id),
+        "repo_id": hub.repo_id,
         "repo_type": "model",
         "commit_message": f"rpbench run {run_name}",
     }
@@ -58,5 +45,5 @@ def push_to_hub(model_dir: Path, hub: HubSettings, run_name: str) -> str:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=hub.endpoint, token=os.environ[hub.token_env])
-    api.create_repo(str(hub.repo_id), private=hub.private, exist_ok=True, repo_type="model")
+    api.create_repo(hub.repo_id, private=hub.private, exist_ok=True, repo_type="model")
     return str(api.upload_folder(**upload_arguments(model_dir, hub, run_name)).commit_url)

@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import types
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, replace
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rpbench.core.errors import ConfigError
-from rpbench.core.typed import Settings
+from rpbench.core.typed import Problem, Settings
 from rpbench.data.settings import DataSettings
 from rpbench.models.settings import ModelSettings
 from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.registry import objective_class
-from rpbench.training.resume import SHAPING_KEYS, shaping_settings
+from rpbench.training.resume import RESUME_CHOICES, SHAPING_KEYS, shaping_settings
 from rpbench.training.trainer_settings import TrainerSettings
 
-S = TypeVar("S", bound=Settings)
+MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything enforces
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunSettings(Settings):
-    """The keys at the top of the run config that training reads."""
+    """The keys at the top of the run config: its name, seed, start and checkpoints."""
 
+    run_name: str
     seed: int
     init_from: str | None
     ckpt_path: str | None
@@ -38,12 +38,35 @@ class RunSettings(Settings):
     checkpoint_every_n_steps: int | None
     save_model: bool
 
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if not 0 <= self.seed <= MAX_SEED:
+            found.append(("seed", f"an integer from 0 to {MAX_SEED}"))
+        if self.checkpoint_every_n_steps is not None and self.checkpoint_every_n_steps < 1:
+            found.append(("checkpoint_every_n_steps", "null or an integer >= 1"))
+        if self.resume not in RESUME_CHOICES:
+            found.append(("resume", f"one of {', '.join(RESUME_CHOICES)}"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class HubSettings(Settings):
+    """Where ``export.push_to_hub`` uploads ``model/`` (the ``export.hub`` group)."""
+
+    repo_id: str | None
+    private: bool
+    token_env: str
+    endpoint: str | None
+
 
 @dataclass(frozen=True, kw_only=True)
 class ExportSettings(Settings):
-    """What training's export of ``model/`` reads of the ``export`` group (the upload is the pipeline's)."""
+    """The ``export`` group: the LoRA adapter beside the merged model (training's export of ``model/``) and
+    the upload of ``model/`` at the end of the run (the pipeline's)."""
 
     lora_adapter: bool
+    push_to_hub: bool
+    hub: HubSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,24 +94,20 @@ def _plain(value: Any) -> Any:
     return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
 
 
-def _picked(cls: type[S], node: DictConfig, where: str, problems: list[str]) -> S | None:
-    """``cls`` collected from the keys of ``node`` it declares (the others are other stages')."""
-    return cls.collect({f.name: _plain(node[f.name]) for f in fields(cls) if f.name in node}, where, problems)
-
-
 def training_settings(
-    cfg: DictConfig, objective: ObjectiveSettings, data: DataSettings, model: ModelSettings, trainer: TrainerSettings
+    cfg: DictConfig,
+    objective: ObjectiveSettings,
+    data: DataSettings,
+    model: ModelSettings,
+    trainer: TrainerSettings,
+    run: RunSettings,
+    export: ExportSettings,
 ) -> TrainingSettings:
     """The training stage's settings of ``cfg`` for its (already parsed) ``objective``, ``data``, run ``model``
-    config and ``trainer`` options; a ConfigError naming each key whose value cannot be read."""
-    problems: list[str] = []
-    run = _picked(RunSettings, cfg, "", problems)
-    export = _picked(ExportSettings, cfg.export, "export", problems)
-    if problems:
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    config, ``trainer`` options, ``run`` and ``export`` settings; the fingerprint from ``cfg``'s shaping keys."""
     return TrainingSettings(
         objective=objective,
-        split=str(objective.data_split or objective_class(objective.name).data_split),
+        split=objective.data_split or objective_class(objective.name).data_split,
         data=data,
         model=model,
         trainer=trainer,

@@ -198,9 +198,9 @@ def test_task_serve_validates_to_the_model_and_serve_settings(compose, tmp_path)
 
 
 def test_only_the_entry_points_and_validation_see_the_composed_config():
-    """``pipeline.run``, the synthesis task and serving take the typed run ``validate`` returns; a DictConfig appears only in
-    validation (and the training settings it builds), the config tree (benchmark scripts compose a run), the
-    ``${rpb.*}`` resolvers and the sweep's Hydra callback."""
+    """``pipeline.run``, the synthesis task and serving take the typed run ``validate`` returns; a DictConfig
+    appears only in validation (and the training settings it builds), the config tree (benchmark scripts compose
+    a run), the ``${rpb.*}`` resolvers and the sweep's Hydra callback."""
     import inspect
 
     from rpbench import pipeline

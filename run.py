@@ -42,12 +42,16 @@ def main(cfg: DictConfig) -> None:
     quiet_libraries()
     from rpbench.core.errors import RpbenchError
     from rpbench.pipeline import run
-    from rpbench.serve import local_judge
+    from rpbench.serve.running import local_judge, serve_run
     from rpbench.synth.synthesize import synthesize_run
     from rpbench.validate import validate
 
     # judge=local: the pipeline hands rpbench's server in itself; the synthesis task is handed it here
-    tasks = {"train_eval": run, "synthesize": partial(synthesize_run, local_judge_server=local_judge)}
+    tasks = {
+        "train_eval": run,
+        "synthesize": partial(synthesize_run, local_judge_server=local_judge),
+        "serve": serve_run,
+    }
     error_file = Path(cfg.paths.output_dir) / "error.txt"  # why the job failed (a sweep's summary lists it)
     error_file.unlink(missing_ok=True)  # from an earlier attempt in this folder
     try:

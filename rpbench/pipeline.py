@@ -32,8 +32,8 @@ from rpbench.models.settings import ModelSettings
 from rpbench.objectives.registry import objective_class
 from rpbench.probes.stage import PROBES, ProbeContext, run_probe
 from rpbench.run_report import headline, write_report
-from rpbench.scoring.chat.client import client_opener
-from rpbench.serve import local_judge
+from rpbench.scoring.chat.client import LocalServer, client_opener
+from rpbench.serve.running import local_judge
 from rpbench.training import (
     TrainingSettings,
     check_resume,
@@ -93,7 +93,9 @@ def needs_model(spec: TrainEvalRun) -> bool:
     return spec.objective is not None or generates_in_process(spec) or evaluates_model_itself(spec)
 
 
-def eval_context(spec: TrainEvalRun, model, tokenizer, examples, out_dir: Path, logger) -> EvalContext:
+def eval_context(
+    spec: TrainEvalRun, model, tokenizer, examples, out_dir: Path, logger, local_judge_server: LocalServer
+) -> EvalContext:
     """The evaluation stage's inputs: its typed settings, the judge's, the data and model settings it reads."""
     return EvalContext(
         settings=spec.evaluator,
@@ -105,7 +107,7 @@ def eval_context(spec: TrainEvalRun, model, tokenizer, examples, out_dir: Path, 
         tokenizer=tokenizer,
         examples=examples,
         out_dir=out_dir,
-        local_judge_server=local_judge,
+        local_judge_server=local_judge_server,
         logger=logger,
     )
 
@@ -208,8 +210,9 @@ def is_rank_zero() -> bool:
     return L.fabric.utilities.rank_zero.rank_zero_only.rank == 0
 
 
-def run(spec: TrainEvalRun) -> dict[str, Any]:
-    """The run ``validate`` parsed (every setting checked before anything expensive); its results."""
+def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> dict[str, Any]:
+    """The run ``validate`` parsed (every setting checked before anything expensive); its results.
+    ``local_judge_server`` starts a ``judge=local`` server (rpbench's own; tests hand in a scripted one)."""
     if needs_model(spec):
         check_model_source(spec)
     out_dir = spec.output_dir
@@ -266,7 +269,7 @@ def run(spec: TrainEvalRun) -> dict[str, Any]:
         train_records += splits.get("augment", [])  # after the held-out split: it holds training-file records only
         tokenizers = {name: tok for name, (_, tok) in models.items()}
         trained = {name: m for name, (m, _) in models.items()}
-        judges = client_opener(local_judge)  # judge rewards (judge=local: served here when a reward opens it)
+        judges = client_opener(local_judge_server)  # judge rewards (judge=local: served here when a reward opens it)
         results["train"] = train(training, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
     exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
     if exported and is_rank_zero():
@@ -277,7 +280,7 @@ def run(spec: TrainEvalRun) -> dict[str, Any]:
         if "train" in results:  # the evaluated model's export (model/, or model/<name>/ for several)
             saved = out_dir / "model" / next(iter(models)) if len(models) > 1 else out_dir / "model"
         model = for_inference(model, tokenizer, spec.model, spec.trainer.values, saved)
-    evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger)
+    evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger, local_judge_server)
     if evaluator != "none":
         results["eval"] = evaluate(evaluation)
         endpoint_warnings = [h["warning"] for h in results["eval"]["endpoints"].values() if h["warning"]]

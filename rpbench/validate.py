@@ -35,6 +35,7 @@ from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.chat.client import BACKENDS, EndpointSettings, judge_reply_length_problems
 from rpbench.scoring.chat.endpoints import api_key
+from rpbench.serve.settings import ServeRun, ServeSettings
 from rpbench.synth.config import SynthSettings
 from rpbench.synth.synthesize import SynthesisRun
 from rpbench.training.fit import zero_stage
@@ -266,19 +267,19 @@ class TrainEvalRun:
     composed: Mapping[str, Any]  # the whole config resolved: written to config.yaml and given to the logger
 
 
-def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
-    """The typed run of ``cfg.task`` (train_eval: a TrainEvalRun; synthesize: a SynthesisRun); a ConfigError listing
-    every problem of ``cfg`` when there is any. The user's ``plugins`` are imported first: names are checked
-    against the registries they add to."""
+def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun | ServeRun:
+    """The typed run of ``cfg.task`` (train_eval: a TrainEvalRun; synthesize: a SynthesisRun; serve: a ServeRun);
+    a ConfigError listing every problem of ``cfg`` when there is any. The user's ``plugins`` are imported first:
+    names are checked against the registries they add to."""
     import_plugins(list(cfg.plugins))
     if cfg.task == "synthesize":
         return synthesis_run(cfg)
+    if cfg.task == "serve":
+        return serving_run(cfg)
     if cfg.task != "train_eval":
-        raise ConfigError(f"task={cfg.task}: choose one of train_eval, synthesize")
+        raise ConfigError(f"task={cfg.task}: choose one of train_eval, synthesize, serve")
     run_keys = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])  # Hydra's own node: unset until run
-    unset = sorted(OmegaConf.missing_keys(run_keys))  # `???` of a shared file (conf/model/common) no config set
-    if unset:
-        raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
+    check_set(run_keys)
     problems: Problems = []
     run = check_run(cfg, problems)
     model = check_model(cfg, problems)
@@ -315,6 +316,26 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun:
         logger=logger,
         composed=types.MappingProxyType(OmegaConf.to_container(run_keys, resolve=True)),
     )
+
+
+def check_set(keys: DictConfig) -> None:
+    """A ConfigError naming every key of ``keys`` left ``???`` by a shared file (conf/model/common) no config set."""
+    unset = sorted(OmegaConf.missing_keys(keys))
+    if unset:
+        raise ConfigError(f"invalid configuration: no value for {', '.join(unset)} (`???`: the config must set it)")
+
+
+def serving_run(cfg: DictConfig) -> ServeRun:
+    """``task=serve``'s settings: the model group (as a run's: ``init_from``'s saved model when set) and the
+    ``serve`` group."""
+    check_set(OmegaConf.masked_copy(cfg, ["model", "serve"]))
+    problems: Problems = []
+    check_run(cfg, problems)
+    model = check_model(cfg, problems)
+    serve = ServeSettings.collect(OmegaConf.to_container(cfg.serve, resolve=True), "serve", problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return ServeRun(model=model, serve=serve)
 
 
 def synthesis_run(cfg: DictConfig) -> SynthesisRun:

@@ -20,8 +20,12 @@ from omegaconf import OmegaConf, open_dict
 import rpbench  # noqa: F401  (registers the ${rpb.*} resolvers)
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("data", "model", "objective", "evaluator", "judge", "probe", "trainer", "logger", "env", "debug")
-EXTRA = (("task=synthesize", "synth=rolemrc", "judge=local"), ("objective=grpo", "env=conversation", "judge=local"))
+GROUPS = ("data", "model", "objective", "evaluator", "judge", "probe", "trainer", "logger", "env", "serve", "debug")
+EXTRA = (
+    ("task=synthesize", "synth=rolemrc", "judge=local"),
+    ("objective=grpo", "env=conversation", "judge=local"),
+    ("task=serve", "model=tiny-qwen2-vl"),
+)
 PER_LAUNCH = ("sweep_name", "paths.output_dir")
 
 

@@ -179,11 +179,12 @@ def run_script(script: str, *overrides: str, **env: str) -> subprocess.Completed
 
 
 @contextmanager
-def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
-    """`python -m rpbench.serve <options> port=0` in a subprocess: yields (served model name, base URL)."""
+def served_from_command_line(*arguments: str) -> Iterator[tuple[str, str]]:
+    """`python <arguments>` (`-m rpbench.serve ... port=0`, `run.py task=serve ...`) in a subprocess: yields
+    (served model name, base URL) from the address line it prints once listening."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "rpbench.serve", *options, "port=0"],
+        [sys.executable, *arguments],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -191,8 +192,9 @@ def served_from_command_line(*options: str) -> Iterator[tuple[str, str]]:
         text=True,
     )
     try:
-        line = process.stdout.readline()
-        assert line.startswith("rpbench.serve: "), f"the server printed {line!r} instead of its address"
+        printed = iter(process.stdout.readline, "")  # until the process ends
+        line = next((line for line in printed if line.startswith("rpbench.serve: ")), None)
+        assert line is not None, f"the server stopped (exit status {process.wait()}) before printing its address"
         name, url = line.removeprefix("rpbench.serve: ").strip().rsplit(" at ", 1)
         yield name, url
     finally:
@@ -248,9 +250,10 @@ def composed(out: Path, *overrides: str):
     return cfg
 
 
-def run_in_process(out: Path, *overrides: str) -> dict:
+def run_in_process(out: Path, *overrides: str, **run_options) -> dict:
     """What `python run.py <overrides> hydra.run.dir=<out>` runs, without the process (its import time):
-    ``pipeline.run`` on the composed config less its ``hydra`` node, as run.py hands it; the run's results."""
+    ``pipeline.run`` on the composed config less its ``hydra`` node, as run.py hands it (with ``run_options``,
+    e.g. a scripted ``local_judge_server``); the run's results."""
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
@@ -262,7 +265,7 @@ def run_in_process(out: Path, *overrides: str) -> dict:
         del cfg["hydra"]
         cfg.paths.output_dir = str(out)
     try:
-        return run(validate(cfg))
+        return run(validate(cfg), **run_options)
     finally:
         GlobalHydra.instance().clear()
 
@@ -374,9 +377,10 @@ def generation_endpoint(base_url: str, model: str, **overrides):
 def evaluation_of(cfg, out_dir: Path, model=None, tokenizer=None, examples=()):
     """The evaluation stage's context for a composed config, as the pipeline builds it (validated first)."""
     from rpbench.pipeline import eval_context
+    from rpbench.serve.running import local_judge
     from rpbench.validate import validate
 
-    return eval_context(validate(cfg), model, tokenizer, list(examples), Path(out_dir), None)
+    return eval_context(validate(cfg), model, tokenizer, list(examples), Path(out_dir), None, local_judge)
 
 
 def generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> list[str]:

@@ -25,6 +25,7 @@ GROUPS = [
     "evaluator",
     "judge",
     "probe",
+    "serve",
     "debug",
     "experiment",
     "external",

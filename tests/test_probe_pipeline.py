@@ -10,6 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
 from PIL import Image
+from scripted_server import scripted_judge
 
 import rpbench.pipeline as pipeline
 from conftest import evaluation_of
@@ -178,9 +179,7 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
         "probe.factor=20.0",
         "evaluator.metrics=[bleu,rougeL,bertscore]",
     )
-    with open_dict(cfg):
-        cfg.judge.server.scripted = [{"match": m, "reply": r} for m, r in VERDICTS.items()]
-    pipeline.run(validate(cfg))
+    pipeline.run(validate(cfg), local_judge_server=scripted_judge(replies=VERDICTS))
 
     metrics = metrics_of(run)
     probe = metrics["probe"]

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -12,9 +15,15 @@ import urllib.request
 
 import pytest
 import torch
+from hydra.core.global_hydra import GlobalHydra
+from scripted_server import GARBAGE_REPLY, scripted
 
-from conftest import served_from_command_line
-from rpbench.serve import GARBAGE_REPLY, ServeOptions, load_served_model, serve_in_thread
+from conftest import REPO_ROOT, served_from_command_line
+from rpbench.core.errors import ConfigError
+from rpbench.serve.__main__ import SETTINGS, main
+from rpbench.serve.model import load_served_model, model_identity, served_name
+from rpbench.serve.running import serve_in_thread
+from rpbench.serve.settings import serve_settings
 
 HELLO = [{"role": "user", "content": "Hello there, who are you?"}]
 
@@ -118,35 +127,43 @@ def test_bad_requests_get_a_400_that_says_why(tiny, body, fragment):
 
 def test_text_content_parts_are_accepted(tiny):
     parts = [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]
-    with serve_in_thread(tiny, {"scripted": [{"match": "Hello there", "reply": "joined"}]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(replies={"Hello there": "joined"})) as server:
         status, body = post(server.base_url, {"messages": [{"role": "user", "content": parts}]})
     assert status == 200 and body["choices"][0]["message"]["content"] == "joined"
 
 
 def test_faults_are_served_in_request_order_then_normal(tiny):
-    with serve_in_thread(tiny, {"faults": ["429", "ok", "500", "garbage"]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=["429", "ok", "500", "garbage"])) as server:
         replies = [post(server.base_url, {"messages": HELLO, "max_tokens": 4}) for _ in range(5)]
-        assert server.stats.faults_served == 3
+        assert server.server.faults_served == 3
     assert [status for status, _ in replies] == [429, 200, 500, 200, 200]
     assert replies[0][1]["error"]["type"] == "rate_limit_error"
     assert replies[3][1]["choices"][0]["message"]["content"] == GARBAGE_REPLY
     assert replies[4][1]["choices"][0]["message"]["content"] != GARBAGE_REPLY
 
 
-def test_options_are_validated():
-    with pytest.raises(ValueError, match="unknown keys"):
-        ServeOptions.from_mapping({"batch": 3})
-    with pytest.raises(ValueError, match="faults"):
-        ServeOptions.from_mapping({"faults": ["404"]})
-    with pytest.raises(ValueError, match="scripted"):
-        ServeOptions.from_mapping({"scripted": [{"match": "x"}]})
-    assert ServeOptions.from_mapping({"retry_after": 1}).retry_after == "1"  # the header value
+def test_settings_are_checked_naming_each_bad_key():
+    """A server started from code takes conf/serve/default.yaml's settings with its own over them, checked."""
+    with pytest.raises(ConfigError) as error:
+        serve_settings({"batch": 3, "max_queue": 0, "port": 70000, "batch_wait_ms": "soon"}, "judge.server")
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "judge.server.batch: unknown key; valid keys: batch_wait_ms, host, max_batch_size, max_queue, max_tokens, "
+        "name, port",
+        "judge.server.batch_wait_ms='soon': expected a finite number",
+    ]
+    with pytest.raises(ConfigError) as error:
+        serve_settings({"max_queue": 0, "port": 70000}, "serve")
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "serve.port=70000: expected a port from 0 (a free one) to 65535",
+        "serve.max_queue=0: expected an integer >= 1",
+    ]
+    assert serve_settings({"max_batch_size": 2}, "serve").max_batch_size == 2
 
 
 @pytest.fixture(scope="module")
 def command_line_server():
     """One `python -m rpbench.serve model=tiny-qwen2 port=0` for the command-line tests: (name, base URL)."""
-    with served_from_command_line("model=tiny-qwen2") as served:
+    with served_from_command_line("-m", "rpbench.serve", "model=tiny-qwen2", "port=0") as served:
         yield served
 
 
@@ -159,9 +176,55 @@ def test_command_line_serves_on_a_free_port(command_line_server):
     assert status == 200 and body["model"] == "tiny:qwen2"
 
 
-def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path):
-    from rpbench.serve import model_identity, served_name
+@pytest.mark.slow
+def test_run_py_task_serve_serves_the_model_with_the_serve_settings(tmp_path):
+    """`python run.py task=serve`: run.py hands the validated ServeRun to the server."""
+    arguments = ["run.py", "task=serve", "model=tiny-llama", "serve.port=0", "serve.name=my-llama"]
+    with served_from_command_line(*arguments, f"hydra.run.dir={tmp_path}") as (name, base_url):
+        status, body = post(base_url, {"messages": HELLO, "max_tokens": 3, "temperature": 0})
+    assert name == "my-llama" and status == 200 and body["model"] == "my-llama"
+    assert body["usage"]["completion_tokens"] <= 3
 
+
+def test_help_lists_every_setting_with_what_it_does_and_the_models():
+    result = subprocess.run(
+        [sys.executable, "-m", "rpbench.serve", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and result.stderr == ""
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    for key in SETTINGS:
+        [line] = [line for line in lines if line.startswith(f"{key}=")]
+        assert len(line.split(maxsplit=1)) == 2, f"{key} has no description"
+    assert "port=0" in lines[lines.index("Settings (conf/serve/default.yaml):") + 2]  # the YAML's value
+    assert {"tiny-qwen2", "qwen2.5-7b-instruct"} <= set(re.findall(r"[\w.-]+", result.stdout))
+
+
+def test_short_help_prints_the_same(capsys):
+    main(["-h"])
+    assert capsys.readouterr().out.startswith("usage: python -m rpbench.serve")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["max_batch_size=0"], "invalid configuration: serve.max_batch_size=0: expected an integer >= 1"),
+        (["model=tiny-qwen2", "port=-1", "max_queue=0"], "serve.port=-1: expected a port from 0 (a free one) to"),
+        (["workers=2"], "'workers=2': expected model=<entry>, model.<key>=<value> or <setting>=<value>"),
+        (["port"], "'port': expected model=<entry>"),
+        (["model=no-such-model"], "Could not find 'model/no-such-model'"),
+        (["model.dtype=fp8"], "model.dtype='fp8': expected one of float32, bfloat16, float16"),
+    ],
+)
+def test_a_bad_argument_stops_the_command_with_one_line_naming_it(args, named):
+    GlobalHydra.instance().clear()
+    with pytest.raises(SystemExit) as stopped:
+        main(args)
+    message = stopped.value.code
+    assert isinstance(message, str) and message.startswith("rpbench.serve: ") and "\n" not in message
+    assert named in message
+
+
+def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path):
     first, second = tmp_path / "run-a" / "model", tmp_path / "run-b" / "model"
     first.mkdir(parents=True)
     second.mkdir(parents=True)

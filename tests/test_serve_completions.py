@@ -10,7 +10,8 @@ import urllib.request
 import pytest
 import torch
 
-from rpbench.serve import load_served_model, serve_in_thread
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import serve_in_thread
 
 PROMPT = "The sky on a clear day is blue"
 

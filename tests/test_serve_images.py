@@ -15,7 +15,9 @@ from test_serve import post
 from conftest import evaluation_of, generate_texts, generation_options
 from rpbench.data.mmrole.reader import read_test
 from rpbench.eval.generate import generate_predictions
-from rpbench.serve import compose_model_config, load_served_model, serve_in_thread
+from rpbench.models.config_tree import compose_model_config
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import serve_in_thread
 
 SAMPLE = Path(__file__).resolve().parent.parent / "rpbench" / "resources" / "sample" / "mmrole"
 IMAGES = sorted((SAMPLE / "images").rglob("*.jpg"))

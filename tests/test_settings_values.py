@@ -156,17 +156,60 @@ def test_the_default_run_is_valid(default_config):
     assert validate(default_config).objective.name == "sft"
 
 
+SERVE = [
+    ("serve.max_batch_size=0", "serve.max_batch_size=0: expected an integer >= 1"),
+    ("serve.max_queue=-1", "serve.max_queue=-1: expected an integer >= 1"),
+    ("serve.max_tokens=1.5", "serve.max_tokens=1.5: expected an integer"),
+    ("serve.batch_wait_ms=-5", "serve.batch_wait_ms=-5.0: expected a number of milliseconds >= 0"),
+    ("serve.port=65536", "serve.port=65536: expected a port from 0 (a free one) to 65535"),
+    ("serve.host=''", "serve.host='': expected an address to listen on"),
+    ("serve.name=[a]", "serve.name=['a']: expected a string or null"),
+    ("+serve.workers=2", "serve.workers: unknown key; valid keys: batch_wait_ms, host, max_batch_size"),
+]
+
+
+@pytest.mark.parametrize(("override", "named"), SERVE, ids=[c[0] for c in SERVE])
+def test_a_bad_serve_setting_is_named_at_startup(default_config, override, named):
+    with pytest.raises(ConfigError) as error:
+        validate(with_override(with_override(default_config, "task=serve"), override))
+    assert named in str(error.value)
+
+
+def test_task_serve_validates_to_the_model_and_serve_settings(compose, tmp_path):
+    """task=serve (run.py, python -m rpbench.serve): the typed model and serve groups, nothing else; every
+    problem of both named at once; init_from's saved model is the one served."""
+    from rpbench.serve.settings import ServeRun, ServeSettings
+
+    run = validate(compose("task=serve", "model=tiny-llama", "serve.max_batch_size=4", "objective.lr=-1"))
+    assert isinstance(run, ServeRun) and [f.name for f in dataclasses.fields(run)] == ["model", "serve"]
+    assert run.model.name == "tiny-llama" and isinstance(run.serve, ServeSettings)
+    assert (run.serve.max_batch_size, run.serve.port, run.serve.host) == (4, 0, "127.0.0.1")  # the YAML's others
+    assert problem_lines(compose("task=serve", "serve.max_queue=0", "model.dtype=fp8", "init_from=nowhere")) == [
+        "init_from=nowhere: expected a run folder with a saved 'model' in it",
+        "model.dtype='fp8': expected one of float32, bfloat16, float16",
+        "serve.max_queue=0: expected an integer >= 1",
+    ]
+    (tmp_path / "trained" / "model").mkdir(parents=True)
+    assert validate(compose("task=serve", f"init_from={tmp_path / 'trained'}")).model.name_or_path == str(
+        tmp_path / "trained" / "model"
+    )
+    with pytest.raises(ConfigError, match="task=served: choose one of train_eval, synthesize, serve"):
+        validate(compose("task=served"))
+
+
 def test_only_the_entry_points_and_validation_see_the_composed_config():
-    """``pipeline.run`` and the synthesis task take the typed run ``validate`` returns; a DictConfig appears only in
-    validation (and the training settings it builds), the config tree (benchmark scripts compose a run), the
-    ``${rpb.*}`` resolvers and the sweep's Hydra callback."""
+    """``pipeline.run``, the synthesis task and serving take the typed run ``validate`` returns; a DictConfig
+    appears only in validation (and the training settings it builds), the config tree (benchmark scripts compose
+    a run), the ``${rpb.*}`` resolvers and the sweep's Hydra callback."""
     import inspect
 
     from rpbench import pipeline
+    from rpbench.serve.running import serve_run
+    from rpbench.serve.settings import ServeRun
     from rpbench.synth.synthesize import SynthesisRun, synthesize_run
     from rpbench.validate import TrainEvalRun
 
-    for entry, typed in ((pipeline.run, TrainEvalRun), (synthesize_run, SynthesisRun)):
+    for entry, typed in ((pipeline.run, TrainEvalRun), (synthesize_run, SynthesisRun), (serve_run, ServeRun)):
         first = next(iter(inspect.signature(entry).parameters.values()))
         assert first.annotation in (typed, typed.__name__), entry
     allowed = {"validate.py", "training/settings.py", "models/config_tree.py", "resolvers.py", "sweep_summary.py"}
@@ -358,11 +401,13 @@ def settings_classes() -> list[type]:
                 if isinstance(kind, type) and dataclasses.is_dataclass(kind):
                     visit(kind)
 
+    from rpbench.serve.settings import ServeRun
     from rpbench.synth.synthesize import SynthesisRun
     from rpbench.validate import TrainEvalRun
 
     visit(TrainEvalRun)
     visit(SynthesisRun)
+    visit(ServeRun)
     for registry, attribute in (
         (BENCHMARKS, "settings_class"),
         (PROBES, "settings_class"),
@@ -380,9 +425,10 @@ def test_no_settings_class_declares_a_default_in_code():
     from rpbench.objectives.config import ObjectiveSettings
     from rpbench.objectives.grpo import GRPOSettings
     from rpbench.scoring.chat.client import EndpointSettings
+    from rpbench.serve.settings import ServeSettings
 
     classes = settings_classes()
-    assert len(classes) > 20 and {GenerationSettings, ObjectiveSettings, GRPOSettings} <= set(classes)
+    assert len(classes) > 20 and {GenerationSettings, ObjectiveSettings, GRPOSettings, ServeSettings} <= set(classes)
     classes += [EndpointSettings]
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
 
@@ -401,14 +447,16 @@ def unread_keys(values: Mapping[str, Any], cls: type, where: str) -> list[str]:
 
 
 def group_settings() -> list[tuple[str, str, Any, type]]:
-    """(group, option, its composed values, the class that reads them) for the judge, evaluator and
-    objective groups, and the generation settings and reward lists nested in them that are read apart."""
+    """(group, option, its composed values, the class that reads them) for the judge, evaluator, objective and
+    serve groups, and the generation settings and reward lists nested in them that are read apart."""
     from rpbench.eval.benchmarks import BENCHMARKS
     from rpbench.models.generation import GenerationSettings
     from rpbench.objectives.registry import OBJECTIVES
     from rpbench.scoring.chat.client import EndpointSettings
+    from rpbench.serve.settings import ServeSettings
 
-    found = []
+    serve_options = sorted(p.stem for p in (CONF_DIR / "serve").glob("*.yaml"))
+    found = [("serve", option, group_values("serve", option, "serve"), ServeSettings) for option in serve_options]
     for option in sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml")):
         if option != "none":
             found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
@@ -426,13 +474,13 @@ def group_settings() -> list[tuple[str, str, Any, type]]:
 
 
 @pytest.mark.slow
-def test_every_key_of_the_judge_evaluator_and_objective_groups_is_read():
+def test_every_key_of_the_judge_evaluator_objective_and_serve_groups_is_read():
     """The other half of one default per setting: a key the YAML sets and no settings field reads would be a
     setting that silently does nothing. Rewards: each entry's kwargs are the reward's parameters."""
     from rpbench.scoring.rewards import reward_problems
 
     checked = group_settings()
-    assert {group for group, *_ in checked} == {"judge", "evaluator", "objective"} and len(checked) > 20
+    assert {group for group, *_ in checked} == {"judge", "evaluator", "objective", "serve"} and len(checked) > 20
     unread = [key for group, option, values, cls in checked for key in unread_keys(values, cls, f"{group}={option}")]
     assert unread == []
     objectives = {option: values for group, option, values, _ in checked if group == "objective"}

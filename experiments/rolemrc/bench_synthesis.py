@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=None, help="default: 1 and judge.concurrency")
     args = parser.parse_args()
 
-    from rpbench.serve import serve_in_thread
+    from rpbench.serve.running import serve_in_thread
     from rpbench.synth.synthesize import synthesize_run
     from rpbench.validate import validate
 

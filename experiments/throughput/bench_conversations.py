@@ -68,7 +68,7 @@ def main() -> None:
     from rpbench.pipeline import build_models, eval_context, read_data
     from rpbench.scoring.chat import open_client
     from rpbench.scoring.judge.conversation import judge_sessions, open_simulator, simulator_version
-    from rpbench.serve import local_judge
+    from rpbench.serve.running import local_judge
     from rpbench.validate import validate
 
     scratch = tempfile.TemporaryDirectory()
@@ -82,7 +82,7 @@ def main() -> None:
     model, tokenizer = build_models(spec.training, spec.model)["policy"]
     model = for_inference(model, tokenizer, spec.model, spec.trainer.values, None)
     with scratch as tmp, open_client(spec.judge, local_judge) as judge:
-        ctx = eval_context(spec, model, tokenizer, examples, Path(tmp), None)
+        ctx = eval_context(spec, model, tokenizer, examples, Path(tmp), None, local_judge)
         with open_simulator(judge, ctx.settings.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
             rows = {}
             start = time.perf_counter()

@@ -36,7 +36,7 @@ class EvalContext:
     tokenizer: Any
     examples: Sequence[EvalExample]
     out_dir: Path
-    local_judge_server: LocalServer | None  # starts the judge=local server (rpbench.serve.local_judge)
+    local_judge_server: LocalServer | None  # starts the judge=local server (rpbench.serve.running.local_judge)
     logger: Any = None
 
     @cached_property

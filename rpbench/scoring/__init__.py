@@ -3,7 +3,8 @@
 
 ``chat.client`` is rpbench's one OpenAI-compatible client: judging, the user simulator, synthesis and
 endpoint generation use it. Scoring never starts a server itself: a ``judge=local`` server is handed in
-by the caller (``open_client(cfg, local_server)``; the pipeline and run.py hand in ``rpbench.serve.local_judge``).
+by the caller (``open_client(cfg, local_server)``; the pipeline and run.py hand in
+``rpbench.serve.running.local_judge``).
 """
 
 from rpbench.core.registry import import_modules

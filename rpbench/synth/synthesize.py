@@ -273,7 +273,7 @@ def synthesize(
 ) -> dict[str, Any]:
     """Run ``config.stages`` and write ``synthesis.json``; returns the summary. ``judge``: the generator (None:
     judge=none, for the stages that ask nothing); ``local_judge_server`` serves a ``judge=local`` generator
-    (``rpbench.serve.local_judge``; None: no local generator)."""
+    (``rpbench.serve.running.local_judge``; None: no local generator)."""
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out / SUMMARY

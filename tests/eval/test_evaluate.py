@@ -18,7 +18,7 @@ import pytest
 from omegaconf import OmegaConf, open_dict
 
 from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_in_process
-from rpbench.serve import serve_in_thread
+from rpbench.serve.running import serve_in_thread
 from rpbench.validate import validate
 
 RUBRIC_NAMES = [

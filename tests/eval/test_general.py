@@ -147,7 +147,8 @@ def test_an_unknown_task_is_named(tasks, tmp_path):
 def test_the_endpoint_backend_scores_as_the_local_one(tasks, tmp_path):
     """backend=endpoint: lm-eval's local-completions against rpbench.serve (echo + logprobs on
     /v1/completions) gives the loglikelihood accuracy backend=local gives on the same model."""
-    from rpbench.serve import load_served_model, serve_in_thread
+    from rpbench.serve.model import load_served_model
+    from rpbench.serve.running import serve_in_thread
 
     served = load_served_model("tiny-qwen2")
     served.tokenizer.save_pretrained(tmp_path / "tokenizer")

@@ -6,13 +6,15 @@ import json
 from pathlib import Path
 
 import pytest
+from scripted_server import scripted
 
 from conftest import REPO_ROOT, SHARED_DATA, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.mmrole.prompts import METRICS, REASK
 from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
 from rpbench.scoring.chat.client import ChatClient
-from rpbench.serve import load_served_model, serve_in_thread
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import serve_in_thread
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
 FULL_RELEASE = SHARED_DATA / "mmrole"
@@ -188,14 +190,14 @@ def judge(server, tmp_path, **overrides) -> ChatClient:
 
 
 def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny, tmp_path):
-    scripted = [
-        {"match": "Fluency: Are the responses", "reply": "A is a bit stiff. [Scores]: (8, 10)"},
-        {"match": "Tone Consistency: Do the responses", "reply": "Both sound right."},  # no scores
-        {"match": REASK, "reply": "Still no numbers."},
-        {"match": "### Instruction", "reply": "Close call. [Scores]: (9, 10)"},
-    ]
+    replies = {
+        "Fluency: Are the responses": "A is a bit stiff. [Scores]: (8, 10)",
+        "Tone Consistency: Do the responses": "Both sound right.",  # no scores
+        REASK: "Still no numbers.",
+        "### Instruction": "Close call. [Scores]: (9, 10)",
+    }
     answers = answers_folder(tmp_path, official_answers(2))
-    with serve_in_thread(tiny, {"scripted": scripted}) as server:
+    with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
         results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews")
         assert server.stats.requests == 2 * 8 + 2  # one call per metric per record, one re-ask per Tone review
     summary = results["files"]["comment_test"]
@@ -221,11 +223,8 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     record["conversations"][1]["value"] = "TRUTH-TEXT"
     record["conversations"][1]["answer"] = "ANSWER-TEXT"
     first = "### Response of Model A\n\n"
-    scripted = [
-        {"match": first + "ANSWER-TEXT", "reply": "[Scores]: (8, 10)"},
-        {"match": first + "TRUTH-TEXT", "reply": "[Scores]: (10, 6)"},
-    ]
-    with serve_in_thread(tiny, {"scripted": scripted}) as server:
+    replies = {first + "ANSWER-TEXT": "[Scores]: (8, 10)", first + "TRUTH-TEXT": "[Scores]: (10, 6)"}
+    with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
         results = judge_answers(
             answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", swap=True
         )
@@ -241,7 +240,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
 def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path):
     with_image, without = official_answers(2)
     with_image["image"] = "The_Avengers/30.jpg"  # one of the release's images in the sample; COCO images are not
-    with serve_in_thread(tiny, {"scripted": [{"match": "### Instruction", "reply": "[Scores]: (9, 10)"}]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(replies={"### Instruction": "[Scores]: (9, 10)"})) as server:
         results = judge_answers(
             answers_folder(tmp_path, [with_image, without]),
             judge(server, tmp_path, multimodal=True),

@@ -9,13 +9,15 @@ import math
 import re
 
 import pytest
+from scripted_server import scripted
 
 from conftest import judge_config, run_in_process
 from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.rpgbench.report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
-from rpbench.serve import load_served_model, serve_in_thread
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import serve_in_thread
 
 
 def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
@@ -49,13 +51,13 @@ def test_choice_parsing_is_strict(reply, expected):
 
 # The scripted judge prefers the response holding GOOD, whichever position it is in; LEFTY makes it
 # always answer A (position bias); MUDDLED gets unreadable replies, re-asked until parse_tries.
-VERDICTS = [
-    {"match": REASK, "reply": "hard to say"},
-    {"match": "## Response A\nGOOD", "reply": "A"},
-    {"match": "## Response B\nGOOD", "reply": "B"},
-    {"match": "LEFTY", "reply": "Answer: A"},
-    {"match": "MUDDLED", "reply": "both are fine"},
-]
+VERDICTS = {
+    REASK: "hard to say",
+    "## Response A\nGOOD": "A",
+    "## Response B\nGOOD": "B",
+    "LEFTY": "Answer: A",
+    "MUDDLED": "both are fine",
+}
 RECORDS = [  # (record, model prediction)
     (example("r1", "in_distribution", "plain golden"), "GOOD reply"),
     (example("r2", "user", "GOOD golden"), "meh reply"),
@@ -67,7 +69,7 @@ RECORDS = [  # (record, model prediction)
 def test_winrate_over_two_judges_and_both_orders(tmp_path):
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: p for e, p in RECORDS}
-    with serve_in_thread(load_served_model("tiny-qwen2"), {"scripted": VERDICTS}) as server:
+    with serve_in_thread(load_served_model("tiny-qwen2"), make_server=scripted(replies=VERDICTS)) as server:
         judge = judge_config(model=server.model_name, base_url=server.base_url, parse_tries=3)
         result = judge_winrate(examples, predictions, [judge, judge])
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
+from scripted_server import scripted_judge
 
 from conftest import chat_stub, composed, registered, run_in_process
 from rpbench.core.errors import ConfigError
@@ -140,8 +141,7 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
     """`python run.py objective=grpo env=conversation judge=local`: the local server plays the user and judges
     (scripted replies), one optimiser step on 2 scenarios x 2 sessions of 2 turns each."""
     verdict = json.dumps({"scores": SCORES, "breaks": []})
-    simulator = f"{{match: 'Write only your next message', reply: '{USER_REPLY}'}}"
-    judge = f"{{match: 'You are judging a role-play', reply: '{verdict}'}}"
+    replies = {"Write only your next message": USER_REPLY, "You are judging a role-play": verdict}
     out = tmp_path / "run"
     results = run_in_process(
         out,
@@ -151,7 +151,6 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
         f"data.files.train={scenarios}",
         "evaluator=none",
         "judge=local",
-        f"+judge.server.scripted=[{simulator}, {judge}]",
         "judge.cache_path=null",
         "judge.progress=false",
         "objective.num_generations=2",
@@ -159,6 +158,7 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
         "objective.max_completion_length=6",
         "save_model=false",
         "trainer.enable_progress_bar=false",
+        local_judge_server=scripted_judge(replies=replies),
     )
     assert results["train"]["optimizer_steps"] == 1 and results["train"]["samples"]["train"] == 2
     with open(out / "metrics.csv", newline="") as f:

@@ -10,6 +10,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
+from scripted_server import scripted_judge
 
 from conftest import generation_options
 from rpbench.data import readers
@@ -22,7 +23,6 @@ from rpbench.objectives.reference import DisabledAdapter, FrozenCopy
 from rpbench.objectives.sampling import cut_at_stop, generation_mode, repeat_each, sample_completions
 from rpbench.scoring.chat.client import client_opener, open_client
 from rpbench.scoring.rewards import REWARDS, JudgeReward
-from rpbench.serve import local_judge
 from rpbench.training import train
 from rpbench.validate import validate
 
@@ -335,13 +335,12 @@ def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tm
     (4 prompts x 4 completions) fail, are logged, and the server is stopped when training ends."""
     import httpx
 
-    judge = ["judge=local", "+judge.server.scripted=[{match: '', reply: maybe}]", "judge.parse_tries=1"]
+    judge = ["judge=local", "judge.parse_tries=1"]
     judge += ["judge.progress=false", "judge.cache_path=null"]
     kwargs = "{judge: ${judge}, rubric: role_style, failure_reward: 0.5}"
     rewards = f"objective.rewards=[{{name: test_kept_judge, weight: 1.0, kwargs: {kwargs}}}]"
-    report, _, rows = run_grpo(
-        compose, tmp_path, "objective.epochs=1", rewards, *judge, judges=client_opener(local_judge)
-    )
+    judges = client_opener(scripted_judge(replies={"": "maybe"}))
+    report, _, rows = run_grpo(compose, tmp_path, "objective.epochs=1", rewards, *judge, judges=judges)
     assert report["optimizer_steps"] == len(rows) == 4
     assert [float(r["train/reward_failures"]) for r in rows] == [16.0] * 4
     assert [float(r["train/reward"]) for r in rows] == [0.5] * 4  # every completion got the failure reward

@@ -1,4 +1,4 @@
-"""The chat client against the real rpbench server on 127.0.0.1 (with injected faults)."""
+"""The chat client against the real rpbench server on 127.0.0.1 (with injected faults: tests/scripted_server.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
 from omegaconf import OmegaConf
+from scripted_server import scripted, scripted_judge
 
 from conftest import chat_stub, judge_config, judge_settings, run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.scoring.chat.client import ChatClient, ChatRequest, EndpointConfigError, EndpointSettings, open_client
 from rpbench.scoring.judge.parse import parse_verdict
-from rpbench.serve import load_served_model, local_judge, serve_in_thread
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import local_judge, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def test_second_run_is_served_from_the_cache(tiny, tmp_path):
 
 
 def test_injected_429_and_500_are_retried(tiny):
-    with serve_in_thread(tiny, {"faults": ["429", "500"], "scripted": [{"match": "?", "reply": "1"}]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=["429", "500"], replies={"?": "1"})) as server:
         client = client_for(server, max_retries=3, concurrency=1)
         replies = client.ask_many(requests_for("a?", "b?", "c?"))
     assert [r.text for r in replies] == ["1", "1", "1"]
@@ -75,7 +77,7 @@ def test_injected_429_and_500_are_retried(tiny):
 
 
 def test_exhausted_retries_are_reported_not_raised(tiny):
-    with serve_in_thread(tiny, {"faults": ["500", "500", "500"]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=["500", "500", "500"])) as server:
         client = client_for(server, max_retries=1)
         [reply] = client.ask_many(requests_for("a?"))
     assert reply.text is None and reply.error == "HTTP 500"
@@ -84,12 +86,12 @@ def test_exhausted_retries_are_reported_not_raised(tiny):
 
 @pytest.mark.slow
 def test_a_slow_reply_times_out_and_is_retried(tiny):
-    options = {"faults": ["slow"], "slow_s": 1.0, "scripted": [{"match": "?", "reply": "0"}]}
-    with serve_in_thread(tiny, options) as server:
+    slow = scripted(faults=["slow"], slow_s=1.0, replies={"?": "0"})
+    with serve_in_thread(tiny, make_server=slow) as server:
         client = client_for(server, timeout_s=0.3, max_retries=1)
         [reply] = client.ask_many(requests_for("a?"))
         assert reply.text == "0" and client.stats.retries == 1 and server.stats.requests == 2
-    with serve_in_thread(tiny, options) as server:
+    with serve_in_thread(tiny, make_server=slow) as server:
         client = client_for(server, timeout_s=0.3, max_retries=0)
         [reply] = client.ask_many(requests_for("a?"))
         assert reply.error == "timeout" and client.stats.failures == 1
@@ -97,8 +99,8 @@ def test_a_slow_reply_times_out_and_is_retried(tiny):
 
 @pytest.mark.parametrize("limit", [2, 4])
 def test_concurrency_limit_is_respected(tiny, limit):
-    options = {"faults": ["slow"] * 8, "slow_s": 0.25, "scripted": [{"match": "?", "reply": "1"}]}
-    with serve_in_thread(tiny, options) as server:
+    slow = scripted(faults=["slow"] * 8, slow_s=0.25, replies={"?": "1"})
+    with serve_in_thread(tiny, make_server=slow) as server:
         client = client_for(server, concurrency=limit)
         replies = client.ask_many(requests_for(*(f"q{i}?" for i in range(8))))
         assert server.stats.max_in_flight == limit
@@ -107,14 +109,8 @@ def test_concurrency_limit_is_respected(tiny, limit):
 
 def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
     reask = "Please answer with one digit."
-    options = {
-        "scripted": [
-            {"match": "good?", "reply": "1"},
-            {"match": "hopeless?", "reply": "no idea"},
-            {"match": reask, "reply": "still no idea"},
-        ]
-    }
-    with serve_in_thread(tiny, options) as server:
+    replies = {"good?": "1", "hopeless?": "no idea", reask: "still no idea"}
+    with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
         client = client_for(server, parse_tries=3)
         parsed = client.ask_parsed(requests_for("good?", "hopeless?"), parse_verdict, reask)
         assert server.stats.requests == 1 + 3
@@ -154,7 +150,7 @@ def stub_settings(server, tmp_path) -> dict:
 def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, monkeypatch):
     secret = "sk-test-not-a-real-key-4a7f"
     monkeypatch.setenv("RPBENCH_TEST_JUDGE_KEY", secret)
-    with serve_in_thread(tiny, {"scripted": [{"match": "?", "reply": "1"}]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(replies={"?": "1"})) as server:
         client = client_for(server, tmp_path, api_key_env="RPBENCH_TEST_JUDGE_KEY")
         client.ask_many(requests_for("a?"))
         client.close()
@@ -188,7 +184,7 @@ BAD_REPLIES = [
 
 def test_bad_replies_are_retried_like_server_errors(tiny):
     faults = [fault for fault, _ in BAD_REPLIES]
-    with serve_in_thread(tiny, {"faults": faults, "scripted": [{"match": "?", "reply": "1"}]}) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=faults, replies={"?": "1"})) as server:
         client = client_for(server, max_retries=3)
         [reply] = client.ask_many(requests_for("a?"))
         assert server.stats.requests == 4
@@ -199,8 +195,7 @@ def test_bad_replies_are_retried_like_server_errors(tiny):
 
 @pytest.mark.parametrize(("fault", "reason"), BAD_REPLIES)
 def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault, reason):
-    options = {"faults": [fault, fault], "scripted": [{"match": "?", "reply": "1"}]}
-    with serve_in_thread(tiny, options) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=[fault, fault], replies={"?": "1"})) as server:
         client = client_for(server, max_retries=1, concurrency=1)
         parsed = client.ask_parsed(requests_for("a?", "b?"), parse_verdict, "Answer 0 or 1.")
         assert server.stats.requests == 3
@@ -211,8 +206,7 @@ def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault,
 
 
 def test_retry_after_in_seconds_is_waited_for(tiny):
-    options = {"faults": ["429"], "retry_after": "1", "scripted": [{"match": "?", "reply": "1"}]}
-    with serve_in_thread(tiny, options) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=["429"], retry_after="1", replies={"?": "1"})) as server:
         client = client_for(server, max_retries=2)  # backoff alone would wait 0.005-0.01 s
         [reply] = client.ask_many(requests_for("a?"))
         first, second = server.stats.arrivals
@@ -223,8 +217,7 @@ def test_retry_after_in_seconds_is_waited_for(tiny):
 def test_retry_after_as_an_http_date_is_waited_for(tiny):
     not_before = time.time() + 2
     when = formatdate(not_before, usegmt=True)  # whole seconds: 1-2 s from now
-    options = {"faults": ["503"], "retry_after": when, "scripted": [{"match": "?", "reply": "1"}]}
-    with serve_in_thread(tiny, options) as server:
+    with serve_in_thread(tiny, make_server=scripted(faults=["503"], retry_after=when, replies={"?": "1"})) as server:
         client = client_for(server, max_retries=2)
         [reply] = client.ask_many(requests_for("a?"))
         first, second = server.stats.arrivals
@@ -233,8 +226,8 @@ def test_retry_after_as_an_http_date_is_waited_for(tiny):
 
 
 def test_retry_after_is_capped_by_the_configured_maximum(tiny):
-    options = {"faults": ["429"], "retry_after": "3600", "scripted": [{"match": "?", "reply": "1"}]}
-    with serve_in_thread(tiny, options) as server:
+    late = scripted(faults=["429"], retry_after="3600", replies={"?": "1"})
+    with serve_in_thread(tiny, make_server=late) as server:
         client = client_for(server, max_retries=2, retry_after_max_s=0.2)
         [reply] = client.ask_many(requests_for("a?"))
     assert reply.text == "1" and client.stats.retry_wait_s == pytest.approx(0.2)
@@ -257,9 +250,8 @@ def test_evaluation_with_a_judge_sending_bad_replies_completes_and_counts_them(t
         "judge.max_retries=1",
         "judge.backoff_initial_s=0.01",
         "judge.progress=false",
-        f"+judge.server.faults=[{','.join(faults)}]",
-        "+judge.server.scripted=[{match:'',reply:'1'}]",
         f"paths.output_root={tmp_path}",
+        local_judge_server=scripted_judge(faults=faults, replies={"": "1"}),
     )
     judge = json.loads((out / "metrics.json").read_text())["eval"]["judge"]
     overall = judge["overall"]

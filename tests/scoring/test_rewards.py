@@ -281,17 +281,15 @@ def test_weighted_sum_checks_names_and_lengths():
 
 
 def test_judge_reward_scores_each_completion_through_a_real_judge_server():
-    from rpbench.scoring.judge.rolemrc_rubrics import REASK
-    from rpbench.serve import load_served_model, serve_in_thread
+    from scripted_server import scripted
 
-    scripted = [
-        {"match": "GOOD-REPLY", "reply": "1"},
-        {"match": "BAD-REPLY", "reply": "0"},
-        {"match": "ODD-REPLY", "reply": "maybe"},
-        {"match": REASK, "reply": "still not sure"},
-    ]
+    from rpbench.scoring.judge.rolemrc_rubrics import REASK
+    from rpbench.serve.model import load_served_model
+    from rpbench.serve.running import serve_in_thread
+
+    replies = {"GOOD-REPLY": "1", "BAD-REPLY": "0", "ODD-REPLY": "maybe", REASK: "still not sure"}
     prompts = [[{"role": "system", "content": "You are Ada, a sailor."}, {"role": "user", "content": "Hi?"}]] * 3
-    with serve_in_thread(load_served_model("tiny-qwen2"), {"scripted": scripted}) as server:
+    with serve_in_thread(load_served_model("tiny-qwen2"), make_server=scripted(replies=replies)) as server:
         (fn,) = build_reward_fns(
             [
                 {

@@ -288,7 +288,7 @@ def test_reply_checks_name_their_reasons():
 
 def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(tmp_path, inputs):
     """Called directly (not through run.py), synthesis with judge=local asks the local server it is given."""
-    from rpbench.serve import local_judge
+    from rpbench.serve.running import local_judge
 
     cfg = composed(
         tmp_path / "hydra",

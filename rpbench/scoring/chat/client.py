@@ -63,7 +63,7 @@ PARSE_FAILURE_POLICIES = ("wrong", "exclude")
 @dataclass(frozen=True, kw_only=True)
 class EndpointSettings(Settings):
     """The ``judge`` config group (conf/judge/*.yaml), parsed once at startup (``rpbench.validate``); every
-    value comes from the YAML. ``server``: what a ``backend: local`` judge serves (``rpbench.serve.local_judge``
+    value comes from the YAML. ``server``: what a ``backend: local`` judge serves (``rpbench.serve.running.local_judge``
     fills ``base_url`` and ``model`` in from the started server)."""
 
     backend: str
@@ -466,7 +466,7 @@ def reasked(request: ChatRequest, reply: str, reask: str) -> ChatRequest:
 
 
 # How a ``backend: local`` judge gets its server: ``start(judge)`` starts one for ``judge.server`` and yields
-# the judge config pointing at it, stopping it on exit (``rpbench.serve.local_judge``). The pipeline (or the
+# the judge config pointing at it, stopping it on exit (``rpbench.serve.running.local_judge``). The pipeline (or the
 # synthesis task) hands it to whoever opens a judge; scoring never imports the server.
 LocalServer = Callable[[EndpointSettings], AbstractContextManager[EndpointSettings]]
 # What a stage that opens judges receives: ``open_client`` with the local server bound (``client_opener``).
@@ -485,7 +485,7 @@ def open_client(config: EndpointSettings, local_server: LocalServer | None = Non
     if local and local_server is None:
         raise ValueError(
             "judge=local: no local judge server was handed in: "
-            "open_client(config, local_server=rpbench.serve.local_judge) (run.py and the pipeline hand it in)"
+            "open_client(config, local_server=rpbench.serve.running.local_judge) (run.py and the pipeline hand it in)"
         )
     with local_server(config) if local else nullcontext(config) as served:
         client = ChatClient(served, LOCAL_ENDPOINT if local else None)

@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from rpbench.scoring.chat.client import EndpointSettings
-from rpbench.serve import ServeOptions
+from rpbench.serve.settings import serve_settings
 
 CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 OPTIONS = sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml"))
@@ -33,7 +33,7 @@ def test_option_builds_a_judge_config(name):
     assert cfg["backend"] == backend
     assert config.cache_path.endswith("judge_cache.sqlite")
     if name == "local":
-        ServeOptions.from_mapping({k: v for k, v in cfg["server"].items() if k != "model"})
+        serve_settings({k: v for k, v in cfg["server"].items() if k != "model"}, "judge.server")
         assert cfg["server"]["model"] == "tiny-qwen2" and config.api_key_env is None
 
 

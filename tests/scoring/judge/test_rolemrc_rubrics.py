@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from scripted_server import scripted, scripted_judge
 
 from conftest import judge_config
 from rpbench.core.errors import DataFormatError
@@ -19,7 +20,8 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
     nested_rule,
     rubric_messages,
 )
-from rpbench.serve import load_served_model, local_judge, serve_in_thread
+from rpbench.serve.model import load_served_model
+from rpbench.serve.running import serve_in_thread
 
 SYSTEM = (
     "You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
@@ -168,7 +170,7 @@ def test_prompt_file_must_name_every_rubric_and_exist(tmp_path):
         load_prompts(tmp_path / "absent.yaml")
 
 
-def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> ChatClient:
+def judge_client(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> ChatClient:
     settings = {
         "model": server.model_name,
         "base_url": server.base_url,
@@ -182,12 +184,12 @@ def scripted_judge(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: 
 
 
 # The judge answers by what the model reply says: a real server, a scripted judge.
-VERDICTS = [
-    {"match": "REPLY-GOOD", "reply": "1"},
-    {"match": "REPLY-BAD", "reply": "Score: 0"},
-    {"match": "REPLY-MUDDLED", "reply": "I think it is fine"},
-    {"match": REASK, "reply": "fine, I guess"},
-]
+VERDICTS = {
+    "REPLY-GOOD": "1",
+    "REPLY-BAD": "Score: 0",
+    "REPLY-MUDDLED": "I think it is fine",
+    REASK: "fine, I guess",
+}
 RECORDS = [
     (example("r1", ["knowledge_boundary.within", "role_style"]), "REPLY-GOOD"),
     (example("r2", ["nested"]), "REPLY-BAD"),
@@ -201,11 +203,11 @@ def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
     """judge.parse_failure=exclude: an unreadable verdict is left out of the accuracy (counted)."""
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
-    with serve_in_thread(tiny, {"scripted": VERDICTS}) as server:
-        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path, parse_failure="exclude"))
+    with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
+        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"))
         # 6 judgements, then 2 re-asks of the muddled one (3 tries in all)
         assert server.stats.requests == 6 + 2
-        again = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path, parse_failure="exclude"))
+        again = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"))
         assert server.stats.requests == 8  # the re-run is served from the cache
     assert again["rubrics"] == result["rubrics"] and result["parse_failure"] == "exclude"
 
@@ -256,8 +258,8 @@ def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, t
     # Of 6 judgements 3 are 1, 2 are 0 and 1 is unreadable: accuracy 3/6 (exclude: 3/5).
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
-    with serve_in_thread(tiny, {"scripted": VERDICTS}) as server:
-        result = judge_rolemrc(examples, predictions, scripted_judge(tiny, server, tmp_path))
+    with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
+        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path))
     assert result["parse_failure"] == "wrong"
     assert result["overall"] == {
         "n": 6,
@@ -278,10 +280,9 @@ def test_judge_parse_failure_policy_is_checked():
 
 
 def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
-    scripted = [*VERDICTS[:3], {"match": REASK, "reply": "1"}]
     examples = [RECORDS[2][0]]
-    with serve_in_thread(tiny, {"scripted": scripted}) as server:
-        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, scripted_judge(tiny, server, tmp_path))
+    with serve_in_thread(tiny, make_server=scripted(replies={**VERDICTS, REASK: "1"})) as server:
+        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, judge_client(tiny, server, tmp_path))
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["parse_failures"] == 0
     assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
 
@@ -292,12 +293,10 @@ def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny
         model="local",
         parse_tries=1,
         cache_path=str(tmp_path / "judge.sqlite"),
-        server={
-            "model": tiny_model(end_of_turn="<|im_end|>"),
-            "scripted": [{"match": "REPLY-GOOD", "reply": "1"}],
-        },
+        server={"model": tiny_model(end_of_turn="<|im_end|>")},
     )
-    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=client_opener(local_judge))
+    opener = client_opener(scripted_judge(replies={"REPLY-GOOD": "1"}))
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=opener)
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 

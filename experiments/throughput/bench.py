@@ -404,7 +404,7 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
             trainer = SFTTrainer(model=model, args=config, train_dataset=Dataset.from_list(rows),
                                  processing_class=setup.tokenizer)  # fmt: skip
         elif objective == "dpo":
-            from trl import DPOSettings, DPOTrainer
+            from trl import DPOConfig, DPOTrainer
 
             class PretokenizedDPOTrainer(DPOTrainer):
                 """DPOTrainer on token ids given as prompt_ids / chosen_ids / rejected_ids (its own collator,
@@ -416,7 +416,7 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
             rows = [{"prompt_ids": p["prompt"], "chosen_ids": p["chosen"], "rejected_ids": p["rejected"]}
                     for p in setup.samples["dpo"]]  # fmt: skip
             rows = rpbench_order(rows, args.pairs, setup.seed)
-            config = DPOSettings(**common, per_device_train_batch_size=args.pairs, beta=0.1, loss_type=["sigmoid"],
+            config = DPOConfig(**common, per_device_train_batch_size=args.pairs, beta=0.1, loss_type=["sigmoid"],
                                max_length=None, **options)  # fmt: skip
             # live reference: a second copy of the initial weights, as rpbench's frozen copy (TRL would load it
             # from the hub id); precomputed: none kept, TRL computes the log-probs with the initial policy
@@ -425,7 +425,7 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
                                              train_dataset=Dataset.from_list(rows),
                                              processing_class=setup.tokenizer)  # fmt: skip
         else:
-            from trl import GRPOSettings, GRPOTrainer
+            from trl import GRPOConfig, GRPOTrainer
 
             def length_reward(completions, **kwargs):  # rpbench's length_penalty with min_len 0, max_len 100
                 from rpbench.scoring.rewards import length_penalty
@@ -433,7 +433,7 @@ def trl_run(setup: Setup, args, objective: str, options: dict, timer: Timer) -> 
                 return length_penalty(None, completions, None, min_len=0, max_len=100, unit="words")
 
             rows = rpbench_order([{"prompt": p["text"]} for p in setup.samples["grpo"]], args.prompts, setup.seed)
-            config = GRPOSettings(
+            config = GRPOConfig(
                 **common,
                 per_device_train_batch_size=args.prompts * args.generations,
                 num_generations=args.generations,

@@ -26,6 +26,7 @@ full and gets no ``where`` prefix.
 
 from __future__ import annotations
 
+import difflib
 import math
 import types
 import typing
@@ -156,7 +157,9 @@ class Settings:
         known = [f.name for f in fields(cls)]
         found_before = len(problems)
         for key in sorted(set(values) - set(known)):
-            problems.append(f"{prefix}{key}: unknown key; valid keys: {', '.join(sorted(known))}")
+            close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+            problems.append(f"{prefix}{key}: unknown key{hint}; valid keys: {', '.join(sorted(known))}")
         converted = {}
         for name in known:
             if name not in values and name in cls.only_some:

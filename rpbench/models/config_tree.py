@@ -10,9 +10,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from rpbench.core.paths import CONF_DIR
 from rpbench.models.settings import ModelSettings
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def model_entries() -> list[str]:

@@ -10,7 +10,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import fields
 
-from rpbench.models.config_tree import CONF_DIR, model_entries
+from rpbench.core.paths import CONF_DIR
+from rpbench.models.config_tree import model_entries
 from rpbench.serve.settings import SETTINGS_FILE, ServeRun, ServeSettings
 
 SETTINGS = [field.name for field in fields(ServeSettings)]

@@ -8,8 +8,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from rpbench.core.paths import CONF_DIR
 from rpbench.core.typed import Problem, Settings
-from rpbench.models.config_tree import CONF_DIR
 from rpbench.models.settings import ModelSettings
 
 SETTINGS_FILE = CONF_DIR / "serve" / "default.yaml"

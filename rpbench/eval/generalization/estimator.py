@@ -29,8 +29,9 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rpbench.core.errors import ConfigError
+from rpbench.core.paths import CONF_DIR
 from rpbench.models.checks import model_folder_problems
-from rpbench.models.config_tree import CONF_DIR, compose_model_config, model_entries
+from rpbench.models.config_tree import compose_model_config, model_entries
 from rpbench.models.settings import ModelSettings
 
 SELF = "self"

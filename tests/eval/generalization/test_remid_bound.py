@@ -100,6 +100,6 @@ def test_estimated_form_by_hand_for_a_given_entropy():
 def test_the_configured_default_is_the_theorem_sum_form():
     from omegaconf import OmegaConf
 
-    from rpbench.models.config_tree import CONF_DIR
+    from rpbench.core.paths import CONF_DIR
 
     assert OmegaConf.load(CONF_DIR / "evaluator" / "rpgbench.yaml").generalization.delta_form == "sum"

@@ -1,0 +1,5 @@
+"""``python -m rpbench <command> ...``: the ``rpbench`` command."""
+
+from rpbench.cli import main
+
+main()

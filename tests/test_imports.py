@@ -34,6 +34,7 @@ LAYERS = {
 PIPELINE = 4
 # The run's own modules (pipeline level) beside the shared helpers; anything else belongs in a package.
 RUN_MODULES = {
+    "rpbench.__main__",  # python -m rpbench: the rpbench command
     "rpbench.leaderboard",
     "rpbench.loggers",
     "rpbench.pipeline",
@@ -103,12 +104,12 @@ def in_serve(module: str) -> bool:
 
 
 def test_serve_is_pipeline_level():
-    """The pipeline starts its server (judge=local), validation reads its settings (task=serve); nothing else
-    in rpbench imports it."""
+    """The pipeline starts its server (judge=local), validation reads its settings and the command runs it
+    (task=serve); nothing else in rpbench imports it."""
     assert layer_of("rpbench.serve.server")[0] == PIPELINE
     modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     users = {name for name, p in modules.items() if not in_serve(name) and any(in_serve(t) for _, t in imports_of(p))}
-    assert users == {"rpbench.pipeline", "rpbench.validate"}
+    assert users == {"rpbench.cli.job", "rpbench.pipeline", "rpbench.validate"}
 
 
 def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():

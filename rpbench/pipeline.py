@@ -105,6 +105,7 @@ def eval_context(spec: TrainEvalRun, model, tokenizer, examples, out_dir: Path, 
         tokenizer=tokenizer,
         examples=examples,
         out_dir=out_dir,
+        run_name=spec.name,
         local_judge_server=local_judge,
         logger=logger,
     )

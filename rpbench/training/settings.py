@@ -31,6 +31,7 @@ S = TypeVar("S", bound=Settings)
 class RunSettings(Settings):
     """The keys at the top of the run config that training reads."""
 
+    run_name: str  # titles the loss curve
     seed: int
     init_from: str | None
     ckpt_path: str | None

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rpbench.leaderboard import build, main, ranks
+from rpbench.leaderboard import build, main
+from rpbench.leaderboard.board import ranks
 
 DATA = "a" * 64
 

@@ -1,5 +1,5 @@
-"""A run folder read into its cell: metrics.json, config.yaml and scores.jsonl; a ``RunFolderError`` naming the
-file that cannot be read."""
+"""A run folder read into its cell: metrics.json, config.yaml, scores.jsonl and Hydra's record (``.hydra/``);
+a ``RunFolderError`` naming the file that cannot be read."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -18,8 +18,13 @@ from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.benchmarks.base import Headline
 from rpbench.eval.stats import summarize
 
+if TYPE_CHECKING:
+    from rpbench.leaderboard.board import Conflict
+
+
 UNRECORDED = "unrecorded"  # an identity field an earlier rpbench did not write
 BOOTSTRAP = {"n_resamples": 1000, "confidence": 0.95, "seed": 0}
+IDENTITY_FIELDS = ("headline", "judge", "data")  # what a cell's runs must share to be combined and ranked together
 
 
 class RunFolderError(RpbenchError):
@@ -66,6 +71,11 @@ class Identity:
         return self.headline, self.judge, self.data
 
 
+def short_sha(digest: str, length: int) -> str:
+    """The first ``length`` characters of a sha256 (``unrecorded`` whole)."""
+    return digest if digest == UNRECORDED else digest[:length]
+
+
 @dataclass
 class Cell:
     """One run's headline on one benchmark."""
@@ -81,8 +91,9 @@ class Cell:
     units: dict[str, float | None] = field(default_factory=dict)  # scores.jsonl unit -> score
     judge_cost: dict[str, float] = field(default_factory=dict)  # requests, tokens, cost_usd: summed over its runs
     seeds: int = 1
-    conflict: str | None = None  # the cell's runs differ in identity
-    flag: str | None = None  # the cell differs from its column's identity
+    short: str | None = None  # why the run is a short one (debug=short, ...); None: a full run
+    conflict: Conflict | None = None  # the cell's runs differ in identity
+    flag: str | None = None  # not ranked: the cell differs from its column's identity, or is a short run
     other_version: bool = False  # written by another rpbench version than most of its column (ranked, shown)
 
 
@@ -102,6 +113,29 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise RunFolderError(f"{where}: a mapping expected, got {value!r}")
     return value
+
+
+def short_run(run: Path, config: Mapping[str, Any]) -> str | None:
+    """Why ``run`` is a short one, its numbers a check that the pipeline works rather than a result: the
+    ``debug`` preset Hydra recorded choosing (``.hydra/hydra.yaml``), or ``trainer.fast_dev_run`` in its
+    config.yaml; None for a full run."""
+    hydra_file = run / ".hydra" / "hydra.yaml"
+    preset = find(read_config(hydra_file), ["hydra", "runtime", "choices", "debug"])
+    if preset is not None:
+        return f"debug={preset}"
+    fast = find(config, ["trainer", "fast_dev_run"])
+    return f"trainer.fast_dev_run={fast}" if fast else None
+
+
+def row_name(by: str, run: Path, results: Mapping[str, Any], config: Mapping[str, Any], data: str) -> str:
+    """The run's row under ``--by`` ``by`` (one of ``ROWS``)."""
+    model, objective = str(results.get("model")), results.get("objective", "none")
+    trained = model if objective == "none" else f"{model} + {objective}"
+    if by == "data":
+        return f"{trained} · data {results.get('data', UNRECORDED)} (test {short_sha(data, 8)})"
+    if by == "seed":
+        return f"{trained} · seed {config.get('seed', UNRECORDED)}"
+    return str(run) if by == "run" else trained
 
 
 def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str:
@@ -217,8 +251,9 @@ def judge_cost(results: Mapping[str, Any], where: str) -> dict[str, float]:
     return {"requests": cost["requests"], "tokens": tokens, "cost_usd": cost["cost_usd"]}
 
 
-def read_cell(run: Path) -> tuple[Cell | None, str | None]:
-    """The run's cell, or None and why it has none; a RunFolderError naming the file that cannot be read."""
+def read_cell(run: Path, by: str) -> tuple[Cell | None, str | None]:
+    """The run's cell in its row under ``--by`` ``by``, or None and why it has none; a RunFolderError naming the
+    file that cannot be read."""
     run = Path(os.path.relpath(run))  # as the user named it, relative: no machine path in the leaderboard
     metrics = run / "metrics.json"
     results = read_json(metrics)
@@ -238,7 +273,8 @@ def read_cell(run: Path) -> tuple[Cell | None, str | None]:
         return None, f"no headline of {benchmark} in its results"
     headline, entry = found
     config_path = run / "config.yaml"
-    judge = judge_identity(read_config(config_path), str(config_path))
+    config = read_config(config_path)
+    judge = judge_identity(config, str(config_path))
     data = str(find(results, ["records", "test", "records_sha256"]) or UNRECORDED)
     identity = Identity(headline.label, judge, data, str(results.get("rpbench_version", UNRECORDED)))
     value = float(entry) if not headline.value else float(entry[headline.value])
@@ -247,9 +283,8 @@ def read_cell(run: Path) -> tuple[Cell | None, str | None]:
     if low is None and units:
         summary = summarize(list(units.values()), **BOOTSTRAP)
         low, high = summary["ci_low"], summary["ci_high"]
-    model = str(results.get("model"))
-    objective = results.get("objective", "none")
-    row = model if objective == "none" else f"{model} + {objective}"
+    row = row_name(by, run, results, config, data)
     cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
     cell.judge_cost = judge_cost(results, str(metrics))
+    cell.short = short_run(run, config)
     return cell, None

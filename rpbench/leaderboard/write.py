@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from rpbench.leaderboard.board import Leaderboard
+from rpbench.leaderboard.board import ROWS, Leaderboard
 from rpbench.leaderboard.plot import plot
 from rpbench.leaderboard.runs import Cell
 
@@ -29,7 +29,7 @@ def cell_text(cell: Cell | None) -> str:
     if cell is None:
         return "missing"
     if cell.conflict:
-        return f"conflict ({cell.conflict})"
+        return f"conflict ({cell.conflict.summary()}: see Conflicts)"
     text = f"{_number(cell.value)} [{_number(cell.ci_low)}, {_number(cell.ci_high)}]"
     if cell.seeds > 1:
         text += f" (median of {cell.seeds})"
@@ -38,15 +38,26 @@ def cell_text(cell: Cell | None) -> str:
     return text + (f" ⚠ {cell.flag}" if cell.flag else "")
 
 
+def role_in_cell(run: Cell, cell: Cell) -> str:
+    """What ``run`` is to the cell it belongs to: the run shown, a seed beside it, or one of a conflict's."""
+    if cell.conflict:
+        return "conflict: not combined"
+    if run is cell:
+        return f"shown (median of {cell.seeds})" if cell.seeds > 1 else "shown"
+    return "seed"
+
+
 def markdown(board: Leaderboard) -> str:
     lines = [
         "# Leaderboard",
         "",
-        "Each benchmark's headline with its 95% CI; rank 1 is best. Flagged cells (judge, data or headline unlike",
-        "their column's) and conflicts are not ranked; a missing cell is missing, never 0. A cell written by another",
-        "rpbench version than most of its column names it.",
+        f"Rows: {board.by} ({ROWS[board.by]}; `--by` chooses: {', '.join(ROWS)}).",
         "",
-        "| model | mean rank (min-max, benchmarks) | " + " | ".join(map(md, board.benchmarks)) + " |",
+        "Each benchmark's headline with its 95% CI; rank 1 is best. Flagged cells (judge, data or headline unlike",
+        "their column's; short runs) and conflicts are not ranked; a missing cell is missing, never 0. A cell",
+        "written by another rpbench version than most of its column names it.",
+        "",
+        f"| row: {board.by} | mean rank (min-max, benchmarks) | " + " | ".join(map(md, board.benchmarks)) + " |",
         "| --- | --- |" + " --- |" * len(board.benchmarks),
     ]
     for row in board.rows:
@@ -56,7 +67,11 @@ def markdown(board: Leaderboard) -> str:
         )
         cells = [md(cell_text(board.cells.get((row, b)))) for b in board.benchmarks]
         lines.append(f"| {md(row)} | {overall} | " + " | ".join(cells) + " |")
-    lines += ["", "## Adjacent models (paired bootstrap on shared records; delta = lower - upper)", ""]
+    conflicts = [(key, c.conflict) for key, c in sorted(board.cells.items()) if c.conflict]
+    if conflicts:
+        lines += ["", "## Conflicts", ""]
+        lines += [f"- {md(row)}, {md(benchmark)}: {md(why)}" for (row, benchmark), why in conflicts]
+    lines += ["", "## Adjacent rows (paired bootstrap on shared records; delta = lower - upper)", ""]
     lines += [
         "| upper | lower | benchmark | shared | delta | 95% CI | p |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -71,21 +86,26 @@ def markdown(board: Leaderboard) -> str:
         "",
         "## What produced each cell",
         "",
-        "| model | benchmark | headline | judge | test data sha256 | rpbench | runs |",
+        "| row | benchmark | run | in the cell | headline | judge | test data sha256 | rpbench |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
-    for (row, benchmark), c in sorted(board.cells.items()):
-        i = c.identity
-        shown = (row, benchmark, i.headline, i.judge, i.data[:16], i.version, c.run)
-        lines.append("| " + " | ".join(map(md, shown)) + " |")
+    for key, members in sorted(board.members.items()):
+        for run in members:
+            i = run.identity
+            shown = (*key, run.run, role_in_cell(run, board.cells[key]), i.headline, i.judge, i.data[:16], i.version)
+            lines.append("| " + " | ".join(map(md, shown)) + " |")
+    if board.short:
+        lines += ["", f"## Short runs left out ({len(board.short)}; --with-short shows them, unranked)", ""]
+        lines += ["| run | short because |", "| --- | --- |"]
+        lines += [f"| {md(run)} | {md(why)} |" for run, why in board.short]
     if board.skipped:
-        lines += ["", "## Runs without a cell", "", "| run | why |", "| --- | --- |"]
+        lines += ["", f"## Runs without a cell ({len(board.skipped)})", "", "| run | why |", "| --- | --- |"]
         lines += [f"| {md(run)} | {md(why)} |" for run, why in board.skipped]
     return "\n".join(lines) + "\n"
 
 
 CSV_COLUMNS = [
-    "model", "benchmark", "headline", "value", "ci_low", "ci_high", "rank", "mean_rank", "seeds", "judge",
+    "row", "benchmark", "headline", "value", "ci_low", "ci_high", "rank", "mean_rank", "seeds", "judge",
     "data_sha256", "rpbench_version", "flag", "conflict", "judge_requests", "judge_tokens", "judge_cost_usd", "runs",
 ]  # fmt: skip
 
@@ -95,7 +115,7 @@ def csv_rows(board: Leaderboard) -> list[dict[str, Any]]:
     for row in board.rows:
         for benchmark in board.benchmarks:
             c = board.cells.get((row, benchmark))
-            base = {"model": row, "benchmark": benchmark, "mean_rank": board.overall[row]["mean_rank"]}
+            base = {"row": row, "benchmark": benchmark, "mean_rank": board.overall[row]["mean_rank"]}
             if c is None:
                 out.append({**base, "flag": "missing"})
                 continue
@@ -105,7 +125,12 @@ def csv_rows(board: Leaderboard) -> list[dict[str, Any]]:
                     **base,
                     **{"headline": i.headline, "value": c.value, "ci_low": c.ci_low, "ci_high": c.ci_high},
                     **{"rank": board.rank.get((row, benchmark)), "seeds": c.seeds, "judge": i.judge},
-                    **{"data_sha256": i.data, "rpbench_version": i.version, "flag": c.flag, "conflict": c.conflict},
+                    **{
+                        "data_sha256": i.data,
+                        "rpbench_version": i.version,
+                        "flag": c.flag,
+                        "conflict": c.conflict and str(c.conflict),
+                    },
                     **{f"judge_{k}": v for k, v in c.judge_cost.items()},
                     "runs": c.run,
                 }

@@ -34,7 +34,6 @@ LAYERS = {
 PIPELINE = 4
 # The run's own modules (pipeline level) beside the shared helpers; anything else belongs in a package.
 RUN_MODULES = {
-    "rpbench.leaderboard",
     "rpbench.loggers",
     "rpbench.pipeline",
     "rpbench.resolvers",

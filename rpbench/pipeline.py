@@ -107,6 +107,7 @@ def eval_context(
         tokenizer=tokenizer,
         examples=examples,
         out_dir=out_dir,
+        run_name=spec.run.run_name,
         local_judge_server=local_judge_server,
         logger=logger,
     )

@@ -200,9 +200,9 @@ def summarize(sweep_dir: Path) -> Path | None:
     failed = sum(job.error is not None for job in jobs)
     print(f"sweep summary: {summary} ({len(jobs)} jobs, {failed} failed)", flush=True)
     if any(metric.startswith("eval/") for job in jobs for metric in job.metrics):
-        from rpbench.leaderboard import leaderboard  # imports every benchmark: only for evaluated runs
+        from rpbench.leaderboard import Rows, leaderboard  # imports every benchmark: only for evaluated runs
 
-        leaderboard([sweep_dir], sweep_dir)
+        leaderboard([sweep_dir], sweep_dir, Rows())
     return summary
 
 

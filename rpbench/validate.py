@@ -67,9 +67,15 @@ def check_run(cfg: DictConfig, problems: Problems) -> RunSettings | None:
     """The keys at the top of the run config (name, seed, start, checkpoints); ``init_from`` holds a saved model."""
     keys = {f.name: cfg[f.name] for f in fields(RunSettings) if f.name in cfg}
     run = RunSettings.collect(OmegaConf.to_container(OmegaConf.create(keys), resolve=True), "", problems)
-    if run is not None and run.init_from and not (Path(run.init_from) / "model").is_dir():
-        problems.append(f"init_from={run.init_from}: expected a run folder with a saved 'model' in it")
+    if run is not None:
+        check_init_from(run.init_from, problems)
     return run
+
+
+def check_init_from(init_from: str | None, problems: Problems) -> None:
+    """``init_from``, when set, is a run folder with a saved model."""
+    if init_from and not (Path(init_from) / "model").is_dir():
+        problems.append(f"init_from={init_from}: expected a run folder with a saved 'model' in it")
 
 
 def check_logger(cfg: DictConfig, problems: Problems) -> LoggerSettings | None:
@@ -330,7 +336,7 @@ def serving_run(cfg: DictConfig) -> ServeRun:
     ``serve`` group."""
     check_set(OmegaConf.masked_copy(cfg, ["model", "serve"]))
     problems: Problems = []
-    check_run(cfg, problems)
+    check_init_from(cfg.init_from, problems)  # the rest of the run's keys (its name, seed...) are a training run's
     model = check_model(cfg, problems)
     serve = ServeSettings.collect(OmegaConf.to_container(cfg.serve, resolve=True), "serve", problems)
     if problems:

@@ -8,7 +8,8 @@ import pytest
 from PIL import Image
 
 from conftest import run_script
-from rpbench.eval.report import RADAR_DPI, RADAR_SIZE_INCHES
+from rpbench.eval.report import CHART_DPI, CHART_FILE, chart_bars, chart_size
+from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS
 from rpbench.training.progress import CURVE_DPI, CURVE_FILE, CURVE_SIZE_INCHES
 
 NOISE = [
@@ -66,8 +67,10 @@ def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp
         image.verify()
     with Image.open(out / CURVE_FILE) as image:
         assert image.format == "PNG" and image.size == pixels(CURVE_SIZE_INCHES, CURVE_DPI)
-    with Image.open(out / "radar.png") as image:
-        assert image.format == "PNG" and image.size == pixels(RADAR_SIZE_INCHES, RADAR_DPI)
+    bars, _ = chart_bars(metrics["eval"], "rougeL")  # a bar per dimension of the 8 records
+    assert set(bars) == {DIMENSIONS[d] for d in metrics["eval"]["metrics"]["dimension"]}
+    with Image.open(out / CHART_FILE) as image:
+        assert image.format == "PNG" and image.size == pixels(chart_size(len(bars)), CHART_DPI)
     # the tiny random judge answers no rubric's format: its parse failures are reported, not silent
     judge = metrics["eval"]["judge"]
     rate = judge["overall"]["parse_failures"] / judge["overall"]["n"]

@@ -35,7 +35,6 @@ PIPELINE = 4
 # The run's own modules (pipeline level) beside the shared helpers; anything else belongs in a package.
 RUN_MODULES = {
     "rpbench.__main__",  # python -m rpbench: the rpbench command
-    "rpbench.leaderboard",
     "rpbench.loggers",
     "rpbench.pipeline",
     "rpbench.resolvers",

@@ -9,14 +9,18 @@ import json
 import numpy as np
 import pytest
 import yaml
+from PIL import Image
 
-from rpbench.leaderboard import build, main, ranks
+from rpbench.leaderboard import Rows, build, main
+from rpbench.leaderboard.board import ranks
+from rpbench.leaderboard.plot import figure
 
 DATA = "a" * 64
 
 
-def write_run(folder, model, evaluator, value, per_record, *, judge="none", data=DATA, version="0.1.0", ci=True):
-    """A run folder as the pipeline leaves it, with a RoleMRC-style judge headline or a ROUGE-L one."""
+def write_run(folder, model, evaluator, value, per_record, *, judge="none", data=DATA, version="0.1.0", ci=True, **run):
+    """A run folder as the pipeline leaves it, with a RoleMRC-style judge headline or a ROUGE-L one; ``run``:
+    its objective, data name and seed (none, sample, 42 unless given)."""
     folder.mkdir(parents=True)
     if judge == "none":
         entry = {"mean": value, **({"ci_low": value - 0.1, "ci_high": value + 0.1} if ci else {})}
@@ -33,7 +37,8 @@ def write_run(folder, model, evaluator, value, per_record, *, judge="none", data
         rows = [{"id": f"r{i}", "metrics": {}, "verdicts": {"role_style": v}} for i, v in enumerate(per_record)]
     results = {
         "model": model,
-        "objective": "none",
+        "objective": run.get("objective", "none"),
+        "data": run.get("data_name", "sample"),
         "evaluator": evaluator,
         "rpbench_version": version,
         "records": {"test": {"read": len(per_record), "records_sha256": data}},
@@ -41,7 +46,8 @@ def write_run(folder, model, evaluator, value, per_record, *, judge="none", data
     }
     (folder / "metrics.json").write_text(json.dumps(results))
     backend, _, name = judge.partition(":")
-    (folder / "config.yaml").write_text(yaml.safe_dump({"judge": {"backend": backend, "model": name or None}}))
+    config = {"judge": {"backend": backend, "model": name or None}, "seed": run.get("seed", 42)}
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
     (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -105,13 +111,13 @@ def test_leaderboard_of_runs_and_sweeps(tmp_path):
     text = (out / "leaderboard.md").read_text()
     assert "0.7000 [0.6000, 0.8000] (median of 3)" in text
     assert "judge differ" in text and "conflict (2 runs differ in data" in text and "| missing |" in text
-    assert "| small | rolebench | ROUGE-L | none | aaaaaaaaaaaaaaaa | 0.0.9 |" in text
+    assert "small_rb | shown | ROUGE-L | none | aaaaaaaaaaaaaaaa | 0.0.9 |" in text
     assert "0.2000 [0.1000, 0.3000] (rpbench 0.0.9)" in text
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
-    assert len(rows) == 9 and {r["flag"] for r in rows if r["benchmark"] == "mmrole" and r["model"] != "big"} == {
+    assert len(rows) == 9 and {r["flag"] for r in rows if r["benchmark"] == "mmrole" and r["row"] != "big"} == {
         "missing"
     }
-    big_rolemrc = next(r for r in rows if (r["model"], r["benchmark"]) == ("big", "rolemrc"))
+    big_rolemrc = next(r for r in rows if (r["row"], r["benchmark"]) == ("big", "rolemrc"))
     assert (big_rolemrc["judge_requests"], big_rolemrc["judge_tokens"], big_rolemrc["judge_cost_usd"]) == (
         "4",
         "12",
@@ -122,12 +128,12 @@ def test_leaderboard_of_runs_and_sweeps(tmp_path):
 
 def test_command_line_names_a_folder_without_runs_and_a_broken_metrics_file(tmp_path, capsys):
     assert main([str(tmp_path)]) == 1
-    assert f"no run with a benchmark headline under {tmp_path}" in capsys.readouterr().err
+    assert f"no full run with a benchmark headline under {tmp_path}" in capsys.readouterr().err
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.json").write_text('{"model": ')
     assert main([str(tmp_path)]) == 1
     err = capsys.readouterr().err  # the broken run is listed as skipped, naming its file
-    assert "run/metrics.json: not JSON" in err and "error: no run with a benchmark headline" in err
+    assert "run/metrics.json: not JSON" in err and "error: no full run with a benchmark headline" in err
 
 
 def _replace(folder, name, text):
@@ -263,7 +269,7 @@ def test_model_names_cannot_inject_markdown_rows_or_spreadsheet_formulas(tmp_pat
     row = next(line for line in lines if line.startswith("| evil"))
     assert row.startswith("| evil \\| 1.0 \\| \\| injected \\| row | 1.00 (1-1, 1) |")
     rows = list(csv.DictReader((out / "leaderboard.csv").open()))
-    assert {r["model"] for r in rows} == {evil, '\'=HYPERLINK("http://x")'}
+    assert {r["row"] for r in rows} == {evil, '\'=HYPERLINK("http://x")'}
 
 
 def test_a_run_that_rests_on_nothing_is_never_ranked(tmp_path):
@@ -277,3 +283,180 @@ def test_a_run_that_rests_on_nothing_is_never_ranked(tmp_path):
     board = build([tmp_path])
     assert list(board.cells) == [("big", "rolemrc")] and board.rank == {("big", "rolemrc"): 1}
     assert [why for _, why in board.skipped] == [f"failed: {dead['failed']}"]
+
+
+def make_short(folder, how):
+    """Mark a run short as a real run records it: ``debug=<preset>`` in Hydra's .hydra/hydra.yaml, or
+    ``trainer.fast_dev_run`` in its config.yaml."""
+    if how == "trainer.fast_dev_run":
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        (folder / "config.yaml").write_text(yaml.safe_dump({**config, "trainer": {"fast_dev_run": True}}))
+        return
+    (folder / ".hydra").mkdir()
+    choices = {"debug": how.removeprefix("debug="), "model": "tiny-qwen2", "objective": "sft", "experiment": None}
+    (folder / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+
+
+CUSTOM = "c" * 64
+SHORT_TEST = "5" * 64  # debug presets cut the test split to 8 records: another sha256
+
+
+def mixed_outputs(root):
+    """The folder of issue 39: two seeds of the full default run, a custom-data run, another model's full run,
+    two debug=short runs, a fast_dev_run, a 3-step GRPO run (debug=short) that scored best, and a failed run."""
+    rng = np.random.default_rng(1)
+    scores = lambda mean: rng.uniform(mean - 0.1, mean + 0.1, 20).round(3).tolist()  # noqa: E731
+    sft = {"objective": "sft"}
+    write_run(root / "sft-qwen" / "full_1", "tiny-qwen2", "rolebench", 0.36, scores(0.36), seed=1, **sft)
+    write_run(root / "sft-qwen" / "full_2", "tiny-qwen2", "rolebench", 0.34, scores(0.34), seed=2, **sft)
+    write_run(root / "sft-qwen-custom" / "full", "tiny-qwen2", "rolebench", 0.25, scores(0.25), data=CUSTOM,
+              data_name="custom", **sft)  # fmt: skip
+    write_run(root / "sft-llama" / "full", "tiny-llama", "rolebench", 0.30, scores(0.30), **sft)
+    for name, how, value in [
+        ("short_1", "debug=short", 0.05),
+        ("short_2", "debug=short", 0.06),
+        ("fast", "trainer.fast_dev_run", 0.0),
+    ]:
+        write_run(root / "sft-qwen" / name, "tiny-qwen2", "rolebench", value, scores(0.1), data=SHORT_TEST, **sft)
+        make_short(root / "sft-qwen" / name, how)
+    grpo = root / "grpo-qwen" / "short"
+    write_run(grpo, "tiny-qwen2", "rolebench", 0.9, scores(0.8), objective="grpo")
+    make_short(grpo, "debug=short")
+    write_run(root / "sft-qwen" / "failed", "tiny-qwen2", "rolebench", 0.0, scores(0.1), **sft)
+    dead = json.loads((root / "sft-qwen" / "failed" / "metrics.json").read_text())
+    dead["failed"] = "evaluator=rolebench: the headline has no value"
+    (root / "sft-qwen" / "failed" / "metrics.json").write_text(json.dumps(dead))
+
+
+def test_short_runs_are_left_out_counted_and_listed_and_a_conflict_says_which_runs_differ_and_how_to_split(
+    tmp_path, capsys
+):
+    mixed_outputs(tmp_path / "outputs")
+    board = build([tmp_path / "outputs"])
+    assert sorted(run.split("outputs/")[1] for run, _ in board.short) == [
+        "grpo-qwen/short",
+        "sft-qwen/fast",
+        "sft-qwen/short_1",
+        "sft-qwen/short_2",
+    ]
+    assert sorted(why for _, why in board.short) == ["debug=short"] * 3 + ["trainer.fast_dev_run=True"]
+    assert [run.split("outputs/")[1] for run, _ in board.skipped] == ["sft-qwen/failed"]
+    # the full runs of tiny-qwen2 + sft are on two test sets: a conflict naming each run and --by data
+    qwen = board.cells["tiny-qwen2 + sft", "rolebench"]
+    message = str(qwen.conflict)
+    aaa, ccc = message.index("test sha256 " + "a" * 16), message.index("test sha256 " + "c" * 16)
+    assert message.startswith("3 runs differ in data: ") and message.endswith("--by data gives each its own row")
+    assert message.index("sft-qwen/full_1") > aaa and message.index("sft-qwen/full_2") > aaa
+    assert message.index("sft-qwen/full_2") < ccc < message.index("sft-qwen-custom/full")
+    assert board.rows == ["tiny-llama + sft", "tiny-qwen2 + sft"] and board.rank == {
+        ("tiny-llama + sft", "rolebench"): 1
+    }
+
+    out = tmp_path / "board"
+    assert main([str(tmp_path / "outputs"), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "leaderboard: left out 4 short runs (--with-short shows them, unranked): " in err
+    assert "sft-qwen/short_1 (debug=short)" in err and "sft-qwen/fast (trainer.fast_dev_run=True)" in err
+    assert f"leaderboard: conflict in tiny-qwen2 + sft, rolebench: {message}" in err
+    text = (out / "leaderboard.md").read_text()
+    assert "## Short runs left out (4; --with-short shows them, unranked)" in text
+    assert f"- tiny-qwen2 + sft, rolebench: {message}" in text
+    # what produced the conflict: each run with its own test data
+    produced = [line for line in text.splitlines() if line.startswith("| tiny-qwen2 + sft | rolebench |")]
+    assert len(produced) == 3 and all("conflict: not combined" in line for line in produced)
+    assert sorted(line.split(" | ")[6] for line in produced) == ["a" * 16, "a" * 16, "c" * 16]
+    assert next(line for line in produced if "custom" in line).split(" | ")[6] == "c" * 16
+
+
+def test_by_run_gives_every_full_run_its_own_row(tmp_path):
+    mixed_outputs(tmp_path / "outputs")
+    board = build([tmp_path / "outputs"], Rows(by="run"))
+    full = ["sft-llama/full", "sft-qwen-custom/full", "sft-qwen/full_1", "sft-qwen/full_2"]
+    assert sorted(row.split("outputs/")[1] for row in board.rows) == full
+    assert all(board.cells[row, "rolebench"].seeds == 1 for row in board.rows)
+    # the custom-data run is on other test data than most of the column: shown, flagged, not ranked
+    custom = next(row for row in board.rows if "custom" in row)
+    assert board.cells[custom, "rolebench"].flag == "data differ from the column's: not ranked"
+    ranked = {row.split("outputs/")[1]: r for (row, _), r in board.rank.items()}
+    assert ranked == {"sft-qwen/full_1": 1, "sft-qwen/full_2": 2, "sft-llama/full": 3}
+    assert len(board.short) == 4
+
+
+def test_by_data_and_by_seed_split_rows_by_what_the_runs_record(tmp_path):
+    mixed_outputs(tmp_path / "outputs")
+    by_data = build([tmp_path / "outputs"], Rows(by="data"))
+    assert by_data.rows == [
+        "tiny-qwen2 + sft · data sample (test aaaaaaaa)",
+        "tiny-llama + sft · data sample (test aaaaaaaa)",
+        "tiny-qwen2 + sft · data custom (test cccccccc)",
+    ]
+    assert by_data.cells[by_data.rows[0], "rolebench"].seeds == 2  # the two seeds: their median
+    assert by_data.cells[by_data.rows[2], "rolebench"].flag == "data differ from the column's: not ranked"
+    by_seed = build([tmp_path / "outputs"], Rows(by="seed"))
+    assert sorted(by_seed.rows) == ["tiny-llama + sft · seed 42", *(f"tiny-qwen2 + sft · seed {s}" for s in (1, 2, 42))]
+    assert all(c.seeds == 1 and c.conflict is None for c in by_seed.cells.values())
+
+
+def test_with_short_shows_short_runs_in_rows_of_their_own_never_ranked(tmp_path, capsys):
+    mixed_outputs(tmp_path / "outputs")
+    board = build([tmp_path / "outputs"], Rows(by="data", with_short=True))
+    assert board.short == []
+    grpo = "tiny-qwen2 + grpo · data sample (test aaaaaaaa) [short: debug=short]"
+    cell = board.cells[grpo, "rolebench"]
+    assert (cell.value, cell.flag) == (0.9, "short run (debug=short): not ranked")
+    assert (grpo, "rolebench") not in board.rank and board.overall[grpo]["mean_rank"] is None
+    # the best score is a short run's: it is listed after every ranked row, whatever its value
+    ranked_rows = [row for row in board.rows if board.overall[row]["mean_rank"] is not None]
+    assert board.rows[: len(ranked_rows)] == ranked_rows and grpo in board.rows[len(ranked_rows) :]
+    short_qwen = "tiny-qwen2 + sft · data sample (test 55555555) [short: debug=short]"
+    assert board.cells[short_qwen, "rolebench"].seeds == 2
+    # the short runs do not set the column's identity: the full runs are ranked as without them
+    assert board.rank["tiny-qwen2 + sft · data sample (test aaaaaaaa)", "rolebench"] == 1
+    out = tmp_path / "board"
+    assert main([str(tmp_path / "outputs"), "--with-short", "--out", str(out)]) == 0
+    assert "left out" not in capsys.readouterr().err
+    assert "0.9000 [0.8000, 1.0000] ⚠ short run (debug=short): not ranked" in (out / "leaderboard.md").read_text()
+
+
+def test_a_folder_of_short_runs_only_has_no_board_and_says_so(tmp_path, capsys):
+    write_run(tmp_path / "short", "tiny-qwen2", "rolebench", 0.1, [0.1, 0.2])
+    make_short(tmp_path / "short", "debug=short")
+    assert main([str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "left out 1 short runs" in err and "error: no full run with a benchmark headline" in err
+    assert main([str(tmp_path), "--with-short", "--out", str(tmp_path / "board")]) == 0
+
+
+def test_an_unreadable_hydra_record_is_named(tmp_path):
+    write_run(tmp_path / "run", "a", "rolebench", 0.5, [0.5])
+    (tmp_path / "run" / ".hydra").mkdir()
+    (tmp_path / "run" / ".hydra" / "hydra.yaml").write_text("hydra: [unclosed")
+    [(run, why)] = build([tmp_path]).skipped
+    assert "run/.hydra/hydra.yaml: cannot be read as YAML" in why
+
+
+def test_the_png_shows_each_benchmark_headline_with_its_ci_and_whole_row_names(tmp_path):
+    mixed_outputs(tmp_path / "outputs")
+    write_run(tmp_path / "outputs" / "judged", "tiny-llama", "rolemrc", 0.7, [1, 0, 1, 1], judge="openai:gpt-4o",
+              objective="sft")  # fmt: skip
+    board = build([tmp_path / "outputs"], Rows(by="run", with_short=True))
+    fig = figure(board)
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert sorted(panels) == ["rolebench", "rolemrc"]
+    assert panels["rolebench"].get_xlabel() == "ROUGE-L (95% CI; higher is better)"
+    assert panels["rolemrc"].get_xlabel() == "judge accuracy (95% CI; higher is better)"
+    labels = [t.get_text() for t in panels["rolebench"].get_yticklabels()]
+    unwrapped = [label.replace("\n", "").replace(" ", "") for label in labels]
+    assert unwrapped == [row.replace(" ", "") for row in board.rows]  # whole names, wrapped on lines
+    assert max(len(line) for label in labels for line in label.splitlines()) <= 36
+    # each ranked cell: its dot and a line from CI bound to bound
+    full_1 = next(row for row in board.rows if row.endswith("full_1"))
+    cell = board.cells[full_1, "rolebench"]
+    drawn = [line.get_xdata().tolist() for line in panels["rolebench"].get_lines()]
+    assert [cell.ci_low, cell.ci_high] in drawn and [cell.value] in drawn
+    notes = [t.get_text() for t in panels["rolemrc"].texts]
+    assert notes.count("missing") == len(board.rows) - 1
+    assert "rows by run" in fig.get_suptitle()
+    main([str(tmp_path / "outputs"), "--by", "run", "--out", str(tmp_path / "board")])
+    with Image.open(tmp_path / "board" / "leaderboard.png") as image:
+        assert image.size[0] > 2 * 3.4 * 120  # a panel per benchmark beside the row names

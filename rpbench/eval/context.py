@@ -3,7 +3,7 @@
 ``EvalContext`` is the one argument of every ``Benchmark`` hook (rpbench/eval/benchmarks/base.py): the
 benchmark's ``evaluator`` settings (typed, parsed once at startup), the judge's settings, the data and
 model settings evaluation reads (image folder, prompt lengths, chat template), the prompt source, the
-model and tokenizer (None when an endpoint generates), the test records, the run folder and the logger.
+model and tokenizer (None when an endpoint generates), the test records, the run folder and name, and the logger.
 The local judge server (``judge=local``) is handed in by the pipeline; a hook opens its judge with
 ``ctx.open_client()`` (``evaluator=conversation`` serves its ``simulator.server`` with it too).
 """
@@ -36,6 +36,7 @@ class EvalContext:
     tokenizer: Any
     examples: Sequence[EvalExample]
     out_dir: Path
+    run_name: str  # titles the run's plots
     local_judge_server: LocalServer | None  # starts the judge=local server (rpbench.serve.running.local_judge)
     logger: Any = None
 

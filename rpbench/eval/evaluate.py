@@ -5,7 +5,7 @@ What differs per benchmark (groupings, judge protocol, files read instead of gen
 
 ``evaluate(ctx)`` (an ``EvalContext``: typed settings, model, records, run folder) writes into
 ``ctx.out_dir``: predictions.jsonl (resumable), scores.jsonl (per record: metric values and judge
-verdicts), judgements.jsonl (judge replies), radar.png, and for MMRole the official answers/reviews/results
+verdicts), judgements.jsonl (judge replies), score_chart.png, and for MMRole the official answers/reviews/results
 layout. It returns the machine-readable results plus ``report_sections`` (markdown) for report.md.
 """
 
@@ -269,6 +269,6 @@ def evaluate_benchmark(ctx: EvalContext) -> dict[str, Any]:
     sections = benchmark.report_sections(results)
     if "judge_agreement" in results:
         sections.append(agreement_section(results["judge_agreement"]))
-    results["report_sections"] = report.sections(results, str(ev.radar_metric), ctx.out_dir, sections)
+    results["report_sections"] = report.sections(results, str(ev.radar_metric), ctx.out_dir, ctx.run_name, sections)
     report.log_to(ctx.logger, results, examples, predictions, scores)
     return results

@@ -1,12 +1,13 @@
-"""Evaluation tables (RoleMRC Tables 3 and 9 style), radar chart, logger output; a benchmark adds its own
+"""Evaluation tables (RoleMRC Tables 3 and 9 style), the score chart, logger output; a benchmark adds its own
 sections (``Benchmark.report_sections``)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from matplotlib.figure import Figure
 
 from rpbench.scoring.format import SCALE_100, fmt_metric, fmt_percent
 from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS, in_paper_order
@@ -51,57 +52,60 @@ def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
     return "\n".join(lines)
 
 
-RADAR_SIZE_INCHES, RADAR_DPI = (6.0, 6.0), 120  # a 720 x 720 pixel image
+CHART_FILE = "score_chart.png"
+CHART_WIDTH_INCHES, CHART_BAR_INCHES, CHART_DPI = 8.0, 0.45, 120
 
 
-def radar_chart(values: Mapping[str, float], title: str, path: Path) -> Path | None:
-    """One polygon over the spokes (at least three are needed for a radar); ``values`` on a 0-100 scale."""
-    values = {k: v for k, v in values.items() if v is not None}
-    if len(values) < 3:
-        return None
-    import textwrap
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [textwrap.fill(name, 14) for name in values]
-    angles = [2 * math.pi * i / len(names) for i in range(len(names))]
-    closed = [*values.values(), next(iter(values.values()))]
-    fig, ax = plt.subplots(figsize=RADAR_SIZE_INCHES, subplot_kw={"polar": True})
-    ax.plot([*angles, angles[0]], closed, marker="o")
-    ax.fill([*angles, angles[0]], closed, alpha=0.2)
-    ax.set_xticks(angles, names, fontsize=9)
-    ax.tick_params(axis="x", pad=14)  # spoke names clear of the circle
-    ax.set_ylim(0, 100)
-    ax.set_yticks([20, 40, 60, 80, 100], ["20", "40", "60", "80", "100"], fontsize=7, color="grey")
-    ax.set_rlabel_position(180 / len(names))  # between the first two spokes, away from their names
-    ax.set_title(title, fontsize=10, pad=20)
-    fig.tight_layout()
-    fig.savefig(path, dpi=RADAR_DPI)
-    plt.close(fig)
-    return path
+def chart_size(bars: int) -> tuple[float, float]:
+    """The score chart's size in inches for ``bars`` bars."""
+    return CHART_WIDTH_INCHES, CHART_BAR_INCHES * bars + 1.6
 
 
-def radar_values(results: Mapping[str, Any], radar_metric: str) -> tuple[dict[str, float], str]:
-    """The radar's spokes on a 0-100 scale and its title: judge accuracy (%) per dimension; else
-    ``radar_metric`` x 100 per dimension (or distribution shift); with fewer than three of those, each
-    overall metric x 100 (bleu_smoothed is 0-100 already)."""
+def chart_bars(results: Mapping[str, Any], metric: str) -> tuple[dict[str, dict[str, Any]], str]:
+    """The score chart's bars (name -> value, ci_low, ci_high, n, on a 0-100 scale) and what they measure:
+    judge accuracy (%) per dimension when the judge scored one; else ``metric`` x 100 per dimension (or
+    distribution shift); else each overall metric x 100 (bleu_smoothed is 0-100 already)."""
 
-    def x100(value: float | None, metric: str) -> float | None:
-        return None if value is None else value if metric in SCALE_100 else 100 * value
+    def bar(summary: Mapping[str, Any], value: str, count: str, metric: str) -> dict[str, Any]:
+        scale = 1 if metric in SCALE_100 else 100
+        scaled = {k: None if summary.get(k) is None else scale * summary[k] for k in (value, "ci_low", "ci_high")}
+        return {"value": scaled[value], "ci_low": scaled["ci_low"], "ci_high": scaled["ci_high"], "n": summary[count]}
 
     metrics = results["metrics"]
     if "judge" in results:
-        spokes = {k: x100(v["accuracy"], "") for k, v in paper_named(results["judge"]["dimensions"]).items()}
-        if sum(v is not None for v in spokes.values()) >= 3:
-            return spokes, "judge accuracy (%)"
+        bars = {k: bar(v, "accuracy", "judged", "") for k, v in paper_named(results["judge"]["dimensions"]).items()}
+        if any(b["value"] is not None for b in bars.values()):
+            return bars, "judge accuracy (%)"
     groups = paper_named(metrics["dimension"]) if metrics.get("dimension") else metrics.get("shift") or {}
-    spokes = {k: x100(v[radar_metric]["mean"], radar_metric) for k, v in groups.items() if radar_metric in v}
-    if sum(v is not None for v in spokes.values()) >= 3:
-        return spokes, f"{radar_metric} x 100"
-    return {m: x100(s["mean"], m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
+    bars = {k: bar(v[metric], "mean", "n", metric) for k, v in groups.items() if metric in v}
+    if any(b["value"] is not None for b in bars.values()):
+        return bars, f"{metric} x 100"
+    return {m: bar(s, "mean", "n", m) for m, s in metrics["overall"].items()}, "overall metrics x 100"
+
+
+def score_chart(bars: Mapping[str, Mapping[str, Any]], what: str, title: str) -> Figure:
+    """One horizontal bar per group (its n beside its name) with its 95% CI drawn bound to bound and its value
+    written; a group without a value says so instead of showing 0."""
+    fig = Figure(figsize=chart_size(len(bars)), layout="constrained")
+    ax = fig.subplots()
+    ys = range(len(bars))
+    for y, b in zip(ys, bars.values()):
+        if b["value"] is None:
+            ax.text(1, y, "no value", va="center", fontsize=8, color="grey")
+            continue
+        ax.barh(y, b["value"], color="C0", alpha=0.6)
+        end = b["value"]
+        if b["ci_low"] is not None:
+            ax.plot([b["ci_low"], b["ci_high"]], [y, y], color="black", marker="|", markersize=10)
+            end = max(end, b["ci_high"])
+        ax.text(end + 1, y, f"{b['value']:.1f}", va="center", fontsize=8)
+    ax.set_yticks(list(ys), [f"{name} (n={b['n']})" for name, b in bars.items()], fontsize=9)
+    ax.invert_yaxis()  # the first group on top
+    ax.set_xlim(0, 110)
+    ax.set_xlabel(f"{what}, with its 95% CI")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    return fig
 
 
 def image_note(images: Mapping[str, int]) -> str:
@@ -144,8 +148,11 @@ def conventions_note(conventions: Mapping[str, Any]) -> str:
     return "; ".join(notes) + "."
 
 
-def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: Sequence[str]) -> list[str]:
-    """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the radar)."""
+def sections(
+    results: Mapping[str, Any], chart_metric: str, out_dir: Path, run_name: str, own: Sequence[str]
+) -> list[str]:
+    """The report's markdown sections; ``own``: the benchmark's sections of its own results (after the score
+    chart, ``CHART_FILE``, of ``chart_metric`` when no judge scored the dimensions)."""
     metrics = results["metrics"]
     generation = results["generation"]
     out = [
@@ -184,9 +191,11 @@ def sections(results: Mapping[str, Any], radar_metric: str, out_dir: Path, own: 
             + "\n\nFiner split:\n\n"
             + judge_table(judge["rubrics"], "rubric")
         )
-    chart = radar_chart(*radar_values(results, radar_metric), out_dir / "radar.png")
-    if chart is not None:
-        out.append(f"![radar]({chart.name})")
+    bars, what = chart_bars(results, chart_metric)
+    if bars:
+        title = f"{run_name}: {what}, {results['n_records']} test records"
+        score_chart(bars, what, title).savefig(out_dir / CHART_FILE, dpi=CHART_DPI)
+        out.append(f"![{what} per group with its 95% CI]({CHART_FILE})")
     out += own
     if "compare" in results:
         cmp = results["compare"]

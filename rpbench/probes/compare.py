@@ -66,9 +66,23 @@ def bin_neurons(matrix: torch.Tensor, bins: int) -> torch.Tensor:
 
 
 def plot_heatmap(
-    freq_a: torch.Tensor, freq_b: torch.Tensor, title: str, labels: Sequence[str], path: Path, bins: int
+    freq_a: torch.Tensor,
+    freq_b: torch.Tensor,
+    dim: str,
+    labels: Sequence[str],
+    observations: Sequence[int],
+    path: Path,
+    bins: int,
 ) -> None:
-    """Three stacked heatmaps (run a, run b, b - a) of layers x neuron bins, saved as png."""
+    """``heatmap_figure`` saved as png."""
+    heatmap_figure(freq_a, freq_b, dim, labels, observations, bins).savefig(path, dpi=120)
+
+
+def heatmap_figure(
+    freq_a: torch.Tensor, freq_b: torch.Tensor, dim: str, labels: Sequence[str], observations: Sequence[int], bins: int
+) -> Figure:
+    """Three stacked heatmaps (run a, run b, b - a) of layers x neuron bins for dimension ``dim``, each run
+    named with its number of observations, each colour bar with what it measures."""
     a, b = bin_neurons(freq_a, bins), bin_neurons(freq_b, bins)
     diff = b - a
     limit = float(diff.abs().max()) or 1.0
@@ -76,19 +90,19 @@ def plot_heatmap(
     fig = Figure(figsize=(12, 9), layout="constrained")
     axes = fig.subplots(3, 1)
     panels = [
-        (a, f"{labels[0]}: frequency", "viridis", 0.0, top),
-        (b, f"{labels[1]}: frequency", "viridis", 0.0, top),
-        (diff, f"{labels[1]} - {labels[0]}", "bwr", -limit, limit),
+        (a, f"{labels[0]} ({observations[0]} observations)", "activation frequency", "viridis", 0.0, top),
+        (b, f"{labels[1]} ({observations[1]} observations)", "activation frequency", "viridis", 0.0, top),
+        (diff, f"{labels[1]} - {labels[0]}", "frequency difference", "bwr", -limit, limit),
     ]
-    for ax, (matrix, name, cmap, lo, hi) in zip(axes, panels, strict=True):
+    for ax, (matrix, name, measure, cmap, lo, hi) in zip(axes, panels, strict=True):
         image = ax.imshow(matrix.numpy(), aspect="auto", cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
         ax.set_title(name, fontsize=10)
         ax.set_ylabel("layer")
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        fig.colorbar(image, ax=ax)
+        fig.colorbar(image, ax=ax, label=measure)
     axes[-1].set_xlabel(f"neuron bin ({freq_a.shape[1]} neurons in {a.shape[1]} bins)")
-    fig.suptitle(title)
-    fig.savefig(path, dpi=120)
+    fig.suptitle(f"Activation frequency per layer and neuron bin: dimension {dim}")
+    return fig
 
 
 def markdown_table(result: dict) -> str:
@@ -164,7 +178,7 @@ def compare_runs(
         ranked = rank_changed_neurons(freq_b - freq_a, top_n)
         result["top_neurons"][d] = dict(zip(stats_a.layers, ranked, strict=True))
         name = f"heatmap_{_file_safe(d)}.png"
-        plot_heatmap(freq_a, freq_b, d, labels, out_dir / name, bins)
+        plot_heatmap(freq_a, freq_b, d, labels, result["observations"][d], out_dir / name, bins)
         result["heatmaps"][d] = name
     (out_dir / TABLE_FILE).write_text(markdown_table(result))
     (out_dir / RESULT_FILE).write_text(json.dumps(result, indent=2))

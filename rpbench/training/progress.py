@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch.callbacks import Callback
+from matplotlib.figure import Figure
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +73,20 @@ class TrainingProgress(Callback):
         self.points = list(state_dict["points"])
 
 
-def plot_loss_curve(points: list[dict[str, float]], path: Path) -> Path | None:
-    """Train and held-out loss against the optimizer step (left) and the learning rate (right)."""
-    series = {key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")}
-    if not any(series.values()):
+def plot_loss_curve(points: list[dict[str, float]], run_name: str, path: Path) -> Path | None:
+    """``loss_figure`` written to ``path``; None (nothing written) without a point."""
+    if not any(key in p for p in points for key in ("loss", "held_out_loss", "lr")):
         return None
-    import matplotlib
+    loss_figure(points, run_name).savefig(path, dpi=CURVE_DPI)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (loss_ax, lr_ax) = plt.subplots(1, 2, figsize=CURVE_SIZE_INCHES, dpi=CURVE_DPI)
+def loss_figure(points: list[dict[str, float]], run_name: str) -> Figure:
+    """Train and held-out loss against the optimizer step (left) and the learning rate (right), titled with the
+    run's name."""
+    series = {key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")}
+    fig = Figure(figsize=CURVE_SIZE_INCHES, layout="constrained")
+    loss_ax, lr_ax = fig.subplots(1, 2)
     for key, label, style in (("loss", "train loss", "-"), ("held_out_loss", "held-out loss", "o--")):
         if series[key]:
             loss_ax.plot(*zip(*series[key]), style, label=label)
@@ -92,7 +96,5 @@ def plot_loss_curve(points: list[dict[str, float]], path: Path) -> Path | None:
         lr_ax.plot(*zip(*series["lr"]), "-", color="tab:green")
     lr_ax.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    fig.tight_layout()
-    fig.savefig(path, dpi=CURVE_DPI)
-    plt.close(fig)
-    return path
+    fig.suptitle(f"{run_name}: training", fontsize=11)
+    return fig

@@ -30,7 +30,7 @@ MAX_SEED = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything en
 class RunSettings(Settings):
     """The keys at the top of the run config: its name, seed, start and checkpoints."""
 
-    run_name: str
+    run_name: str  # titles the loss curve
     seed: int
     init_from: str | None
     ckpt_path: str | None

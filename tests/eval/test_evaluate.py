@@ -255,4 +255,4 @@ def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
     assert list(judged["dimensions"]) == ["knowledge_boundary", "role_style", "nested", "multi_turn", "prioritized"]
     report = (tmp_path / "run" / "report.md").read_text()
     assert "| Knowledge Boundary | 100.00% [100.00%, 100.00%] | 24 / 24 | 0 | 0 |" in report  # 6 labels x 4 records
-    assert (tmp_path / "run" / "radar.png").is_file()
+    assert (tmp_path / "run" / "score_chart.png").is_file() and "![judge accuracy (%) per group" in report

@@ -12,7 +12,12 @@ import pytest
 from conftest import chat_stub, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
-from rpbench.eval.benchmarks.rpgbench.report import plot_severity, severity_points, winrate_section
+from rpbench.eval.benchmarks.rpgbench.report import (
+    plot_severity,
+    severity_figure,
+    severity_points,
+    winrate_section,
+)
 from rpbench.scoring.judge.winrate import judge_winrate, mean_of_categories
 
 SHIFT_OF = {"IDTest": "in_distribution", "german": "user", "japanese": "user", "Literature": "character"}
@@ -226,6 +231,15 @@ def test_pilot_figure_points_are_js_severity_against_ensemble_winrate(judged, tm
     expected = {"german": (0.15, 1.0), "japanese": (0.26, 0.5), "Literature": (0.33, 0.5)}
     assert set(points) == set(expected)
     assert all(points[c] == pytest.approx(xy) for c, xy in expected.items())
-    path = plot_severity(results, tmp_path / "js_vs_winrate.png")
+    path = plot_severity(results, "rpgbench-run", tmp_path / "js_vs_winrate.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert plot_severity({"jsd": jsd}, tmp_path / "none.png") is None
+    assert plot_severity({"jsd": jsd}, "rpgbench-run", tmp_path / "none.png") is None
+    fig = severity_figure(results, "rpgbench-run")
+    [ax] = fig.axes
+    assert fig.get_suptitle() == "rpgbench-run\nWinRate against shift severity, per shifted category"
+    assert ax.get_xlabel() == "JS severity (user + character + dialogue)"
+    assert ax.get_ylabel() == "WinRate (judge ensemble mean)"
+    # each point numbered by severity; the key beside the plot names it and its shift
+    key = " 1  german (user)\n 2  japanese (user)\n 3  Literature (character)"
+    assert [t.get_text() for t in ax.texts] == ["1", "2", "3", key]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["IDTest WinRate"]

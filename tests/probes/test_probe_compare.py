@@ -18,7 +18,7 @@ from rpbench.probes import (
     most_changed_neurons,
     save_stats,
 )
-from rpbench.probes.compare import bin_neurons
+from rpbench.probes.compare import bin_neurons, heatmap_figure
 
 CONF = Path(__file__).parents[2] / "conf" / "probe"
 
@@ -50,6 +50,18 @@ def test_layer_differences_and_rankings_by_hand(tmp_path):
     assert "only in sft: only_a" in table
     assert json.loads((tmp_path / "probe_compare.json").read_text())["D_l"] == result["D_l"]
     assert most_changed_neurons(a, b, top_k=1) == {"L0": [0], "L1": [1]}
+
+
+def test_the_heatmaps_name_the_dimension_each_run_with_its_observations_and_what_each_colour_measures():
+    freq_a, freq_b = torch.zeros(3, 8), torch.ones(3, 8) / 2
+    fig = heatmap_figure(freq_a, freq_b, "style", ("sft", "dpo"), (4, 5), bins=4)
+    heatmaps = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in heatmaps] == ["sft (4 observations)", "dpo (5 observations)", "dpo - sft"]
+    assert [ax.get_ylabel() for ax in heatmaps] == ["layer"] * 3
+    assert heatmaps[-1].get_xlabel() == "neuron bin (8 neurons in 4 bins)"
+    bars = [ax.get_ylabel() for ax in fig.axes if ax not in heatmaps]
+    assert bars == ["activation frequency", "activation frequency", "frequency difference"]
+    assert fig.get_suptitle() == "Activation frequency per layer and neuron bin: dimension style"
 
 
 def test_bin_neurons_means_consecutive_groups():

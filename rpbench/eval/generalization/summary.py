@@ -33,6 +33,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from rpbench.eval.generalization.correlation import correlate, winrate_drop
 from rpbench.eval.generalization.provenance import differing
 
@@ -280,33 +282,37 @@ def comparability_lines(alike: Mapping[str, Any]) -> list[str]:
 
 
 def plot_severity_across_runs(summary: Mapping[str, Any], path: Path) -> Path:
-    """The pilot figure across runs: JS severity vs WinRate per shifted category, one marker series per
-    run, each category named once at its severity."""
-    import matplotlib
+    """``severity_across_runs_figure`` written to ``path``."""
+    severity_across_runs_figure(summary).savefig(path, dpi=120)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
+def severity_across_runs_figure(summary: Mapping[str, Any]) -> Figure:
+    """The pilot figure across runs: JS severity vs WinRate per shifted category, one marker series per run
+    (named in a legend below the plot), each category numbered once at its first point and named in a key beside
+    the plot (names written at the points overlap)."""
     points = summary["points"]["severity"]
     markers = "osD^v<>ph*X"
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig = Figure(figsize=(8, 5.5), layout="constrained")
+    ax = fig.subplots()
     for k, run in enumerate(summary["runs"]):
         mine = [p for p in points if p["run"] == run]
         ax.scatter(
             [p["js_severity"] for p in mine], [p["winrate"] for p in mine], marker=markers[k % len(markers)], label=run
         )
-    named: set[str] = set()
-    for p in points:
-        if p["category"] not in named:
-            named.add(p["category"])
-            ax.annotate(p["category"], (p["js_severity"], p["winrate"]), textcoords="offset points", xytext=(4, 4))
+    first = {}
+    for p in sorted(points, key=lambda p: p["js_severity"]):
+        first.setdefault(p["category"], p)
+    key = []
+    for number, (category, p) in enumerate(first.items(), 1):
+        ax.annotate(str(number), (p["js_severity"], p["winrate"]), textcoords="offset points", xytext=(4, 4))
+        key.append(f"{number:>2}  {category}")
+    ax.text(1.03, 1, "\n".join(key), transform=ax.transAxes, va="top", fontsize=8, family="monospace")
     ax.set_xlabel("JS severity (user + character + dialogue)")
     ax.set_ylabel("WinRate (judge ensemble mean)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    ax.set_title(f"WinRate against shift severity per shifted category, {len(summary['runs'])} runs", fontsize=10)
+    fig.legend(loc="outside lower center", fontsize=7)
+    return fig
 
 
 def write_summary(summary: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:

@@ -13,7 +13,7 @@ import pytest
 import scipy.stats
 
 from conftest import REPO_ROOT, run_script
-from rpbench.eval.generalization.summary import markdown, summarize_runs, write_summary
+from rpbench.eval.generalization.summary import markdown, severity_across_runs_figure, summarize_runs, write_summary
 
 JSD = {  # input JS terms per shifted category (the same data for every model)
     "german": {"user": 0.20, "character": 0.05, "dialogue": 0.02, "delta_p": 0.3, "delta_q": 0.4},
@@ -192,6 +192,20 @@ def test_summary_files_and_table(runs, tmp_path):
     c = summary["drop"]
     row = next(line for line in table.splitlines() if line.startswith("| drop: r_emid vs winrate_drop |"))
     assert f"| 9 | {c['pearson_r']:.3f} |" in row and f"[{c['pearson_ci']['low']:.3f}, " in row
+
+
+def test_the_pilot_figure_across_runs_numbers_each_category_once_and_names_the_runs(runs):
+    summary = summarize_runs(runs, n_resamples=20)
+    fig = severity_across_runs_figure(summary)
+    [ax] = fig.axes
+    severity = {p["category"]: p["js_severity"] for p in summary["points"]["severity"]}
+    key = "\n".join(f"{n:>2}  {c}" for n, c in enumerate(sorted(severity, key=severity.get), 1))
+    assert [t.get_text() for t in ax.texts] == ["1", "2", "3", key]  # not three runs' names at each category
+    assert ax.get_xlabel() == "JS severity (user + character + dialogue)"
+    assert ax.get_ylabel() == "WinRate (judge ensemble mean)"
+    assert ax.get_title() == "WinRate against shift severity per shifted category, 3 runs"
+    [legend] = fig.legends
+    assert [t.get_text() for t in legend.get_texts()] == summary["runs"]
 
 
 def test_summarize_script(runs, tmp_path):

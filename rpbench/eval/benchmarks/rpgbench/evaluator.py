@@ -328,8 +328,8 @@ class RPGBench(Benchmark):
             int(g.critic_max_length),
         )
         added.update({key: analysis[key] for key in top if key in analysis})
-        plot_severity({**results, **added}, out_dir / "js_vs_winrate.png")
-        plot_convergence(analysis["convergence"], out_dir / "bound_convergence.png")
+        plot_severity({**results, **added}, ctx.run_name, out_dir / "js_vs_winrate.png")
+        plot_convergence(analysis["convergence"], ctx.run_name, out_dir / "bound_convergence.png")
         return added
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from matplotlib.figure import Figure
+
 from rpbench.eval.generalization.summary import ID_CATEGORY, js_severity
+
+PLOT_DPI, PANEL_COLUMNS = 120, 4
+EMPIRICAL_LABELS = {"r_emid": "R-EMID", "emid_critic_without_r": "EMID (critic without r)"}  # convergence's
 
 
 def _f(value: Any, spec: str = ".4f") -> str:
@@ -36,59 +42,77 @@ def severity_points(results: Mapping[str, Any]) -> dict[str, tuple[float, float]
     }
 
 
-def plot_severity(results: Mapping[str, Any], path: Path) -> Path | None:
-    """The paper's pilot figure: JS severity vs ensemble WinRate per shifted category, annotated, with
-    the IDTest WinRate as a dashed line (no plot without a category that has both)."""
-    points = severity_points(results)
-    if not points:
+def plot_severity(results: Mapping[str, Any], run_name: str, path: Path) -> Path | None:
+    """``severity_figure`` written to ``path``; None (nothing written) without a category that has both."""
+    if not severity_points(results):
         return None
-    import matplotlib
+    severity_figure(results, run_name).savefig(path, dpi=PLOT_DPI)
+    return path
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for category, (x, y) in points.items():
+def severity_figure(results: Mapping[str, Any], run_name: str) -> Figure:
+    """The paper's pilot figure: JS severity vs ensemble WinRate per shifted category, each point numbered and
+    named (with its shift) in a key beside the plot (names written at the points overlap), with the IDTest
+    WinRate as a dashed line."""
+    points = severity_points(results)
+    fig = Figure(figsize=(8, 4.8), layout="constrained")
+    ax = fig.subplots()
+    key = []
+    for number, (category, (x, y)) in enumerate(sorted(points.items(), key=lambda p: p[1]), 1):
         ax.scatter(x, y, color="C0")
-        ax.annotate(category, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        key.append(f"{number:>2}  {category} ({results['winrate']['shift_of'][category]})")
     base = results["winrate"]["by_category"].get(ID_CATEGORY, {}).get("winrate")
     if base is not None:
         ax.axhline(base, color="grey", linestyle="--", label=f"{ID_CATEGORY} WinRate")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="best")
+    ax.text(1.03, 1, "\n".join(key), transform=ax.transAxes, va="top", fontsize=8, family="monospace")
     ax.set_xlabel("JS severity (user + character + dialogue)")
     ax.set_ylabel("WinRate (judge ensemble mean)")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    fig.suptitle(f"{run_name}\nWinRate against shift severity, per shifted category", fontsize=10)
+    return fig
+
+
+def plot_convergence(convergence: Mapping[str, Any], run_name: str, path: Path) -> Path:
+    """``convergence_figure`` written to ``path``."""
+    convergence_figure(convergence, run_name).savefig(path, dpi=PLOT_DPI)
     return path
 
 
-def _mean_at(points, key: str, n: int) -> float:
-    """Mean of ``key`` over the repeats at sample size ``n``."""
-    values = [p[key] for p in points if p["n"] == n]
-    return sum(values) / len(values)
-
-
-def plot_convergence(convergence: Mapping[str, Any], path: Path) -> Path:
-    """Theorem 3.4's bound and the empirical (R-)EMID against the number of samples, one colour per category."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k, (shift, points) in enumerate(convergence["points"].items()):
+def convergence_figure(convergence: Mapping[str, Any], run_name: str) -> Figure:
+    """Theorem 3.4's bound and the empirical (R-)EMID against the samples per split, one small panel per shifted
+    category (shared axes): the mean over the repeats, its min-max band, one legend beside them."""
+    categories = convergence["points"]
+    empirical = EMPIRICAL_LABELS[convergence["empirical"]]
+    columns = min(PANEL_COLUMNS, len(categories))
+    rows = math.ceil(len(categories) / columns)
+    fig = Figure(figsize=(2.6 * columns + 2.6, 2.1 * rows + 1.3), layout="constrained")
+    axes = list(fig.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).flat)
+    for ax, (category, points) in zip(axes, categories.items()):
         ns = sorted({p["n"] for p in points})
-        ax.plot(ns, [_mean_at(points, "bound", n) for n in ns], f"C{k}-", label=f"{shift} bound")
-        ax.plot(
-            ns, [_mean_at(points, "empirical", n) for n in ns], f"C{k}--", label=f"{shift} {convergence['empirical']}"
-        )
-    ax.set_xlabel("samples per split")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+        for key, label, colour, style in (
+            ("bound", "Theorem 3.4 bound", "C0", "o-"),
+            ("empirical", empirical, "C1", "s--"),
+        ):
+            at = [[p[key] for p in points if p["n"] == n] for n in ns]
+            ax.plot(ns, [sum(v) / len(v) for v in at], style, color=colour, markersize=3, label=label)
+            ax.fill_between(ns, [min(v) for v in at], [max(v) for v in at], color=colour, alpha=0.2)
+        ax.set_title(category, fontsize=9)
+        ax.grid(alpha=0.3)
+    for k, ax in enumerate(axes):
+        if k >= len(categories):
+            ax.set_visible(False)
+        elif k + columns >= len(categories):  # the lowest panel of its column: its x ticks are labelled
+            ax.xaxis.set_tick_params(labelbottom=True)
+    repeats = len({p["repeat"] for points in categories.values() for p in points})
+    fig.suptitle(
+        f"{run_name}\nbound and {empirical} per shifted category (mean over {repeats} repeats; band: min-max)",
+        fontsize=10,
+    )
+    fig.supxlabel("samples per split (in-distribution and shifted)", fontsize=9)
+    fig.supylabel(f"bound, {empirical}", fontsize=9)
+    fig.legend(handles=axes[0].get_lines(), loc="outside right lower", fontsize=8)
+    return fig
 
 
 def _judge_cell(tally: Mapping[str, Any] | None) -> str:

@@ -67,6 +67,9 @@ def test_the_commands_help_and_refuse_from_a_shell():
         assert result.returncode == 0 and "config groups" in result.stdout, result.stderr
     served = rpbench("serve", "--help")
     assert served.returncode == 0 and "max_batch_size" in served.stdout
+    for command, option in (("leaderboard", "--by"), ("pairs", "--dimension")):
+        result = rpbench(command, "--help")
+        assert result.returncode == 0 and option in result.stdout, result.stderr
     typo = rpbench("train", "objective.lrr=1e-5")
     assert typo.returncode == 1 and typo.stderr.startswith("error: objective.lrr=1e-5: no such key. Did you mean")
     assert "+objective.lrr" not in typo.stderr and "Traceback" not in typo.stderr

@@ -168,7 +168,10 @@ def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
 
 def test_typed_configs_reject_unknown_missing_and_bad_values():
     sft = objective_settings("sft")
-    with pytest.raises(ConfigError, match=r"objective.lr_decay: unknown key \(did you mean objective.weight_decay\?\); valid keys: .*, lr, "):
+    with pytest.raises(
+        ConfigError,
+        match=r"objective.lr_decay: unknown key \(did you mean objective.weight_decay\?\); valid keys: .*, lr, ",
+    ):
         ObjectiveSettings.parse({**sft, "lr_decay": 0.1}, "objective")
     without_lr = {k: v for k, v in sft.items() if k != "lr"}
     with pytest.raises(ConfigError, match=r"objective.lr: missing \(it has no default in code"):

@@ -212,7 +212,15 @@ def test_only_the_entry_points_and_validation_see_the_composed_config():
     for entry, typed in ((pipeline.run, TrainEvalRun), (synthesize_run, SynthesisRun), (serve_run, ServeRun)):
         first = next(iter(inspect.signature(entry).parameters.values()))
         assert first.annotation in (typed, typed.__name__), entry
-    allowed = {"cli/job.py", "cli/overrides.py", "validate.py", "training/settings.py", "models/config_tree.py", "resolvers.py", "sweep_summary.py"}
+    allowed = {
+        "cli/job.py",
+        "cli/overrides.py",
+        "validate.py",
+        "training/settings.py",
+        "models/config_tree.py",
+        "resolvers.py",
+        "sweep_summary.py",
+    }
     package = Path(pipeline.__file__).parent
     seen = {str(p.relative_to(package)) for p in package.rglob("*.py") if "DictConfig" in p.read_text()}
     assert seen <= allowed, seen - allowed

@@ -1033,9 +1033,7 @@ def local_judge(judge: EndpointSettings) -> Iterator[EndpointSettings]:
     """A ``backend: local`` judge's server, started on 127.0.0.1 for ``judge.server`` (stopped on exit);
     yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the synthesis
     task hand it to ``open_client`` (``rpbench.scoring.chat.client.LocalServer``)."""
-    server_cfg = dict(judge.server or {})
-    if "model" not in server_cfg:
+    if judge.server is None:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
-    model = server_cfg.pop("model")
-    with serve_in_thread(model, server_cfg) as server:
+    with serve_in_thread(judge.server.model, judge.server.serve_options()) as server:
         yield replace(judge, base_url=server.base_url, model=server.model_identity)

@@ -9,18 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import data_options
 from rpbench.data import readers
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
-from rpbench.eval.generalization.analysis import (
-    AnalysisSettings,
-    Critic,
-    EntropySettings,
-    analyze,
-    split_by_category,
-)
+from rpbench.eval.generalization.analysis import Critic, analyze, split_by_category
 from rpbench.eval.generalization.embed import load_text_embedder
 from rpbench.eval.generalization.emi import sampled_club_mi
 from rpbench.eval.generalization.scoring import PairScorer
+from rpbench.eval.generalization.settings import AnalysisSettings, EntropySettings
 from rpbench.models import load
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.loading import chat_renderer
@@ -37,7 +33,7 @@ SETTINGS = AnalysisSettings(
     batch_size=8,
     convergence_sizes=[2],
     convergence_repeats=1,
-    entropy=EntropySettings(0, 8, None, 0, 0.9),
+    entropy=EntropySettings(samples=0, max_new_tokens=8, max_prompts=None, seed=0, quantile=0.9),
 )
 USER_CATEGORIES = ["german", "spanish", "chinese", "japanese", "korean"]
 ANALYZED = ["IDTest", "german", "spanish", "Literature"]
@@ -62,7 +58,7 @@ def embedder():
 
 @functools.cache
 def sample_records():
-    return readers.read("rpgbench", "test", SAMPLE).examples
+    return readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
 
 
 @functools.cache

@@ -14,9 +14,9 @@ named in errors by 1-based line number (JSON Lines) or by 0-based index and id (
 Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
 ``"\\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
 so its id, and the train/validation split, survive renaming the file or adding lines. Two such records of
-identical content are duplicates, handled as the reader's ``duplicates`` option says (``DUPLICATE_POLICIES``:
-``drop`` the repeats, ``keep`` them under the ids ``<id>#2``, ``#3``..., or ``error``; a reader given none,
-as every test split, is strict: ``error``). A repeated id a record names itself is always an error (under
+identical content are duplicates, handled as the ``ReadPolicy``'s ``duplicates`` says (``DUPLICATE_POLICIES``:
+``drop`` the repeats, ``keep`` them under the ids ``<id>#2``, ``#3``..., or ``error``; a direct call's policy,
+``STRICT``, and every test split are strict: ``error``). A repeated id a record names itself is always an error (under
 ``on_error=skip`` the repeat is skipped and counted).
 """
 

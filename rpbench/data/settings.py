@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Problem, Settings
 from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES, FormatOptions, ReadPolicy
 from rpbench.data.supervision import SUPERVISE_WHOLE, turn_field
@@ -99,8 +100,6 @@ def data_spec(values: Mapping[str, Any]) -> DataSettings:
     """The typed ``data`` group of ``values`` (a plain mapping or a config node, resolved here); a
     ConfigError naming every bad key."""
     from omegaconf import OmegaConf
-
-    from rpbench.core.errors import ConfigError
 
     plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
     problems: list[str] = []

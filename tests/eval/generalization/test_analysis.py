@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import data_options
+from conftest import data_options, group_values
 from rpbench.data import readers
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
 from rpbench.eval.generalization.analysis import Critic, analyze, split_by_category
@@ -240,7 +240,10 @@ def test_winrate_judges_exactly_the_records_the_analysis_scores():
     scored, counts = RPGBench().scored_predictions(raw)
     assert counts["think"]["unclosed"] == 1 and scored == predictions | {empty.id: ""}
     with chat_stub(lambda body: "A") as server:
-        judged = judge_winrate(examples, scored, [judge_config(base_url=server.url, model="m", parse_tries=1)])
+        judges = [judge_config(base_url=server.url, model="m", parse_tries=1)]
+        judged = judge_winrate(
+            examples, scored, judges, group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]
+        )
     assert {r["id"] for r in judged["records"]} == {e.id for e in examples} - {empty.id}
     for category, n in result["n_per_category"].items():  # every remaining record (max_samples: null)
         entry = judged["by_category"][category]

@@ -195,7 +195,7 @@ def records_for_model(
                 f"data.files.{split}={data.files.get(split)}",
                 f"id {missing[0]!r}",
                 "image",
-                f"image '{missing[1]}' does not exist (data.image_root={data.options.get('image_root')}): the model "
+                f"image '{missing[1]}' does not exist (data.image_root: {data.image_root}): the model "
                 "would see it; put the images there, or set data.images=drop",
             )
     with_image = next((e for split in (train_split, "augment") for e in splits.get(split, []) if image_count(e)), None)

@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Settings
 from rpbench.data.records import EvalExample
+from rpbench.data.rolemrc import RoleMRCOptions
 from rpbench.data.settings import DataSettings, data_settings_problems
 from rpbench.data.templates import PromptSettings
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
@@ -33,7 +34,7 @@ from rpbench.models.settings import ModelSettings
 from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
-from rpbench.scoring.chat.client import BACKENDS, EndpointSettings, judge_reply_length_problems
+from rpbench.scoring.chat.client import BACKENDS, EndpointSettings
 from rpbench.scoring.chat.endpoints import api_key
 from rpbench.serve.settings import ServeRun, ServeSettings
 from rpbench.synth.config import SynthSettings
@@ -181,15 +182,26 @@ def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> End
     backend = str(judge.get("backend"))
     if not _choice(problems, f"{where}.backend", backend, BACKENDS) or backend == "none":
         return None
-    server_model = (judge.get("server") or {}).get("model")
-    if backend == "local" and isinstance(server_model, str) and (options := model_options()):
-        _choice(problems, f"{where}.server.model", server_model, options)
-    elif backend == "local" and isinstance(server_model, Mapping) and not server_model.get("name_or_path"):
-        problems.append(
-            f"{where}.server.model.name_or_path is not set: give the served model's folder "
-            "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
-        )
+    server = judge.get("server")  # what a local judge serves: named even when the rest of the group is not
+    if isinstance(server, Mapping) and isinstance(server.get("model"), str | Mapping):
+        problems.extend(served_model_problems(server["model"], f"{where}.server.model"))
     return EndpointSettings.collect(judge, where, problems)
+
+
+def served_model_problems(model: str | Mapping[str, Any], where: str) -> Problems:
+    """A local judge's model: a conf/model entry, or a model config (parsed as the model group) naming its
+    weights."""
+    if isinstance(model, str):
+        options = model_options()
+        return [] if not options or model in options else [f"{where}={model!r}: choose one of {', '.join(options)}"]
+    if not model.get("name_or_path"):
+        return [
+            f"{where}.name_or_path is not set: give the served model's folder "
+            "(judge=mmrole_rm: judge.model=<reward-model run>/model)"
+        ]
+    found: Problems = []
+    ModelSettings.collect(model, where, found)
+    return found
 
 
 def check_judge_key(judge: EndpointSettings, where: str, problems: Problems) -> None:
@@ -226,8 +238,6 @@ def check_evaluator(
         )
     elif judge is not None and (settings is None or benchmark.needs_judge(settings)):
         check_judge_key(judge, "judge", problems)
-        for key, expected in judge_reply_length_problems(judge, benchmark.judge_task):
-            problems.append(f"{key}: missing; expected {expected}")
     return settings
 
 
@@ -354,18 +364,19 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     prompts = PromptSettings.collect(OmegaConf.to_container(cfg.prompts, resolve=True), "prompts", problems)
     judge = check_judge(OmegaConf.to_container(cfg.judge, resolve=True), "judge", problems)
     synth = SynthSettings.collect(OmegaConf.to_container(cfg.synth, resolve=True), "synth", problems)
+    data = data_settings_problems(OmegaConf.to_container(cfg.data, resolve=True), problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     if judge is None and any(s in synth.stages for s in ("profiles", "dialogues")):
         raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
-    if cfg.data.format != "rolemrc" or not cfg.data.get("task_dimensions"):
-        raise ConfigError(f"task=synthesize writes RoleMRC files: data={cfg.data.name} is not a RoleMRC-format config")
+    if not (isinstance(data.options, RoleMRCOptions) and data.options.task_dimensions):
+        raise ConfigError(f"task=synthesize writes RoleMRC files: data={data.name} is not a RoleMRC-format config")
     return SynthesisRun(
         synth=synth,
         judge=judge,
         seed=run.seed,
         prompts_source=prompts.source,
-        task_dimensions=types.MappingProxyType(OmegaConf.to_container(cfg.data.task_dimensions, resolve=True)),
+        rolemrc=data.options,
     )
 
 

@@ -212,6 +212,13 @@ def objective_settings(name: str, **overrides) -> dict:
     return {**OmegaConf.to_container(cfg.objective, resolve=True), **overrides}
 
 
+def objective_config(name: str, **overrides):
+    """``objective_settings`` parsed by the objective's ``config_class``, as ``validate`` parses the group."""
+    from rpbench.objectives.registry import OBJECTIVES
+
+    return OBJECTIVES.get(name).config_class.parse(objective_settings(name, **overrides), "objective")
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
@@ -336,6 +343,27 @@ def group_values(group: str, option: str, key: str) -> dict:
         with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
             cfg = hydra_compose("config", [f"{group}={option}"])
     return OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+
+
+def data_options(option: str, **overrides):
+    """The format options of `python run.py data=<option>` (``DataSettings.options``, typed), with ``overrides``
+    of the format's own keys (a mapping merged into the config's)."""
+    from omegaconf import OmegaConf
+
+    from rpbench.data.settings import data_spec
+
+    values = OmegaConf.merge(group_values("data", option, "data"), overrides)
+    return data_spec(OmegaConf.to_container(values)).options
+
+
+def probe_observation(**changes):
+    """What probe=topk_freq observes and counts (conf/probe/topk_freq.yaml's ``ProbeSettings``), with ``changes``."""
+    from rpbench.core.typed import as_dict
+    from rpbench.probes.stage import FrequencySettings
+    from rpbench.probes.stats import ProbeSettings
+
+    observed = FrequencySettings.parse(group_values("probe", "topk_freq", "probe"), "probe").observation()
+    return ProbeSettings.parse({**as_dict(observed), **changes}, "probe")
 
 
 def judge_settings(**overrides) -> dict:

@@ -12,7 +12,16 @@ from omegaconf import open_dict
 from conftest import registered
 from rpbench import pipeline
 from rpbench.data.errors import ReadResult
-from rpbench.data.readers import FORMATS, DataFormat, Source, read_file, record_id, require_str
+from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
+    FormatOptions,
+    ReadPolicy,
+    Source,
+    read_file,
+    record_id,
+    require_str,
+)
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS, Benchmark
 from rpbench.scoring.metrics import METRICS
@@ -25,15 +34,15 @@ TOY_TEST = [
 ]
 
 
-def read_toy_test(path, *, on_error="raise", **options) -> ReadResult[EvalExample]:
-    """{"id", "question", "answer"} records, one user turn each."""
+def read_toy_test(path, options: FormatOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
+    """{"id", "question", "answer"} records, one user turn each (the format has no keys of its own)."""
 
     def parse(raw, source: Source) -> EvalExample:
         rid, source = record_id(raw, "id", source)
         question = require_str(raw, "question", source)
         return EvalExample(rid, (Turn("user", question),), require_str(raw, "answer", source), "toy", {})
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, policy.on_error)
 
 
 def exact_match(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
@@ -54,7 +63,7 @@ class ToyBench(Benchmark):
 @pytest.fixture(autouse=True)
 def toy_extensions():
     with registered(
-        (FORMATS, "toy_qa", DataFormat(test=read_toy_test)),
+        (FORMATS, "toy_qa", DataFormat(FormatOptions, test=read_toy_test)),
         (METRICS, "exact_match", exact_match),
         (BENCHMARKS, "toy_bench", ToyBench()),
     ):
@@ -62,9 +71,12 @@ def toy_extensions():
 
 
 CONFIGS = {
-    "data/toy.yaml": "defaults:\n  - sample\n  - _self_\nname: toy\nformat: toy_qa\nfiles:\n  test: {test}\n",
+    "data/toy.yaml": (
+        "defaults:\n  - common@_here_: default\n  - _self_\nname: toy\nformat: toy_qa\nhf_dataset: null\n"
+        "files:\n  test: {test}\nval_fraction: 0.0\nmax_length: 512\nmax_prompt_length: 384\n"
+    ),
     "evaluator/toy_bench.yaml": (
-        "defaults:\n  - rolemrc\n  - _self_\nname: toy_bench\nmetrics: [exact_match, rouge1]\n"
+        "defaults:\n  - common@_here_: default\n  - _self_\nname: toy_bench\nmetrics: [exact_match, rouge1]\n"
         "generation:\n  max_new_tokens: 4\n"
     ),
 }

@@ -13,7 +13,8 @@ import pytest
 from test_serve import post
 
 from conftest import evaluation_of, generate_texts, generation_options
-from rpbench.data.mmrole.reader import read_test
+from rpbench.data import readers
+from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.config_tree import compose_model_config
 from rpbench.serve.model import load_served_model
@@ -103,7 +104,8 @@ def test_evaluator_generation_through_the_served_model_sends_the_images(tiny_vl,
     """evaluator.backend=endpoint against the served tiny-qwen2-vl: the same predictions as in-process."""
     from rpbench.eval.evaluate import generate
 
-    examples = read_test(SAMPLE / "comment_test.json", image_root=SAMPLE / "images").examples[:4]
+    images = MMRoleOptions(image_root=str(SAMPLE / "images"), default_system=None, per_turn_samples=False)
+    examples = readers.read("mmrole", "test", SAMPLE / "comment_test.json", images).examples[:4]
     options = generation_options(max_new_tokens=MAX_NEW, batch_size=4)
     local = tmp_path / "local.jsonl"
     generate_predictions(tiny_vl.model, tiny_vl.tokenizer, examples, local, options)

@@ -9,6 +9,7 @@ test feeds each the composed config Hydra builds from the command line, as run.p
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import typing
 from collections.abc import Mapping
@@ -387,15 +388,49 @@ def test_a_problem_about_another_group_s_key_is_not_prefixed():
             Pointing.parse({"pair": pair, "other": "ok"}, "x")
 
 
-def settings_classes() -> list[type]:
-    """Every typed settings class the training stage, a registered evaluator, probe or objective reads, with
-    those nested in them."""
-    import dataclasses
-    import typing
+@dataclass(frozen=True, kw_only=True)
+class Off(Settings):
+    backend: typing.Literal["none"]
 
+
+@dataclass(frozen=True, kw_only=True)
+class Choice(Settings):
+    judge: Outer | Off
+    rubrics: None
+
+
+def test_a_union_of_settings_takes_the_first_that_parses_and_none_takes_null_alone():
+    off = Choice.parse({"judge": {"backend": "none"}, "rubrics": None}, "x")
+    assert off.judge == Off(backend="none")
+    inner = Inner(share=0.5)
+    outer = Choice.parse({"judge": {"count": 1, "names": [], "inner": inner, "limit": None}, "rubrics": None}, "x")
+    assert outer.judge == Outer(count=1, names=(), inner=inner, limit=None)  # a parsed value is taken as it is
+    bad = {"count": "many", "names": [], "inner": {"share": 1}, "limit": None}
+    with pytest.raises(ConfigError) as error:  # neither parses: the first member's problems
+        Choice.parse({"judge": bad, "rubrics": {}}, "x")
+    assert [line.strip() for line in str(error.value).splitlines()[1:]] == [
+        "x.judge.count='many': expected an integer",
+        "x.rubrics={}: expected null",
+    ]
+
+
+def nested_kinds(annotation: Any) -> list[Any]:
+    """``annotation`` and every type inside it (union members, tuple items, mapping values), at any depth."""
+    return [annotation, *(kind for arg in typing.get_args(annotation) for kind in nested_kinds(arg))]
+
+
+def settings_classes() -> list[type]:
+    """Every typed settings class a run reads: the run's typed parts (``TrainEvalRun``, ``SynthesisRun``), each
+    registered evaluator's, probe's, objective's and data format's, the judge's and env=conversation's, with
+    those nested in them (in unions, tuples and mappings too) and their bases."""
+    from rpbench.data.readers import FORMATS
     from rpbench.eval.benchmarks import BENCHMARKS
+    from rpbench.objectives.conversation_env import ConversationEnvSettings
     from rpbench.objectives.registry import OBJECTIVES
     from rpbench.probes.stage import PROBES
+    from rpbench.scoring.chat.client import EndpointSettings
+    from rpbench.synth.synthesize import SynthesisRun
+    from rpbench.validate import TrainEvalRun
 
     found: dict[str, type] = {}
 
@@ -404,22 +439,20 @@ def settings_classes() -> list[type]:
             return
         found[cls.__qualname__] = cls
         hints = typing.get_type_hints(cls)
-        for field in dataclasses.fields(cls):
-            for kind in (hints[field.name], *typing.get_args(hints[field.name])):
-                if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-                    visit(kind)
+        kinds = [kind for field in dataclasses.fields(cls) for kind in nested_kinds(hints[field.name])]
+        for kind in (*kinds, *cls.__bases__):  # a base's fields are the subclass's, its defaults too
+            if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+                visit(kind)
 
     from rpbench.serve.settings import ServeRun
-    from rpbench.synth.synthesize import SynthesisRun
-    from rpbench.validate import TrainEvalRun
 
-    visit(TrainEvalRun)
-    visit(SynthesisRun)
-    visit(ServeRun)
+    for cls in (TrainEvalRun, SynthesisRun, ServeRun, EndpointSettings, ConversationEnvSettings):
+        visit(cls)
     for registry, attribute in (
         (BENCHMARKS, "settings_class"),
         (PROBES, "settings_class"),
         (OBJECTIVES, "config_class"),
+        (FORMATS, "options"),
     ):
         for name in registry.names():
             visit(getattr(registry.get(name), attribute))
@@ -427,94 +460,113 @@ def settings_classes() -> list[type]:
 
 
 def test_no_settings_class_declares_a_default_in_code():
-    """Each default lives in the YAML alone: a default in a settings class (the judge's and generation's
-    included) would be a second one."""
+    """Each default lives in the YAML alone: a default in a settings class (the judge's, generation's and every
+    data format's options included) would be a second one."""
+    from rpbench.data.mmrole.reviews import Heldout
+    from rpbench.data.rpgbench import RPGBenchOptions
+    from rpbench.eval.generalization.settings import EntropySettings
+    from rpbench.export.hub import HubSettings
     from rpbench.models.generation import GenerationSettings
+    from rpbench.models.settings import ModelSettings
     from rpbench.objectives.config import ObjectiveSettings
     from rpbench.objectives.grpo import GRPOSettings
-    from rpbench.scoring.chat.client import EndpointSettings
+    from rpbench.probes.stats import ProbeSettings
+    from rpbench.scoring.chat.client import LocalServerSettings
     from rpbench.serve.settings import ServeSettings
+    from rpbench.synth.config import SynthSettings
 
     classes = settings_classes()
-    assert len(classes) > 20 and {GenerationSettings, ObjectiveSettings, GRPOSettings, ServeSettings} <= set(classes)
-    classes += [EndpointSettings]
+    expected = {GenerationSettings, ObjectiveSettings, GRPOSettings, ModelSettings, HubSettings, SynthSettings}
+    expected |= {RPGBenchOptions, Heldout, EntropySettings, ProbeSettings, LocalServerSettings, ServeSettings}
+    assert len(classes) > 40 and expected <= set(classes)
     assert {cls.__qualname__: defaults_declared(cls) for cls in classes if defaults_declared(cls)} == {}
 
 
 def unread_keys(values: Mapping[str, Any], cls: type, where: str) -> list[str]:
-    """The keys under ``values`` that no field of ``cls`` reads (nested settings in turn; an open key's value
-    is read whole)."""
+    """The keys under ``values`` that no field of ``cls`` reads (nested settings in turn)."""
     hints = typing.get_type_hints(cls)
     names = {field.name for field in dataclasses.fields(cls)}
     found = [f"{where}.{key}" for key in values if key not in names]
     for name in sorted(names & set(values)):
-        nested = [k for k in (hints[name], *typing.get_args(hints[name])) if dataclasses.is_dataclass(k)]
-        if nested and isinstance(values[name], Mapping) and name not in getattr(cls, "open_keys", ()):
+        nested = [k for k in nested_kinds(hints[name]) if dataclasses.is_dataclass(k)]
+        if nested and isinstance(values[name], Mapping):
             found += unread_keys(values[name], nested[0], f"{where}.{name}")
     return found
 
 
+@functools.cache
+def run_values(key: str) -> Any:
+    """The resolved ``key`` node of the default run (`python run.py`)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config")
+    return OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+
+
+def options_of(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
 def group_settings() -> list[tuple[str, str, Any, type]]:
-    """(group, option, its composed values, the class that reads them) for the judge, evaluator, objective and
-    serve groups, and the generation settings and reward lists nested in them that are read apart."""
+    """(group, option, its composed values, the class that reads them) for every typed group: the model, the
+    data (its shared keys, and the format's options), the objective, the evaluator (every benchmark), the judge,
+    the probe, the synthesis recipe, the environment and ``export.hub``."""
+    from rpbench.data.readers import FORMATS
+    from rpbench.data.settings import SHARED_KEYS, DataSettings
     from rpbench.eval.benchmarks import BENCHMARKS
-    from rpbench.models.generation import GenerationSettings
+    from rpbench.export.hub import HubSettings
+    from rpbench.models.config_tree import model_entries
+    from rpbench.models.settings import ModelSettings
+    from rpbench.objectives.conversation_env import ConversationEnvSettings
     from rpbench.objectives.registry import OBJECTIVES
+    from rpbench.probes.stage import PROBES
     from rpbench.scoring.chat.client import EndpointSettings
     from rpbench.serve.settings import ServeSettings
+    from rpbench.synth.config import SynthSettings
 
-    serve_options = sorted(p.stem for p in (CONF_DIR / "serve").glob("*.yaml"))
-    found = [("serve", option, group_values("serve", option, "serve"), ServeSettings) for option in serve_options]
-    for option in sorted(p.stem for p in (CONF_DIR / "judge").glob("*.yaml")):
-        if option != "none":
-            found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
-    for option in BENCHMARKS.names():
-        values = group_values("evaluator", option, "evaluator")
-        found.append(("evaluator", option, values, BENCHMARKS.get(option).settings_class))
-        reasoning = (values.get("generalization") or {}).get("reasoning")  # rpgbench's reasoner, parsed when run
-        if reasoning is not None:
-            found.append(("evaluator", f"{option}.generalization.reasoning", reasoning, GenerationSettings))
+    found = [("model", name, group_values("model", name, "model"), ModelSettings) for name in model_entries()]
+    for option in options_of("data"):
+        values = group_values("data", option, "data")
+        found.append(("data", option, {k: v for k, v in values.items() if k in SHARED_KEYS}, DataSettings))
+        own = {k: v for k, v in values.items() if k not in SHARED_KEYS}
+        found.append(("data", f"{option} (options)", own, FORMATS.get(values["format"]).options))
     for option in OBJECTIVES.names():
         found.append(
             ("objective", option, group_values("objective", option, "objective"), OBJECTIVES.get(option).config_class)
         )
+    for option in BENCHMARKS.names():
+        found.append(
+            ("evaluator", option, group_values("evaluator", option, "evaluator"), BENCHMARKS.get(option).settings_class)
+        )
+    for option in (o for o in options_of("judge") if o != "none"):
+        found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
+    for option in options_of("probe"):
+        found.append(("probe", option, group_values("probe", option, "probe"), PROBES.get(option).settings_class))
+    for option in options_of("synth"):
+        found.append(("synth", option, group_values("synth", option, "synth"), SynthSettings))
+    for option in (o for o in options_of("env") if o != "none"):  # env=none: GRPO reads its name alone
+        found.append(("env", option, group_values("env", option, "env"), ConversationEnvSettings))
+    for option in options_of("serve"):
+        found.append(("serve", option, group_values("serve", option, "serve"), ServeSettings))
+    found.append(("export.hub", "default", run_values("export.hub"), HubSettings))
     return found
 
 
 @pytest.mark.slow
-def test_every_key_of_the_judge_evaluator_objective_and_serve_groups_is_read():
+def test_every_key_of_every_typed_group_is_read():
     """The other half of one default per setting: a key the YAML sets and no settings field reads would be a
     setting that silently does nothing. Rewards: each entry's kwargs are the reward's parameters."""
     from rpbench.scoring.rewards import reward_problems
 
     checked = group_settings()
-    assert {group for group, *_ in checked} == {"judge", "evaluator", "objective", "serve"} and len(checked) > 20
+    groups = {"model", "data", "objective", "evaluator", "judge", "probe", "synth", "env", "export.hub", "serve"}
+    assert {group for group, *_ in checked} == groups and len(checked) > 80
     unread = [key for group, option, values, cls in checked for key in unread_keys(values, cls, f"{group}={option}")]
     assert unread == []
     objectives = {option: values for group, option, values, _ in checked if group == "objective"}
     for option, key in (("grpo", "rewards"), ("corl", "reasoner_rewards"), ("corl", "dialogue_rewards")):
         assert reward_problems(objectives[option][key], f"objective.{key}") == []
-
-
-@pytest.mark.slow
-def test_every_key_of_every_data_config_is_read():
-    """A data config's key is a typed DataSettings field, a reader option, or read by another group's YAML
-    (``${data.<key>}``): anything else would be a setting that silently does nothing."""
-    import re
-
-    from rpbench.data.settings import READER_OPTIONS, DataSettings
-
-    elsewhere = {
-        match
-        for path in CONF_DIR.rglob("*.yaml")
-        if path.relative_to(CONF_DIR).parts[0] != "data"
-        for match in re.findall(r"\bdata\.(\w+)", path.read_text())
-    }
-    read = {field.name for field in dataclasses.fields(DataSettings)} - {"options"} | set(READER_OPTIONS) | elsewhere
-    options = sorted(p.stem for p in (CONF_DIR / "data").glob("*.yaml"))
-    unread = {option: sorted(set(group_values("data", option, "data")) - read) for option in options}
-    assert len(options) > 15 and {option: keys for option, keys in unread.items() if keys} == {}
-    assert "remid_estimator" in elsewhere and "max_prompt_length" in elsewhere  # the scan finds what it should
 
 
 def test_every_model_entry_parses_to_its_typed_settings():

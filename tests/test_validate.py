@@ -100,12 +100,14 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monk
         ("mmrole", "sample_mmrole"),
     ],
 )
-def test_a_judge_without_a_reply_length_for_the_evaluator_is_refused(compose, evaluator, data):
-    """judge.max_tokens is keyed by the judged benchmark: a missing entry is named at startup, not after generating."""
-    unset = f"~judge.max_tokens.{evaluator}"
-    cfg = compose(f"evaluator={evaluator}", f"data={data}", "objective=none", "judge=local", unset)
-    with pytest.raises(ConfigError, match=rf"judge\.max_tokens\.{evaluator}: missing; expected the judge's reply"):
-        validate(cfg)
+def test_a_judged_evaluator_without_its_judge_s_reply_length_is_refused(compose, evaluator, data):
+    """The judge's reply length is the judged benchmark's own setting (evaluator.judge_max_tokens): missing or out
+    of range, it is named at startup, not after generating."""
+    run = (f"evaluator={evaluator}", f"data={data}", "objective=none", "judge=local")
+    with pytest.raises(ConfigError, match=r"evaluator\.judge_max_tokens: missing"):
+        validate(compose(*run, "~evaluator.judge_max_tokens"))
+    with pytest.raises(ConfigError, match=r"evaluator\.judge_max_tokens=0: expected an integer >= 1 \(tokens\)"):
+        validate(compose(*run, "evaluator.judge_max_tokens=0"))
 
 
 def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(compose):

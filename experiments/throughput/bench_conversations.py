@@ -46,7 +46,7 @@ def compose(args: argparse.Namespace, out: Path):
         "judge.cache_path=null",
         "judge.progress=false",
         f"judge.server.max_batch_size={args.sessions}",
-        f"judge.max_tokens.conversation={args.judge_tokens}",
+        f"evaluator.judge_max_tokens={args.judge_tokens}",
         "judge.parse_tries=1",
     ]
     return compose_run_config(overrides, out)
@@ -96,7 +96,7 @@ def main() -> None:
             rows["one at a time"] = (time.perf_counter() - start, sequential)
         before = judge.stats.requests
         records = [s.record() for s in batched]
-        judge_sessions(judge, records, spec.evaluator.rubric, judge.config.max_tokens_for("conversation"))
+        judge_sessions(judge, records, spec.evaluator.rubric, spec.evaluator.judge_max_tokens)
         judge_requests = judge.stats.requests - before
     print(
         f"{args.sessions} sessions, at most {args.turns} character turns, {args.max_new_tokens} new tokens "

@@ -16,12 +16,14 @@ own ``problems()`` are all reported together, each naming the dotted key, its va
     Bootstrap.parse({"n_resamples": 1000, "confidence": 2}, "evaluator.bootstrap")
     # ConfigError: evaluator.bootstrap.confidence=2.0: expected a level in (0, 1)
 
-Fields typed with another ``Settings`` class are parsed recursively; ``tuple[X, ...]`` accepts a list
-(``tuple[X, Y]`` a list of two); ``Mapping[str, X]`` a mapping (returned read-only). A field named in
-``open_keys`` takes any plain value; one named in ``only_some`` (a key only some entries of a group
-have, such as a tiny model's ``init_seed``) is None when absent. A problem about a key of another group (a
-field holding ``${env}``, whose keys are set as ``env.*``) is an ``Elsewhere`` message: it names that key in
-full and gets no ``where`` prefix.
+Fields typed with another ``Settings`` class are parsed recursively (an instance of it, already parsed, is
+taken as it is); ``tuple[X, ...]`` accepts a list (``tuple[X, Y]`` a list of two); ``Mapping[str, X]`` a mapping
+(returned read-only), a bad item of either named by its index or key; ``None`` null alone; a union its first
+member the value parses as (a union of settings classes: the first that parses without a problem, else the
+first's problems). A field named in ``only_some`` (a key only some entries of a group have, such as a tiny
+model's ``init_seed``) is None when absent. A problem about a key of another group (a field holding ``${env}``,
+whose keys are set as ``env.*``) is an ``Elsewhere`` message: it names that key in full and gets no ``where``
+prefix.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ class Invalid(Exception):
 
 
 def _describe(kind: Any) -> str:
-    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string"}
+    names = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
     if kind in names:
         return names[kind]
     origin = typing.get_origin(kind)
@@ -80,19 +82,33 @@ def convert(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
         args = typing.get_args(kind)
         if value is None and type(None) in args:
             return None
+        first: list[str] | None = None  # the problems of the first member that took the value's shape
         for arg in (a for a in args if a is not type(None)):
+            tried: list[str] = []
             try:
-                return convert(value, arg, where, problems)
+                converted = convert(value, arg, where, tried)
             except Invalid:
                 continue
-        raise Invalid(_describe(kind))
+            if not tried:
+                return converted
+            first = tried if first is None else first
+        if first is None:
+            raise Invalid(_describe(kind))
+        problems.extend(first)
+        return None
     if origin is typing.Literal:
         if value in typing.get_args(kind):
             return value
         raise Invalid(_describe(kind))
+    if kind is type(None):
+        if value is None:
+            return None
+        raise Invalid("null")
     if value is None:
         raise Invalid(_describe(kind))
     if isinstance(kind, type) and issubclass(kind, Settings):
+        if isinstance(value, kind):
+            return value
         if not isinstance(value, Mapping):
             raise Invalid("a mapping")
         return kind.collect(value, where, problems)
@@ -121,7 +137,7 @@ def convert(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
             raise Invalid("a list")
         args = typing.get_args(kind)
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(convert(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value))
+            return tuple(_item(v, args[0], f"{where}[{i}]", problems) for i, v in enumerate(value))
         expected = f"a list of {len(args)}: {', '.join(_describe(a) for a in args)}"
         if len(args) != len(value):
             raise Invalid(expected)
@@ -133,15 +149,23 @@ def convert(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
         if not isinstance(value, Mapping):
             raise Invalid("a mapping")
         _, item = typing.get_args(kind)
-        return types.MappingProxyType({str(k): convert(v, item, f"{where}.{k}", problems) for k, v in value.items()})
+        return types.MappingProxyType({str(k): _item(v, item, f"{where}.{k}", problems) for k, v in value.items()})
     return value
+
+
+def _item(value: Any, kind: Any, where: str, problems: list[str]) -> Any:
+    """An item of a list or a mapping as ``kind``; one that cannot be is a problem naming it (None in its place)."""
+    try:
+        return convert(value, kind, where, problems)
+    except Invalid as error:
+        problems.append(f"{where}={value!r}: expected {error.expected}")
+        return None
 
 
 @dataclass(frozen=True)
 class Settings:
     """Base of typed settings: see the module docstring."""
 
-    open_keys: ClassVar[tuple[str, ...]] = ()  # fields whose value is kept as given (benchmark-specific options)
     only_some: ClassVar[tuple[str, ...]] = ()  # fields only some entries of the group have: None when absent
 
     def problems(self) -> list[Problem]:
@@ -167,9 +191,6 @@ class Settings:
                 continue
             if name not in values:
                 problems.append(f"{prefix}{name}: missing (it has no default in code: set it in the YAML)")
-                continue
-            if name in cls.open_keys:
-                converted[name] = values[name]
                 continue
             try:
                 converted[name] = convert(values[name], hints[name], f"{prefix}{name}", problems)

@@ -24,8 +24,17 @@ from typing import Any
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data.characterllm_prompts import CharacterLLMPrompts
-from rpbench.data.errors import OnError, ReadResult
-from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, check_on_error, optional_str, require_str
+from rpbench.data.errors import ReadResult
+from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
+    NoRubrics,
+    ReadPolicy,
+    Source,
+    as_object,
+    optional_str,
+    require_str,
+)
 from rpbench.data.records import EvalExample, Turn
 
 SEED = Path("data/seed_data")
@@ -57,8 +66,7 @@ def read_questions(path: Path) -> list[tuple[Source, dict[str, Any]]]:
     return [(Source(str(path), i, positional=True), raw) for i, raw in enumerate(document)]
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
-    check_on_error(on_error)
+def read_test(path: str | Path, options: NoRubrics, policy: ReadPolicy) -> ReadResult[EvalExample]:
     root = Path(path)
     questions = root / SEED / "questions"
     if not questions.is_dir():
@@ -70,7 +78,7 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     )
     if not names:
         raise FileNotFoundError(f"{questions}: no {SINGLE_PREFIX}<Name>.json interview file")
-    prompts = CharacterLLMPrompts.load(options.get("prompts_source"))
+    prompts = CharacterLLMPrompts.load(policy.prompts_source)
     loc_time = prompts.render("loc_time")
     result: ReadResult[EvalExample] = ReadResult(str(root), counts={"characters": len(names)})
     for name in names:
@@ -97,10 +105,10 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
                     prompt = (Turn("system", system), Turn("user", question))
                     result.examples.append(EvalExample(f"{setting}/{name}/{source.record}", prompt, "", setting, meta))
                 except DataFormatError as error:
-                    result.add_error(error, on_error)
+                    result.add_error(error, policy.on_error)
     for setting in SETTINGS:
         result.counts[setting] = sum(e.task == setting for e in result.examples)
     return result
 
 
-FORMATS.register("characterllm")(DataFormat(test=read_test))
+FORMATS.register("characterllm")(DataFormat(NoRubrics, test=read_test))

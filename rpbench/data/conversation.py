@@ -19,8 +19,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import OnError, ReadResult
-from rpbench.data.readers import FORMATS, DataFormat, Source, as_object, read_file, record_id, require, require_str
+from rpbench.data.errors import ReadResult
+from rpbench.data.readers import (
+    FORMATS,
+    DataFormat,
+    NoRubrics,
+    ReadPolicy,
+    Source,
+    as_object,
+    read_file,
+    record_id,
+    require,
+    require_str,
+)
 from rpbench.data.records import EvalExample, Turn
 
 TEXT_FIELDS: tuple[str, ...] = ("character", "card", "persona", "goal", "opening")
@@ -52,9 +63,9 @@ def parse_scenario(raw: Any, source: Source) -> EvalExample:
     return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns})
 
 
-def read_scenarios(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
-    return read_file(path, parse_scenario, on_error)
+def read_scenarios(path: str | Path, options: NoRubrics, policy: ReadPolicy) -> ReadResult[EvalExample]:
+    return read_file(path, parse_scenario, policy.on_error)
 
 
 # test: evaluator=conversation's sessions; train: env=conversation's (GRPO on whole sessions)
-FORMATS.register("conversation")(DataFormat(train=read_scenarios, test=read_scenarios))
+FORMATS.register("conversation")(DataFormat(NoRubrics, train=read_scenarios, test=read_scenarios))

@@ -38,18 +38,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.core.errors import ConfigError, DataFormatError
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.core.errors import DataFormatError
+from rpbench.core.typed import Problem, Settings, as_dict
+from rpbench.data.errors import ReadResult
 from rpbench.data.files import HUB_PREFIX
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    FormatOptions,
+    ReadPolicy,
     Source,
     as_object,
-    check_on_error,
     collect,
     content_id,
-    duplicate_policy,
     existing_file,
     iter_records,
     optional_str,
@@ -90,6 +91,55 @@ OPTIONAL_FIELDS = ("system", "task", "id")
 WEIGHT = "weight"  # OpenAI's per-message training weight: 0 (context only) or 1
 
 
+@dataclass(frozen=True, kw_only=True)
+class ColumnNames(Settings):
+    """``data.columns``: the file's column of each of our fields (``DEFAULT_COLUMNS``; null: ours)."""
+
+    messages: str | None
+    system: str | None
+    prompt: str | None
+    completion: str | None
+    chosen: str | None
+    rejected: str | None
+    label: str | None
+    task: str | None
+    id: str | None
+
+    def problems(self) -> list[Problem]:
+        return [(key, "null (ours) or a column name") for key, value in as_dict(self).items() if value == ""]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageTags(Settings):
+    """``data.tags``: the message keys and role values, with LLaMA-Factory's names (null: detected)."""
+
+    role_tag: str | None
+    content_tag: str | None
+    user_tag: str | None
+    assistant_tag: str | None
+    system_tag: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CustomOptions(FormatOptions):
+    """The keys of ``data=custom``: how long a hub dataset may take to load, your column and message names,
+    the record shape to read, and the judge rubrics of your test labels (module docstring)."""
+
+    hub_timeout_s: float | None  # null: no bound
+    columns: ColumnNames
+    record_shape: str | None  # null: detected
+    tags: MessageTags
+    task_dimensions: Mapping[str, tuple[str, ...]] | None  # test label -> judge rubrics; null: none
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = []
+        if self.hub_timeout_s is not None and self.hub_timeout_s <= 0:
+            found.append(("hub_timeout_s", "a number of seconds > 0 (or null: no bound)"))
+        if self.record_shape is not None and self.record_shape not in SHAPE_FIELDS:
+            found.append(("record_shape", f"one of {', '.join(SHAPE_FIELDS)} or null (detected)"))
+        return found
+
+
 @dataclass
 class ShapedReadResult(ReadResult):
     """A ReadResult that also reports the record shape it detected."""
@@ -106,24 +156,15 @@ class Layout:
 
     columns: Mapping[str, str | None]
     tags: Mapping[str, str | None]
-    mapped: frozenset[str] = frozenset()  # the fields whose column the config names
-    chosen_shape: str | None = None  # the data config's record_shape: the one shape read (None: detected)
-    turn_field: TurnField | None = None  # data.supervise's per-turn field (training files)
+    mapped: frozenset[str]  # the fields whose column the config names
+    chosen_shape: str | None  # the data config's record_shape: the one shape read (None: detected)
+    turn_field: TurnField | None  # data.supervise's per-turn field (training files)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, Any]) -> Layout:
-        columns, tags = dict(options.get("columns") or {}), dict(options.get("tags") or {})
-        for name, table, known in (("columns", columns, DEFAULT_COLUMNS), ("tags", tags, TAG_KEYS)):
-            if unknown := sorted(set(table) - set(known)):
-                raise ConfigError(f"data.{name}: unknown keys {unknown}; choose from {', '.join(known)}")
-        given = {key: value for key, value in columns.items() if value is not None}  # null: ours
-        if bad := {key: value for key, value in given.items() if not isinstance(value, str) or not value}:
-            raise ConfigError(f"data.columns: column names are non-empty strings, got {bad}")
-        shape = options.get("record_shape")
-        if shape is not None and shape not in SHAPE_FIELDS:
-            raise ConfigError(f"data.record_shape: one of {', '.join(SHAPE_FIELDS)} or null (detected), got {shape!r}")
-        tags = {key: tags.get(key) for key in TAG_KEYS}
-        return cls({**DEFAULT_COLUMNS, **given}, tags, frozenset(given), shape, options.get("turn_field"))
+    def of(cls, options: CustomOptions, turn_field: TurnField | None) -> Layout:
+        given = {key: value for key, value in as_dict(options.columns).items() if value is not None}  # null: ours
+        columns = {**DEFAULT_COLUMNS, **given}
+        return cls(columns, as_dict(options.tags), frozenset(given), options.record_shape, turn_field)
 
     def messages_column(self, record: Mapping[str, Any]) -> str | None:
         if self.columns["messages"]:
@@ -264,7 +305,7 @@ def _untrained_replies(
 # -- sources ------------------------------------------------------------------------------------------
 
 
-def iter_source(path: str | Path, split: str, hub_timeout_s: float | None = None) -> Iterator[tuple[Source, Any]]:
+def iter_source(path: str | Path, split: str, hub_timeout_s: float | None) -> Iterator[tuple[Source, Any]]:
     """(source, raw record) of a JSON/JSON Lines file, a Parquet file or a hub dataset (loaded within
     ``hub_timeout_s`` seconds; None: no bound)."""
     name = str(path)
@@ -358,11 +399,10 @@ def _non_json_at(value: Any, where: str) -> tuple[str, str] | None:
 
 
 def _read(
-    path: str | Path, split: str, on_error: OnError, options: Mapping[str, Any], build: Callable[..., Any]
+    path: str | Path, split: str, options: CustomOptions, policy: ReadPolicy, build: Callable[..., Any]
 ) -> ShapedReadResult:
     """Detect the first record's shape, hold every record to it, and build each with ``build``."""
-    check_on_error(on_error)
-    layout = Layout.from_options(options)
+    layout = Layout.of(options, policy.turn_field)
     first: dict[str, Any] = {}
 
     def parse(raw: Any, source: Source):
@@ -386,12 +426,9 @@ def _read(
             rid = content_id(used)
         return build(layout, record, source, rid, kind)
 
-    timeout = options.get("hub_timeout_s")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
-        raise ConfigError(f"data.hub_timeout_s: a number of seconds > 0 (or null: no bound), got {timeout!r}")
-    records = iter_source(path, split, timeout)
-    duplicates = "error" if split == "test" else duplicate_policy(options)
-    result = collect(str(path), records, parse, on_error, duplicates)
+    records = iter_source(path, split, options.hub_timeout_s)
+    duplicates = "error" if split == "test" else policy.duplicates
+    result = collect(str(path), records, parse, policy.on_error, duplicates)
     return ShapedReadResult(result.path, result.examples, result.skipped, result.counts, shape=first.get("shape", ""))
 
 
@@ -430,7 +467,7 @@ def _wrong_split(shape: str, split: str, source: Source, wanted: str) -> DataFor
     return source.error("<record>", f"{wanted} for data.files.{split}, got a {shape} record")
 
 
-def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+def read_sft(path: str | Path, options: CustomOptions, policy: ReadPolicy) -> ShapedReadResult:
     """Conversations (messages) or prompt/completion records to supervise."""
 
     def build(layout: Layout, record, source: Source, rid: str, shape: str) -> SFTExample:
@@ -442,10 +479,10 @@ def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -
             return SFTExample(rid, turns, meta)
         raise _wrong_split(shape, "train", source, "messages or prompt/completion records (pairs: data.files.pairs)")
 
-    return _read(path, "train", on_error, options, build)
+    return _read(path, "train", options, policy, build)
 
 
-def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+def read_pairs(path: str | Path, options: CustomOptions, policy: ReadPolicy) -> ShapedReadResult:
     """prompt/chosen/rejected records."""
 
     def build(layout: Layout, record, source: Source, rid: str, shape: str) -> PreferenceExample:
@@ -461,10 +498,10 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
         meta = {"task": label} if (label := _label(layout, record, source)) else {}
         return PreferenceExample(rid, prompt, chosen, rejected, meta)
 
-    return _read(path, "pairs", on_error, options, build)
+    return _read(path, "pairs", options, policy, build)
 
 
-def read_labelled(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+def read_labelled(path: str | Path, options: CustomOptions, policy: ReadPolicy) -> ShapedReadResult:
     """prompt/completion/label records: a completion labelled desirable (``true``) or undesirable (``false``)."""
 
     def build(layout: Layout, record, source: Source, rid: str, shape: str) -> LabelledExample:
@@ -479,14 +516,14 @@ def read_labelled(path: str | Path, *, on_error: OnError = "raise", **options: A
             rid, _prompt(layout, record, source), _reply(layout, record, "completion", source), label, meta
         )
 
-    return _read(path, "labelled", on_error, options, build)
+    return _read(path, "labelled", options, policy, build)
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ShapedReadResult:
+def read_test(path: str | Path, options: CustomOptions, policy: ReadPolicy) -> ShapedReadResult:
     """Prompts with references: the last assistant turn of a conversation, or the completion.
 
     The label defaults to the file's name (one group); its rubrics come from ``task_dimensions``."""
-    dimensions = _task_dimensions(options.get("task_dimensions"))
+    dimensions = options.task_dimensions or {}
     default_task = Path(str(path)).stem if not str(path).startswith(HUB_PREFIX) else str(path).rsplit("/", 1)[-1]
 
     def build(layout: Layout, record, source: Source, rid: str, shape: str) -> EvalExample:
@@ -501,22 +538,12 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
             raise _wrong_split(shape, "test", source, "messages or prompt/completion records")
         label = _label(layout, record, source)
         task = label or default_task
-        return EvalExample(rid, prompt, reference, task, {"dimensions": list(dimensions.get(task, []))})
+        rubrics = dimensions[task] if task in dimensions else ()  # a label without rubrics: reference metrics only
+        return EvalExample(rid, prompt, reference, task, {"dimensions": list(rubrics)})
 
-    return _read(path, "test", on_error, options, build)
-
-
-def _task_dimensions(table: Any) -> dict[str, list[str]]:
-    if table is None:
-        return {}
-    if not isinstance(table, Mapping):
-        raise ConfigError(f"data.task_dimensions must map test labels to rubric lists, got {type_name(table)}")
-    out = {}
-    for label, dims in table.items():
-        if not isinstance(dims, list) or not all(isinstance(d, str) for d in dims):
-            raise ConfigError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
-        out[str(label)] = list(dims)
-    return out
+    return _read(path, "test", options, policy, build)
 
 
-FORMATS.register("custom")(DataFormat(train=read_sft, pairs=read_pairs, labelled=read_labelled, test=read_test))
+FORMATS.register("custom")(
+    DataFormat(CustomOptions, train=read_sft, pairs=read_pairs, labelled=read_labelled, test=read_test)
+)

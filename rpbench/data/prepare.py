@@ -69,14 +69,11 @@ def _read_file(data: DataSettings, split: str, name: str, file: str | None = Non
         path: str | Path = name
     else:
         path = resolve_data_file(name, configured, data.hf_dataset, data.name)
-    options = data.reader_options()
-    if split != "train":
-        return readers.read(data.format, split, path, on_error=data.on_error, **options)
-    field = supervision.turn_field(data.supervise)
-    result = readers.read(data.format, split, path, on_error=data.on_error, turn_field=field, **options)
-    if not all(isinstance(example, SFTExample) for example in result.examples):
+    policy = data.policy(split)
+    result = readers.read(data.format, split, path, data.options, policy)
+    if split != "train" or not all(isinstance(example, SFTExample) for example in result.examples):
         return result  # scenarios to play (format conversation): no turns to supervise
-    supervision.check_found(field, configured)
+    supervision.check_found(policy.turn_field, configured)
     result.examples, counts = supervision.apply_supervision(result.examples, data.supervise, data.speaker, configured)
     result.counts.update(counts)
     return result

@@ -1,9 +1,10 @@
 """One entry point over the benchmark readers, and the file/record plumbing they share.
 
-``read(format, split, path, on_error=..., **options)`` dispatches to the ``DataFormat`` registered in
+``read(format, split, path, options, policy)`` dispatches to the ``DataFormat`` registered in
 ``FORMATS`` under ``format`` (each format module registers its own; ``rpbench.data`` imports them):
 split ``train``, ``pairs``, ``labelled`` (KTO's labelled completions) or ``test`` -> that format's reader for
-the split.
+the split. ``options`` are the format's own settings (its ``options`` class: the keys only its data configs
+have, typed and checked with the ``data`` group).
 
 Files are JSON Lines (one object per line, blank lines ignored) or one JSON document, in UTF-8 with or
 without a byte-order mark; a file whose first non-blank character is ``[`` is read as a JSON list,
@@ -13,9 +14,9 @@ named in errors by 1-based line number (JSON Lines) or by 0-based index and id (
 Every string of a record (keys included) must be valid Unicode: a lone UTF-16 surrogate such as
 ``"\\ud800"`` is a record error. A record without an id is identified by its content (``content_id``),
 so its id, and the train/validation split, survive renaming the file or adding lines. Two such records of
-identical content are duplicates, handled as the reader's ``duplicates`` option says (``DUPLICATE_POLICIES``:
-``drop`` the repeats, ``keep`` them under the ids ``<id>#2``, ``#3``..., or ``error``; a reader given none,
-as every test split, is strict: ``error``). A repeated id a record names itself is always an error (under
+identical content are duplicates, handled as the ``ReadPolicy``'s ``duplicates`` says (``DUPLICATE_POLICIES``:
+``drop`` the repeats, ``keep`` them under the ids ``<id>#2``, ``#3``..., or ``error``; a direct call's policy,
+``STRICT``, and every test split are strict: ``error``). A repeated id a record names itself is always an error (under
 ``on_error=skip`` the repeat is skipped and counted).
 """
 
@@ -31,12 +32,12 @@ from typing import Any, TypeVar
 
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.core.registry import Registry
+from rpbench.core.typed import Settings
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.records import Turn
 from rpbench.data.supervision import SPEAKER_KEY, TurnField
 
 T = TypeVar("T")
-Reader = Callable[..., ReadResult]
 
 SPLITS: tuple[str, ...] = ("train", "pairs", "labelled", "test")
 ON_ERROR_CHOICES: tuple[str, ...] = ("raise", "skip")
@@ -48,14 +49,60 @@ DUPLICATE_POLICIES: tuple[str, ...] = ("drop", "keep", "error")
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark, which some editors write first
 
 
+def check_on_error(on_error: str) -> None:
+    if on_error not in ON_ERROR_CHOICES:
+        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FormatOptions(Settings):
+    """The keys of a format's data configs that no other format has (``data.task_dimensions``, ``data.image_root``...):
+    each format subclasses it with its own fields, parsed with the ``data`` group (``rpbench.data.settings``)."""
+
+    def image_folder(self) -> Path | None:
+        """The folder the records' image paths start from on this machine (None: images are not read here)."""
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoRubrics(FormatOptions):
+    """The options of a format whose test records carry no judge rubrics: ``task_dimensions`` is null (the key
+    its data configs share with the RoleMRC layout's, which names each test label's rubrics there)."""
+
+    task_dimensions: None
+
+
+@dataclass(frozen=True)
+class ReadPolicy:
+    """How a file is read besides its format's options: a bad record stops the read or is skipped
+    (``on_error``), identical records without an id are dropped, kept or refused (``duplicates``), the
+    assistant turns a training conversation trains on (``turn_field``: ``data.supervise``'s per-turn field,
+    None: all) and the prompt templates' wording (``prompts_source``: None, rpbench's)."""
+
+    on_error: OnError
+    duplicates: str
+    turn_field: TurnField | None
+    prompts_source: str | None
+
+    def __post_init__(self) -> None:
+        check_on_error(self.on_error)
+        if self.duplicates not in DUPLICATE_POLICIES:
+            raise ConfigError(f"data.duplicates: one of {', '.join(DUPLICATE_POLICIES)}, got {self.duplicates!r}")
+
+
+Reader = Callable[[str | Path, FormatOptions, ReadPolicy], ReadResult]
+
+
 @dataclass(frozen=True)
 class DataFormat:
-    """A benchmark's readers, one per split it offers (None: no such split).
+    """A benchmark's readers, one per split it offers (None: no such split), and the settings class of the
+    keys only its data configs have (``options``).
 
-    A reader is ``fn(path, *, on_error="raise", **options) -> ReadResult``; ``options`` are the data
-    config's reader options (``rpbench.data.prepare.READER_OPTIONS``), ignored where unused.
+    A reader is ``fn(path, options, policy) -> ReadResult``: ``options`` an instance of ``options``,
+    ``policy`` a ``ReadPolicy``.
     """
 
+    options: type[FormatOptions]
     train: Reader | None = None
     pairs: Reader | None = None
     test: Reader | None = None
@@ -65,8 +112,13 @@ class DataFormat:
 FORMATS = Registry("data format")
 
 
-def read(format: str, split: str, path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult:
-    """Read ``path`` as ``split`` of benchmark ``format``; see the format module for its options."""
+# A direct call's policy: a bad record raises, a duplicate is an error, every assistant turn trained on,
+# rpbench's prompt wording (a run reads as its data config says: DataSettings.policy).
+STRICT = ReadPolicy(on_error="raise", duplicates="error", turn_field=None, prompts_source=None)
+
+
+def read(format: str, split: str, path: str | Path, options: FormatOptions, policy: ReadPolicy = STRICT) -> ReadResult:
+    """Read ``path`` as ``split`` of benchmark ``format`` with its ``options`` (the format's options class)."""
     data_format = FORMATS.get(format)
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
@@ -74,7 +126,9 @@ def read(format: str, split: str, path: str | Path, *, on_error: OnError = "rais
     if reader is None:
         offered = [s for s in SPLITS if getattr(data_format, s) is not None]
         raise ValueError(f"format {format!r} has no {split!r} split; choose one of {', '.join(offered)}")
-    return reader(path, on_error=on_error, **options)
+    if not isinstance(options, data_format.options):
+        raise TypeError(f"format {format!r} reads with {data_format.options.__name__}, got {type(options).__name__}")
+    return reader(path, options, policy)
 
 
 # -- records and their sources ------------------------------------------------------------------------
@@ -107,11 +161,6 @@ def existing_file(path: str | Path) -> Path:
         resolved = "" if p.is_absolute() else f" (resolved: {p.resolve()})"
         raise FileNotFoundError(f"data file not found: {p}{resolved}")
     return p
-
-
-def check_on_error(on_error: str) -> None:
-    if on_error not in ON_ERROR_CHOICES:
-        raise ValueError(f"on_error must be one of {', '.join(ON_ERROR_CHOICES)}, got {on_error!r}")
 
 
 def load_document(path: Path) -> Any:
@@ -188,15 +237,6 @@ def _first_byte(path: Path) -> bytes:
             if stripped := chunk.lstrip():
                 return stripped[:1]
     return b""
-
-
-def duplicate_policy(options: Mapping[str, Any]) -> str:
-    """The ``duplicates`` option of a reader's options (the data config's ``data.duplicates``); a reader
-    given none (a test split, a direct call) is strict: ``error``."""
-    policy = options.get("duplicates") or "error"
-    if policy not in DUPLICATE_POLICIES:
-        raise ConfigError(f"data.duplicates: one of {', '.join(DUPLICATE_POLICIES)}, got {policy!r}")
-    return policy
 
 
 def collect(

@@ -9,27 +9,29 @@
   [str, ...]}``; ``generated`` holds the reference answers (for general instructions, several RoleGPT
   answers).
 
-Option ``rolebench`` (the data config's table): ``split``, ``subsets``, ``profiles`` (paths inside the
-root) and ``system_prompt``, a template with ``{role}`` and ``{description}``: the system turn each
-question is asked under. A record's reference is the first of ``generated`` (the one reference of RoleMRC's
+Option ``rolebench`` (the data config's table, ``RoleBenchLayout``): ``split``, ``subsets``, ``profiles``
+(paths inside the root) and ``system_prompt``, a template with ``{role}`` and ``{description}``: the system
+turn each question is asked under. A record's reference is the first of ``generated`` (the one reference of RoleMRC's
 converted files, and of OpenCompass's RoleBench loader); ``meta["references"]`` keeps them all. Records are
 labelled by subset (``task``); ids are ``<subset>/`` plus ``readers.content_id``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rpbench.core.errors import ConfigError, DataFormatError
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.core.typed import Problem, Settings
+from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    NoRubrics,
+    ReadPolicy,
     Source,
     as_object,
-    check_on_error,
     content_id,
     load_document,
     read_file,
@@ -39,15 +41,33 @@ from rpbench.data.readers import (
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.templates import Template
 
-OPTION_KEYS = ("split", "subsets", "profiles", "system_prompt")
+
+@dataclass(frozen=True, kw_only=True)
+class RoleBenchLayout(Settings):
+    """``data.rolebench``: which split and subsets of the download are read, where the role descriptions are,
+    and the system turn each question is asked under."""
+
+    split: str
+    subsets: tuple[str, ...]
+    profiles: str
+    system_prompt: str
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = [
+            (key, "a path inside the download") for key in ("split", "profiles") if not getattr(self, key)
+        ]
+        if not self.subsets:
+            found.append(("subsets", "at least one subset (general, role_specific)"))
+        if not self.system_prompt.strip():
+            found.append(("system_prompt", "a template with {role} and {description}"))
+        return found
 
 
-def _options(options: Mapping[str, Any]) -> dict[str, Any]:
-    table = options.get("rolebench")
-    missing = [k for k in OPTION_KEYS if not isinstance(table, Mapping) or table.get(k) in (None, "", [])]
-    if missing:
-        raise ConfigError(f"data.rolebench needs {', '.join(OPTION_KEYS)} (missing: {', '.join(missing)})")
-    return dict(table)
+@dataclass(frozen=True, kw_only=True)
+class RoleBenchOptions(NoRubrics):
+    """The keys of the ``rolebench`` format's data configs: the layout read (records are labelled by subset)."""
+
+    rolebench: RoleBenchLayout
 
 
 def read_descriptions(path: Path) -> dict[str, str]:
@@ -62,25 +82,24 @@ def read_descriptions(path: Path) -> dict[str, str]:
     return document
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
-    check_on_error(on_error)
-    opts = _options(options)
+def read_test(path: str | Path, options: RoleBenchOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
+    layout = options.rolebench
     root = Path(path)
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: expected the root folder of a RoleBench download (data.files.test)")
-    descriptions = read_descriptions(root / str(opts["profiles"]))
-    system = Template("rolebench_system", str(opts["system_prompt"]), "data.rolebench.system_prompt")
+    descriptions = read_descriptions(root / layout.profiles)
+    system = Template("rolebench_system", layout.system_prompt, "data.rolebench.system_prompt")
     if set(system.slots) != {"role", "description"}:
         raise ConfigError(f"data.rolebench.system_prompt: slots {{role}} and {{description}}, got {list(system.slots)}")
     combined: ReadResult[EvalExample] = ReadResult(str(root), counts={"duplicates": 0})
-    for subset in [str(s) for s in opts["subsets"]]:
-        file = root / str(opts["split"]) / subset / "test.jsonl"
+    for subset in layout.subsets:
+        file = root / layout.split / subset / "test.jsonl"
 
         def parse(raw: Any, source: Source, subset: str = subset) -> EvalExample:
             record = as_object(raw, source)
             role = require_str(record, "role", source)
             if role not in descriptions:
-                raise source.error("role", f"a role described in {opts['profiles']}, got {role!r}")
+                raise source.error("role", f"a role described in {layout.profiles}, got {role!r}")
             question = require_str(record, "question", source)
             answers = require_list(record, "generated", source)
             for i, answer in enumerate(answers):
@@ -90,7 +109,7 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
             meta = {"role": role, "references": list(answers), "dimensions": []}
             return EvalExample(f"{subset}/{content_id(record)}", prompt, answers[0], subset, meta)
 
-        part = read_file(file, parse, on_error)
+        part = read_file(file, parse, policy.on_error)
         combined.examples += part.examples
         combined.skipped += part.skipped
         combined.counts["duplicates"] += part.counts.get("duplicates", 0)
@@ -98,4 +117,4 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
     return combined
 
 
-FORMATS.register("rolebench")(DataFormat(test=read_test))
+FORMATS.register("rolebench")(DataFormat(RoleBenchOptions, test=read_test))

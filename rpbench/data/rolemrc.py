@@ -18,18 +18,20 @@ A pair whose chosen and rejected replies are the same (up to surrounding whitesp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.core.errors import ConfigError
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.core.typed import Problem
+from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    FormatOptions,
+    ReadPolicy,
     Source,
     as_object,
-    duplicate_policy,
     optional_str,
     parse_conversation,
     read_file,
@@ -72,21 +74,33 @@ ON_SCENE = [
 ]
 
 
-def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
-    """Conversations whose assistant turns are supervised. Options: ``duplicates``, ``turn_field`` (the
-    per-turn field of ``data.supervise``); others are ignored."""
+@dataclass(frozen=True, kw_only=True)
+class RoleMRCOptions(FormatOptions):
+    """The RoleMRC layout's key: each evaluated test label -> the judge rubrics it is scored on (null: test
+    records without rubrics, their label optional)."""
+
+    task_dimensions: Mapping[str, tuple[str, ...]] | None
+
+    def problems(self) -> list[Problem]:
+        if self.task_dimensions is not None and not self.task_dimensions:
+            return [("task_dimensions", "null or a table of test label -> judge rubric names")]
+        return []
+
+
+def read_sft(path: str | Path, options: RoleMRCOptions, policy: ReadPolicy) -> ReadResult[SFTExample]:
+    """Conversations whose assistant turns are supervised (those of ``policy.turn_field``)."""
 
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        turns = _turns(record, "conversations", source, last="assistant", turn_field=options.get("turn_field"))
+        turns = _turns(record, "conversations", source, last="assistant", turn_field=policy.turn_field)
         return SFTExample(rid, turns, _label_meta(record, source))
 
-    return read_file(path, parse, on_error, duplicate_policy(options))
+    return read_file(path, parse, policy.on_error, policy.duplicates)
 
 
-def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[PreferenceExample]:
-    """Preference pairs. Options: ``duplicates``; others are ignored."""
+def read_pairs(path: str | Path, options: RoleMRCOptions, policy: ReadPolicy) -> ReadResult[PreferenceExample]:
+    """Preference pairs."""
 
     def parse(raw: Any, source: Source) -> PreferenceExample:
         record = as_object(raw, source)
@@ -98,18 +112,18 @@ def read_pairs(path: str | Path, *, on_error: OnError = "raise", **options: Any)
             raise source.error("rejected", "a reply different from 'chosen' (an identical pair teaches nothing)")
         return PreferenceExample(rid, prompt, chosen, rejected, _label_meta(record, source))
 
-    return read_file(path, parse, on_error, duplicate_policy(options))
+    return read_file(path, parse, policy.on_error, policy.duplicates)
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+def read_test(path: str | Path, options: RoleMRCOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
     """Test prompts with references; ``meta["dimensions"]`` lists the judge rubrics of the label.
 
-    Options: ``task_dimensions``: test label -> rubric names (the data config's table); every record
-    needs a listed label. Without it (files in the same layout but unlabelled, e.g. the RoleBench test
-    files the RoleMRC authors scored) the label is optional, defaults to the file's stem, and records
-    have no rubrics. Other options are ignored.
+    With ``options.task_dimensions`` (test label -> rubric names) every record needs a listed label. Without
+    it (files in the same layout but unlabelled, e.g. the RoleBench test files the RoleMRC authors scored)
+    the label is optional, defaults to the file's stem, and records have no rubrics. Test records are read
+    strictly: a repeated id is an error.
     """
-    dimensions = _task_dimensions(options) if options.get("task_dimensions") is not None else None
+    dimensions = options.task_dimensions
 
     def parse(raw: Any, source: Source) -> EvalExample:
         record = as_object(raw, source)
@@ -124,7 +138,7 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
             raise source.error(LABEL_KEY, f"a test label listed in task_dimensions, got {task!r}")
         return EvalExample(rid, prompt, reference, task, {"dimensions": list(dimensions[task])})
 
-    return read_file(path, parse, on_error)
+    return read_file(path, parse, policy.on_error)
 
 
 def parse_label(label: str, source: Source) -> dict[str, Any]:
@@ -154,19 +168,4 @@ def _turns(record: Mapping[str, Any], key: str, source: Source, *, last: str, tu
     )
 
 
-def _task_dimensions(options: Mapping[str, Any]) -> dict[str, list[str]]:
-    table = options.get("task_dimensions")
-    if not isinstance(table, Mapping) or not table:
-        raise ConfigError(
-            "rolemrc.read_test needs options['task_dimensions']: a mapping from each test label "
-            "to its judge rubric names (the data config's task_dimensions table)"
-        )
-    out: dict[str, list[str]] = {}
-    for label, dims in table.items():
-        if isinstance(dims, str) or not isinstance(dims, Sequence) or not all(isinstance(d, str) for d in dims):
-            raise ConfigError(f"data.task_dimensions[{label!r}] must be a list of rubric names, got {dims!r}")
-        out[str(label)] = list(dims)
-    return out
-
-
-FORMATS.register("rolemrc")(DataFormat(train=read_sft, pairs=read_pairs, test=read_test))
+FORMATS.register("rolemrc")(DataFormat(RoleMRCOptions, train=read_sft, pairs=read_pairs, test=read_test))

@@ -19,11 +19,12 @@ inferred from its input alone (R-EMI conditions on it); the authors' CoRL data c
 split, shift, category, persona, character, the dialogue context (``dialogue``: role/content dicts), the
 prompt slots (``x``) and the reasoning when present.
 
-Options: ``test_splits`` (default TEST_SPLITS) for ``read_test``, ``train_splits``
-(default TRAIN_SPLITS) for ``read_sft``; ``reasoning_in_target`` (``data.reasoning_in_target``, the
-Thinking recipes) makes ``read_sft`` supervise each sample's reasoning before its golden response
-(``reasoning_target``; a training sample without reasoning is then an error); ``policy_prompt`` (tagged |
-naive) and ``prompts_source`` (``prompts.source``) choose the prompt. Other options are ignored.
+Options (``RPGBenchOptions``, the data config's keys): ``test_splits`` for ``read_test`` (``read_sft`` reads
+TRAIN_SPLITS; ``read_training_samples`` any); ``reasoning_in_target`` (the Thinking recipes) makes ``read_sft``
+supervise each sample's reasoning before its golden response (``reasoning_target``; a training sample without
+reasoning is then an error); ``policy_prompt`` (tagged | naive) and the policy's ``prompts_source``
+(``data.prompts_source``) choose the prompt; ``remid_estimator`` and ``remid_encoder_fallback`` are read by the
+rpgbench evaluator's config (``${data.remid_estimator}``).
 """
 
 from __future__ import annotations
@@ -32,19 +33,20 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rpbench.core.errors import DataFormatError
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.core.typed import Problem
+from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    FormatOptions,
+    ReadPolicy,
     Source,
     as_object,
-    check_on_error,
     checked_text,
     collect,
-    duplicate_policy,
     existing_file,
     load_document,
     optional_str,
@@ -68,22 +70,40 @@ SHIFTS: dict[str, str] = {
 }
 ID_CATEGORY = "IDTest"
 POLICY_PROMPTS = ("tagged", "naive")
+PolicyPrompt = Literal[POLICY_PROMPTS]  # type: ignore[valid-type]
 CONTEXT_KEYS = ("user_query", "agent_response")
 REASONING_KEYS = ("reasoning", "thought_policy_generation")  # ours, the authors' CoRL data's
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+@dataclass(frozen=True, kw_only=True)
+class RPGBenchOptions(FormatOptions):
+    """The keys of the ``rpgbench`` format's data configs (module docstring)."""
+
+    test_splits: tuple[str, ...]
+    policy_prompt: PolicyPrompt
+    reasoning_in_target: bool
+    remid_estimator: str | None  # the R-EMID estimator pair the rpgbench evaluator defaults to (null: none)
+    remid_encoder_fallback: bool | None  # evaluator.generalization.encoder_fallback's default (only the sample's)
+
+    only_some = ("remid_encoder_fallback",)
+
+    def problems(self) -> list[Problem]:
+        return [] if self.test_splits else [("test_splits", f"the test splits read, e.g. {list(TEST_SPLITS)}")]
+
+
+def read_test(path: str | Path, options: RPGBenchOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
     """Test samples; ``task`` is the subset tag, ``meta`` holds shift, split, character and persona."""
+    prompt = (options.policy_prompt, policy.prompts_source)
 
     def parse(raw: tuple[str, Any], source: Source) -> EvalExample:
         split, sample = raw
-        rid, source, prompt, golden, meta = _sample(sample, source, split, prompt_options(options))
+        rid, source, turns, golden, meta = _sample(sample, source, split, prompt)
         tag = require_str(sample, "subset_tag", source)
         if tag not in SHIFTS:
             raise source.error("subset_tag", f"one of {sorted(SHIFTS)}, got {tag!r}")
-        return EvalExample(rid, prompt, golden, tag, {"shift": SHIFTS[tag], "category": category_of(tag), **meta})
+        return EvalExample(rid, turns, golden, tag, {"shift": SHIFTS[tag], "category": category_of(tag), **meta})
 
-    return _read(path, options.get("test_splits", TEST_SPLITS), parse, on_error)
+    return _read(path, options.test_splits, parse, policy.on_error)
 
 
 def category_of(tag: str) -> str:
@@ -111,24 +131,22 @@ def replied_records(examples: Sequence[EvalExample], predictions: Mapping[str, s
     return Replied(kept, excluded)
 
 
-def prompt_options(options: dict[str, Any]) -> tuple[str, str | None]:
-    """(policy_prompt, prompts_source) from the reader options: the data config's ``policy_prompt`` and
-    ``prompts_source`` (conf/data/rpgbench.yaml)."""
-    layout = options.get("policy_prompt", POLICY_PROMPTS[0])  # direct library calls: the released layout
-    if layout not in POLICY_PROMPTS:
-        raise ValueError(f"data.policy_prompt must be one of {list(POLICY_PROMPTS)}, got {layout!r}")
-    return layout, options.get("prompts_source")
+def read_sft(path: str | Path, options: RPGBenchOptions, policy: ReadPolicy) -> ReadResult[SFTExample]:
+    """The training samples of TRAIN_SPLITS (``read_training_samples``)."""
+    return read_training_samples(path, TRAIN_SPLITS, options.policy_prompt, options.reasoning_in_target, policy)
 
 
-def read_sft(
-    path: str | Path, *, on_error: OnError = "raise", reasoning_in_target: bool = False, **options: Any
+def read_training_samples(
+    path: str | Path, splits: Sequence[str], layout: PolicyPrompt, reasoning_in_target: bool, policy: ReadPolicy
 ) -> ReadResult[SFTExample]:
-    """Training samples: the context followed by the golden response as the supervised turn (with
-    ``reasoning_in_target``, the sample's reasoning and then the golden response: ``reasoning_target``)."""
+    """Training samples of ``splits``, prompted in ``layout``: the context followed by the golden response as the
+    supervised turn (with ``reasoning_in_target``, the sample's reasoning and then the golden response:
+    ``reasoning_target``)."""
+    prompt = (layout, policy.prompts_source)
 
     def parse(raw: tuple[str, Any], source: Source) -> SFTExample:
         split, sample = raw
-        rid, source, prompt, golden, meta = _sample(sample, source, split, prompt_options(options))
+        rid, source, turns, golden, meta = _sample(sample, source, split, prompt)
         if (tag := optional_str(sample, "subset_tag", source)) is not None:
             meta["subset_tag"] = tag
         if reasoning_in_target:
@@ -138,22 +156,18 @@ def read_sft(
                     f"a reasoning text ({' or '.join(REASONING_KEYS)}): data.reasoning_in_target=true trains it",
                 )
             golden = reasoning_target(meta["reasoning"], golden)
-        return SFTExample(rid, (*prompt, Turn("assistant", golden)), meta)
+        return SFTExample(rid, (*turns, Turn("assistant", golden)), meta)
 
-    return _read(path, options.get("train_splits", TRAIN_SPLITS), parse, on_error, duplicate_policy(options))
+    return _read(path, splits, parse, policy.on_error, policy.duplicates)
 
 
-def _read(
-    path: str | Path, splits: Sequence[str] | str, parse, on_error: OnError, duplicates: str = "error"
-) -> ReadResult:
-    check_on_error(on_error)
+def _read(path: str | Path, splits: Sequence[str], parse, on_error: str, duplicates: str = "error") -> ReadResult:
     p = existing_file(path)
     document = load_document(p)
     if not isinstance(document, dict):
         raise DataFormatError(
             p, "file", "<document>", f"an object mapping split names to sample lists, got {type_name(document)}"
         )
-    splits = [splits] if isinstance(splits, str) else list(splits)
     for split in splits:
         if not isinstance(document.get(split), list):
             problem = "missing" if split not in document else f"got {type_name(document[split])}"
@@ -163,7 +177,7 @@ def _read(
     return collect(p, _records(p, document, splits), parse, on_error, duplicates)
 
 
-def _records(path: Path, document: Mapping[str, Any], splits: list[str]) -> Iterator[tuple[Source, Any]]:
+def _records(path: Path, document: Mapping[str, Any], splits: Sequence[str]) -> Iterator[tuple[Source, Any]]:
     for split in splits:
         for index, sample in enumerate(document[split]):
             source = Source(str(path), f"{split}[{index}]", positional=True)
@@ -225,4 +239,4 @@ def _context(items: list[Any], source: Source) -> list[Turn]:
     return turns
 
 
-FORMATS.register("rpgbench")(DataFormat(train=read_sft, test=read_test))
+FORMATS.register("rpgbench")(DataFormat(RPGBenchOptions, train=read_sft, test=read_test))

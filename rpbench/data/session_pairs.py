@@ -19,10 +19,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    NoRubrics,
+    ReadPolicy,
     Source,
     as_object,
     parse_conversation,
@@ -63,10 +65,8 @@ def parse_pair(raw: Any, source: Source) -> SessionPreferenceExample:
     return SessionPreferenceExample(rid, prompt, chosen, rejected, dict(meta))
 
 
-def read_pairs(
-    path: str | Path, *, on_error: OnError = "raise", **options: Any
-) -> ReadResult[SessionPreferenceExample]:
-    return read_file(path, parse_pair, on_error)
+def read_pairs(path: str | Path, options: NoRubrics, policy: ReadPolicy) -> ReadResult[SessionPreferenceExample]:
+    return read_file(path, parse_pair, policy.on_error)
 
 
-FORMATS.register("session_pairs")(DataFormat(pairs=read_pairs))
+FORMATS.register("session_pairs")(DataFormat(NoRubrics, pairs=read_pairs))

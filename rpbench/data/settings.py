@@ -1,9 +1,10 @@
 """The data stage's one input: ``DataSettings``, the ``data`` group typed and checked once by ``validate``.
 
 The keys every data config has (conf/data/common/default.yaml and each base config) are typed fields; the
-keys only some formats have (``task_dimensions``, ``image_root``, ``test_splits``...) stay as given in
-``options``, and the readers get those of them they take (``reader_options``). Reading the files, training,
-evaluation and the probes read the data settings from here, never from the composed config.
+keys only one format's configs have (``task_dimensions``, ``image_root``, ``test_splits``...) are that format's
+options (its ``DataFormat.options`` class, ``options``), parsed with the group and handed to its readers
+(``policy`` says how they read). Reading the files, training, evaluation and the probes read the data settings
+from here, never from the composed config.
 """
 
 from __future__ import annotations
@@ -14,28 +15,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Problem, Settings
-from rpbench.data.files import package_path
-from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES
-from rpbench.data.supervision import SUPERVISE_WHOLE
+from rpbench.data.readers import DUPLICATE_POLICIES, FORMATS, ON_ERROR_CHOICES, FormatOptions, ReadPolicy
+from rpbench.data.supervision import SUPERVISE_WHOLE, turn_field
 
-# The format options the readers take, when the data config sets them.
-READER_OPTIONS = (
-    "task_dimensions",
-    "image_root",
-    "test_splits",
-    "columns",
-    "tags",
-    "default_system",
-    "per_turn_samples",
-    "reasoning_in_target",
-    "policy_prompt",
-    "heldout",
-    "hub_timeout_s",
-    "record_shape",
-    "reference_judge",
-    "rolebench",
-)
+# data.files: split -> a file (null: none), or (test) set name -> a file or a list of files
+DataFiles = Mapping[str, str | Mapping[str, str | tuple[str, ...]] | None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +31,7 @@ class DataSettings(Settings):
     name: str
     format: str
     hf_dataset: str | None  # a hub dataset the file names are looked up in when not found locally
-    files: Mapping[str, Any]  # split -> a file, or (test) set name -> a file or a list of files
+    files: DataFiles
     val_fraction: float
     max_length: int
     max_prompt_length: int
@@ -58,9 +44,7 @@ class DataSettings(Settings):
     prompts_source: str | None
     supervise: str
     speaker: str | None
-    options: Mapping[str, Any]  # the keys of this format's configs alone, as given
-
-    open_keys = ("files", "options")
+    options: FormatOptions  # the keys of this format's configs alone (its DataFormat.options class)
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
@@ -78,45 +62,38 @@ class DataSettings(Settings):
             found.append(("supervise", f"{', '.join(SUPERVISE_WHOLE)} or a per-turn field's name"))
         if self.speaker is not None and not self.speaker.strip():
             found.append(("speaker", "null (every speaker) or a speaker's name"))
-        if not isinstance(self.files, Mapping):
-            found.append(("files", "a mapping of split to file"))
         return found
 
     @property
     def image_root(self) -> Path | None:
-        """Where ``data.image_root`` is on this machine (None when unset)."""
-        root = self.options.get("image_root")
-        return package_path(str(root)) if root else None
+        """Where ``data.image_root`` is on this machine (None: the format reads no images, or none is set)."""
+        return self.options.image_folder()
 
-    def reader_options(self) -> dict[str, Any]:
-        """The keyword options the format's readers get: the format options set, the duplicates policy and
-        the prompt source, the image folder resolved."""
-        options = {key: self.options[key] for key in READER_OPTIONS if self.options.get(key) is not None}
-        if "image_root" in options:
-            options["image_root"] = self.image_root
-        options["duplicates"] = self.duplicates
-        if self.prompts_source is not None:
-            options["prompts_source"] = self.prompts_source
-        return options
+    def policy(self, split: str) -> ReadPolicy:
+        """How the readers read ``split``: the error and duplicates policies and the prompts' wording; a
+        training file's conversations supervised as ``data.supervise`` says."""
+        field = turn_field(self.supervise) if split == "train" else None
+        return ReadPolicy(self.on_error, self.duplicates, field, self.prompts_source)
 
     def with_files(self, files: Mapping[str, Any]) -> DataSettings:
         """The same data read from other files."""
         return replace(self, files=types.MappingProxyType(dict(files)))
 
 
-def _grouped(values: Mapping[str, Any]) -> dict[str, Any]:
-    """The data group's plain values with the keys DataSettings does not type gathered under ``options``."""
-    typed = {f.name for f in fields(DataSettings)} - {"options"}
-    grouped = {key: value for key, value in values.items() if key in typed}
-    if isinstance(grouped.get("files"), Mapping):
-        grouped["files"] = types.MappingProxyType(dict(grouped["files"]))
-    options = {key: value for key, value in values.items() if key not in typed}
-    return {**grouped, "options": types.MappingProxyType(options)}
+SHARED_KEYS = frozenset(f.name for f in fields(DataSettings)) - {"options"}
 
 
 def data_settings_problems(values: Mapping[str, Any], problems: list[str]) -> DataSettings | None:
-    """The typed ``data`` group of plain ``values`` (the group resolved), or None with its problems added."""
-    return DataSettings.collect(_grouped(values), "data", problems)
+    """The typed ``data`` group of plain ``values`` (the group resolved), or None with its problems added: the
+    keys every data config has, and the others as the format's options."""
+    found_before = len(problems)
+    shared = {key: value for key, value in values.items() if key in SHARED_KEYS}
+    own = {key: value for key, value in values.items() if key not in SHARED_KEYS}
+    format = values.get("format")
+    options = FORMATS.get(format).options.collect(own, "data", problems) if format in FORMATS else None
+    # an unknown format (DataSettings names it) or options with problems: their place held, nothing returned
+    data = DataSettings.collect({**shared, "options": options or FormatOptions()}, "data", problems)
+    return data if len(problems) == found_before else None
 
 
 def data_spec(values: Mapping[str, Any]) -> DataSettings:
@@ -125,4 +102,8 @@ def data_spec(values: Mapping[str, Any]) -> DataSettings:
     from omegaconf import OmegaConf
 
     plain = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else values
-    return DataSettings.parse(_grouped(plain), "data")
+    problems: list[str] = []
+    data = data_settings_problems(plain, problems)
+    if data is None:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return data

@@ -25,7 +25,7 @@ from rpbench.eval.benchmarks.base import read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.judge_agreement import agreement_section, human_agreement_of_run
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generate import endpoint_fingerprint, generate_predictions, generate_via_endpoint, local_fingerprint
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.settings import EvaluatorSettings, JudgedSettings
 from rpbench.eval.stats import aggregate, paired_bootstrap
 from rpbench.models.vllm_engine import VLLMEngine
 from rpbench.scoring.chat.client import EndpointSettings, Usage
@@ -156,7 +156,7 @@ def compare(ev: EvaluatorSettings, scores: Sequence[Mapping[str, Any]]) -> dict[
 
 
 def judge_estimate(
-    settings: EvaluatorSettings, config: EndpointSettings, benchmark: Benchmark, examples: Sequence[EvalExample]
+    settings: JudgedSettings, config: EndpointSettings, benchmark: Benchmark, examples: Sequence[EvalExample]
 ) -> dict[str, Any]:
     """The judge's estimated cost of judging ``examples`` (``rpbench.scoring.judge.budget``); past
     ``judge.budget`` a JudgeBudgetError. The pipeline asks before it trains or generates anything."""
@@ -167,8 +167,7 @@ def judge_estimate(
     counts = benchmark.judge_requests(settings, examples)
     found = estimate(
         list(zip(counts, texts, strict=True)),
-        # a plugin's benchmark without a judge.max_tokens entry of its own: the longest reply of any
-        config.max_tokens.get(settings.name, max(config.max_tokens.values())),
+        settings.judge_max_tokens,
         config.price_input_per_1m,
         config.price_output_per_1m,
     )

@@ -1,9 +1,10 @@
 """The evaluation stage's typed settings (the ``evaluator`` config group), parsed once at startup.
 
 ``EvaluatorSettings`` holds what every evaluator shares: where generation runs and how it decodes, the
-reference metrics and their options, the bootstrap, the comparison run and the radar chart. A benchmark
-with keys of its own declares a subclass as its ``settings_class`` (rpbench/eval/benchmarks/base.py);
-every value comes from the YAML (conf/evaluator/*.yaml), none from code.
+reference metrics and their options, the bootstrap, the comparison run and the radar chart
+(conf/evaluator/common/default.yaml); a judged evaluator's (``JudgedSettings``) adds its judge's reply length.
+A benchmark with keys of its own declares a subclass as its ``settings_class``
+(rpbench/eval/benchmarks/base.py); every value comes from the YAML (conf/evaluator/*.yaml), none from code.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class GenerationEndpoint(Endpoint):
         re-asks, prices, budget or prompt limit)."""
         return EndpointSettings(
             backend="vllm",
-            model=str(self.model),
+            model=self.model,
             base_url=self.base_url,
             api_key_env=self.api_key_env,
             multimodal=True,
@@ -79,7 +80,6 @@ class GenerationEndpoint(Endpoint):
             retry_after_max_s=self.retry_after_max_s,
             temperature=0.0,
             top_p=None,
-            max_tokens={},
             parse_tries=1,
             parse_failure="exclude",
             warn_parse_failure_rate=1.0,
@@ -164,7 +164,7 @@ class BERTScoreSettings(Settings):
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluatorSettings(Settings):
-    """What every generating evaluator shares (conf/evaluator/rolemrc.yaml is the base the others extend)."""
+    """What every generating evaluator shares (conf/evaluator/common/default.yaml, which each extends)."""
 
     name: str
     backend: str
@@ -221,3 +221,15 @@ class EvaluatorSettings(Settings):
         options.update({name: as_dict(self.rouge) for name in ROUGE_TYPES})
         options["rougeLsum"] = {**options["rougeLsum"], **as_dict(self.rougeLsum)}
         return {name: options[name] for name in self.metrics if name in options}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgedSettings(EvaluatorSettings):
+    """A judged evaluator's settings: the generating evaluators' and its judge's reply length (the judge group
+    says only how the endpoint is reached and asked)."""
+
+    judge_max_tokens: int  # tokens the judge may reply with: this benchmark's verdict, review or scores
+
+    def problems(self) -> list[Problem]:
+        found = super().problems()
+        return found + ([] if self.judge_max_tokens >= 1 else [("judge_max_tokens", "an integer >= 1 (tokens)")])

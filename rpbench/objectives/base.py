@@ -141,15 +141,17 @@ class ObjectiveModule(L.LightningModule):
         """A sample's share of the global-batch mean: its supervised tokens (the first label is never one)."""
         return sum(label != IGNORE_INDEX for label in sample["labels"][1:])
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | ObjectiveSettings):
+    def __init__(self, model, tokenizer, cfg: ObjectiveSettings):
         """``model``/``tokenizer``: one model (the policy) or ``{name: ...}`` as ``models_to_build`` names them;
-        ``cfg``: the typed settings or the ``objective`` group they are built from."""
+        ``cfg``: the objective's typed settings (an instance of its ``config_class``)."""
         super().__init__()
         models = dict(model) if isinstance(model, Mapping) else {"policy": model}
         tokenizers = dict(tokenizer) if isinstance(tokenizer, Mapping) else {name: tokenizer for name in models}
         self.model_names = list(models)
         self.tokenizer, self.tokenizers = tokenizers[self.model_names[0]], tokenizers
-        self.config = cfg if isinstance(cfg, ObjectiveSettings) else self.config_class.parse(cfg, "objective")
+        if not isinstance(cfg, self.config_class):
+            raise TypeError(f"{type(self).__name__} takes {self.config_class.__name__}, got {type(cfg).__name__}")
+        self.config = cfg
         self._val_nll = self._val_tokens = None
         self._batch_started = 0.0
         self.backward_factor = 1  # set for the run's strategy in on_fit_start
@@ -213,19 +215,19 @@ class ObjectiveModule(L.LightningModule):
             if param.requires_grad:
                 (no_decay if name.endswith(NO_DECAY) or len(full_shape(param)) < 2 else decay).append(param)
         groups = [
-            {"params": decay, "weight_decay": float(cfg.weight_decay)},
+            {"params": decay, "weight_decay": cfg.weight_decay},
             {"params": no_decay, "weight_decay": 0.0},
         ]
         optimizer = adamw_class(self.trainer.strategy)(
             [group for group in groups if group["params"]],  # DeepSpeed's ZeRO optimizers refuse an empty group
-            lr=float(cfg.lr),
-            betas=tuple(float(b) for b in cfg.adam_betas),
-            eps=float(cfg.adam_eps),
+            lr=cfg.lr,
+            betas=cfg.adam_betas,
+            eps=cfg.adam_eps,
         )
         scheduler = get_scheduler(
-            str(cfg.scheduler),
+            cfg.scheduler,
             optimizer,
-            num_warmup_steps=math.ceil(float(cfg.warmup_ratio) * total_steps),
+            num_warmup_steps=math.ceil(cfg.warmup_ratio * total_steps),
             num_training_steps=total_steps,
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -34,7 +34,7 @@ from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.models.generation import GenerationSettings, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
-from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, judge_reply_length_problems
+from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, NoJudge
 from rpbench.scoring.judge.conversation import (
     Simulator,
     ask_simulator,
@@ -47,6 +47,7 @@ from rpbench.scoring.rewards import (
     REWARDS,
     RewardFn,
     build_reward_fns,
+    reply_length_problems,
     score_rewards,
     weighted_sum,
 )
@@ -64,10 +65,8 @@ class ConversationEnvSettings(Settings):
     max_turns: int
     simulator: Simulator
     rubric: Mapping[str, str]
-    judge: Mapping[str, Any]
-    rewards: tuple[Mapping[str, Any], ...]
-
-    open_keys: ClassVar[tuple[str, ...]] = ("judge", "rewards")
+    judge: EndpointSettings | NoJudge  # the judge group (${judge}): it plays the user and judges sessions
+    rewards: tuple[Mapping[str, Any], ...]  # entries of the reward registry (rpbench.scoring.rewards.read_entries)
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
@@ -77,7 +76,7 @@ class ConversationEnvSettings(Settings):
             found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
         if self.simulator.server is not None:
             found.append(("simulator.server", "null: the judge's endpoint (or simulator.base_url) plays the user"))
-        if str(dict(self.judge).get("backend")) == "none":
+        if isinstance(self.judge, NoJudge):
             found.append(("judge", "a judge to play the user (judge=local|openai|vllm), not judge=none"))
         if not self.rewards:
             found.append(("rewards", "at least one reward of a session"))
@@ -88,7 +87,8 @@ class ConversationEnvSettings(Settings):
 class SessionJudgeReward:
     """The session judge's verdict on the rubric as one number in [0, 1] per session (``session_score``).
 
-    Called with the sessions' records (``Session.record``) as ``prompts``. A verdict the judge cannot give
+    Called with the sessions' records (``Session.record``) as ``prompts``; the judge replies with at most
+    ``max_tokens`` tokens (every dimension's score and the flagged turns). A verdict the judge cannot give
     (unparseable after ``judge.parse_tries``, or a failed request) scores ``failure_reward`` and is counted in
     ``failures`` (GRPO logs them).
     """
@@ -99,7 +99,7 @@ class SessionJudgeReward:
     @staticmethod
     def kwargs_problems(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
         rubric, weights = kwargs["rubric"], kwargs["weights"]
-        found = judge_reply_length_problems(kwargs["judge"], "conversation")
+        found = reply_length_problems(kwargs["max_tokens"])
         if weights is None or not isinstance(rubric, Mapping):
             return found
         if not isinstance(weights, Mapping) or set(weights) - set(rubric):
@@ -116,18 +116,18 @@ class SessionJudgeReward:
         judge: EndpointSettings,
         rubric: Mapping[str, str],
         weights: Mapping[str, float] | None,
+        max_tokens: int,
         failure_reward: float,
         *,
         opener: ClientOpener,
     ):
-        self.rubric, self.weights = dict(rubric), dict(weights) if weights else None
+        self.rubric, self.weights, self.max_tokens = dict(rubric), dict(weights) if weights else None, max_tokens
         self.failure_reward, self.failures = float(failure_reward), 0
         self._stack = ExitStack()
         self.client = self._stack.enter_context(opener(judge))
 
     def __call__(self, prompts, completions, references) -> list[float]:
-        max_tokens = self.client.config.max_tokens_for("conversation")
-        judged = judge_sessions(self.client, prompts, self.rubric, max_tokens)
+        judged = judge_sessions(self.client, prompts, self.rubric, self.max_tokens)
         scores = [session_score(j["scores"], self.weights) if j["status"] == "ok" else None for j in judged]
         failed = sum(s is None for s in scores)
         if failed:
@@ -183,7 +183,7 @@ class ConversationEnv:
     def __init__(self, settings: ConversationEnvSettings, judges: ClientOpener, renderer: ChatRenderer):
         self.settings, self.renderer = settings, renderer
         self._stack = ExitStack()
-        config = EndpointSettings.parse(dict(settings.judge), "env.judge")
+        config = settings.judge
         judge = self._stack.enter_context(judges(config))
         self.simulator = self._stack.enter_context(open_simulator(judge, settings.simulator, None, "env.simulator"))
         # the session judge asks the judge opened here (one local server for the simulator and the judge)

@@ -174,38 +174,38 @@ class CoRLSettings(GroupSamplingSettings):
         return once_per_key(found, rollouts)
 
     def max_completion_length(self, phase: str) -> int:
-        return int(self.reasoner_max_completion_length if phase == REASONER else self.dialogue_max_completion_length)
+        return self.reasoner_max_completion_length if phase == REASONER else self.dialogue_max_completion_length
 
     def generation(self, phase: str) -> GenerationSettings:
         """How a phase's completions are sampled."""
         return rollout_options(
             max_new_tokens=self.max_completion_length(phase),
-            temperature=float(self.temperature),
-            top_p=float(self.top_p),
-            top_k=int(self.top_k),
-            cache=str(self.generation_cache),
-            gather_per_batch=bool(self.gather_per_batch),
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            cache=self.generation_cache,
+            gather_per_batch=self.gather_per_batch,
         )
 
     def reasoning_generation(self) -> GenerationSettings:
         """How the reasoner writes the thoughts the dialogue phase conditions on."""
         return rollout_options(
-            max_new_tokens=int(self.reasoner_max_completion_length),
-            temperature=float(self.reasoning_temperature),
-            top_p=float(self.top_p),
-            top_k=int(self.top_k),
-            cache=str(self.generation_cache),
-            gather_per_batch=bool(self.gather_per_batch),
+            max_new_tokens=self.reasoner_max_completion_length,
+            temperature=self.reasoning_temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            cache=self.generation_cache,
+            gather_per_batch=self.gather_per_batch,
         )
 
     def update(self, phase: str) -> UpdateSettings:
         return UpdateSettings(
-            mu=int(self.mu),
-            eps_low=float(self.epsilon_low),
-            eps_high=float(self.epsilon_high),
-            aggregation=str(self.loss_aggregation),
+            mu=self.mu,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            aggregation=self.loss_aggregation,
             max_completion_length=self.max_completion_length(phase),
-            mask_truncated=bool(self.mask_truncated),
+            mask_truncated=self.mask_truncated,
             chunk_size=self.backward_chunk_size,
             beta=0.0,
         )
@@ -288,7 +288,7 @@ class CoRLModule(GRPOModule):
             samples.append({**rendered.as_sample(), "id": example.id, "x": asdict(x), "reference": golden})
         return samples, empty
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | CoRLSettings, judges: ClientOpener = open_client):
+    def __init__(self, model, tokenizer, cfg: CoRLSettings, judges: ClientOpener = open_client):
         ObjectiveModule.__init__(self, model, tokenizer, cfg)
         cfg = self.config
         self.automatic_optimization = False
@@ -296,7 +296,7 @@ class CoRLModule(GRPOModule):
         self.num_generations, self.mu = cfg.num_generations, cfg.mu
         self.advantage_scale = cfg.advantage_scale
         self.chunk_size, self.clip_grad_norm = cfg.backward_chunk_size, cfg.clip_grad_norm
-        self.schedule = Schedule(int(cfg.iterations), int(cfg.reasoner_steps), int(cfg.dialogue_steps))
+        self.schedule = Schedule(cfg.iterations, cfg.reasoner_steps, cfg.dialogue_steps)
         self.seed = cfg.generation_seed
         self.rewards = {
             REASONER: build_reward_fns(cfg.reasoner_rewards, "objective.reasoner_rewards", judges),
@@ -319,7 +319,7 @@ class CoRLModule(GRPOModule):
 
     def on_models_built(self) -> None:
         cfg = self.config
-        self.shared = bool(cfg.shared_base)
+        self.shared = cfg.shared_base
         if self.shared:
             self._add_reasoner_adapter()
         dialogue_tokenizer = self.tokenizers[self.model_names[0]]
@@ -335,7 +335,7 @@ class CoRLModule(GRPOModule):
             REASONER: default_stop_ids(models.get(REASONER, self.model), self.phase_tokenizers[REASONER]),
         }
         self.renderers = {
-            name: ChatRenderer(tok, tok.convert_ids_to_tokens(self.stop_ids[name][0]), int(cfg.score_max_length))
+            name: ChatRenderer(tok, tok.convert_ids_to_tokens(self.stop_ids[name][0]), cfg.score_max_length)
             for name, tok in self.phase_tokenizers.items()
         }
 

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rpbench.core.atomic import partial_path, publish
-from rpbench.data import readers
+from rpbench.data.readers import STRICT
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
+from rpbench.data.rpgbench import read_training_samples
 from rpbench.objectives.grpo import prompt_and_reference
 
 
@@ -60,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--prompts-source", default=None, help="a DAMO-ConvAI clone: the authors' templates instead of rpbench's"
     )
     args = parser.parse_args(argv)
-    examples = readers.read("rpgbench", "train", args.rpgbench_file, train_splits=args.splits).examples
+    # the released prompt layout: the records' prompt slots (meta["x"]) are what the chats are built from
+    examples = read_training_samples(args.rpgbench_file, args.splits, "tagged", False, STRICT).examples
     thought, pxy = cold_start_records(examples, remid_prompts(args.prompts_source))
     args.out_dir.mkdir(parents=True, exist_ok=True)
     write_jsonl(thought, args.out_dir / "thought_sft.jsonl")

@@ -18,7 +18,7 @@ chosen replies' per-token NLL (``val/chosen_nll``; its exp is the run's held-out
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,7 +213,7 @@ class PreferenceModule(ObjectiveModule):
     @property
     def logs_chosen_nll(self) -> bool:
         """Whether the chosen replies' NLL is part of the loss (and so logged apart)."""
-        return bool(self.nll_weight)
+        return self.nll_weight != 0
 
     def training_step(self, batch, batch_idx):
         terms = self.pair_terms(batch)
@@ -280,7 +280,7 @@ class DPOModule(PreferenceModule):
     loss_name = "dpo_loss"
     config_class = DPOSettings
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | DPOSettings):
+    def __init__(self, model, tokenizer, cfg: DPOSettings):
         super().__init__(model, tokenizer, cfg)
         self.nll_weight = self.config.sft_weight
         self.beta, self.loss_type = self.config.beta, self.config.loss_type

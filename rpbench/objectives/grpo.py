@@ -360,14 +360,14 @@ class GRPOSettings(GroupSamplingSettings):
     def update(self) -> UpdateSettings:
         """How a generation batch updates the policy."""
         return UpdateSettings(
-            mu=int(self.mu),
-            eps_low=float(self.epsilon_low),
-            eps_high=float(self.epsilon_high),
-            aggregation=str(self.loss_aggregation),
-            max_completion_length=int(self.max_completion_length),
-            mask_truncated=bool(self.mask_truncated),
+            mu=self.mu,
+            eps_low=self.epsilon_low,
+            eps_high=self.epsilon_high,
+            aggregation=self.loss_aggregation,
+            max_completion_length=self.max_completion_length,
+            mask_truncated=self.mask_truncated,
             chunk_size=self.backward_chunk_size,
-            beta=float(self.beta),
+            beta=self.beta,
         )
 
     def conversation_env(self) -> ConversationEnvSettings | None:
@@ -377,12 +377,12 @@ class GRPOSettings(GroupSamplingSettings):
     def generation(self) -> GenerationSettings:
         """How completions are sampled."""
         return rollout_options(
-            max_new_tokens=int(self.max_completion_length),
-            temperature=float(self.temperature),
-            top_p=float(self.top_p),
-            top_k=int(self.top_k),
-            cache=str(self.generation_cache),
-            gather_per_batch=bool(self.gather_per_batch),
+            max_new_tokens=self.max_completion_length,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            cache=self.generation_cache,
+            gather_per_batch=self.gather_per_batch,
         )
 
 
@@ -450,7 +450,7 @@ class GRPOModule(ObjectiveModule):
         self,
         model,
         tokenizer,
-        cfg: Mapping[str, Any] | GRPOSettings,
+        cfg: GRPOSettings,
         judges: ClientOpener = open_client,
         renderer: ChatRenderer | None = None,
     ):
@@ -622,7 +622,7 @@ class GRPOModule(ObjectiveModule):
     def on_before_optimizer_step(self, optimizer) -> None:
         super().on_before_optimizer_step(optimizer)  # logs the norm before clipping, as in automatic mode
         if self.clip_grad_norm:
-            self.clip_gradients(optimizer, gradient_clip_val=float(self.clip_grad_norm), gradient_clip_algorithm="norm")
+            self.clip_gradients(optimizer, gradient_clip_val=self.clip_grad_norm, gradient_clip_algorithm="norm")
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
         elapsed = time.perf_counter() - self._batch_started

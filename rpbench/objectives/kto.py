@@ -17,7 +17,7 @@ undesirable completions, and the KL estimate.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,7 @@ class KTOModule(ObjectiveModule):
         """Every completion weighs the same in the global-batch mean."""
         return 1
 
-    def __init__(self, model, tokenizer, cfg: Mapping[str, Any] | KTOSettings):
+    def __init__(self, model, tokenizer, cfg: KTOSettings):
         super().__init__(model, tokenizer, cfg)
         self._val_sums: torch.Tensor | None = None
 

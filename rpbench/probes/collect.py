@@ -73,7 +73,7 @@ def collect_frequencies(
     model: nn.Module,
     batches: Iterable[Mapping[str, torch.Tensor]],
     dims_per_batch: Iterable[Sequence],
-    cfg: Mapping | ProbeSettings,
+    settings: ProbeSettings,
 ) -> FrequencyStats:
     """Top-p% frequencies of `model`'s probed activations, per evaluation dimension.
 
@@ -81,9 +81,8 @@ def collect_frequencies(
         optional `prompt_lengths` [B] (real prompt tokens per row; default: whole row);
         every other key is passed to the model. `position_ids` default to real-token counts.
     dims_per_batch: per batch, one entry per sample: a dimension name or a list of names.
-    cfg: the probe config (`modules`, `top_percent`, `by`, `position`) or ProbeSettings.
+    settings: what is observed and counted.
     """
-    settings = cfg if isinstance(cfg, ProbeSettings) else ProbeSettings.from_cfg(cfg)
     _check_unsharded(model)
     points = resolve_hook_points(model, settings.modules)
     stats = FrequencyStats([p.key for p in points], settings)

@@ -36,7 +36,7 @@ from rpbench.probes.compare import compare_runs
 from rpbench.probes.io import STATS_FILE, SUMMARY_FILE, load_stats, save_stats
 from rpbench.probes.prompts import prompt_batches
 from rpbench.probes.restraint import restrain, select_neurons
-from rpbench.probes.stats import BY_CHOICES, POSITION_CHOICES, ProbeSettings
+from rpbench.probes.stats import ProbeSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,31 +107,20 @@ PROBES.register("none")(Probe(no_probe, NoProbe, needs_model=False))
 
 # -- topk_freq ----------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
-class FrequencySettings(Settings):
-    """conf/probe/topk_freq.yaml."""
+class FrequencySettings(ProbeSettings):
+    """conf/probe/topk_freq.yaml: what is observed and counted (``modules``: a preset name or a list of patterns)
+    and how the test prompts are rendered and batched."""
 
     name: str
     modules: str | tuple[str, ...]
-    top_percent: float
-    by: str
-    position: str
     generation_header: bool
     batch_size: int
 
-    def problems(self):
-        found = [] if 0 < self.top_percent <= 100 else [("top_percent", "a percentage in (0, 100]")]
-        if self.by not in BY_CHOICES:
-            found.append(("by", f"one of {', '.join(BY_CHOICES)}"))
-        if self.position not in POSITION_CHOICES:
-            found.append(("position", f"one of {', '.join(POSITION_CHOICES)}"))
-        if self.batch_size < 1:
-            found.append(("batch_size", "an integer >= 1"))
-        if not self.modules:
-            found.append(("modules", "a preset name or a non-empty list of module-name patterns"))
-        return found
+    def problems(self) -> list[Problem]:
+        return super().problems() + ([] if self.batch_size >= 1 else [("batch_size", "an integer >= 1")])
 
     def observation(self) -> ProbeSettings:
-        """What is observed and counted."""
+        """What is observed and counted (a preset name is a list of one)."""
         modules = (self.modules,) if isinstance(self.modules, str) else self.modules
         return ProbeSettings(modules=modules, top_percent=self.top_percent, by=self.by, position=self.position)
 

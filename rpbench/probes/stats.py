@@ -16,40 +16,30 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from rpbench.core.typed import Problem, Settings
+
 BY_CHOICES = ("value", "magnitude")
 POSITION_CHOICES = ("last_prompt", "all")
 
 
-@dataclass(frozen=True)
-class ProbeSettings:
-    """What is observed and counted; read from the `probe` config group."""
+@dataclass(frozen=True, kw_only=True)
+class ProbeSettings(Settings):
+    """What is observed and counted (``probe=topk_freq``'s ``observation()``; saved with the statistics)."""
 
-    modules: tuple[str, ...] = ("attn_out",)
-    top_percent: float = 20.0
-    by: str = "value"
-    position: str = "last_prompt"
+    modules: tuple[str, ...]  # hook presets or module-name patterns
+    top_percent: float
+    by: str
+    position: str
 
-    def __post_init__(self):
-        if not (isinstance(self.top_percent, (int, float)) and 0 < self.top_percent <= 100):
-            raise ValueError(f"probe.top_percent: expected a number in (0, 100], got {self.top_percent!r}")
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = [] if 0 < self.top_percent <= 100 else [("top_percent", "a percentage in (0, 100]")]
         if self.by not in BY_CHOICES:
-            raise ValueError(f"probe.by: expected one of {BY_CHOICES}, got {self.by!r}")
+            found.append(("by", f"one of {', '.join(BY_CHOICES)}"))
         if self.position not in POSITION_CHOICES:
-            raise ValueError(f"probe.position: expected one of {POSITION_CHOICES}, got {self.position!r}")
-        if not self.modules or not all(isinstance(m, str) for m in self.modules):
-            raise ValueError(f"probe.modules: expected a preset name or a list of patterns, got {self.modules!r}")
-
-    @classmethod
-    def from_cfg(cls, cfg: Mapping) -> ProbeSettings:
-        """Settings from a probe config; absent fields take the paper's defaults."""
-        modules = cfg.get("modules", cls.modules)
-        modules = (modules,) if isinstance(modules, str) else tuple(modules)
-        return cls(
-            modules=modules,
-            top_percent=cfg.get("top_percent", cls.top_percent),
-            by=cfg.get("by", cls.by),
-            position=cfg.get("position", cls.position),
-        )
+            found.append(("position", f"one of {', '.join(POSITION_CHOICES)}"))
+        if not self.modules:
+            found.append(("modules", "a preset name or a non-empty list of module-name patterns"))
+        return found
 
 
 def top_count(width: int, top_percent: float) -> int:
@@ -135,9 +125,7 @@ class FrequencyStats:
 
     @classmethod
     def from_state_dict(cls, state: Mapping) -> FrequencyStats:
-        settings = dict(state["settings"])
-        settings["modules"] = tuple(settings["modules"])
-        stats = cls(state["layers"], ProbeSettings(**settings))
+        stats = cls(state["layers"], ProbeSettings.parse(state["settings"], "settings"))
         stats.counts = {k: v.long() for k, v in state["counts"].items()}
         stats.totals = {k: v.long() for k, v in state["totals"].items()}
         return stats

@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from rpbench.core.errors import ConfigError
 from rpbench.core.registry import Registry
-from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, judge_reply_length_problems, open_client
+from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, open_client
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
 
@@ -84,6 +84,13 @@ def _length_rules(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
     if not 0 <= lengths[0] <= lengths[1] or lengths[1] < 1:
         found.append(("max_len", f"an integer >= max(1, min_len={lengths[0]}), with min_len >= 0"))
     return found
+
+
+def reply_length_problems(max_tokens: Any) -> list[tuple[str, str]]:
+    """A judge reward's ``max_tokens`` (its judge's reply length): an integer >= 1."""
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens >= 1:
+        return []
+    return [("max_tokens", "the judge's reply length, an integer >= 1 (tokens)")]
 
 
 def _markers_rules(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -161,7 +168,8 @@ class JudgeReward:
     """An LLM judge's binary verdict on one RoleMRC rubric (1.0 pass, 0.0 fail) for each completion.
 
     ``judge`` is a ``judge`` config (e.g. ``${judge}``, parsed as ``EndpointSettings`` when the entry is read),
-    opened once by ``opener`` and kept for the run (``judge=local``: the handed-in server). A verdict still
+    opened once by ``opener`` and kept for the run (``judge=local``: the handed-in server), asked for verdicts of
+    at most ``max_tokens`` tokens (a RoleMRC verdict is one digit: evaluator=rolemrc asks 16). A verdict still
     unparseable after the client's re-asks gets ``failure_reward`` and is counted in ``failures`` (the
     objective logs it).
     """
@@ -171,15 +179,16 @@ class JudgeReward:
     @staticmethod
     def kwargs_problems(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
         from rpbench.scoring.judge import RUBRICS
-        from rpbench.scoring.judge.rolemrc_rubrics import TASK
 
         found = [] if kwargs["rubric"] in RUBRICS else [("rubric", f"one of {', '.join(sorted(RUBRICS))}")]
-        return found + judge_reply_length_problems(kwargs["judge"], TASK)
+        return found + reply_length_problems(kwargs["max_tokens"])
 
-    def __init__(self, judge: EndpointSettings, rubric: str, failure_reward: float, *, opener: ClientOpener):
+    def __init__(
+        self, judge: EndpointSettings, rubric: str, max_tokens: int, failure_reward: float, *, opener: ClientOpener
+    ):
         from contextlib import ExitStack
 
-        self.rubric, self.failure_reward, self.failures = rubric, float(failure_reward), 0
+        self.rubric, self.max_tokens, self.failure_reward, self.failures = rubric, max_tokens, float(failure_reward), 0
         self._stack = ExitStack()
         self.client = self._stack.enter_context(opener(judge))
 
@@ -187,14 +196,14 @@ class JudgeReward:
         from rpbench.data.records import EvalExample, Turn
         from rpbench.scoring.chat import ChatRequest
         from rpbench.scoring.judge import parse_verdict
-        from rpbench.scoring.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, TASK, rubric_messages
+        from rpbench.scoring.judge.rolemrc_rubrics import PROMPT_VERSION, REASK, rubric_messages
 
-        max_tokens = self.client.config.max_tokens_for(TASK)
         requests = []
         for i, (prompt, completion, reference) in enumerate(zip(prompts, completions, references, strict=True)):
             turns = tuple(Turn(m["role"], m["content"]) for m in prompt)
             example = EvalExample(f"completion {i}", turns, reference or "", "grpo", {"dimensions": [self.rubric]})
-            requests.append(ChatRequest(rubric_messages(self.rubric, example, completion), max_tokens, PROMPT_VERSION))
+            messages = rubric_messages(self.rubric, example, completion)
+            requests.append(ChatRequest(messages, self.max_tokens, PROMPT_VERSION))
         replies = self.client.ask_parsed(requests, parse_verdict, REASK, desc=f"judge reward ({self.rubric})")
         failed = sum(r.status != "ok" for r in replies)
         if failed:

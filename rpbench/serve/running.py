@@ -127,9 +127,8 @@ def local_judge(judge: EndpointSettings, make_server: MakeServer = ChatServer) -
     """A ``backend: local`` judge's server, started on 127.0.0.1 for ``judge.server`` (stopped on exit);
     yields the judge config with ``base_url`` and ``model`` pointing at it. The pipeline and the synthesis
     task hand it to ``open_client`` (``rpbench.scoring.chat.client.LocalServer``)."""
-    server_cfg = dict(judge.server or {})
-    if "model" not in server_cfg:
+    if judge.server is None:
         raise ValueError("judge=local needs judge.server.model (a conf/model name or a model config)")
-    model = server_cfg.pop("model")
-    with serve_in_thread(model, serve_settings(server_cfg, "judge.server"), make_server) as server:
+    settings = serve_settings(judge.server.serve_options(), "judge.server")
+    with serve_in_thread(judge.server.model, settings, make_server) as server:
         yield replace(judge, base_url=server.base_url, model=server.model_identity)

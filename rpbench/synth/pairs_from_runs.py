@@ -30,7 +30,17 @@ from typing import Any
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import DataFormatError, RpbenchError
 from rpbench.data.conversation import character_prompt
-from rpbench.data.readers import Source, as_object, read_file, record_id, require, require_list, require_str
+from rpbench.data.readers import (
+    STRICT,
+    NoRubrics,
+    Source,
+    as_object,
+    read_file,
+    record_id,
+    require,
+    require_list,
+    require_str,
+)
 from rpbench.data.session_pairs import read_pairs
 
 OVERALL = "overall"
@@ -206,7 +216,7 @@ def write_pairs(folders: Sequence[Path], out: Path, dimension: str) -> dict[str,
         partial = partial_path(path)
         partial.write_text(text, encoding="utf-8")
         publish(partial, path)
-    read_pairs(out)
+    read_pairs(out, NoRubrics(task_dimensions=None), STRICT)  # the file reads back as data=session_pairs reads it
     return summary
 
 

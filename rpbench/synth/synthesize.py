@@ -25,7 +25,8 @@ from tqdm.auto import tqdm
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.hygiene import check_overlap
-from rpbench.data.rolemrc import read_pairs, read_sft, read_test
+from rpbench.data.readers import STRICT
+from rpbench.data.rolemrc import RoleMRCOptions, read_pairs, read_sft, read_test
 from rpbench.data.templates import Template
 from rpbench.scoring.chat import ChatClient, ChatRequest, EndpointSettings, LocalServer, open_client
 from rpbench.synth import dialogues
@@ -210,7 +211,7 @@ class Run:
         }
 
     # -- outputs -----------------------------------------------------------------------------------------
-    def assemble(self, planned_ids: list[str], task_dimensions: Mapping[str, Any]) -> dict[str, Any]:
+    def assemble(self, planned_ids: list[str], rolemrc: RoleMRCOptions) -> dict[str, Any]:
         """The RoleMRC files from the written dialogues, read back by rpbench's readers, and the overlap."""
         wanted = set(planned_ids)
         written = [r for r in self.file("dialogues").records() if r["id"] in wanted]
@@ -229,7 +230,7 @@ class Run:
                 examples[split], read[split] = [], {"file": None, "records": 0, "per_label": {}}
                 continue
             write_jsonl(path, records)
-            result = readers[split](path, task_dimensions=task_dimensions)
+            result = readers[split](path, rolemrc, STRICT)
             examples[split] = result.examples
             read[split] = {
                 "file": OUTPUTS[split],
@@ -240,7 +241,7 @@ class Run:
         if against is None:
             test_examples, test_name = examples["test"], read["test"]["file"]
         else:  # named by its file name: no machine path in the summary
-            test_examples, test_name = read_test(against, task_dimensions=task_dimensions).examples, Path(against).name
+            test_examples, test_name = read_test(against, rolemrc, STRICT).examples, Path(against).name
         overlap = {
             "test_file": test_name,
             **{
@@ -268,7 +269,7 @@ def synthesize(
     *,
     seed: int,
     prompts_source: str | None,
-    task_dimensions: Mapping[str, Any],
+    rolemrc: RoleMRCOptions,
     local_judge_server: LocalServer | None = None,
 ) -> dict[str, Any]:
     """Run ``config.stages`` and write ``synthesis.json``; returns the summary. ``judge``: the generator (None:
@@ -304,7 +305,7 @@ def synthesize(
             if "usage" in result:  # a stage that asked the generator
                 run.check_outcome(stage, result)
             if planned_ids is not None:
-                summary["output"] = run.assemble(planned_ids, task_dimensions)
+                summary["output"] = run.assemble(planned_ids, rolemrc)
                 write_json(summary_path, summary)
     log.info("synthesis written to %s (summary: %s)", out, SUMMARY)
     return summary
@@ -319,7 +320,7 @@ class SynthesisRun:
     judge: EndpointSettings | None
     seed: int
     prompts_source: str | None
-    task_dimensions: Mapping[str, Any]
+    rolemrc: RoleMRCOptions  # the RoleMRC data config's options: its test labels' rubrics
 
 
 def synthesize_run(run: SynthesisRun, local_judge_server: LocalServer | None = None) -> dict[str, Any]:
@@ -329,6 +330,6 @@ def synthesize_run(run: SynthesisRun, local_judge_server: LocalServer | None = N
         run.judge,
         seed=run.seed,
         prompts_source=run.prompts_source,
-        task_dimensions=dict(run.task_dimensions),
+        rolemrc=run.rolemrc,
         local_judge_server=local_judge_server,
     )

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rpbench.core.errors import DataFormatError
+from rpbench.data import readers
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole import reader as mmrole
+from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.data.prepare import read_split
 from rpbench.data.settings import data_spec
 
@@ -84,16 +86,19 @@ def test_mmrole_reader_refuses_images_outside_the_root(tree):
     records = [mmrole_record("good", "ok.jpg")] + [mmrole_record(f"bad{i}", name) for i, name in enumerate(hostile)]
     path = tree / "data" / "comment_test.json"
     path.write_text(json.dumps(records))
-    for reader in (mmrole.read_test, mmrole.read_sft):
+    rooted = MMRoleOptions(image_root=str(root), default_system=None, per_turn_samples=False)
+    skip = replace(readers.STRICT, on_error="skip")
+    for split in ("test", "train"):
         with pytest.raises(DataFormatError) as caught:
-            reader(path, image_root=root)
+            readers.read("mmrole", split, path, rooted)
         assert (caught.value.path, caught.value.record, caught.value.field) == (str(path), "1 (id 'bad0')", "image")
-        result = reader(path, image_root=root, on_error="skip")
+        result = readers.read("mmrole", split, path, rooted, skip)
         assert [e.id for e in result.examples] == ["good"] and len(result.skipped) == len(hostile)
         assert all("field 'image'" in s for s in result.skipped)
-        turns = result.examples[0].prompt if reader is mmrole.read_test else result.examples[0].turns
+        turns = result.examples[0].prompt if split == "test" else result.examples[0].turns
         assert [t.image for t in turns if t.image] == [str((root / "ok.jpg").resolve())]
-    result = mmrole.read_test(path, on_error="skip")  # no root: absolute and '..' names still refused
+    unrooted = replace(rooted, image_root=None)
+    result = readers.read("mmrole", "test", path, unrooted, skip)  # no root: absolute and '..' names still refused
     assert [e.id for e in result.examples] == ["good", "bad2"]
 
 

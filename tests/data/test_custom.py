@@ -4,13 +4,15 @@ errors naming file, record and field."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rpbench.core.errors import DataFormatError
+from conftest import data_options, group_values
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import read_split
 from rpbench.data.records import Turn
@@ -36,8 +38,15 @@ def parquet(path: Path, records: list) -> Path:
     return path
 
 
-def read(split: str, path, **options):
-    return readers.read("custom", split, path, **options)
+def read(split: str, path, on_error="raise", **options):
+    """``path`` read by data=custom's ``split`` reader, with ``options`` over the config's format options."""
+    policy = replace(readers.STRICT, on_error=on_error)
+    return readers.read("custom", split, path, data_options("custom", **options), policy)
+
+
+def custom_options(**changes):
+    """data=custom's format options with ``changes`` in place of its values (not merged into them)."""
+    return data_spec({**group_values("data", "custom", "data"), **changes}).options
 
 
 def test_openai_messages_jsonl_train_and_test(tmp_path):
@@ -103,7 +112,7 @@ def test_own_column_and_role_names(tmp_path):
     assert str(error.value) == (
         f"{other}: record 1: field 'dialog[0].speaker': one of narrator, q, a (any case), got 'human'"
     )
-    with pytest.raises(ValueError, match=r"data.columns: unknown keys \['conversation'\]"):
+    with pytest.raises(ConfigError, match=r"data.columns.conversation: unknown key.*; valid keys: chosen, completion"):
         read("train", path, columns={"conversation": "dialog"})
 
 
@@ -291,15 +300,15 @@ def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path, tiny_model):
 
 
 def test_mapping_mistakes_are_configuration_errors(tmp_path):
-    from rpbench.core.errors import ConfigError
-
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
-    with pytest.raises(ConfigError, match=r"data.columns: unknown keys \['speaker'\]"):
+    with pytest.raises(ConfigError, match=r"data.columns.speaker: unknown key"):
         read("train", path, columns={"speaker": "who"})
-    with pytest.raises(ConfigError, match=r"data.task_dimensions must map test labels"):
-        read("test", path, task_dimensions=["role_style"])
-    with pytest.raises(ConfigError, match=r"data.task_dimensions\['chats'\] must be a list"):
-        read("test", path, task_dimensions={"chats": 3})
+    with pytest.raises(ConfigError, match=r"data.task_dimensions=\['role_style'\]: expected a mapping or null"):
+        custom_options(task_dimensions=["role_style"])
+    with pytest.raises(ConfigError, match=r"data.task_dimensions.chats=3: expected a list"):
+        custom_options(task_dimensions={"chats": 3})
+    with pytest.raises(ConfigError, match=r"data.columns.system='': expected null \(ours\) or a column name"):
+        read("train", path, columns={"system": ""})
 
 
 @pytest.mark.slow
@@ -316,10 +325,15 @@ def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_p
     silent.listen(16)
     script = (
         "import sys, time\n"
+        "from dataclasses import fields\n"
         "from rpbench.data import readers\n"
+        "from rpbench.data.custom import ColumnNames, CustomOptions, MessageTags\n"
+        "unset = lambda cls: cls(**{f.name: None for f in fields(cls)})\n"
+        "options = CustomOptions(hub_timeout_s=3, columns=unset(ColumnNames), record_shape=None, "
+        "tags=unset(MessageTags), task_dimensions=None)\n"
         "start = time.monotonic()\n"
         "try:\n"
-        "    readers.read('custom', 'train', 'hf://someone/chats', hub_timeout_s=3)\n"
+        "    readers.read('custom', 'train', 'hf://someone/chats', options)\n"
         "except FileNotFoundError as error:\n"
         "    print(f'{time.monotonic() - start:.1f} {error}')\n"
     )
@@ -344,8 +358,6 @@ def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_p
 
 
 def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
-    from rpbench.core.errors import ConfigError
-
     both = [{"prompt": USER, "chosen": ASSISTANT, "rejected": "No.", "messages": OPENAI}]
     path = jsonl(tmp_path / "both.jsonl", both)
     with pytest.raises(DataFormatError, match="choose the one to read with data.record_shape"):
@@ -356,15 +368,18 @@ def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
     assert chat.turns == TURNS
     with pytest.raises(DataFormatError, match=r"field '<record>': the record shape \(prompt \+ completion\)"):
         read("train", path, record_shape="prompt/completion")
-    with pytest.raises(ConfigError, match="data.record_shape: one of messages, "):
+    with pytest.raises(ConfigError, match="data.record_shape='chat': expected one of messages, "):
         read("train", path, record_shape="chat")
 
 
 def test_hub_timeout_must_be_a_positive_number(tmp_path):
-    from rpbench.core.errors import ConfigError
-
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
-    for bad in ("soon", 0, True):
-        with pytest.raises(ConfigError, match="data.hub_timeout_s: a number of seconds > 0"):
+    refused = {
+        "soon": "data.hub_timeout_s='soon': expected a finite number or null",
+        0: r"data.hub_timeout_s=0.0: expected a number of seconds > 0",
+        True: "data.hub_timeout_s=True: expected a finite number or null",
+    }
+    for bad, message in refused.items():
+        with pytest.raises(ConfigError, match=message):
             read("train", path, hub_timeout_s=bad)
     assert read("train", path, hub_timeout_s=1.5).examples[0].turns == TURNS

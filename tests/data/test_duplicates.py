@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import read_split
+from rpbench.data.rolemrc import RoleMRCOptions
 from rpbench.data.settings import data_spec
 from rpbench.validate import validate
 
@@ -66,10 +68,15 @@ def test_test_records_and_own_ids_stay_strict(compose, dump, tmp_path):
 def test_the_benchmark_readers_apply_the_policy(tmp_path):
     conversation = {"conversations": [{"role": "user", "content": "Hi."}, {"role": "assistant", "content": "Hello."}]}
     path = jsonl(tmp_path / "rolemrc.jsonl", [conversation, conversation])
-    assert len(readers.read("rolemrc", "train", path, duplicates="drop").examples) == 1
-    assert len(readers.read("rolemrc", "train", path, duplicates="keep").examples) == 2
+    options = RoleMRCOptions(task_dimensions=None)
+    assert (
+        len(readers.read("rolemrc", "train", path, options, replace(readers.STRICT, duplicates="drop")).examples) == 1
+    )
+    assert (
+        len(readers.read("rolemrc", "train", path, options, replace(readers.STRICT, duplicates="keep")).examples) == 2
+    )
     with pytest.raises(DataFormatError, match="a unique record id"):
-        readers.read("rolemrc", "train", path)  # a caller naming no policy is strict
+        readers.read("rolemrc", "train", path, options)  # a caller naming no policy is strict
 
 
 def test_an_unknown_policy_is_a_named_error(compose, dump):
@@ -79,4 +86,4 @@ def test_an_unknown_policy_is_a_named_error(compose, dump):
     with pytest.raises(ConfigError, match=r"data.duplicates='maybe': expected one of drop, keep, error"):
         data_spec(cfg.data)  # the data stage's settings, parsed alone
     with pytest.raises(ConfigError, match=r"data.duplicates: one of drop, keep, error, got 'maybe'"):
-        readers.read("custom", "train", dump, duplicates="maybe")  # a reader called directly checks it too
+        replace(readers.STRICT, duplicates="maybe")  # a reader's policy checks it too

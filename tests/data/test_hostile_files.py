@@ -11,8 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from conftest import data_options
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
+from rpbench.data.mmrole.reader import MMRoleOptions
+from rpbench.data.rolemrc import RoleMRCOptions
 
 CHAT = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "Holmes."}]
 GOOD = {  # one valid record per (format, split), the base the corpus damages
@@ -33,7 +36,11 @@ MMROLE = {
     "conversations": [{"from": "user", "value": "Who are you?"}, {"from": "assistant", "value": "Holmes."}],
 }
 GOOD[("mmrole", "train")] = GOOD[("mmrole", "test")] = MMROLE
-OPTIONS = {"rolemrc": {"task_dimensions": {"t": ["style"]}}}
+OPTIONS = {
+    "rolemrc": RoleMRCOptions(task_dimensions={"t": ("style",)}),
+    "custom": data_options("custom"),
+    "mmrole": MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False),
+}
 PREFIX = {"mmrole": "comment_"}  # MMRole's test files are named after their scenario
 DEEP = 100_000
 
@@ -95,7 +102,7 @@ def test_every_malformed_file_is_a_named_error(tmp_path, format, split):
         files += _parquet_corpus(tmp_path, good)
     for path in files:
         with pytest.raises(DataFormatError) as caught:  # any other exception fails the test
-            readers.read(format, split, path, **OPTIONS.get(format, {}))
+            readers.read(format, split, path, OPTIONS[format])
         assert _named(caught.value, path), (path.name, str(caught.value))
 
 
@@ -110,6 +117,5 @@ def test_a_byte_order_mark_is_read_like_any_utf8_file(tmp_path, format, split, c
     plain.write_text(body, encoding="utf-8")
     marked.write_text(body, encoding="utf-8-sig")
     assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
-    options = OPTIONS.get(format, {})
-    read = readers.read(format, split, marked, **options).examples
-    assert read == readers.read(format, split, plain, **options).examples and len(read) == 1
+    read = readers.read(format, split, marked, OPTIONS[format]).examples
+    assert read == readers.read(format, split, plain, OPTIONS[format]).examples and len(read) == 1

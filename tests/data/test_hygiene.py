@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from omegaconf import OmegaConf
 
-from conftest import SAMPLE_DIR
+from conftest import SAMPLE_DIR, data_options
 from rpbench.data import readers
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def sft(rid: str, question: str, answer: str) -> SFTExample:
@@ -53,24 +48,24 @@ def test_sft_matched_on_its_last_turn_only():
 
 
 def test_bundled_samples_do_not_overlap():
-    dims = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").task_dimensions
-    rolemrc_test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", task_dimensions=dims)
+    rolemrc, mmrole, rpgbench = data_options("sample"), data_options("sample_mmrole"), data_options("sample_rpgbench")
+    rolemrc_test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", rolemrc)
     for split, name in (("train", "train-sft.jsonl"), ("pairs", "train-rl.jsonl")):
-        train = readers.read("rolemrc", split, SAMPLE_DIR / "rolemrc" / name)
+        train = readers.read("rolemrc", split, SAMPLE_DIR / "rolemrc" / name, rolemrc)
         assert check_overlap(train.examples, rolemrc_test.examples, allow_overlap=False) == 0
     mm = SAMPLE_DIR / "mmrole"
     mm_test = [
         e
         for s in ("comment", "human-role", "inter-role")
-        for e in readers.read("mmrole", "test", mm / f"{s}_test.json").examples
+        for e in readers.read("mmrole", "test", mm / f"{s}_test.json", mmrole).examples
     ]
-    mm_train = readers.read("mmrole", "train", mm / "train.json").examples
+    mm_train = readers.read("mmrole", "train", mm / "train.json", mmrole).examples
     assert check_overlap(mm_train, mm_test, allow_overlap=False) == 0
     rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
     assert (
         check_overlap(
-            readers.read("rpgbench", "train", rpg).examples,
-            readers.read("rpgbench", "test", rpg).examples,
+            readers.read("rpgbench", "train", rpg, rpgbench).examples,
+            readers.read("rpgbench", "test", rpg, rpgbench).examples,
             allow_overlap=False,
         )
         == 0
@@ -79,5 +74,5 @@ def test_bundled_samples_do_not_overlap():
 
 def test_sample_test_split_against_itself_is_all_overlap():
     rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
-    examples = readers.read("rpgbench", "test", rpg).examples
+    examples = readers.read("rpgbench", "test", rpg, data_options("sample_rpgbench")).examples
     assert check_overlap(examples, examples, allow_overlap=True) == len(examples)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
 from conftest import REPO_ROOT, SHARED_DATA
-from rpbench.core.errors import DataFormatError
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
-from rpbench.data.mmrole.reviews import select_heldout
+from rpbench.data.mmrole.reader import MMRoleOptions
+from rpbench.data.mmrole.reviews import Heldout, ReviewsOptions, select_heldout
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
 from rpbench.data.settings import data_spec
@@ -22,8 +24,12 @@ FULL = SHARED_DATA / "mmrole" / "in-test_reviews"
 SMALL = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}
 
 
-def read(split, path=BUNDLED, heldout=SMALL, **options):
-    return readers.read("mmrole_reviews", split, path, heldout=heldout, reference_judge="MMRole-Eval_RM", **options)
+def read(split, path=BUNDLED, heldout=SMALL, image_root=None, on_error="raise"):
+    """The reviews under ``path`` as the MMRole-Eval_RM release, with this held-out selection."""
+    options = ReviewsOptions(
+        image_root=image_root, reference_judge="MMRole-Eval_RM", heldout=Heldout.parse(heldout, "data.heldout")
+    )
+    return readers.read("mmrole_reviews", split, path, options, replace(readers.STRICT, on_error=on_error))
 
 
 def raw_records():
@@ -118,7 +124,7 @@ def test_one_file_or_one_model_folder_names_the_model_from_its_folder():
 
 
 def test_images_resolved_under_the_root(tmp_path):
-    kept = read("test", image_root=tmp_path)
+    kept = read("test", image_root=str(tmp_path))
     assert all(e.prompt[1].image == str((tmp_path / e.meta["image"]).resolve()) for e in kept.examples)
 
 
@@ -173,8 +179,8 @@ def test_data_config_reads_both_splits_with_the_configured_selection(compose):
 
 
 def test_who_wrote_the_reviews_must_be_named():
-    with pytest.raises(ValueError, match="data.reference_judge"):
-        readers.read("mmrole_reviews", "test", BUNDLED, heldout=SMALL)
+    with pytest.raises(ConfigError, match="data.reference_judge='': expected who wrote the evaluations read"):
+        ReviewsOptions.parse({"image_root": None, "reference_judge": "", "heldout": SMALL}, "data")
 
 
 @pytest.mark.skipif(not FULL.is_dir(), reason=f"the MMRole release's reviews are not at {FULL}")
@@ -196,4 +202,9 @@ def test_one_model_answering_a_question_twice_is_an_error(tmp_path):
 
 def test_a_folder_given_to_a_one_file_format_is_named_as_such():
     with pytest.raises(FileNotFoundError, match="data file expected, got a folder"):
-        readers.read("mmrole", "test", BUNDLED / "gpt-4-turbo")
+        readers.read(
+            "mmrole",
+            "test",
+            BUNDLED / "gpt-4-turbo",
+            MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False),
+        )

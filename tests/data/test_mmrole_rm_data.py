@@ -4,13 +4,15 @@ format, one sample per response and metric, read from the bundled RM_data sample
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from conftest import REPO_ROOT
-from rpbench.core.errors import DataFormatError
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS
+from rpbench.data.mmrole.rm import ReviewerOptions
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
 from rpbench.data.settings import data_spec
@@ -19,8 +21,9 @@ SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole_rm"
 IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"
 
 
-def read(split, path, **options):
-    return readers.read("mmrole_rm", split, path, reference_judge="GPT-4", image_root=IMAGES, **options)
+def read(split, path, on_error="raise"):
+    options = ReviewerOptions(image_root=str(IMAGES), reference_judge="GPT-4")
+    return readers.read("mmrole_rm", split, path, options, replace(readers.STRICT, on_error=on_error))
 
 
 def test_each_record_is_one_metric_of_one_response():
@@ -94,9 +97,9 @@ def test_bad_records_name_file_record_and_field_or_are_skipped_and_counted(tmp_p
     assert (len(skipped.examples), skipped.summary()["skipped"]) == (15, 1)
 
 
-def test_who_wrote_the_evaluations_must_be_named():
-    with pytest.raises(ValueError, match="data.reference_judge"):
-        readers.read("mmrole_rm", "test", SAMPLE / "RM-test.json")
+def test_who_wrote_the_evaluations_must_be_named(compose):
+    with pytest.raises(ConfigError, match="data.reference_judge: missing"):
+        data_spec(compose("data=sample_mmrole_rm", "~data.reference_judge").data)
 
 
 def test_the_recipe_reads_the_papers_file_and_the_sample_config_reads_both_splits(compose):

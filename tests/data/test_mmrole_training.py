@@ -4,12 +4,15 @@ the released file's inline images; the default system prompt; In-Test and Out-Te
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.data import readers
 from rpbench.data.mmrole import reader as mmrole
+from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.data.prepare import read_split, train_val_split
 from rpbench.data.records import SFTExample, Turn
 from rpbench.data.settings import data_spec
@@ -26,6 +29,13 @@ def dialogue(rid: str = "d", n_turns: int = 3, **changes) -> dict:
     return {"id": rid, "image": "COCO/x.jpg", "role": "Ann", "conversations": conversations, **changes}
 
 
+def read(path: Path, split="train", image_root=None, default_system=None, per_turn_samples=False, on_error="raise"):
+    """``path`` read by the mmrole format's ``split`` reader with these options."""
+    root = None if image_root is None else str(image_root)
+    options = MMRoleOptions(image_root=root, default_system=default_system, per_turn_samples=per_turn_samples)
+    return readers.read("mmrole", split, path, options, replace(readers.STRICT, on_error=on_error))
+
+
 def write(tmp_path: Path, records: list, name: str = "train.json") -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(records), encoding="utf-8")
@@ -34,7 +44,7 @@ def write(tmp_path: Path, records: list, name: str = "train.json") -> Path:
 
 def test_one_sample_per_character_turn_with_only_that_turn_supervised(tmp_path):
     path = write(tmp_path, [dialogue("multi", system="Be Ann."), dialogue("single", n_turns=1)])
-    samples = mmrole.read_sft(path, image_root=tmp_path, per_turn_samples=True).examples
+    samples = read(path, image_root=tmp_path, per_turn_samples=True).examples
     assert [(s.id, len(s.turns), s.supervise) for s in samples] == [
         ("multi#1", 3, "last"),
         ("multi#2", 5, "last"),
@@ -47,14 +57,14 @@ def test_one_sample_per_character_turn_with_only_that_turn_supervised(tmp_path):
     assert [t.image for t in third.turns] == [None, str((tmp_path / "COCO/x.jpg").resolve())] + [None] * 5
     assert third.meta == {"image": "COCO/x.jpg", "role": "Ann", "dialogue": "multi"}
     assert "dialogue" not in samples[3].meta
-    whole = mmrole.read_sft(path, image_root=tmp_path).examples  # without the option: one sample per dialogue
+    whole = read(path, image_root=tmp_path).examples  # without the option: one sample per dialogue
     assert [(s.id, len(s.turns), s.supervise) for s in whole] == [("multi", 7, "all"), ("single", 2, "all")]
 
 
 def test_a_per_turn_id_that_repeats_another_record_is_an_error(tmp_path):
     path = write(tmp_path, [dialogue("a", n_turns=2), dialogue("a#2", n_turns=1)])
     with pytest.raises(DataFormatError, match=r"record a#2: field 'id'.*'a#2' of this record repeats .* 'a'$"):
-        mmrole.read_sft(path, per_turn_samples=True)
+        read(path, per_turn_samples=True)
 
 
 def supervised_text(tokenizer, sample: dict) -> str:
@@ -94,7 +104,7 @@ def test_inline_images_of_the_released_training_file_move_onto_their_turn(tmp_pa
             {"from": "assistant", "value": "My friends."},
         ],
     }
-    [sample] = mmrole.read_sft(write(tmp_path, [record]), image_root=tmp_path).examples
+    [sample] = read(write(tmp_path, [record]), image_root=tmp_path).examples
     assert [(t.content, t.image) for t in sample.turns] == [
         ("Who is this?", str((tmp_path / "COCO/train2017/1.jpg").resolve())),
         ("Me.", None),
@@ -121,18 +131,18 @@ def test_bad_inline_images_name_file_record_and_field(tmp_path, text, where, fie
     record = {"id": "bad", "conversations": [{"from": "user", "value": user}, {"from": "assistant", "value": reply}]}
     path = write(tmp_path, [dialogue("good", n_turns=1), record])
     with pytest.raises(DataFormatError) as caught:
-        mmrole.read_sft(path, image_root=tmp_path / "images")
+        read(path, image_root=tmp_path / "images")
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), "1 (id 'bad')", field)
     assert problem in error.problem
-    skipped = mmrole.read_sft(path, image_root=tmp_path / "images", on_error="skip")
+    skipped = read(path, image_root=tmp_path / "images", on_error="skip")
     assert [e.id for e in skipped.examples] == ["good"] and len(skipped.skipped) == 1
 
 
 def test_records_without_a_system_prompt_get_the_default_and_are_counted(tmp_path):
     records = [dialogue("own", n_turns=2, system="Be Ann."), dialogue("empty", system=" "), dialogue("none")]
     path = write(tmp_path, records)
-    result = mmrole.read_sft(path, default_system=DEFAULT_SYSTEM, per_turn_samples=True)
+    result = read(path, default_system=DEFAULT_SYSTEM, per_turn_samples=True)
     systems = {s.id: s.turns[0].content for s in result.examples}
     assert systems == {"own#1": "Be Ann.", "own#2": "Be Ann."} | {
         f"{rid}#{n}": DEFAULT_SYSTEM for rid in ("empty", "none") for n in (1, 2, 3)
@@ -140,10 +150,10 @@ def test_records_without_a_system_prompt_get_the_default_and_are_counted(tmp_pat
     assert (
         result.counts == {"system_filled": 2, "duplicates": 0} and result.summary()["system_filled"] == 2
     )  # records, not samples
-    assert mmrole.read_sft(path).counts == {"duplicates": 0}  # no default: nothing filled, no system turn
-    assert mmrole.read_sft(path).examples[1].turns[0].role == "user"
+    assert read(path).counts == {"duplicates": 0}  # no default: nothing filled, no system turn
+    assert read(path).examples[1].turns[0].role == "user"
     test = dict(dialogue("t", n_turns=1, system=""), other_role="a curious human", script="S")
-    result = mmrole.read_test(write(tmp_path, [test], "comment_test.json"), default_system=DEFAULT_SYSTEM)
+    result = read(write(tmp_path, [test], "comment_test.json"), "test", default_system=DEFAULT_SYSTEM)
     assert result.examples[0].prompt[0] == Turn("system", DEFAULT_SYSTEM) and result.counts == {
         "system_filled": 1,
         "duplicates": 0,

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
-from conftest import SAMPLE_DIR
-from rpbench.core.errors import DataFormatError
+from conftest import SAMPLE_DIR, data_options
+from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers, rolemrc, rpgbench
 from rpbench.data.mmrole import reader as mmrole
+from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample
+from rpbench.data.rolemrc import RoleMRCOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MMROLE = REPO_ROOT.parent / "shared" / "data" / "mmrole"
-TASK_DIMENSIONS = OmegaConf.load(REPO_ROOT / "conf" / "data" / "rolemrc.yaml").task_dimensions
+ROLEMRC = data_options("rolemrc")  # the released test labels and their rubrics
+RPGBENCH = data_options("rpgbench")
+MMROLE = MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False)
+OPTIONS = {"rolemrc": ROLEMRC, "mmrole": MMROLE, "rpgbench": RPGBENCH}
+SKIP = replace(readers.STRICT, on_error="skip")
 
 
 def write_jsonl(path: Path, records: list) -> Path:
@@ -78,9 +84,9 @@ def rpg_sample(**changes) -> dict:
 
 
 def test_rolemrc_sample_files_read_completely():
-    sft = readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl")
-    pairs = readers.read("rolemrc", "pairs", SAMPLE_DIR / "rolemrc" / "train-rl.jsonl")
-    test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", task_dimensions=TASK_DIMENSIONS)
+    sft = readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", ROLEMRC)
+    pairs = readers.read("rolemrc", "pairs", SAMPLE_DIR / "rolemrc" / "train-rl.jsonl", ROLEMRC)
+    test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", ROLEMRC)
     for result, path in ((sft, "train-sft.jsonl"), (pairs, "train-rl.jsonl"), (test, "test.jsonl")):
         lines = (SAMPLE_DIR / "rolemrc" / path).read_text(encoding="utf-8").splitlines()
         assert len(result.examples) == len(lines) and result.skipped == []
@@ -103,7 +109,7 @@ def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
             ("SYSTEM", "You are Ann."), ("assistant", "*waves* Hi!"), ("User", "Hi"), ("Assistant", "How are you?")
         ),
     }
-    [example] = rolemrc.read_sft(write_jsonl(tmp_path / "a.jsonl", ["", record])).examples
+    [example] = readers.read("rolemrc", "train", write_jsonl(tmp_path / "a.jsonl", ["", record]), ROLEMRC).examples
     assert [t.role for t in example.turns] == ["system", "assistant", "user", "assistant"]
     assert example.id == content_id(record)
     assert example.meta == {
@@ -120,7 +126,7 @@ def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
 def test_rolemrc_accepts_json_list_and_own_ids(tmp_path):
     path = tmp_path / "list.json"
     path.write_text(json.dumps([{**GOOD_SFT, "id": "x1"}, GOOD_SFT]), encoding="utf-8")
-    assert [e.id for e in rolemrc.read_sft(path).examples] == ["x1", content_id(GOOD_SFT)]
+    assert [e.id for e in readers.read("rolemrc", "train", path, ROLEMRC).examples] == ["x1", content_id(GOOD_SFT)]
 
 
 @pytest.mark.parametrize(
@@ -132,7 +138,7 @@ def test_mmrole_real_files(path):
     if path is None:
         pytest.skip(f"shared MMRole data not found at {SHARED_MMROLE}")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    result = readers.read("mmrole", "test", path, image_root=SHARED_MMROLE / "images")
+    result = readers.read("mmrole", "test", path, replace(MMROLE, image_root=str(SHARED_MMROLE / "images")))
     assert result.skipped == [] and len(result.examples) == len(raw) > 0
     scenario = path.name.removesuffix("_test.json")
     for example, record in zip(result.examples, raw, strict=True):
@@ -147,24 +153,26 @@ def test_mmrole_real_files(path):
 
 def test_mmrole_sample_files():
     root = SAMPLE_DIR / "mmrole"
-    train = readers.read("mmrole", "train", root / "train.json", image_root=root / "images")
+    options = replace(MMROLE, image_root=str(root / "images"))
+    train = readers.read("mmrole", "train", root / "train.json", options)
     assert len(train.examples) == 40 and train.skipped == []
     multi = [e for e in train.examples if sum(t.role == "assistant" for t in e.turns) > 1]
     assert multi and all(
         [t.image is not None for t in e.turns] == [False, True] + [False] * (len(e.turns) - 2) for e in train.examples
     )
     for scenario in mmrole.SCENARIOS:
-        test = readers.read("mmrole", "test", root / f"{scenario}_test.json", image_root=root / "images")
+        test = readers.read("mmrole", "test", root / f"{scenario}_test.json", options)
         assert len(test.examples) == 8 and {e.task for e in test.examples} == {scenario}
         assert all(Path(e.prompt[1].image).is_file() and "answer" not in e.meta for e in test.examples)
 
 
-def test_mmrole_scenario_option_and_multi_turn_training(tmp_path):
+def test_mmrole_scenario_from_the_file_name_and_multi_turn_training(tmp_path):
     path = tmp_path / "answers.json"
     path.write_text(json.dumps([mmrole_record(system="")]), encoding="utf-8")
-    with pytest.raises(ValueError, match="scenario"):
-        mmrole.read_test(path)
-    [example] = mmrole.read_test(path, scenario="inter-role").examples
+    with pytest.raises(DataFormatError, match="a name starting with its MMRole scenario"):
+        readers.read("mmrole", "test", path, MMROLE)
+    path = path.rename(tmp_path / "inter-role_test.json")
+    [example] = readers.read("mmrole", "test", path, MMROLE).examples
     assert example.task == "inter-role" and [t.role for t in example.prompt] == ["user"]  # empty system dropped
     assert example.prompt[0].image == "COCO/x.jpg" and "answer" not in example.meta
     long = mmrole_record(
@@ -177,7 +185,7 @@ def test_mmrole_scenario_option_and_multi_turn_training(tmp_path):
     )
     del long["system"], long["script"]
     path.write_text(json.dumps([long]), encoding="utf-8")
-    [sft] = mmrole.read_sft(path, image_root="imgs").examples
+    [sft] = readers.read("mmrole", "train", path, replace(MMROLE, image_root="imgs")).examples
     assert [(t.role, t.image) for t in sft.turns] == [
         ("user", str(Path("imgs").resolve() / "COCO/x.jpg")),  # resolved: checked to stay inside the root
         ("assistant", None),
@@ -190,7 +198,7 @@ def test_mmrole_scenario_option_and_multi_turn_training(tmp_path):
 def test_rpgbench_sample_file():
     path = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
-    test = readers.read("rpgbench", "test", path)
+    test = readers.read("rpgbench", "test", path, RPGBENCH)
     assert test.skipped == [] and len(test.examples) == sum(len(raw[s]) for s in rpgbench.TEST_SPLITS)
     shifts = {(e.meta["split"], e.meta["shift"]) for e in test.examples}
     assert shifts == {
@@ -210,9 +218,9 @@ def test_rpgbench_sample_file():
     assert [t["content"] for t in example.meta["dialogue"]] == [
         next(iter(d.values())) for d in source["dialogue_context"]
     ]
-    train = readers.read("rpgbench", "train", path)
+    train = readers.read("rpgbench", "train", path, RPGBENCH)
     assert len(train.examples) == len(raw["IDTrain"]) and all(e.turns[-1].role == "assistant" for e in train.examples)
-    only_ood2 = rpgbench.read_test(path, test_splits=["OOD2Test"])
+    only_ood2 = readers.read("rpgbench", "test", path, data_options("rpgbench", test_splits=["OOD2Test"]))
     assert {e.meta["split"] for e in only_ood2.examples} == {"OOD2Test"}
 
 
@@ -220,7 +228,7 @@ def test_rpgbench_persona_object_and_training_layout(tmp_path):
     path = tmp_path / "b.json"
     persona = {"name": "Bo", "traits": ["calm", "tall"]}
     path.write_text(json.dumps({"IDTrain": [rpg_sample(user_persona=persona)]}), encoding="utf-8")
-    [example] = rpgbench.read_sft(path).examples
+    [example] = readers.read("rpgbench", "train", path, RPGBENCH).examples
     # the authors insert objects with str(): a persona object appears as its Python repr
     assert f"<persona>{persona}</persona>" in example.turns[1].content
     assert example.meta["subset_tag"] == "german" and example.meta["x"]["user_persona"] == str(persona)
@@ -229,22 +237,24 @@ def test_rpgbench_persona_object_and_training_layout(tmp_path):
 
 def test_read_rejects_unknown_format_split_and_option():
     with pytest.raises(ValueError, match=", ".join(readers.FORMATS.names())):
-        readers.read("no_such_format", "train", "x.jsonl")
+        readers.read("no_such_format", "train", "x.jsonl", ROLEMRC)
     with pytest.raises(ValueError, match="train, pairs, labelled, test"):
-        readers.read("rolemrc", "dev", "x.jsonl")
+        readers.read("rolemrc", "dev", "x.jsonl", ROLEMRC)
     with pytest.raises(ValueError, match="no 'pairs' split; choose one of train, test"):
-        readers.read("mmrole", "pairs", "x.json")
+        readers.read("mmrole", "pairs", "x.json", MMROLE)
+    with pytest.raises(TypeError, match="format 'rolemrc' reads with RoleMRCOptions, got MMRoleOptions"):
+        readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", MMROLE)
     with pytest.raises(ValueError, match="on_error must be one of raise, skip"):
-        readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", on_error="ignore")
-    with pytest.raises(ValueError, match="task_dimensions"):
-        readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", task_dimensions=[])
+        replace(readers.STRICT, on_error="ignore")
+    with pytest.raises(ConfigError, match=r"data.task_dimensions=\{\}: expected null or a table of test label"):
+        RoleMRCOptions.parse({"task_dimensions": {}}, "data")
 
 
 def test_missing_file_names_the_path(tmp_path):
     missing = tmp_path / "nope" / "train.jsonl"
     for fmt, split in (("rolemrc", "train"), ("mmrole", "test"), ("rpgbench", "test")):
         with pytest.raises(FileNotFoundError, match=str(missing)):
-            readers.read(fmt, split, missing, scenario="comment")
+            readers.read(fmt, split, missing, OPTIONS[fmt])
 
 
 # -- bad input ----------------------------------------------------------------------------------------
@@ -331,13 +341,12 @@ BAD_ROLEMRC = [
 def test_rolemrc_bad_record_named_by_file_line_and_field(tmp_path, split, bad, record, field, problem):
     good = {"train": {**GOOD_SFT, "id": "train-1"}, "pairs": GOOD_PAIR, "test": GOOD_TEST}[split]
     path = write_jsonl(tmp_path / f"{split}.jsonl", [good, bad, {**good, "id": "last"}])
-    options = {"task_dimensions": TASK_DIMENSIONS}
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", split, path, **options)
+        readers.read("rolemrc", split, path, ROLEMRC)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), record, field)
     assert problem in error.problem and str(path) in str(error) and f"record {record}" in str(error)
-    skipped = readers.read("rolemrc", split, path, on_error="skip", **options)
+    skipped = readers.read("rolemrc", split, path, ROLEMRC, SKIP)
     assert len(skipped.examples) == 2 and len(skipped.skipped) == 1 and field in skipped.skipped[0]
     assert skipped.summary()["skipped"] == 1
 
@@ -346,8 +355,8 @@ def test_invalid_utf8_line_is_a_record_error(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_bytes(json.dumps(GOOD_SFT).encode() + b"\n\xff\xfe\n")
     with pytest.raises(DataFormatError, match=r"record 2: field '<line>'"):
-        rolemrc.read_sft(path)
-    assert len(rolemrc.read_sft(path, on_error="skip").skipped) == 1
+        readers.read("rolemrc", "train", path, ROLEMRC)
+    assert len(readers.read("rolemrc", "train", path, ROLEMRC, SKIP).skipped) == 1
 
 
 BAD_MMROLE = [
@@ -371,11 +380,11 @@ def test_mmrole_bad_record_named_by_index_id_and_field(tmp_path, change, field, 
     path = tmp_path / "comment_test.json"
     path.write_text(json.dumps([mmrole_record(id="a"), mmrole_record(**{"id": "bad", **change})]), encoding="utf-8")
     with pytest.raises(DataFormatError) as caught:
-        mmrole.read_test(path)
+        readers.read("mmrole", "test", path, MMROLE)
     error = caught.value
     assert error.path == str(path) and error.field == field and problem in error.problem
     assert error.record == (1 if field == "id" else "1 (id 'bad')")
-    result = mmrole.read_test(path, on_error="skip")
+    result = readers.read("mmrole", "test", path, MMROLE, SKIP)
     assert [e.id for e in result.examples] == ["a"] and len(result.skipped) == 1
 
 
@@ -391,14 +400,14 @@ def test_file_without_records_is_an_error(tmp_path, fmt, content):
     path = tmp_path / "comment_test.json"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataFormatError, match="at least one record"):
-        readers.read(fmt, "test", path, on_error="skip", task_dimensions=TASK_DIMENSIONS)
+        readers.read(fmt, "test", path, OPTIONS[fmt], SKIP)
 
 
 def test_mmrole_invalid_json_document_fails_whole_file(tmp_path):
     path = tmp_path / "comment_test.json"
     path.write_text('[{"id": "a",', encoding="utf-8")
     with pytest.raises(DataFormatError, match="record file: field '<document>'"):
-        mmrole.read_test(path, on_error="skip")
+        readers.read("mmrole", "test", path, MMROLE, SKIP)
 
 
 BAD_RPG = [
@@ -428,11 +437,11 @@ def test_rpgbench_bad_sample_named_by_split_id_and_field(tmp_path, change, field
     }
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(DataFormatError) as caught:
-        rpgbench.read_test(path)
+        readers.read("rpgbench", "test", path, RPGBENCH)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), "OOD1Test[0] (id 'b')", field)
     assert problem in error.problem
-    result = rpgbench.read_test(path, on_error="skip")
+    result = readers.read("rpgbench", "test", path, RPGBENCH, SKIP)
     assert [e.id for e in result.examples] == ["IDTest-1"] and len(result.skipped) == 1
 
 
@@ -440,9 +449,9 @@ def test_rpgbench_missing_split_is_a_file_error(tmp_path):
     path = tmp_path / "rpg.json"
     path.write_text(json.dumps({"IDTest": [rpg_sample()], "OOD1Test": {}}), encoding="utf-8")
     with pytest.raises(DataFormatError, match="field 'OOD1Test': a list of samples"):
-        rpgbench.read_test(path, on_error="skip")
+        readers.read("rpgbench", "test", path, RPGBENCH, SKIP)
     with pytest.raises(DataFormatError, match="field 'IDTrain': a list of samples \\(missing"):
-        rpgbench.read_sft(path)
+        readers.read("rpgbench", "train", path, RPGBENCH)
     path.write_text("[]", encoding="utf-8")
     with pytest.raises(DataFormatError, match="an object mapping split names"):
-        rpgbench.read_test(path)
+        readers.read("rpgbench", "test", path, RPGBENCH)

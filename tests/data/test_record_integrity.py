@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_DIR
+from conftest import SAMPLE_DIR, data_options
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import train_val_split
 from rpbench.data.rpgbench import TEST_SPLITS
+
+ROLEMRC, RPGBENCH = data_options("rolemrc"), data_options("rpgbench")
+SKIP = replace(readers.STRICT, on_error="skip")
 
 SYSTEM_USER = [{"role": "system", "content": "You are Ann."}, {"role": "user", "content": "Hi"}]
 SFT = {"conversations": [*SYSTEM_USER, {"role": "assistant", "content": "Hello."}]}
@@ -31,12 +35,12 @@ def test_lone_surrogate_in_a_json_lines_record_is_a_named_skippable_error(tmp_pa
     bad = json.dumps(SFT).replace('"Hello."', '"Hel\\ud800lo."')  # the escape as it stands in the file
     path = write_lines(tmp_path / "train.jsonl", [json.dumps(SFT), bad, json.dumps({**SFT, "id": "third"})])
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", "train", path)
+        readers.read("rolemrc", "train", path, ROLEMRC)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), 2, "conversations[2].content")
     assert "surrogate" in error.problem
     str(error).encode("utf-8")  # the message itself is printable
-    result = readers.read("rolemrc", "train", path, on_error="skip")
+    result = readers.read("rolemrc", "train", path, ROLEMRC, SKIP)
     assert len(result.examples) == 2 and result.summary()["skipped"] == 1
 
 
@@ -52,15 +56,15 @@ def test_lone_surrogate_in_a_json_list_names_the_field_even_in_a_key(tmp_path, r
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([PAIR, {**PAIR, **record}]), encoding="utf-8")  # json.dumps writes \\udXXX escapes
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", "pairs", path)
+        readers.read("rolemrc", "pairs", path, ROLEMRC)
     assert (caught.value.record, caught.value.field) == (1, field)
     str(caught.value).encode("utf-8")
-    assert len(readers.read("rolemrc", "pairs", path, on_error="skip").examples) == 1
+    assert len(readers.read("rolemrc", "pairs", path, ROLEMRC, SKIP).examples) == 1
 
 
 def test_a_surrogate_pair_is_valid_text(tmp_path):
     path = write_lines(tmp_path / "train.jsonl", [json.dumps(SFT).replace("Hello.", "Hello \\ud83d\\ude00")])
-    [example] = readers.read("rolemrc", "train", path).examples
+    [example] = readers.read("rolemrc", "train", path, ROLEMRC).examples
     assert example.turns[-1].content == "Hello \U0001f600"
 
 
@@ -70,9 +74,9 @@ def test_lone_surrogate_in_rpgbench_is_named_by_split_and_index(tmp_path):
     path = tmp_path / "rpgbench.json"
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rpgbench", "test", path)
+        readers.read("rpgbench", "test", path, RPGBENCH)
     assert (caught.value.record, caught.value.field) == ("IDTest[1]", "agent_golden_response")
-    result = readers.read("rpgbench", "test", path, on_error="skip")
+    result = readers.read("rpgbench", "test", path, RPGBENCH, SKIP)
     assert len(result.skipped) == 1 and len(result.examples) == sum(len(document[s]) for s in TEST_SPLITS) - 1
 
 
@@ -80,7 +84,7 @@ def test_lone_surrogate_in_rpgbench_is_named_by_split_and_index(tmp_path):
 
 
 def val_contents(path: Path) -> tuple[list[str], set[str]]:
-    train, val = train_val_split(readers.read("rolemrc", "train", path).examples, 0.15, seed=3)
+    train, val = train_val_split(readers.read("rolemrc", "train", path, ROLEMRC).examples, 0.15, seed=3)
     assert train and val
     return sorted(e.id for e in val), {json.dumps([t.content for t in e.turns]) for e in val}
 
@@ -105,9 +109,9 @@ def test_identical_records_without_ids_are_a_named_duplicate(tmp_path):
     other = {**SFT, "conversations": [*SYSTEM_USER, {"role": "assistant", "content": "Hi there."}]}
     path = write_lines(tmp_path / "train.jsonl", [json.dumps(SFT), json.dumps(other), "", reordered])
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", "train", path)
+        readers.read("rolemrc", "train", path, ROLEMRC)
     assert (caught.value.record, caught.value.field) == (4, "id") and "also record 1" in caught.value.problem
-    result = readers.read("rolemrc", "train", path, on_error="skip")
+    result = readers.read("rolemrc", "train", path, ROLEMRC, SKIP)
     assert len(result.examples) == 2 and len(result.skipped) == 1
 
 
@@ -118,8 +122,8 @@ def test_identical_records_without_ids_are_a_named_duplicate(tmp_path):
 def test_pair_with_chosen_equal_to_rejected_is_a_named_skippable_error(tmp_path, rejected):
     path = write_lines(tmp_path / "pairs.jsonl", [json.dumps(PAIR), json.dumps({**PAIR, "rejected": rejected})])
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", "pairs", path)
+        readers.read("rolemrc", "pairs", path, ROLEMRC)
     assert (caught.value.path, caught.value.record, caught.value.field) == (str(path), 2, "rejected")
     assert "different from 'chosen'" in caught.value.problem
-    result = readers.read("rolemrc", "pairs", path, on_error="skip")
+    result = readers.read("rolemrc", "pairs", path, ROLEMRC, SKIP)
     assert [e.rejected for e in result.examples] == ["Go away."] and result.summary()["skipped"] == 1

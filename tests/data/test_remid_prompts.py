@@ -5,10 +5,13 @@ released evaluation layout."""
 import hashlib
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from conftest import data_options
+from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import DEFAULTS, RELEASED, RolePlayInput, format_dialogue, remid_prompts
@@ -150,7 +153,8 @@ def test_the_dialogue_layout_numbers_turns_and_leaves_the_last_reply_open():
 
 
 def test_the_reader_gives_the_released_layout_and_the_category(tmp_path):
-    examples = readers.read("rpgbench", "test", SAMPLE).examples
+    tagged = data_options("sample_rpgbench")
+    examples = readers.read("rpgbench", "test", SAMPLE, tagged).examples
     first = examples[0]
     system, user = first.prompt
     assert (system.role, user.role) == ("system", "user") and len(first.prompt) == 2
@@ -160,11 +164,12 @@ def test_the_reader_gives_the_released_layout_and_the_category(tmp_path):
     assert x["agent_character"] == str(first.meta["character"]) and first.meta["dialogue"][-1]["role"] == "user"
     by_tag = {e.task: e.meta["category"] for e in examples}
     assert by_tag["english"] == by_tag["IDTest"] == "IDTest" and by_tag["german"] == "german"
-    naive = readers.read("rpgbench", "test", SAMPLE, policy_prompt="naive").examples[0]
+    naive = readers.read("rpgbench", "test", SAMPLE, replace(tagged, policy_prompt="naive")).examples[0]
     assert naive.prompt[1].content.startswith("The user: ")
-    with pytest.raises(ValueError, match="data.policy_prompt must be one of"):
-        readers.read("rpgbench", "test", SAMPLE, policy_prompt="chat")
+    with pytest.raises(ConfigError, match="data.policy_prompt='chat': expected one of tagged, naive"):
+        data_options("sample_rpgbench", policy_prompt="chat")
     document = json.loads(SAMPLE.read_text())
-    released = readers.read("rpgbench", "test", SAMPLE, prompts_source=str(clone(tmp_path))).examples[0]
+    authors = replace(readers.STRICT, prompts_source=str(clone(tmp_path)))
+    released = readers.read("rpgbench", "test", SAMPLE, tagged, authors).examples[0]
     assert released.prompt[0].content == "Serve the user." and released.prompt[1].content.startswith("<P>")
     assert len(document["IDTest"]) == sum(e.meta["split"] == "IDTest" for e in examples)

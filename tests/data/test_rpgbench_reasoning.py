@@ -4,8 +4,11 @@ import json
 
 import pytest
 
+from conftest import data_options
 from rpbench.core.errors import DataFormatError
-from rpbench.data.rpgbench import read_sft, read_test
+from rpbench.data import readers
+
+ID_TEST = data_options("rpgbench", test_splits=["IDTest"])
 
 SAMPLE = {
     "sample_ID": "s1",
@@ -17,6 +20,10 @@ SAMPLE = {
 }
 
 
+def read_test(path):
+    return readers.read("rpgbench", "test", path, ID_TEST)
+
+
 def write(tmp_path, **extra):
     path = tmp_path / "b.json"
     path.write_text(json.dumps({"IDTest": [{**SAMPLE, **extra}], "IDTrain": [{**SAMPLE, **extra}]}), encoding="utf-8")
@@ -24,15 +31,16 @@ def write(tmp_path, **extra):
 
 
 def test_reasoning_goes_to_meta_under_either_name(tmp_path):
-    assert "reasoning" not in read_test(write(tmp_path), test_splits=["IDTest"]).examples[0].meta
-    ours = read_test(write(tmp_path, reasoning="Warm welcome."), test_splits=["IDTest"]).examples[0]
+    assert "reasoning" not in read_test(write(tmp_path)).examples[0].meta
+    ours = read_test(write(tmp_path, reasoning="Warm welcome.")).examples[0]
     assert ours.meta["reasoning"] == "Warm welcome."
-    authors = read_sft(write(tmp_path, thought_policy_generation="Greet by name.")).examples[0]
+    authors = readers.read("rpgbench", "train", write(tmp_path, thought_policy_generation="Greet by name."), ID_TEST)
+    authors = authors.examples[0]
     assert authors.meta["reasoning"] == "Greet by name."
 
 
 def test_two_reasoning_fields_or_a_bad_one_are_errors_naming_the_field(tmp_path):
     with pytest.raises(DataFormatError, match="thought_policy_generation"):
-        read_test(write(tmp_path, reasoning="a", thought_policy_generation="b"), test_splits=["IDTest"])
+        read_test(write(tmp_path, reasoning="a", thought_policy_generation="b"))
     with pytest.raises(DataFormatError, match="reasoning"):
-        read_test(write(tmp_path, reasoning=3), test_splits=["IDTest"])
+        read_test(write(tmp_path, reasoning=3))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from conftest import data_options
 from rpbench.data import readers, rpgbench
 from rpbench.data.rolemrc import FREE_CHAT, ON_SCENE
 from scripts.sample_data import CHARACTERS, SAMPLE_DIR, STATIC, write_sample
@@ -107,7 +108,9 @@ def test_rpgbench_covers_every_split_and_tag():
     assert set(document) == {*rpgbench.TRAIN_SPLITS, *rpgbench.TEST_SPLITS} and len(document["IDTrain"]) >= 20
     tags = Counter(s["subset_tag"] for split in rpgbench.TEST_SPLITS for s in document[split])
     assert set(tags) == set(rpgbench.SHIFTS) and min(tags.values()) >= 3
-    test = readers.read("rpgbench", "test", SAMPLE_DIR / "rpgbench" / "rpgbench.json").examples
+    test = readers.read(
+        "rpgbench", "test", SAMPLE_DIR / "rpgbench" / "rpgbench.json", data_options("sample_rpgbench")
+    ).examples
     by_split = {e.meta["split"]: e.meta["shift"] for e in test}
     assert by_split == {
         "IDTest": "in_distribution",

@@ -12,9 +12,12 @@ from rpbench.core.errors import DataFormatError, RpbenchError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation import CHARACTER_PROMPT
+from rpbench.data.readers import NoRubrics
 from rpbench.models.loading import chat_renderer, load_tokenizer
 from rpbench.objectives.dpo import DPOModule
 from rpbench.synth.pairs_from_runs import main, write_pairs
+
+NO_RUBRICS = NoRubrics(task_dimensions=None)
 
 SCENARIO = {"character": "Mara", "card": "A lighthouse keeper.", "persona": "A sailor.", "goal": "Directions."}
 RUBRIC = ("consistency", "engagement")
@@ -80,7 +83,7 @@ def test_pairs_choose_the_higher_judged_session_and_count_what_they_skip(runs, t
     }
     # one dimension: a wins s1 on engagement, s2 goes to b, s3 is judged there (b wins), s4 to a
     by_dimension = write_pairs(runs, tmp_path / "engagement.jsonl", "engagement")
-    read = readers.read("session_pairs", "pairs", tmp_path / "engagement.jsonl").examples
+    read = readers.read("session_pairs", "pairs", tmp_path / "engagement.jsonl", NO_RUBRICS).examples
     assert {e.id: e.meta["chosen"]["run"] for e in read} == {"s1#1-2": "a", "s2#1-2": "b", "s3#1-2": "b", "s4#1-2": "a"}
     assert by_dimension["ties"] == 0 and by_dimension["sessions_without_score"] == 0
 
@@ -127,7 +130,7 @@ def test_a_malformed_pair_record_is_named(tmp_path, change, field):
     path = tmp_path / "pairs.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps(good | {"id": "q"} | change) + "\n")
     with pytest.raises(DataFormatError, match=rf"pairs\.jsonl: record 2.*field '{field}'"):
-        readers.read("session_pairs", "pairs", path)
+        readers.read("session_pairs", "pairs", path, NO_RUBRICS)
 
 
 def test_every_character_turn_is_supervised_and_every_user_turn_masked_token_by_token(tmp_path, tiny_model):
@@ -140,7 +143,7 @@ def test_every_character_turn_is_supervised_and_every_user_turn_masked_token_by_
     ]
     record = {"id": "p", "system": "Be Mara.", "opening": "Hello!", "chosen": chosen}
     path.write_text(json.dumps(record | {"rejected": [{"role": "assistant", "content": "Go away."}]}) + "\n")
-    pair = readers.read("session_pairs", "pairs", path).examples[0]
+    pair = readers.read("session_pairs", "pairs", path, NO_RUBRICS).examples[0]
     model = tiny_model(family="qwen2", end_of_turn="<|im_end|>", chat_template=None)
     tokenizer = load_tokenizer(model)
     samples, empty = DPOModule.render([pair], chat_renderer(model, tokenizer, 512))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,11 @@ from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.characterllm_prompts import DEFAULTS
 from rpbench.data.files import package_path
+from rpbench.data.readers import NoRubrics
 from rpbench.eval.benchmarks.characterllm import parse_score
+
+NO_RUBRICS = NoRubrics(task_dimensions=None)
+SKIP = replace(readers.STRICT, on_error="skip")
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/characterllm")
 # The score the recording judge gives each aspect (found by the criterion's name in the prompt).
@@ -22,7 +27,7 @@ GIVEN = {"Personality": 6, "Values": 5, "Memory": 4, "Avoiding hallucination": 7
 
 
 def test_the_sample_is_read_in_both_settings():
-    result = readers.read("characterllm", "test", SAMPLE)
+    result = readers.read("characterllm", "test", SAMPLE, NO_RUBRICS)
     assert result.counts == {"characters": 2, "single": 6, "turns": 3}
     first = result.examples[0]
     assert first.id == "single/Curie/0" and first.task == "single"
@@ -45,23 +50,23 @@ def test_a_malformed_interview_file_is_named(tmp_path):
     rows[1] = {"topic_id": "topic-2", "topic": "interpersonal relationships", "query": "Who do you live with?"}
     path.write_text(json.dumps(rows))
     with pytest.raises(DataFormatError, match=r"generated_agent_interview_Darwin\.json: record 1: field 'question'"):
-        readers.read("characterllm", "test", root)
-    skipped = readers.read("characterllm", "test", root, on_error="skip")
+        readers.read("characterllm", "test", root, NO_RUBRICS)
+    skipped = readers.read("characterllm", "test", root, NO_RUBRICS, SKIP)
     assert skipped.summary()["skipped"] == 1 and skipped.counts["single"] == 5
 
     path.write_text('{"question": "not a list"}')
     with pytest.raises(DataFormatError, match="a non-empty JSON list"):
-        readers.read("characterllm", "test", root)
+        readers.read("characterllm", "test", root, NO_RUBRICS)
 
 
 def test_a_missing_or_untitled_profile_is_named(tmp_path):
     root, seed = copy_sample(tmp_path)
     (seed / "profiles" / "wiki_Curie.txt").write_text("Marie Curie was a physicist.\n\nMore.")
     with pytest.raises(DataFormatError, match=r"wiki_Curie\.txt: record 1: field 'title'"):
-        readers.read("characterllm", "test", root)
+        readers.read("characterllm", "test", root, NO_RUBRICS)
     (seed / "profiles" / "wiki_Curie.txt").unlink()
     with pytest.raises(DataFormatError, match=r"wiki_Curie\.txt.*missing"):
-        readers.read("characterllm", "test", root)
+        readers.read("characterllm", "test", root, NO_RUBRICS)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +180,7 @@ def test_both_settings_run_against_the_local_judge_server(tmp_path):
             "evaluator.generation.max_new_tokens=4",
             "evaluator.bootstrap.n_resamples=10",
             "judge=local",
-            "judge.max_tokens.characterllm=4",
+            "evaluator.judge_max_tokens=4",
             "judge.parse_tries=1",
             "judge.cache_path=null",
             "judge.progress=false",

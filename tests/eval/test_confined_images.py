@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ChatStub, chat_stub, generation_endpoint, generation_options, judge_config
+from conftest import ChatStub, chat_stub, generation_endpoint, generation_options, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.mmrole.judging import judge_answers
@@ -19,6 +19,7 @@ from rpbench.scoring.chat.client import ChatClient
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8
+REVIEW_TOKENS = group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]
 
 
 def received(server: ChatStub, data: bytes) -> bool:
@@ -83,7 +84,7 @@ def test_judge_gets_the_image_inside_the_root(server, root, tmp_path):
     answers = tmp_path / "answers"
     answers.mkdir()
     (answers / "comment_test.json").write_text(json.dumps([answer("good", "ok.jpg")]))
-    results = judge_answers(answers, judge(server), tmp_path / "reviews", image_root=root)
+    results = judge_answers(answers, judge(server), tmp_path / "reviews", REVIEW_TOKENS, image_root=root)
     assert results["images"] == {"attached": 1, "missing": 0}
     assert received(server, PICTURE) and not received(server, SECRET)
 
@@ -95,7 +96,7 @@ def test_judge_never_gets_a_file_outside_the_root(server, root, tmp_path, which)
     answers.mkdir()
     (answers / "comment_test.json").write_text(json.dumps([answer("good", "ok.jpg"), answer("bad", name)]))
     with pytest.raises(DataFormatError) as caught:
-        judge_answers(answers, judge(server), tmp_path / "reviews", image_root=root)
+        judge_answers(answers, judge(server), tmp_path / "reviews", REVIEW_TOKENS, image_root=root)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(answers / "comment_test.json"), "bad", "image")
     assert server.bodies == [] and not received(server, SECRET)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,9 +15,12 @@ from conftest import chat_stub, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.files import package_path
+from rpbench.data.readers import NoRubrics
 from rpbench.eval.benchmarks.conversation.drift import card_similarities, ooc_hits, session_drift, slope
 from rpbench.scoring.chat.client import EndpointConfigError
 from rpbench.scoring.judge.conversation import parse_verdict
+
+NO_RUBRICS = NoRubrics(task_dimensions=None)
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
 RUBRIC = ["character_consistency", "persona_drift", "knowledge_boundary", "out_of_character", "engagement"]
@@ -193,8 +197,13 @@ def test_a_malformed_scenario_is_named_by_file_line_and_field(tmp_path, line, fi
     good = json.loads(SAMPLE.read_text().splitlines()[0])
     path.write_text(json.dumps(good) + "\n" + json.dumps(line) + "\n")
     with pytest.raises(DataFormatError, match=rf"scenarios\.jsonl: record 2.*: field '{field}'"):
-        readers.read("conversation", "test", path)
-    assert readers.read("conversation", "test", path, on_error="skip").summary()["skipped"] == 1
+        readers.read("conversation", "test", path, NO_RUBRICS)
+    assert (
+        readers.read("conversation", "test", path, NO_RUBRICS, replace(readers.STRICT, on_error="skip")).summary()[
+            "skipped"
+        ]
+        == 1
+    )
 
 
 def test_the_drift_slope_and_similarities_match_hand_computed_values():
@@ -260,7 +269,7 @@ def test_sessions_run_against_the_local_judge_server(tmp_path):
             "evaluator.drift.enabled=false",
             "evaluator.bootstrap.n_resamples=10",
             "judge=local",
-            "judge.max_tokens.conversation=4",
+            "evaluator.judge_max_tokens=4",
             "judge.parse_tries=1",
             "judge.cache_path=null",
             "judge.progress=false",
@@ -492,7 +501,7 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
         del cfg["hydra"]
     with pytest.raises(ConfigError, match=r"shares no scenario id with this run's test records \(it has elsewhere\)"):
         run(validate(cfg))
-    first = readers.read("conversation", "test", package_path(cfg.data.files.test)).examples[0]
+    first = readers.read("conversation", "test", package_path(cfg.data.files.test), NO_RUBRICS).examples[0]
     same = {k: first.meta[k] for k in ("character", "card", "persona")}
     conversations.write_text(json.dumps(SESSION | same | {"id": first.id, "goal": "another"}) + "\n")
     with pytest.raises(ConfigError, match=rf"conversations\.jsonl: record {first.id}: field 'goal': the same scenario"):

@@ -14,6 +14,7 @@ from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.conversation_session import Session
 from rpbench.data.files import package_path
+from rpbench.data.readers import NoRubrics
 from rpbench.scoring.chat.client import ChatRequest, counting_usage, open_client
 from rpbench.scoring.chat.health import no_verdict, rests_on_nothing, role_health
 
@@ -22,7 +23,7 @@ REQUEST_FAULTS = [f for f in FAULTS if f not in ("empty", "null")]  # the client
 
 
 def scenarios():
-    return readers.read("conversation", "test", SAMPLE).examples
+    return readers.read("conversation", "test", SAMPLE, NoRubrics(task_dimensions=None)).examples
 
 
 def character(body: dict) -> str:

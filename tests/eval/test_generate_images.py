@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from conftest import generate_texts, generation_options, tiny_settings
-from rpbench.data.mmrole.reader import read_test
+from rpbench.data import readers
+from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions
 from rpbench.models.families.qwen2_vl import Qwen2VL
@@ -19,6 +20,7 @@ from rpbench.models.generation import batch_inputs, render_prompts
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "mmrole"
 IMAGES = sorted(str(p) for p in (SAMPLE / "images").rglob("*.jpg"))
 MAX_NEW = 8
+WITH_IMAGES = MMRoleOptions(image_root=str(SAMPLE / "images"), default_system=None, per_turn_samples=False)
 # initializer_range 0.2: random weights whose greedy continuations vary from token to token (and with the image)
 MODEL_CFG = tiny_settings("qwen2_vl", end_of_turn="<|im_end|>", freeze_vision=True, tiny={"initializer_range": 0.2})
 
@@ -115,7 +117,7 @@ def test_image_count_mismatch_is_an_error(tiny_vl):
 
 
 def mmrole_examples() -> list[EvalExample]:
-    return read_test(SAMPLE / "comment_test.json", image_root=SAMPLE / "images").examples
+    return readers.read("mmrole", "test", SAMPLE / "comment_test.json", WITH_IMAGES).examples
 
 
 def test_predictions_from_mmrole_records_see_their_images(tiny_vl, tmp_path):

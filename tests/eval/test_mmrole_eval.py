@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from scripted_server import scripted
 
-from conftest import REPO_ROOT, SHARED_DATA, judge_config
+from conftest import REPO_ROOT, SHARED_DATA, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.mmrole.prompts import METRICS, REASK
 from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
@@ -20,6 +20,7 @@ RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled 
 FULL_RELEASE = SHARED_DATA / "mmrole"
 SAMPLE_IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"
 MODELS = ("gpt-4-turbo", "mmrole-agent", "qwen-vl-chat")
+REVIEW_TOKENS = group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]  # a review's length
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -198,7 +199,7 @@ def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny
     }
     answers = answers_folder(tmp_path, official_answers(2))
     with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
-        results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews")
+        results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews", REVIEW_TOKENS)
         assert server.stats.requests == 2 * 8 + 2  # one call per metric per record, one re-ask per Tone review
     summary = results["files"]["comment_test"]
     assert summary["count"] == 2
@@ -226,7 +227,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     replies = {first + "ANSWER-TEXT": "[Scores]: (8, 10)", first + "TRUTH-TEXT": "[Scores]: (10, 6)"}
     with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
         results = judge_answers(
-            answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", swap=True
+            answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", REVIEW_TOKENS, swap=True
         )
         assert server.stats.requests == 16
     summary = results["files"]["comment_test"]
@@ -245,6 +246,7 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
             answers_folder(tmp_path, [with_image, without]),
             judge(server, tmp_path, multimodal=True),
             tmp_path / "reviews",
+            REVIEW_TOKENS,
             image_root=SAMPLE_IMAGES,
         )
     assert results["images"] == {"attached": 1, "missing": 1}
@@ -263,7 +265,7 @@ def test_malformed_answers_are_named(tiny, tmp_path):
     with pytest.raises(
         DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"
     ):
-        judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews")
+        judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews", REVIEW_TOKENS)
 
 
 def test_the_mmrole_benchmark_writes_its_own_report_section():

@@ -13,6 +13,8 @@ from conftest import REPO_ROOT, chat_stub, run_in_process
 from rpbench.core.errors import RpbenchError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import METRICS
+from rpbench.data.mmrole.reviews import Heldout, ReviewsOptions
+from rpbench.data.mmrole.rm import ReviewerOptions
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # data=sample_mmrole_reviews
@@ -21,9 +23,10 @@ TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "t
 
 @pytest.mark.slow
 def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
-    held_out = readers.read(
-        "mmrole_reviews", "test", BUNDLED, heldout=HELDOUT, reference_judge="MMRole-Eval_RM"
-    ).examples
+    options = ReviewsOptions(
+        image_root=None, reference_judge="MMRole-Eval_RM", heldout=Heldout.parse(HELDOUT, "data.heldout")
+    )
+    held_out = readers.read("mmrole_reviews", "test", BUNDLED, options).examples
     by_prompt = {e.prompt[-1].content: e for e in held_out}
 
     def review(body):  # exact reference reviews, but Fluency always 5, 10 and Tone Consistency unreadable
@@ -77,9 +80,9 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
 def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(tmp_path):
     """experiment=mmrole_reward_model reads GPT-4's evaluations (the RM_data format); a model that writes
     the reference evaluation back agrees exactly, and the report names GPT-4 as the reference judge."""
-    sample = readers.read(
-        "mmrole_rm", "test", REPO_ROOT / "rpbench/resources/sample/mmrole_rm/RM-test.json", reference_judge="GPT-4"
-    ).examples
+    options = ReviewerOptions(image_root=None, reference_judge="GPT-4")
+    sample = readers.read("mmrole_rm", "test", REPO_ROOT / "rpbench/resources/sample/mmrole_rm/RM-test.json", options)
+    sample = sample.examples
     by_prompt = {e.prompt[-1].content: e.reference for e in sample}
     out = tmp_path / "run"
     with chat_stub(lambda body: by_prompt[body["messages"][-1]["content"]]) as srv:
@@ -165,7 +168,7 @@ def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
             "~judge.server.model.freeze_vision",
             "judge.multimodal=false",
             "judge.server.model.dtype=float32",
-            "judge.max_tokens.mmrole=4",
+            "evaluator.judge_max_tokens=4",
             f"evaluator.answers={answers}",
         )
     results = json.loads((judged / "metrics.json").read_text())["eval"]

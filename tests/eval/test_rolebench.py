@@ -49,7 +49,7 @@ def write_records(path) -> None:
 def test_rolebench_files_are_read_by_the_rolemrc_reader(compose, tmp_path, data):
     path = tmp_path / "instruction_generalization_test.jsonl"
     write_records(path)
-    cfg = compose(f"data={data}", "data.format=rolemrc", f"data.files.test={path}")
+    cfg = compose(f"data={data}", "data.format=rolemrc", "~data.rolebench", f"data.files.test={path}")
     examples = read_split(data_spec(cfg.data), "test").examples
     assert [e.reference for e in examples] == [r["reference"] for r in RECORDS]
     assert [e.task for e in examples] == ["instruction_generalization_test"] * 2 + ["general"]
@@ -80,6 +80,7 @@ def test_rolebench_evaluation_reports_rouge_as_rouge_score_computes_it(compose, 
         "logger=none",
         "data=rolebench_role",
         "data.format=rolemrc",
+        "~data.rolebench",
         f"data.files.test={path}",
         "evaluator=rolebench",
         "evaluator.generation.max_new_tokens=12",

@@ -11,13 +11,15 @@ import re
 import pytest
 from scripted_server import scripted
 
-from conftest import judge_config, run_in_process
+from conftest import group_values, judge_config, run_in_process
 from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.rpgbench.report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
 from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve.model import load_served_model
 from rpbench.serve.running import serve_in_thread
+
+VERDICT_TOKENS = group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]  # the WinRate choice
 
 
 def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
@@ -71,7 +73,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     predictions = {e.id: p for e, p in RECORDS}
     with serve_in_thread(load_served_model("tiny-qwen2"), make_server=scripted(replies=VERDICTS)) as server:
         judge = judge_config(model=server.model_name, base_url=server.base_url, parse_tries=3)
-        result = judge_winrate(examples, predictions, [judge, judge])
+        result = judge_winrate(examples, predictions, [judge, judge], VERDICT_TOKENS)
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
         assert server.stats.requests == 2 * (8 + 4)
     # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
@@ -104,7 +106,7 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
 
 def test_winrate_needs_a_prediction_for_every_record():
     with pytest.raises(ValueError, match="1 test records have no prediction"):
-        judge_winrate([RECORDS[0][0]], {}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
+        judge_winrate([RECORDS[0][0]], {}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS)
 
 
 def test_categories_put_idtest_first_and_need_a_shifted_one():

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import chat_stub, judge_config
+from conftest import chat_stub, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench.report import (
@@ -28,6 +28,7 @@ DIALOGUE = [
     {"role": "assistant", "content": "Always, for those who knock."},
     {"role": "user", "content": "Any rooms free tonight?"},
 ]
+VERDICT_TOKENS = group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]  # the WinRate choice
 
 
 def record(rid: str, subtype: str, golden: str, **meta) -> EvalExample:
@@ -66,7 +67,9 @@ def judges(url: str) -> list:
 @pytest.fixture(scope="module")
 def judged():
     with chat_stub(reply) as server:
-        result = judge_winrate([e for e, _ in RECORDS], {e.id: p for e, p in RECORDS}, judges(server.url))
+        result = judge_winrate(
+            [e for e, _ in RECORDS], {e.id: p for e, p in RECORDS}, judges(server.url), VERDICT_TOKENS
+        )
         return result, server.requests
 
 
@@ -132,7 +135,9 @@ def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories
     rows = [(record(f"g{k}", "german", "plain golden"), "GOOD reply") for k in range(3)]
     rows += [(record("j1", "japanese", "GOOD golden"), "plain reply"), (record("i1", "IDTest", "g"), "GOOD")]
     with chat_stub(reply) as server:
-        result = judge_winrate([e for e, _ in rows], dict((e.id, p) for e, p in rows), judges(server.url)[:1])
+        result = judge_winrate(
+            [e for e, _ in rows], dict((e.id, p) for e, p in rows), judges(server.url)[:1], VERDICT_TOKENS
+        )
     assert result["by_shift"]["user"]["winrate"] == pytest.approx(6 / 8)
     assert result["by_shift_mean_of_categories"] == {
         "in_distribution": {"winrate": 1.0, "categories": ["IDTest"], "without_winrate": []},
@@ -151,7 +156,7 @@ def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories
 
 def test_an_ensemble_without_any_verdict_has_no_winrate():
     with chat_stub(lambda body: "either") as server:
-        result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url))
+        result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url), VERDICT_TOKENS)
     assert result["overall"]["winrate"] is None and result["overall"]["n_judges"] == 0
     assert result["by_category"]["IDTest"] == {
         "winrate": None,
@@ -168,7 +173,7 @@ def test_empty_replies_are_not_judged_and_are_counted_per_group():
     # (r3 alone) has no WinRate, its record counted
     predictions = {e.id: p for e, p in RECORDS} | {"r2": "", "r3": "  "}
     with chat_stub(reply) as server:
-        result = judge_winrate([e for e, _ in RECORDS], predictions, judges(server.url))
+        result = judge_winrate([e for e, _ in RECORDS], predictions, judges(server.url), VERDICT_TOKENS)
     assert {r["id"] for r in result["records"]} == {"r1", "r4", "r5"}
     assert result["overall"]["excluded_empty_predictions"] == 2 and result["overall"]["n"] == 2 * 2 * 3
     assert result["by_category"]["IDTest"]["excluded_empty_predictions"] == 1
@@ -190,16 +195,20 @@ def test_empty_replies_are_not_judged_and_are_counted_per_group():
 def test_records_without_what_the_judge_reads_are_named(meta, field):
     bad = record("r9", "IDTest", "golden", **meta)
     with pytest.raises(DataFormatError, match=rf"record r9: field '{field}'"):
-        judge_winrate([bad], {"r9": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
+        judge_winrate([bad], {"r9": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS)
     missing = EvalExample("r8", (), "golden", "IDTest", {"shift": "in_distribution"})
     with pytest.raises(DataFormatError, match=r"record r8: field 'meta.category': missing"):
-        judge_winrate([missing], {"r8": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
+        judge_winrate(
+            [missing], {"r8": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS
+        )
 
 
 def test_a_category_belongs_to_one_shift():
     a, b = record("a", "german", "g"), record("b", "german", "g", shift="character")
     with pytest.raises(DataFormatError, match=r"record b: field 'meta.shift': 'character', but other records"):
-        judge_winrate([a, b], {"a": "x", "b": "y"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")])
+        judge_winrate(
+            [a, b], {"a": "x", "b": "y"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS
+        )
 
 
 def test_report_tables_per_category_and_shift_with_each_judge(judged):

@@ -136,7 +136,7 @@ def test_smollm2_plays_both_sides_of_a_conversation_and_judges_it(tmp_path):
     results = evaluated(
         tmp_path, "data=sample_conversation", "evaluator=conversation", f"evaluator.simulator.server={SMOLLM2}",
         "evaluator.max_turns=2", "data.max_test_samples=1", "evaluator.generation.max_new_tokens=32",
-        "evaluator.simulator.max_tokens=32", "judge.max_tokens.conversation=96", "evaluator.drift.enabled=false",
+        "evaluator.simulator.max_tokens=32", "evaluator.judge_max_tokens=96", "evaluator.drift.enabled=false",
         "evaluator.bootstrap.n_resamples=10",
     )  # fmt: skip
     (session,) = [json.loads(line) for line in (tmp_path / "conversations.jsonl").open()]

@@ -18,6 +18,7 @@ from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.conversation_session import Session
+from rpbench.data.readers import NoRubrics
 from rpbench.models import chat_renderer, load
 from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings, SessionJudgeReward
@@ -100,7 +101,7 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_
     model, tokenizer = load(tiny_model())
     model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 400)]
     renderer = chat_renderer(tiny_model(), tokenizer, 1024)
-    (scenario,) = readers.read("conversation", "train", scenarios).examples[:1]
+    (scenario,) = readers.read("conversation", "train", scenarios, NoRubrics(task_dimensions=None)).examples[:1]
     stop_ids = default_stop_ids(model, tokenizer)
     with chat_stub(lambda body: USER_REPLY) as stub:
         env = conversation_env(cfg, stub.url, renderer)
@@ -176,7 +177,10 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
     unreadable, so it gets failure_reward and is counted."""
     cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
     verdict = json.dumps({"scores": SCORES, "breaks": []})
-    sessions = [Session.start(e, cfg.env.max_turns) for e in readers.read("conversation", "train", scenarios).examples]
+    sessions = [
+        Session.start(e, cfg.env.max_turns)
+        for e in readers.read("conversation", "train", scenarios, NoRubrics(task_dimensions=None)).examples
+    ]
     for session in sessions:
         session.add_reply("Plant sage.")
     with chat_stub(lambda body: verdict if "Ida Brenn" in body["messages"][-1]["content"] else "maybe") as stub:
@@ -184,12 +188,14 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
         judge |= {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
         weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
         config = EndpointSettings.parse(judge, "judge")
-        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, 0.25, opener=open_client)
+        reply_tokens = cfg.env.rewards[0].kwargs.max_tokens
+        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, reply_tokens, 0.25, opener=open_client)
         scores = reward([s.record() for s in sessions], ["", ""], [None, None])
         reward.close()
         asked = stub.requests
     assert scores == [pytest.approx((17 / 4 - 1) / 4), 0.25] and reward.failures == 1
     assert len(asked) == 2  # one request per session (parse_tries=1: no re-ask)
+    assert {request["max_tokens"] for request in asked} == {512}  # the session judge's reply length (env.rewards)
 
 
 def letter_fraction(prompts, completions, references) -> list[float]:
@@ -201,7 +207,7 @@ def letter_fraction(prompts, completions, references) -> list[float]:
 def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
     """The learnable toy: a rule reward on each character turn (averaged per session) rises over 24 optimiser
     steps of the tiny random policy (8 sessions of 2 turns per scenario, a scripted user)."""
-    examples = readers.read("conversation", "train", scenarios).examples
+    examples = readers.read("conversation", "train", scenarios, NoRubrics(task_dimensions=None)).examples
     with registered((REWARDS, "test_turn_letter_fraction", letter_fraction)), chat_stub(lambda b: USER_REPLY) as stub:
         cfg = composed(
             tmp_path / "run",

@@ -13,7 +13,7 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from conftest import run_in_process, run_script
+from conftest import data_options, run_in_process, run_script
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import JUDGE_TARGET, RolePlayInput, format_dialogue, remid_prompts
@@ -26,7 +26,7 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rpgbench" / "rpgbench.json"
-RECORDS = readers.read("rpgbench", "train", SAMPLE).examples
+RECORDS = readers.read("rpgbench", "train", SAMPLE, data_options("sample_rpgbench")).examples
 TRAIN, VAL = RECORDS[:8], RECORDS[8:10]
 X = RolePlayInput("a baker", "{'name': 'Ada'}", "User Query 1: hi\nAgent Response 1: ")
 PROMPTS = remid_prompts(None)
@@ -298,7 +298,9 @@ def test_reasoner_init_from_takes_a_runs_reasoner_folder(compose, tmp_path):
 
 
 def test_records_without_persona_and_character_are_named(compose):
-    rolemrc = readers.read("rolemrc", "train", SAMPLE.parents[1] / "rolemrc" / "train-sft.jsonl").examples[:1]
+    rolemrc = readers.read(
+        "rolemrc", "train", SAMPLE.parents[1] / "rolemrc" / "train-sft.jsonl", data_options("sample")
+    ).examples[:1]
     cfg, models, tokenizers = build(compose)
     from rpbench.models import chat_renderer
 
@@ -342,8 +344,8 @@ def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_
     source = tmp_path / "rpgbench.json"
     source.write_text(json.dumps({"IDTrain": samples}))
     corl_cold_start.main([str(source), str(tmp_path / "out")])
-    thoughts = readers.read("custom", "train", tmp_path / "out" / "thought_sft.jsonl").examples
-    pxy = readers.read("custom", "train", tmp_path / "out" / "pxy_sft.jsonl").examples
+    thoughts = readers.read("custom", "train", tmp_path / "out" / "thought_sft.jsonl", data_options("custom")).examples
+    pxy = readers.read("custom", "train", tmp_path / "out" / "pxy_sft.jsonl", data_options("custom")).examples
     assert len(thoughts) == len(pxy) == 3
     assert thoughts[0].turns[-1].content == thought and PROMPTS["no_reference"].text in thoughts[0].turns[1].content
     assert pxy[0].turns[-1].content == PROMPTS.target(samples[0]["agent_golden_response"])

@@ -13,7 +13,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import open_dict
 from test_resume import checkpoint_step
 
-from conftest import CONF_DIR, SimulatedKill, objective_settings
+from conftest import CONF_DIR, SimulatedKill, data_options, objective_config, objective_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
@@ -23,7 +23,7 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE).examples
+PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples
 TRAIN, VAL = PAIRS[:32], PAIRS[48:]
 QUIET = ("logger=none", "trainer.enable_progress_bar=false", "save_model=false")
 
@@ -105,7 +105,7 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight, tiny
     module = DPOModule(
         model,
         tokenizer,
-        objective_settings(
+        objective_config(
             "dpo",
             lr=1e-3,
             beta=0.3,
@@ -151,8 +151,8 @@ def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_mode
     """pair_layout=packed: one row of the 2B replies back to back, no padding; same loss and gradients."""
     model, tokenizer = load(tiny_model(family, attn_implementation=attn))
     settings = {"lr": 1e-3, "beta": 0.3, "sft_weight": 0.5, "precompute_ref": False}
-    padded = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="padded"))
-    packed = DPOModule(model, tokenizer, objective_settings("dpo", **settings, pair_layout="packed"))
+    padded = DPOModule(model, tokenizer, objective_config("dpo", **settings, pair_layout="padded"))
+    packed = DPOModule(model, tokenizer, objective_config("dpo", **settings, pair_layout="packed"))
     packed.reference = padded.reference  # one frozen copy for both
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
         torch.manual_seed(3)
@@ -220,15 +220,17 @@ def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_invalid_settings_fail_at_construction(tiny_model):
-    model, tokenizer = load(tiny_model())
+def test_invalid_settings_are_refused_when_parsed_and_the_module_takes_them_typed(tiny_model):
     with pytest.raises(ValueError, match="objective.loss_type='kto': expected one of apo_down, apo_zero, "):
-        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="kto"))
+        objective_config("dpo", lr=1.0, loss_type="kto")
     smoothing = "objective.label_smoothing applies to exo_pair, robust, sigmoid only, not 'hinge'"
     with pytest.raises(ValueError, match=smoothing):
-        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, loss_type="hinge", label_smoothing=0.1))
+        objective_config("dpo", lr=1.0, loss_type="hinge", label_smoothing=0.1)
     with pytest.raises(ValueError, match="objective.beta must be > 0, got 0.0"):
-        DPOModule(model, tokenizer, objective_settings("dpo", lr=1.0, beta=0.0))
+        objective_config("dpo", lr=1.0, beta=0.0)
+    model, tokenizer = load(tiny_model())
+    with pytest.raises(TypeError, match="DPOModule takes DPOSettings, got dict"):
+        DPOModule(model, tokenizer, objective_settings("dpo"))
 
 
 @pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama", "qwen2.5-7b", "llama3.1-8b"])
@@ -356,7 +358,7 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
 def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply(tiny_model):
     """IPO on a sample pair with an assistant turn in its prompt, recomputed from the template text alone."""
     model, tokenizer = load(tiny_model())
-    settings = objective_settings("dpo", lr=1e-3, beta=0.5, loss_type="ipo", precompute_ref=False)
+    settings = objective_config("dpo", lr=1e-3, beta=0.5, loss_type="ipo", precompute_ref=False)
     module = DPOModule(model, tokenizer, settings)
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_dpo import naive_sequence_logps
 
-from conftest import objective_settings, run_in_process
+from conftest import data_options, objective_config, objective_settings, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
@@ -35,21 +35,21 @@ def labelled_file(tmp_path, records=RECORDS):
 
 
 def test_labelled_records_are_their_own_shape(tmp_path):
-    result = readers.read("custom", "labelled", labelled_file(tmp_path))
+    result = readers.read("custom", "labelled", labelled_file(tmp_path), data_options("custom"))
     assert result.summary()["shape"] == "prompt/completion/label (strings)"
     first, second = result.examples[:2]
     assert (first.completion, first.desirable, second.desirable) == ("No idea.", False, True)
     assert first.prompt[-1].content == "Who is Holmes?"
     bad = labelled_file(tmp_path, [{**RECORDS[0], "label": 1}])
     with pytest.raises(DataFormatError, match=r"record 1: field 'label': true \(desirable\) or false"):
-        readers.read("custom", "labelled", bad)
+        readers.read("custom", "labelled", bad, data_options("custom"))
     with pytest.raises(DataFormatError, match="messages or prompt/completion records"):
-        readers.read("custom", "train", labelled_file(tmp_path))  # not an SFT file
+        readers.read("custom", "train", labelled_file(tmp_path), data_options("custom"))  # not an SFT file
 
 
 def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path, tiny_model):
     _, tokenizer = load(tiny_model())
-    examples = readers.read("custom", "labelled", labelled_file(tmp_path)).examples[:3]
+    examples = readers.read("custom", "labelled", labelled_file(tmp_path), data_options("custom")).examples[:3]
     samples, _ = KTOModule.render(examples, ChatRenderer(tokenizer, "<|im_end|>", 512))
     batch = KTOModule.collate(samples, tokenizer.pad_token_id)
     assert batch["desirable"].tolist() == [False, True, False] and batch["input_ids"].shape[0] == 6
@@ -65,12 +65,12 @@ def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path,
 
 def test_training_step_matches_trl_loss_on_full_logits(tmp_path, tiny_model):
     model, tokenizer = load(tiny_model("llama"))
-    module = KTOModule(model, tokenizer, objective_settings("kto", beta=0.5, undesirable_weight=1.33))
+    module = KTOModule(model, tokenizer, objective_config("kto", beta=0.5, undesirable_weight=1.33))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
         torch.manual_seed(3)
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    examples = readers.read("custom", "labelled", labelled_file(tmp_path)).examples[:4]
+    examples = readers.read("custom", "labelled", labelled_file(tmp_path), data_options("custom")).examples[:4]
     samples, _ = KTOModule.render(examples, ChatRenderer(tokenizer, "<|eot_id|>", 512))
     batch = KTOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(0.25)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from test_dpo import PAIRS, naive_sequence_logps
 
-from conftest import objective_settings
+from conftest import objective_config
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.objectives.orpo import ORPOModule
@@ -15,7 +15,7 @@ from rpbench.objectives.orpo import ORPOModule
 
 def test_training_step_is_chosen_nll_plus_the_odds_ratio_term(tiny_model):
     model, tokenizer = load(tiny_model("llama"))
-    module = ORPOModule(model, tokenizer, objective_settings("orpo", beta=0.5, pair_layout="padded"))
+    module = ORPOModule(model, tokenizer, objective_config("orpo", beta=0.5, pair_layout="padded"))
     module.on_models_built()
     samples, _ = ORPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
     batch = ORPOModule.collate(samples, tokenizer.pad_token_id)

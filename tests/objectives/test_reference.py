@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import tiny_settings
+from conftest import data_options, tiny_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.datamodule import PlannedBatches, epoch_batcher
@@ -32,7 +32,7 @@ TINY = tiny_settings()
 
 
 def pair_samples(tokenizer, n: int = 10) -> list[dict]:
-    pairs = readers.read("rolemrc", "pairs", PAIRS_FILE).examples[:n]
+    pairs = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples[:n]
     samples, empty = DPOModule.render(pairs, ChatRenderer(tokenizer, "<|im_end|>", 512))
     assert not empty
     return samples

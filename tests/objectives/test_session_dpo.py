@@ -10,7 +10,7 @@ import pytest
 import torch
 from test_dpo import naive_sequence_logps
 
-from conftest import objective_settings, run_in_process
+from conftest import objective_config, run_in_process
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample, SessionPreferenceExample, Turn
@@ -35,7 +35,7 @@ BETA = 0.3
 def dpo(tiny_model):
     """DPO with a live reference on tiny-qwen2, the policy moved away from it."""
     model, tokenizer = load(tiny_model())
-    module = DPOModule(model, tokenizer, objective_settings("dpo", lr=1e-3, beta=BETA, precompute_ref=False))
+    module = DPOModule(model, tokenizer, objective_config("dpo", lr=1e-3, beta=BETA, precompute_ref=False))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(7)
         for param in model.parameters():

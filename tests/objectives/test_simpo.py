@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import objective_settings
+from conftest import data_options, objective_config, objective_settings
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
@@ -20,7 +20,7 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE).examples
+PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples
 
 
 def log_sigmoid(x: float) -> float:
@@ -69,12 +69,12 @@ def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model):
     per-pair means: the same for one pair): TRL's length-normalised log-probs, loss and cpo_alpha term from
     the model's full logits against the module's chunked training step."""
     model, tokenizer = load(tiny_model())
-    settings = objective_settings("simpo", cpo_alpha=0.7, label_smoothing=0.1)
+    settings = objective_config("simpo", cpo_alpha=0.7, label_smoothing=0.1)
     module = SimPOModule(model.eval(), tokenizer, settings)
     samples, _ = SimPOModule.render(PAIRS[:1], ChatRenderer(tokenizer, "<|im_end|>", 512))
     batch = SimPOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(1.0)
-    cpo, trainer = trl_cpo(settings["beta"], settings["gamma_beta_ratio"] * settings["beta"], 0.1)
+    cpo, trainer = trl_cpo(settings.beta, settings.gamma_beta_ratio * settings.beta, 0.1)
     with torch.no_grad():
         logits = model(**model_inputs(batch, "sdpa")).logits
         means = cpo.get_batch_logps(logits, batch["labels"], average_log_prob=True)

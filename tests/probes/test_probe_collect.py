@@ -4,6 +4,7 @@ import pytest
 import torch
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
+from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, restrain
 from rpbench.probes.collect import last_prompt_index
 
@@ -28,7 +29,7 @@ def test_padded_batches_count_like_single_unpadded_samples(family, position):
     seqs = random_sequences(6, seed=4)
     prompt_lengths = torch.tensor([len(s) - 1 for s in seqs])
     dims = dims_for(6)
-    cfg = {"modules": "attn_out", "position": position, "top_percent": 20}
+    cfg = probe_observation(modules=["attn_out"], position=position, top_percent=20)
 
     singles = [{**pad_batch([s], "right"), "prompt_lengths": prompt_lengths[i : i + 1]} for i, s in enumerate(seqs)]
     reference = collect_frequencies(model, singles, [[d] for d in dims], cfg)
@@ -52,10 +53,12 @@ def test_each_dimension_counts_its_own_samples():
     model = tiny_model("llama", seed=2)
     seqs = random_sequences(6, seed=5)
     dims = dims_for(6)
-    stats = collect_frequencies(model, [pad_batch(seqs, "left")], [dims], {"position": "all"})
+    stats = collect_frequencies(model, [pad_batch(seqs, "left")], [dims], probe_observation(position="all"))
     for dim in DIMS:
         members = [s for s, d in zip(seqs, dims, strict=True) if dim in d]
-        alone = collect_frequencies(model, [pad_batch(members, "left")], [[["x"]] * len(members)], {"position": "all"})
+        alone = collect_frequencies(
+            model, [pad_batch(members, "left")], [[["x"]] * len(members)], probe_observation(position="all")
+        )
         assert torch.equal(stats.counts[dim], alone.counts["x"])
         assert stats.num_observations(dim) == sum(len(s) for s in members)
 
@@ -65,7 +68,9 @@ def test_memory_is_independent_of_the_number_of_samples():
 
     def stored_elements(n_batches: int) -> tuple[int, int]:
         batches = [pad_batch(random_sequences(4, seed=i), "left") for i in range(n_batches)]
-        stats = collect_frequencies(model, batches, [dims_for(4, i) for i in range(n_batches)], {"position": "all"})
+        stats = collect_frequencies(
+            model, batches, [dims_for(4, i) for i in range(n_batches)], probe_observation(position="all")
+        )
         state = stats.state_dict()
         elements = sum(t.numel() for group in ("counts", "totals") for t in state[group].values())
         return elements, sum(stats.num_observations(d) for d in stats.dims)
@@ -78,7 +83,7 @@ def test_memory_is_independent_of_the_number_of_samples():
 
 def test_model_mode_is_restored_and_hooks_removed():
     model = tiny_model().train()
-    collect_frequencies(model, [pad_batch(random_sequences(2), "left")], [["a", "b"]], {})
+    collect_frequencies(model, [pad_batch(random_sequences(2), "left")], [["a", "b"]], probe_observation())
     assert model.training
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
@@ -87,7 +92,7 @@ def test_sharded_parameters_are_refused():
     model = tiny_model()
     model.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(torch.empty(0))
     with pytest.raises(RuntimeError, match="model.layers.0.mlp.up_proj.weight holds no local elements"):
-        collect_frequencies(model, [pad_batch(random_sequences(1), "left")], [["a"]], {})
+        collect_frequencies(model, [pad_batch(random_sequences(1), "left")], [["a"]], probe_observation())
 
 
 @pytest.mark.gpu
@@ -96,8 +101,8 @@ def test_cuda_model_counts_and_restrains_like_the_cpu_model():
     model = tiny_model("qwen2", seed=3)
     batches = [pad_batch(random_sequences(4, seed=s), "left") for s in (0, 1)]
     dims = [dims_for(4, 0), dims_for(4, 1)]
-    on_cpu = collect_frequencies(model, batches, dims, {"position": "all"})
-    on_gpu = collect_frequencies(model.cuda(), batches, dims, {"position": "all"})
+    on_cpu = collect_frequencies(model, batches, dims, probe_observation(position="all"))
+    on_gpu = collect_frequencies(model.cuda(), batches, dims, probe_observation(position="all"))
     for dim in DIMS:
         assert torch.equal(on_gpu.totals[dim], on_cpu.totals[dim])
         assert (on_gpu.counts[dim] - on_cpu.counts[dim]).abs().sum() <= 2  # float near-ties only

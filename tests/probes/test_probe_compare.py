@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from PIL import Image
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
+from conftest import probe_observation
 from rpbench.probes import (
     FrequencyStats,
     ProbeSettings,
@@ -19,12 +20,13 @@ from rpbench.probes import (
     save_stats,
 )
 from rpbench.probes.compare import bin_neurons, heatmap_figure
+from rpbench.probes.stage import FrequencySettings
 
 CONF = Path(__file__).parents[2] / "conf" / "probe"
 
 
 def hand_stats(counts: dict[str, list[list[int]]], totals: dict[str, int]) -> FrequencyStats:
-    stats = FrequencyStats(["L0", "L1"], ProbeSettings())
+    stats = FrequencyStats(["L0", "L1"], probe_observation())
     stats.counts = {d: torch.tensor(c) for d, c in counts.items()}
     stats.totals = {d: torch.tensor([n, n]) for d, n in totals.items()}
     return stats
@@ -72,7 +74,7 @@ def test_bin_neurons_means_consecutive_groups():
 
 def test_incomparable_runs_are_rejected(tmp_path):
     a = hand_stats({"s": [[1, 0], [0, 1]]}, {"s": 1})
-    b = FrequencyStats(["L0", "L1"], ProbeSettings(top_percent=10))
+    b = FrequencyStats(["L0", "L1"], probe_observation(top_percent=10))
     b.counts, b.totals = a.counts, a.totals
     with pytest.raises(ValueError, match="different probe settings"):
         compare_runs(a, b, tmp_path)
@@ -88,7 +90,7 @@ def test_two_tiny_runs_end_to_end(tmp_path):
     # its bottom 20%, so a dimension probed on a single prompt differs in 12 of 32 neurons: D_l = 12/32.
     batches = [pad_batch(random_sequences(4, seed=s), "left") for s in (20, 21)]
     dims = [["solo", ["style", "knowledge"], "style", "nested"], ["nested"] * 4]
-    cfg = OmegaConf.load(CONF / "topk_freq.yaml")
+    cfg = probe_observation()  # conf/probe/topk_freq.yaml's
     sft, dpo = tiny_model("qwen2", seed=0, layers=3), tiny_model("qwen2", seed=0, layers=3)
     with torch.no_grad():
         dpo.model.layers[-1].self_attn.o_proj.weight.neg_()
@@ -118,7 +120,10 @@ def test_two_tiny_runs_end_to_end(tmp_path):
 
 def test_stats_round_trip(tmp_path):
     stats = collect_frequencies(
-        tiny_model(), [pad_batch(random_sequences(3), "right")], [["a", "b", ["a", "b"]]], {"by": "magnitude"}
+        tiny_model(),
+        [pad_batch(random_sequences(3), "right")],
+        [["a", "b", ["a", "b"]]],
+        probe_observation(by="magnitude"),
     )
     save_stats(stats, tmp_path)
     loaded = load_stats(tmp_path)
@@ -134,6 +139,7 @@ def test_probe_configs_are_valid():
     assert names == ["compare", "none", "restraint", "topk_freq"]
     cfgs = {n: OmegaConf.load(CONF / f"{n}.yaml") for n in names}
     assert all(cfgs[n].name == n for n in names)
-    assert ProbeSettings.from_cfg(cfgs["topk_freq"]) == ProbeSettings()
+    observed = FrequencySettings.parse(OmegaConf.to_container(cfgs["topk_freq"]), "probe").observation()
+    assert observed == ProbeSettings(modules=("attn_out",), top_percent=20.0, by="value", position="last_prompt")
     assert list(cfgs["compare"].runs) == [] and cfgs["compare"].bins > 0
     assert cfgs["restraint"].factor == pytest.approx(1 - 1e-6)

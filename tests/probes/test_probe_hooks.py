@@ -5,6 +5,7 @@ import torch
 from peft import LoraConfig, get_peft_model
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
+from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, resolve_hook_points
 from rpbench.probes.hooks import canonical_name
 
@@ -40,12 +41,12 @@ def test_peft_wrapped_model_has_the_same_keys_and_counts():
     batch = pad_batch(seqs, "left")
     dims = [["d"] * 4]
     presets = ["attn_out", "mlp_act"]
-    plain = [collect_frequencies(model, [batch], dims, {"modules": m, "position": "all"}) for m in presets]
+    plain = [collect_frequencies(model, [batch], dims, probe_observation(modules=[m], position="all")) for m in presets]
     wrapped = get_peft_model(model, LoraConfig(r=4, target_modules=["o_proj", "down_proj"]))
     assert any(n.startswith("base_model.model.") for n, _ in wrapped.named_modules())
     # LoRA B starts at zero, so the wrapped model computes the same activations.
     for preset, expected in zip(presets, plain, strict=True):
-        stats = collect_frequencies(wrapped, [batch], dims, {"modules": preset, "position": "all"})
+        stats = collect_frequencies(wrapped, [batch], dims, probe_observation(modules=[preset], position="all"))
         assert stats.layers == expected.layers
         assert torch.equal(stats.counts["d"], expected.counts["d"])
     assert hook_count(wrapped) == 0

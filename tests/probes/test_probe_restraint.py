@@ -6,6 +6,7 @@ import pytest
 import torch
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
+from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, restrain, save_stats, select_neurons
 from rpbench.probes.restraint import DEFAULT_FACTOR
 
@@ -114,7 +115,10 @@ def test_select_neurons_from_two_probed_runs(tmp_path):
     batches = [pad_batch(random_sequences(4, seed=11), "left")]
     dims = [["style", "style", "knowledge", "knowledge"]]
     for name, seed in (("sft", 0), ("dpo", 1)):
-        save_stats(collect_frequencies(tiny_model(seed=seed), batches, dims, {"position": "all"}), tmp_path / name)
+        save_stats(
+            collect_frequencies(tiny_model(seed=seed), batches, dims, probe_observation(position="all")),
+            tmp_path / name,
+        )
     cfg = {"runs": [str(tmp_path / "sft"), str(tmp_path / "dpo")], "top_k": 3, "dims": ["style"]}
     neurons = select_neurons(cfg)
     assert list(neurons) == ["model.layers.0.self_attn.o_proj", "model.layers.1.self_attn.o_proj"]

@@ -4,7 +4,9 @@ import pytest
 import torch
 from torch import nn
 
-from rpbench.probes import FrequencyStats, ProbeSettings, collect_frequencies
+from conftest import probe_observation
+from rpbench.core.errors import ConfigError
+from rpbench.probes import FrequencyStats, collect_frequencies
 from rpbench.probes.stats import top_count, top_percent_mask
 
 # Token embeddings (width 5). With top_percent=40, k=2 neurons per observation.
@@ -75,7 +77,7 @@ def toy_batches():
 
 def run_toy(**cfg):
     batches, dims = toy_batches()
-    return collect_frequencies(ToyDecoder(), batches, dims, {"top_percent": 40, **cfg})
+    return collect_frequencies(ToyDecoder(), batches, dims, probe_observation(**{"top_percent": 40, **cfg}))
 
 
 def test_top_count_floors_and_keeps_one():
@@ -125,7 +127,7 @@ def test_all_real_tokens_by_value():
     assert stats.num_observations("knowledge") == 4
 
 
-@pytest.mark.parametrize("modules", ["residual", [r"layers\.\d+\.self_attn"]])
+@pytest.mark.parametrize("modules", [["residual"], [r"layers\.\d+\.self_attn"]])
 def test_tuple_outputs_give_the_same_ranking(modules):
     # Residuals (2E, -4E) and the attention tuples (E, -6E) rank neurons like o_proj does.
     expected = run_toy(position="all")
@@ -138,30 +140,30 @@ def test_tuple_outputs_give_the_same_ranking(modules):
 def test_bad_dimensions_are_rejected():
     batches, _ = toy_batches()
     with pytest.raises(ValueError, match="batch 0: 2 samples but 1 dimension entries"):
-        collect_frequencies(ToyDecoder(), batches, [["style"], ["knowledge"]], {})
+        collect_frequencies(ToyDecoder(), batches, [["style"], ["knowledge"]], probe_observation())
     with pytest.raises(ValueError, match="batch 1, sample 0"):
-        collect_frequencies(ToyDecoder(), batches, [["style", "style"], [[]]], {})
+        collect_frequencies(ToyDecoder(), batches, [["style", "style"], [[]]], probe_observation())
     with pytest.raises(ValueError):  # one dimension list for two batches
-        collect_frequencies(ToyDecoder(), batches, [["style", "style"]], {})
+        collect_frequencies(ToyDecoder(), batches, [["style", "style"]], probe_observation())
 
 
 def test_prompt_length_beyond_the_row_is_rejected():
     batches, dims = toy_batches()
     batches[0]["prompt_lengths"] = torch.tensor([3, 4])
     with pytest.raises(ValueError, match="batch row 1: prompt_lengths=4 but the row has 2 real tokens"):
-        collect_frequencies(ToyDecoder(), batches, dims, {})
+        collect_frequencies(ToyDecoder(), batches, dims, probe_observation())
 
 
 @pytest.mark.parametrize(
     "field, value", [("top_percent", 0), ("top_percent", 120), ("by", "abs"), ("position", "first")]
 )
 def test_settings_name_the_bad_field(field, value):
-    with pytest.raises(ValueError, match=f"probe.{field}"):
-        ProbeSettings.from_cfg({field: value})
+    with pytest.raises(ConfigError, match=rf"probe.{field}=.*{value}.*: expected"):
+        probe_observation(**{field: value})
 
 
 def test_update_rejects_mismatched_width():
-    stats = FrequencyStats(["a", "b"], ProbeSettings())
+    stats = FrequencyStats(["a", "b"], probe_observation())
     stats.update(0, torch.randn(3, 8), torch.ones(1, 3), ["x"])
     with pytest.raises(ValueError, match="layer b has width 6"):
         stats.update(1, torch.randn(3, 6), torch.ones(1, 3), ["x"])

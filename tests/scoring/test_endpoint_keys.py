@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import chat_stub, evaluation_of
+from conftest import chat_stub, data_options, evaluation_of
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.eval.evaluate import generate
@@ -30,7 +30,7 @@ def openai_key(monkeypatch):
 
 def generate_against(compose, tmp_path: Path, *overrides: str) -> list[str | None]:
     """The Authorization headers a stub endpoint received while the evaluator generated for two test records."""
-    examples = readers.read("rolemrc", "test", TEST_FILE).examples[:2]
+    examples = readers.read("rolemrc", "test", TEST_FILE, data_options("sample")).examples[:2]
     with chat_stub(lambda body: "Hail.") as endpoint:
         cfg = compose(
             "objective=none",

@@ -69,8 +69,13 @@ def test_length_penalty_chars():
         ("no_role_break", {"markers": ["User:", ""]}, r"kwargs\.markers=.*expected a non-empty list"),
         (
             "judge",
-            {"judge": {}, "rubric": "role_styl", "failure_reward": 0.0},
+            {"judge": {}, "rubric": "role_styl", "max_tokens": 16, "failure_reward": 0.0},
             r"kwargs\.rubric='role_styl': expected one of",
+        ),
+        (
+            "judge",
+            {"judge": {}, "rubric": "role_style", "max_tokens": 0, "failure_reward": 0.0},
+            r"kwargs\.max_tokens=0: expected the judge's reply length, an integer >= 1",
         ),
     ],
 )
@@ -80,11 +85,12 @@ def test_reward_kwargs_rules_are_named_at_startup(name, kwargs, match):
     assert re.search(r"objective\.rewards\[0\]\." + match, problem), problem
 
 
-def test_judge_reward_needs_the_judges_reply_length_for_its_task():
-    judge = {**judge_settings(), "max_tokens": {"characterllm": 64}}
-    entry = {"name": "judge", "weight": 1.0, "kwargs": {"judge": judge, "rubric": "role_style", "failure_reward": 0.0}}
+def test_judge_reward_needs_its_judge_s_reply_length():
+    """A judge reward's reply length is its own kwarg (as a judged evaluator's is its own setting), not the judge's."""
+    entry = {"name": "judge", "weight": 1.0, "kwargs": {"judge": judge_settings(), "rubric": "role_style"}}
+    entry["kwargs"]["failure_reward"] = 0.0
     (problem,) = reward_problems([entry], "objective.rewards")
-    assert "judge.max_tokens.rolemrc" in problem and "characterllm" in problem, problem
+    assert "objective.rewards[0].kwargs.max_tokens: missing" in problem, problem
 
 
 def test_no_role_break_with_the_markers_of_grpo_yaml():
@@ -213,7 +219,7 @@ BLEU = {"name": "bleu", "weight": 1, "kwargs": {"tokenize": "zh"}}
             r"objective.rewards\[0\]\.kwargs\.max_len: missing",
         ),
         (
-            [BLEU, {"name": "judge", "weight": 1, "kwargs": {"judge": {}, "rubric": "role_style"}}],
+            [BLEU, {"name": "judge", "weight": 1, "kwargs": {"judge": {}, "rubric": "role_style", "max_tokens": 16}}],
             r"objective.rewards\[1\]\.kwargs\.failure_reward: missing",
         ),
         ([BLEU, BLEU], r"objective.rewards\[1\]\.name: reward 'bleu' appears twice"),
@@ -298,6 +304,7 @@ def test_judge_reward_scores_each_completion_through_a_real_judge_server():
                     "kwargs": {
                         "judge": judge_settings(base_url=server.base_url, model=server.model_name, parse_tries=2),
                         "rubric": "role_style",
+                        "max_tokens": 16,
                         "failure_reward": -1.0,
                     },
                 }

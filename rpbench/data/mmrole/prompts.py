@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 from rpbench.data.templates import Released, Template, resolve
 
-TASK = "mmrole"
-
 METRICS: tuple[str, ...] = (
     "Instruction Adherence",
     "Fluency",

@@ -17,31 +17,32 @@ The image is the record's ``image``, attached to the first user turn; or, as in 
 taken out of the text and attached to that turn (at most one per turn, only in user turns; ``image`` may
 then be absent). Either way the path is checked by ``files.confined_path``.
 
-Options (data-config keys): ``image_root`` (images are resolved relative to it and must stay inside it;
-without it an image must be a relative path without ``..``; a missing image file is not an error here,
-MMRole's COCO images are not shipped with it); ``default_system`` (the system prompt of records without
-one, counted as ``system_filled``); ``per_turn_samples`` (training: one sample per assistant turn, the
+Options (``MMRoleOptions``, the data config's keys): ``image_root`` (images are resolved relative to it and
+must stay inside it; without it an image must be a relative path without ``..``; a missing image file is not
+an error here, MMRole's COCO images are not shipped with it); ``default_system`` (the system prompt of records
+without one, counted as ``system_filled``); ``per_turn_samples`` (training: one sample per assistant turn, the
 turns up to it, only it supervised, as the MMRole paper trains (sec. 6.1); ids ``<id>#<n>`` for dialogues
-of several turns, ``meta["dialogue"]`` the record id); for test files, ``scenario`` (one of SCENARIOS;
-inferred from a file name starting with it otherwise). Other options are ignored.
+of several turns, ``meta["dialogue"]`` the record id). A test file's scenario (one of SCENARIOS) is the one
+its name starts with.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from rpbench.core.errors import ConfigError, DataFormatError
-from rpbench.data.errors import OnError, ReadResult
-from rpbench.data.files import confined_path
+from rpbench.core.errors import DataFormatError
+from rpbench.data.errors import ReadResult
+from rpbench.data.files import confined_path, package_path
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    FormatOptions,
+    ReadPolicy,
     Source,
     as_object,
-    duplicate_policy,
     existing_file,
     optional_str,
     parse_conversation,
@@ -51,6 +52,7 @@ from rpbench.data.readers import (
     require_str,
 )
 from rpbench.data.records import EvalExample, SFTExample, Turn
+from rpbench.data.supervision import TurnField
 
 SCENARIOS: tuple[str, ...] = ("comment", "human-role", "inter-role")
 ROLES = {"user": "user", "assistant": "assistant"}
@@ -60,16 +62,35 @@ INLINE_IMAGE = re.compile(r"(?:Picture \d+: ?)?<img>(.*?)</img>\n?", re.DOTALL)
 SYSTEM_FILLED = "system_filled"
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+@dataclass(frozen=True, kw_only=True)
+class MMRoleImages(FormatOptions):
+    """The key of every MMRole format: the folder the records' image paths start from (null: none; an
+    image is then a relative path without ``..``)."""
+
+    image_root: str | None
+
+    def image_folder(self) -> Path | None:
+        return package_path(self.image_root) if self.image_root else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MMRoleOptions(MMRoleImages):
+    """The keys of the ``mmrole`` format's data configs (module docstring)."""
+
+    default_system: str | None
+    per_turn_samples: bool
+
+
+def read_test(path: str | Path, options: MMRoleOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
     """One EvalExample per record; ``task`` is the scenario."""
-    scenario = scenario_of(path, options.get("scenario"))
+    scenario = scenario_of(path)
     filled: set[str] = set()
 
     def parse(raw: Any, source: Source) -> EvalExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
         require_str(record, "system", source, allow_empty=True)
-        turns, image = dialogue(record, source, options, filled, rid)
+        turns, image = dialogue(record, source, options.image_folder(), options.default_system, None, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: require_str(record, key, source) for key in PROFILE_KEYS})
         items = record["conversations"]
@@ -80,25 +101,26 @@ def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) 
             meta["answer"] = answer
         return EvalExample(rid, turns[:-1], turns[-1].content, scenario, meta)
 
-    return _counted(read_file(path, parse, on_error), filled)
+    return _counted(read_file(path, parse, policy.on_error), filled)
 
 
-def read_sft(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
+def read_sft(path: str | Path, options: MMRoleOptions, policy: ReadPolicy) -> ReadResult[SFTExample]:
     """Training dialogues: every assistant turn supervised, or with ``per_turn_samples`` one sample per turn."""
     filled: set[str] = set()
 
     def parse(raw: Any, source: Source) -> SFTExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        turns, image = dialogue(record, source, options, filled, rid)
+        root, system = options.image_folder(), options.default_system
+        turns, image = dialogue(record, source, root, system, policy.turn_field, filled, rid)
         meta: dict[str, Any] = {"image": image}
         meta.update({key: value for key in PROFILE_KEYS if (value := optional_str(record, key, source))})
         speakers = {"assistant": meta.get("role"), "user": meta.get("other_role")}  # data.speaker reads them
         turns = tuple(replace(t, speaker=t.speaker or speakers.get(t.role)) for t in turns)
         return SFTExample(rid, turns, meta)
 
-    result = _counted(read_file(path, parse, on_error, duplicate_policy(options)), filled)
-    if options.get("per_turn_samples"):
+    result = _counted(read_file(path, parse, policy.on_error, policy.duplicates), filled)
+    if options.per_turn_samples:
         result.examples = _per_turn(result.path, result.examples)
     return result
 
@@ -137,13 +159,20 @@ def _counted(result: ReadResult, filled: set[str]) -> ReadResult:
 
 
 def dialogue(
-    record: dict[str, Any], source: Source, options: dict[str, Any], filled: set[str], rid: str
+    record: dict[str, Any],
+    source: Source,
+    image_root: Path | None,
+    default_system: str | None,
+    turn_field: TurnField | None,
+    filled: set[str],
+    rid: str,
 ) -> tuple[tuple[Turn, ...], str]:
     """The record's turns (its system prompt first, or ``default_system`` when it has none; ``rid`` is added
-    to ``filled`` then), each image attached to its user turn; and the record's image name."""
+    to ``filled`` then), each image attached to its user turn (inside ``image_root``; ``turn_field``: the
+    assistant turns trained on); and the record's image name."""
     system = optional_str(record, "system", source, allow_empty=True) or ""
-    if not system.strip() and options.get("default_system"):
-        system = str(options["default_system"])
+    if not system.strip() and default_system:
+        system = default_system
         filled.add(rid)
     items = require_list(record, "conversations", source)
     turns = list(
@@ -155,10 +184,9 @@ def dialogue(
             role_key="from",
             content_key="value",
             roles=ROLES,
-            turn_field=options.get("turn_field"),
+            turn_field=turn_field,
         )
     )
-    image_root = options.get("image_root") or None
     inline = _inline_images(turns, source, image_root)
     image = optional_str(record, "image", source)
     if image is None and not inline:
@@ -197,11 +225,8 @@ def _inline_images(turns: list[Turn], source: Source, image_root: str | Path | N
     return names
 
 
-def scenario_of(path: str | Path, scenario: Any) -> str:
-    if scenario is not None:
-        if scenario not in SCENARIOS:
-            raise ConfigError(f"unknown MMRole scenario {scenario!r}; choose one of {', '.join(SCENARIOS)}")
-        return scenario
+def scenario_of(path: str | Path) -> str:
+    """The MMRole scenario a test file's name starts with."""
     name = existing_file(path).name
     for candidate in SCENARIOS:
         if name.startswith(candidate):
@@ -214,4 +239,4 @@ def scenario_of(path: str | Path, scenario: Any) -> str:
     )
 
 
-FORMATS.register("mmrole")(DataFormat(train=read_sft, test=read_test))
+FORMATS.register("mmrole")(DataFormat(MMRoleOptions, train=read_sft, test=read_test))

@@ -3,8 +3,8 @@
 The released ``eval/in-test_reviews`` were written by the released reward model (MMRole-Eval_RM, the
 authors' ``eval/RM_review.py``), not by GPT-4: training on them distils that reward model. The paper's
 own reward-model data (GPT-4's evaluations) is format ``mmrole_rm`` (``rpbench.data.mmrole.rm``). Option
-``reference_judge`` (required; the data config's) names who wrote the reviews read, in every test
-sample's ``meta`` and in the agreement report.
+``reference_judge`` (the data config's) names who wrote the reviews read, in every test sample's ``meta``
+and in the agreement report.
 
 Input: a folder of ``<model>/<scenario>_test.json`` review files (every evaluated model), a folder of one
 model's ``<scenario>_test.json`` files, or one such file; the evaluated model is the file's folder name.
@@ -16,13 +16,13 @@ Each record gives one sample per metric (as the paper segments each GPT-4 trajec
 judge's system turn and its user turn for that metric, built as the authors' ``eval/RM_review.py`` asks the
 reward model (question = ``conversations[0].value``, Model A = the answer, Model B = the ground truth),
 the record's image on the user turn; the target is the review text. The prompts are rpbench's wording, or
-the authors' with option ``prompts_source`` (their clone; ``rpbench.data.mmrole.prompts.review_prompts``). Train
+the authors' with ``data.prompts_source`` (their clone; ``rpbench.data.mmrole.prompts.review_prompts``). Train
 split: SFTExamples; test split: EvalExamples whose reference is the review text and whose ``meta`` holds
 ``metric``, ``score`` (the reference pair), ``reference_judge``, ``model``, ``question`` (record id),
 ``scenario`` and ``image``.
 
 Held-out split (the paper's validation set: 20 questions, the responses of 2 randomly chosen models each,
-all 8 metrics = 320 samples): option ``heldout = {questions, models, seed}``. A question is a record id
+all 8 metrics = 320 samples): option ``heldout = {questions, models, seed, share_questions}``. A question is a record id
 within its scenario; the test split holds the chosen (question, model) responses, the train split every
 response to every other question, so no question is in both (the paper kept the other models' responses
 to the held-out questions in training: 23,520 - 320 samples; ``heldout.share_questions=true`` does that).
@@ -30,8 +30,8 @@ Train and test must read the same reviews for the selection to match.
 
 A review whose ``score`` is not a pair of numbers in [1, 10] (the official scripts write ``{}`` when they
 cannot read the pair from the review) is a record error naming file, record and field (under
-``on_error=skip`` that sample is skipped and counted). Other options: ``image_root`` (as in
-``rpbench.data.mmrole.reader``). Every sample carries its record's image (``data.images=drop`` removes them, counted).
+``on_error=skip`` that sample is skipped and counted). Option ``image_root``: as in
+``rpbench.data.mmrole.reader``. Every sample carries its record's image (``data.images=drop`` removes them, counted).
 """
 
 from __future__ import annotations
@@ -43,15 +43,17 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.core.errors import DataFormatError
+from rpbench.core.typed import Problem, Settings, as_dict
 from rpbench.data.errors import OnError, ReadResult
 from rpbench.data.files import confined_path
 from rpbench.data.mmrole.prompts import METRICS, ReviewPrompts, review_prompts
 from rpbench.data.mmrole.reader import PROFILE_KEYS, scenario_of
+from rpbench.data.mmrole.rm import ReviewerOptions
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    ReadPolicy,
     as_object,
-    check_on_error,
     iter_records,
     record_id,
     require,
@@ -62,7 +64,6 @@ from rpbench.data.readers import (
 from rpbench.data.records import EvalExample, SFTExample, Turn
 
 REVIEW_KEY = "rm_review"
-HELDOUT_KEYS = ("questions", "models", "seed", "share_questions")
 SCORE_RANGE = (1.0, 10.0)
 
 Question = tuple[str, str]  # (scenario, record id)
@@ -95,14 +96,35 @@ class Reviewed:
     image: str
 
 
-def read_train(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReviewsReadResult:
+@dataclass(frozen=True, kw_only=True)
+class Heldout(Settings):
+    """``data.heldout``: the held-out selection (module docstring)."""
+
+    questions: int
+    models: int
+    seed: int
+    share_questions: bool
+
+    def problems(self) -> list[Problem]:
+        return [(key, "an integer >= 0") for key in ("questions", "models", "seed") if getattr(self, key) < 0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReviewsOptions(ReviewerOptions):
+    """The keys of the ``mmrole_reviews`` format's data configs: the reward-model formats' and the held-out
+    selection."""
+
+    heldout: Heldout
+
+
+def read_train(path: str | Path, options: ReviewsOptions, policy: ReadPolicy) -> ReviewsReadResult:
     """One SFTExample per (review record, metric) of every question outside the held-out selection."""
-    return _read(path, on_error, options, test=False)
+    return _read(path, options, policy, test=False)
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReviewsReadResult:
+def read_test(path: str | Path, options: ReviewsOptions, policy: ReadPolicy) -> ReviewsReadResult:
     """One EvalExample per (held-out response, metric); ``task`` is the scenario."""
-    return _read(path, on_error, options, test=True)
+    return _read(path, options, policy, test=True)
 
 
 def review_files(path: str | Path) -> list[Path]:
@@ -134,51 +156,37 @@ def select_heldout(
     return {(q, m) for q in chosen for m in rng.sample(sorted(answered[q]), models)}
 
 
-def _read(path: str | Path, on_error: OnError, options: Mapping[str, Any], *, test: bool) -> ReviewsReadResult:
-    check_on_error(on_error)
-    heldout = _heldout_options(options.get("heldout"))
-    judge = options.get("reference_judge")
-    if not judge:
-        raise ValueError("format mmrole_reviews: data.reference_judge (who wrote the reviews) is required")
+def _read(path: str | Path, options: ReviewsOptions, policy: ReadPolicy, *, test: bool) -> ReviewsReadResult:
+    heldout = options.heldout
     result = ReviewsReadResult(str(path))
     reviewed: list[Reviewed] = []
-    prompts = review_prompts(options.get("prompts_source"))
+    prompts = review_prompts(policy.prompts_source)
     for file in review_files(path):
-        reviewed += _read_file(file, options.get("image_root"), on_error, result, prompts)
+        reviewed += _read_file(file, options.image_folder(), policy.on_error, result, prompts)
     answered: dict[Question, list[str]] = {}
     for r in reviewed:
         if r.model in answered.get(r.question, []):
             scenario, rid = r.question
             raise ValueError(f"{path}: model {r.model!r} has two {scenario} review records with id {rid!r}")
         answered.setdefault(r.question, []).append(r.model)
-    held = select_heldout(answered, heldout["questions"], heldout["models"], heldout["seed"])
+    held = select_heldout(answered, heldout.questions, heldout.models, heldout.seed)
     held_questions = {q for q, _ in held}
     result.models = sorted({r.model for r in reviewed})
     result.questions = len(answered)
-    result.heldout = {**heldout, "responses": len(held)}
+    result.heldout = {**as_dict(heldout), "responses": len(held)}
     for r in reviewed:
         is_held = (r.question, r.model) in held
-        in_train = not is_held and (heldout["share_questions"] or r.question not in held_questions)
+        in_train = not is_held and (heldout.share_questions or r.question not in held_questions)
         if is_held if test else in_train:
-            result.examples += [_example(r, metric, sample, test, str(judge)) for metric, sample in r.samples.items()]
+            judge = options.reference_judge
+            result.examples += [_example(r, metric, sample, test, judge) for metric, sample in r.samples.items()]
     return result
 
 
-def _heldout_options(values: Any) -> dict[str, Any]:
-    if not isinstance(values, Mapping) or set(values) != set(HELDOUT_KEYS):
-        raise ValueError(f"data.heldout: expected keys {', '.join(HELDOUT_KEYS)}, got {values!r}")
-    numbers = {key: values[key] for key in ("questions", "models", "seed")}
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in numbers.values()):
-        raise ValueError(f"data.heldout: questions, models and seed must be integers >= 0, got {numbers}")
-    if not isinstance(values["share_questions"], bool):
-        raise ValueError(f"data.heldout.share_questions: true or false, got {values['share_questions']!r}")
-    return dict(values)
-
-
 def _read_file(
-    path: Path, image_root: Any, on_error: OnError, result: ReviewsReadResult, prompts: ReviewPrompts
+    path: Path, image_root: Path | None, on_error: OnError, result: ReviewsReadResult, prompts: ReviewPrompts
 ) -> list[Reviewed]:
-    model, scenario = path.parent.name, scenario_of(path, None)
+    model, scenario = path.parent.name, scenario_of(path)
     seen: dict[str, int | str] = {}
     reviewed = []
     n_records = 0
@@ -204,7 +212,7 @@ def _read_file(
             answer = require_str(reply, "answer", source, "conversations[1].answer")
             truth = require_str(reply, "value", source, "conversations[1].value")
             reviews = as_object(require(record, REVIEW_KEY, source), source, REVIEW_KEY)
-            resolved = str(confined_path(image_root or None, image, file=path, record=source.record, field="image"))
+            resolved = str(confined_path(image_root, image, file=path, record=source.record, field="image"))
         except DataFormatError as error:
             result.add_error(error, on_error)
             continue
@@ -258,4 +266,4 @@ def _example(r: Reviewed, metric: str, sample: tuple, test: bool, judge: str) ->
     return SFTExample(sample_id, (*prompt, Turn("assistant", review)), meta)
 
 
-FORMATS.register("mmrole_reviews")(DataFormat(train=read_train, test=read_test))
+FORMATS.register("mmrole_reviews")(DataFormat(ReviewsOptions, train=read_train, test=read_test))

@@ -28,18 +28,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rpbench.data.errors import OnError, ReadResult
+from rpbench.core.typed import Problem
+from rpbench.data.errors import ReadResult
 from rpbench.data.mmrole.prompts import METRICS, parse_score_pair, review_prompts
-from rpbench.data.mmrole.reader import SYSTEM_FILLED, dialogue
+from rpbench.data.mmrole.reader import SYSTEM_FILLED, MMRoleImages, dialogue
 from rpbench.data.readers import (
     FORMATS,
     DataFormat,
+    ReadPolicy,
     Source,
     as_object,
-    duplicate_policy,
     optional_str,
     read_file,
     record_id,
@@ -51,27 +53,37 @@ UNNAMED_MODEL = "not recorded"
 _ASPECT_LINE = re.compile(rf"^({'|'.join(re.escape(m) for m in METRICS)}): .*$", re.MULTILINE)
 
 
-def read_train(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[SFTExample]:
+@dataclass(frozen=True, kw_only=True)
+class ReviewerOptions(MMRoleImages):
+    """The keys of the reward-model formats' data configs (``mmrole_rm``, ``mmrole_reviews``): the image folder
+    and who wrote the evaluations read (named in every test sample and in the agreement report)."""
+
+    reference_judge: str
+
+    def problems(self) -> list[Problem]:
+        return [] if self.reference_judge.strip() else [("reference_judge", "who wrote the evaluations read")]
+
+
+def read_train(path: str | Path, options: ReviewerOptions, policy: ReadPolicy) -> ReadResult[SFTExample]:
     """One SFTExample per record: the judge's system prompt, the prompt with its image, the evaluation."""
-    return _read(path, on_error, options, test=False)
+    return _read(path, options, policy, test=False)
 
 
-def read_test(path: str | Path, *, on_error: OnError = "raise", **options: Any) -> ReadResult[EvalExample]:
+def read_test(path: str | Path, options: ReviewerOptions, policy: ReadPolicy) -> ReadResult[EvalExample]:
     """One EvalExample per record (see the module docstring for ``meta``); ``task`` is the metric."""
-    return _read(path, on_error, options, test=True)
+    return _read(path, options, policy, test=True)
 
 
-def _read(path: str | Path, on_error: OnError, options: dict[str, Any], *, test: bool) -> ReadResult:
-    judge = options.get("reference_judge")
-    if not judge:
-        raise ValueError("format mmrole_rm: data.reference_judge (who wrote the evaluations) is required")
+def _read(path: str | Path, options: ReviewerOptions, policy: ReadPolicy, *, test: bool) -> ReadResult:
+    judge, root = options.reference_judge, options.image_folder()
     filled: set[str] = set()
-    settings = {**options, "default_system": review_prompts(options.get("prompts_source")).system}
+    system = review_prompts(policy.prompts_source).system
+    turn_field = None if test else policy.turn_field
 
     def parse(raw: Any, source: Source) -> SFTExample | EvalExample:
         record = as_object(raw, source)
         rid, source = record_id(record, "id", source)
-        turns, image = dialogue(record, source, settings, filled, rid)
+        turns, image = dialogue(record, source, root, system, turn_field, filled, rid)
         if [t.role for t in turns] != ["system", "user", "assistant"]:
             raise source.error("conversations", "one user turn (the prompt) and one assistant turn (the evaluation)")
         prompt, evaluation = turns[1].content, turns[2].content
@@ -83,7 +95,7 @@ def _read(path: str | Path, on_error: OnError, options: dict[str, Any], *, test:
         meta = {
             "metric": metric,
             "score": list(pair),
-            "reference_judge": str(judge),
+            "reference_judge": judge,
             "model": model,
             "scenario": SCENARIO,
             "question": key,
@@ -93,7 +105,7 @@ def _read(path: str | Path, on_error: OnError, options: dict[str, Any], *, test:
             return EvalExample(rid, turns[:2], evaluation, metric, meta)
         return SFTExample(rid, turns, meta)
 
-    result = read_file(path, parse, on_error, "error" if test else duplicate_policy(options))
+    result = read_file(path, parse, policy.on_error, "error" if test else policy.duplicates)
     if filled:
         result.counts[SYSTEM_FILLED] = sum(example.id in filled for example in result.examples)
     return result
@@ -113,4 +125,4 @@ def _metric_and_response(prompt: str, image: str, source: Source) -> tuple[str, 
     return last.group(1), digest
 
 
-FORMATS.register("mmrole_rm")(DataFormat(train=read_train, test=read_test))
+FORMATS.register("mmrole_rm")(DataFormat(ReviewerOptions, train=read_train, test=read_test))

@@ -69,7 +69,6 @@ class Benchmark:
     override what differs."""
 
     judged = False  # has a judge protocol (judge=<backend> is accepted)
-    judge_task: str | None = None  # a judged benchmark's entry in judge.max_tokens (its judge's reply length)
     reads_records = True  # evaluates the data config's test records (False: brings its own, e.g. lm-eval's tasks)
     settings_class: type[Settings] = EvaluatorSettings  # its ``evaluator`` group, typed (a subclass adds its keys)
 

@@ -34,7 +34,7 @@ from rpbench.data.records import EvalExample, Turn
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.scoring.chat.client import EndpointSettings, ParsedReply
 
@@ -80,7 +80,7 @@ class Interviewer(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class CharacterLLMSettings(EvaluatorSettings):
+class CharacterLLMSettings(JudgedSettings):
     settings: tuple[str, ...]
     max_turns: int
     interviewer: Interviewer
@@ -100,7 +100,6 @@ class CharacterLLMSettings(EvaluatorSettings):
 class CharacterLLM(Benchmark):
     headlines = (Headline("single-turn average", ("characterllm", "single"), "average"),)
     judged = True
-    judge_task = "characterllm"
     settings_class = CharacterLLMSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
@@ -139,8 +138,7 @@ class CharacterLLM(Benchmark):
             if "turns" in chosen:
                 interviews += self.interview(ctx, chosen["turns"], client, prompts, results)
             write_jsonl(out_dir / "interviews.jsonl", interviews)
-            max_tokens = client.config.max_tokens_for("characterllm")
-            verdicts, judgements = score(client, prompts, interviews, max_tokens, ev.judge_reask)
+            verdicts, judgements = score(client, prompts, interviews, ev.judge_max_tokens, ev.judge_reask)
             results["judge_usage"] = client.stats.as_dict()
         write_jsonl(out_dir / "judgements.jsonl", judgements)
         scores = [

@@ -11,7 +11,7 @@ from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l, write_jsonl
 from rpbench.eval.context import EvalContext
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.rolemrc_rubrics import (
     DEFAULT_PROMPTS,
@@ -25,9 +25,9 @@ from rpbench.scoring.judge.rolemrc_rubrics import (
 class RoleMRC(Benchmark):
     headlines = (Headline("judge accuracy", ("judge", "overall"), "accuracy", "verdicts"), rouge_l())
     judged = True
-    judge_task = "rolemrc"
+    settings_class = JudgedSettings
 
-    def judge_requests(self, settings: EvaluatorSettings, examples: Sequence[EvalExample]) -> list[int]:
+    def judge_requests(self, settings: JudgedSettings, examples: Sequence[EvalExample]) -> list[int]:
         return [len(e.meta.get("dimensions") or ()) for e in examples]  # one per rubric of the record's label
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
@@ -55,7 +55,9 @@ class RoleMRC(Benchmark):
         from rpbench.scoring.chat.health import no_verdict, parse_failure_warning
         from rpbench.scoring.judge import judge_rolemrc
 
-        judged = judge_rolemrc(ctx.examples, predictions, ctx.judge, prepared, ctx.open_client)
+        judged = judge_rolemrc(
+            ctx.examples, predictions, ctx.judge, ctx.settings.judge_max_tokens, prepared, ctx.open_client
+        )
         overall = judged["overall"]  # request failures: the judge's endpoint health (rpbench.eval.evaluate)
         warning = parse_failure_warning(overall["parse_failures"], overall["n"], ctx.judge.warn_parse_failure_rate)
         if warning:

@@ -4,14 +4,13 @@ read as test records with the data config's reader."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from rpbench.core.errors import ConfigError
 from rpbench.data.prepare import read_split
-from rpbench.data.settings import DataSettings
+from rpbench.data.settings import DataFiles, DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.rpgbench.evaluator import RPGBenchSettings, encoder_problems
 from rpbench.eval.context import EvalContext
@@ -20,19 +19,18 @@ from rpbench.eval.generalization.split_distance import shift_section, split_shif
 from rpbench.scoring.chat.client import EndpointSettings
 
 
-def split_files(named: Any, data_files: Any) -> dict[str, str]:
+def split_files(named: Mapping[str, str] | None, data_files: DataFiles) -> dict[str, Any]:
     """``evaluator.splits`` (split name -> file), or every ``data.files`` entry that is set."""
-    chosen = dict(named) if named is not None else dict(data_files)
-    return {str(name): str(path) for name, path in chosen.items() if path is not None}
+    chosen = named if named is not None else data_files
+    return {name: path for name, path in chosen.items() if path is not None}
 
 
 @dataclass(frozen=True, kw_only=True)
 class ShiftSettings(RPGBenchSettings):
     """conf/evaluator/shift.yaml: the R-EMID evaluator's encoder settings and the splits compared."""
 
-    splits: Any  # split name -> file (null: the data config's files)
+    splits: Mapping[str, str] | None  # split name -> file (null: the data config's files)
 
-    open_keys = (*RPGBenchSettings.open_keys, "splits")
     needs_metrics = False
 
 
@@ -58,11 +56,9 @@ class Shift(Benchmark):
             except FileNotFoundError as error:
                 raise ConfigError(f"evaluator=shift, split {name}: {error}") from error
             splits[name], counts[name] = result.examples, {"read": len(result.examples), "skipped": len(result.skipped)}
-        g = OmegaConf.create(ctx.settings.generalization)
-        embedder = load_text_embedder(
-            g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback)
-        )
-        found = {**split_shift(splits, embedder, str(g.weighting)), "read": counts}
+        g = ctx.settings.generalization
+        embedder = load_text_embedder(g.encoder, g.layer, g.max_length, g.pooling, g.encoder_fallback)
+        found = {**split_shift(splits, embedder, g.weighting), "read": counts}
         return {"shift": found, "report_sections": [shift_section(found)]}
 
 

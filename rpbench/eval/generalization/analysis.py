@@ -43,56 +43,16 @@ from rpbench.eval.generalization.convergence import bound_convergence, remid_of_
 from rpbench.eval.generalization.embed import TextEmbedder
 from rpbench.eval.generalization.emi import sampled_club_mi
 from rpbench.eval.generalization.scoring import PairScorer, SampledResponse, conditional_entropy
+from rpbench.eval.generalization.settings import CUT_MARGIN_TOKENS, AnalysisSettings, EntropySettings
 from rpbench.eval.generalization.severity import embed_split, shift_severity
 
 ID_CATEGORY = "IDTest"
-# Samples are decoded without their stop token and stripped: one whose re-encoded text has at least
-# max_new_tokens - CUT_MARGIN_TOKENS tokens is taken as cut at the limit (whitespace stripped at its ends)
-CUT_MARGIN_TOKENS = 2
 # what each condition (critic, reasoning) is reported as: EMI table, EMID table, perplexity key
 CONDITIONS = {
     "critic_without_r": ("emi_critic_without_r", "emid_critic_without_r", "critic_without_r"),
     "reasoning": ("r_emi", "r_emid", "with_reasoning"),
     "plain": ("emi", "emid", "without_reasoning"),
 }
-
-
-@dataclass(frozen=True)
-class EntropySettings:
-    """``evaluator.generalization.entropy`` (conf/evaluator/rpgbench.yaml documents each)."""
-
-    samples: int  # K per prompt; 0: off (Ĥ = 1)
-    max_new_tokens: int
-    max_prompts: int | None  # per category; None: every record
-    seed: int
-    quantile: float  # of the per-prompt sums, reported beside their max (Ĥ) and mean
-
-    def __post_init__(self) -> None:
-        if (
-            self.samples < 0
-            or self.max_new_tokens <= CUT_MARGIN_TOKENS
-            or (self.max_prompts is not None and self.max_prompts < 1)
-            or not 0 < self.quantile < 1
-        ):
-            raise ValueError(
-                f"evaluator.generalization.entropy: samples must be >= 0 (0: off), max_new_tokens > "
-                f"{CUT_MARGIN_TOKENS}, max_prompts >= 1 or null and quantile in (0, 1); got {self}"
-            )
-
-
-@dataclass(frozen=True)
-class AnalysisSettings:
-    """``evaluator.generalization`` (conf/evaluator/rpgbench.yaml documents each)."""
-
-    weighting: str
-    delta_form: str
-    n_negatives: int
-    max_samples: int | None
-    seed: int
-    batch_size: int
-    convergence_sizes: Sequence[int]
-    convergence_repeats: int
-    entropy: EntropySettings
 
 
 @dataclass(frozen=True)

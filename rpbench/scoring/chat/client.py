@@ -30,7 +30,7 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from tqdm.auto import tqdm
 
@@ -61,10 +61,38 @@ PARSE_FAILURE_POLICIES = ("wrong", "exclude")
 
 
 @dataclass(frozen=True, kw_only=True)
+class LocalServerSettings(Settings):
+    """``judge.server``: what a ``backend: local`` judge serves with ``rpbench.serve`` on 127.0.0.1, and how.
+    ``model`` is a conf/model entry's name or a model config mapping (parsed as the model group is, by
+    validation and the server). The other keys are ``rpbench.serve``'s options: a judge's YAML sets the
+    batching and reply length (conf/judge/local.yaml); a key left out (or null) takes conf/serve/default.yaml's."""
+
+    model: str | Mapping[str, Any]
+    max_batch_size: int | None
+    batch_wait_ms: float | None
+    max_tokens: int | None  # a reply's length when a request names none
+
+    only_some = ("max_batch_size", "batch_wait_ms", "max_tokens")
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = [] if self.model else [("model", "a conf/model name or a model config mapping")]
+        for key, minimum in (("max_batch_size", 1), ("max_tokens", 1)):
+            if getattr(self, key) is not None and getattr(self, key) < minimum:
+                found.append((key, f"an integer >= {minimum}"))
+        if self.batch_wait_ms is not None and self.batch_wait_ms < 0:
+            found.append(("batch_wait_ms", "a number of milliseconds >= 0"))
+        return found
+
+    def serve_options(self) -> dict[str, Any]:
+        """The ``rpbench.serve`` options set here (the server's own for the others)."""
+        return {key: plain(value) for key, value in as_dict(self).items() if key != "model" and value is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
 class EndpointSettings(Settings):
     """The ``judge`` config group (conf/judge/*.yaml), parsed once at startup (``rpbench.validate``); every
     value comes from the YAML. ``server``: what a ``backend: local`` judge serves (``rpbench.serve.running.local_judge``
-    fills ``base_url`` and ``model`` in from the started server)."""
+    fills ``base_url`` and ``model`` in from the started server; null for an endpoint judge)."""
 
     backend: str
     model: str
@@ -80,7 +108,6 @@ class EndpointSettings(Settings):
     retry_after_max_s: float
     temperature: float
     top_p: float | None
-    max_tokens: Mapping[str, int]
     parse_tries: int
     # A verdict still unreadable after parse_tries: "wrong" counts it as a 0, "exclude" leaves it out.
     parse_failure: str
@@ -97,9 +124,7 @@ class EndpointSettings(Settings):
     progress: bool
     # The most a run may spend on the judge, estimated before it starts ({usd, tokens}; null: no limit).
     budget: Mapping[str, float | None] | None
-    server: Mapping[str, Any] | None
-
-    open_keys = ("server",)
+    server: LocalServerSettings | None
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
@@ -122,31 +147,20 @@ class EndpointSettings(Settings):
                 found.append((key, "a share in [0, 1]"))
         if self.backend == "vllm" and not self.base_url:
             found.append(("base_url", "the server's address with judge=vllm (e.g. http://host:8000/v1)"))
-        if self.backend == "local" and not (self.server or {}).get("model"):
-            found.append(("server.model", "a conf/model name or a model config mapping with judge=local"))
+        if self.backend == "local" and self.server is None:
+            found.append(("server", "what judge=local serves: {model: <a conf/model name or a model config>, ...}"))
         return found
 
     def plain(self) -> dict[str, Any]:
         """The settings as plain data (mappings as dicts), e.g. to merge overrides over them."""
-        values = as_dict(self)
-        for key in ("max_tokens", "budget", "server"):
-            if values[key] is not None:
-                values[key] = plain(values[key])
-        return values
-
-    def max_tokens_for(self, task: str) -> int:
-        if task not in self.max_tokens:
-            raise ValueError(f"judge.max_tokens has no entry for {task!r} (has {sorted(self.max_tokens)})")
-        return int(self.max_tokens[task])
+        return plain(self)
 
 
-def judge_reply_length_problems(judge: EndpointSettings | Mapping[str, Any], task: str) -> list[tuple[str, str]]:
-    """A judge's settings (typed, or the mapping of a reward's kwargs) without a reply length for ``task`` in
-    ``max_tokens``: (key, expected), checked at startup (``max_tokens_for`` would fail after generating)."""
-    lengths = judge.get("max_tokens") if isinstance(judge, Mapping) else judge.max_tokens
-    if not isinstance(lengths, Mapping) or task in lengths:
-        return []  # not a mapping: the judge's own settings name it
-    return [(f"judge.max_tokens.{task}", f"the judge's reply length for {task} (it has {', '.join(lengths)})")]
+@dataclass(frozen=True, kw_only=True)
+class NoJudge(Settings):
+    """The judge group's ``judge=none``: no judge (a setting that needs one says so)."""
+
+    backend: Literal["none"]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,14 @@ from typing import Any
 from rpbench.core.errors import ConfigError
 from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import SIMULATOR_PROMPT, Session, simulator_prompt
-from rpbench.scoring.chat.client import LOCAL_ENDPOINT, ChatClient, ChatRequest, ChatResult, LocalServer
+from rpbench.scoring.chat.client import (
+    LOCAL_ENDPOINT,
+    ChatClient,
+    ChatRequest,
+    ChatResult,
+    LocalServer,
+    LocalServerSettings,
+)
 from rpbench.scoring.chat.endpoints import api_key
 
 SCALE = (1, 5)
@@ -93,7 +100,7 @@ def open_simulator(
         if sim.server is not None:
             if local_server is None:
                 raise ConfigError(f"{where}.server: no local server was handed in (the pipeline hands it)")
-            served = replace(config, backend="local", server={"model": sim.server})
+            served = replace(config, backend="local", server=LocalServerSettings.parse({"model": sim.server}, where))
             server = stack.enter_context(local_server(served))
             free = {"price_input_per_1m": 0.0, "price_output_per_1m": 0.0}  # served here: it costs nothing
             local = replace(config, base_url=server.base_url, model=server.model, api_key_env=None, **free)

@@ -50,7 +50,6 @@ from rpbench.scoring.chat.client import (
 from rpbench.scoring.judge.parse import parse_verdict
 
 PROMPT_VERSION = "rpbench-rolemrc-rubrics-v2"  # v2: reference-free
-TASK = "rolemrc"
 
 JUDGE_SYSTEM = (
     "You are a strict and impartial examiner of role-playing language models. You check one "
@@ -389,13 +388,15 @@ def judge_rolemrc(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
     judge: ChatClient | EndpointSettings,
+    max_tokens: int,
     prompts: JudgePrompts = DEFAULT_PROMPTS,
     opener: ClientOpener = open_client,
 ) -> dict[str, Any]:
     """Judge every (record, rubric) pair of ``examples`` (rubrics from ``meta["dimensions"]``).
 
     ``predictions`` maps record id -> model reply; ``judge`` is a client or a ``judge`` config (opened by
-    ``opener`` and closed here: one with the local judge server handed in for ``judge=local``); ``prompts``
+    ``opener`` and closed here: one with the local judge server handed in for ``judge=local``), asked for
+    verdicts of at most ``max_tokens`` tokens (``evaluator.judge_max_tokens``); ``prompts``
     rpbench's rubrics or a prompt file's (``load_prompts``). Returns per-record verdicts (the value scored:
     0 for a parse failure under ``judge.parse_failure=wrong``, None for one left out) and, per rubric, per
     dimension and overall: n, judged, correct, parse_failures, request_failures and accuracy = correct /
@@ -407,7 +408,6 @@ def judge_rolemrc(
         raise ValueError(f"{len(missing)} test records have no prediction (first: {missing[:5]})")
     pairs = [(e, rubric) for e in examples for rubric in _rubrics_of(e)]
     with nullcontext(judge) if isinstance(judge, ChatClient) else opener(judge) as client:
-        max_tokens = client.config.max_tokens_for(TASK)
         requests = [
             ChatRequest(rubric_messages(r, e, predictions[e.id], prompts), max_tokens, prompts.version)
             for e, r in pairs

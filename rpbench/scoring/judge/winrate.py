@@ -29,7 +29,6 @@ from rpbench.data.records import EvalExample
 from rpbench.data.rpgbench import replied_records
 from rpbench.scoring.chat.client import ChatRequest, ClientOpener, EndpointSettings, ParsedReply, open_client
 
-TASK = "rpgbench"
 PROMPT_VERSION = "rpgbench-winrate-v2"
 SYSTEM = (
     "You are judging a role-play conversation. An agent plays the character described below for a user "
@@ -157,6 +156,7 @@ def judge_winrate(
     examples: Sequence[EvalExample],
     predictions: Mapping[str, str],
     judges: Sequence[EndpointSettings],
+    max_tokens: int,
     opener: ClientOpener = open_client,
 ) -> dict[str, Any]:
     """WinRate of ``predictions`` against the golden responses for each of ``judges`` (``judge``
@@ -178,7 +178,6 @@ def judge_winrate(
     per_judge: dict[str, Any] = {}
     for k, judge_cfg in enumerate(judges):
         with opener(judge_cfg) as client:
-            max_tokens = client.config.max_tokens_for(TASK)
             requests = [
                 ChatRequest(
                     pairwise_messages(e, *((predictions[e.id], e.reference)[:: 1 if first else -1])),

@@ -9,18 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from conftest import data_options, group_values
 from rpbench.data import readers
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
-from rpbench.eval.generalization.analysis import (
-    AnalysisSettings,
-    Critic,
-    EntropySettings,
-    analyze,
-    split_by_category,
-)
+from rpbench.eval.generalization.analysis import Critic, analyze, split_by_category
 from rpbench.eval.generalization.embed import load_text_embedder
 from rpbench.eval.generalization.emi import sampled_club_mi
 from rpbench.eval.generalization.scoring import PairScorer
+from rpbench.eval.generalization.settings import AnalysisSettings, EntropySettings
 from rpbench.models import load
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.loading import chat_renderer
@@ -37,7 +33,7 @@ SETTINGS = AnalysisSettings(
     batch_size=8,
     convergence_sizes=[2],
     convergence_repeats=1,
-    entropy=EntropySettings(0, 8, None, 0, 0.9),
+    entropy=EntropySettings(samples=0, max_new_tokens=8, max_prompts=None, seed=0, quantile=0.9),
 )
 USER_CATEGORIES = ["german", "spanish", "chinese", "japanese", "korean"]
 ANALYZED = ["IDTest", "german", "spanish", "Literature"]
@@ -62,7 +58,7 @@ def embedder():
 
 @functools.cache
 def sample_records():
-    return readers.read("rpgbench", "test", SAMPLE).examples
+    return readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
 
 
 @functools.cache
@@ -244,7 +240,10 @@ def test_winrate_judges_exactly_the_records_the_analysis_scores():
     scored, counts = RPGBench().scored_predictions(raw)
     assert counts["think"]["unclosed"] == 1 and scored == predictions | {empty.id: ""}
     with chat_stub(lambda body: "A") as server:
-        judged = judge_winrate(examples, scored, [judge_config(base_url=server.url, model="m", parse_tries=1)])
+        judges = [judge_config(base_url=server.url, model="m", parse_tries=1)]
+        judged = judge_winrate(
+            examples, scored, judges, group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]
+        )
     assert {r["id"] for r in judged["records"]} == {e.id for e in examples} - {empty.id}
     for category, n in result["n_per_category"].items():  # every remaining record (max_samples: null)
         entry = judged["by_category"][category]

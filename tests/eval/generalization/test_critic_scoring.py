@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_settings
+from conftest import data_options, tiny_settings
+from rpbench.core.errors import ConfigError
+from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import Turn, as_messages
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
-from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.emi import negative_pairs, sampled_club_mi
 from rpbench.eval.generalization.scoring import (
     PairScorer,
@@ -21,6 +22,7 @@ from rpbench.eval.generalization.scoring import (
     pair_logps,
     response_row,
 )
+from rpbench.eval.generalization.settings import EntropySettings
 from rpbench.models import load
 
 PROMPTS = [
@@ -51,7 +53,7 @@ def tiny(family: str = "qwen2"):
 
 @functools.cache
 def sample_records():
-    return read_test(SAMPLE).examples
+    return readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
 
 
 def pxy_contexts():
@@ -268,13 +270,7 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
     # Ĥ(ID vs german) = max over the ID and german prompts of H(model | x) + H(golden | x): the model's
     # entropy from its samples under its own prompt, the golden one from the critic's samples under the
     # critic's pxy context (with r); both -mean_k ℓ(y_k | ·), length-normalised
-    from rpbench.eval.generalization.analysis import (
-        Critic,
-        EntropyInputs,
-        EntropySettings,
-        category_entropies,
-        entropy_prompts,
-    )
+    from rpbench.eval.generalization.analysis import Critic, EntropyInputs, category_entropies, entropy_prompts
     from rpbench.eval.generalization.bound import bound_of, entropy_bound
     from rpbench.eval.generalization.severity import ShiftSeverity
 
@@ -326,13 +322,18 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
     severity = ShiftSeverity(0.04, 0.09, 0.16, 0.0016, 0.0081, 2, 2, "equal")
     bound = bound_of(severity, h_hat, "max")
     assert bound.entropy_form == "estimated" and bound.value == pytest.approx(math.sqrt(2 / 3) * h_hat * 0.9 + 2.4)
+
     # prompt choice: at most max_prompts per category, seeded; none when off
-    assert entropy_prompts(examples, EntropySettings(2, 8, None, 0, 0.9)) == examples
-    picked = entropy_prompts(examples, EntropySettings(2, 8, 1, 0, 0.9))
+    def entropy(samples: int, max_prompts: int | None, quantile: float = 0.9) -> EntropySettings:
+        values = {"samples": samples, "max_new_tokens": 8, "max_prompts": max_prompts, "seed": 0, "quantile": quantile}
+        return EntropySettings.parse(values, "evaluator.generalization.entropy")
+
+    assert entropy_prompts(examples, entropy(2, None)) == examples
+    picked = entropy_prompts(examples, entropy(2, 1))
     assert len(picked) == 2 and {e.meta["category"] for e in picked} == {"IDTest", "german"}
-    assert picked == entropy_prompts(examples, EntropySettings(2, 8, 1, 0, 0.9))
-    assert entropy_prompts(examples, EntropySettings(0, 8, None, 0, 0.9)) == []
-    with pytest.raises(ValueError, match="max_prompts >= 1 or null"):
-        EntropySettings(2, 8, 0, 0, 0.9)
-    with pytest.raises(ValueError, match="quantile in"):
-        EntropySettings(2, 8, None, 0, 1.0)
+    assert picked == entropy_prompts(examples, entropy(2, 1))
+    assert entropy_prompts(examples, entropy(0, None)) == []
+    with pytest.raises(ConfigError, match=r"entropy.max_prompts=0: expected null \(every record\) or an integer >= 1"):
+        entropy(2, 0)
+    with pytest.raises(ConfigError, match=r"entropy.quantile=1.0: expected a quantile in \(0, 1\)"):
+        entropy(2, None, quantile=1.0)

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import data_options
+from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import format_dialogue
-from rpbench.data.rpgbench import read_test
 from rpbench.eval.generalization.embed import PACKAGED_ENCODER, load_text_embedder
 from rpbench.eval.generalization.rjsd import representation_jsd
 from rpbench.eval.generalization.severity import embed_split, input_field_texts, shift_severity
@@ -97,7 +98,7 @@ def test_truncation_is_counted_and_bad_inputs_are_named():
 
 
 def test_shift_severity_on_the_bundled_sample():
-    examples = read_test(SAMPLE).examples
+    examples = readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
     by_shift = {}
     for e in examples:
         by_shift.setdefault(e.meta["shift"], []).append(e)

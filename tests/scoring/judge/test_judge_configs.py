@@ -33,13 +33,14 @@ def test_option_builds_a_judge_config(name):
     assert cfg["backend"] == backend
     assert config.cache_path.endswith("judge_cache.sqlite")
     if name == "local":
-        serve_settings({k: v for k, v in cfg["server"].items() if k != "model"}, "judge.server")
-        assert cfg["server"]["model"] == "tiny-qwen2" and config.api_key_env is None
+        serve = serve_settings(config.server.serve_options(), "judge.server")
+        assert config.server.model == "tiny-qwen2" and config.api_key_env is None
+        assert serve.max_batch_size == config.server.max_batch_size == 8
 
 
 def test_published_rolemrc_setup():
     config = EndpointSettings.parse(judge_config("rolemrc_published"), "judge")
-    assert (config.model, config.temperature, config.max_tokens["rolemrc"]) == ("gpt-4-turbo-2024-04-09", 0.7, 4)
+    assert (config.model, config.temperature) == ("gpt-4-turbo-2024-04-09", 0.7)
     assert config.base_url is None and config.api_key_env == "OPENAI_API_KEY"
 
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR, REPO_ROOT, chat_stub, run_in_process
-from rpbench.data.rolemrc import read_test
+from conftest import CONF_DIR, REPO_ROOT, chat_stub, data_options, group_values, run_in_process
+from rpbench.data import readers
 from rpbench.scoring.judge.budget import JudgeBudgetError
 
 RUN = [
@@ -33,7 +33,7 @@ SAMPLE_TEST = REPO_ROOT / "rpbench" / "resources" / "sample" / "rolemrc" / "test
 
 def test_judge_cost_and_agreement_with_humans(tmp_path):
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
-    records = read_test(SAMPLE_TEST).examples
+    records = readers.read("rolemrc", "test", SAMPLE_TEST, data_options("sample")).examples
     rated = [(r.id, rubric) for r in records for rubric in table[r.task]]
     # humans' majority 1 on even items, 0 on odd ones; the judge says 1 to everything
     humans = [
@@ -55,7 +55,9 @@ def test_judge_cost_and_agreement_with_humans(tmp_path):
     assert cost["requests"] == cost["replies"] == asked == estimate["requests"] == rubrics > 0
     # the stub's usage: 1 prompt and 1 completion token per reply
     assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
-    assert estimate["completion_tokens"] == asked * 16  # judge.max_tokens.rolemrc
+    assert (
+        estimate["completion_tokens"] == asked * group_values("evaluator", "rolemrc", "evaluator")["judge_max_tokens"]
+    )
     found = results["eval"]["judge_agreement"]
     judged = [(row["id"], rubric) for row in scored for rubric in row["verdicts"]]
     majority_one = [n % 2 == 0 for n, key in enumerate(rated) if key in set(judged)]

@@ -7,7 +7,7 @@ import json
 import pytest
 from scripted_server import scripted, scripted_judge
 
-from conftest import judge_config
+from conftest import group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.scoring.chat.client import ChatClient, client_opener
@@ -27,6 +27,7 @@ SYSTEM = (
     "You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
     "You speak bluntly and use sailing metaphors."
 )
+VERDICT_TOKENS = group_values("evaluator", "rolemrc", "evaluator")["judge_max_tokens"]  # a 0/1 verdict
 
 
 def example(rid: str, dims: list[str], system: str = SYSTEM, **meta) -> EvalExample:
@@ -204,10 +205,14 @@ def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
     with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
-        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"))
+        result = judge_rolemrc(
+            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), VERDICT_TOKENS
+        )
         # 6 judgements, then 2 re-asks of the muddled one (3 tries in all)
         assert server.stats.requests == 6 + 2
-        again = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"))
+        again = judge_rolemrc(
+            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), VERDICT_TOKENS
+        )
         assert server.stats.requests == 8  # the re-run is served from the cache
     assert again["rubrics"] == result["rubrics"] and result["parse_failure"] == "exclude"
 
@@ -259,7 +264,7 @@ def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, t
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
     with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
-        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path))
+        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path), VERDICT_TOKENS)
     assert result["parse_failure"] == "wrong"
     assert result["overall"] == {
         "n": 6,
@@ -282,7 +287,7 @@ def test_judge_parse_failure_policy_is_checked():
 def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
     examples = [RECORDS[2][0]]
     with serve_in_thread(tiny, make_server=scripted(replies={**VERDICTS, REASK: "1"})) as server:
-        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, judge_client(tiny, server, tmp_path))
+        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, judge_client(tiny, server, tmp_path), VERDICT_TOKENS)
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["parse_failures"] == 0
     assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
 
@@ -293,10 +298,10 @@ def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny
         model="local",
         parse_tries=1,
         cache_path=str(tmp_path / "judge.sqlite"),
-        server={"model": tiny_model(end_of_turn="<|im_end|>")},
+        server={"model": plain(tiny_model(end_of_turn="<|im_end|>"))},  # a model config mapping
     )
     opener = client_opener(scripted_judge(replies={"REPLY-GOOD": "1"}))
-    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, opener=opener)
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, VERDICT_TOKENS, opener=opener)
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 
@@ -306,8 +311,8 @@ def test_bad_inputs_are_named():
         judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):
-        judge_rolemrc([RECORDS[1][0]], {}, client)
+        judge_rolemrc([RECORDS[1][0]], {}, client, VERDICT_TOKENS)
     with pytest.raises(DataFormatError, match="record x.*meta.dimensions"):
-        judge_rolemrc([example("x", ["humour"])], {"x": "r"}, client)
+        judge_rolemrc([example("x", ["humour"])], {"x": "r"}, client, VERDICT_TOKENS)
     with pytest.raises(DataFormatError, match="record y.*meta.dimensions"):
-        judge_rolemrc([example("y", [])], {"y": "r"}, client)
+        judge_rolemrc([example("y", [])], {"y": "r"}, client, VERDICT_TOKENS)

@@ -46,7 +46,7 @@ from rpbench.eval.benchmarks.conversation.pairwise import (
 )
 from rpbench.eval.benchmarks.conversation.sessions import run_sessions
 from rpbench.eval.context import EvalContext
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
 from rpbench.scoring.chat.client import EndpointSettings
@@ -73,7 +73,7 @@ class Drift(Settings):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConversationSettings(EvaluatorSettings):
+class ConversationSettings(JudgedSettings):
     max_turns: int
     simulator: Simulator
     rubric: Mapping[str, str]
@@ -107,7 +107,6 @@ class ConversationSettings(EvaluatorSettings):
 class Conversation(Benchmark):
     headlines = (Headline("session score (1-5)", ("conversation", "judge", "overall"), scores="verdicts"),)
     judged = True
-    judge_task = "conversation"
     settings_class = ConversationSettings
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
@@ -149,7 +148,7 @@ class Conversation(Benchmark):
                     capped[0],
                 )
             records = [s.record() for s in sessions]
-            max_tokens = client.config.max_tokens_for("conversation")
+            max_tokens = ev.judge_max_tokens
             judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
             if ev.pairwise_with:
                 other = read_other(ev.pairwise_with, records)

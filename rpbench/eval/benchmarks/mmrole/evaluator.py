@@ -26,7 +26,7 @@ from rpbench.data.records import EvalExample
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l
 from rpbench.eval.context import EvalContext
 from rpbench.eval.report import metric_table
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.settings import JudgedSettings
 
 # How the report names the test sets of conf/data/mmrole.yaml (others by their own name).
 SET_LABELS = {"in": "In-Test", "out": "Out-Test"}
@@ -34,19 +34,16 @@ Folders = Path | dict[str, Path]
 
 
 @dataclass(frozen=True, kw_only=True)
-class MMRoleSettings(EvaluatorSettings):
-    reviews: Any  # a folder, or a mapping of test set to folder (open: checked when read)
-    answers: Any
+class MMRoleSettings(JudgedSettings):
+    reviews: str | Mapping[str, str] | None  # existing reviews: a folder, or test set -> folder (null: none)
+    answers: str | Mapping[str, str] | None  # existing answers to judge, likewise
     swap: bool
     without_vision: bool
-
-    open_keys = ("reviews", "answers")
 
 
 class MMRole(Benchmark):
     headlines = (Headline("MMRole-Eval overall", ("mmrole_eval", "all"), "overall"), rouge_l())
     judged = True
-    judge_task = "mmrole"
     settings_class = MMRoleSettings
 
     def needs_records(self, settings: MMRoleSettings) -> bool:
@@ -165,9 +162,9 @@ def _write_answer_files(examples: Sequence[EvalExample], predictions: Mapping[st
     return answers
 
 
-def _folders(value: Any) -> Folders:
+def _folders(value: str | Mapping[str, str]) -> Folders:
     """A folder, or a mapping of test set to folder (``evaluator.reviews`` / ``evaluator.answers``)."""
-    return {str(name): Path(str(folder)) for name, folder in value.items()} if isinstance(value, dict) else Path(value)
+    return Path(value) if isinstance(value, str) else {name: Path(folder) for name, folder in value.items()}
 
 
 def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
@@ -192,6 +189,7 @@ def mmrole_eval(ctx: EvalContext, answers: Folders | None) -> dict[str, Any]:
                 answers,
                 client,
                 out_dir / "reviews",
+                ev.judge_max_tokens,
                 prompts=review_prompts(ctx.prompts_source),
                 swap=ev.swap,
                 image_root=ctx.image_root,

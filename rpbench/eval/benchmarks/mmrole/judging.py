@@ -23,7 +23,7 @@ from typing import Any
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data.files import confined_path
-from rpbench.data.mmrole.prompts import DEFAULT_PROMPTS, METRICS, REASK, TASK, ReviewPrompts
+from rpbench.data.mmrole.prompts import DEFAULT_PROMPTS, METRICS, REASK, ReviewPrompts
 from rpbench.scoring.chat.client import ChatClient, ChatRequest, ParsedReply, image_part
 from rpbench.scoring.judge.parse import parse_score_pair
 
@@ -194,13 +194,15 @@ def judge_answers(
     answers_dir: str | Path,
     client: ChatClient,
     reviews_dir: str | Path,
+    max_tokens: int,
     *,
     prompts: ReviewPrompts = DEFAULT_PROMPTS,
     image_root: str | Path | None = None,
     swap: bool = False,
 ) -> dict[str, Any]:
     """Judge every answers file of ``answers_dir`` into ``reviews_dir`` (official layout) and aggregate,
-    asking with ``prompts`` (rpbench's or the authors', ``rpbench.data.mmrole.prompts.review_prompts``).
+    asking with ``prompts`` (rpbench's or the authors', ``rpbench.data.mmrole.prompts.review_prompts``) for reviews
+    of at most ``max_tokens`` tokens (``evaluator.judge_max_tokens``).
 
     One judge call per metric per record (two with ``swap``); the image is attached as a data URL when
     the judge is multimodal and ``image_root / record["image"]`` exists. An image path that leaves
@@ -219,7 +221,9 @@ def judge_answers(
         orders = [False, True] if swap else [False]
         parts = [_image_part(path, record, client, image_root, images) for record in records]
         jobs = [(i, metric, flipped) for i in range(len(records)) for metric in METRICS for flipped in orders]
-        requests = [_request(records[i], metric, flipped, parts[i], client, prompts) for i, metric, flipped in jobs]
+        requests = [
+            _request(records[i], metric, flipped, parts[i], client, prompts, max_tokens) for i, metric, flipped in jobs
+        ]
         replies = client.ask_parsed(requests, parse_score_pair, REASK, desc=f"MMRole-Eval {path.stem}")
         for (i, metric, flipped), reply in zip(jobs, replies):
             records[i].setdefault(SWAPPED_KEY if flipped else REVIEW_KEY, {})[metric] = _review_entry(reply)
@@ -232,13 +236,13 @@ def judge_answers(
 
 
 def judge_answer_sets(
-    folders: Mapping[str, str | Path], client: ChatClient, reviews_dir: str | Path, **options: Any
+    folders: Mapping[str, str | Path], client: ChatClient, reviews_dir: str | Path, max_tokens: int, **options: Any
 ) -> dict[str, Any]:
     """``judge_answers`` of each test set's answers folder into ``reviews_dir/<name>``; the results as
     ``aggregate_review_sets`` gives them, plus ``images`` (summed) and ``judge_stats``."""
     images = {"attached": 0, "missing": 0}
     for name, folder in folders.items():
-        judged = judge_answers(folder, client, Path(reviews_dir) / str(name), **options)
+        judged = judge_answers(folder, client, Path(reviews_dir) / str(name), max_tokens, **options)
         images = {key: images[key] + judged["images"][key] for key in images}
     results = aggregate_review_sets({name: Path(reviews_dir) / str(name) for name in folders})
     results["images"] = images
@@ -253,6 +257,7 @@ def _request(
     image: dict | None,
     client: ChatClient,
     prompts: ReviewPrompts,
+    max_tokens: int,
 ) -> ChatRequest:
     turn = record["conversations"][1]
     answer, truth = turn["answer"], turn["value"]
@@ -267,7 +272,7 @@ def _request(
     )
     content: Any = [image, {"type": "text", "text": text}] if image else text
     messages = ({"role": "system", "content": prompts.system}, {"role": "user", "content": content})
-    return ChatRequest(messages, client.config.max_tokens_for(TASK), prompts.version)
+    return ChatRequest(messages, max_tokens, prompts.version)
 
 
 def _review_entry(reply: ParsedReply) -> dict[str, Any]:

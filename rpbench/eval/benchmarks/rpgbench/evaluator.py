@@ -15,36 +15,34 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from omegaconf import OmegaConf
+from typing import Any
 
 from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
-from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS
+from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS, RPGBenchOptions
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
 from rpbench.eval.benchmarks.rpgbench.report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
-from rpbench.eval.settings import EvaluatorSettings
+from rpbench.eval.generalization.settings import EntropySettings, GeneralizationSettings
+from rpbench.eval.settings import JudgedSettings
 from rpbench.models.generation import GenerationSettings
 from rpbench.scoring.chat.client import EndpointSettings
 
-if TYPE_CHECKING:
-    from rpbench.eval.generalization.analysis import EntropySettings
-
 log = logging.getLogger(__name__)
 ROLES = ("critic", "reasoner")  # the estimators always named; plain_critic is optional
+JudgeValue = bool | int | float | str | None  # a judge of the ensemble changes the judge group's scalar settings
 
 
-def judge_configs(judge: EndpointSettings, judges: Sequence[Mapping[str, Any]]) -> list[EndpointSettings]:
-    """The ensemble: ``judge`` with each entry of ``evaluator.judges`` merged over it (none: ``judge``)."""
+def judge_configs(judge: EndpointSettings, judges: Sequence[Mapping[str, JudgeValue]]) -> list[EndpointSettings]:
+    """The ensemble: ``judge`` with each entry of ``evaluator.judges`` over it (none: ``judge``)."""
     if not judges:
         return [judge]
-    merged = [OmegaConf.to_container(OmegaConf.merge(judge.plain(), dict(override))) for override in judges]
-    return [EndpointSettings.parse(values, f"evaluator.judges[{i}]") for i, values in enumerate(merged)]
+    return [
+        EndpointSettings.parse({**judge.plain(), **over}, f"evaluator.judges[{i}]") for i, over in enumerate(judges)
+    ]
 
 
 def generated_reasoning(
@@ -96,33 +94,35 @@ def sampled_responses(
     return drawn
 
 
-def encoder_problems(generalization: Mapping[str, Any]) -> list[str]:
+def encoder_problems(generalization: GeneralizationSettings) -> list[str]:
     """The JS encoder is available locally, or its fallback was chosen (``embed.encoder_problem``)."""
     from rpbench.eval.generalization.embed import encoder_problem
 
     g = generalization
-    problem = encoder_problem(g["encoder"], bool(g["encoder_fallback"]), "evaluator.generalization.encoder")
+    problem = encoder_problem(g.encoder, g.encoder_fallback, "evaluator.generalization.encoder")
     return [] if problem is None else [problem]
 
 
+def _test_splits(data: DataSettings) -> str:
+    """``data.test_splits=[...], `` when the data is RPGBench's (its reader's test splits), else nothing."""
+    return f"data.test_splits={list(data.options.test_splits)}, " if isinstance(data.options, RPGBenchOptions) else ""
+
+
 @dataclass(frozen=True, kw_only=True)
-class RPGBenchSettings(EvaluatorSettings):
-    judges: Any  # the ensemble: judge settings merged over the judge group's, one mapping per judge
+class RPGBenchSettings(JudgedSettings):
+    judges: tuple[Mapping[str, JudgeValue], ...]  # the ensemble: each judge's settings over the judge group's
     critic: str | None  # the R-EMID estimators: a CoRL run folder, a model folder, a conf/model name, or self
     reasoner: str | None
     critic_adapters: tuple[str, ...]  # LoRA adapter folders merged in this order
     reasoner_adapters: tuple[str, ...]
     plain_critic: str | None  # a critic trained without r (the paper's naive EMI); None: none
     plain_critic_adapters: tuple[str, ...]
-    generalization: Any  # rpbench.eval.generalization.analysis.AnalysisSettings' values
-
-    open_keys = ("judges", "generalization")
+    generalization: GeneralizationSettings
 
 
 class RPGBench(Benchmark):
     headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
     judged = True
-    judge_task = "rpgbench"
     settings_class = RPGBenchSettings
 
     def judge_requests(self, settings: RPGBenchSettings, examples: Sequence[EvalExample]) -> list[int]:
@@ -137,13 +137,16 @@ class RPGBench(Benchmark):
         }
 
     def problems(self, settings: RPGBenchSettings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
-        """The estimator pair is named (and usable) and the JS encoder is there (or its fallback chosen) when the
-        generalization analysis is on."""
-        if not settings.generalization["enabled"]:  # the estimator pair across groups: validate's view
-            return []
-        found = []
-        splits = data.options.get("test_splits")  # the rpgbench reader's (conf/data/rpgbench.yaml)
-        if isinstance(splits, Sequence) and (ID_CATEGORY not in splits or set(splits) <= {ID_CATEGORY}):
+        """Each judge of the ensemble is a judge's settings over the judge group's; the estimator pair is named
+        (and usable) and the JS encoder is there (or its fallback chosen) when the generalization analysis is on."""
+        found: list[str] = []
+        for i, over in enumerate(settings.judges if judge is not None else ()):
+            EndpointSettings.collect({**judge.plain(), **over}, f"evaluator.judges[{i}]", found)
+        if not settings.generalization.enabled:  # the estimator pair across groups: validate's view
+            return found
+        options = data.options  # the rpgbench reader's test splits (conf/data/rpgbench.yaml)
+        splits = options.test_splits if isinstance(options, RPGBenchOptions) else None
+        if splits is not None and (ID_CATEGORY not in splits or set(splits) <= {ID_CATEGORY}):
             found.append(
                 f"data.test_splits={list(splits)}: the R-EMID analysis (evaluator.generalization.enabled) compares "
                 f"the in-distribution split {ID_CATEGORY} with shifted ones (e.g. {', '.join(TEST_SPLITS[1:])}): "
@@ -163,7 +166,7 @@ class RPGBench(Benchmark):
     ) -> list[str]:
         """The generalization analysis compares IDTest with each shifted category: at least 2 test records in
         each (an estimate over pairs), IDTest and one shifted category at least."""
-        if not settings.generalization["enabled"]:
+        if not settings.generalization.enabled:
             return []
         where = f"data.files.test={data.files.get('test')}"
         no_category = next((e.id for e in examples if "category" not in e.meta), None)
@@ -181,7 +184,7 @@ class RPGBench(Benchmark):
         return [
             f"{where}: the R-EMID analysis (evaluator.generalization.enabled) needs at least 2 test records of "
             f"{ID_CATEGORY} and of each shifted category, and one shifted category at least; read: "
-            f"{'; '.join(lacking)} (data.test_splits={data.options.get('test_splits')}, data.max_test_samples="
+            f"{'; '.join(lacking)} ({_test_splits(data)}data.max_test_samples="
             f"{data.max_test_samples}; or evaluator.generalization.enabled=false)"
         ]
 
@@ -198,9 +201,8 @@ class RPGBench(Benchmark):
         from rpbench.scoring.chat.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
-        judged = judge_winrate(
-            ctx.examples, predictions, judge_configs(ctx.judge, ctx.settings.judges), ctx.open_client
-        )
+        judges = judge_configs(ctx.judge, ctx.settings.judges)
+        judged = judge_winrate(ctx.examples, predictions, judges, ctx.settings.judge_max_tokens, ctx.open_client)
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         overall = judged["overall"]
@@ -218,21 +220,13 @@ class RPGBench(Benchmark):
         reasoner, scores from the critic; plots (JS against the judged WinRate in ``results``)."""
         import torch
 
-        from rpbench.eval.generalization.analysis import (
-            CONDITIONS,
-            AnalysisSettings,
-            Critic,
-            EntropyInputs,
-            EntropySettings,
-            analyze,
-            entropy_prompts,
-        )
+        from rpbench.eval.generalization.analysis import CONDITIONS, Critic, EntropyInputs, analyze, entropy_prompts
         from rpbench.eval.generalization.embed import load_text_embedder
         from rpbench.eval.generalization.estimator import load_estimator, provenance
         from rpbench.eval.generalization.provenance import analysis_provenance
         from rpbench.models.loading import chat_renderer
 
-        ev, g = ctx.settings, OmegaConf.create(ctx.settings.generalization)
+        ev, g = ctx.settings, ctx.settings.generalization
         model, tokenizer, examples, out_dir = ctx.model, ctx.tokenizer, ctx.examples, ctx.out_dir
         prompts = remid_prompts(ctx.prompts_source)
         added: dict[str, Any] = {"prompts": prompts.records()}  # the policy's prompt is among them, analysed or not
@@ -242,13 +236,7 @@ class RPGBench(Benchmark):
         if ev.plain_critic is not None:
             specs["plain_critic"] = resolve_spec("plain_critic", ev.plain_critic, ev.plain_critic_adapters)
         critic_spec, reasoner_spec = specs["critic"], specs["reasoner"]
-        entropy = EntropySettings(
-            int(g.entropy.samples),
-            int(g.entropy.max_new_tokens),
-            None if g.entropy.max_prompts is None else int(g.entropy.max_prompts),
-            int(g.entropy.seed),
-            float(g.entropy.quantile),
-        )
+        entropy = g.entropy
         if model is None and (any(spec.model_cfg is None for spec in specs.values()) or entropy.samples):
             raise ValueError(
                 "evaluator=rpgbench with backend=endpoint: the generalization analysis needs the evaluated model "
@@ -259,8 +247,7 @@ class RPGBench(Benchmark):
         device = model.device if model is not None else torch.device("cpu")
         generation = ev.generation
         reasoner, reasoner_tokenizer = load_estimator(reasoner_spec, device)
-        reasoning = OmegaConf.to_container(g.reasoning, resolve=True)
-        reasoning_options = GenerationSettings.parse(reasoning, "evaluator.generalization.reasoning")
+        reasoning_options = g.reasoning
         reasoning = generated_reasoning(reasoner, reasoner_tokenizer, prompts, examples, reasoning_options, out_dir)
         del reasoner
 
@@ -269,7 +256,7 @@ class RPGBench(Benchmark):
                 scoring_model, scoring_tokenizer, scoring_cfg = model, tokenizer, ctx.model_config
             else:
                 (scoring_model, scoring_tokenizer), scoring_cfg = load_estimator(spec, device), spec.model_cfg
-            renderer = chat_renderer(scoring_cfg, scoring_tokenizer, int(g.critic_max_length))
+            renderer = chat_renderer(scoring_cfg, scoring_tokenizer, g.critic_max_length)
             return Critic(scoring_model, renderer, prompts, spec.description, spec.model_cfg is None)
 
         critic = scorer(critic_spec)
@@ -293,24 +280,12 @@ class RPGBench(Benchmark):
                 with_r,
                 entropy,
                 out_dir / "critic_samples.jsonl",
-                replace(generation, max_prompt_length=int(g.critic_max_length)),
+                replace(generation, max_prompt_length=g.critic_max_length),
             )
             renderer = chat_renderer(ctx.model_config, tokenizer, ctx.data.max_length)
             inputs = EntropyInputs(model, renderer, own, critics)
-        embedder = load_text_embedder(
-            g.encoder, int(g.layer), int(g.max_length), str(g.pooling), bool(g.encoder_fallback), str(device)
-        )
-        settings = AnalysisSettings(
-            str(g.weighting),
-            str(g.delta_form),
-            int(g.n_negatives),
-            None if g.max_samples is None else int(g.max_samples),
-            int(g.seed),
-            int(g.batch_size),
-            [int(n) for n in g.convergence_sizes],
-            int(g.convergence_repeats),
-            entropy,
-        )
+        embedder = load_text_embedder(g.encoder, g.layer, g.max_length, g.pooling, g.encoder_fallback, str(device))
+        settings = g.analysis()
         decoding = f"temperature {reasoning_options.temperature}" if reasoning_options.temperature else "greedy"
         decoding += f", repetition penalty {reasoning_options.repetition_penalty}"
         decoding += f", chat template {reasoning_options.chat_template or 'its own'}"
@@ -325,7 +300,7 @@ class RPGBench(Benchmark):
             added["prompts"],
             analysis["settings"],
             asdict(reasoning_options),
-            int(g.critic_max_length),
+            g.critic_max_length,
         )
         added.update({key: analysis[key] for key in top if key in analysis})
         plot_severity({**results, **added}, ctx.run_name, out_dir / "js_vs_winrate.png")

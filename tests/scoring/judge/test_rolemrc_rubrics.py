@@ -9,6 +9,7 @@ from scripted_server import scripted, scripted_judge
 
 from conftest import group_values, judge_config
 from rpbench.core.errors import DataFormatError
+from rpbench.core.typed import plain
 from rpbench.data.records import EvalExample, Turn
 from rpbench.scoring.chat.client import ChatClient, client_opener
 from rpbench.scoring.judge.rolemrc_rubrics import (

@@ -1,4 +1,8 @@
-"""Shared fixtures: offline environment, Hydra composition, tiny models."""
+"""Shared fixtures: offline environment, Hydra composition, tiny models, sample records, endpoint stubs.
+
+The helpers below are handed to tests as fixtures (the block at the end of this file): a test takes
+``run_in_process`` or ``data_options`` as an argument, never imports it from here or from another test module
+(tests/test_imports.py checks it)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,18 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+
+# Overrides of `python run.py` runs: a short training (one epoch of 48 samples), a small evaluation (8 test
+# samples, short replies), and the short training without evaluation.
+SHORT_TRAINING = (
+    "objective.epochs=1",
+    "trainer.enable_progress_bar=false",
+    "data.max_train_samples=48",
+    "objective.log_every_n_steps=1",
+)
+SMALL_EVAL = ("data.max_test_samples=8", "evaluator.generation.max_new_tokens=16")  # the default also evaluates
+FAST = (*SHORT_TRAINING, "evaluator=none")
+QUICK = ("trainer.enable_progress_bar=false", "data.max_train_samples=8")  # if a startup check let a run through
 
 
 @contextmanager
@@ -282,8 +298,6 @@ def ddp_run(tmp_path_factory) -> Path:
     """The folder of `python run.py` training the default SFT on two gloo ranks (DDP, batches of 4, one short
     epoch, its curve in metrics.csv), then evaluating: tests/test_run.py checks it, tests/test_deepspeed_cpu.py
     compares ZeRO-2 with it (one pair of processes for both)."""
-    from test_run import SHORT_TRAINING, SMALL_EVAL
-
     out = tmp_path_factory.mktemp("ddp")
     settings = ["trainer.devices=2", "trainer.strategy=ddp", "logger=csv", "objective.batch_size=4"]
     result = run_script("run.py", f"hydra.run.dir={out}", *settings, *SHORT_TRAINING, *SMALL_EVAL)
@@ -442,3 +456,434 @@ def one_layer_llama(seed: int):
         max_position_embeddings=32,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def run_py(*overrides: str) -> subprocess.CompletedProcess:
+    """`python run.py <overrides>` in a subprocess (``run_script``)."""
+    return run_script("run.py", *overrides)
+
+
+CPU_ZERO = ("trainer.accelerator=cpu", "trainer.precision=32-true", "trainer.strategy.config.bf16.enabled=false")
+
+
+def logged_losses(out: Path) -> list[float]:
+    """The train/loss values a run logged in ``out``/metrics.csv, in order."""
+    import csv
+
+    return [float(row["train/loss"]) for row in csv.DictReader((out / "metrics.csv").open()) if row["train/loss"]]
+
+
+def exported_weights(out: Path) -> dict:
+    """The parameters of the model a run exported to ``out``/model."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(out / "model")
+    return {name: param.detach() for name, param in model.named_parameters()}
+
+
+def assert_same_weights(out: Path, plain_out: Path) -> None:
+    """The run in ``out`` exported ``plain_out``'s weights (to tolerance)."""
+    import torch
+
+    plain, trained = exported_weights(plain_out), exported_weights(out)
+    assert trained.keys() == plain.keys()
+    for name, weight in plain.items():
+        torch.testing.assert_close(trained[name], weight, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The optimizer step of a (whole) checkpoint file, None when there is none yet."""
+    import torch
+
+    if not path.exists():
+        return None
+    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
+
+
+def assert_nothing_trained_or_evaluated(out: Path) -> None:
+    assert not (out / "checkpoints").exists() and not (out / "metrics.json").exists()
+    assert not (out / "predictions.jsonl").exists()
+
+
+def refused_at_startup(compose, *overrides: str) -> str:
+    """``pipeline.run`` (what run.py calls) on the composed config: expect the error run.py prints as
+    `error: <message>` before anything is trained or evaluated; the message."""
+    from omegaconf import open_dict
+
+    from rpbench.core.errors import RpbenchError
+    from rpbench.pipeline import run
+    from rpbench.validate import validate
+
+    cfg = compose(*QUICK, *overrides)
+    with open_dict(cfg):  # what run.py hands the pipeline
+        del cfg["hydra"]
+    with pytest.raises(RpbenchError) as error:
+        run(validate(cfg))
+    assert_nothing_trained_or_evaluated(Path(cfg.paths.output_dir))
+    return str(error.value)
+
+
+def check_config(cfg) -> None:
+    """A composed config's model dtype, objective, data files and trainer strategy are ones rpbench knows."""
+    from omegaconf import OmegaConf
+
+    from rpbench.models.loading import DTYPES
+    from rpbench.objectives.registry import OBJECTIVES
+    from rpbench.training.fit import _strategy
+
+    resolved = {
+        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+        for k in cfg
+        if k != "hydra"
+    }
+    assert resolved["model"]["dtype"] in DTYPES
+    assert resolved["objective"]["name"] in {"none", *OBJECTIVES.names()}
+    for split in ("train", "pairs", "test"):
+        assert split in resolved["data"]["files"], f"data={cfg.data.name} lacks files.{split}"
+    _strategy(resolved["trainer"], micro_batch_size=1)
+
+
+def post(url: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
+    """POST ``body`` to the chat-completions route of the server at ``url``: (HTTP status, JSON reply)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+LM_EVAL_TASK = """task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{{{question}}}}"
+doc_to_choice: "{{{{choices}}}}"
+doc_to_target: "{{{{answer}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+def write_task(folder, name: str, rows) -> None:
+    """lm-eval's custom task ``name`` over ``rows`` (a local JSONL file beside its YAML in ``folder``)."""
+    folder.mkdir(exist_ok=True)
+    data = folder / f"{name}.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / f"{name}.yaml").write_text(LM_EVAL_TASK.format(name=name, data=data))
+
+
+def naive_sequence_logps(model, batch):
+    """Peer computation from full-vocabulary logits: log_softmax, shift, gather, sum."""
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits.float()
+    targets = batch["labels"][:, 1:]
+    mask = targets != -100
+    logps = logits[:, :-1].log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (logps * mask).sum(-1), mask.sum(-1)
+
+
+@functools.cache
+def _sample_pairs() -> tuple:
+    from rpbench.data import readers
+
+    return tuple(
+        readers.read("rolemrc", "pairs", SAMPLE_DIR / "rolemrc" / "train-rl.jsonl", data_options("sample")).examples
+    )
+
+
+# The helpers above, handed to tests as fixtures: a test takes ``run_in_process`` (say) as an argument instead of
+# importing it. Session-scoped: the same function, class or value for every test and fixture of any scope.
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    """The repository's root folder (run.py, conf/, rpbench/)."""
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    """The bundled sample data (rpbench/resources/sample, built by scripts/sample_data.py)."""
+    return SAMPLE_DIR
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data folder beside the repository (../shared/data), where the released data sets are."""
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def offline_env() -> dict[str, str]:
+    """The environment variables that keep a subprocess offline (Hugging Face Hub, W&B)."""
+    return dict(OFFLINE_ENV)
+
+
+@pytest.fixture(scope="session")
+def short_training() -> tuple[str, ...]:
+    """Overrides of a short training: one epoch of 48 samples, a loss logged per step, no progress bar."""
+    return SHORT_TRAINING
+
+
+@pytest.fixture(scope="session")
+def small_eval() -> tuple[str, ...]:
+    """Overrides of a small evaluation: 8 test samples, replies of up to 16 tokens."""
+    return SMALL_EVAL
+
+
+@pytest.fixture(scope="session")
+def fast() -> tuple[str, ...]:
+    """Overrides of a short training (``short_training``) that evaluates nothing."""
+    return FAST
+
+
+@pytest.fixture(scope="session")
+def quick() -> tuple[str, ...]:
+    """Overrides that keep a run short should a startup check let it through (``refused_at_startup``)."""
+    return QUICK
+
+
+@pytest.fixture(scope="session")
+def cpu_zero() -> tuple[str, ...]:
+    """Overrides that run a DeepSpeed strategy on CPU processes (fp32, no bf16)."""
+    return CPU_ZERO
+
+
+@pytest.fixture(scope="session", name="SimulatedKill")
+def _simulated_kill() -> type[SimulatedKill]:
+    """The exception ``KillAfterStep`` ends an in-process run with."""
+    return SimulatedKill
+
+
+@pytest.fixture(scope="session", name="RawReply")
+def _raw_reply() -> type[RawReply]:
+    """RawReply(body, content_type): what a ``chat_stub`` reply function returns for a reply that is no chat
+    completion."""
+    return RawReply
+
+
+@pytest.fixture(scope="session", name="registered")
+def _registered():
+    """registered(*(registry, name, obj)): a context manager registering the entries while its block runs."""
+    return registered
+
+
+@pytest.fixture(scope="session", name="chat_stub")
+def _chat_stub():
+    """chat_stub(reply, usage=None): a context manager running an OpenAI-compatible chat stub (a ``ChatStub``)."""
+    return chat_stub
+
+
+@pytest.fixture(scope="session", name="run_script")
+def _run_script():
+    """run_script(script, *overrides, **env) -> CompletedProcess: `python <script> <overrides>`, offline."""
+    return run_script
+
+
+@pytest.fixture(scope="session", name="run")
+def _run():
+    """run(*overrides) -> CompletedProcess: `python run.py <overrides>` in a subprocess."""
+    return run_py
+
+
+@pytest.fixture(scope="session", name="served_from_command_line")
+def _served_from_command_line():
+    """served_from_command_line(*arguments): a context manager serving `python <arguments>`; yields (name, url)."""
+    return served_from_command_line
+
+
+@pytest.fixture(scope="session", name="objective_settings")
+def _objective_settings():
+    """objective_settings(name, **overrides) -> dict: the ``objective`` group of `python run.py objective=<name>`."""
+    return objective_settings
+
+
+@pytest.fixture(scope="session", name="objective_config")
+def _objective_config():
+    """objective_config(name, **overrides): ``objective_settings`` parsed by the objective's config class."""
+    return objective_config
+
+
+@pytest.fixture(scope="session", name="composed")
+def _composed():
+    """composed(out, *overrides): the resolved DictConfig `python run.py <overrides>` builds, writing to ``out``."""
+    return composed
+
+
+@pytest.fixture(scope="session", name="run_in_process")
+def _run_in_process():
+    """run_in_process(out, *overrides, **run_options) -> dict: what `python run.py <overrides>` runs, in-process."""
+    return run_in_process
+
+
+@pytest.fixture(scope="session", name="tiny_settings")
+def _tiny_settings():
+    """tiny_settings(family="qwen2", *, lora=None, tiny=None, **changes): the ModelSettings of a tiny model."""
+    return tiny_settings
+
+
+@pytest.fixture(scope="session", name="group_values")
+def _group_values():
+    """group_values(group, option, key) -> dict: the resolved ``key`` node of `python run.py <group>=<option>`."""
+    return group_values
+
+
+@pytest.fixture(scope="session", name="data_options")
+def _data_options():
+    """data_options(option, **overrides): the typed format options of `python run.py data=<option>`."""
+    return data_options
+
+
+@pytest.fixture(scope="session")
+def sample_pairs() -> list:
+    """The bundled sample's RoleMRC preference pairs (rolemrc/train-rl.jsonl), read as data=sample reads them."""
+    return list(_sample_pairs())
+
+
+@pytest.fixture(scope="session", name="probe_observation")
+def _probe_observation():
+    """probe_observation(**changes): the ``ProbeSettings`` of probe=topk_freq, with changes."""
+    return probe_observation
+
+
+@pytest.fixture(scope="session", name="judge_settings")
+def _judge_settings():
+    """judge_settings(**overrides) -> dict: conf/judge/vllm.yaml's values (no API key, cache or progress bar)."""
+    return judge_settings
+
+
+@pytest.fixture(scope="session", name="judge_config")
+def _judge_config():
+    """judge_config(**overrides): ``judge_settings`` parsed, as ``validate`` parses the judge group."""
+    return judge_config
+
+
+@pytest.fixture(scope="session", name="generation_options")
+def _generation_options():
+    """generation_options(**overrides): evaluator=rolemrc's ``generation`` settings without a progress bar."""
+    return generation_options
+
+
+@pytest.fixture(scope="session", name="generation_endpoint")
+def _generation_endpoint():
+    """generation_endpoint(base_url, model, **overrides): evaluator=rolemrc's ``endpoint`` settings."""
+    return generation_endpoint
+
+
+@pytest.fixture(scope="session", name="evaluation_of")
+def _evaluation_of():
+    """evaluation_of(cfg, out_dir, model=None, tokenizer=None, examples=()): the evaluation stage's context."""
+    return evaluation_of
+
+
+@pytest.fixture(scope="session", name="generate_texts")
+def _generate_texts():
+    """generate_texts(model, tokenizer, conversations, *, stop_ids=None, images=None, **options) -> replies."""
+    return generate_texts
+
+
+@pytest.fixture(scope="session", name="one_layer_llama")
+def _one_layer_llama():
+    """one_layer_llama(seed): a one-layer Llama of vocabulary 64, for checks against TRL's losses."""
+    return one_layer_llama
+
+
+@pytest.fixture(scope="session", name="logged_losses")
+def _logged_losses():
+    """logged_losses(out) -> list[float]: the train/loss values of the run in ``out``, in order."""
+    return logged_losses
+
+
+@pytest.fixture(scope="session", name="assert_same_weights")
+def _assert_same_weights():
+    """assert_same_weights(out, plain_out): the run in ``out`` exported ``plain_out``'s weights (to tolerance)."""
+    return assert_same_weights
+
+
+@pytest.fixture(scope="session", name="checkpoint_step")
+def _checkpoint_step():
+    """checkpoint_step(path) -> int | None: the optimizer step of a checkpoint file, None where there is none."""
+    return checkpoint_step
+
+
+@pytest.fixture(scope="session", name="assert_nothing_trained_or_evaluated")
+def _assert_nothing_trained_or_evaluated():
+    """assert_nothing_trained_or_evaluated(out): no checkpoint, metrics or predictions in ``out``."""
+    return assert_nothing_trained_or_evaluated
+
+
+@pytest.fixture(scope="session", name="refused_at_startup")
+def _refused_at_startup():
+    """refused_at_startup(compose, *overrides) -> str: the message a run of the composed config stops with."""
+    return refused_at_startup
+
+
+@pytest.fixture(scope="session", name="check_config")
+def _check_config():
+    """check_config(cfg): a composed config's model, objective, data files and strategy are ones rpbench knows."""
+    return check_config
+
+
+@pytest.fixture(scope="session", name="post")
+def _post():
+    """post(url, body, timeout=60) -> (status, reply): a chat-completions request to the server at ``url``."""
+    return post
+
+
+@pytest.fixture(scope="session", name="write_task")
+def _write_task():
+    """write_task(folder, name, rows): lm-eval's custom multiple-choice task ``name`` over ``rows``."""
+    return write_task
+
+
+@pytest.fixture(scope="session", name="naive_sequence_logps")
+def _naive_sequence_logps():
+    """naive_sequence_logps(model, batch) -> (logps, token counts): from full-vocabulary logits."""
+    return naive_sequence_logps
+
+
+@pytest.fixture(scope="session")
+def scripted():
+    """scripted(*, faults=(), replies=None, slow_s=5.0, retry_after=None): a scripted ``ChatServer``'s
+    ``make_server`` (tests/scripted_server.py)."""
+    from scripted_server import scripted
+
+    return scripted
+
+
+@pytest.fixture(scope="session")
+def scripted_judge():
+    """scripted_judge(**script): a ``judge=local`` server that is a scripted ``ChatServer``
+    (tests/scripted_server.py)."""
+    from scripted_server import scripted_judge
+
+    return scripted_judge
+
+
+@pytest.fixture(scope="session")
+def garbage_reply() -> str:
+    """The reply a scripted server sends for its ``garbage`` fault: one no judge parser accepts."""
+    from scripted_server import GARBAGE_REPLY
+
+    return GARBAGE_REPLY
+
+
+@pytest.fixture(scope="session")
+def run_records():
+    """run_records(wandb_dir) -> list[dict]: what each offline W&B run in ``wandb_dir`` recorded
+    (tests/wandb_records.py)."""
+    from wandb_records import run_records
+
+    return run_records

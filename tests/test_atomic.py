@@ -11,11 +11,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import OFFLINE_ENV, REPO_ROOT, tiny_settings
 from rpbench.core.atomic import partial_path, publish
 from rpbench.models import load, save_hf
 
-TINY = tiny_settings(end_of_turn="<|im_end|>")
+
+@pytest.fixture(scope="module")
+def model_cfg(tiny_settings):
+    """tiny-qwen2's settings."""
+    return tiny_settings(end_of_turn="<|im_end|>")
+
 
 # Export a differently initialised model over `out`, killed (SIGKILL) once the weights are written and
 # before the tokenizer files are.
@@ -50,16 +54,16 @@ def test_publish_replaces_a_file_and_a_full_folder(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_kill_during_export_leaves_the_previous_model_whole(tmp_path):
+def test_a_kill_during_export_leaves_the_previous_model_whole(tmp_path, repo_root, offline_env, model_cfg):
     out = tmp_path / "model"
-    model, tokenizer = load(TINY)
+    model, tokenizer = load(model_cfg)
     save_hf(model, tokenizer, out)
     before = sorted(p.name for p in out.iterdir())
 
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_EXPORT, str(out)],
-        cwd=REPO_ROOT,
-        env={**os.environ, **OFFLINE_ENV},
+        cwd=repo_root,
+        env={**os.environ, **offline_env},
         capture_output=True,
         timeout=300,
         check=False,

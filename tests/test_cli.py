@@ -9,18 +9,29 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT
 from rpbench.cli.commands import RUNNERS, chosen
 from rpbench.cli.help_page import GROUPS, description, group_page, main_page
 from rpbench.cli.overrides import unknown_key_problems
+from rpbench.core.paths import CONF_DIR
 
 
-def rpbench(*args: str, command: tuple[str, ...] = (sys.executable, "-m", "rpbench")) -> subprocess.CompletedProcess:
-    import os
+@pytest.fixture(scope="module")
+def rpbench(repo_root, offline_env):
+    def rpbench(
+        *args: str, command: tuple[str, ...] = (sys.executable, "-m", "rpbench")
+    ) -> subprocess.CompletedProcess:
+        import os
 
-    return subprocess.run(
-        [*command, *args], cwd=REPO_ROOT, env={**os.environ, **OFFLINE_ENV}, capture_output=True, text=True, timeout=300
-    )
+        return subprocess.run(
+            [*command, *args],
+            cwd=repo_root,
+            env={**os.environ, **offline_env},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    return rpbench
 
 
 def test_the_main_page_lists_every_command_and_every_option_of_the_groups_that_matter():
@@ -57,7 +68,7 @@ def test_eval_trains_nothing_unless_an_objective_is_named():
 
 
 @pytest.mark.slow
-def test_the_commands_help_and_refuse_from_a_shell():
+def test_the_commands_help_and_refuse_from_a_shell(rpbench):
     """What a user types: the installed script beside this Python, `python -m rpbench`, run.py and the serve
     command's own help; a misspelt key exits 1 with the answer alone on stderr."""
     script = Path(sys.executable).parent / "rpbench"

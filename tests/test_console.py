@@ -7,7 +7,6 @@ import json
 import pytest
 from PIL import Image
 
-from conftest import run_script
 from rpbench.eval.report import CHART_DPI, CHART_FILE, chart_bars, chart_size
 from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS
 from rpbench.training.progress import CURVE_DPI, CURVE_FILE, CURVE_SIZE_INCHES
@@ -29,7 +28,7 @@ def pixels(size_inches: tuple[float, float], dpi: int) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp_path):
+def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp_path, run_script):
     out = tmp_path / "run"
     result = run_script(
         "run.py",
@@ -80,7 +79,7 @@ def test_a_short_default_run_shows_progress_and_results_and_no_library_noise(tmp
 
 
 @pytest.mark.gpu
-def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path):
+def test_training_lines_on_cuda_show_the_peak_gpu_memory(tmp_path, run_script):
     import re
 
     out = tmp_path / "run"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import CONF_DIR
+from rpbench.core.paths import CONF_DIR
 
 # Each data option's evaluator (the benchmark its records come from).
 EVALUATOR_OF = {

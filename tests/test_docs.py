@@ -6,12 +6,14 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import CONF_DIR, REPO_ROOT
+from rpbench.core.paths import CONF_DIR
 
+REPO_ROOT = Path(__file__).resolve().parents[1]
 PAGES = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 SCRIPTS = ("run.py", "sweep.py")
 # Groups a user chooses (conf/config.yaml's defaults list) and Hydra's launcher group.

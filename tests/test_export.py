@@ -8,7 +8,6 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.export.hub import upload_arguments
 from rpbench.training.settings import HubSettings
@@ -18,7 +17,7 @@ LORA = "model.lora={r:4,alpha:8,dropout:0.0,target_modules:[q_proj,v_proj]}"
 
 
 @pytest.mark.slow
-def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_path, compose):
+def test_lora_run_exports_a_card_and_an_adapter_equal_to_the_merged_model(tmp_path, compose, run_in_process):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 

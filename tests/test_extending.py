@@ -13,7 +13,6 @@ import torch
 from omegaconf import OmegaConf, open_dict
 from transformers import MistralConfig, MistralForCausalLM
 
-from conftest import objective_settings, registered
 from rpbench.core.errors import ConfigError
 from rpbench.models.families import FAMILIES, ModelFamily
 from rpbench.models.families.base import DECODER_HOOK_PRESETS
@@ -102,7 +101,7 @@ tiny: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 2, num_attenti
 
 
 @pytest.fixture(autouse=True)
-def toy_extensions():
+def toy_extensions(registered):
     with registered((FAMILIES, "toy_mistral", ToyMistral), (OBJECTIVES, "toy_two_models", TwoModelSFT)):
         yield
 
@@ -166,7 +165,7 @@ def test_a_toy_objective_trains_two_models_of_a_toy_family(compose, tmp_path):
     assert [p.key for p in points] == ["model.layers.0.mlp.gate_proj", "model.layers.1.mlp.gate_proj"]
 
 
-def test_typed_configs_reject_unknown_missing_and_bad_values():
+def test_typed_configs_reject_unknown_missing_and_bad_values(objective_settings):
     sft = objective_settings("sft")
     with pytest.raises(
         ConfigError,
@@ -188,7 +187,7 @@ def test_typed_configs_reject_unknown_missing_and_bad_values():
         TwoModelConfig.parse({**sft, "reasoner_weight": 0}, "objective")
 
 
-def test_each_default_comes_from_the_yaml():
+def test_each_default_comes_from_the_yaml(objective_settings):
     """The values the code once fell back to differently (GRPO clip-higher, the shared schedule)."""
     grpo = GRPOSettings.parse(objective_settings("grpo"), "objective")
     assert (grpo.epsilon_low, grpo.epsilon_high) == (0.2, 0.28)

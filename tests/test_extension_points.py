@@ -9,7 +9,6 @@ from collections.abc import Sequence
 import pytest
 from omegaconf import open_dict
 
-from conftest import registered
 from rpbench import pipeline
 from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
@@ -61,7 +60,7 @@ class ToyBench(Benchmark):
 
 
 @pytest.fixture(autouse=True)
-def toy_extensions():
+def toy_extensions(registered):
     with registered(
         (FORMATS, "toy_qa", DataFormat(FormatOptions, test=read_toy_test)),
         (METRICS, "exact_match", exact_match),

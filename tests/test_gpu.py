@@ -6,18 +6,15 @@ import json
 
 import pytest
 import torch
-from test_deepspeed_cpu import _losses
 from transformers import AutoModelForCausalLM
-
-from test_run import FAST, run
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("trainer", ["gpu", "deepspeed_zero2", "deepspeed_zero3"])
-def test_sft_trains_on_one_gpu(tmp_path, trainer):
+def test_sft_trains_on_one_gpu(tmp_path, trainer, run, fast):
     out = tmp_path / trainer
-    result = run(f"hydra.run.dir={out}", *FAST, f"trainer={trainer}", "trainer.devices=1", "logger=none")
+    result = run(f"hydra.run.dir={out}", *fast, f"trainer={trainer}", "trainer.devices=1", "logger=none")
     assert result.returncode == 0, result.stderr[-3000:]
     held_out = json.loads((out / "metrics.json").read_text())["train"]["held_out"]
     assert held_out["after"]["loss"] < held_out["before"]["loss"]
@@ -28,7 +25,7 @@ def _weights(model) -> dict[str, torch.Tensor]:
     return {name: param.detach().float().cpu() for name, param in model.named_parameters()}
 
 
-def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp_path, tiny_model):
+def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp_path, tiny_model, run, fast):
     """One optimiser step over 2 accumulated micro-batches, under ZeRO-2 and without DeepSpeed. Adam's first
     step is lr * g / (|g| + eps): with eps 1e4 and lr 1e5 it is 10 g, so an engine dividing the loss by the
     accumulation count a second time would halve the update."""
@@ -50,7 +47,7 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
     updates = {}
     for trainer in ("gpu", "deepspeed_zero2"):
         out = tmp_path / trainer
-        result = run(f"hydra.run.dir={out}", *FAST, *step, f"trainer={trainer}")
+        result = run(f"hydra.run.dir={out}", *fast, *step, f"trainer={trainer}")
         assert result.returncode == 0, result.stderr[-3000:]
         assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 1
         trained = _weights(AutoModelForCausalLM.from_pretrained(out / "model"))
@@ -64,7 +61,7 @@ def test_deepspeed_with_accumulation_makes_the_same_update_as_plain_training(tmp
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_corl_trains_both_phases_on_one_gpu(tmp_path, shared):
+def test_corl_trains_both_phases_on_one_gpu(tmp_path, shared, run):
     out = tmp_path / f"corl-{shared}"
     lora = ["model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"] if shared else []
     result = run(
@@ -104,19 +101,19 @@ _single_gpu_losses: dict[str, list[float]] = {}
 
 @pytest.mark.parametrize("stage", [2, 3])
 @pytest.mark.parametrize("objective", list(OBJECTIVES))
-def test_zero_bf16_steps_match_a_single_gpu_run(tmp_path, objective, stage):
+def test_zero_bf16_steps_match_a_single_gpu_run(tmp_path, objective, stage, fast, run, logged_losses):
     """bf16 SFT, DPO and GRPO steps under ZeRO-2/3 give the single-GPU run's losses (bf16 tolerance: DeepSpeed
     computes with bf16 weights, Lightning's bf16-mixed autocasts fp32 ones)."""
-    settings = [*FAST, *SAME_STEPS, "objective.log_every_n_steps=1", *OBJECTIVES[objective]]
+    settings = [*fast, *SAME_STEPS, "objective.log_every_n_steps=1", *OBJECTIVES[objective]]
     if objective not in _single_gpu_losses:
         out = tmp_path / "single"
         result = run(f"hydra.run.dir={out}", *settings, "trainer=gpu")
         assert result.returncode == 0, result.stderr[-3000:]
-        _single_gpu_losses[objective] = _losses(out)
+        _single_gpu_losses[objective] = logged_losses(out)
     out = tmp_path / f"zero{stage}"
     result = run(f"hydra.run.dir={out}", *settings, f"trainer=deepspeed_zero{stage}")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(_losses(out)) == 2
-    assert _losses(out) == pytest.approx(_single_gpu_losses[objective], rel=3e-2)
+    assert len(logged_losses(out)) == 2
+    assert logged_losses(out) == pytest.approx(_single_gpu_losses[objective], rel=3e-2)
     reloaded = AutoModelForCausalLM.from_pretrained(out / "model")  # the export reloads with transformers
     assert all(torch.isfinite(p).all() for p in reloaded.parameters())

@@ -10,8 +10,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import run_in_process, run_script
-
 TOKEN = "hf_test_token_never_written"
 
 
@@ -73,7 +71,7 @@ def short_run_settings(endpoint: str) -> list[str]:
     ]
 
 
-def test_push_off_sends_nothing(tmp_path, hub, monkeypatch):
+def test_push_off_sends_nothing(tmp_path, hub, monkeypatch, run_in_process):
     """In-process (the Hub client here is offline: an attempted upload would fail the run or reach the stand-in)."""
     endpoint, requests = hub
     monkeypatch.setenv("RPBENCH_TEST_HUB_TOKEN", TOKEN)
@@ -83,7 +81,7 @@ def test_push_off_sends_nothing(tmp_path, hub, monkeypatch):
 
 
 @pytest.mark.slow
-def test_push_uploads_the_model_folder_with_its_card_and_writes_no_token(tmp_path, hub):
+def test_push_uploads_the_model_folder_with_its_card_and_writes_no_token(tmp_path, hub, run_script):
     endpoint, requests = hub
     out = tmp_path / "run"
     result = run_script(  # a process of its own: the Hub client reads HF_HUB_OFFLINE when imported

@@ -15,8 +15,6 @@ from unittest.mock import ANY
 
 import pytest
 
-from conftest import judge_config
-
 PACKAGE = Path(__file__).resolve().parents[1] / "rpbench"
 
 BASE = {"rpbench"}  # the package itself (its __init__ registers the config resolvers)
@@ -111,7 +109,7 @@ def test_serve_is_pipeline_level():
     assert users == {"rpbench.cli.job", "rpbench.pipeline", "rpbench.validate"}
 
 
-def test_importing_the_pipeline_leaves_the_judge_client_as_it_was():
+def test_importing_the_pipeline_leaves_the_judge_client_as_it_was(judge_config):
     """No import side effect: the local judge server is handed to open_client, never set by importing the
     pipeline (or rpbench.serve). In-process: the pipeline import is shared with the suite's other tests."""
     import rpbench.scoring.chat.client as client
@@ -151,3 +149,69 @@ def test_the_check_sees_an_arrow_back_up(tmp_path, source, bad, why):
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("resources", "__pycache__"))
     (tmp_path / bad).write_text(source)
     assert [v for v in violations(copy) if v[0] == bad] == [(bad, source.count("\n"), ANY, why)]
+
+
+TESTS = Path(__file__).resolve().parent
+
+
+def imported_modules(node: ast.Import | ast.ImportFrom) -> list[tuple[str, list[str]]]:
+    """(module name, its components that can name a module of tests/) of each module an import names: a top-level
+    module is its first component (``conftest``, ``test_run``); ``tests.x.y`` and a relative import, all of them."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, alias.name.split(".")[:1]) for alias in node.names]
+    base = node.module or ""
+    names = [base, *(f"{base}.{alias.name}".lstrip(".") for alias in node.names)] if node.level else [base]
+    if not node.level and (base == "tests" or base.startswith("tests.")):
+        names += [f"{base}.{alias.name}" for alias in node.names]  # `from tests(.x) import y`: y may be a module
+    found = []
+    for name in filter(None, names):
+        parts = name.split(".")
+        found.append((name, parts if node.level else parts[1:] if parts[0] == "tests" else parts[:1]))
+    return found
+
+
+def helper_imports(root: Path = TESTS) -> list[tuple[str, int, str]]:
+    """(file, line, module) of every import of conftest or of a test module (``test_*``) in a file under ``root``:
+    shared set-up comes to a test as a fixture of tests/conftest.py, never as a helper imported from it or from
+    another test's module (a plain module of test doubles beside them, such as scripted_server.py, is fine)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "conftest.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for name, parts in imported_modules(node):
+                if any(part == "conftest" or part.startswith("test_") for part in parts):
+                    found.append((path.relative_to(root).as_posix(), node.lineno, name))
+                    break
+    return found
+
+
+def test_tests_take_shared_set_up_as_fixtures():
+    assert helper_imports() == []
+
+
+@pytest.mark.parametrize(
+    ("source", "file", "module"),
+    [
+        ("from conftest import run_in_process\n", "test_x.py", "conftest"),
+        ("def test_y():\n    from conftest import composed\n", "eval/test_x.py", "conftest"),
+        ("import conftest\n", "test_x.py", "conftest"),
+        ("from test_run import FAST\n", "test_x.py", "test_run"),
+        ("import test_run\n", "objectives/test_x.py", "test_run"),
+        ("from tests.test_run import FAST\n", "test_x.py", "tests.test_run"),
+        ("from tests import conftest\n", "test_x.py", "tests.conftest"),
+        ("from conftest import RawReply\n", "doubles.py", "conftest"),
+        ("from .test_run import FAST\n", "test_x.py", "test_run"),
+        ("from tests.objectives.test_dpo import PAIRS\n", "test_x.py", "tests.objectives.test_dpo"),
+    ],
+)
+def test_the_check_sees_a_helper_imported_by_a_test(tmp_path, source, file, module):
+    """The check itself: one bad import among allowed ones (conftest.py importing a module of test doubles, a
+    test importing that module or rpbench) is found, naming file and line."""
+    (tmp_path / "conftest.py").write_text("from doubles import Stub\n")
+    (tmp_path / "test_ok.py").write_text("from doubles import Stub\nfrom rpbench.core.paths import CONF_DIR\n")
+    (tmp_path / file).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / file).write_text(source)
+    assert helper_imports(tmp_path) == [(file, source.count("\n"), module)]

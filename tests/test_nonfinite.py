@@ -10,11 +10,10 @@ import re
 import pytest
 import torch
 
-from conftest import run_in_process
 from rpbench.core.errors import RpbenchError
 
 
-def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path):
+def test_nan_loss_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, run_in_process):
     # lr 1e30: the first steps blow the weights up, a later loss is NaN; a checkpoint after every step.
     with pytest.raises(RpbenchError) as error:
         run_in_process(

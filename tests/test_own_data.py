@@ -10,7 +10,6 @@ import pytest
 from omegaconf import open_dict
 
 import rpbench.pipeline as pipeline
-from conftest import run_in_process
 from rpbench.validate import validate
 
 NAMES = ["Holmes", "Watson", "Hudson", "Lestrade", "Moriarty", "Adler", "Mycroft", "Gregson", "Toby", "Wiggins"]
@@ -24,7 +23,7 @@ def chat(name: str) -> list[dict[str, str]]:
     ]
 
 
-def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parquet(tmp_path):
+def test_sft_on_own_messages_file_evaluated_on_unlabelled_prompt_completion_parquet(tmp_path, run_in_process):
     train = tmp_path / "my.jsonl"
     train.write_text("".join(json.dumps({"messages": chat(n)}) + "\n" for n in NAMES))
     test = tmp_path / "my_test.parquet"
@@ -78,7 +77,7 @@ def test_dpo_on_own_conversational_pairs_parquet(compose, tmp_path):
     assert results["train"]["optimizer_steps"] >= 1
 
 
-def test_per_split_counts_of_duplicates_skipped_and_truncated_records(tmp_path):
+def test_per_split_counts_of_duplicates_skipped_and_truncated_records(tmp_path, run_in_process):
     """metrics.json counts, per split, the records skipped (and of those the duplicates) and the samples cut
     to data.max_length: a 200k-character reply; a pair whose chosen reply is cut while the rejected one is whole."""
     train = tmp_path / "my.jsonl"

@@ -10,10 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf, open_dict
 from PIL import Image
-from scripted_server import scripted_judge
 
 import rpbench.pipeline as pipeline
-from conftest import evaluation_of
 from rpbench.data.prepare import read_split
 from rpbench.data.records import as_messages
 from rpbench.data.settings import data_spec
@@ -161,7 +159,7 @@ def dimension_means(scores_file: Path, examples, metric: str) -> dict[str, float
 
 
 @pytest.mark.slow
-def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
+def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path, scripted_judge):
     # The untrained tiny model replies with blank lines; every attention output scaled x20 makes it speak.
     run = tmp_path / "restraint"
     neurons = (
@@ -210,7 +208,7 @@ def test_restraint_reports_before_and_after_per_dimension(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path):
+def test_default_factor_is_a_no_op_in_bfloat16_and_says_so(compose, tmp_path, evaluation_of):
     cfg = job_config(
         compose,
         tmp_path,

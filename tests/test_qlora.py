@@ -6,9 +6,6 @@ import json
 from importlib.util import find_spec
 
 import pytest
-from test_validate import refused_at_startup
-
-from test_run import FAST, run
 
 LORA = "model.lora={r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, v_proj]}"
 
@@ -21,12 +18,12 @@ LORA = "model.lora={r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, v_pr
         (["model.quantization=8bit", LORA], "model=tiny-qwen2 is built in memory"),
     ],
 )
-def test_a_quantized_model_config_is_refused_at_startup_naming_why(compose, overrides, named):
+def test_a_quantized_model_config_is_refused_at_startup_naming_why(compose, overrides, named, refused_at_startup):
     message = refused_at_startup(compose, *overrides)
     assert "model.quantization=" in message and named in message
 
 
-def test_without_bitsandbytes_the_error_says_what_to_install(compose, monkeypatch):
+def test_without_bitsandbytes_the_error_says_what_to_install(compose, monkeypatch, refused_at_startup):
     import rpbench.models.quantization as quantization
 
     monkeypatch.setattr(quantization, "find_spec", lambda name: None if name == "bitsandbytes" else find_spec(name))
@@ -36,7 +33,7 @@ def test_without_bitsandbytes_the_error_says_what_to_install(compose, monkeypatc
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("bits", ["4bit", "8bit"])
-def test_qlora_trains_the_adapters_of_a_quantized_model(tmp_path, bits, tiny_model):
+def test_qlora_trains_the_adapters_of_a_quantized_model(tmp_path, bits, tiny_model, run, fast):
     from rpbench.models import load
 
     model, tokenizer = load(tiny_model())
@@ -45,7 +42,7 @@ def test_qlora_trains_the_adapters_of_a_quantized_model(tmp_path, bits, tiny_mod
     out = tmp_path / bits
     result = run(
         f"hydra.run.dir={out}",
-        *FAST,
+        *fast,
         f"model.name_or_path={tmp_path / 'base'}",
         "model.family=qwen2",
         f"model.quantization={bits}",

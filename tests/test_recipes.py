@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
-from test_config import check
 
-from conftest import CONF_DIR
+from rpbench.core.paths import CONF_DIR
 
 MODELS = {"qwen3-4b": "Qwen/Qwen3-4B", "llama3-8b": "meta-llama/Meta-Llama-3-8B"}
 RECIPES = ("sft", "da", "thinking_sft", "rl", "thinking_rl")
@@ -14,19 +13,23 @@ STARTS_FROM = {"rl": "sft", "thinking_rl": "thinking_sft"}  # GRPO on top of tha
 CASES = [(recipe, model) for model in MODELS for recipe in RECIPES]
 
 
-def composed(compose, recipe: str, model: str):
-    cfg = compose(f"experiment=rpgbench_{recipe}_{model}")
-    check(cfg)
-    return {
-        k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
-        for k in cfg
-        if k != "hydra"
-    }
+@pytest.fixture(scope="module")
+def composed_recipe(check_config):
+    def composed_recipe(compose, recipe: str, model: str):
+        cfg = compose(f"experiment=rpgbench_{recipe}_{model}")
+        check_config(cfg)
+        return {
+            k: OmegaConf.to_container(cfg[k], resolve=True) if OmegaConf.is_config(cfg[k]) else cfg[k]
+            for k in cfg
+            if k != "hydra"
+        }
+
+    return composed_recipe
 
 
 @pytest.mark.parametrize(("recipe", "model"), CASES, ids=[f"{r}_{m}" for r, m in CASES])
-def test_recipe_composes_with_its_settings(compose, recipe, model):
-    cfg = composed(compose, recipe, model)
+def test_recipe_composes_with_its_settings(compose, recipe, model, composed_recipe):
+    cfg = composed_recipe(compose, recipe, model)
     assert cfg["run_name"] == f"rpgbench-{recipe.replace('_', '-')}-{model}"
     own = OmegaConf.load(CONF_DIR / "experiment" / f"rpgbench_{recipe}_{model}.yaml")
     # A fixed folder, so init_from finds the run a recipe starts from.

@@ -12,10 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from test_resume import checkpoint_step
-from wandb_records import run_records
-
-from conftest import OFFLINE_ENV, REPO_ROOT
 
 SIGNAL_AFTER_STEP = 4
 
@@ -30,7 +26,9 @@ def task_pid(sweep: Path) -> int | None:
 
 
 @pytest.mark.slow
-def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(tmp_path):
+def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(
+    tmp_path, repo_root, offline_env, checkpoint_step, run_records
+):
     sweep = tmp_path / "sweep"
     process = subprocess.Popen(
         [
@@ -50,8 +48,8 @@ def test_a_preempted_job_is_requeued_and_resumes_from_its_checkpoint(tmp_path):
             "logger=wandb",
             "seed=1",
         ],
-        cwd=REPO_ROOT,
-        env={**os.environ, **OFFLINE_ENV, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"},
+        cwd=repo_root,
+        env={**os.environ, **offline_env, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

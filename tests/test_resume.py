@@ -20,7 +20,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import OFFLINE_ENV, REPO_ROOT, run_in_process
 from rpbench.core.errors import ConfigError
 
 # 96 records -> 86 training samples in 43 micro-batches of 2 per epoch, one optimizer step each: 86 steps.
@@ -38,45 +37,43 @@ STEPS_PER_EPOCH, TOTAL_STEPS = 43, 86
 KILL_AFTER_STEP = 48  # checkpoints at 48, 52, ... lie inside the second epoch
 
 
-def checkpoint_step(path: Path) -> int | None:
-    """The optimizer step of a (whole) checkpoint file, None when there is none yet."""
-    if not path.exists():
-        return None
-    return int(torch.load(path, map_location="cpu", weights_only=False)["global_step"])
-
-
 def losses(run: Path) -> dict[int, float]:
     """train/loss per logged step of the run's latest metrics.csv."""
     rows = csv.DictReader((run / "metrics.csv").open())
     return {int(r["step"]): float(r["train/loss"]) for r in rows if r["train/loss"]}
 
 
-def run_killed_midway(out: Path) -> int:
+@pytest.fixture(scope="module")
+def run_killed_midway(repo_root, offline_env, checkpoint_step):
     """Start `python run.py`, SIGKILL it once last.ckpt has passed KILL_AFTER_STEP; the step it resumes from."""
-    ckpt = out / "checkpoints" / "last.ckpt"
-    process = subprocess.Popen(
-        [sys.executable, "run.py", f"hydra.run.dir={out}", *TRAINING],
-        cwd=REPO_ROOT,
-        # the thread count of the in-process runs it is compared with: the same floating-point sums
-        env={**os.environ, **OFFLINE_ENV, "OMP_NUM_THREADS": str(torch.get_num_threads())},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 300
-        while (checkpoint_step(ckpt) or 0) < KILL_AFTER_STEP:
-            assert process.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline, "no checkpoint past the kill step in 300 s"
-            time.sleep(0.02)
-        os.kill(process.pid, signal.SIGKILL)
-    finally:
-        process.kill()
-        process.wait()
-    return checkpoint_step(ckpt)
+
+    def run_killed_midway(out: Path) -> int:
+        ckpt = out / "checkpoints" / "last.ckpt"
+        process = subprocess.Popen(
+            [sys.executable, "run.py", f"hydra.run.dir={out}", *TRAINING],
+            cwd=repo_root,
+            # the thread count of the in-process runs it is compared with: the same floating-point sums
+            env={**os.environ, **offline_env, "OMP_NUM_THREADS": str(torch.get_num_threads())},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while (checkpoint_step(ckpt) or 0) < KILL_AFTER_STEP:
+                assert process.poll() is None, "the run ended before it could be killed"
+                assert time.monotonic() < deadline, "no checkpoint past the kill step in 300 s"
+                time.sleep(0.02)
+            os.kill(process.pid, signal.SIGKILL)
+        finally:
+            process.kill()
+            process.wait()
+        return checkpoint_step(ckpt)
+
+    return run_killed_midway
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> Path:
+def uninterrupted(tmp_path_factory, run_in_process) -> Path:
     """The folder of a run of TRAINING that nothing interrupted."""
     out = tmp_path_factory.mktemp("uninterrupted") / "run"
     run_in_process(out, *TRAINING)
@@ -84,7 +81,9 @@ def uninterrupted(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(uninterrupted, tmp_path, caplog):
+def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(
+    uninterrupted, tmp_path, caplog, run_in_process, run_killed_midway
+):
     reference, resumed = uninterrupted, tmp_path / "resumed"
     resume_step = run_killed_midway(resumed)
     assert not (resumed / "metrics.json").exists()  # it really died in training
@@ -111,7 +110,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(uni
         torch.testing.assert_close(tensor, weights[name], rtol=1e-5, atol=1e-6)
 
 
-def test_rerunning_a_finished_folder_keeps_its_before_and_after(uninterrupted, tmp_path):
+def test_rerunning_a_finished_folder_keeps_its_before_and_after(uninterrupted, tmp_path, run_in_process):
     out = shutil.copytree(uninterrupted, tmp_path / "run")
     before = json.loads((out / "metrics.json").read_text())["train"]
     run_in_process(out, *TRAINING)
@@ -136,7 +135,7 @@ CONTINUED = [
 
 
 @pytest.mark.slow
-def test_a_run_stopped_on_max_steps_continues_to_a_larger_one_as_if_uninterrupted(tmp_path):
+def test_a_run_stopped_on_max_steps_continues_to_a_larger_one_as_if_uninterrupted(tmp_path, run_in_process):
     reference, continued = tmp_path / "reference", tmp_path / "continued"
     run_in_process(reference, *CONTINUED, "trainer.max_steps=10")  # into the second epoch
     first = run_in_process(continued, *CONTINUED, "trainer.max_steps=4")  # stops mid-epoch

@@ -10,27 +10,15 @@ import logging
 import pytest
 import yaml
 
-from conftest import REPO_ROOT, run_in_process, run_script
 from rpbench.core.errors import ConfigError
-
-SHORT_TRAINING = [
-    "objective.epochs=1",
-    "trainer.enable_progress_bar=false",
-    "data.max_train_samples=48",
-    "objective.log_every_n_steps=1",
-]
-SMALL_EVAL = ["data.max_test_samples=8", "evaluator.generation.max_new_tokens=16"]  # the default also evaluates
-FAST = [*SHORT_TRAINING, "evaluator=none"]
-
-
-def run(*overrides: str):
-    return run_script("run.py", *overrides)
 
 
 @pytest.mark.slow
-def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
+def test_default_run_trains_evaluates_and_reports_held_out_loss(
+    tmp_path, run_in_process, repo_root, short_training, small_eval
+):
     out = tmp_path / "run"
-    run_in_process(out, *SHORT_TRAINING, *SMALL_EVAL)
+    run_in_process(out, *short_training, *small_eval)
     metrics = json.loads((out / "metrics.json").read_text())
     held_out = metrics["train"]["held_out"]
     assert held_out["after"]["loss"] < held_out["before"]["loss"]
@@ -43,19 +31,19 @@ def test_default_run_trains_evaluates_and_reports_held_out_loss(tmp_path):
     assert {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "val/loss"} <= set(columns)
     for name in ("metrics.json", "report.md", "scores.jsonl", "predictions.jsonl"):  # results name no machine path
         text = (out / name).read_text()
-        assert str(out.resolve()) not in text and str(REPO_ROOT) not in text, name
+        assert str(out.resolve()) not in text and str(repo_root) not in text, name
     assert json.loads((out / "metrics.json").read_text())["eval"]["generation"]["path"] == "predictions.jsonl"
 
 
 @pytest.mark.slow
-def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, caplog):
+def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, caplog, run_in_process, fast):
     out = tmp_path / "run"
-    run_in_process(out, *FAST)
+    run_in_process(out, *fast)
     steps = json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"]
     first_curve = (out / "metrics.csv").read_text()
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        run_in_process(out, *FAST, "objective.epochs=2")
+        run_in_process(out, *fast, "objective.epochs=2")
     assert "Restoring states from the checkpoint" in caplog.text
     assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2 * steps
     assert (out / "metrics.1.csv").read_text() == first_curve  # the resumed run kept the earlier curve
@@ -64,13 +52,13 @@ def test_rerun_in_the_same_folder_resumes_from_the_last_checkpoint(tmp_path, cap
 
 
 @pytest.mark.slow
-def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_path):
+def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_path, run_in_process, fast):
     out = tmp_path / "run"
-    run_in_process(out, *FAST)
+    run_in_process(out, *fast)
     finished = {name: (out / name).read_bytes() for name in ("metrics.json", "config.yaml", "checkpoints/last.ckpt")}
     other = ["objective.lr=1e-3", "data.max_train_samples=40"]
     with pytest.raises(ConfigError) as refused:
-        run_in_process(out, *FAST, *other)
+        run_in_process(out, *fast, *other)
     message = str(refused.value)
     assert "objective.lr: 0.005 -> 0.001" in message and "data.max_train_samples: 48 -> 40" in message
     assert "hydra.run.dir=<new folder>" in message and "resume=force" in message
@@ -78,39 +66,41 @@ def test_rerun_with_other_training_settings_stops_naming_them_unless_forced(tmp_
 
     (out / "checkpoints" / "training_config.json").unlink()  # a checkpoint that cannot tell what it was written with
     with pytest.raises(ConfigError, match="no record of the settings it was written with"):
-        run_in_process(out, *FAST)
+        run_in_process(out, *fast)
 
-    forced = run_in_process(out, *FAST, *other, "objective.epochs=2", "resume=force")
+    forced = run_in_process(out, *fast, *other, "objective.epochs=2", "resume=force")
     assert any(w.startswith("resume=force: resumed") for w in forced["warnings"])
     assert forced["train"]["optimizer_steps"] > json.loads(finished["metrics.json"])["train"]["optimizer_steps"]
     # settings that only watch the run may change; the forced run's settings are the checkpoint's now
-    watched = run_in_process(out, *FAST, *other, "objective.epochs=2", "objective.log_every_n_steps=2")
+    watched = run_in_process(out, *fast, *other, "objective.epochs=2", "objective.log_every_n_steps=2")
     assert "warnings" not in watched and watched["train"]["optimizer_steps"] == forced["train"]["optimizer_steps"]
 
 
 @pytest.mark.slow
-def test_a_training_file_replaced_at_its_path_is_not_resumed_and_forcing_keeps_the_history(tmp_path):
+def test_a_training_file_replaced_at_its_path_is_not_resumed_and_forcing_keeps_the_history(
+    tmp_path, run_in_process, fast
+):
     from rpbench.data.files import package_path
 
     train = tmp_path / "train.jsonl"
     lines = package_path("pkg://rpbench/resources/sample/rolemrc/train-sft.jsonl").read_text().splitlines(True)
     train.write_text("".join(lines))
     out, data = tmp_path / "run", f"data.files.train={train}"
-    run_in_process(out, *FAST, data)
+    run_in_process(out, *fast, data)
     stored = (out / "checkpoints" / "training_config.json").read_text()
     train.write_text("".join(reversed(lines)))  # other records at the same path
     with pytest.raises(ConfigError, match=r"data\.records_sha256\.train: '[0-9a-f]{64}' -> '[0-9a-f]{64}'"):
-        run_in_process(out, *FAST, data)
+        run_in_process(out, *fast, data)
 
-    run_in_process(out, *FAST, data, "resume=force")
+    run_in_process(out, *fast, data, "resume=force")
     assert (out / "checkpoints" / "training_config.1.json").read_text() == stored  # the forced run kept it
 
     (out / "checkpoints" / "training_config.json").write_text('{"seed": 1')  # cut off
     with pytest.raises(ConfigError, match=r"training_config\.json: the record of the settings .* unreadable"):
-        run_in_process(out, *FAST, data)
+        run_in_process(out, *fast, data)
 
 
-def test_cfg_job_prints_the_resolved_config():
+def test_cfg_job_prints_the_resolved_config(run):
     result = run("--cfg", "job", "--resolve", "objective=none")  # as docs/configuration.md shows it
     assert result.returncode == 0, result.stderr[-2000:]
     assert "${" not in result.stdout

@@ -16,9 +16,7 @@ import urllib.request
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
-from scripted_server import GARBAGE_REPLY, scripted
 
-from conftest import REPO_ROOT, served_from_command_line
 from rpbench.core.errors import ConfigError
 from rpbench.serve.__main__ import SETTINGS, main
 from rpbench.serve.model import load_served_model, model_identity, served_name
@@ -33,23 +31,12 @@ def tiny():
     return load_served_model("tiny-qwen2")
 
 
-def post(url: str, body: dict, timeout: float = 60) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        f"{url}/chat/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as error:
-        return error.code, json.load(error)
-
-
 def get(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.load(response)
 
 
-def test_chat_completion_models_and_health(tiny):
+def test_chat_completion_models_and_health(tiny, post):
     with serve_in_thread(tiny) as server:
         status, body = post(
             server.base_url, {"model": "tiny:qwen2", "messages": HELLO, "max_tokens": 8, "temperature": 0}
@@ -66,14 +53,14 @@ def test_chat_completion_models_and_health(tiny):
         assert get(f"{server.url}/health") == {"status": "ok", "model": "tiny:qwen2", "requests": 1}
 
 
-def test_greedy_replies_are_deterministic_across_requests(tiny):
+def test_greedy_replies_are_deterministic_across_requests(tiny, post):
     with serve_in_thread(tiny) as server:
         body = {"messages": HELLO, "max_tokens": 12, "temperature": 0}
         first, second = post(server.base_url, body)[1], post(server.base_url, body)[1]
     assert first["choices"][0]["message"]["content"] == second["choices"][0]["message"]["content"]
 
 
-def test_concurrent_requests_are_batched(tiny):
+def test_concurrent_requests_are_batched(tiny, post):
     options = {"max_batch_size": 4, "batch_wait_ms": 1000}
     statuses = []
     with serve_in_thread(tiny, options) as server:
@@ -118,28 +105,28 @@ def test_concurrent_requests_are_batched(tiny):
         ),
     ],
 )
-def test_bad_requests_get_a_400_that_says_why(tiny, body, fragment):
+def test_bad_requests_get_a_400_that_says_why(tiny, body, fragment, post):
     with serve_in_thread(tiny) as server:
         status, reply = post(server.base_url, body)
     assert status == 400
     assert fragment in reply["error"]["message"]
 
 
-def test_text_content_parts_are_accepted(tiny):
+def test_text_content_parts_are_accepted(tiny, scripted, post):
     parts = [{"type": "text", "text": "Hello "}, {"type": "text", "text": "there"}]
     with serve_in_thread(tiny, make_server=scripted(replies={"Hello there": "joined"})) as server:
         status, body = post(server.base_url, {"messages": [{"role": "user", "content": parts}]})
     assert status == 200 and body["choices"][0]["message"]["content"] == "joined"
 
 
-def test_faults_are_served_in_request_order_then_normal(tiny):
+def test_faults_are_served_in_request_order_then_normal(tiny, scripted, garbage_reply, post):
     with serve_in_thread(tiny, make_server=scripted(faults=["429", "ok", "500", "garbage"])) as server:
         replies = [post(server.base_url, {"messages": HELLO, "max_tokens": 4}) for _ in range(5)]
         assert server.server.faults_served == 3
     assert [status for status, _ in replies] == [429, 200, 500, 200, 200]
     assert replies[0][1]["error"]["type"] == "rate_limit_error"
-    assert replies[3][1]["choices"][0]["message"]["content"] == GARBAGE_REPLY
-    assert replies[4][1]["choices"][0]["message"]["content"] != GARBAGE_REPLY
+    assert replies[3][1]["choices"][0]["message"]["content"] == garbage_reply
+    assert replies[4][1]["choices"][0]["message"]["content"] != garbage_reply
 
 
 def test_settings_are_checked_naming_each_bad_key():
@@ -161,14 +148,14 @@ def test_settings_are_checked_naming_each_bad_key():
 
 
 @pytest.fixture(scope="module")
-def command_line_server():
+def command_line_server(served_from_command_line):
     """One `python -m rpbench.serve model=tiny-qwen2 port=0` for the command-line tests: (name, base URL)."""
     with served_from_command_line("-m", "rpbench.serve", "model=tiny-qwen2", "port=0") as served:
         yield served
 
 
 @pytest.mark.slow
-def test_command_line_serves_on_a_free_port(command_line_server):
+def test_command_line_serves_on_a_free_port(command_line_server, post):
     name, base_url = command_line_server
     assert name == "tiny:qwen2" and base_url.startswith("http://127.0.0.1:")
     assert base_url.endswith("/v1") and not base_url.endswith(":0/v1")
@@ -177,7 +164,7 @@ def test_command_line_serves_on_a_free_port(command_line_server):
 
 
 @pytest.mark.slow
-def test_run_py_task_serve_serves_the_model_with_the_serve_settings(tmp_path):
+def test_run_py_task_serve_serves_the_model_with_the_serve_settings(tmp_path, served_from_command_line, post):
     """`python run.py task=serve`: run.py hands the validated ServeRun to the server."""
     arguments = ["run.py", "task=serve", "model=tiny-llama", "serve.port=0", "serve.name=my-llama"]
     with served_from_command_line(*arguments, f"hydra.run.dir={tmp_path}") as (name, base_url):
@@ -186,9 +173,9 @@ def test_run_py_task_serve_serves_the_model_with_the_serve_settings(tmp_path):
     assert body["usage"]["completion_tokens"] <= 3
 
 
-def test_help_lists_every_setting_with_what_it_does_and_the_models():
+def test_help_lists_every_setting_with_what_it_does_and_the_models(repo_root):
     result = subprocess.run(
-        [sys.executable, "-m", "rpbench.serve", "--help"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "rpbench.serve", "--help"], cwd=repo_root, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and result.stderr == ""
     lines = [line.strip() for line in result.stdout.splitlines()]
@@ -235,7 +222,7 @@ def test_served_under_the_folder_name_identified_without_machine_paths(tmp_path)
     assert (served_name(hub), model_identity(hub)) == ("Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B-Instruct")
 
 
-def test_a_configured_name_is_served_and_the_identity_is_also_answered(tiny):
+def test_a_configured_name_is_served_and_the_identity_is_also_answered(tiny, post):
     with serve_in_thread(tiny, {"name": "my-judge"}) as server:
         assert get(f"{server.base_url}/models")["data"][0]["id"] == server.model_name == "my-judge"
         for model in ("my-judge", "tiny:qwen2"):
@@ -316,7 +303,7 @@ def raw_post(url: str, body: dict) -> socket.socket:
         ({"top_p": 0}, "top_p must be in (0, 1]"),
     ],
 )
-def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment):
+def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment, post):
     with serve_in_thread(tiny) as server:
         status, reply = post(server.base_url, {"messages": HELLO, **body})
         assert list(server.stats.batch_sizes) == []  # nothing reached the model
@@ -324,7 +311,7 @@ def test_out_of_range_sampling_gets_a_400_that_says_why(tiny, body, fragment):
     assert fragment in reply["error"]["message"]
 
 
-def test_the_context_bound_counts_the_prompt(tiny):
+def test_the_context_bound_counts_the_prompt(tiny, post):
     with serve_in_thread(tiny) as server:
         prompt = post(server.base_url, {"messages": HELLO, "max_tokens": 1})[1]["usage"]["prompt_tokens"]
         status, reply = post(server.base_url, {"messages": HELLO, "max_tokens": 2048 - prompt + 1})
@@ -344,14 +331,14 @@ def test_the_context_bound_counts_the_prompt(tiny):
         )
 
 
-def test_an_unknown_model_name_gets_a_404(tiny):
+def test_an_unknown_model_name_gets_a_404(tiny, post):
     with serve_in_thread(tiny) as server:
         status, reply = post(server.base_url, {"model": "gpt-4o", "messages": HELLO, "max_tokens": 4})
     assert status == 404 and reply["error"]["code"] == "model_not_found"
     assert "'gpt-4o'" in reply["error"]["message"] and "tiny:qwen2" in reply["error"]["message"]
 
 
-def test_completion_tokens_count_the_generated_tokens(tiny):
+def test_completion_tokens_count_the_generated_tokens(tiny, post):
     """The tiny model's greedy reply is 20 newline tokens: the text strips to "", the usage says 20."""
     from rpbench.models.generation import render_prompts
 
@@ -369,7 +356,7 @@ def test_completion_tokens_count_the_generated_tokens(tiny):
     assert body["choices"][0]["finish_reason"] == "length"
 
 
-def test_generation_stops_when_the_client_disconnects(tiny):
+def test_generation_stops_when_the_client_disconnects(tiny, post):
     with serve_in_thread(tiny, {"batch_wait_ms": 0}) as server:
         sock = raw_post(server.url, {"messages": HELLO, "max_tokens": 1900, "temperature": 0})
         wait_until(lambda: list(server.stats.batch_sizes) == [1])  # generating
@@ -396,7 +383,7 @@ def test_a_request_that_left_while_queued_is_not_generated(tiny):
 
 
 @pytest.mark.slow
-def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
+def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny, post):
     replies: dict[str, tuple[int, dict]] = {}
     finished: list[str] = []
 
@@ -430,7 +417,7 @@ def test_a_full_queue_answers_503_and_queued_requests_are_served_in_order(tiny):
 
 
 @pytest.mark.slow
-def test_command_line_server_refuses_abuse_and_keeps_serving(command_line_server):
+def test_command_line_server_refuses_abuse_and_keeps_serving(command_line_server, post):
     abuse = [
         ({"max_tokens": 1e30}, 400),
         ({"max_tokens": 10**9}, 400),
@@ -466,7 +453,7 @@ HOSTILE_BODIES = {
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE_BODIES))
-def test_hostile_request_bodies_get_a_400_that_says_why(tiny, name):
+def test_hostile_request_bodies_get_a_400_that_says_why(tiny, name, post):
     raw, fragment = HOSTILE_BODIES[name]
     with serve_in_thread(tiny) as server:
         status, body = post_raw(server.base_url, raw)
@@ -474,7 +461,7 @@ def test_hostile_request_bodies_get_a_400_that_says_why(tiny, name):
         assert post(server.base_url, {"messages": HELLO, "max_tokens": 2})[0] == 200  # still serving
 
 
-def test_control_tokens_in_a_message_are_text_to_the_server(tiny):
+def test_control_tokens_in_a_message_are_text_to_the_server(tiny, post):
     """``<|im_end|>`` in a user message is no turn boundary: the prompt counts its text tokens, as training does."""
     from rpbench.data.chat import ChatRenderer
     from rpbench.data.records import Turn

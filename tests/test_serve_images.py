@@ -10,9 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_serve import post
 
-from conftest import evaluation_of, generate_texts, generation_options
 from rpbench.data import readers
 from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.eval.generate import generate_predictions
@@ -43,15 +41,19 @@ def image_message(text: str, url: str) -> dict:
     }
 
 
-def in_process(served, text: str, image: Path) -> str:
-    conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-    [reply] = generate_texts(
-        served.model, served.tokenizer, [conversation], max_new_tokens=MAX_NEW, images=[[str(image)]]
-    )
-    return reply
+@pytest.fixture(scope="module")
+def in_process(generate_texts):
+    def in_process(served, text: str, image: Path) -> str:
+        conversation = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+        [reply] = generate_texts(
+            served.model, served.tokenizer, [conversation], max_new_tokens=MAX_NEW, images=[[str(image)]]
+        )
+        return reply
+
+    return in_process
 
 
-def test_image_messages_are_answered_as_in_process_generation(tiny_vl):
+def test_image_messages_are_answered_as_in_process_generation(tiny_vl, post, in_process):
     questions = [(f"What do you see in picture {i}?" + " Tell me." * i, image) for i, image in enumerate(IMAGES)]
     replies: dict[int, tuple[int, dict]] = {}
     with serve_in_thread(tiny_vl, {"max_batch_size": 4, "batch_wait_ms": 1000}) as server:
@@ -86,21 +88,23 @@ def test_image_messages_are_answered_as_in_process_generation(tiny_vl):
         ("data:image/png;base64," + base64.b64encode(b"no image at all").decode(), "not a readable image"),
     ],
 )
-def test_image_urls_other_than_readable_data_urls_get_a_400(tiny_vl, url, fragment):
+def test_image_urls_other_than_readable_data_urls_get_a_400(tiny_vl, url, fragment, post):
     with serve_in_thread(tiny_vl) as server:
         status, reply = post(server.base_url, {"messages": [image_message("What is this?", url)], "max_tokens": 2})
     assert status == 400
     assert fragment in reply["error"]["message"] and "messages[0].content[0]" in reply["error"]["message"]
 
 
-def test_image_placeholders_in_the_text_get_a_400(tiny_vl):
+def test_image_placeholders_in_the_text_get_a_400(tiny_vl, post):
     text = f"Look: {tiny_vl.tokenizer.image_token}"
     with serve_in_thread(tiny_vl) as server:
         status, reply = post(server.base_url, {"messages": [{"role": "user", "content": text}], "max_tokens": 2})
     assert status == 400 and "image placeholder" in reply["error"]["message"]
 
 
-def test_evaluator_generation_through_the_served_model_sends_the_images(tiny_vl, compose, tmp_path):
+def test_evaluator_generation_through_the_served_model_sends_the_images(
+    tiny_vl, compose, tmp_path, generation_options, evaluation_of
+):
     """evaluator.backend=endpoint against the served tiny-qwen2-vl: the same predictions as in-process."""
     from rpbench.eval.evaluate import generate
 

@@ -21,8 +21,8 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR, group_values
 from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.paths import CONF_DIR
 from rpbench.core.typed import Elsewhere, Settings, defaults_declared
 from rpbench.validate import validate
 
@@ -103,11 +103,9 @@ CASES = GENERATION + STATISTICS + ENDPOINTS + OPTIMISATION + TRAINER + MODEL + T
 
 
 @pytest.fixture(scope="module")
-def default_config(tmp_path_factory):
+def default_config(tmp_path_factory, composed):
     """The default run's composed config (composed once: each case changes one key of a copy)."""
     from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import composed
 
     cfg = composed(tmp_path_factory.mktemp("run"))
     yield cfg
@@ -508,53 +506,68 @@ def options_of(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
-def group_settings() -> list[tuple[str, str, Any, type]]:
+@pytest.fixture(scope="module")
+def group_settings(group_values):
     """(group, option, its composed values, the class that reads them) for every typed group: the model, the
     data (its shared keys, and the format's options), the objective, the evaluator (every benchmark), the judge,
     the probe, the synthesis recipe, the environment and ``export.hub``."""
-    from rpbench.data.readers import FORMATS
-    from rpbench.data.settings import SHARED_KEYS, DataSettings
-    from rpbench.eval.benchmarks import BENCHMARKS
-    from rpbench.export.hub import HubSettings
-    from rpbench.models.config_tree import model_entries
-    from rpbench.models.settings import ModelSettings
-    from rpbench.objectives.conversation_env import ConversationEnvSettings
-    from rpbench.objectives.registry import OBJECTIVES
-    from rpbench.probes.stage import PROBES
-    from rpbench.scoring.chat.client import EndpointSettings
-    from rpbench.serve.settings import ServeSettings
-    from rpbench.synth.config import SynthSettings
 
-    found = [("model", name, group_values("model", name, "model"), ModelSettings) for name in model_entries()]
-    for option in options_of("data"):
-        values = group_values("data", option, "data")
-        found.append(("data", option, {k: v for k, v in values.items() if k in SHARED_KEYS}, DataSettings))
-        own = {k: v for k, v in values.items() if k not in SHARED_KEYS}
-        found.append(("data", f"{option} (options)", own, FORMATS.get(values["format"]).options))
-    for option in OBJECTIVES.names():
-        found.append(
-            ("objective", option, group_values("objective", option, "objective"), OBJECTIVES.get(option).config_class)
-        )
-    for option in BENCHMARKS.names():
-        found.append(
-            ("evaluator", option, group_values("evaluator", option, "evaluator"), BENCHMARKS.get(option).settings_class)
-        )
-    for option in (o for o in options_of("judge") if o != "none"):
-        found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
-    for option in options_of("probe"):
-        found.append(("probe", option, group_values("probe", option, "probe"), PROBES.get(option).settings_class))
-    for option in options_of("synth"):
-        found.append(("synth", option, group_values("synth", option, "synth"), SynthSettings))
-    for option in (o for o in options_of("env") if o != "none"):  # env=none: GRPO reads its name alone
-        found.append(("env", option, group_values("env", option, "env"), ConversationEnvSettings))
-    for option in options_of("serve"):
-        found.append(("serve", option, group_values("serve", option, "serve"), ServeSettings))
-    found.append(("export.hub", "default", run_values("export.hub"), HubSettings))
-    return found
+    def group_settings() -> list[tuple[str, str, Any, type]]:
+        from rpbench.data.readers import FORMATS
+        from rpbench.data.settings import SHARED_KEYS, DataSettings
+        from rpbench.eval.benchmarks import BENCHMARKS
+        from rpbench.export.hub import HubSettings
+        from rpbench.models.config_tree import model_entries
+        from rpbench.models.settings import ModelSettings
+        from rpbench.objectives.conversation_env import ConversationEnvSettings
+        from rpbench.objectives.registry import OBJECTIVES
+        from rpbench.probes.stage import PROBES
+        from rpbench.scoring.chat.client import EndpointSettings
+        from rpbench.serve.settings import ServeSettings
+        from rpbench.synth.config import SynthSettings
+
+        found = [("model", name, group_values("model", name, "model"), ModelSettings) for name in model_entries()]
+        for option in options_of("data"):
+            values = group_values("data", option, "data")
+            found.append(("data", option, {k: v for k, v in values.items() if k in SHARED_KEYS}, DataSettings))
+            own = {k: v for k, v in values.items() if k not in SHARED_KEYS}
+            found.append(("data", f"{option} (options)", own, FORMATS.get(values["format"]).options))
+        for option in OBJECTIVES.names():
+            found.append(
+                (
+                    "objective",
+                    option,
+                    group_values("objective", option, "objective"),
+                    OBJECTIVES.get(option).config_class,
+                )
+            )
+        for option in BENCHMARKS.names():
+            found.append(
+                (
+                    "evaluator",
+                    option,
+                    group_values("evaluator", option, "evaluator"),
+                    BENCHMARKS.get(option).settings_class,
+                )
+            )
+        for option in (o for o in options_of("judge") if o != "none"):
+            found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
+        for option in options_of("probe"):
+            found.append(("probe", option, group_values("probe", option, "probe"), PROBES.get(option).settings_class))
+        for option in options_of("synth"):
+            found.append(("synth", option, group_values("synth", option, "synth"), SynthSettings))
+        for option in (o for o in options_of("env") if o != "none"):  # env=none: GRPO reads its name alone
+            found.append(("env", option, group_values("env", option, "env"), ConversationEnvSettings))
+        for option in options_of("serve"):
+            found.append(("serve", option, group_values("serve", option, "serve"), ServeSettings))
+        found.append(("export.hub", "default", run_values("export.hub"), HubSettings))
+        return found
+
+    return group_settings
 
 
 @pytest.mark.slow
-def test_every_key_of_every_typed_group_is_read():
+def test_every_key_of_every_typed_group_is_read(group_settings):
     """The other half of one default per setting: a key the YAML sets and no settings field reads would be a
     setting that silently does nothing. Rewards: each entry's kwargs are the reward's parameters."""
     from rpbench.scoring.rewards import reward_problems
@@ -587,7 +600,7 @@ def test_every_model_entry_parses_to_its_typed_settings():
     assert lora == LoraSettings(r=4, alpha=8.0, dropout=0.0, target_modules=None)
 
 
-def test_a_key_read_nowhere_is_found():
+def test_a_key_read_nowhere_is_found(group_values):
     from rpbench.scoring.chat.client import EndpointSettings
 
     values = {**group_values("judge", "openai", "judge"), "retries": 3, "budget": {"usd": 1, "tokens": None}}
@@ -613,7 +626,7 @@ def test_missing_test_images_are_named_before_anything_loads(compose, tmp_path):
     assert not (Path(cfg.paths.output_dir) / "predictions.jsonl").exists()
 
 
-def test_every_key_of_the_run_s_own_groups_is_read(default_config):
+def test_every_key_of_the_run_s_own_groups_is_read(default_config, group_values):
     """The logger options, ``export`` and ``prompts`` and the keys at the top of the run config are typed too:
     a key no field reads would be a setting that silently does nothing."""
     from rpbench.data.templates import PromptSettings

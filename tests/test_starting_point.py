@@ -8,7 +8,6 @@ import logging
 
 import pytest
 
-from conftest import run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.pipeline import read_data
 from rpbench.training.starting_point import check_trained_records, untuned_start_warning
@@ -34,7 +33,7 @@ def test_the_rule(compose, tmp_path, overrides, warns):
     assert (warning is None) if warns is None else (warns in warning and "init_from=" in warning)
 
 
-def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path, caplog):
+def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path, caplog, run_in_process):
     """What run.py runs, in-process: the log records are what its run.log would hold."""
     out = tmp_path / "run"
     with caplog.at_level(logging.INFO):

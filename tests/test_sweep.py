@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from wandb_records import run_records
 
-from conftest import run_script
 from rpbench.sweep_summary import flatten, summarize
 
 
@@ -57,7 +55,7 @@ def test_summary_groups_seeds_with_median_mean_std_min_max(tmp_path):
     assert "Overrides of every job: `data=sample`" in markdown
 
 
-def test_collect_rebuilds_the_summary_of_a_partly_failed_sweep(tmp_path):
+def test_collect_rebuilds_the_summary_of_a_partly_failed_sweep(tmp_path, run_script):
     partly_failed_sweep(tmp_path)
     result = run_script("sweep.py", "--collect", str(tmp_path))
     assert result.returncode == 0, result.stderr[-3000:]
@@ -81,12 +79,12 @@ def test_summary_of_evaluated_runs_writes_the_leaderboard(tmp_path):
     assert board.index("| big | 1.00 (1-1, 1) | 0.4000 [0.3000, 0.4000] |") < board.index("| small | 2.00")
 
 
-def test_collect_on_a_folder_without_jobs_says_so(tmp_path):
+def test_collect_on_a_folder_without_jobs_says_so(tmp_path, run_script):
     result = run_script("sweep.py", "--collect", str(tmp_path))
     assert result.returncode == 1 and "no job folders" in result.stderr
 
 
-def test_cfg_hydra_prints_the_slurm_launcher_instead_of_crashing():
+def test_cfg_hydra_prints_the_slurm_launcher_instead_of_crashing(run_script):
     result = run_script("sweep.py", "--cfg", "hydra", "hydra/launcher=slurm")
     assert result.returncode == 0, result.stderr[-3000:]
     launcher = yaml.safe_load(result.stdout)["hydra"]["launcher"]
@@ -102,7 +100,7 @@ def fake_cluster(bin_dir: Path) -> None:
         (bin_dir / name).chmod(stat.S_IRWXU)
 
 
-def test_slurm_job_script_takes_nodes_tasks_and_gpus_from_the_trainer(tmp_path):
+def test_slurm_job_script_takes_nodes_tasks_and_gpus_from_the_trainer(tmp_path, run_script):
     fake_cluster(tmp_path / "bin")
     script = tmp_path / "job.sh"
     result = run_script(
@@ -137,7 +135,7 @@ def test_slurm_job_script_takes_nodes_tasks_and_gpus_from_the_trainer(tmp_path):
     assert {f"#SBATCH {flag}" for flag in expected} <= lines, lines
 
 
-def test_slurm_launcher_refuses_devices_it_cannot_count(tmp_path):
+def test_slurm_launcher_refuses_devices_it_cannot_count(tmp_path, run_script):
     fake_cluster(tmp_path / "bin")
     result = run_script(
         "sweep.py",
@@ -153,7 +151,7 @@ def test_slurm_launcher_refuses_devices_it_cannot_count(tmp_path):
 
 
 @pytest.mark.slow
-def test_submitit_local_sweep_runs_each_seed_in_its_own_process_and_one_wandb_group(tmp_path):
+def test_submitit_local_sweep_runs_each_seed_in_its_own_process_and_one_wandb_group(tmp_path, run_script, run_records):
     sweep = tmp_path / "sweep"
     result = run_script(
         "sweep.py",
@@ -186,7 +184,7 @@ def test_submitit_local_sweep_runs_each_seed_in_its_own_process_and_one_wandb_gr
 
 
 @pytest.mark.slow
-def test_a_failed_job_is_listed_and_the_others_are_summarised(tmp_path):
+def test_a_failed_job_is_listed_and_the_others_are_summarised(tmp_path, run_script):
     sweep = tmp_path / "sweep"
     result = run_script(
         "sweep.py",

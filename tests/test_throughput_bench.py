@@ -7,11 +7,9 @@ import csv
 
 import pytest
 
-from conftest import run_script
-
 
 @pytest.mark.slow
-def test_every_variant_of_both_frameworks_runs_and_is_written_to_the_csv(tmp_path):
+def test_every_variant_of_both_frameworks_runs_and_is_written_to_the_csv(tmp_path, run_script):
     out = tmp_path / "bench.csv"
     result = run_script(
         "experiments/throughput/bench.py",

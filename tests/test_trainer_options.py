@@ -9,7 +9,6 @@ import json
 
 import pytest
 
-from conftest import run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.validate import validate
 
@@ -41,7 +40,7 @@ def test_trainer_options_compose_without_a_plus(compose):
     assert (cfg.trainer.max_steps, cfg.trainer.limit_val_batches, cfg.trainer.fast_dev_run) == (3, 2, True)
 
 
-def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path):
+def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(out, "debug=short", *QUIET)
     train = json.loads((out / "metrics.json").read_text())["train"]
@@ -52,7 +51,7 @@ def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp
     assert not (out / "model").exists()  # debug=short exports nothing
 
 
-def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path):
+def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(
         out,
@@ -68,7 +67,7 @@ def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path):
     assert any(row.get("lr-AdamW/pg1") for row in rows)  # logged by the LearningRateMonitor the spec names
 
 
-def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path):
+def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(out, "debug=fast_dev_run", *QUIET)
     train = json.loads((out / "metrics.json").read_text())["train"]
@@ -97,19 +96,23 @@ EPOCH = [*QUIET, "data.max_train_samples=48"]  # 43 training records: 6 micro-ba
         ("objective.val_every_n_steps=4", r"objective\.val_every_n_steps=4 \(8 micro-batches\): past the end"),
     ],
 )
-def test_batch_limits_lightning_refuses_stop_the_run_before_the_model_loads(tmp_path, override, refusal):
+def test_batch_limits_lightning_refuses_stop_the_run_before_the_model_loads(
+    tmp_path, override, refusal, run_in_process
+):
     out = tmp_path / "run"
     with pytest.raises(ConfigError, match=refusal + r".*an epoch has at most 6 training micro-batches \(43 records"):
         run_in_process(out, *EPOCH, override)
     assert not (out / "config.yaml").exists()  # refused right after the data was read
 
 
-def test_a_validation_interval_at_the_epoch_end_is_one_lightning_accepts(tmp_path):
+def test_a_validation_interval_at_the_epoch_end_is_one_lightning_accepts(tmp_path, run_in_process):
     result = run_in_process(tmp_path / "run", *EPOCH, "trainer.val_check_interval=6", "trainer.max_steps=1")
     assert result["train"]["optimizer_steps"] == 1
 
 
-def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(tmp_path, compose, monkeypatch):
+def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(
+    tmp_path, compose, monkeypatch, run_in_process
+):
     from huggingface_hub import constants
 
     from rpbench.validate import check_model_source

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from conftest import run_in_process
 from rpbench.core.errors import RpbenchError
 
 CHAT = [{"role": "user", "content": "Who are you?"}, {"role": "assistant", "content": "Sherlock Holmes, of London."}]
@@ -19,41 +18,45 @@ def _chats(path, n: int = 6):
     return path
 
 
-def _user_error(tmp_path, *overrides: str) -> str:
-    with pytest.raises(RpbenchError) as caught:  # any other exception is a traceback on the console
-        run_in_process(tmp_path / "run", *QUICK, *overrides)
-    return str(caught.value)
+@pytest.fixture(scope="module")
+def user_error(run_in_process):
+    def user_error(tmp_path, *overrides: str) -> str:
+        with pytest.raises(RpbenchError) as caught:  # any other exception is a traceback on the console
+            run_in_process(tmp_path / "run", *QUICK, *overrides)
+        return str(caught.value)
+
+    return user_error
 
 
-def test_mapping_mistakes_on_the_command_line(tmp_path):
+def test_mapping_mistakes_on_the_command_line(tmp_path, user_error):
     train = _chats(tmp_path / "my.jsonl")
     custom = ("data=custom", f"data.files.train={train}", "evaluator=none")
-    assert "data.columns.speaker: unknown key; valid keys: chosen" in _user_error(
+    assert "data.columns.speaker: unknown key; valid keys: chosen" in user_error(
         tmp_path, *custom, "+data.columns.speaker=who"
     )
     labels = ("data=custom", f"data.files.test={train}", "objective=none", "+data.task_dimensions.my=style")
-    message = _user_error(tmp_path, *labels)
+    message = user_error(tmp_path, *labels)
     assert message.endswith("data.task_dimensions.my='style': expected a list")
-    message = _user_error(tmp_path, *custom, "data.columns.system=nonexistent")
+    message = user_error(tmp_path, *custom, "data.columns.system=nonexistent")
     assert message.startswith(f"{train}: record 1: field 'nonexistent': present: data.columns.system=nonexistent")
 
 
-def test_training_records_that_are_test_records(tmp_path):
+def test_training_records_that_are_test_records(tmp_path, user_error):
     train = _chats(tmp_path / "my.jsonl")
-    message = _user_error(tmp_path, "data=custom", f"data.files.train={train}", f"data.files.test={train}")
+    message = user_error(tmp_path, "data=custom", f"data.files.train={train}", f"data.files.test={train}")
     assert "also appear in data.files.test" in message and "data.allow_overlap=true" in message
 
 
-def test_no_trainable_sample_left_after_truncation(tmp_path):
+def test_no_trainable_sample_left_after_truncation(tmp_path, user_error):
     train = _chats(tmp_path / "my.jsonl")
-    message = _user_error(tmp_path, "data=custom", f"data.files.train={train}", "evaluator=none", "data.max_length=4")
+    message = user_error(tmp_path, "data=custom", f"data.files.train={train}", "evaluator=none", "data.max_length=4")
     assert message.startswith("no trainable samples") and "data.max_length=4" in message
 
 
-def test_an_mmrole_test_file_named_without_its_scenario(tmp_path):
+def test_an_mmrole_test_file_named_without_its_scenario(tmp_path, user_error):
     turns = [{"from": "user", "value": "Who?"}, {"from": "assistant", "value": "Holmes."}]
     record = {"id": "a", "image": "x.jpg", "role": "Holmes", "conversations": turns}
     test = tmp_path / "my_test.json"
     test.write_text(json.dumps([record]))
-    message = _user_error(tmp_path, "data=mmrole", f"data.files.test={test}", "objective=none", "evaluator=mmrole")
+    message = user_error(tmp_path, "data=mmrole", f"data.files.test={test}", "objective=none", "evaluator=mmrole")
     assert message.startswith(f"{test}: record file: field '<file name>': a name starting with its MMRole scenario")

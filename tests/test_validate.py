@@ -6,12 +6,9 @@ the config Hydra composes for those command-line overrides, which is what run.py
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from conftest import run_script
-from rpbench.core.errors import ConfigError, RpbenchError
+from rpbench.core.errors import ConfigError
 from rpbench.data.readers import FORMATS
 from rpbench.eval.benchmarks import judged_benchmarks
 from rpbench.objectives.registry import OBJECTIVES
@@ -19,29 +16,6 @@ from rpbench.probes.io import STATS_FILE
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.metrics import METRICS
 from rpbench.validate import validate
-
-QUICK = ["trainer.enable_progress_bar=false", "data.max_train_samples=8"]  # if a check let it through
-
-
-def assert_nothing_trained_or_evaluated(out: Path) -> None:
-    assert not (out / "checkpoints").exists() and not (out / "metrics.json").exists()
-    assert not (out / "predictions.jsonl").exists()
-
-
-def refused_at_startup(compose, *overrides: str) -> str:
-    """``pipeline.run`` (what run.py calls) on the composed config: expect the error run.py prints as
-    `error: <message>` before anything is trained or evaluated; the message."""
-    from omegaconf import open_dict
-
-    from rpbench.pipeline import run
-
-    cfg = compose(*QUICK, *overrides)
-    with open_dict(cfg):  # what run.py hands the pipeline
-        del cfg["hydra"]
-    with pytest.raises(RpbenchError) as error:
-        run(validate(cfg))
-    assert_nothing_trained_or_evaluated(Path(cfg.paths.output_dir))
-    return str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -58,33 +32,33 @@ def refused_at_startup(compose, *overrides: str) -> str:
         ("seed=-1", "seed=-1: expected an integer from 0 to 4294967295"),
     ],
 )
-def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override, named):
+def test_an_out_of_range_setting_is_named_with_what_is_allowed(compose, override, named, refused_at_startup):
     assert named in refused_at_startup(compose, override)
 
 
-def test_a_model_config_that_leaves_out_a_shared_key_is_refused(compose):
+def test_a_model_config_that_leaves_out_a_shared_key_is_refused(compose, refused_at_startup):
     """conf/model/common/default.yaml marks what each model config must set with `???`."""
     message = refused_at_startup(compose, "model.end_of_turn=???", "model.family=???")
     assert "no value for model.end_of_turn, model.family" in message
 
 
-def test_an_objective_with_two_optimizers_is_refused_under_deepspeed(compose):
+def test_an_objective_with_two_optimizers_is_refused_under_deepspeed(compose, refused_at_startup):
     message = refused_at_startup(compose, "objective=corl", "data=sample_rpgbench", "trainer=deepspeed_zero2")
     assert "objective=corl steps 2 optimizers and a DeepSpeed engine steps one" in message
 
 
-def test_every_problem_is_listed_in_one_message(compose):
+def test_every_problem_is_listed_in_one_message(compose, refused_at_startup):
     message = refused_at_startup(compose, "objective.batch_size=0", "seed=abc", "data.format=xml")
     assert message.count("\n  ") == 3 and f"data.format='xml': expected one of {', '.join(FORMATS.names())}" in message
 
 
-def test_images_the_evaluator_cannot_see_stop_the_run_before_training(compose):
+def test_images_the_evaluator_cannot_see_stop_the_run_before_training(compose, refused_at_startup):
     message = refused_at_startup(compose, "data=sample_mmrole")
     assert "test record 'Mara_Voss_comment_Friends_13_40' has an image" in message
     assert "evaluator.backend=endpoint" in message and "data.images=drop" in message
 
 
-def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monkeypatch):
+def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monkeypatch, refused_at_startup):
     monkeypatch.setenv("OPENAI_API_KEY", "")
     message = refused_at_startup(compose, "judge=openai")
     assert "judge.api_key_env='OPENAI_API_KEY'" in message and "not set" in message
@@ -110,19 +84,19 @@ def test_a_judged_evaluator_without_its_judge_s_reply_length_is_refused(compose,
         validate(compose(*run, "evaluator.judge_max_tokens=0"))
 
 
-def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(compose):
+def test_a_judge_for_an_evaluator_without_a_judge_protocol_is_refused(compose, refused_at_startup):
     message = refused_at_startup(compose, "data=sample", "evaluator=rolebench", "judge=local")
     assert f"evaluator=rolebench has no judge protocol; judged evaluators: {', '.join(judged_benchmarks())}" in message
 
 
-def test_compare_to_a_folder_without_scores_is_refused(compose, tmp_path):
+def test_compare_to_a_folder_without_scores_is_refused(compose, tmp_path, refused_at_startup):
     other = tmp_path / "other"
     other.mkdir()
     message = refused_at_startup(compose, f"evaluator.compare_to={other}")
     assert f"evaluator.compare_to='{other}': expected an evaluated run's folder (with scores.jsonl)" in message
 
 
-def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path):
+def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path, refused_at_startup):
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     (a / STATS_FILE).write_bytes(b"")
@@ -131,12 +105,14 @@ def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(tmp_path):
+def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(
+    tmp_path, run_script, quick, assert_nothing_trained_or_evaluated
+):
     """`python run.py` itself: exit status 1, the message alone on stderr, the traceback in run.log."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"conversations": [{"role": "User", "content": "hi"}]}\n')
     out = tmp_path / "run"
-    result = run_script("run.py", f"hydra.run.dir={out}", *QUICK, f"data.files.train={bad}", "evaluator=none")
+    result = run_script("run.py", f"hydra.run.dir={out}", *quick, f"data.files.train={bad}", "evaluator=none")
     assert result.returncode == 1, result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
     assert result.stderr.startswith(f"error: {bad}: record 1: field ") and "run.log" in result.stderr

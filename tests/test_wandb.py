@@ -6,9 +6,7 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
-from wandb_records import run_records
 
-from conftest import run_in_process
 from rpbench.loggers import WandbSettings, wandb_group, wandb_job_type
 
 
@@ -35,7 +33,9 @@ def test_group_is_the_experiment_of_a_single_run_or_the_configured_one(compose):
 
 
 @pytest.mark.slow
-def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(tmp_path, monkeypatch):
+def test_an_evaluation_run_records_its_type_tags_table_and_report_offline(
+    tmp_path, monkeypatch, run_in_process, run_records
+):
     """What run.py runs, in-process."""
     out = tmp_path / "run"
     monkeypatch.setenv("WANDB_MODE", "offline")

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import data_options, group_values
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.prepare import read_split
@@ -38,18 +37,28 @@ def parquet(path: Path, records: list) -> Path:
     return path
 
 
-def read(split: str, path, on_error="raise", **options):
+@pytest.fixture
+def read(data_options):
     """``path`` read by data=custom's ``split`` reader, with ``options`` over the config's format options."""
-    policy = replace(readers.STRICT, on_error=on_error)
-    return readers.read("custom", split, path, data_options("custom", **options), policy)
+
+    def read(split: str, path, on_error="raise", **options):
+        policy = replace(readers.STRICT, on_error=on_error)
+        return readers.read("custom", split, path, data_options("custom", **options), policy)
+
+    return read
 
 
-def custom_options(**changes):
+@pytest.fixture
+def custom_options(group_values):
     """data=custom's format options with ``changes`` in place of its values (not merged into them)."""
-    return data_spec({**group_values("data", "custom", "data"), **changes}).options
+
+    def custom_options(**changes):
+        return data_spec({**group_values("data", "custom", "data"), **changes}).options
+
+    return custom_options
 
 
-def test_openai_messages_jsonl_train_and_test(tmp_path):
+def test_openai_messages_jsonl_train_and_test(tmp_path, read):
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}, {"messages": OPENAI[1:], "task": "address"}])
     train = read("train", path)
     assert [e.turns for e in train.examples] == [TURNS, TURNS[1:]]
@@ -64,7 +73,7 @@ def test_openai_messages_jsonl_train_and_test(tmp_path):
     assert [e.meta["dimensions"] for e in labelled.examples] == [[], ["role_style"]]
 
 
-def test_sharegpt_json_list_detected_and_mapped_like_llamafactory(tmp_path):
+def test_sharegpt_json_list_detected_and_mapped_like_llamafactory(tmp_path, read):
     path = tmp_path / "sharegpt.json"
     path.write_text(json.dumps([{"conversations": SHAREGPT, "id": "a"}, {"conversations": SHAREGPT[1:], "id": 7}]))
     detected = read("train", path)
@@ -84,7 +93,7 @@ def test_sharegpt_json_list_detected_and_mapped_like_llamafactory(tmp_path):
     assert [e.turns for e in mapped.examples] == [TURNS, TURNS[1:]]
 
 
-def test_own_column_and_role_names(tmp_path):
+def test_own_column_and_role_names(tmp_path, read):
     dialog = [
         {"speaker": "Narrator", "text": SYSTEM},
         {"speaker": "Q", "text": USER},
@@ -116,7 +125,7 @@ def test_own_column_and_role_names(tmp_path):
         read("train", path, columns={"conversation": "dialog"})
 
 
-def test_prompt_completion_parquet_standard_and_conversational(tmp_path):
+def test_prompt_completion_parquet_standard_and_conversational(tmp_path, read):
     standard = parquet(tmp_path / "pc.parquet", [{"prompt": USER, "completion": ASSISTANT, "system": SYSTEM}])
     train = read("train", standard, columns={"system": "system"})
     assert train.examples[0].turns == TURNS and train.summary()["shape"] == "prompt/completion (strings)"
@@ -129,7 +138,7 @@ def test_prompt_completion_parquet_standard_and_conversational(tmp_path):
     assert read("test", conversational).examples[0].reference == ASSISTANT
 
 
-def test_preference_pairs_standard_jsonl_and_conversational_parquet(tmp_path):
+def test_preference_pairs_standard_jsonl_and_conversational_parquet(tmp_path, read):
     rejected = "I live in Paris."
     standard = jsonl(tmp_path / "pairs.jsonl", [{"prompt": USER, "chosen": ASSISTANT, "rejected": rejected}])
     (pair,) = read("pairs", standard).examples
@@ -147,7 +156,7 @@ def test_preference_pairs_standard_jsonl_and_conversational_parquet(tmp_path):
         read("pairs", parquet(tmp_path / "two.parquet", [{"prompt": USER, "chosen": OPENAI[1:], "rejected": "x"}]))
 
 
-def test_hub_dataset_through_datasets_load_dataset(tmp_path):
+def test_hub_dataset_through_datasets_load_dataset(tmp_path, read):
     """`hf://<name>[:<split>]` goes to datasets.load_dataset(name, split=...); here a local dataset folder."""
     folder = tmp_path / "hub"
     folder.mkdir()
@@ -161,7 +170,7 @@ def test_hub_dataset_through_datasets_load_dataset(tmp_path):
         read("test", f"hf://{folder}:validation")
 
 
-def test_mixed_shapes_unknown_shapes_and_skip_counting(tmp_path):
+def test_mixed_shapes_unknown_shapes_and_skip_counting(tmp_path, read):
     mixed = jsonl(tmp_path / "mixed.jsonl", [{"messages": OPENAI}, {"prompt": USER, "completion": ASSISTANT}])
     with pytest.raises(DataFormatError) as error:
         read("train", mixed)
@@ -192,7 +201,7 @@ def test_mixed_shapes_unknown_shapes_and_skip_counting(tmp_path):
         read("test", only_reply)
 
 
-def test_records_without_id_are_named_by_content_and_repeats_are_errors(tmp_path):
+def test_records_without_id_are_named_by_content_and_repeats_are_errors(tmp_path, read):
     path = jsonl(tmp_path / "dup.jsonl", [{"prompt": USER, "completion": ASSISTANT, "note": 1}] * 2)
     with pytest.raises(DataFormatError, match=r"record 2: field 'id': a unique record id"):
         read("train", path)
@@ -221,7 +230,7 @@ def test_mapping_from_the_command_line_reaches_the_reader(compose, tmp_path):
         )  # unmapped: no known column
 
 
-def test_a_record_holding_two_shapes_is_an_error_not_a_silent_choice(tmp_path):
+def test_a_record_holding_two_shapes_is_an_error_not_a_silent_choice(tmp_path, read):
     both = jsonl(tmp_path / "both.jsonl", [{"messages": OPENAI, "prompt": USER, "completion": ASSISTANT}])
     for split in ("train", "test"):
         with pytest.raises(DataFormatError) as error:
@@ -235,7 +244,7 @@ def test_a_record_holding_two_shapes_is_an_error_not_a_silent_choice(tmp_path):
         read("pairs", pair_and_completion)
 
 
-def test_a_mapped_column_missing_from_a_record_is_an_error(tmp_path):
+def test_a_mapped_column_missing_from_a_record_is_an_error(tmp_path, read):
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI[1:], "persona": SYSTEM}, {"messages": OPENAI[1:]}])
     with pytest.raises(DataFormatError) as error:
         read("train", path, columns={"system": "nonexistent"})
@@ -250,7 +259,7 @@ def test_a_mapped_column_missing_from_a_record_is_an_error(tmp_path):
     assert read("train", completions, columns={"chosen": "better"}).examples[0].turns == TURNS[1:]
 
 
-def test_openai_content_part_lists_are_read_as_their_text(tmp_path):
+def test_openai_content_part_lists_are_read_as_their_text(tmp_path, read):
     parts = [
         {"role": "system", "content": [{"type": "text", "text": SYSTEM}]},
         {"role": "user", "content": [{"type": "text", "text": "Where do you"}, {"type": "text", "text": "live?"}]},
@@ -270,7 +279,7 @@ def test_openai_content_part_lists_are_read_as_their_text(tmp_path):
     assert error.value.field == "messages[1].content[0]" and "'image_url'" in error.value.problem
 
 
-def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path, tiny_model):
+def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path, tiny_model, read):
     from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
     from rpbench.models import load_tokenizer
 
@@ -299,7 +308,7 @@ def test_openai_weight_zero_keeps_a_reply_as_context_only(tmp_path, tiny_model):
         read("train", jsonl(tmp_path / "p.jsonl", in_prompt))
 
 
-def test_mapping_mistakes_are_configuration_errors(tmp_path):
+def test_mapping_mistakes_are_configuration_errors(tmp_path, read, custom_options):
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
     with pytest.raises(ConfigError, match=r"data.columns.speaker: unknown key"):
         read("train", path, columns={"speaker": "who"})
@@ -357,7 +366,7 @@ def test_a_hub_dataset_whose_endpoint_never_answers_fails_within_the_bound(tmp_p
     assert "data.hub_timeout_s=3s" in message
 
 
-def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
+def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path, read):
     both = [{"prompt": USER, "chosen": ASSISTANT, "rejected": "No.", "messages": OPENAI}]
     path = jsonl(tmp_path / "both.jsonl", both)
     with pytest.raises(DataFormatError, match="choose the one to read with data.record_shape"):
@@ -372,7 +381,7 @@ def test_record_shape_chooses_among_the_shapes_a_record_holds(tmp_path):
         read("train", path, record_shape="chat")
 
 
-def test_hub_timeout_must_be_a_positive_number(tmp_path):
+def test_hub_timeout_must_be_a_positive_number(tmp_path, read):
     path = jsonl(tmp_path / "chats.jsonl", [{"messages": OPENAI}])
     refused = {
         "soon": "data.hub_timeout_s='soon': expected a finite number or null",

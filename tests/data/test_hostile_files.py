@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import data_options
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.mmrole.reader import MMRoleOptions
@@ -36,13 +35,18 @@ MMROLE = {
     "conversations": [{"from": "user", "value": "Who are you?"}, {"from": "assistant", "value": "Holmes."}],
 }
 GOOD[("mmrole", "train")] = GOOD[("mmrole", "test")] = MMROLE
-OPTIONS = {
-    "rolemrc": RoleMRCOptions(task_dimensions={"t": ("style",)}),
-    "custom": data_options("custom"),
-    "mmrole": MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False),
-}
 PREFIX = {"mmrole": "comment_"}  # MMRole's test files are named after their scenario
 DEEP = 100_000
+
+
+@pytest.fixture(scope="module")
+def options(data_options):
+    """Each format's reader options."""
+    return {
+        "rolemrc": RoleMRCOptions(task_dimensions={"t": ("style",)}),
+        "custom": data_options("custom"),
+        "mmrole": MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False),
+    }
 
 
 def _text_corpus(good: dict) -> dict[str, bytes]:
@@ -92,7 +96,7 @@ def _named(error: DataFormatError, path: Path) -> bool:
 
 
 @pytest.mark.parametrize(("format", "split"), sorted(GOOD))
-def test_every_malformed_file_is_a_named_error(tmp_path, format, split):
+def test_every_malformed_file_is_a_named_error(tmp_path, format, split, options):
     good = GOOD[(format, split)]
     files = []
     for name, content in _text_corpus(good).items():
@@ -102,13 +106,13 @@ def test_every_malformed_file_is_a_named_error(tmp_path, format, split):
         files += _parquet_corpus(tmp_path, good)
     for path in files:
         with pytest.raises(DataFormatError) as caught:  # any other exception fails the test
-            readers.read(format, split, path, OPTIONS[format])
+            readers.read(format, split, path, options[format])
         assert _named(caught.value, path), (path.name, str(caught.value))
 
 
 @pytest.mark.parametrize(("format", "split"), sorted(GOOD))
 @pytest.mark.parametrize("container", ["jsonl", "json"])
-def test_a_byte_order_mark_is_read_like_any_utf8_file(tmp_path, format, split, container):
+def test_a_byte_order_mark_is_read_like_any_utf8_file(tmp_path, format, split, container, options):
     good = GOOD[(format, split)]
     body = json.dumps([good]) if container == "json" else json.dumps(good) + "\n"
     (tmp_path / "plain").mkdir(), (tmp_path / "marked").mkdir()
@@ -117,5 +121,5 @@ def test_a_byte_order_mark_is_read_like_any_utf8_file(tmp_path, format, split, c
     plain.write_text(body, encoding="utf-8")
     marked.write_text(body, encoding="utf-8-sig")
     assert marked.read_bytes().startswith(b"\xef\xbb\xbf")
-    read = readers.read(format, split, marked, OPTIONS[format]).examples
-    assert read == readers.read(format, split, plain, OPTIONS[format]).examples and len(read) == 1
+    read = readers.read(format, split, marked, options[format]).examples
+    assert read == readers.read(format, split, plain, options[format]).examples and len(read) == 1

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SAMPLE_DIR, data_options
 from rpbench.data import readers
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
@@ -47,13 +46,13 @@ def test_sft_matched_on_its_last_turn_only():
     assert check_overlap([multi], [EvalExample("t", multi.turns[:-1], "A2", "x")], allow_overlap=True) == 1
 
 
-def test_bundled_samples_do_not_overlap():
+def test_bundled_samples_do_not_overlap(data_options, sample_dir):
     rolemrc, mmrole, rpgbench = data_options("sample"), data_options("sample_mmrole"), data_options("sample_rpgbench")
-    rolemrc_test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", rolemrc)
+    rolemrc_test = readers.read("rolemrc", "test", sample_dir / "rolemrc" / "test.jsonl", rolemrc)
     for split, name in (("train", "train-sft.jsonl"), ("pairs", "train-rl.jsonl")):
-        train = readers.read("rolemrc", split, SAMPLE_DIR / "rolemrc" / name, rolemrc)
+        train = readers.read("rolemrc", split, sample_dir / "rolemrc" / name, rolemrc)
         assert check_overlap(train.examples, rolemrc_test.examples, allow_overlap=False) == 0
-    mm = SAMPLE_DIR / "mmrole"
+    mm = sample_dir / "mmrole"
     mm_test = [
         e
         for s in ("comment", "human-role", "inter-role")
@@ -61,7 +60,7 @@ def test_bundled_samples_do_not_overlap():
     ]
     mm_train = readers.read("mmrole", "train", mm / "train.json", mmrole).examples
     assert check_overlap(mm_train, mm_test, allow_overlap=False) == 0
-    rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
+    rpg = sample_dir / "rpgbench" / "rpgbench.json"
     assert (
         check_overlap(
             readers.read("rpgbench", "train", rpg, rpgbench).examples,
@@ -72,7 +71,7 @@ def test_bundled_samples_do_not_overlap():
     )
 
 
-def test_sample_test_split_against_itself_is_all_overlap():
-    rpg = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
+def test_sample_test_split_against_itself_is_all_overlap(sample_dir, data_options):
+    rpg = sample_dir / "rpgbench" / "rpgbench.json"
     examples = readers.read("rpgbench", "test", rpg, data_options("sample_rpgbench")).examples
     assert check_overlap(examples, examples, allow_overlap=True) == len(examples)

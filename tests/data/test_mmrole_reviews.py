@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS, review_prompt
@@ -18,6 +18,9 @@ from rpbench.data.mmrole.reviews import Heldout, ReviewsOptions, select_heldout
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
 from rpbench.data.settings import data_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 FULL = SHARED_DATA / "mmrole" / "in-test_reviews"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import JUDGE_SYSTEM, METRICS
@@ -16,6 +16,8 @@ from rpbench.data.mmrole.rm import ReviewerOptions
 from rpbench.data.prepare import read_split
 from rpbench.data.records import EvalExample, SFTExample
 from rpbench.data.settings import data_spec
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole_rm"
 IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"

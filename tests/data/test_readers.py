@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_DIR, data_options
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers, rolemrc, rpgbench
 from rpbench.data.mmrole import reader as mmrole
@@ -19,11 +18,26 @@ from rpbench.data.rolemrc import RoleMRCOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_MMROLE = REPO_ROOT.parent / "shared" / "data" / "mmrole"
-ROLEMRC = data_options("rolemrc")  # the released test labels and their rubrics
-RPGBENCH = data_options("rpgbench")
 MMROLE = MMRoleOptions(image_root=None, default_system=None, per_turn_samples=False)
-OPTIONS = {"rolemrc": ROLEMRC, "mmrole": MMROLE, "rpgbench": RPGBENCH}
 SKIP = replace(readers.STRICT, on_error="skip")
+
+
+@pytest.fixture(scope="module")
+def rolemrc_options(data_options):
+    """data=rolemrc's format options: the released test labels and their rubrics."""
+    return data_options("rolemrc")
+
+
+@pytest.fixture(scope="module")
+def rpgbench_options(data_options):
+    """data=rpgbench's format options."""
+    return data_options("rpgbench")
+
+
+@pytest.fixture(scope="module")
+def options(rolemrc_options, rpgbench_options):
+    """Each format's reader options."""
+    return {"rolemrc": rolemrc_options, "mmrole": MMROLE, "rpgbench": rpgbench_options}
 
 
 def write_jsonl(path: Path, records: list) -> Path:
@@ -83,17 +97,17 @@ def rpg_sample(**changes) -> dict:
 # -- good files -----------------------------------------------------------------------------------------
 
 
-def test_rolemrc_sample_files_read_completely():
-    sft = readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", ROLEMRC)
-    pairs = readers.read("rolemrc", "pairs", SAMPLE_DIR / "rolemrc" / "train-rl.jsonl", ROLEMRC)
-    test = readers.read("rolemrc", "test", SAMPLE_DIR / "rolemrc" / "test.jsonl", ROLEMRC)
+def test_rolemrc_sample_files_read_completely(sample_dir, rolemrc_options):
+    sft = readers.read("rolemrc", "train", sample_dir / "rolemrc" / "train-sft.jsonl", rolemrc_options)
+    pairs = readers.read("rolemrc", "pairs", sample_dir / "rolemrc" / "train-rl.jsonl", rolemrc_options)
+    test = readers.read("rolemrc", "test", sample_dir / "rolemrc" / "test.jsonl", rolemrc_options)
     for result, path in ((sft, "train-sft.jsonl"), (pairs, "train-rl.jsonl"), (test, "test.jsonl")):
-        lines = (SAMPLE_DIR / "rolemrc" / path).read_text(encoding="utf-8").splitlines()
+        lines = (sample_dir / "rolemrc" / path).read_text(encoding="utf-8").splitlines()
         assert len(result.examples) == len(lines) and result.skipped == []
     assert all(isinstance(e, SFTExample) and e.turns[-1].role == "assistant" for e in sft.examples)
     assert all(isinstance(e, PreferenceExample) and e.prompt[-1].role == "user" for e in pairs.examples)
     assert all(isinstance(e, EvalExample) and e.prompt[-1].role == "user" for e in test.examples)
-    first_sft = json.loads((SAMPLE_DIR / "rolemrc" / "train-sft.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    first_sft = json.loads((sample_dir / "rolemrc" / "train-sft.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert sft.examples[0].id == content_id(first_sft)
     free_chat = [e for e in sft.examples if "label_parts" in e.meta]
     assert free_chat and all(set(e.meta["label_parts"]) == set(rolemrc.LABEL_PARTS) for e in free_chat)
@@ -102,14 +116,16 @@ def test_rolemrc_sample_files_read_completely():
     assert dims["role_related_mrc_answer_no_narration-refused"] == ["prioritized"]
 
 
-def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
+def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path, rolemrc_options):
     record = {
         "task": "role_related_dialogue---role_first---with_narration---answer",
         "conversations": turns(
             ("SYSTEM", "You are Ann."), ("assistant", "*waves* Hi!"), ("User", "Hi"), ("Assistant", "How are you?")
         ),
     }
-    [example] = readers.read("rolemrc", "train", write_jsonl(tmp_path / "a.jsonl", ["", record]), ROLEMRC).examples
+    [example] = readers.read(
+        "rolemrc", "train", write_jsonl(tmp_path / "a.jsonl", ["", record]), rolemrc_options
+    ).examples
     assert [t.role for t in example.turns] == ["system", "assistant", "user", "assistant"]
     assert example.id == content_id(record)
     assert example.meta == {
@@ -123,10 +139,13 @@ def test_rolemrc_sft_keeps_roles_and_parses_free_chat_label(tmp_path):
     }
 
 
-def test_rolemrc_accepts_json_list_and_own_ids(tmp_path):
+def test_rolemrc_accepts_json_list_and_own_ids(tmp_path, rolemrc_options):
     path = tmp_path / "list.json"
     path.write_text(json.dumps([{**GOOD_SFT, "id": "x1"}, GOOD_SFT]), encoding="utf-8")
-    assert [e.id for e in readers.read("rolemrc", "train", path, ROLEMRC).examples] == ["x1", content_id(GOOD_SFT)]
+    assert [e.id for e in readers.read("rolemrc", "train", path, rolemrc_options).examples] == [
+        "x1",
+        content_id(GOOD_SFT),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -151,8 +170,8 @@ def test_mmrole_real_files(path):
         assert example.meta["other_role"] == record["other_role"] and example.meta["image"] == record["image"]
 
 
-def test_mmrole_sample_files():
-    root = SAMPLE_DIR / "mmrole"
+def test_mmrole_sample_files(sample_dir):
+    root = sample_dir / "mmrole"
     options = replace(MMROLE, image_root=str(root / "images"))
     train = readers.read("mmrole", "train", root / "train.json", options)
     assert len(train.examples) == 40 and train.skipped == []
@@ -195,10 +214,10 @@ def test_mmrole_scenario_from_the_file_name_and_multi_turn_training(tmp_path):
     assert sft.meta == {"image": "COCO/x.jpg", "role": "Ann", "other_role": "a curious human"}
 
 
-def test_rpgbench_sample_file():
-    path = SAMPLE_DIR / "rpgbench" / "rpgbench.json"
+def test_rpgbench_sample_file(sample_dir, data_options, rpgbench_options):
+    path = sample_dir / "rpgbench" / "rpgbench.json"
     raw = json.loads(path.read_text(encoding="utf-8"))
-    test = readers.read("rpgbench", "test", path, RPGBENCH)
+    test = readers.read("rpgbench", "test", path, rpgbench_options)
     assert test.skipped == [] and len(test.examples) == sum(len(raw[s]) for s in rpgbench.TEST_SPLITS)
     shifts = {(e.meta["split"], e.meta["shift"]) for e in test.examples}
     assert shifts == {
@@ -218,43 +237,43 @@ def test_rpgbench_sample_file():
     assert [t["content"] for t in example.meta["dialogue"]] == [
         next(iter(d.values())) for d in source["dialogue_context"]
     ]
-    train = readers.read("rpgbench", "train", path, RPGBENCH)
+    train = readers.read("rpgbench", "train", path, rpgbench_options)
     assert len(train.examples) == len(raw["IDTrain"]) and all(e.turns[-1].role == "assistant" for e in train.examples)
     only_ood2 = readers.read("rpgbench", "test", path, data_options("rpgbench", test_splits=["OOD2Test"]))
     assert {e.meta["split"] for e in only_ood2.examples} == {"OOD2Test"}
 
 
-def test_rpgbench_persona_object_and_training_layout(tmp_path):
+def test_rpgbench_persona_object_and_training_layout(tmp_path, rpgbench_options):
     path = tmp_path / "b.json"
     persona = {"name": "Bo", "traits": ["calm", "tall"]}
     path.write_text(json.dumps({"IDTrain": [rpg_sample(user_persona=persona)]}), encoding="utf-8")
-    [example] = readers.read("rpgbench", "train", path, RPGBENCH).examples
+    [example] = readers.read("rpgbench", "train", path, rpgbench_options).examples
     # the authors insert objects with str(): a persona object appears as its Python repr
     assert f"<persona>{persona}</persona>" in example.turns[1].content
     assert example.meta["subset_tag"] == "german" and example.meta["x"]["user_persona"] == str(persona)
     assert [t.role for t in example.turns] == ["system", "user", "assistant"]
 
 
-def test_read_rejects_unknown_format_split_and_option():
+def test_read_rejects_unknown_format_split_and_option(sample_dir, rolemrc_options):
     with pytest.raises(ValueError, match=", ".join(readers.FORMATS.names())):
-        readers.read("no_such_format", "train", "x.jsonl", ROLEMRC)
+        readers.read("no_such_format", "train", "x.jsonl", rolemrc_options)
     with pytest.raises(ValueError, match="train, pairs, labelled, test"):
-        readers.read("rolemrc", "dev", "x.jsonl", ROLEMRC)
+        readers.read("rolemrc", "dev", "x.jsonl", rolemrc_options)
     with pytest.raises(ValueError, match="no 'pairs' split; choose one of train, test"):
         readers.read("mmrole", "pairs", "x.json", MMROLE)
     with pytest.raises(TypeError, match="format 'rolemrc' reads with RoleMRCOptions, got MMRoleOptions"):
-        readers.read("rolemrc", "train", SAMPLE_DIR / "rolemrc" / "train-sft.jsonl", MMROLE)
+        readers.read("rolemrc", "train", sample_dir / "rolemrc" / "train-sft.jsonl", MMROLE)
     with pytest.raises(ValueError, match="on_error must be one of raise, skip"):
         replace(readers.STRICT, on_error="ignore")
     with pytest.raises(ConfigError, match=r"data.task_dimensions=\{\}: expected null or a table of test label"):
         RoleMRCOptions.parse({"task_dimensions": {}}, "data")
 
 
-def test_missing_file_names_the_path(tmp_path):
+def test_missing_file_names_the_path(tmp_path, options):
     missing = tmp_path / "nope" / "train.jsonl"
     for fmt, split in (("rolemrc", "train"), ("mmrole", "test"), ("rpgbench", "test")):
         with pytest.raises(FileNotFoundError, match=str(missing)):
-            readers.read(fmt, split, missing, OPTIONS[fmt])
+            readers.read(fmt, split, missing, options[fmt])
 
 
 # -- bad input ----------------------------------------------------------------------------------------
@@ -338,25 +357,25 @@ BAD_ROLEMRC = [
 @pytest.mark.parametrize(
     "split,bad,record,field,problem", BAD_ROLEMRC, ids=[f"{c[0]}-{c[3]}-{c[4][:20]}" for c in BAD_ROLEMRC]
 )
-def test_rolemrc_bad_record_named_by_file_line_and_field(tmp_path, split, bad, record, field, problem):
+def test_rolemrc_bad_record_named_by_file_line_and_field(tmp_path, split, bad, record, field, problem, rolemrc_options):
     good = {"train": {**GOOD_SFT, "id": "train-1"}, "pairs": GOOD_PAIR, "test": GOOD_TEST}[split]
     path = write_jsonl(tmp_path / f"{split}.jsonl", [good, bad, {**good, "id": "last"}])
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rolemrc", split, path, ROLEMRC)
+        readers.read("rolemrc", split, path, rolemrc_options)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), record, field)
     assert problem in error.problem and str(path) in str(error) and f"record {record}" in str(error)
-    skipped = readers.read("rolemrc", split, path, ROLEMRC, SKIP)
+    skipped = readers.read("rolemrc", split, path, rolemrc_options, SKIP)
     assert len(skipped.examples) == 2 and len(skipped.skipped) == 1 and field in skipped.skipped[0]
     assert skipped.summary()["skipped"] == 1
 
 
-def test_invalid_utf8_line_is_a_record_error(tmp_path):
+def test_invalid_utf8_line_is_a_record_error(tmp_path, rolemrc_options):
     path = tmp_path / "t.jsonl"
     path.write_bytes(json.dumps(GOOD_SFT).encode() + b"\n\xff\xfe\n")
     with pytest.raises(DataFormatError, match=r"record 2: field '<line>'"):
-        readers.read("rolemrc", "train", path, ROLEMRC)
-    assert len(readers.read("rolemrc", "train", path, ROLEMRC, SKIP).skipped) == 1
+        readers.read("rolemrc", "train", path, rolemrc_options)
+    assert len(readers.read("rolemrc", "train", path, rolemrc_options, SKIP).skipped) == 1
 
 
 BAD_MMROLE = [
@@ -396,11 +415,11 @@ def test_mmrole_bad_record_named_by_index_id_and_field(tmp_path, change, field, 
         ("rpgbench", '{"IDTest": [], "OOD1Test": [], "OOD2Test": [], "OOD3Test": []}'),
     ],
 )
-def test_file_without_records_is_an_error(tmp_path, fmt, content):
+def test_file_without_records_is_an_error(tmp_path, fmt, content, options):
     path = tmp_path / "comment_test.json"
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataFormatError, match="at least one record"):
-        readers.read(fmt, "test", path, OPTIONS[fmt], SKIP)
+        readers.read(fmt, "test", path, options[fmt], SKIP)
 
 
 def test_mmrole_invalid_json_document_fails_whole_file(tmp_path):
@@ -427,7 +446,7 @@ BAD_RPG = [
 
 
 @pytest.mark.parametrize("change,field,problem", BAD_RPG, ids=[c[1] + "-" + c[2][:15] for c in BAD_RPG])
-def test_rpgbench_bad_sample_named_by_split_id_and_field(tmp_path, change, field, problem):
+def test_rpgbench_bad_sample_named_by_split_id_and_field(tmp_path, change, field, problem, rpgbench_options):
     path = tmp_path / "rpg.json"
     document = {
         "IDTest": [rpg_sample()],
@@ -437,21 +456,21 @@ def test_rpgbench_bad_sample_named_by_split_id_and_field(tmp_path, change, field
     }
     path.write_text(json.dumps(document), encoding="utf-8")
     with pytest.raises(DataFormatError) as caught:
-        readers.read("rpgbench", "test", path, RPGBENCH)
+        readers.read("rpgbench", "test", path, rpgbench_options)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(path), "OOD1Test[0] (id 'b')", field)
     assert problem in error.problem
-    result = readers.read("rpgbench", "test", path, RPGBENCH, SKIP)
+    result = readers.read("rpgbench", "test", path, rpgbench_options, SKIP)
     assert [e.id for e in result.examples] == ["IDTest-1"] and len(result.skipped) == 1
 
 
-def test_rpgbench_missing_split_is_a_file_error(tmp_path):
+def test_rpgbench_missing_split_is_a_file_error(tmp_path, rpgbench_options):
     path = tmp_path / "rpg.json"
     path.write_text(json.dumps({"IDTest": [rpg_sample()], "OOD1Test": {}}), encoding="utf-8")
     with pytest.raises(DataFormatError, match="field 'OOD1Test': a list of samples"):
-        readers.read("rpgbench", "test", path, RPGBENCH, SKIP)
+        readers.read("rpgbench", "test", path, rpgbench_options, SKIP)
     with pytest.raises(DataFormatError, match="field 'IDTrain': a list of samples \\(missing"):
-        readers.read("rpgbench", "train", path, RPGBENCH)
+        readers.read("rpgbench", "train", path, rpgbench_options)
     path.write_text("[]", encoding="utf-8")
     with pytest.raises(DataFormatError, match="an object mapping split names"):
-        readers.read("rpgbench", "test", path, RPGBENCH)
+        readers.read("rpgbench", "test", path, rpgbench_options)

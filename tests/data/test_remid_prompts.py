@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import data_options
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.records import Turn
@@ -152,7 +151,7 @@ def test_the_dialogue_layout_numbers_turns_and_leaves_the_last_reply_open():
         format_dialogue([Turn("user", "a"), Turn("user", "b")])
 
 
-def test_the_reader_gives_the_released_layout_and_the_category(tmp_path):
+def test_the_reader_gives_the_released_layout_and_the_category(tmp_path, data_options):
     tagged = data_options("sample_rpgbench")
     examples = readers.read("rpgbench", "test", SAMPLE, tagged).examples
     first = examples[0]

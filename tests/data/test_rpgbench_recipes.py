@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import SAMPLE_DIR, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data.prepare import read_split
 from rpbench.data.settings import data_spec
@@ -16,18 +15,23 @@ AUGMENT = "pkg://rpbench/resources/sample/rpgbench/augment.json"
 N_AUGMENT = 6
 
 
-def with_reasoning(tmp_path, drop: str | None = None):
+@pytest.fixture(scope="module")
+def with_reasoning(sample_dir):
     """The bundled sample with a reasoning text per training sample (none for ``drop``)."""
-    document = json.loads((SAMPLE_DIR / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
-    for sample in document["IDTrain"]:
-        if sample["sample_ID"] != drop:
-            sample["reasoning"] = f"Answer {sample['dialogue_context'][-1]['user_query']!r} in character."
-    path = tmp_path / "rpgbench_reasoning.json"
-    path.write_text(json.dumps(document), encoding="utf-8")
-    return path
+
+    def with_reasoning(tmp_path, drop: str | None = None):
+        document = json.loads((sample_dir / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
+        for sample in document["IDTrain"]:
+            if sample["sample_ID"] != drop:
+                sample["reasoning"] = f"Answer {sample['dialogue_context'][-1]['user_query']!r} in character."
+        path = tmp_path / "rpgbench_reasoning.json"
+        path.write_text(json.dumps(document), encoding="utf-8")
+        return path
+
+    return with_reasoning
 
 
-def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(compose, tmp_path):
+def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(compose, tmp_path, with_reasoning):
     path = with_reasoning(tmp_path)
     plain = read_split(data_spec(compose("data=sample_rpgbench", f"data.files.train={path}").data), "train").examples
     thinking = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true").data
@@ -43,8 +47,8 @@ def test_reasoning_is_off_by_default_and_trained_before_the_response_when_on(com
     assert not any("<think>" in e.reference for e in test)
 
 
-def test_a_test_sample_trained_with_its_reasoning_still_counts_as_overlap(compose, tmp_path):
-    document = json.loads((SAMPLE_DIR / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
+def test_a_test_sample_trained_with_its_reasoning_still_counts_as_overlap(compose, tmp_path, sample_dir):
+    document = json.loads((sample_dir / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
     document["IDTrain"] = [{**document["IDTest"][0], "sample_ID": "leak", "reasoning": "Greet the guest."}]
     path = tmp_path / "leaky.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -53,7 +57,7 @@ def test_a_test_sample_trained_with_its_reasoning_still_counts_as_overlap(compos
         read_data(data_spec(cfg.data), "train", need_test=True)
 
 
-def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compose, tmp_path):
+def test_reasoning_in_target_without_reasoning_names_file_record_and_field(compose, tmp_path, with_reasoning):
     path = with_reasoning(tmp_path, drop="IDTrain-007")
     data = compose("data=sample_rpgbench", f"data.files.train={path}", "data.reasoning_in_target=true").data
     with pytest.raises(
@@ -86,8 +90,8 @@ def test_augmentation_file_is_read_with_the_training_reader_and_counted_apart(co
     )  # off by default
 
 
-def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path):
-    document = json.loads((SAMPLE_DIR / "rpgbench" / "augment.json").read_text(encoding="utf-8"))
+def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path, sample_dir):
+    document = json.loads((sample_dir / "rpgbench" / "augment.json").read_text(encoding="utf-8"))
     document["IDTrain"][2]["sample_ID"] = "IDTrain-004"
     path = tmp_path / "clash.json"
     path.write_text(json.dumps(document), encoding="utf-8")
@@ -97,7 +101,7 @@ def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path):
         )
 
 
-def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path):
+def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(
         out,

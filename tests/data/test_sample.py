@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import data_options
 from rpbench.data import readers, rpgbench
 from rpbench.data.rolemrc import FREE_CHAT, ON_SCENE
 from scripts.sample_data import CHARACTERS, SAMPLE_DIR, STATIC, write_sample
@@ -103,7 +102,7 @@ def test_mmrole_records_match_the_official_schema():
     assert (SAMPLE_DIR / "mmrole" / "images" / "LICENSE").read_text().startswith("MIT License")
 
 
-def test_rpgbench_covers_every_split_and_tag():
+def test_rpgbench_covers_every_split_and_tag(data_options):
     document = json.loads((SAMPLE_DIR / "rpgbench" / "rpgbench.json").read_text(encoding="utf-8"))
     assert set(document) == {*rpgbench.TRAIN_SPLITS, *rpgbench.TEST_SPLITS} and len(document["IDTrain"]) >= 20
     tags = Counter(s["subset_tag"] for split in rpgbench.TEST_SPLITS for s in document[split])

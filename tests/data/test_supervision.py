@@ -8,7 +8,6 @@ import json
 import pytest
 from omegaconf import open_dict
 
-from conftest import run_in_process
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.prepare import read_split
@@ -132,7 +131,7 @@ def test_rolemrc_reads_the_turn_field_and_rpgbench_has_none(compose, tmp_path):
         read_split(data_spec(rpg.data), "train")
 
 
-def test_metrics_count_supervised_turns_per_split(tavern, tmp_path):
+def test_metrics_count_supervised_turns_per_split(tavern, tmp_path, run_in_process):
     results = run_in_process(
         tmp_path / "run",
         "data=custom",

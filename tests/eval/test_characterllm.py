@@ -10,7 +10,6 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import chat_stub, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.characterllm_prompts import DEFAULTS
@@ -89,7 +88,7 @@ def reply(body: dict) -> str:
 
 
 @pytest.mark.slow
-def test_both_settings_are_interviewed_and_scored(tmp_path):
+def test_both_settings_are_interviewed_and_scored(tmp_path, chat_stub, run_in_process):
     run = tmp_path / "run"
     humans = tmp_path / "human_ratings.jsonl"  # people's scores of two interviews' aspects
     rated = [("single/Curie/0", "personality", [6, 5, 6]), ("turns/Darwin/1", "memory", [3, 4, 4])]
@@ -161,7 +160,7 @@ def test_both_settings_are_interviewed_and_scored(tmp_path):
     assert json.loads((run / "metrics.json").read_text())["eval"]["prompts"]["score_memory"]["origin"] == "rpbench"
 
 
-def test_both_settings_run_against_the_local_judge_server(tmp_path):
+def test_both_settings_run_against_the_local_judge_server(tmp_path, run_in_process):
     """rpbench's own server (a tiny random model) as interviewer and judge: its replies carry no score, so
     every judgement is a parse failure, counted and left out of the means, not scored 0: the run has no headline
     and fails, its metrics.json written."""

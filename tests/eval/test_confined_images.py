@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ChatStub, chat_stub, generation_endpoint, generation_options, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.mmrole.judging import judge_answers
@@ -19,17 +18,22 @@ from rpbench.scoring.chat.client import ChatClient
 
 SECRET = b"root:x:0:0:TOP-SECRET-CONTENTS-" * 8
 PICTURE = b"\xff\xd8\xff\xe0 an honest picture " * 8
-REVIEW_TOKENS = group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]
 
 
-def received(server: ChatStub, data: bytes) -> bool:
+@pytest.fixture(scope="module")
+def review_tokens(group_values) -> int:
+    """The reply length of evaluator=mmrole's judge."""
+    return group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]
+
+
+def received(server, data: bytes) -> bool:
     """Whether ``data`` arrived, raw or base64-encoded, in any request so far."""
     encoded = base64.b64encode(data)
     return any(data in body or encoded in body for body in server.bodies)
 
 
 @pytest.fixture
-def server():
+def server(chat_stub):
     with chat_stub(lambda body: "[Scores]: (9, 10)") as srv:
         yield srv
 
@@ -75,35 +79,47 @@ def answer(rid: str, image: str) -> dict:
     }
 
 
-def judge(server: ChatStub) -> ChatClient:
-    settings = {"model": "judge", "base_url": server.url, "api_key_env": None, "progress": False, "multimodal": True}
-    return ChatClient(judge_config(**settings))
+@pytest.fixture(scope="module")
+def judge(judge_config):
+    def judge(server) -> ChatClient:
+        settings = {
+            "model": "judge",
+            "base_url": server.url,
+            "api_key_env": None,
+            "progress": False,
+            "multimodal": True,
+        }
+        return ChatClient(judge_config(**settings))
+
+    return judge
 
 
-def test_judge_gets_the_image_inside_the_root(server, root, tmp_path):
+def test_judge_gets_the_image_inside_the_root(server, root, tmp_path, judge, review_tokens):
     answers = tmp_path / "answers"
     answers.mkdir()
     (answers / "comment_test.json").write_text(json.dumps([answer("good", "ok.jpg")]))
-    results = judge_answers(answers, judge(server), tmp_path / "reviews", REVIEW_TOKENS, image_root=root)
+    results = judge_answers(answers, judge(server), tmp_path / "reviews", review_tokens, image_root=root)
     assert results["images"] == {"attached": 1, "missing": 0}
     assert received(server, PICTURE) and not received(server, SECRET)
 
 
 @pytest.mark.parametrize("which", HOSTILE)
-def test_judge_never_gets_a_file_outside_the_root(server, root, tmp_path, which):
+def test_judge_never_gets_a_file_outside_the_root(server, root, tmp_path, which, judge, review_tokens):
     name = hostile_name(root, which)
     answers = tmp_path / "answers"
     answers.mkdir()
     (answers / "comment_test.json").write_text(json.dumps([answer("good", "ok.jpg"), answer("bad", name)]))
     with pytest.raises(DataFormatError) as caught:
-        judge_answers(answers, judge(server), tmp_path / "reviews", REVIEW_TOKENS, image_root=root)
+        judge_answers(answers, judge(server), tmp_path / "reviews", review_tokens, image_root=root)
     error = caught.value
     assert (error.path, error.record, error.field) == (str(answers / "comment_test.json"), "bad", "image")
     assert server.bodies == [] and not received(server, SECRET)
 
 
 @pytest.mark.parametrize("which", HOSTILE)
-def test_endpoint_generation_never_sends_a_file_outside_the_root(server, root, tmp_path, which):
+def test_endpoint_generation_never_sends_a_file_outside_the_root(
+    server, root, tmp_path, which, generation_endpoint, generation_options
+):
     def example(rid: str, image: str) -> EvalExample:
         return EvalExample(rid, (Turn("user", "Look!", image=image),), "Lovely.", "comment")
 

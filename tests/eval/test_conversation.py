@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from conftest import chat_stub, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.files import package_path
@@ -54,23 +53,27 @@ def scripted(fail_at_turn: int | None = None):
     return reply
 
 
-def run(out, stub, *extra):
-    return run_in_process(
-        out,
-        "objective=none",
-        "logger=none",
-        "data=sample_conversation",
-        "evaluator=conversation",
-        "evaluator.generation.max_new_tokens=4",
-        "evaluator.bootstrap.n_resamples=20",
-        "judge=openai",
-        f"judge.base_url={stub.url}",
-        "judge.api_key_env=null",
-        "judge.cache_path=null",
-        "judge.progress=false",
-        "judge.max_retries=0",
-        *extra,
-    )
+@pytest.fixture(scope="module")
+def run(run_in_process):
+    def run(out, stub, *extra):
+        return run_in_process(
+            out,
+            "objective=none",
+            "logger=none",
+            "data=sample_conversation",
+            "evaluator=conversation",
+            "evaluator.generation.max_new_tokens=4",
+            "evaluator.bootstrap.n_resamples=20",
+            "judge=openai",
+            f"judge.base_url={stub.url}",
+            "judge.api_key_env=null",
+            "judge.cache_path=null",
+            "judge.progress=false",
+            "judge.max_retries=0",
+            *extra,
+        )
+
+    return run
 
 
 def lines(path):
@@ -78,7 +81,7 @@ def lines(path):
 
 
 @pytest.mark.slow
-def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
+def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path, chat_stub, run):
     """The evaluated model is the scripted endpoint too: it answers turn 1 with the card itself, turn 2 with an
     out-of-character slip, later turns with a line of its own."""
     with chat_stub(scripted()) as stub:
@@ -145,7 +148,7 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path):
+def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path, chat_stub, run):
     out = tmp_path / "run"
     replies = {"now": scripted(fail_at_turn=3)}  # one simulator endpoint for both runs: the killed one's
     with chat_stub(lambda body: replies["now"](body)) as stub:
@@ -249,7 +252,7 @@ def test_ooc_phrases_and_judge_verdicts_are_read_strictly():
         assert parse_verdict(bad, dims) is None, bad
 
 
-def test_sessions_run_against_the_local_judge_server(tmp_path):
+def test_sessions_run_against_the_local_judge_server(tmp_path, run_in_process):
     """rpbench's own server (a tiny random model) as user simulator and judge: its verdicts are no JSON, so
     every session's judgement is a parse failure, counted and left out of the means, never scored: the run has no
     headline and fails, its metrics.json written."""
@@ -339,10 +342,9 @@ def test_a_simulator_endpoint_without_its_api_key_is_refused_at_startup(compose,
     validate(compose(*overrides, "judge=local", *simulator))
 
 
-def test_the_simulator_clients_missing_key_names_the_simulators_setting():
+def test_the_simulator_clients_missing_key_names_the_simulators_setting(judge_config):
     """Opened without its key, the simulator's client names its own key (evaluator.simulator.api_key_env), not
     the judge's."""
-    from conftest import judge_config
     from rpbench.scoring.chat.client import ChatClient
     from rpbench.scoring.judge.conversation import Simulator, open_simulator
 
@@ -354,7 +356,7 @@ def test_the_simulator_clients_missing_key_names_the_simulators_setting():
             pass
 
 
-def test_a_served_conf_model_plays_the_user(tmp_path):
+def test_a_served_conf_model_plays_the_user(tmp_path, chat_stub, run):
     """evaluator.simulator.server=tiny-qwen2: the run serves it on 127.0.0.1 and asks it for the user's messages;
     the scripted endpoint only judges (2 scenarios, 2 turns: one simulator request per session)."""
     with chat_stub(scripted()) as stub:
@@ -387,7 +389,7 @@ def test_a_served_conf_model_plays_the_user(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path):
+def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path, chat_stub, run):
     """Run m slips out of character at turn 2, run m2 never does. The judge prefers the conversation without
     the slip on every dimension but engagement, where it always answers "A" (a position bias): m2's win rate
     is 1 on those and 0.5 on engagement, every session inconsistent there."""
@@ -508,7 +510,9 @@ def test_a_pairwise_run_sharing_no_scenario_is_refused_before_the_model_loads(co
         run(validate(cfg))
 
 
-def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_answers_fails_the_run(tmp_path):
+def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_answers_fails_the_run(
+    tmp_path, chat_stub, run
+):
     """The simulator answers blank (Lena's session) or 503 (the others): every session ends after one turn, is not
     judged, and the run has nothing to score: RunFailed, metrics.json marked failed with the simulator's requests
     and failures, the warning on record, and the leaderboard skips it."""

@@ -10,7 +10,6 @@ from dataclasses import replace
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import chat_stub, generation_endpoint
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint
@@ -108,7 +107,9 @@ def test_vllm_is_given_the_preset_sampling_and_stop_string(compose):
     assert sampling_kwargs(reasoner, [7])["max_tokens"] == 2048
 
 
-def test_the_endpoint_gets_the_preset_and_the_reply_is_read_inside_the_tags(compose, tmp_path):
+def test_the_endpoint_gets_the_preset_and_the_reply_is_read_inside_the_tags(
+    compose, tmp_path, chat_stub, generation_endpoint
+):
     """The body a real server receives; its reply (text around the tags, the stop string and after it) is
     cut to what the authors keep: the policy the text inside the tags, the reasoner all before the stop."""
     policy, reasoner = decoding(compose, "evaluator/decoding=authors")
@@ -128,7 +129,7 @@ def test_the_endpoint_gets_the_preset_and_the_reply_is_read_inside_the_tags(comp
     assert reasoner_row["prediction"] == "<|im_start|>assistant\n<Agent Response> I am Ada, the baker."
 
 
-def test_the_model_s_own_template_sends_no_template_to_the_endpoint(compose, tmp_path):
+def test_the_model_s_own_template_sends_no_template_to_the_endpoint(compose, tmp_path, chat_stub, generation_endpoint):
     policy, _ = decoding(compose)
     with chat_stub(lambda body: "<Agent Response>Hi</Agent Response>") as server:
         generate_via_endpoint(generation_endpoint(server.url, "m"), [example()], tmp_path / "p.jsonl", policy)

@@ -1,15 +1,19 @@
 """Every endpoint role (judge, user simulator, endpoint generation) against the faults of a real server on
 127.0.0.1: counted per role, warned about above its threshold, and a result resting on nothing is marked so;
-and the bounds of item 4: replies within the model's context, a turn cap, prompts within a character limit."""
+and the bounds of item 4: replies within the model's context, a turn cap, prompts within a character limit.
+
+The faults served by a ``chat_stub`` on 127.0.0.1 (``fault_reply``): HTTP 500, a reply slower than the client's
+timeout, cut-off JSON, an HTML page, empty and null content, and a refused connection (a port nothing listens
+on: ``refused_url``)."""
 
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import pytest
-from faults import FAULTS, TIMEOUT_S, fault_reply, refused_url
 
-from conftest import chat_stub, evaluation_of, generation_endpoint, generation_options, judge_config
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.conversation_session import Session
@@ -19,7 +23,41 @@ from rpbench.scoring.chat.client import ChatRequest, counting_usage, open_client
 from rpbench.scoring.chat.health import no_verdict, rests_on_nothing, role_health
 
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
+FAULTS = ("500", "timeout", "cut_json", "html", "empty", "null", "refused")
+TIMEOUT_S = 0.5  # the client's timeout_s in these tests: a "timeout" reply comes later
 REQUEST_FAULTS = [f for f in FAULTS if f not in ("empty", "null")]  # the client itself gets no reply
+
+
+@pytest.fixture(scope="module")
+def fault_reply(RawReply):
+    """What a faulty endpoint answers (``refused`` has no server: see ``refused_url``)."""
+
+    def fault_reply(fault: str):
+        if fault == "500":
+            return 500
+        if fault == "timeout":
+            time.sleep(3 * TIMEOUT_S)
+            return "too late"
+        if fault == "cut_json":
+            whole = json.dumps({"choices": [{"message": {"role": "assistant", "content": "4"}}]})
+            return RawReply(whole[: len(whole) // 2].encode(), "application/json")
+        if fault == "html":
+            return RawReply(b"<html><body>502 Bad Gateway</body></html>", "text/html")
+        if fault == "empty":
+            return ""
+        if fault == "null":
+            return None
+        raise ValueError(f"no served fault {fault!r}")
+
+    return fault_reply
+
+
+def refused_url() -> str:
+    """An address on 127.0.0.1 where nothing listens (a connection there is refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
 
 
 def scenarios():
@@ -30,13 +68,18 @@ def character(body: dict) -> str:
     return "The tides are kind today."
 
 
-def served(fault: str, reply):
+@pytest.fixture(scope="module")
+def served(chat_stub):
     """A stub answering ``reply``, or for ``refused`` none (its URL refuses connections)."""
-    from contextlib import nullcontext
 
-    if fault == "refused":
-        return nullcontext(None)
-    return chat_stub(reply)
+    def served(fault: str, reply):
+        from contextlib import nullcontext
+
+        if fault == "refused":
+            return nullcontext(None)
+        return chat_stub(reply)
+
+    return served
 
 
 def test_role_health_warns_above_its_threshold_and_names_a_role_that_answered_nothing(caplog):
@@ -55,12 +98,10 @@ def test_role_health_warns_above_its_threshold_and_names_a_role_that_answered_no
 
 
 @pytest.fixture(scope="module")
-def conversation_run(tmp_path_factory):
+def conversation_run(tmp_path_factory, chat_stub, composed, evaluation_of):
     """evaluator=conversation's context, the evaluated model an endpoint on 127.0.0.1 answering a line (composed
     once: each test hands its own simulator and folder)."""
     from hydra.core.global_hydra import GlobalHydra
-
-    from conftest import composed
 
     with chat_stub(character) as model:
         cfg = composed(
@@ -91,7 +132,7 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
     """Each endpoint role against a server on 127.0.0.1 that answers every request with ``fault``."""
 
     def test_a_user_simulator_that_fails_every_request_ends_every_session_counted(
-        self, conversation_run, tmp_path, fault
+        self, conversation_run, tmp_path, fault, served, fault_reply
     ):
         """Every session ends after one turn, each simulator request is counted as failed, and nothing is left to
         rest a result on."""
@@ -113,7 +154,7 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         assert health["warning"] is not None and health["threshold"] == 0.0
         assert rests_on_nothing({"simulator": health}) == "every request of simulator (6 of 6) failed"
 
-    def test_a_session_judge_that_fails_every_request_gives_no_verdict(self, fault):
+    def test_a_session_judge_that_fails_every_request_gives_no_verdict(self, fault, judge_config, served, fault_reply):
         """A failed request or, for an empty or null reply, a parse failure: either way no verdict, every
         request counted as failed under the judge's role (warned about), and a result resting on nothing."""
         from types import SimpleNamespace
@@ -143,7 +184,9 @@ class TestEveryEndpointRoleAgainstAFaultyServer:
         assert rests_on_nothing({"judge": health}) == "every request of judge (2 of 2) failed"
         assert no_verdict(2, statuses.count("parse_failure"), statuses.count("request_failure")) is not None
 
-    def test_endpoint_generation_is_counted_and_a_failed_request_stops_the_run(self, tmp_path, fault):
+    def test_endpoint_generation_is_counted_and_a_failed_request_stops_the_run(
+        self, tmp_path, fault, generation_endpoint, generation_options, served, fault_reply
+    ):
         """A failed generation request owes a prediction: the run stops (a user error naming how many); an empty
         reply is an empty prediction. Either way the requests are counted under the generation role."""
         from rpbench.core.errors import RpbenchError
@@ -178,7 +221,9 @@ def test_a_run_rests_on_nothing_when_a_headline_has_no_value():
     assert not rolemrc[1].unscored({"judge": {"overall": {"accuracy": None}}})  # ROUGE-L not held
 
 
-def test_sessions_cut_short_by_the_simulator_are_left_out_of_the_means_and_counted(compose, tmp_path):
+def test_sessions_cut_short_by_the_simulator_are_left_out_of_the_means_and_counted(
+    compose, tmp_path, evaluation_of, chat_stub, judge_config
+):
     """Two whole sessions judged 4 and 2, one cut short by the simulator (never judged): the means are over the
     two (3.0), the third counted beside them."""
     from dataclasses import replace
@@ -229,7 +274,7 @@ def test_a_reply_longer_than_the_model_s_context_is_refused_at_startup(compose):
     )
 
 
-def test_a_loaded_model_s_prompts_leave_room_for_the_reply_in_its_context():
+def test_a_loaded_model_s_prompts_leave_room_for_the_reply_in_its_context(generation_options):
     from types import SimpleNamespace
 
     from transformers import Qwen2Config
@@ -273,12 +318,11 @@ def test_the_turn_cap_has_a_default_and_bounds_a_scenario_that_asks_for_more(com
         )
 
 
-def test_a_prompt_beyond_the_character_limit_is_not_sent_and_counted():
+def test_a_prompt_beyond_the_character_limit_is_not_sent_and_counted(group_values, chat_stub, judge_config):
     """A 2 MB character card goes to the session judge, a 2 MB persona to the user simulator: each request is a
     counted failure naming judge.max_prompt_chars, and the server never sees it; a prompt within the limit goes."""
     from dataclasses import replace
 
-    from conftest import group_values
     from rpbench.scoring.judge.conversation import Simulator, ask_simulator, judge_sessions, open_simulator
 
     huge, example = "x" * 2_000_000, scenarios()[0]

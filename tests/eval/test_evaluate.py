@@ -13,13 +13,16 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from conftest import CONF_DIR, OFFLINE_ENV, REPO_ROOT, chat_stub, run_in_process
+from rpbench.core.paths import CONF_DIR
 from rpbench.serve.running import serve_in_thread
 from rpbench.validate import validate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 RUBRIC_NAMES = [
     "knowledge_boundary.within",
@@ -41,7 +44,7 @@ def lines(path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.wordnet
-def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path):
+def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_report(tmp_path, run_in_process):
     """The tiny random local judge answers no rubric's format: the run writes everything, marks itself failed
     (its judged results rest on nothing) and exits with RunFailed."""
     from rpbench.pipeline import RunFailed
@@ -80,7 +83,7 @@ def test_rolemrc_evaluation_with_the_local_judge_writes_predictions_metrics_and_
 
 
 @pytest.mark.slow
-def test_killed_generation_resumes_where_it_stopped(tmp_path):
+def test_killed_generation_resumes_where_it_stopped(tmp_path, offline_env, run_in_process):
     out, total = tmp_path / "run", 12
     args = [
         *SMALL,
@@ -93,7 +96,7 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     process = subprocess.Popen(
         [sys.executable, "run.py", f"hydra.run.dir={out}", *args],
         cwd=REPO_ROOT,
-        env={**os.environ, **OFFLINE_ENV},
+        env={**os.environ, **offline_env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
@@ -114,7 +117,7 @@ def test_killed_generation_resumes_where_it_stopped(tmp_path):
     assert len(ids) == len(set(ids)) == total
 
 
-def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path):
+def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_model(tmp_path, run_in_process):
     out = tmp_path / "run"
     release = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
     reviews = release / "in-test_reviews" / "qwen-vl-chat"
@@ -135,7 +138,7 @@ def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_mo
     assert "MMRole-Eval" in (out / "report.md").read_text()
 
 
-def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
+def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path, run_in_process):
     common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=8"]
     first, second = tmp_path / "a", tmp_path / "b"
     run_in_process(first, *common)
@@ -151,7 +154,7 @@ def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path):
     assert comparison["bleu"]["n"] == len(both) and comparison["bleu"]["n_missing"] == 6 - len(both)
 
 
-def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path):
+def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_path, run_in_process):
     """rpbench.serve from a thread (its command line: tests/test_serve.py)."""
     common = [
         *SMALL,
@@ -173,9 +176,14 @@ def test_endpoint_backend_through_rpbench_serve_matches_local_generation(tmp_pat
     assert by_id("remote") == by_id("local") and len(by_id("local")) == 6
 
 
-def capturing_judge():
+@pytest.fixture(scope="module")
+def capturing_judge(chat_stub):
     """A judge stub that keeps every request and answers "1"."""
-    return chat_stub(lambda body: "1")
+
+    def capturing_judge():
+        return chat_stub(lambda body: "1")
+
+    return capturing_judge
 
 
 # A clone of the RoleMRC repository as prompts.source reads it: its judge file's five templates (text written
@@ -190,7 +198,7 @@ INSTRUCTION_PRIORITY = \"\"\"[priority] {conversations} [reply] {response}\"\"\"
 
 
 @pytest.mark.parametrize("prompt_file", [False, True, "released"], ids=["rpbench_rubrics", "prompt_file", "released"])
-def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file):
+def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file, capturing_judge):
     import rpbench.pipeline as pipeline
 
     overrides = [

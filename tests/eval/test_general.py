@@ -9,8 +9,6 @@ import os
 import pytest
 import torch
 
-from conftest import run_in_process
-
 QUESTIONS = [
     {"question": "The sky on a clear day is", "choices": ["blue", "green", "loud"], "answer": 0},
     {"question": "Two plus two equals", "choices": ["three", "four", "seven"], "answer": 1},
@@ -18,33 +16,10 @@ QUESTIONS = [
     {"question": "A cat says", "choices": ["meow", "moo", "quack"], "answer": 0},
     {"question": "The opposite of up is", "choices": ["left", "down", "over"], "answer": 1},
 ]
-TASK = """task: {name}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {data}
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{question}}}}"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: "{{{{answer}}}}"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-"""
-
-
-def write_task(folder, name: str, rows) -> None:
-    """lm-eval's custom task ``name`` over ``rows`` (a local JSONL file beside its YAML in ``folder``)."""
-    folder.mkdir(exist_ok=True)
-    data = folder / f"{name}.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / f"{name}.yaml").write_text(TASK.format(name=name, data=data))
 
 
 @pytest.fixture
-def tasks(tmp_path, monkeypatch):
+def tasks(tmp_path, monkeypatch, write_task):
     """Two custom lm-eval tasks over local JSONL files, and the overrides that run them."""
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -64,30 +39,34 @@ def tasks(tmp_path, monkeypatch):
     ]
 
 
-def peer_accuracy(model_name: str, rows, *overrides: str) -> list[float]:
+@pytest.fixture(scope="module")
+def peer_accuracy(composed):
     """Each question's accuracy from the tiny model's summed log-probabilities of each choice (0-shot)."""
-    from conftest import composed
-    from rpbench.models.loading import load_model, load_tokenizer
-    from rpbench.validate import validate
 
-    spec = validate(composed(os.devnull, f"model={model_name}", *overrides)).model
-    tokenizer = load_tokenizer(spec)
-    model = load_model(spec, tokenizer).eval()
-    out = []
-    for row in rows:
-        context = tokenizer(row["question"], add_special_tokens=False).input_ids
-        scores = []
-        for choice in row["choices"]:
-            whole = tokenizer(row["question"] + " " + choice, add_special_tokens=False).input_ids
-            with torch.no_grad():
-                logits = model(torch.tensor([whole])).logits[0].log_softmax(-1)
-            scores.append(sum(float(logits[i - 1, whole[i]]) for i in range(len(context), len(whole))))
-        out.append(float(max(range(len(scores)), key=scores.__getitem__) == row["answer"]))
-    return out
+    def peer_accuracy(model_name: str, rows, *overrides: str) -> list[float]:
+        from rpbench.models.loading import load_model, load_tokenizer
+        from rpbench.validate import validate
+
+        spec = validate(composed(os.devnull, f"model={model_name}", *overrides)).model
+        tokenizer = load_tokenizer(spec)
+        model = load_model(spec, tokenizer).eval()
+        out = []
+        for row in rows:
+            context = tokenizer(row["question"], add_special_tokens=False).input_ids
+            scores = []
+            for choice in row["choices"]:
+                whole = tokenizer(row["question"] + " " + choice, add_special_tokens=False).input_ids
+                with torch.no_grad():
+                    logits = model(torch.tensor([whole])).logits[0].log_softmax(-1)
+                scores.append(sum(float(logits[i - 1, whole[i]]) for i in range(len(context), len(whole))))
+            out.append(float(max(range(len(scores)), key=scores.__getitem__) == row["answer"]))
+        return out
+
+    return peer_accuracy
 
 
 @pytest.mark.slow
-def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path):
+def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path, run_in_process, peer_accuracy):
     run = tmp_path / "run"
     results = run_in_process(run, *tasks)["eval"]
     a = results["general"]["rpb_mc_a"]
@@ -118,7 +97,7 @@ def test_general_scores_lm_eval_tasks_on_the_loaded_model(tasks, tmp_path):
 
 
 @pytest.mark.slow
-def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path):
+def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path, run_in_process, peer_accuracy):
     start = run_in_process(tmp_path / "start", *tasks, "model.init_seed=1")["eval"]["general"]
     tuned = run_in_process(tmp_path / "tuned", *tasks, f"evaluator.compare_to={tmp_path / 'start'}")["eval"]
     delta = tuned["general_delta"]
@@ -134,7 +113,7 @@ def test_general_delta_is_the_mean_gap_to_the_starting_point(tasks, tmp_path):
     assert "General Δ against" in (tmp_path / "tuned" / "report.md").read_text()
 
 
-def test_an_unknown_task_is_named(tasks, tmp_path):
+def test_an_unknown_task_is_named(tasks, tmp_path, run_in_process):
     with pytest.raises(Exception, match="no_such_task"):
         run_in_process(
             tmp_path / "run",
@@ -144,7 +123,7 @@ def test_an_unknown_task_is_named(tasks, tmp_path):
 
 
 @pytest.mark.slow
-def test_the_endpoint_backend_scores_as_the_local_one(tasks, tmp_path):
+def test_the_endpoint_backend_scores_as_the_local_one(tasks, tmp_path, run_in_process, peer_accuracy):
     """backend=endpoint: lm-eval's local-completions against rpbench.serve (echo + logprobs on
     /v1/completions) gives the loglikelihood accuracy backend=local gives on the same model."""
     from rpbench.serve.model import load_served_model

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR
+from rpbench.core.paths import CONF_DIR
 
 # RoleMRC Appendix A / Table 7: benchmark -> (shots, the lm-eval task that matches its description).
 PAPER = {

@@ -10,22 +10,25 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import chat_stub, generate_texts, generation_endpoint, generation_options, tiny_settings
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.eval.generate import generate_predictions, generate_via_endpoint, shard_path
 from rpbench.eval.provenance import fingerprint_path
 
 MAX_NEW = 10
-# initializer_range 0.2: random weights whose greedy continuations vary from token to token
-MODEL_CFG = tiny_settings(tiny={"initializer_range": 0.2})
 
 
 @pytest.fixture(scope="module")
-def tiny():
+def model_cfg(tiny_settings):
+    """tiny-qwen2 with initializer_range 0.2: random weights whose greedy continuations vary from token to token."""
+    return tiny_settings(tiny={"initializer_range": 0.2})
+
+
+@pytest.fixture(scope="module")
+def tiny(model_cfg):
     from rpbench.models import load
 
-    return load(MODEL_CFG)
+    return load(model_cfg)
 
 
 def make_examples(n: int = 7) -> list[EvalExample]:
@@ -60,7 +63,7 @@ def greedy_reference(model, tok, conversation, stop_ids) -> str:
     return tok.decode(out[:cut], skip_special_tokens=True).strip()
 
 
-def test_greedy_equals_model_generate(tiny):
+def test_greedy_equals_model_generate(tiny, generate_texts):
     model, tok = tiny
     conversation = as_messages(make_examples()[3].prompt)
     [text] = generate_texts(model, tok, [conversation], max_new_tokens=MAX_NEW)
@@ -68,7 +71,7 @@ def test_greedy_equals_model_generate(tiny):
     assert len(text) > 5
 
 
-def test_left_padded_batches_equal_unbatched(tiny):
+def test_left_padded_batches_equal_unbatched(tiny, generate_texts):
     model, tok = tiny
     conversations = [as_messages(ex.prompt) for ex in make_examples()]
     lengths = {len(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False)) for c in conversations}
@@ -79,7 +82,7 @@ def test_left_padded_batches_equal_unbatched(tiny):
     assert len(set(batched)) == len(batched)
 
 
-def test_stops_at_given_stop_id(tiny):
+def test_stops_at_given_stop_id(tiny, generate_texts):
     model, tok = tiny
     conversation = as_messages(make_examples()[0].prompt)
     ids = tok.apply_chat_template(
@@ -92,7 +95,7 @@ def test_stops_at_given_stop_id(tiny):
     assert text == tok.decode(free[:first], skip_special_tokens=True).strip()
 
 
-def test_sampling_is_seeded(tiny):
+def test_sampling_is_seeded(tiny, generate_texts):
     model, tok = tiny
     conversations = [as_messages(ex.prompt) for ex in make_examples(3)]
     a = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, temperature=1.0, seed=1)
@@ -103,14 +106,14 @@ def test_sampling_is_seeded(tiny):
     assert a != c and a != greedy
 
 
-def test_options_are_parsed_with_named_errors():
+def test_options_are_parsed_with_named_errors(generation_options):
     with pytest.raises(ValueError, match=r"evaluator\.generation\.max_tokens: unknown key"):
         generation_options(max_tokens=5)
     with pytest.raises(ValueError, match=r"evaluator\.generation\.top_p=0\.0: expected a share in \(0, 1\]"):
         generation_options(top_p=0)
 
 
-def test_predictions_file_resumes(tiny, tmp_path):
+def test_predictions_file_resumes(tiny, tmp_path, generation_options, generate_texts):
     model, tok = tiny
     examples = make_examples()
     cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=3)
@@ -149,7 +152,7 @@ def test_predictions_file_resumes(tiny, tmp_path):
     assert read_jsonl(out) == resumed
 
 
-def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
+def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path, generation_options):
     model, tok = tiny
     examples = make_examples(3)
     out = tmp_path / "predictions.jsonl"
@@ -166,13 +169,15 @@ def test_predictions_file_from_another_run_is_rejected(tiny, tmp_path):
         generate_predictions(model, tok, examples, out, generation_options(max_new_tokens=2))
 
 
-def test_predictions_of_another_model_or_settings_are_set_aside_not_resumed(tiny, tmp_path):
+def test_predictions_of_another_model_or_settings_are_set_aside_not_resumed(
+    tiny, tmp_path, generation_options, generate_texts, model_cfg
+):
     """Same folder, another model or other generation settings: the earlier predictions are moved aside whole
     and every record is generated afresh; other batching resumes."""
     from rpbench.models import load
 
     model, tok = tiny
-    other, _ = load(replace(MODEL_CFG, init_seed=1))  # another model of the same name and shape
+    other, _ = load(replace(model_cfg, init_seed=1))  # another model of the same name and shape
     examples = make_examples(4)
     cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=2)
     out = tmp_path / "predictions.jsonl"
@@ -196,7 +201,7 @@ def test_predictions_of_another_model_or_settings_are_set_aside_not_resumed(tiny
     assert (again.n_generated, again.n_resumed, again.set_aside) == (0, 4, None)  # batch size: not compared
 
 
-def test_rank_zero_does_not_merge_a_shard_of_another_run(tiny, tmp_path):
+def test_rank_zero_does_not_merge_a_shard_of_another_run(tiny, tmp_path, generation_options):
     """A shard left by a run of other settings (its rank not yet started again) is not taken as this run's."""
     model, tok = tiny
     examples = make_examples(4)
@@ -213,7 +218,7 @@ def test_rank_zero_does_not_merge_a_shard_of_another_run(tiny, tmp_path):
     assert read_jsonl(out) == read_jsonl(single)
 
 
-def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
+def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path, generation_options):
     model, tok = tiny
     examples = make_examples()  # 7 records: rank 0 takes 4, rank 1 takes 3
     cfg = generation_options(max_new_tokens=MAX_NEW, batch_size=2)
@@ -230,26 +235,25 @@ def test_ranks_write_shards_and_rank_zero_merges(tiny, tmp_path):
     assert not shard_path(out, 0, 2).exists() and not shard_path(out, 1, 2).exists()
 
 
-def test_rank_zero_reports_a_missing_shard(tiny, tmp_path):
+def test_rank_zero_reports_a_missing_shard(tiny, tmp_path, generation_options):
     model, tok = tiny
     cfg = generation_options(max_new_tokens=2, merge_timeout_s=0.2)
     with pytest.raises(TimeoutError, match="3 of 7 predictions still missing"):
         generate_predictions(model, tok, make_examples(), tmp_path / "p.jsonl", cfg, rank=0, world_size=2)
 
 
-def _synced_worker(rank: int, world_size: int, port: int, out: str) -> None:
+def _synced_worker(rank: int, world_size: int, port: int, out: str, model_cfg, cfg) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
     from rpbench.models import load
 
-    model, tok = load(MODEL_CFG)
-    cfg = generation_options(max_new_tokens=6, batch_size=1, synced_gpus=True, merge_timeout_s=60)
+    model, tok = load(model_cfg)
     generate_predictions(model, tok, make_examples(5), out, cfg, rank=rank, world_size=world_size)
     torch.distributed.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
+def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path, generation_options, model_cfg):
     """Under synced_gpus every rank makes the same number of generate calls, even with nothing to do."""
     import socket
 
@@ -263,7 +267,9 @@ def test_synced_gpus_with_uneven_shards_does_not_hang(tiny, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    context = mp.start_processes(_synced_worker, args=(2, port, str(out)), nprocs=2, join=False, start_method="spawn")
+    synced = generation_options(max_new_tokens=6, batch_size=1, synced_gpus=True, merge_timeout_s=60)
+    args = (2, port, str(out), model_cfg, synced)
+    context = mp.start_processes(_synced_worker, args=args, nprocs=2, join=False, start_method="spawn")
     finished = False
     for _ in range(120):
         if context.join(timeout=1):
@@ -286,12 +292,12 @@ def reversed_reply(body: dict) -> str | int:
 
 
 @pytest.fixture
-def server():
+def server(chat_stub):
     with chat_stub(reversed_reply) as srv:
         yield srv
 
 
-def test_endpoint_backend_writes_and_resumes(server, tmp_path):
+def test_endpoint_backend_writes_and_resumes(server, tmp_path, generation_options, generation_endpoint):
     examples = make_examples()
     out = tmp_path / "predictions.jsonl"
     cfg = generation_options(max_new_tokens=33)
@@ -316,7 +322,9 @@ def test_endpoint_backend_writes_and_resumes(server, tmp_path):
     assert server.requests[-1]["model"] == "another-model"
 
 
-def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_path):
+def test_endpoint_failures_are_reported_after_the_rest_is_written(
+    server, tmp_path, generation_endpoint, generation_options
+):
     examples = make_examples(4)
     examples[2] = EvalExample(id="bad", prompt=(Turn("user", "please FAIL"),), reference="r", task="t")
     out = tmp_path / "predictions.jsonl"
@@ -325,7 +333,9 @@ def test_endpoint_failures_are_reported_after_the_rest_is_written(server, tmp_pa
     assert sorted(r["id"] for r in read_jsonl(out)) == ["ex0", "ex1", "ex3"]
 
 
-def test_endpoint_requests_are_retried_and_counted_by_the_shared_client(tmp_path):
+def test_endpoint_requests_are_retried_and_counted_by_the_shared_client(
+    tmp_path, chat_stub, generation_endpoint, generation_options
+):
     """Each prompt's first request gets an HTTP 503; the client retries it once, and the report counts it."""
     asked: set[str] = set()
 
@@ -346,7 +356,7 @@ def test_endpoint_requests_are_retried_and_counted_by_the_shared_client(tmp_path
     assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cache_hits"]) == (3, 3, 0)
 
 
-def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
+def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path, generation_options):
     model, tok = tiny
     examples = make_examples()
     limit = 40
@@ -366,7 +376,7 @@ def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path):
     }
 
 
-def test_repetition_penalty_reaches_local_generation(tiny):
+def test_repetition_penalty_reaches_local_generation(tiny, generate_texts):
     """A penalty changes the greedy reply, to what model.generate gives with the same penalty."""
     model, tok = tiny
     conversation = as_messages(make_examples()[0].prompt)
@@ -384,7 +394,7 @@ def test_repetition_penalty_reaches_local_generation(tiny):
     assert penalised == tok.decode(row[:cut], skip_special_tokens=True).strip()
 
 
-def test_repetition_penalty_is_sent_to_the_endpoint(server, tmp_path):
+def test_repetition_penalty_is_sent_to_the_endpoint(server, tmp_path, generation_options, generation_endpoint):
     cfg = generation_options(repetition_penalty=1.05)
     generate_via_endpoint(generation_endpoint(server.url, "m"), make_examples(2), tmp_path / "p.jsonl", cfg)
     assert {r["repetition_penalty"] for r in server.requests} == {1.05}

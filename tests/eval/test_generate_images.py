@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import generate_texts, generation_options, tiny_settings
 from rpbench.data import readers
 from rpbench.data.mmrole.reader import MMRoleOptions
 from rpbench.data.records import EvalExample, Turn
@@ -21,15 +20,20 @@ SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample
 IMAGES = sorted(str(p) for p in (SAMPLE / "images").rglob("*.jpg"))
 MAX_NEW = 8
 WITH_IMAGES = MMRoleOptions(image_root=str(SAMPLE / "images"), default_system=None, per_turn_samples=False)
-# initializer_range 0.2: random weights whose greedy continuations vary from token to token (and with the image)
-MODEL_CFG = tiny_settings("qwen2_vl", end_of_turn="<|im_end|>", freeze_vision=True, tiny={"initializer_range": 0.2})
 
 
 @pytest.fixture(scope="module")
-def tiny_vl():
+def model_cfg(tiny_settings):
+    """tiny-qwen2-vl with initializer_range 0.2: random weights whose greedy continuations vary from token to token
+    (and with the image)."""
+    return tiny_settings("qwen2_vl", end_of_turn="<|im_end|>", freeze_vision=True, tiny={"initializer_range": 0.2})
+
+
+@pytest.fixture(scope="module")
+def tiny_vl(model_cfg):
     from rpbench.models import load
 
-    model, tok = load(MODEL_CFG)
+    model, tok = load(model_cfg)
     return model.eval(), tok
 
 
@@ -53,11 +57,11 @@ CONVERSATIONS = [
 ]
 
 
-def test_images_are_distinct_sizes():
+def test_images_are_distinct_sizes(model_cfg):
     """The fixture's images become different numbers of tokens, so rows differ in image length too."""
     from rpbench.models import load_tokenizer
 
-    tok = load_tokenizer(MODEL_CFG)
+    tok = load_tokenizer(model_cfg)
     assert len({tok.image_token_count(image) for image in IMAGES}) > 1
 
 
@@ -93,7 +97,7 @@ def test_cached_decoding_positions_equal_a_full_forward(tiny_vl):
         assert logits[len(row) - 1 : -1].argmax(-1).tolist() == completion
 
 
-def test_batched_generation_with_images_equals_one_at_a_time(tiny_vl):
+def test_batched_generation_with_images_equals_one_at_a_time(tiny_vl, generate_texts):
     model, tok = tiny_vl
     conversations, images = [c for c, _ in CONVERSATIONS], [i for _, i in CONVERSATIONS]
     batched = generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, batch_size=4, images=images)
@@ -120,7 +124,7 @@ def mmrole_examples() -> list[EvalExample]:
     return readers.read("mmrole", "test", SAMPLE / "comment_test.json", WITH_IMAGES).examples
 
 
-def test_predictions_from_mmrole_records_see_their_images(tiny_vl, tmp_path):
+def test_predictions_from_mmrole_records_see_their_images(tiny_vl, tmp_path, generation_options, generate_texts):
     model, tok = tiny_vl
     examples = mmrole_examples()[:5]
     assert all(sum(t.image is not None for t in ex.prompt) == 1 for ex in examples)
@@ -133,7 +137,9 @@ def test_predictions_from_mmrole_records_see_their_images(tiny_vl, tmp_path):
     assert predictions == generate_texts(model, tok, conversations, max_new_tokens=MAX_NEW, images=images)
 
 
-def test_a_cut_prompt_keeps_its_image_whole_and_images_over_the_budget_name_the_record(tiny_vl, tmp_path):
+def test_a_cut_prompt_keeps_its_image_whole_and_images_over_the_budget_name_the_record(
+    tiny_vl, tmp_path, generation_options
+):
     model, tok = tiny_vl
     example = EvalExample(
         id="cut",
@@ -149,7 +155,7 @@ def test_a_cut_prompt_keeps_its_image_whole_and_images_over_the_budget_name_the_
         generate_predictions(model, tok, [example], tmp_path / "b.jsonl", generation_options(max_prompt_length=8))
 
 
-def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_path):
+def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_path, generation_options):
     model, tok = tiny_vl
     example = EvalExample(
         id="long",
@@ -168,7 +174,7 @@ def test_fitting_a_long_prompt_keeps_its_images_and_counts_them(tiny_vl, tmp_pat
     assert report.prompts_fitted["history_dropped"] + report.prompts_fitted["cut_after_system"] >= 1
 
 
-def test_text_only_model_refuses_image_records_clearly(tmp_path, tiny_model):
+def test_text_only_model_refuses_image_records_clearly(tmp_path, tiny_model, generation_options):
     from rpbench.models import load
 
     model, tok = load(tiny_model())

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from scripted_server import scripted
 
-from conftest import REPO_ROOT, SHARED_DATA, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.mmrole.prompts import METRICS, REASK
 from rpbench.eval.benchmarks.mmrole.judging import aggregate_reviews, judge_answers, write_results_csvs
@@ -16,11 +14,19 @@ from rpbench.scoring.chat.client import ChatClient
 from rpbench.serve.model import load_served_model
 from rpbench.serve.running import serve_in_thread
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
 FULL_RELEASE = SHARED_DATA / "mmrole"
 SAMPLE_IMAGES = REPO_ROOT / "rpbench" / "resources" / "sample" / "mmrole" / "images"
 MODELS = ("gpt-4-turbo", "mmrole-agent", "qwen-vl-chat")
-REVIEW_TOKENS = group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]  # a review's length
+
+
+@pytest.fixture(scope="module")
+def review_tokens(group_values):
+    """The reply length of evaluator=mmrole's judge (a review's length)."""
+    return group_values("evaluator", "mmrole", "evaluator")["judge_max_tokens"]
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -177,20 +183,26 @@ def official_answers(n: int) -> list:
     return records[:n]
 
 
-def judge(server, tmp_path, **overrides) -> ChatClient:
-    settings = {
-        "model": server.model_name,
-        "base_url": server.base_url,
-        "api_key_env": None,
-        "progress": False,
-        "parse_tries": 2,
-        "cache_path": str(tmp_path / "judge.sqlite"),
-        **overrides,
-    }
-    return ChatClient(judge_config(**settings))
+@pytest.fixture(scope="module")
+def judge(judge_config):
+    def judge(server, tmp_path, **overrides) -> ChatClient:
+        settings = {
+            "model": server.model_name,
+            "base_url": server.base_url,
+            "api_key_env": None,
+            "progress": False,
+            "parse_tries": 2,
+            "cache_path": str(tmp_path / "judge.sqlite"),
+            **overrides,
+        }
+        return ChatClient(judge_config(**settings))
+
+    return judge
 
 
-def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny, tmp_path):
+def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(
+    tiny, tmp_path, scripted, review_tokens, judge
+):
     replies = {
         "Fluency: Are the responses": "A is a bit stiff. [Scores]: (8, 10)",
         "Tone Consistency: Do the responses": "Both sound right.",  # no scores
@@ -199,7 +211,7 @@ def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny
     }
     answers = answers_folder(tmp_path, official_answers(2))
     with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
-        results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews", REVIEW_TOKENS)
+        results = judge_answers(answers, judge(server, tmp_path), tmp_path / "reviews", review_tokens)
         assert server.stats.requests == 2 * 8 + 2  # one call per metric per record, one re-ask per Tone review
     summary = results["files"]["comment_test"]
     assert summary["count"] == 2
@@ -219,7 +231,7 @@ def test_judge_answers_writes_official_reviews_and_counts_unreadable_scores(tiny
     assert csv_row[0] == "2" and csv_row[-1] == "" and float(csv_row[2]) == pytest.approx(0.8)
 
 
-def test_position_swap_measures_bias(tiny, tmp_path):
+def test_position_swap_measures_bias(tiny, tmp_path, scripted, review_tokens, judge):
     record = official_answers(1)[0]
     record["conversations"][1]["value"] = "TRUTH-TEXT"
     record["conversations"][1]["answer"] = "ANSWER-TEXT"
@@ -227,7 +239,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     replies = {first + "ANSWER-TEXT": "[Scores]: (8, 10)", first + "TRUTH-TEXT": "[Scores]: (10, 6)"}
     with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
         results = judge_answers(
-            answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", REVIEW_TOKENS, swap=True
+            answers_folder(tmp_path, [record]), judge(server, tmp_path), tmp_path / "reviews", review_tokens, swap=True
         )
         assert server.stats.requests == 16
     summary = results["files"]["comment_test"]
@@ -238,7 +250,7 @@ def test_position_swap_measures_bias(tiny, tmp_path):
     assert written["rm_review_swapped"]["Fluency"]["score"] == [10.0, 6.0]
 
 
-def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path):
+def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path, scripted, review_tokens, judge):
     with_image, without = official_answers(2)
     with_image["image"] = "The_Avengers/30.jpg"  # one of the release's images in the sample; COCO images are not
     with serve_in_thread(tiny, make_server=scripted(replies={"### Instruction": "[Scores]: (9, 10)"})) as server:
@@ -246,7 +258,7 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
             answers_folder(tmp_path, [with_image, without]),
             judge(server, tmp_path, multimodal=True),
             tmp_path / "reviews",
-            REVIEW_TOKENS,
+            review_tokens,
             image_root=SAMPLE_IMAGES,
         )
     assert results["images"] == {"attached": 1, "missing": 1}
@@ -256,7 +268,7 @@ def test_images_are_attached_for_a_multimodal_judge_when_present(tiny, tmp_path)
     assert summary["means"]["Fluency"] == pytest.approx(0.9)
 
 
-def test_malformed_answers_are_named(tiny, tmp_path):
+def test_malformed_answers_are_named(tiny, tmp_path, judge_config, review_tokens):
     record = official_answers(1)[0]
     del record["conversations"][1]["answer"]
     client = ChatClient(
@@ -265,7 +277,7 @@ def test_malformed_answers_are_named(tiny, tmp_path):
     with pytest.raises(
         DataFormatError, match=rf"comment_test\.json: record {record['id']}.*conversations\[1\]\.answer"
     ):
-        judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews", REVIEW_TOKENS)
+        judge_answers(answers_folder(tmp_path, [record]), client, tmp_path / "reviews", review_tokens)
 
 
 def test_the_mmrole_benchmark_writes_its_own_report_section():

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, chat_stub, run_in_process
 from rpbench.core.errors import RpbenchError
 from rpbench.data import readers
 from rpbench.data.mmrole.prompts import METRICS
 from rpbench.data.mmrole.reviews import Heldout, ReviewsOptions
 from rpbench.data.mmrole.rm import ReviewerOptions
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 BUNDLED = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "rm_reviews"
 HELDOUT = {"questions": 2, "models": 2, "seed": 0, "share_questions": False}  # data=sample_mmrole_reviews
@@ -22,7 +24,7 @@ TINY = ["model=tiny-qwen2", "trainer=cpu", "trainer.devices=1", "logger=csv", "t
 
 
 @pytest.mark.slow
-def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path):
+def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path, chat_stub, run_in_process):
     options = ReviewsOptions(
         image_root=None, reference_judge="MMRole-Eval_RM", heldout=Heldout.parse(HELDOUT, "data.heldout")
     )
@@ -77,7 +79,7 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     assert all(r["parsed"] is None and 0 <= r["score_counted"] < 1 for r in tone)
 
 
-def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(tmp_path):
+def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(tmp_path, chat_stub, run_in_process):
     """experiment=mmrole_reward_model reads GPT-4's evaluations (the RM_data format); a model that writes
     the reference evaluation back agrees exactly, and the report names GPT-4 as the reference judge."""
     options = ReviewerOptions(image_root=None, reference_judge="GPT-4")
@@ -109,7 +111,7 @@ def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(t
     assert "## MMRole-Eval reward model: agreement with GPT-4" in (out / "report.md").read_text()
 
 
-def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
+def test_reward_model_judge_needs_the_model_folder(compose, tmp_path, run_in_process):
     cfg = compose("evaluator=mmrole", "objective=none", "judge=mmrole_rm", f"judge.model={tmp_path}")
     assert cfg.judge.backend == "local" and cfg.judge.server.model.name_or_path == str(tmp_path)
     with pytest.raises(RpbenchError, match="judge.server.model.name_or_path is not set"):  # run.py: exit status 1
@@ -117,7 +119,7 @@ def test_reward_model_judge_needs_the_model_folder(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_the_reward_model_then_judge_answers_with_it(tmp_path):
+def test_train_the_reward_model_then_judge_answers_with_it(tmp_path, run_in_process):
     """experiment=mmrole_reward_model on the bundled RM_data sample (text only, tiny model), then judge=mmrole_rm
     serves its saved model/ as the MMRole-Eval judge, without an endpoint."""
     trained = tmp_path / "rm"

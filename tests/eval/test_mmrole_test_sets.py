@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, chat_stub, evaluation_of, run_in_process
 from rpbench.data.mmrole.prompts import METRICS
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks import BENCHMARKS
@@ -54,7 +53,7 @@ def test_review_sets_are_aggregated_per_set_and_over_all_records(review_sets):
     assert list(results["test_sets"]["in"]["files"]) == ["comment_test", "human-role_test"]
 
 
-def test_report_puts_in_test_and_out_test_side_by_side(compose, review_sets, tmp_path):
+def test_report_puts_in_test_and_out_test_side_by_side(compose, review_sets, tmp_path, evaluation_of):
     reviews = "{" + ",".join(f"{name}:{folder}" for name, folder in review_sets.items()) + "}"
     cfg = compose("data=mmrole", "objective=none", "evaluator=mmrole", f"evaluator.reviews={reviews}")
     out = tmp_path / "run"
@@ -84,7 +83,7 @@ def examples() -> list[EvalExample]:
     ]
 
 
-def test_without_vision_takes_every_image_out_of_the_prompts(compose, tmp_path):
+def test_without_vision_takes_every_image_out_of_the_prompts(compose, tmp_path, evaluation_of):
     benchmark = BENCHMARKS.get("mmrole")
     vision = ("data=sample_mmrole", "model=tiny-qwen2-vl", "evaluator=mmrole")
     blind_cfg = compose(*vision, "evaluator.without_vision=true")
@@ -106,7 +105,7 @@ def test_reference_metrics_are_grouped_by_test_set():
 
 
 @pytest.mark.slow
-def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
+def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path, chat_stub, run_in_process, repo_root):
     """Trains on the sample's per-turn samples, then evaluates both test sets blind, judged by a stub."""
     out = tmp_path / "run"
     with chat_stub(lambda body: "Both fine. [Scores]: (8, 10)") as judge:
@@ -147,4 +146,4 @@ def test_per_turn_training_then_in_and_out_test_judged_without_vision(tmp_path):
     assert "| In-Test | 8 |" in report and "| Out-Test | 6 |" in report and "| overall | 14 |" in report
     assert "test test_set.in: 8, test test_set.out: 6" in report
     for name in ("metrics.json", "report.md"):  # results name no machine path (test sets as configured)
-        assert str(REPO_ROOT) not in (out / name).read_text(), name
+        assert str(repo_root) not in (out / name).read_text(), name

@@ -160,8 +160,7 @@ def test_an_undescribed_role_or_a_bad_answer_list_is_named(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path):
-    from conftest import run_in_process
+def test_released_layout_evaluation_reports_rouge_per_subset(compose, tmp_path, run_in_process):
 
     run = tmp_path / "run"
     overrides = ["objective=none", "logger=none", "data=sample_rolebench", "evaluator=rolebench"]

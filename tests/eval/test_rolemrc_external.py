@@ -8,16 +8,15 @@ import shutil
 
 import pytest
 from omegaconf import OmegaConf
-from test_general import write_task
 
-from conftest import CONF_DIR, chat_stub, composed, run_in_process
+from rpbench.core.paths import CONF_DIR
 from rpbench.data.files import package_path
 
 PARTS = ["rolebench_instruction", "rolebench_role", "characterllm", "general"]
 TINY = ["experiment=rolemrc_external", "model=tiny-qwen2", "trainer=cpu", "logger=none"]
 
 
-def test_the_experiment_sweeps_the_four_parts(tmp_path):
+def test_the_experiment_sweeps_the_four_parts(tmp_path, composed):
     cfg = composed(tmp_path, *TINY)
     assert str(cfg.hydra.mode) == "RunMode.MULTIRUN"
     assert cfg.hydra.sweeper.params.external.split(",") == PARTS
@@ -35,7 +34,7 @@ def test_the_experiment_sweeps_the_four_parts(tmp_path):
 
 
 @pytest.fixture
-def workdir(tmp_path, monkeypatch):
+def workdir(tmp_path, monkeypatch, write_task):
     """A working directory holding the data where the data configs look, and a custom lm-eval task."""
     shutil.copytree(package_path("pkg://rpbench/resources/sample/rolebench"), tmp_path / "RoleBench")
     shutil.copytree(package_path("pkg://rpbench/resources/sample/characterllm"), tmp_path / "trainable-agents")
@@ -55,7 +54,7 @@ def judge_reply(body: dict) -> str:
 
 
 @pytest.mark.slow
-def test_each_part_runs_on_the_tiny_model(workdir):
+def test_each_part_runs_on_the_tiny_model(workdir, run_in_process, chat_stub):
     common = [*TINY, "evaluator.bootstrap.n_resamples=10"]
     general = [
         "evaluator.include_path=tasks",

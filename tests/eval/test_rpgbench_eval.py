@@ -9,9 +9,7 @@ import math
 import re
 
 import pytest
-from scripted_server import scripted
 
-from conftest import group_values, judge_config, run_in_process
 from rpbench.data.records import EvalExample, Turn, generated_reply
 from rpbench.eval.benchmarks.rpgbench.report import js_severity, winrate_drops
 from rpbench.eval.generalization.analysis import split_by_category
@@ -19,7 +17,11 @@ from rpbench.scoring.judge.winrate import REASK, judge_winrate, parse_choice
 from rpbench.serve.model import load_served_model
 from rpbench.serve.running import serve_in_thread
 
-VERDICT_TOKENS = group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]  # the WinRate choice
+
+@pytest.fixture(scope="module")
+def verdict_tokens(group_values):
+    """The reply length of evaluator=rpgbench's judge (the WinRate choice)."""
+    return group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]
 
 
 def example(rid: str, shift: str, golden: str, **meta) -> EvalExample:
@@ -68,12 +70,12 @@ RECORDS = [  # (record, model prediction)
 ]
 
 
-def test_winrate_over_two_judges_and_both_orders(tmp_path):
+def test_winrate_over_two_judges_and_both_orders(tmp_path, scripted, judge_config, verdict_tokens):
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: p for e, p in RECORDS}
     with serve_in_thread(load_served_model("tiny-qwen2"), make_server=scripted(replies=VERDICTS)) as server:
         judge = judge_config(model=server.model_name, base_url=server.base_url, parse_tries=3)
-        result = judge_winrate(examples, predictions, [judge, judge], VERDICT_TOKENS)
+        result = judge_winrate(examples, predictions, [judge, judge], verdict_tokens)
         # per judge: 8 judgements, then 2 re-asks of each of r3's two orders
         assert server.stats.requests == 2 * (8 + 4)
     # r1 wins both orders, r2 loses both, r3 has no verdict, r4 wins only when the model is A
@@ -104,9 +106,9 @@ def test_winrate_over_two_judges_and_both_orders(tmp_path):
     assert {r["status"] for r in result["records"] if r["id"] == "r3"} == {"parse_failure"}
 
 
-def test_winrate_needs_a_prediction_for_every_record():
+def test_winrate_needs_a_prediction_for_every_record(judge_config, verdict_tokens):
     with pytest.raises(ValueError, match="1 test records have no prediction"):
-        judge_winrate([RECORDS[0][0]], {}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS)
+        judge_winrate([RECORDS[0][0]], {}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], verdict_tokens)
 
 
 def test_categories_put_idtest_first_and_need_a_shifted_one():
@@ -185,7 +187,7 @@ def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_genera
 
 
 @pytest.mark.slow
-def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path):
+def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path, run_in_process):
     """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
     from rpbench.pipeline import RunFailed
 

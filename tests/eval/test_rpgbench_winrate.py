@@ -9,7 +9,6 @@ import re
 
 import pytest
 
-from conftest import chat_stub, group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.benchmarks.rpgbench.report import (
@@ -28,7 +27,12 @@ DIALOGUE = [
     {"role": "assistant", "content": "Always, for those who knock."},
     {"role": "user", "content": "Any rooms free tonight?"},
 ]
-VERDICT_TOKENS = group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]  # the WinRate choice
+
+
+@pytest.fixture(scope="module")
+def verdict_tokens(group_values):
+    """The reply length of evaluator=rpgbench's judge (the WinRate choice)."""
+    return group_values("evaluator", "rpgbench", "evaluator")["judge_max_tokens"]
 
 
 def record(rid: str, subtype: str, golden: str, **meta) -> EvalExample:
@@ -60,15 +64,19 @@ def reply(body: dict) -> str:
     return "Answer: A" if "WARM" in a else "B" if "WARM" in b else "A"
 
 
-def judges(url: str) -> list:
-    return [judge_config(base_url=url, model=name, parse_tries=2) for name in ("alpha", "beta")]
+@pytest.fixture(scope="module")
+def judges(judge_config):
+    def judges(url: str) -> list:
+        return [judge_config(base_url=url, model=name, parse_tries=2) for name in ("alpha", "beta")]
+
+    return judges
 
 
 @pytest.fixture(scope="module")
-def judged():
+def judged(chat_stub, verdict_tokens, judges):
     with chat_stub(reply) as server:
         result = judge_winrate(
-            [e for e, _ in RECORDS], {e.id: p for e, p in RECORDS}, judges(server.url), VERDICT_TOKENS
+            [e for e, _ in RECORDS], {e.id: p for e, p in RECORDS}, judges(server.url), verdict_tokens
         )
         return result, server.requests
 
@@ -129,14 +137,14 @@ def test_per_judge_tallies_and_ensemble_means_by_hand(judged):
     assert [(r["status"], r["model_won"]) for r in r3] == [("parse_failure", None)] * 2
 
 
-def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories():
+def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories(chat_stub, verdict_tokens, judges):
     """Three german records the model wins, one japanese it loses: pooled, the user shift's WinRate is 6/8;
     as the R-EMI roll-ups group (the mean over categories), (1 + 0) / 2."""
     rows = [(record(f"g{k}", "german", "plain golden"), "GOOD reply") for k in range(3)]
     rows += [(record("j1", "japanese", "GOOD golden"), "plain reply"), (record("i1", "IDTest", "g"), "GOOD")]
     with chat_stub(reply) as server:
         result = judge_winrate(
-            [e for e, _ in rows], dict((e.id, p) for e, p in rows), judges(server.url)[:1], VERDICT_TOKENS
+            [e for e, _ in rows], dict((e.id, p) for e, p in rows), judges(server.url)[:1], verdict_tokens
         )
     assert result["by_shift"]["user"]["winrate"] == pytest.approx(6 / 8)
     assert result["by_shift_mean_of_categories"] == {
@@ -154,9 +162,9 @@ def test_per_shift_winrate_pooled_over_records_and_as_the_mean_of_its_categories
     assert means["character"]["winrate"] == 0.4
 
 
-def test_an_ensemble_without_any_verdict_has_no_winrate():
+def test_an_ensemble_without_any_verdict_has_no_winrate(chat_stub, verdict_tokens, judges):
     with chat_stub(lambda body: "either") as server:
-        result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url), VERDICT_TOKENS)
+        result = judge_winrate([RECORDS[0][0]], {"r1": "x"}, judges(server.url), verdict_tokens)
     assert result["overall"]["winrate"] is None and result["overall"]["n_judges"] == 0
     assert result["by_category"]["IDTest"] == {
         "winrate": None,
@@ -168,12 +176,12 @@ def test_an_ensemble_without_any_verdict_has_no_winrate():
     }
 
 
-def test_empty_replies_are_not_judged_and_are_counted_per_group():
+def test_empty_replies_are_not_judged_and_are_counted_per_group(chat_stub, verdict_tokens, judges):
     # r2's reply is empty (as an unclosed think block reads), r3's is whitespace: neither is judged; german
     # (r3 alone) has no WinRate, its record counted
     predictions = {e.id: p for e, p in RECORDS} | {"r2": "", "r3": "  "}
     with chat_stub(reply) as server:
-        result = judge_winrate([e for e, _ in RECORDS], predictions, judges(server.url), VERDICT_TOKENS)
+        result = judge_winrate([e for e, _ in RECORDS], predictions, judges(server.url), verdict_tokens)
     assert {r["id"] for r in result["records"]} == {"r1", "r4", "r5"}
     assert result["overall"]["excluded_empty_predictions"] == 2 and result["overall"]["n"] == 2 * 2 * 3
     assert result["by_category"]["IDTest"]["excluded_empty_predictions"] == 1
@@ -192,22 +200,22 @@ def test_empty_replies_are_not_judged_and_are_counted_per_group():
         ({"dialogue": [{"role": "narrator", "content": "hi"}]}, r"meta.dialogue\[0\]"),
     ],
 )
-def test_records_without_what_the_judge_reads_are_named(meta, field):
+def test_records_without_what_the_judge_reads_are_named(meta, field, judge_config, verdict_tokens):
     bad = record("r9", "IDTest", "golden", **meta)
     with pytest.raises(DataFormatError, match=rf"record r9: field '{field}'"):
-        judge_winrate([bad], {"r9": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS)
+        judge_winrate([bad], {"r9": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], verdict_tokens)
     missing = EvalExample("r8", (), "golden", "IDTest", {"shift": "in_distribution"})
     with pytest.raises(DataFormatError, match=r"record r8: field 'meta.category': missing"):
         judge_winrate(
-            [missing], {"r8": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS
+            [missing], {"r8": "x"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], verdict_tokens
         )
 
 
-def test_a_category_belongs_to_one_shift():
+def test_a_category_belongs_to_one_shift(judge_config, verdict_tokens):
     a, b = record("a", "german", "g"), record("b", "german", "g", shift="character")
     with pytest.raises(DataFormatError, match=r"record b: field 'meta.shift': 'character', but other records"):
         judge_winrate(
-            [a, b], {"a": "x", "b": "y"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], VERDICT_TOKENS
+            [a, b], {"a": "x", "b": "y"}, [judge_config(model="x", base_url="http://127.0.0.1:9/v1")], verdict_tokens
         )
 
 

@@ -9,7 +9,6 @@ import importlib.util
 
 import pytest
 
-from conftest import evaluation_of
 from rpbench.data.records import EvalExample, Turn
 from rpbench.eval.evaluate import generate
 from rpbench.models import load
@@ -17,7 +16,7 @@ from rpbench.models import load
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
 
 
-def test_vllm_backend_without_vllm_names_the_setting(compose, tmp_path, tiny_model):
+def test_vllm_backend_without_vllm_names_the_setting(compose, tmp_path, tiny_model, evaluation_of):
     cfg = compose("evaluator=rolemrc", "evaluator.backend=vllm")
     model, tokenizer = load(tiny_model())
     examples = [EvalExample(id="a", prompt=(Turn("user", "Hi"),), reference="Hello", task="t", meta={})]

@@ -6,7 +6,6 @@ import itertools
 import pytest
 import torch
 
-from conftest import tiny_settings
 from rpbench.data.collate import packed_collate, pad_collate
 from rpbench.models import load
 from rpbench.models.forward import (
@@ -22,17 +21,21 @@ LENGTHS = (7, 1, 12, 5, 9)
 FAMILY_ATTN = [(family, attn) for family in ("qwen2", "llama") for attn in ("sdpa", "eager")]
 
 
-@functools.cache
-def tiny(family: str, attn: str, lora: bool = False):
-    adapters = {"r": 4, "alpha": 8, "target_modules": ("q_proj", "v_proj")} if lora else None
-    cfg = tiny_settings(family, attn_implementation=attn, tiny={"tie_word_embeddings": False}, lora=adapters)
-    model, tokenizer = load(cfg)
-    if lora:  # LoRA B starts at zero; make the adapters matter
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.normal_(0, 0.1)
-    return model.eval(), tokenizer
+@pytest.fixture(scope="module")
+def tiny(tiny_settings):
+    @functools.cache
+    def tiny(family: str, attn: str, lora: bool = False):
+        adapters = {"r": 4, "alpha": 8, "target_modules": ("q_proj", "v_proj")} if lora else None
+        cfg = tiny_settings(family, attn_implementation=attn, tiny={"tie_word_embeddings": False}, lora=adapters)
+        model, tokenizer = load(cfg)
+        if lora:  # LoRA B starts at zero; make the adapters matter
+            with torch.no_grad():
+                for name, param in model.named_parameters():
+                    if "lora_B" in name:
+                        param.normal_(0, 0.1)
+        return model.eval(), tokenizer
+
+    return tiny
 
 
 def random_samples(vocab_size: int, seed: int = 0, labelled: float = 0.7):
@@ -63,7 +66,7 @@ def naive_labelled_logps(model, batch):
 
 @pytest.mark.parametrize(("family", "attn"), FAMILY_ATTN)
 @pytest.mark.parametrize("layout", ["packed", "left", "right"])
-def test_batched_equals_separate_forwards(family, attn, layout):
+def test_batched_equals_separate_forwards(family, attn, layout, tiny):
     model, tokenizer = tiny(family, attn)
     samples = random_samples(len(tokenizer), labelled=1.0)
     with torch.no_grad():
@@ -78,7 +81,7 @@ def test_batched_equals_separate_forwards(family, attn, layout):
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_without_the_block_mask_packed_samples_leak(family):
+def test_without_the_block_mask_packed_samples_leak(family, tiny):
     """The comparison above can fail: with position ids alone (the cache transformers builds by
     default disables its packed-sequence detection) or a plain causal mask, samples see each other."""
     model, tokenizer = tiny(family, "sdpa")
@@ -96,7 +99,7 @@ def test_without_the_block_mask_packed_samples_leak(family):
 
 @pytest.mark.parametrize(("family", "attn"), [("qwen2", "sdpa"), ("llama", "eager")])
 @pytest.mark.parametrize("layout", ["packed", "left", "right"])
-def test_labelled_logps_and_gradients_match_full_logits(family, attn, layout):
+def test_labelled_logps_and_gradients_match_full_logits(family, attn, layout, tiny):
     model, tokenizer = tiny(family, attn)
     batch = batch_of(layout, random_samples(len(tokenizer), seed=1), tokenizer.pad_token_id)
     out = labelled_logps(model, batch, chunk_size=5)
@@ -117,7 +120,7 @@ def test_labelled_logps_and_gradients_match_full_logits(family, attn, layout):
 
 
 @pytest.mark.parametrize("layout", ["packed", "right"])
-def test_sequence_sums_and_nll(layout):
+def test_sequence_sums_and_nll(layout, tiny):
     model, tokenizer = tiny("qwen2", "sdpa")
     samples = random_samples(len(tokenizer), seed=2)
     batch = batch_of(layout, samples, tokenizer.pad_token_id)
@@ -132,7 +135,7 @@ def test_sequence_sums_and_nll(layout):
     torch.testing.assert_close(nll, -sums.sum(), atol=1e-4, rtol=0)
 
 
-def test_unlabelled_batch_gives_zero_loss_and_zero_gradients():
+def test_unlabelled_batch_gives_zero_loss_and_zero_gradients(tiny):
     """A loss-free repeat batch still touches every parameter, so distributed ranks stay in step."""
     model, tokenizer = tiny("llama", "sdpa")
     samples = [{**s, "labels": [X] * len(s["labels"])} for s in random_samples(len(tokenizer))]
@@ -145,7 +148,7 @@ def test_unlabelled_batch_gives_zero_loss_and_zero_gradients():
     model.zero_grad()
 
 
-def test_peft_model_uses_its_adapters():
+def test_peft_model_uses_its_adapters(tiny):
     model, tokenizer = tiny("qwen2", "sdpa", lora=True)
     batch = packed_collate(random_samples(len(tokenizer), seed=3))
     out = labelled_logps(model, batch, chunk_size=4)
@@ -277,7 +280,7 @@ def _largest_saved_vocab_tensor(fn, vocab_size: int) -> int:
     return max(rows)
 
 
-def test_backward_keeps_no_full_vocabulary_logits():
+def test_backward_keeps_no_full_vocabulary_logits(tiny):
     model, tokenizer = tiny("qwen2", "sdpa")
     batch = packed_collate(random_samples(len(tokenizer), seed=5, labelled=1.0))
     assert _largest_saved_vocab_tensor(lambda: labelled_logps(model, batch, chunk_size=4), len(tokenizer)) == 0
@@ -285,7 +288,7 @@ def test_backward_keeps_no_full_vocabulary_logits():
     assert full >= sum(LENGTHS) - 1  # the hook sees the [T, V] logits of the ordinary path
 
 
-def test_fused_cross_entropy_refuses_where_it_cannot_run():
+def test_fused_cross_entropy_refuses_where_it_cannot_run(tiny):
     model, tokenizer = tiny("qwen2", "sdpa")
     batch = batch_of("right", random_samples(len(tokenizer), seed=4), tokenizer.pad_token_id)
     with pytest.raises(RuntimeError, match="liger-kernel"):  # on CPU (or without liger) it is never possible

@@ -8,7 +8,6 @@ from dataclasses import replace
 import pytest
 import torch
 
-from conftest import tiny_settings
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import SFTExample, Turn, as_messages
@@ -18,7 +17,14 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 EOT = "<end_of_turn>"
-TINY = tiny_settings("gemma2", attn_implementation="eager", end_of_turn=EOT)
+
+
+@pytest.fixture(scope="module")
+def model_cfg(tiny_settings):
+    """tiny-gemma2's settings, eager attention (the one that keeps Gemma-2's attention softcap)."""
+    return tiny_settings("gemma2", attn_implementation="eager", end_of_turn=EOT)
+
+
 SYSTEM, USER, REPLY = "You are Greta, an innkeeper.", "Hello! Who are you?", "Greta Holm, at your service."
 MULTI = [
     Turn("system", SYSTEM),
@@ -30,14 +36,14 @@ MULTI = [
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load(TINY)
+def tiny(model_cfg):
+    return load(model_cfg)
 
 
-def test_the_system_turn_is_folded_into_the_first_user_turn_token_by_token(tiny):
+def test_the_system_turn_is_folded_into_the_first_user_turn_token_by_token(tiny, model_cfg):
     """Expected: Gemma-2's chat format, written out, with the system text, a blank line, then the user's."""
     _, tok = tiny
-    rendered = chat_renderer(TINY, tok, 512).render_conversation(MULTI)
+    rendered = chat_renderer(model_cfg, tok, 512).render_conversation(MULTI)
     pieces = [  # (text, supervised)
         ("<bos>", False),
         (f"<start_of_turn>user\n{SYSTEM}\n\n{USER}{EOT}\n<start_of_turn>model\n", False),
@@ -60,11 +66,11 @@ def test_the_system_turn_is_folded_into_the_first_user_turn_token_by_token(tiny)
     ][1::2]  # of the four turn ends, the model turns' are supervised
 
 
-def test_the_template_itself_refuses_a_system_turn_and_a_lone_system_turn_becomes_a_user_turn(tiny):
+def test_the_template_itself_refuses_a_system_turn_and_a_lone_system_turn_becomes_a_user_turn(tiny, model_cfg):
     _, tok = tiny
     with pytest.raises(Exception, match="only user and assistant turns are allowed, got system"):
         tok.apply_chat_template(as_messages(MULTI[:3]), tokenize=False)
-    prompt = chat_renderer(TINY, tok, 512).render_prompt([Turn("system", SYSTEM), Turn("assistant", REPLY)])
+    prompt = chat_renderer(model_cfg, tok, 512).render_prompt([Turn("system", SYSTEM), Turn("assistant", REPLY)])
     assert tok.decode(prompt) == (
         f"<bos><start_of_turn>user\n{SYSTEM}{EOT}\n<start_of_turn>model\n{REPLY}{EOT}\n<start_of_turn>model\n"
     )
@@ -78,11 +84,13 @@ def hf_logps(model, batch) -> torch.Tensor:
     return (logps * (targets != IGNORE_INDEX)).sum(-1)
 
 
-def test_our_log_probs_are_those_of_the_softcapped_model(tiny):
+def test_our_log_probs_are_those_of_the_softcapped_model(tiny, model_cfg):
     _, tok = tiny
     # caps small enough to change a random tiny model's logits and (sharpened) attention scores a lot
-    model, _ = load(replace(TINY, tiny={**TINY.tiny, "final_logit_softcapping": 0.5, "attn_logit_softcapping": 1.0}))
-    renderer = chat_renderer(TINY, tok, 512)
+    model, _ = load(
+        replace(model_cfg, tiny={**model_cfg.tiny, "final_logit_softcapping": 0.5, "attn_logit_softcapping": 1.0})
+    )
+    renderer = chat_renderer(model_cfg, tok, 512)
     batch = pad_collate([renderer.render_conversation(MULTI[:k]).as_sample() for k in (3, 5)], tok.pad_token_id)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -98,9 +106,9 @@ def test_our_log_probs_are_those_of_the_softcapped_model(tiny):
     assert (uncapped - attention_uncapped).abs().min() > 1e-3  # and so did the attention cap eager applies
 
 
-def test_sdpa_which_drops_the_attention_cap_is_refused():
+def test_sdpa_which_drops_the_attention_cap_is_refused(model_cfg):
     with pytest.raises(ValueError, match="attn_implementation=eager"):
-        load(replace(TINY, attn_implementation="sdpa"))
+        load(replace(model_cfg, attn_implementation="sdpa"))
 
 
 def test_tiny_gemma2_trains_an_sft_step_from_the_composed_config(compose, tmp_path):

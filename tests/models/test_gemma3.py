@@ -7,14 +7,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import tiny_settings
 from rpbench.data.chat import IGNORE_INDEX
 from rpbench.data.records import Turn
 from rpbench.models import chat_renderer, load
 from rpbench.models.config_tree import compose_model_config
 from rpbench.models.generation import decode_completion, default_stop_ids
 
-TINY = tiny_settings("gemma3", chat_template="plain", end_of_turn="<eos>")
+
+@pytest.fixture(scope="module")
+def model_cfg(tiny_settings):
+    """tiny-gemma3's settings with the plain chat template."""
+    return tiny_settings("gemma3", chat_template="plain", end_of_turn="<eos>")
+
+
 TURNS = [
     Turn("system", "You are Greta, an innkeeper."),
     Turn("user", "Hello! Who are you?"),
@@ -24,10 +29,10 @@ TURNS = [
 ]
 
 
-def test_the_plain_template_folds_the_system_turn_and_supervises_each_reply_and_its_eos():
-    model, tok = load(TINY)  # sdpa: Gemma-3 softcaps no attention scores, so it is not refused as Gemma-2's is
+def test_the_plain_template_folds_the_system_turn_and_supervises_each_reply_and_its_eos(model_cfg):
+    model, tok = load(model_cfg)  # sdpa: Gemma-3 softcaps no attention scores, so it is not refused as Gemma-2's is
     assert model.config.model_type == "gemma3_text"
-    rendered = chat_renderer(TINY, tok, 512).render_conversation(TURNS)
+    rendered = chat_renderer(model_cfg, tok, 512).render_conversation(TURNS)
     pieces = [  # (text, supervised)
         ("<bos>User:\nYou are Greta, an innkeeper.\n\nHello! Who are you?\n\nAssistant:\n", False),
         ("Greta Holm, at your service.<eos>", True),
@@ -41,7 +46,7 @@ def test_the_plain_template_folds_the_system_turn_and_supervises_each_reply_and_
         expected_ids += ids
         expected_labels += ids if supervised else [IGNORE_INDEX] * len(ids)
     assert rendered.input_ids == expected_ids and rendered.labels == expected_labels
-    prompt = chat_renderer(TINY, tok, 512).render_prompt(TURNS[:2])
+    prompt = chat_renderer(model_cfg, tok, 512).render_prompt(TURNS[:2])
     assert tok.decode(prompt).endswith("Hello! Who are you?\n\nAssistant:\n")
 
 

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from conftest import generation_options
 from rpbench.models import load
 from rpbench.models.generation import hf_generation_config, left_pad, render_prompts
 
@@ -15,7 +14,7 @@ CONVERSATIONS = [
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_static_cache_greedy_generation_equals_the_dynamic_cache(family, tiny_model):
+def test_static_cache_greedy_generation_equals_the_dynamic_cache(family, tiny_model, generation_options):
     model, tokenizer = load(tiny_model(family))
     ids, mask = left_pad(render_prompts(tokenizer, CONVERSATIONS), tokenizer.pad_token_id)
     assert (mask == 0).any()  # left padding is exercised
@@ -30,6 +29,6 @@ def test_static_cache_greedy_generation_equals_the_dynamic_cache(family, tiny_mo
     assert torch.equal(outputs["static"], outputs["dynamic"])
 
 
-def test_unknown_cache_is_refused():
+def test_unknown_cache_is_refused(generation_options):
     with pytest.raises(ValueError, match=r"evaluator\.generation\.cache='paged': expected one of dynamic, static"):
         generation_options(cache="paged")

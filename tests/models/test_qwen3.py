@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import generate_texts, tiny_settings
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
 from rpbench.data.records import SFTExample, Turn, as_messages, reasoning_target
 from rpbench.models import load
@@ -15,7 +14,14 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 EOT = "<|im_end|>"
-TINY = tiny_settings("qwen3", end_of_turn=EOT)
+
+
+@pytest.fixture(scope="module")
+def model_cfg(tiny_settings):
+    """tiny-qwen3's settings."""
+    return tiny_settings("qwen3", end_of_turn=EOT)
+
+
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 SYSTEM, USER, REPLY = "You are Greta, an innkeeper.", "Hello! Who are you?", "Greta Holm, at your service."
 TURNS = [Turn("system", SYSTEM), Turn("user", USER), Turn("assistant", REPLY)]
@@ -23,8 +29,8 @@ MULTI = [*TURNS, Turn("user", "Any soup left?"), Turn("assistant", "Always, for 
 
 
 @pytest.fixture(scope="module")
-def tiny():
-    return load(TINY)
+def tiny(model_cfg):
+    return load(model_cfg)
 
 
 def supervised_spans(rendered) -> list[list[int]]:
@@ -70,9 +76,9 @@ def test_qwen3_template_refuses_a_think_block_and_points_to_the_thinking_one(tin
         tok.apply_chat_template(as_messages([*TURNS[:2], Turn("assistant", reasoning_target("r", REPLY))]))
 
 
-def test_thinking_template_supervises_the_reasoning_then_the_reply(tiny):
+def test_thinking_template_supervises_the_reasoning_then_the_reply(tiny, model_cfg):
     _, tok = tiny
-    thinking = load(replace(TINY, chat_template="qwen3-thinking"))[1]
+    thinking = load(replace(model_cfg, chat_template="qwen3-thinking"))[1]
     target = reasoning_target("She greets a guest: be warm and give her name.", REPLY)
     assert target == f"<think>\nShe greets a guest: be warm and give her name.\n</think>\n\n{REPLY}"
     renderer = ChatRenderer(thinking, EOT, 512)
@@ -84,7 +90,7 @@ def test_thinking_template_supervises_the_reasoning_then_the_reply(tiny):
 
 
 @pytest.mark.slow
-def test_tiny_qwen3_learns_replies_and_generation_stops_at_end_of_turn(compose, tmp_path):
+def test_tiny_qwen3_learns_replies_and_generation_stops_at_end_of_turn(compose, tmp_path, generate_texts):
     examples = [
         SFTExample(f"ex{i}", (Turn("system", SYSTEM), Turn("user", question), Turn("assistant", answer)))
         for i, (question, answer) in enumerate([(USER, REPLY), ("Any soup left?", "Always, for a tired traveller.")])

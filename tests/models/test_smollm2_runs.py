@@ -15,7 +15,6 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 
-from conftest import composed, run_in_process
 from rpbench.data.records import PreferenceExample, SFTExample, Turn
 from rpbench.models import load, save_hf
 from rpbench.models.config_tree import compose_model_config
@@ -50,20 +49,25 @@ PAIRS = [
 ]
 
 
-def fit(out: Path, examples, held_out, *overrides: str, judges=None, trained: list | None = None):
+@pytest.fixture(scope="module")
+def fit(composed):
     """(report, logged training rows) of a training run of SmolLM2 on ``examples``, validated on ``held_out``;
     ``trained`` gets the trained model and its tokenizer."""
-    cfg = composed(out, f"model={SMOLLM2}", *QUIET, "objective.log_every_n_steps=1", *overrides)
-    model, tokenizer = load(validate(cfg).model)
-    logger = CSVLogger(str(out), name="csv", version=0)
-    report = train(validate(cfg).training, model, tokenizer, examples, held_out, out, logger=logger, judges=judges)
-    if trained is not None:
-        trained += [model, tokenizer]
-    with open(out / "csv" / "version_0" / "metrics.csv", newline="") as f:
-        return report, list(csv.DictReader(f))
+
+    def fit(out: Path, examples, held_out, *overrides: str, judges=None, trained: list | None = None):
+        cfg = composed(out, f"model={SMOLLM2}", *QUIET, "objective.log_every_n_steps=1", *overrides)
+        model, tokenizer = load(validate(cfg).model)
+        logger = CSVLogger(str(out), name="csv", version=0)
+        report = train(validate(cfg).training, model, tokenizer, examples, held_out, out, logger=logger, judges=judges)
+        if trained is not None:
+            trained += [model, tokenizer]
+        with open(out / "csv" / "version_0" / "metrics.csv", newline="") as f:
+            return report, list(csv.DictReader(f))
+
+    return fit
 
 
-def test_one_sft_step_lowers_the_held_out_loss_and_the_model_exports(tmp_path):
+def test_one_sft_step_lowers_the_held_out_loss_and_the_model_exports(tmp_path, fit):
     trained = []
     report, _ = fit(
         tmp_path, RECORDS, RECORDS, "objective=sft", "trainer.max_steps=1", "objective.batch_size=4",
@@ -78,7 +82,7 @@ def test_one_sft_step_lowers_the_held_out_loss_and_the_model_exports(tmp_path):
     assert torch.equal(reloaded.lm_head.weight, trained[0].lm_head.weight)
 
 
-def test_dpo_on_four_pairs_raises_their_reward_accuracy(tmp_path):
+def test_dpo_on_four_pairs_raises_their_reward_accuracy(tmp_path, fit):
     report, _ = fit(
         tmp_path, PAIRS, PAIRS, "objective=dpo", "objective.epochs=2", "objective.batch_size=4",
         "objective.grad_accum=1", "objective.warmup_ratio=0", "objective.lr=1e-5",
@@ -94,7 +98,7 @@ def few_words(prompts, completions, references) -> list[float]:
     return [max(0.0, 1 - len(c.split()) / 20) for c in completions]
 
 
-def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path):
+def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path, fit):
     asked = QUESTIONS + ["What is your name?", "Do you like tea?", "Any news?", "What time is it?"]
     records = [SFTExample(f"p{i}", (GRETA, Turn("user", q), Turn("assistant", "Hi."))) for i, q in enumerate(asked)]
     _, rows = fit(
@@ -107,20 +111,26 @@ def test_grpo_with_a_rule_reward_raises_the_mean_reward(tmp_path):
     assert sum(rewards[2:]) / 2 > sum(rewards[:2]) / 2 + 0.1, rewards
 
 
-def evaluated(out: Path, *overrides: str) -> dict:
+@pytest.fixture(scope="module")
+def evaluated(run_in_process):
     """metrics.json of a zero-shot evaluation of SmolLM2 judged by SmolLM2 served on 127.0.0.1, whether or not
     any verdict parsed (none parsing fails the run, after writing its results)."""
-    try:
-        run_in_process(
-            out, f"model={SMOLLM2}", "objective=none", "logger=none", "judge=local", f"judge.server.model={SMOLLM2}",
-            "judge.cache_path=null", "judge.progress=false", "judge.parse_tries=1", *overrides,
-        )  # fmt: skip
-    except RunFailed as failed:
-        assert "gave a verdict" in str(failed) or "has no value" in str(failed)
-    return json.loads((out / "metrics.json").read_text())
+
+    def evaluated(out: Path, *overrides: str) -> dict:
+        try:
+            run_in_process(
+                out, f"model={SMOLLM2}", "objective=none", "logger=none", "judge=local",
+                f"judge.server.model={SMOLLM2}", "judge.cache_path=null", "judge.progress=false", "judge.parse_tries=1",
+                *overrides,
+            )  # fmt: skip
+        except RunFailed as failed:
+            assert "gave a verdict" in str(failed) or "has no value" in str(failed)
+        return json.loads((out / "metrics.json").read_text())
+
+    return evaluated
 
 
-def test_the_local_judge_answers_the_rolemrc_rubric_and_its_parse_rate_is_reported(tmp_path):
+def test_the_local_judge_answers_the_rolemrc_rubric_and_its_parse_rate_is_reported(tmp_path, evaluated):
     results = evaluated(tmp_path, "data.max_test_samples=2")["eval"]
     predictions = [json.loads(line)["prediction"] for line in (tmp_path / "predictions.jsonl").open()]
     assert len(predictions) == 2 and all(len(p.split()) >= 3 for p in predictions)  # words, not dots
@@ -132,7 +142,7 @@ def test_the_local_judge_answers_the_rolemrc_rubric_and_its_parse_rate_is_report
     print(f"SmolLM2 as RoleMRC judge: {overall['judged']} of {overall['n']} verdicts parsed")
 
 
-def test_smollm2_plays_both_sides_of_a_conversation_and_judges_it(tmp_path):
+def test_smollm2_plays_both_sides_of_a_conversation_and_judges_it(tmp_path, evaluated):
     results = evaluated(
         tmp_path, "data=sample_conversation", "evaluator=conversation", f"evaluator.simulator.server={SMOLLM2}",
         "evaluator.max_turns=2", "data.max_test_samples=1", "evaluator.generation.max_new_tokens=32",

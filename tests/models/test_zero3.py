@@ -17,14 +17,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import tiny_settings
 from rpbench.models.settings import LoraSettings
 
-MODEL = tiny_settings(
-    end_of_turn="<|im_end|>",
-    init_seed=0,
-    tiny={"hidden_size": 32, "intermediate_size": 64, "vocab_size": 512},
-)
 LORA = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "v_proj"))
 PROMPTS = [[5, 17, 33, 2, 9], [40, 41], [7, 7, 8, 100, 3, 12, 90], [250, 6, 1]]
 NEW_TOKENS = {0: 3, 1: 9}  # uneven per rank: a per-token collective would leave rank 1 waiting for rank 0
@@ -79,13 +73,11 @@ def _export_checks(model, reference, rank: int, lora_layers=(), **kwargs) -> dic
     return seen
 
 
-def _generation_checks(engine, reference, tokenizer, rank: int) -> dict:
-    from conftest import generation_options
+def _generation_checks(engine, reference, tokenizer, rank: int, opts) -> dict:
     from rpbench.models.generation import generate_batches, synced_gpus_needed
     from rpbench.objectives.sampling import generate_rows
 
     model = engine.module
-    opts = generation_options(max_new_tokens=NEW_TOKENS[rank], batch_size=1)
     stop = [tokenizer.eos_token_id]
     gathered_per_token = []
     hook = model.lm_head.register_forward_pre_hook(lambda *_: gathered_per_token.append(_available(model)))
@@ -122,7 +114,8 @@ def _generation_checks(engine, reference, tokenizer, rank: int) -> dict:
     }
 
 
-def _worker(rank: int, port: int, out: Path) -> None:
+def _worker(rank: int, port: int, out: Path, model_settings, generation) -> None:
+    """Rank ``rank``'s checks of the tiny model ``model_settings``, generating with its ``generation`` options."""
     os.environ.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2"
     )
@@ -134,13 +127,13 @@ def _worker(rank: int, port: int, out: Path) -> None:
 
     deepspeed.init_distributed(dist_backend="gloo")
     results = {}
-    model, tokenizer = load(MODEL)
+    model, tokenizer = load(model_settings)
     reference = copy.deepcopy(model)
     engine = _engine(model)
     results["export"] = _export_checks(engine.module, reference, rank)
-    results["generation"] = _generation_checks(engine, reference, tokenizer, rank)
+    results["generation"] = _generation_checks(engine, reference, tokenizer, rank, generation)
 
-    peft, _ = load(replace(MODEL, lora=LORA))
+    peft, _ = load(replace(model_settings, lora=LORA))
     with torch.no_grad():
         for name, param in peft.named_parameters():
             if "lora_B" in name:
@@ -166,11 +159,19 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def zero3_results(tmp_path_factory):
+def zero3_results(tmp_path_factory, tiny_settings, generation_options):
     out = tmp_path_factory.mktemp("zero3")
     port = _free_port()
+    model_settings = tiny_settings(
+        end_of_turn="<|im_end|>",
+        init_seed=0,
+        tiny={"hidden_size": 32, "intermediate_size": 64, "vocab_size": 512},
+    )
+    generation = {rank: generation_options(max_new_tokens=NEW_TOKENS[rank], batch_size=1) for rank in range(2)}
     context = mp.get_context("spawn")
-    workers = [context.Process(target=_worker, args=(rank, port, out)) for rank in range(2)]
+    workers = [
+        context.Process(target=_worker, args=(rank, port, out, model_settings, generation[rank])) for rank in range(2)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:

@@ -11,9 +11,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
-from scripted_server import scripted_judge
 
-from conftest import chat_stub, composed, registered, run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
@@ -86,7 +84,9 @@ def labelled_runs(ids: list[int], labels: list[int]) -> list[list[int]]:
     return runs + [current] if current else runs
 
 
-def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_path, scenarios, tiny_model):
+def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(
+    tmp_path, scenarios, tiny_model, composed, chat_stub
+):
     """Two sessions of a 2-turn scenario: decoding the labelled runs gives the character's turns, and the whole
     sequence decodes to the chat template's rendering of the conversation (system prompt, opening, the user
     simulator's turn: all unlabelled). Token ids 100-399 also stop a turn, so turns end on a stop token of
@@ -138,7 +138,9 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(tmp_
     assert endings == {"stop", "cut"}  # this seed's turns end both ways
 
 
-def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, scenarios):
+def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
+    tmp_path, scenarios, run_in_process, scripted_judge
+):
     """`python run.py objective=grpo env=conversation judge=local`: the local server plays the user and judges
     (scripted replies), one optimiser step on 2 scenarios x 2 sessions of 2 turns each."""
     verdict = json.dumps({"scores": SCORES, "breaks": []})
@@ -172,7 +174,9 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(tmp_path, sc
     assert float(row["train/completion_length/mean"]) > 0
 
 
-def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_score(tmp_path, scenarios):
+def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_score(
+    tmp_path, scenarios, composed, chat_stub
+):
     """Ida's session gets a verdict (weighted: (3 * 5 + 1 * 2) / 4 = 4.25 on 1-5, so 0.8125); Olav's verdict is
     unreadable, so it gets failure_reward and is counted."""
     cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
@@ -204,7 +208,7 @@ def letter_fraction(prompts, completions, references) -> list[float]:
 
 
 @pytest.mark.slow  # 24 optimiser steps of 16 two-turn sessions: about a minute on 2 busy cores
-def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios):
+def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios, registered, chat_stub, composed):
     """The learnable toy: a rule reward on each character turn (averaged per session) rises over 24 optimiser
     steps of the tiny random policy (8 sessions of 2 turns per scenario, a scripted user)."""
     examples = readers.read("conversation", "train", scenarios, NoRubrics(task_dimensions=None)).examples
@@ -263,13 +267,13 @@ ZERO3 = ["objective=grpo", "trainer=deepspeed_zero3", "objective.clip_grad_norm=
         ),
     ],
 )
-def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message):
+def test_what_cannot_roll_out_sessions_is_named(tmp_path, overrides, message, composed):
     cfg = composed(tmp_path / "run", "env=conversation", "data=sample_conversation", "judge=local", *overrides)
     with pytest.raises(ConfigError, match=message):
         validate(cfg)
 
 
-def test_zero2_sessions_pass_validation(tmp_path):
+def test_zero2_sessions_pass_validation(tmp_path, composed):
     """Only ZeRO-3 partitions the policy: under ZeRO-2 (DeepSpeed clipping) the same sessions validate."""
     overrides = (
         "env=conversation",
@@ -290,7 +294,7 @@ def test_zero2_sessions_pass_validation(tmp_path):
         ({"knowledge_boundary": 0, "goal_progress": 0}, "weights >= 0 with a positive sum"),
     ],
 )
-def test_session_judge_weights_are_checked_at_startup(tmp_path, weights, expected):
+def test_session_judge_weights_are_checked_at_startup(tmp_path, weights, expected, composed):
     """Weights naming a dimension outside the rubric, or none positive, are a validation error (before loading)."""
     overrides = ("objective=grpo", "env=conversation", "judge=openai")
     cfg = composed(

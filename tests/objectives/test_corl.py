@@ -13,7 +13,6 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
-from conftest import data_options, run_in_process, run_script
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import JUDGE_TARGET, RolePlayInput, format_dialogue, remid_prompts
@@ -26,8 +25,6 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 SAMPLE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rpgbench" / "rpgbench.json"
-RECORDS = readers.read("rpgbench", "train", SAMPLE, data_options("sample_rpgbench")).examples
-TRAIN, VAL = RECORDS[:8], RECORDS[8:10]
 X = RolePlayInput("a baker", "{'name': 'Ada'}", "User Query 1: hi\nAgent Response 1: ")
 PROMPTS = remid_prompts(None)
 MARKER = PROMPTS.marker
@@ -171,21 +168,32 @@ def test_thought_likelihood_is_exp_of_the_dialogue_policys_mean_log_prob(compose
     assert value == pytest.approx(math.exp(float(picked.mean())), rel=1e-4)
 
 
-def run_corl(compose, out_dir: Path, *overrides: str):
+@pytest.fixture(scope="module")
+def rpgbench_records(data_options):
+    """The bundled RPGBench sample's training records (CoRL trains on the first 8, validates on the next 2)."""
+    return readers.read("rpgbench", "train", SAMPLE, data_options("sample_rpgbench")).examples
+
+
+@pytest.fixture(scope="module")
+def run_corl(rpgbench_records):
     """(report, module models, logged rows) of a CoRL run on 8 RPGBench prompts."""
-    cfg, models, tokenizers = build(compose, "save_model=false", *overrides)
-    report = train(
-        validate(cfg).training,
-        models,
-        tokenizers,
-        TRAIN,
-        VAL,
-        out_dir,
-        logger=CSVLogger(str(out_dir), name="csv", version=0),
-    )
-    with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
-        rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
-    return report, models, rows
+
+    def run_corl(compose, out_dir: Path, *overrides: str):
+        cfg, models, tokenizers = build(compose, "save_model=false", *overrides)
+        report = train(
+            validate(cfg).training,
+            models,
+            tokenizers,
+            rpgbench_records[:8],
+            rpgbench_records[8:10],
+            out_dir,
+            logger=CSVLogger(str(out_dir), name="csv", version=0),
+        )
+        with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+            rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
+        return report, models, rows
+
+    return run_corl
 
 
 TOY = [  # the model-scored rewards weigh little: a random model's barely move (the judge ratio is clipped at 1)
@@ -200,7 +208,7 @@ TOY = [  # the model-scored rewards weigh little: a random model's barely move (
 
 
 @pytest.mark.slow
-def test_a_few_iterations_raise_both_phases_rewards(compose, tmp_path):
+def test_a_few_iterations_raise_both_phases_rewards(compose, tmp_path, run_corl):
     """8 steps per phase learn the first-letter reward. A 512-token vocabulary lets each step's 32 samples
     cover the first token's choices; constant lr 5e-2. Seeds 42, 7, 123, 5: first 3 steps ~0.33-0.49, last 3
     ~0.69-1.0 (seed 42's dialogue phase is the slowest: 0.69-0.73 from run to run, with the thread count); with
@@ -226,7 +234,7 @@ def test_a_few_iterations_raise_both_phases_rewards(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_each_iteration_writes_the_reasoning_its_dialogue_phase_used(compose, tmp_path):
+def test_each_iteration_writes_the_reasoning_its_dialogue_phase_used(compose, tmp_path, run_corl):
     report, _, rows = run_corl(
         compose, tmp_path, *TOY, "objective.iterations=2", "objective.reasoner_steps=1", "objective.dialogue_steps=1"
     )
@@ -240,13 +248,15 @@ def test_each_iteration_writes_the_reasoning_its_dialogue_phase_used(compose, tm
 
 
 @pytest.mark.slow
-def test_shared_base_trains_two_adapters_and_exports_both(compose, tmp_path):
+def test_shared_base_trains_two_adapters_and_exports_both(compose, tmp_path, rpgbench_records):
     lora = "model.lora={r: 4, alpha: 8, dropout: 0.0, target_modules: [q_proj, v_proj]}"
     cfg, models, tokenizers = build(compose, "objective.shared_base=true", lora, *TOY[:2])
     assert list(models) == ["dialogue"]
     cfg.save_model = True
     cfg.objective.reasoner_steps = cfg.objective.dialogue_steps = 1
-    report = train(validate(cfg).training, models, tokenizers, TRAIN, VAL, tmp_path, logger=None)
+    report = train(
+        validate(cfg).training, models, tokenizers, rpgbench_records[:8], rpgbench_records[8:10], tmp_path, logger=None
+    )
     assert report["optimizer_steps"] == 2
     model = replace(validate(cfg).model, lora=None)
     base, _ = load(model)  # the same random initial weights
@@ -262,7 +272,7 @@ def test_shared_base_trains_two_adapters_and_exports_both(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_mid_dialogue_phase_restores_both_models_optimisers_and_thoughts(compose, tmp_path):
+def test_resume_mid_dialogue_phase_restores_both_models_optimisers_and_thoughts(compose, tmp_path, run_corl):
     """Two batches per epoch; steps: R, D | D, D | R, D | D, D. Stopped at step 2 (an epoch end: Lightning
     resumes a run stopped by max_steps at the next epoch), resumed inside the first dialogue phase. Sampled
     thoughts (reasoning_temperature 1) would differ if regenerated: the resumed run reads them back."""
@@ -297,7 +307,7 @@ def test_reasoner_init_from_takes_a_runs_reasoner_folder(compose, tmp_path):
     assert list(specs) == ["dialogue", "reasoner"] and specs["reasoner"].name_or_path == str(folder)
 
 
-def test_records_without_persona_and_character_are_named(compose):
+def test_records_without_persona_and_character_are_named(compose, data_options):
     rolemrc = readers.read(
         "rolemrc", "train", SAMPLE.parents[1] / "rolemrc" / "train-sft.jsonl", data_options("sample")
     ).examples[:1]
@@ -323,7 +333,7 @@ def test_experiment_configs_compose(compose, model_name):
 
 
 @pytest.mark.slow
-def test_run_py_trains_corl_on_the_bundled_rpgbench_sample_and_reports(tmp_path):
+def test_run_py_trains_corl_on_the_bundled_rpgbench_sample_and_reports(tmp_path, run_in_process):
     """What run.py runs, in-process."""
     out = tmp_path / "run"
     run_in_process(out, "objective=corl", "data=sample_rpgbench", "debug=short")
@@ -335,7 +345,7 @@ def test_run_py_trains_corl_on_the_bundled_rpgbench_sample_and_reports(tmp_path)
     assert {"train/reasoner/reward", "train/dialogue/reward", "train/phase", "val/loss"} <= set(columns)
 
 
-def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_data(tmp_path):
+def test_cold_start_files_hold_the_thought_and_pxy_sft_chats_and_read_as_custom_data(tmp_path, data_options):
     document = json.loads(SAMPLE.read_text())
     thought = f"### {PROMPTS.sections[0]}\n```\n{MARKER}\n- be kind\n```"
     samples = document["IDTrain"][:3]
@@ -386,7 +396,7 @@ def test_shared_base_keeps_both_adapters_trainable_and_the_dialogue_adapter_acti
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_train_a_shared_base(tmp_path):
+def test_two_cpu_ranks_train_a_shared_base(tmp_path, run_script):
     out = tmp_path / "run"
     settings = ["objective=corl", "data=sample_rpgbench", "evaluator=none", "logger=none", "objective.batch_size=2"]
     shared = [

@@ -11,10 +11,8 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import open_dict
-from test_resume import checkpoint_step
 
-from conftest import CONF_DIR, SimulatedKill, data_options, objective_config, objective_settings
-from rpbench.data import readers
+from rpbench.core.paths import CONF_DIR
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.objectives import losses
@@ -22,43 +20,47 @@ from rpbench.objectives.dpo import DPOModule, packs_pairs
 from rpbench.training import train
 from rpbench.validate import validate
 
-PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples
-TRAIN, VAL = PAIRS[:32], PAIRS[48:]
 QUIET = ("logger=none", "trainer.enable_progress_bar=false", "save_model=false")
 
 
-def run_dpo(
-    compose,
-    out_dir: Path,
-    *overrides: str,
-    model_name: str = "tiny-qwen2",
-    pairs: tuple[list, list] = (TRAIN, VAL),
-):
-    """(report, trained model, logged rows) of a DPO run on ``pairs`` (training, validation)."""
-    cfg = compose(
-        "objective=dpo",
-        f"model={model_name}",
-        *QUIET,
-        "objective.batch_size=4",
-        "objective.grad_accum=2",
-        "objective.log_every_n_steps=1",
-        *overrides,
-    )
-    model, tokenizer = load(validate(cfg).model)
-    logger = CSVLogger(str(out_dir), name="csv", version=0)
-    report = train(validate(cfg).training, model, tokenizer, *pairs, out_dir, logger=logger)
-    with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
-        rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
-    return report, model, rows
+@pytest.fixture(scope="module")
+def run_dpo(sample_pairs):
+    """(report, trained model, logged rows) of a DPO run on ``pairs`` (training, validation; by default the
+    first 32 sample pairs and the last 16)."""
+
+    def run_dpo(
+        compose,
+        out_dir: Path,
+        *overrides: str,
+        model_name: str = "tiny-qwen2",
+        pairs: tuple[list, list] | None = None,
+    ):
+        pairs = pairs or (sample_pairs[:32], sample_pairs[48:])
+        cfg = compose(
+            "objective=dpo",
+            f"model={model_name}",
+            *QUIET,
+            "objective.batch_size=4",
+            "objective.grad_accum=2",
+            "objective.log_every_n_steps=1",
+            *overrides,
+        )
+        model, tokenizer = load(validate(cfg).model)
+        logger = CSVLogger(str(out_dir), name="csv", version=0)
+        report = train(validate(cfg).training, model, tokenizer, *pairs, out_dir, logger=logger)
+        with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+            rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
+        return report, model, rows
+
+    return run_dpo
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["tiny-qwen2", "tiny-llama"])
-def test_reward_margin_grows_on_the_sample_pairs(compose, tmp_path, model_name):
+def test_reward_margin_grows_on_the_sample_pairs(compose, tmp_path, model_name, run_dpo, sample_pairs):
     """DPO learns the pairs it is trained on: 8 epochs of one optimiser step on 8 pairs, validated (the same
     code as on held-out pairs) on those 8 pairs. A random tiny model does not generalise to unseen pairs."""
-    pairs = TRAIN[:8]
+    pairs = sample_pairs[:8]
     report, _, rows = run_dpo(compose, tmp_path, "objective.epochs=8", model_name=model_name, pairs=(pairs, pairs))
     assert report["optimizer_steps"] == 8  # 8 pairs / (4 x 2) x 8 epochs
     before, after = report["held_out"]["before"], report["held_out"]["after"]
@@ -73,7 +75,7 @@ def test_reward_margin_grows_on_the_sample_pairs(compose, tmp_path, model_name):
 
 
 @pytest.mark.slow
-def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path):
+def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path, run_dpo):
     live_report, _, live = run_dpo(
         compose, tmp_path / "live", "objective.label_smoothing=0.1", "objective.precompute_ref=false"
     )
@@ -87,19 +89,10 @@ def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path):
     assert after[0] == pytest.approx(after[1], rel=1e-5)
 
 
-def naive_sequence_logps(model, batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Peer computation from full-vocabulary logits: log_softmax, shift, gather, sum."""
-    logits = model(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
-    ).logits.float()
-    targets = batch["labels"][:, 1:]
-    mask = targets != -100
-    logps = logits[:, :-1].log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-    return (logps * mask).sum(-1), mask.sum(-1)
-
-
 @pytest.mark.parametrize(("loss_type", "sft_weight"), [("sigmoid", 0.0), ("ipo", 0.5), ("robust", 1.0)])
-def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight, tiny_model):
+def test_pair_loss_matches_a_full_logits_computation(
+    loss_type, sft_weight, tiny_model, objective_config, sample_pairs, naive_sequence_logps
+):
     model, tokenizer = load(tiny_model("llama"))
     smoothing = 0.2 if loss_type == "robust" else 0.0
     module = DPOModule(
@@ -119,7 +112,7 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight, tiny
         torch.manual_seed(3)
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    samples, _ = DPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
+    samples, _ = DPOModule.render(sample_pairs[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
     batch = DPOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(1.0)
     with torch.no_grad():
@@ -142,12 +135,12 @@ def test_pair_loss_matches_a_full_logits_computation(loss_type, sft_weight, tiny
     assert got.item() == pytest.approx(expected.sum().item(), rel=5e-5)  # float32, chunked vs full logits
 
 
-def test_precomputed_reference_is_the_default():
+def test_precomputed_reference_is_the_default(objective_settings):
     assert objective_settings("dpo")["precompute_ref"] is True
 
 
 @pytest.mark.parametrize(("family", "attn"), [("qwen2", "sdpa"), ("llama", "eager")])
-def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_model):
+def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_model, objective_config, sample_pairs):
     """pair_layout=packed: one row of the 2B replies back to back, no padding; same loss and gradients."""
     model, tokenizer = load(tiny_model(family, attn_implementation=attn))
     settings = {"lr": 1e-3, "beta": 0.3, "sft_weight": 0.5, "precompute_ref": False}
@@ -159,7 +152,7 @@ def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_mode
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
     eot = "<|im_end|>" if family == "qwen2" else "<|eot_id|>"
-    samples, _ = DPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, eot, 512))
+    samples, _ = DPOModule.render(sample_pairs[:3], ChatRenderer(tokenizer, eot, 512))
     batch = DPOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(1.0)
     assert (batch["attention_mask"] == 0).any()  # the padded batch does carry padding
@@ -183,24 +176,26 @@ def test_auto_pair_layout_packs_on_flash_kernels_only(tiny_model):
     assert packs_pairs("auto", model)
 
 
-def test_render_collates_chosen_then_rejected_and_reports_empty_pairs(tiny_model):
+def test_render_collates_chosen_then_rejected_and_reports_empty_pairs(tiny_model, sample_pairs):
     _, tokenizer = load(tiny_model())
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
-    samples, empty = DPOModule.render(PAIRS[:2], renderer)
+    samples, empty = DPOModule.render(sample_pairs[:2], renderer)
     assert empty == []
     batch = DPOModule.collate(samples, tokenizer.pad_token_id)
-    assert batch["input_ids"].shape[0] == 4 and batch["id"] == [p.id for p in PAIRS[:2]]
-    for row, text in enumerate([PAIRS[0].chosen, PAIRS[1].chosen, PAIRS[0].rejected, PAIRS[1].rejected]):
+    assert batch["input_ids"].shape[0] == 4 and batch["id"] == [p.id for p in sample_pairs[:2]]
+    for row, text in enumerate(
+        [sample_pairs[0].chosen, sample_pairs[1].chosen, sample_pairs[0].rejected, sample_pairs[1].rejected]
+    ):
         labelled = batch["labels"][row][batch["labels"][row] != -100]
         assert tokenizer.decode(labelled) == text + "<|im_end|>"
-    short, empty = DPOModule.render(PAIRS[:1], ChatRenderer(tokenizer, "<|im_end|>", 20))
-    assert short == [] and empty == [PAIRS[0].id]  # truncation left no reply token
+    short, empty = DPOModule.render(sample_pairs[:1], ChatRenderer(tokenizer, "<|im_end|>", 20))
+    assert short == [] and empty == [sample_pairs[0].id]  # truncation left no reply token
     assert DPOModule.sample_weight(samples[0]) == 1
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("reference", ["precomputed", "live"])
-def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
+def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference, SimulatedKill, checkpoint_step, run_dpo):
     """Killed inside the second epoch and re-run in its folder: the straight run's steps and weights (ZeRO-3,
     whose reference is precomputed at fit start: tests/test_zero3_init.py)."""
     settings = (
@@ -220,7 +215,9 @@ def test_a_run_killed_mid_epoch_resumes_exactly(compose, tmp_path, reference):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_invalid_settings_are_refused_when_parsed_and_the_module_takes_them_typed(tiny_model):
+def test_invalid_settings_are_refused_when_parsed_and_the_module_takes_them_typed(
+    tiny_model, objective_config, objective_settings
+):
     with pytest.raises(ValueError, match="objective.loss_type='kto': expected one of apo_down, apo_zero, "):
         objective_config("dpo", lr=1.0, loss_type="kto")
     smoothing = "objective.label_smoothing applies to exo_pair, robust, sigmoid only, not 'hinge'"
@@ -310,7 +307,7 @@ def run_pipeline(compose, folder: Path, *overrides: str) -> dict:
 
 
 @pytest.mark.slow
-def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
+def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path, sample_pairs):
     """The RoleMRC pipeline (experiments/rolemrc/README.md) on the tiny model and the bundled data."""
     common = ("model=tiny-llama", "logger=none", "trainer.enable_progress_bar=false")
     sft = run_pipeline(
@@ -344,7 +341,7 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
         "dpo-tiny-llama-sample-from-sft-tiny-llama-sample",
         "tiny-llama from sft-tiny-llama-sample",
     )
-    assert dpo["train"]["samples"]["train"] + dpo["train"]["samples"]["val"] == len(PAIRS)
+    assert dpo["train"]["samples"]["train"] + dpo["train"]["samples"]["val"] == len(sample_pairs)
     before, after = dpo["train"]["held_out"]["before"], dpo["train"]["held_out"]["after"]
     # the DPO run starts from the SFT model: its chosen-reply NLL is the SFT model's, far below a random model's
     assert before["chosen_nll"] < 0.9 * math.log(4096)
@@ -355,7 +352,7 @@ def test_tiny_recipe_sft_then_dpo_then_evaluation(compose, tmp_path):
     assert "eval" in dpo
 
 
-def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply(tiny_model):
+def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply(tiny_model, objective_config, sample_pairs):
     """IPO on a sample pair with an assistant turn in its prompt, recomputed from the template text alone."""
     model, tokenizer = load(tiny_model())
     settings = objective_config("dpo", lr=1e-3, beta=0.5, loss_type="ipo", precompute_ref=False)
@@ -364,7 +361,7 @@ def test_ipo_loss_and_rewards_on_a_multi_turn_pair_count_only_the_reply(tiny_mod
         torch.manual_seed(5)
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
-    pair = next(p for p in PAIRS if any(t.role == "assistant" for t in p.prompt))
+    pair = next(p for p in sample_pairs if any(t.role == "assistant" for t in p.prompt))
     samples, empty = DPOModule.render([pair], ChatRenderer(tokenizer, "<|im_end|>", 4096))
     batch = DPOModule.collate(samples, tokenizer.pad_token_id)
     prompt_text = tokenizer.apply_chat_template(

@@ -11,9 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
-from scripted_server import scripted_judge
 
-from conftest import data_options, generation_options
 from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, PreferenceExample, SFTExample, Turn
@@ -28,8 +26,6 @@ from rpbench.training import train
 from rpbench.validate import validate
 
 SAMPLE_DIR = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc"
-RECORDS = readers.read("rolemrc", "train", SAMPLE_DIR / "train-sft.jsonl", data_options("sample")).examples
-TRAIN, VAL = RECORDS[:16], RECORDS[16:20]
 TARGET_LETTER = "e"
 
 
@@ -39,30 +35,58 @@ def letter_fraction(prompts, completions, references) -> list[float]:
     return [c.count(TARGET_LETTER) / max(len(c), 1) for c in completions]
 
 
-def run_grpo(
-    compose, out_dir: Path, *overrides: str, model_name: str = "tiny-qwen2", extra_stop_ids: int = 0, judges=open_client
-):
+@pytest.fixture(scope="module")
+def rolemrc_records(data_options):
+    """The bundled RoleMRC sample's SFT records (GRPO trains on the first 16 prompts, validates on the next 4)."""
+    return readers.read("rolemrc", "train", SAMPLE_DIR / "train-sft.jsonl", data_options("sample")).examples
+
+
+@pytest.fixture(scope="module")
+def run_grpo(rolemrc_records):
     """(report, trained model, logged training rows) of a GRPO run on 16 prompts with the toy reward.
 
     ``extra_stop_ids`` more token ids end a completion, so that a random model's completions vary in length;
     ``judges`` opens the judges of judge rewards (as the pipeline hands it to training).
     """
-    cfg = compose(
-        "objective=grpo",
-        f"model={model_name}",
-        "logger=none",
-        "trainer.enable_progress_bar=false",
-        "save_model=false",
-        "objective.rewards=[{name: test_letter_fraction, weight: 1.0}]",
-        *overrides,
-    )
-    model, tokenizer = load(validate(cfg).model)
-    model.generation_config.eos_token_id = [*model.generation_config.eos_token_id, *range(100, 100 + extra_stop_ids)]
-    logger = CSVLogger(str(out_dir), name="csv", version=0)
-    report = train(validate(cfg).training, model, tokenizer, TRAIN, VAL, out_dir, logger=logger, judges=judges)
-    with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
-        rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
-    return report, model, rows
+
+    def run_grpo(
+        compose,
+        out_dir: Path,
+        *overrides: str,
+        model_name: str = "tiny-qwen2",
+        extra_stop_ids: int = 0,
+        judges=open_client,
+    ):
+        cfg = compose(
+            "objective=grpo",
+            f"model={model_name}",
+            "logger=none",
+            "trainer.enable_progress_bar=false",
+            "save_model=false",
+            "objective.rewards=[{name: test_letter_fraction, weight: 1.0}]",
+            *overrides,
+        )
+        model, tokenizer = load(validate(cfg).model)
+        model.generation_config.eos_token_id = [
+            *model.generation_config.eos_token_id,
+            *range(100, 100 + extra_stop_ids),
+        ]
+        logger = CSVLogger(str(out_dir), name="csv", version=0)
+        report = train(
+            validate(cfg).training,
+            model,
+            tokenizer,
+            rolemrc_records[:16],
+            rolemrc_records[16:20],
+            out_dir,
+            logger=logger,
+            judges=judges,
+        )
+        with open(out_dir / "csv" / "version_0" / "metrics.csv", newline="") as f:
+            rows = [row for row in csv.DictReader(f) if row.get("train/reward")]
+        return report, model, rows
+
+    return run_grpo
 
 
 # -- rollouts -------------------------------------------------------------------------------------------
@@ -80,10 +104,10 @@ def test_cut_at_stop_keeps_the_stop_token_and_flags_truncation():
     assert cut_at_stop([5, 6, 7], [2]) == ([5, 6, 7], True)
 
 
-def test_sample_completions_gives_g_seeded_completions_per_prompt(tiny_model):
+def test_sample_completions_gives_g_seeded_completions_per_prompt(tiny_model, generation_options, rolemrc_records):
     model, tokenizer = load(tiny_model())
     renderer = ChatRenderer(tokenizer, "<|im_end|>", 512)
-    prompts = [renderer.render_prompt(prompt_and_reference(r)[0]) for r in TRAIN[:2]]
+    prompts = [renderer.render_prompt(prompt_and_reference(r)[0]) for r in rolemrc_records[:2]]
     options = generation_options(max_new_tokens=6, temperature=1.0)
     first = sample_completions(model, prompts, 3, options, [2], tokenizer.pad_token_id, seed=7)
     assert first.prompt_ids == [prompts[0]] * 3 + [prompts[1]] * 3
@@ -151,7 +175,7 @@ def test_prompts_and_references_come_from_every_record_type(tiny_model):
 
 
 @pytest.mark.slow
-def test_a_few_steps_raise_a_rule_based_reward(compose, tmp_path):
+def test_a_few_steps_raise_a_rule_based_reward(compose, tmp_path, run_grpo):
     report, _, rows = run_grpo(
         compose, tmp_path, "objective.epochs=4", "objective.lr=3e-2", "objective.num_generations=8"
     )
@@ -175,7 +199,7 @@ def test_a_few_steps_raise_a_rule_based_reward(compose, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean", "dr_grpo"])
-def test_backward_chunks_give_the_same_update_as_one_pass(compose, tmp_path, aggregation):
+def test_backward_chunks_give_the_same_update_as_one_pass(compose, tmp_path, aggregation, run_grpo):
     """Chunks weighted by their share of the step's tokens / completions sum to the one-pass gradient.
 
     One generation batch and its mu=2 optimiser steps (the second with ratios and KL away from 1 and 0), so both
@@ -210,7 +234,7 @@ def test_backward_chunks_give_the_same_update_as_one_pass(compose, tmp_path, agg
 
 
 @pytest.mark.slow
-def test_the_three_aggregations_weigh_tokens_differently(compose, tmp_path):
+def test_the_three_aggregations_weigh_tokens_differently(compose, tmp_path, run_grpo):
     norms = {}
     for aggregation in ("token_mean", "seq_mean", "dr_grpo"):
         _, _, rows = run_grpo(
@@ -226,7 +250,7 @@ def test_the_three_aggregations_weigh_tokens_differently(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
+def test_resume_from_checkpoint_continues_exactly(compose, tmp_path, run_grpo):
     _, straight, _ = run_grpo(compose, tmp_path / "straight", "objective.epochs=2", "objective.beta=0.04")
     run_grpo(compose, tmp_path / "resumed", "objective.epochs=1", "objective.beta=0.04")
     report, resumed, rows = run_grpo(compose, tmp_path / "resumed", "objective.epochs=2", "objective.beta=0.04")
@@ -236,7 +260,7 @@ def test_resume_from_checkpoint_continues_exactly(compose, tmp_path):
 
 
 @pytest.mark.slow
-def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path):
+def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path, run_grpo):
     _, model, rows = run_grpo(
         compose,
         tmp_path,
@@ -274,7 +298,7 @@ def test_invalid_settings_are_refused_when_parsed(compose, override, message):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed here")
-def test_vllm_rollouts_without_vllm_fail_at_fit_start_naming_the_setting(compose, tmp_path):
+def test_vllm_rollouts_without_vllm_fail_at_fit_start_naming_the_setting(compose, tmp_path, run_grpo):
     with pytest.raises(ImportError, match=r"objective.rollout_backend=vllm needs vLLM, which is not installed"):
         run_grpo(compose, tmp_path, "objective.rollout_backend=vllm", "trainer.max_steps=1")
 
@@ -299,7 +323,7 @@ def test_grpo_composes_with_each_model_family(compose, model_name):
 
 
 @pytest.mark.slow
-def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(compose, tmp_path):
+def test_max_steps_with_mu_counts_optimizer_steps_for_stop_schedule_and_logs(compose, tmp_path, run_grpo):
     """16 prompts / 4 per batch x 2 epochs x mu 2 = 16 optimiser steps planned; max_steps 5 stops after 5,
     inside the third generation batch, and a linear schedule sized to 5 decays over exactly those steps."""
     report, _, rows = run_grpo(
@@ -329,7 +353,7 @@ class KeptJudge(JudgeReward):
 
 
 @pytest.mark.slow
-def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tmp_path):
+def test_judge_reward_logs_its_failures_and_is_closed_after_training(compose, tmp_path, scripted_judge, run_grpo):
     """A local judge server that answers every verdict request with "maybe": all 16 verdicts of each step
     (4 prompts x 4 completions) fail, are logged, and the server is stopped when training ends."""
     import httpx

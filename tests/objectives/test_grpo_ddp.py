@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from conftest import run_script
-
 
 @pytest.mark.slow
-def test_ranks_make_the_same_backward_calls_when_the_last_batch_is_smaller(tmp_path):
+def test_ranks_make_the_same_backward_calls_when_the_last_batch_is_smaller(tmp_path, run_script):
     """5 prompts, 2 per batch: batches of 2, 2, 1. The second step pairs the 1-prompt batch (rank 0: 2
     completions, 2 chunks) with a repeat of a 2-prompt batch (rank 1: 4 chunks); unequal backward calls
     (each an all-reduce) would hang or fail the run."""

@@ -12,8 +12,6 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from conftest import run_script
-
 GRPO = [
     "objective=grpo",
     "trainer.devices=2",
@@ -53,7 +51,7 @@ def _weights(out) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.slow
-def test_grpo_under_zero3_gathers_for_rollouts_and_matches_ddp(tmp_path):
+def test_grpo_under_zero3_gathers_for_rollouts_and_matches_ddp(tmp_path, run_script):
     runs = {}
     for name, strategy in (("ddp", ["trainer.strategy=ddp"]), ("zero3", ZERO3)):
         out = tmp_path / name

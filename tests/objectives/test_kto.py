@@ -8,9 +8,7 @@ import math
 
 import pytest
 import torch
-from test_dpo import naive_sequence_logps
 
-from conftest import data_options, objective_config, objective_settings, run_in_process
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
@@ -34,7 +32,7 @@ def labelled_file(tmp_path, records=RECORDS):
     return path
 
 
-def test_labelled_records_are_their_own_shape(tmp_path):
+def test_labelled_records_are_their_own_shape(tmp_path, data_options):
     result = readers.read("custom", "labelled", labelled_file(tmp_path), data_options("custom"))
     assert result.summary()["shape"] == "prompt/completion/label (strings)"
     first, second = result.examples[:2]
@@ -47,7 +45,7 @@ def test_labelled_records_are_their_own_shape(tmp_path):
         readers.read("custom", "train", labelled_file(tmp_path), data_options("custom"))  # not an SFT file
 
 
-def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path, tiny_model):
+def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path, tiny_model, data_options):
     _, tokenizer = load(tiny_model())
     examples = readers.read("custom", "labelled", labelled_file(tmp_path), data_options("custom")).examples[:3]
     samples, _ = KTOModule.render(examples, ChatRenderer(tokenizer, "<|im_end|>", 512))
@@ -63,7 +61,9 @@ def test_mismatched_rows_pair_each_prompt_with_the_previous_completion(tmp_path,
         assert tokenizer.decode(labelled) == examples[i - 1].completion + "<|im_end|>"
 
 
-def test_training_step_matches_trl_loss_on_full_logits(tmp_path, tiny_model):
+def test_training_step_matches_trl_loss_on_full_logits(
+    tmp_path, tiny_model, objective_config, data_options, naive_sequence_logps
+):
     model, tokenizer = load(tiny_model("llama"))
     module = KTOModule(model, tokenizer, objective_config("kto", beta=0.5, undesirable_weight=1.33))
     with torch.no_grad(), torch.random.fork_rng(devices=[]):  # move the policy away from its reference
@@ -88,13 +88,13 @@ def test_training_step_matches_trl_loss_on_full_logits(tmp_path, tiny_model):
     assert got.item() == pytest.approx(expected.item(), rel=5e-5)
 
 
-def test_a_batch_of_one_is_refused():
+def test_a_batch_of_one_is_refused(objective_settings):
     with pytest.raises(ValueError, match=r"objective.batch_size=1: expected an integer >= 2 \(the KL estimate"):
         KTOModule.config_class.parse(objective_settings("kto", batch_size=1), "objective")
 
 
 @pytest.mark.slow
-def test_a_run_on_labelled_records(tmp_path):
+def test_a_run_on_labelled_records(tmp_path, run_in_process):
     path = labelled_file(tmp_path, RECORDS * 2 + [{**r, "id": f"x{i}"} for i, r in enumerate(RECORDS)])
     results = run_in_process(
         tmp_path / "run",
@@ -114,7 +114,7 @@ def test_a_run_on_labelled_records(tmp_path):
     assert after["completions"] >= 2 and math.isfinite(after["loss"]) and after["kl"] >= 0
 
 
-def test_kto_without_a_labelled_file_is_a_named_error(tmp_path):
+def test_kto_without_a_labelled_file_is_a_named_error(tmp_path, run_in_process):
     with pytest.raises(ValueError, match=r"data=custom has no file for data.files.labelled: set data.files.labelled="):
         run_in_process(tmp_path / "run", "data=custom", "objective=kto", "evaluator=none", "logger=none")
 

@@ -6,7 +6,6 @@ from collections import defaultdict
 import pytest
 import torch
 
-from conftest import one_layer_llama
 from rpbench.models.forward import sequence_logps
 from rpbench.objectives.losses import aggregate_loss, clipped_policy_loss, dpo_loss, group_advantages, k3_kl
 
@@ -46,7 +45,7 @@ def test_dpo_rejects_bad_settings(kwargs, match):
 
 
 @pytest.fixture(scope="module")
-def trl_setup():
+def trl_setup(one_layer_llama):
     """TRL's DPOTrainer loss code on a tiny random Llama, reading precomputed reference log-probs.
 
     TRL >= 1.0 computes the loss inside ``DPOTrainer._compute_loss(model, inputs)``, from the per-token

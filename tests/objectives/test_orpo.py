@@ -5,19 +5,19 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_dpo import PAIRS, naive_sequence_logps
 
-from conftest import objective_config
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.objectives.orpo import ORPOModule
 
 
-def test_training_step_is_chosen_nll_plus_the_odds_ratio_term(tiny_model):
+def test_training_step_is_chosen_nll_plus_the_odds_ratio_term(
+    tiny_model, objective_config, sample_pairs, naive_sequence_logps
+):
     model, tokenizer = load(tiny_model("llama"))
     module = ORPOModule(model, tokenizer, objective_config("orpo", beta=0.5, pair_layout="padded"))
     module.on_models_built()
-    samples, _ = ORPOModule.render(PAIRS[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
+    samples, _ = ORPOModule.render(sample_pairs[:3], ChatRenderer(tokenizer, "<|eot_id|>", 512))
     batch = ORPOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(1.0)
     with torch.no_grad():

@@ -10,7 +10,6 @@ import math
 import pytest
 import torch
 
-from conftest import one_layer_llama
 from rpbench.objectives.losses import dpo_loss, kto_kl, kto_loss, orpo_loss
 
 torch.manual_seed(0)
@@ -102,7 +101,7 @@ def test_kto_hand_computed():
     assert clamped[0].item() == pytest.approx(1 - 1 / (1 + math.exp(-2)))
 
 
-def test_kto_matches_trl_kto_trainer_loss():
+def test_kto_matches_trl_kto_trainer_loss(one_layer_llama):
     """TRL's own ``KTOTrainer._compute_loss`` (trainer made without ``__init__``, given the attributes it
     reads) on a tiny random Llama with TRL's fused LM head and precomputed reference log-probs, against
     ``kto_kl`` and ``kto_loss`` on the same sequences' log-probs."""

@@ -11,8 +11,6 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from conftest import data_options, tiny_settings
-from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.datamodule import PlannedBatches, epoch_batcher
 from rpbench.models import load
@@ -27,13 +25,16 @@ from rpbench.objectives.reference import (
     restore_reference_weights,
 )
 
-PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-TINY = tiny_settings()
+
+@pytest.fixture(scope="module")
+def model_cfg(tiny_settings):
+    """tiny-qwen2's settings."""
+    return tiny_settings()
 
 
-def pair_samples(tokenizer, n: int = 10) -> list[dict]:
-    pairs = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples[:n]
-    samples, empty = DPOModule.render(pairs, ChatRenderer(tokenizer, "<|im_end|>", 512))
+def pair_samples(pairs, tokenizer, n: int = 10) -> list[dict]:
+    """The first ``n`` of ``pairs`` (the bundled sample's, ``sample_pairs``) rendered for DPO by ``tokenizer``."""
+    samples, empty = DPOModule.render(pairs[:n], ChatRenderer(tokenizer, "<|im_end|>", 512))
     assert not empty
     return samples
 
@@ -57,9 +58,9 @@ def perturb(model, seed: int = 1) -> None:
             param.add_(0.05 * torch.randn_like(param))
 
 
-def test_frozen_copy_keeps_the_initial_weights_and_stays_out_of_training_and_checkpoints():
-    model, tokenizer = load(TINY)
-    batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
+def test_frozen_copy_keeps_the_initial_weights_and_stays_out_of_training_and_checkpoints(model_cfg, sample_pairs):
+    model, tokenizer = load(model_cfg)
+    batch = DPOModule.collate(pair_samples(sample_pairs, tokenizer, 2), tokenizer.pad_token_id)
     reference = FrozenCopy(model)
     before = reference.sequence_logps(batch)
     perturb(model)
@@ -79,9 +80,9 @@ def test_frozen_copy_keeps_the_initial_weights_and_stays_out_of_training_and_che
     assert torch.equal(reference.sequence_logps(batch), before)
 
 
-def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains():
-    base, tokenizer = load(TINY)
-    batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
+def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains(tiny_settings, model_cfg, sample_pairs):
+    base, tokenizer = load(model_cfg)
+    batch = DPOModule.collate(pair_samples(sample_pairs, tokenizer, 2), tokenizer.pad_token_id)
     base_logps = sequence_logps(base, batch)[0]
     policy, _ = load(tiny_settings(lora={"r": 4, "alpha": 8}))
     with torch.no_grad():
@@ -95,9 +96,9 @@ def test_disabled_adapter_gives_the_base_model_while_the_adapter_trains():
     assert isinstance(live_reference(base), FrozenCopy)
 
 
-def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains():
+def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains(tiny_settings, sample_pairs):
     base, tokenizer = load(tiny_settings(tiny={"attention_dropout": 0.5}))
-    batch = DPOModule.collate(pair_samples(tokenizer, 2), tokenizer.pad_token_id)
+    batch = DPOModule.collate(pair_samples(sample_pairs, tokenizer, 2), tokenizer.pad_token_id)
     base.eval()
     base_logps = sequence_logps(base, batch)[0]  # no dropout
     policy, _ = load(tiny_settings(tiny={"attention_dropout": 0.5}, lora={"r": 4, "alpha": 8}))
@@ -108,9 +109,9 @@ def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains(
     assert policy.training  # given back in train mode
 
 
-def test_precomputed_reference_equals_the_live_one_and_is_reused_from_disk(tmp_path):
-    model, tokenizer = load(TINY)
-    samples = pair_samples(tokenizer)
+def test_precomputed_reference_equals_the_live_one_and_is_reused_from_disk(tmp_path, model_cfg, sample_pairs):
+    model, tokenizer = load(model_cfg)
+    samples = pair_samples(sample_pairs, tokenizer)
     data = planned(samples, tokenizer.pad_token_id)
     live = FrozenCopy(model)
     path = tmp_path / "ref.json"
@@ -133,9 +134,9 @@ def test_precomputed_reference_equals_the_live_one_and_is_reused_from_disk(tmp_p
     assert not torch.allclose(moved.sequence_logps(data[0]), built.sequence_logps(data[0]))
 
 
-def test_precomputed_reference_refuses_samples_it_was_not_computed_for(tmp_path):
-    model, tokenizer = load(TINY)
-    samples = pair_samples(tokenizer, 4)
+def test_precomputed_reference_refuses_samples_it_was_not_computed_for(tmp_path, model_cfg, sample_pairs):
+    model, tokenizer = load(model_cfg)
+    samples = pair_samples(sample_pairs, tokenizer, 4)
     built = PrecomputedReference.build(
         model, [planned(samples, tokenizer.pad_token_id)], tmp_path / "r.json", torch.device("cpu"), "32-true"
     )
@@ -152,13 +153,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _build_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
+def _build_on_rank(rank: int, world_size: int, port: int, out_dir: str, model_cfg, pairs) -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        model, tokenizer = load(TINY)
-        data = planned(pair_samples(tokenizer), tokenizer.pad_token_id, rank=rank, world_size=world_size)
+        model, tokenizer = load(model_cfg)
+        data = planned(pair_samples(pairs, tokenizer), tokenizer.pad_token_id, rank=rank, world_size=world_size)
         built = PrecomputedReference.build(model, [data], Path(out_dir) / "ref.json", torch.device("cpu"), "32-true")
         own = {i for k in range(len(data)) for i in data[k]["id"]}
         result = {
@@ -172,11 +173,14 @@ def _build_on_rank(rank: int, world_size: int, port: int, out_dir: str) -> None:
 
 
 @pytest.mark.slow
-def test_precompute_on_two_ranks_splits_the_work_and_gives_every_rank_the_whole_cache(tmp_path):
-    mp.spawn(_build_on_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+def test_precompute_on_two_ranks_splits_the_work_and_gives_every_rank_the_whole_cache(
+    tmp_path, model_cfg, sample_pairs
+):
+    args = (2, _free_port(), str(tmp_path), model_cfg, sample_pairs)
+    mp.spawn(_build_on_rank, args=args, nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    model, tokenizer = load(TINY)
-    samples = pair_samples(tokenizer)
+    model, tokenizer = load(model_cfg)
+    samples = pair_samples(sample_pairs, tokenizer)
     single = PrecomputedReference.build(
         model, [planned(samples, tokenizer.pad_token_id)], tmp_path / "single.json", torch.device("cpu"), "32-true"
     )

@@ -8,9 +8,7 @@ import json
 
 import pytest
 import torch
-from test_dpo import naive_sequence_logps
 
-from conftest import objective_config, run_in_process
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.collate import pad_collate
 from rpbench.data.records import PreferenceExample, SessionPreferenceExample, Turn
@@ -32,7 +30,7 @@ BETA = 0.3
 
 
 @pytest.fixture(scope="module")
-def dpo(tiny_model):
+def dpo(tiny_model, objective_config):
     """DPO with a live reference on tiny-qwen2, the policy moved away from it."""
     model, tokenizer = load(tiny_model())
     module = DPOModule(model, tokenizer, objective_config("dpo", lr=1e-3, beta=BETA, precompute_ref=False))
@@ -60,7 +58,7 @@ def test_a_one_turn_session_pair_gives_the_single_turn_dpo_loss(dpo):
     assert one["losses"].item() != pytest.approx(0.6931, abs=1e-3)  # the policy differs from its reference
 
 
-def test_the_multi_turn_loss_sums_the_character_turns_of_each_session(dpo):
+def test_the_multi_turn_loss_sums_the_character_turns_of_each_session(dpo, naive_sequence_logps):
     """-log sigmoid(beta * (sum_t [log pi - log ref](chosen turn t) - sum_t [log pi - log ref](rejected turn t))),
     each turn's log-probs from its own row: the turns before it as the prompt, the turn as the only reply."""
     module, tokenizer, renderer = dpo
@@ -84,7 +82,7 @@ def test_the_multi_turn_loss_sums_the_character_turns_of_each_session(dpo):
     assert terms["rejected_rewards"].item() == pytest.approx(BETA * rejected, rel=1e-3, abs=1e-5)
 
 
-def test_dpo_trains_on_session_pairs(tmp_path, tiny_model):
+def test_dpo_trains_on_session_pairs(tmp_path, tiny_model, run_in_process):
     def messages(session):
         return [t.as_message() for t in session]
 

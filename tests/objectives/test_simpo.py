@@ -4,23 +4,17 @@ and a training step on the bundled pairs through the composed config."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from conftest import data_options, objective_config, objective_settings
-from rpbench.data import readers
 from rpbench.data.chat import ChatRenderer
 from rpbench.models import load
 from rpbench.models.forward import model_inputs
 from rpbench.objectives.simpo import SimPOModule, SimPOSettings, simpo_loss
 from rpbench.training import train
 from rpbench.validate import validate
-
-PAIRS_FILE = Path(__file__).resolve().parents[2] / "rpbench" / "resources" / "sample" / "rolemrc" / "train-rl.jsonl"
-PAIRS = readers.read("rolemrc", "pairs", PAIRS_FILE, data_options("sample")).examples
 
 
 def log_sigmoid(x: float) -> float:
@@ -64,14 +58,14 @@ def test_simpo_loss_equals_trls_on_the_same_inputs(beta, ratio, smoothing):
         torch.testing.assert_close(ours, theirs)
 
 
-def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model):
+def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model, objective_config, sample_pairs):
     """One pair (TRL's NLL is a token mean over the batch's chosen tokens, rpbench's a mean over pairs of
     per-pair means: the same for one pair): TRL's length-normalised log-probs, loss and cpo_alpha term from
     the model's full logits against the module's chunked training step."""
     model, tokenizer = load(tiny_model())
     settings = objective_config("simpo", cpo_alpha=0.7, label_smoothing=0.1)
     module = SimPOModule(model.eval(), tokenizer, settings)
-    samples, _ = SimPOModule.render(PAIRS[:1], ChatRenderer(tokenizer, "<|im_end|>", 512))
+    samples, _ = SimPOModule.render(sample_pairs[:1], ChatRenderer(tokenizer, "<|im_end|>", 512))
     batch = SimPOModule.collate(samples, tokenizer.pad_token_id)
     batch["loss_scale"] = torch.tensor(1.0)
     cpo, trainer = trl_cpo(settings.beta, settings.gamma_beta_ratio * settings.beta, 0.1)
@@ -84,14 +78,14 @@ def test_a_simpo_step_is_trls_loss_with_its_nll_term(tiny_model):
     assert got.item() == pytest.approx((losses.mean() + 0.7 * nll).item(), rel=1e-5)
 
 
-def test_invalid_settings_are_named():
+def test_invalid_settings_are_named(objective_settings):
     with pytest.raises(ValueError, match=r"objective.cpo_alpha=-1.0: expected a number >= 0"):
         SimPOSettings.parse(objective_settings("simpo", cpo_alpha=-1.0), "objective")
     with pytest.raises(ValueError, match=r"objective.label_smoothing must lie in \[0, 0.5\), got 0.5"):
         SimPOSettings.parse(objective_settings("simpo", label_smoothing=0.5), "objective")
 
 
-def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_path):
+def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_path, sample_pairs):
     cfg = compose(
         "objective=simpo",
         "logger=none",
@@ -105,7 +99,9 @@ def test_simpo_trains_from_the_composed_config_without_a_reference(compose, tmp_
     )
     assert (cfg.objective.beta, cfg.objective.gamma_beta_ratio, cfg.objective.cpo_alpha) == (2.0, 0.5, 0.0)
     model, tokenizer = load(validate(cfg).model)
-    report = train(validate(cfg).training, model, tokenizer, PAIRS[:4], PAIRS[:4], tmp_path / "run", logger=None)
+    report = train(
+        validate(cfg).training, model, tokenizer, sample_pairs[:4], sample_pairs[:4], tmp_path / "run", logger=None
+    )
     assert report["optimizer_steps"] == 1
     before, after = report["held_out"]["before"], report["held_out"]["after"]
     assert after["loss"] < before["loss"] and after["reward_margin"] > before["reward_margin"]

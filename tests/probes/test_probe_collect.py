@@ -4,7 +4,6 @@ import pytest
 import torch
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
-from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, restrain
 from rpbench.probes.collect import last_prompt_index
 
@@ -24,7 +23,7 @@ def test_last_prompt_index_left_and_right():
 
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 @pytest.mark.parametrize("position", ["last_prompt", "all"])
-def test_padded_batches_count_like_single_unpadded_samples(family, position):
+def test_padded_batches_count_like_single_unpadded_samples(family, position, probe_observation):
     model = tiny_model(family, seed=1)
     seqs = random_sequences(6, seed=4)
     prompt_lengths = torch.tensor([len(s) - 1 for s in seqs])
@@ -49,7 +48,7 @@ def test_padded_batches_count_like_single_unpadded_samples(family, position):
         assert reference.num_observations(dim) == expected
 
 
-def test_each_dimension_counts_its_own_samples():
+def test_each_dimension_counts_its_own_samples(probe_observation):
     model = tiny_model("llama", seed=2)
     seqs = random_sequences(6, seed=5)
     dims = dims_for(6)
@@ -63,7 +62,7 @@ def test_each_dimension_counts_its_own_samples():
         assert stats.num_observations(dim) == sum(len(s) for s in members)
 
 
-def test_memory_is_independent_of_the_number_of_samples():
+def test_memory_is_independent_of_the_number_of_samples(probe_observation):
     model = tiny_model("qwen2", seed=0, layers=3)
 
     def stored_elements(n_batches: int) -> tuple[int, int]:
@@ -81,14 +80,14 @@ def test_memory_is_independent_of_the_number_of_samples():
     assert small == large == len(DIMS) * (3 * 32 + 3)
 
 
-def test_model_mode_is_restored_and_hooks_removed():
+def test_model_mode_is_restored_and_hooks_removed(probe_observation):
     model = tiny_model().train()
     collect_frequencies(model, [pad_batch(random_sequences(2), "left")], [["a", "b"]], probe_observation())
     assert model.training
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
-def test_sharded_parameters_are_refused():
+def test_sharded_parameters_are_refused(probe_observation):
     model = tiny_model()
     model.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(torch.empty(0))
     with pytest.raises(RuntimeError, match="model.layers.0.mlp.up_proj.weight holds no local elements"):
@@ -97,7 +96,7 @@ def test_sharded_parameters_are_refused():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_model_counts_and_restrains_like_the_cpu_model():
+def test_cuda_model_counts_and_restrains_like_the_cpu_model(probe_observation):
     model = tiny_model("qwen2", seed=3)
     batches = [pad_batch(random_sequences(4, seed=s), "left") for s in (0, 1)]
     dims = [dims_for(4, 0), dims_for(4, 1)]

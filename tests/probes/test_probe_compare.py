@@ -9,7 +9,6 @@ from omegaconf import OmegaConf
 from PIL import Image
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
-from conftest import probe_observation
 from rpbench.probes import (
     FrequencyStats,
     ProbeSettings,
@@ -25,14 +24,18 @@ from rpbench.probes.stage import FrequencySettings
 CONF = Path(__file__).parents[2] / "conf" / "probe"
 
 
-def hand_stats(counts: dict[str, list[list[int]]], totals: dict[str, int]) -> FrequencyStats:
-    stats = FrequencyStats(["L0", "L1"], probe_observation())
-    stats.counts = {d: torch.tensor(c) for d, c in counts.items()}
-    stats.totals = {d: torch.tensor([n, n]) for d, n in totals.items()}
-    return stats
+@pytest.fixture(scope="module")
+def hand_stats(probe_observation):
+    def hand_stats(counts: dict[str, list[list[int]]], totals: dict[str, int]) -> FrequencyStats:
+        stats = FrequencyStats(["L0", "L1"], probe_observation())
+        stats.counts = {d: torch.tensor(c) for d, c in counts.items()}
+        stats.totals = {d: torch.tensor([n, n]) for d, n in totals.items()}
+        return stats
+
+    return hand_stats
 
 
-def test_layer_differences_and_rankings_by_hand(tmp_path):
+def test_layer_differences_and_rankings_by_hand(tmp_path, hand_stats):
     # f_a = counts / 4, f_b = counts / 2.
     a = hand_stats({"style": [[4, 0, 2, 1], [0, 0, 0, 0]], "only_a": [[1, 1, 1, 1]] * 2}, {"style": 4, "only_a": 1})
     b = hand_stats({"style": [[1, 1, 1, 0], [0, 2, 0, 1]]}, {"style": 2})
@@ -72,7 +75,7 @@ def test_bin_neurons_means_consecutive_groups():
     assert bin_neurons(matrix, 10).tolist() == [[1.0, 3.0, 5.0, 7.0, 9.0]]
 
 
-def test_incomparable_runs_are_rejected(tmp_path):
+def test_incomparable_runs_are_rejected(tmp_path, probe_observation, hand_stats):
     a = hand_stats({"s": [[1, 0], [0, 1]]}, {"s": 1})
     b = FrequencyStats(["L0", "L1"], probe_observation(top_percent=10))
     b.counts, b.totals = a.counts, a.totals
@@ -84,7 +87,7 @@ def test_incomparable_runs_are_rejected(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_tiny_runs_end_to_end(tmp_path):
+def test_two_tiny_runs_end_to_end(tmp_path, probe_observation):
     # Run b is run a's model with the last layer's attention output negated. The hook points before it see the
     # same activations (D_l = 0 exactly); at the last one each observation's top 20% (6 of 32 neurons) turns into
     # its bottom 20%, so a dimension probed on a single prompt differs in 12 of 32 neurons: D_l = 12/32.
@@ -118,7 +121,7 @@ def test_two_tiny_runs_end_to_end(tmp_path):
     assert summary["settings"]["top_percent"] == 20
 
 
-def test_stats_round_trip(tmp_path):
+def test_stats_round_trip(tmp_path, probe_observation):
     stats = collect_frequencies(
         tiny_model(),
         [pad_batch(random_sequences(3), "right")],

@@ -5,7 +5,6 @@ import torch
 from peft import LoraConfig, get_peft_model
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
-from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, resolve_hook_points
 from rpbench.probes.hooks import canonical_name
 
@@ -35,7 +34,7 @@ def test_unknown_pattern_is_reported():
         resolve_hook_points(tiny_model(), r"layers\.\d+\.attn\.c_proj")
 
 
-def test_peft_wrapped_model_has_the_same_keys_and_counts():
+def test_peft_wrapped_model_has_the_same_keys_and_counts(probe_observation):
     model = tiny_model("llama", seed=3)
     seqs = random_sequences(4, seed=1)
     batch = pad_batch(seqs, "left")

@@ -6,7 +6,6 @@ import pytest
 import torch
 from probe_fixtures import pad_batch, random_sequences, tiny_model
 
-from conftest import probe_observation
 from rpbench.probes import attach, collect_frequencies, find_hook_points, restrain, save_stats, select_neurons
 from rpbench.probes.restraint import DEFAULT_FACTOR
 
@@ -111,7 +110,7 @@ def test_bad_neuron_lists_are_rejected():
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
 
 
-def test_select_neurons_from_two_probed_runs(tmp_path):
+def test_select_neurons_from_two_probed_runs(tmp_path, probe_observation):
     batches = [pad_batch(random_sequences(4, seed=11), "left")]
     dims = [["style", "style", "knowledge", "knowledge"]]
     for name, seed in (("sft", 0), ("dpo", 1)):

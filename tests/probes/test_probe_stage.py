@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import REPO_ROOT
 from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.paths import CONF_DIR
 from rpbench.data.chat import ChatRenderer
 from rpbench.data.records import EvalExample, Turn, as_messages, drop_images
 from rpbench.eval.stats import aggregate
@@ -209,7 +209,7 @@ def test_labels_come_from_the_runs_config(tmp_path):
 
 def probe_context(tmp_path, model=None, tokenizer=None, examples=None, baseline=None, **probe) -> ProbeContext:
     """The probe stage's input for the probe group ``probe`` (its YAML's values, then ``probe`` over them)."""
-    defaults = OmegaConf.load(REPO_ROOT / "conf" / "probe" / f"{probe['name']}.yaml")
+    defaults = OmegaConf.load(CONF_DIR / "probe" / f"{probe['name']}.yaml")
     values = {k: v for k, v in OmegaConf.to_container(defaults).items() if k != "defaults"} | probe
     settings = PROBES.get(probe["name"]).settings_class.parse(values, "probe")
     return ProbeContext(settings, model, tokenizer, examples, tmp_path, {}, 512, 384, baseline_eval=baseline)

@@ -4,7 +4,6 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import probe_observation
 from rpbench.core.errors import ConfigError
 from rpbench.probes import FrequencyStats, collect_frequencies
 from rpbench.probes.stats import top_count, top_percent_mask
@@ -75,9 +74,13 @@ def toy_batches():
     return [batch1, batch2], dims
 
 
-def run_toy(**cfg):
-    batches, dims = toy_batches()
-    return collect_frequencies(ToyDecoder(), batches, dims, probe_observation(**{"top_percent": 40, **cfg}))
+@pytest.fixture(scope="module")
+def run_toy(probe_observation):
+    def run_toy(**cfg):
+        batches, dims = toy_batches()
+        return collect_frequencies(ToyDecoder(), batches, dims, probe_observation(**{"top_percent": 40, **cfg}))
+
+    return run_toy
 
 
 def test_top_count_floors_and_keeps_one():
@@ -98,7 +101,7 @@ def test_mask_counts_ties_at_threshold():
     ]
 
 
-def test_last_prompt_by_value():
+def test_last_prompt_by_value(run_toy):
     # Last prompt tokens: s1 -> token 0, s2 -> token 1, s3 -> token 2.
     # layer 0 ranks E: t0 {0,3}, t1 {1,4}, t2 {1,2}; layer 1 ranks -E: t0 {2,4}, t1 {0,3}, t2 {0,3}.
     stats = run_toy(position="last_prompt", by="value")
@@ -111,14 +114,14 @@ def test_last_prompt_by_value():
     assert stats.frequencies("knowledge")[1].tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
-def test_last_prompt_by_magnitude():
+def test_last_prompt_by_magnitude(run_toy):
     # |E|: t0 {0,2}, t1 {1,4}, t2 {1,2}, identical for both layers.
     stats = run_toy(position="last_prompt", by="magnitude")
     assert stats.counts["style"].tolist() == [[1, 1, 1, 0, 1]] * 2
     assert stats.counts["knowledge"].tolist() == [[0, 2, 1, 0, 1]] * 2
 
 
-def test_all_real_tokens_by_value():
+def test_all_real_tokens_by_value(run_toy):
     # style: s1 + s2 real tokens = t3 t1 t0 t2 | t2 t1 (6); knowledge: s2 + s3 = t2 t1 | t0 t2 (4).
     stats = run_toy(position="all", by="value")
     assert stats.counts["style"].tolist() == [[2, 5, 3, 2, 3], [5, 1, 2, 5, 2]]
@@ -128,7 +131,7 @@ def test_all_real_tokens_by_value():
 
 
 @pytest.mark.parametrize("modules", [["residual"], [r"layers\.\d+\.self_attn"]])
-def test_tuple_outputs_give_the_same_ranking(modules):
+def test_tuple_outputs_give_the_same_ranking(modules, run_toy):
     # Residuals (2E, -4E) and the attention tuples (E, -6E) rank neurons like o_proj does.
     expected = run_toy(position="all")
     stats = run_toy(position="all", modules=modules)
@@ -137,7 +140,7 @@ def test_tuple_outputs_give_the_same_ranking(modules):
         assert torch.equal(stats.counts[dim], expected.counts[dim])
 
 
-def test_bad_dimensions_are_rejected():
+def test_bad_dimensions_are_rejected(probe_observation):
     batches, _ = toy_batches()
     with pytest.raises(ValueError, match="batch 0: 2 samples but 1 dimension entries"):
         collect_frequencies(ToyDecoder(), batches, [["style"], ["knowledge"]], probe_observation())
@@ -147,7 +150,7 @@ def test_bad_dimensions_are_rejected():
         collect_frequencies(ToyDecoder(), batches, [["style", "style"]], probe_observation())
 
 
-def test_prompt_length_beyond_the_row_is_rejected():
+def test_prompt_length_beyond_the_row_is_rejected(probe_observation):
     batches, dims = toy_batches()
     batches[0]["prompt_lengths"] = torch.tensor([3, 4])
     with pytest.raises(ValueError, match="batch row 1: prompt_lengths=4 but the row has 2 real tokens"):
@@ -157,12 +160,12 @@ def test_prompt_length_beyond_the_row_is_rejected():
 @pytest.mark.parametrize(
     "field, value", [("top_percent", 0), ("top_percent", 120), ("by", "abs"), ("position", "first")]
 )
-def test_settings_name_the_bad_field(field, value):
+def test_settings_name_the_bad_field(field, value, probe_observation):
     with pytest.raises(ConfigError, match=rf"probe.{field}=.*{value}.*: expected"):
         probe_observation(**{field: value})
 
 
-def test_update_rejects_mismatched_width():
+def test_update_rejects_mismatched_width(probe_observation):
     stats = FrequencyStats(["a", "b"], probe_observation())
     stats.update(0, torch.randn(3, 8), torch.ones(1, 3), ["x"])
     with pytest.raises(ValueError, match="layer b has width 6"):

@@ -6,10 +6,10 @@ import json
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATA
 from rpbench.scoring.agreement import (
     ScoredSample,
     agreement,
@@ -20,6 +20,9 @@ from rpbench.scoring.agreement import (
     pearson,
     rmse,
 )
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 # (model, query, metric, reference pair, predicted pair or None); ratios in the comments.
 SAMPLES = [

@@ -8,9 +8,7 @@ from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
 from omegaconf import OmegaConf
-from scripted_server import scripted, scripted_judge
 
-from conftest import chat_stub, judge_config, judge_settings, run_in_process
 from rpbench.core.errors import ConfigError
 from rpbench.scoring.chat.client import ChatClient, ChatRequest, EndpointConfigError, EndpointSettings, open_client
 from rpbench.scoring.judge.parse import parse_verdict
@@ -27,22 +25,26 @@ def requests_for(*questions: str, version: str = "test-v1") -> list[ChatRequest]
     return [ChatRequest(({"role": "user", "content": q},), 6, version) for q in questions]
 
 
-def client_for(server, tmp_path=None, **overrides) -> ChatClient:
-    settings = {
-        "model": server.model_name,
-        "base_url": server.base_url,
-        "api_key_env": None,
-        "backoff_initial_s": 0.01,
-        "backoff_max_s": 0.05,
-        "progress": False,
-        "timeout_s": 30,
-        "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None,
-        **overrides,
-    }
-    return ChatClient(judge_config(**settings))
+@pytest.fixture(scope="module")
+def client_for(judge_config):
+    def client_for(server, tmp_path=None, **overrides) -> ChatClient:
+        settings = {
+            "model": server.model_name,
+            "base_url": server.base_url,
+            "api_key_env": None,
+            "backoff_initial_s": 0.01,
+            "backoff_max_s": 0.05,
+            "progress": False,
+            "timeout_s": 30,
+            "cache_path": str(tmp_path / "cache.sqlite") if tmp_path else None,
+            **overrides,
+        }
+        return ChatClient(judge_config(**settings))
+
+    return client_for
 
 
-def test_second_run_is_served_from_the_cache(tiny, tmp_path):
+def test_second_run_is_served_from_the_cache(tiny, tmp_path, client_for):
     asks = requests_for("Who are you?", "Where do you live?", "What do you like?")
     with serve_in_thread(tiny) as server:
         first = client_for(server, tmp_path, price_input_per_1m=2.0, price_output_per_1m=4.0)
@@ -67,7 +69,7 @@ def test_second_run_is_served_from_the_cache(tiny, tmp_path):
         again.close()
 
 
-def test_injected_429_and_500_are_retried(tiny):
+def test_injected_429_and_500_are_retried(tiny, scripted, client_for):
     with serve_in_thread(tiny, make_server=scripted(faults=["429", "500"], replies={"?": "1"})) as server:
         client = client_for(server, max_retries=3, concurrency=1)
         replies = client.ask_many(requests_for("a?", "b?", "c?"))
@@ -76,7 +78,7 @@ def test_injected_429_and_500_are_retried(tiny):
     assert client.stats.retries == 2 and client.stats.requests == 5 and client.stats.failures == 0
 
 
-def test_exhausted_retries_are_reported_not_raised(tiny):
+def test_exhausted_retries_are_reported_not_raised(tiny, scripted, client_for):
     with serve_in_thread(tiny, make_server=scripted(faults=["500", "500", "500"])) as server:
         client = client_for(server, max_retries=1)
         [reply] = client.ask_many(requests_for("a?"))
@@ -85,7 +87,7 @@ def test_exhausted_retries_are_reported_not_raised(tiny):
 
 
 @pytest.mark.slow
-def test_a_slow_reply_times_out_and_is_retried(tiny):
+def test_a_slow_reply_times_out_and_is_retried(tiny, scripted, client_for):
     slow = scripted(faults=["slow"], slow_s=1.0, replies={"?": "0"})
     with serve_in_thread(tiny, make_server=slow) as server:
         client = client_for(server, timeout_s=0.3, max_retries=1)
@@ -98,7 +100,7 @@ def test_a_slow_reply_times_out_and_is_retried(tiny):
 
 
 @pytest.mark.parametrize("limit", [2, 4])
-def test_concurrency_limit_is_respected(tiny, limit):
+def test_concurrency_limit_is_respected(tiny, limit, scripted, client_for):
     slow = scripted(faults=["slow"] * 8, slow_s=0.25, replies={"?": "1"})
     with serve_in_thread(tiny, make_server=slow) as server:
         client = client_for(server, concurrency=limit)
@@ -107,7 +109,7 @@ def test_concurrency_limit_is_respected(tiny, limit):
     assert all(r.text == "1" for r in replies)
 
 
-def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
+def test_re_ask_until_parsed_then_count_a_parse_failure(tiny, scripted, client_for):
     reask = "Please answer with one digit."
     replies = {"good?": "1", "hopeless?": "no idea", reask: "still no idea"}
     with serve_in_thread(tiny, make_server=scripted(replies=replies)) as server:
@@ -119,7 +121,7 @@ def test_re_ask_until_parsed_then_count_a_parse_failure(tiny):
     assert parsed[1].text == "still no idea"
 
 
-def test_another_server_under_the_same_model_name_is_asked_again(tmp_path):
+def test_another_server_under_the_same_model_name_is_asked_again(tmp_path, chat_stub, judge_config):
     """The cache keys replies by endpoint too: the second server's verdicts, not the first one's."""
     asks = requests_for("Who are you?", "Where do you live?")
     with chat_stub(lambda body: "1") as first, chat_stub(lambda body: "0") as second:
@@ -147,7 +149,7 @@ def stub_settings(server, tmp_path) -> dict:
     return {"model": "judge", "base_url": server.url, "progress": False, "cache_path": str(tmp_path / "cache.sqlite")}
 
 
-def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, monkeypatch):
+def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, monkeypatch, scripted, client_for):
     secret = "sk-test-not-a-real-key-4a7f"
     monkeypatch.setenv("RPBENCH_TEST_JUDGE_KEY", secret)
     with serve_in_thread(tiny, make_server=scripted(replies={"?": "1"})) as server:
@@ -160,13 +162,13 @@ def test_api_key_comes_from_the_environment_and_is_never_stored(tiny, tmp_path, 
     assert secret.encode() not in stored
 
 
-def test_openai_endpoint_without_a_key_fails_fast_naming_the_variable(monkeypatch):
+def test_openai_endpoint_without_a_key_fails_fast_naming_the_variable(monkeypatch, judge_config):
     monkeypatch.delenv("RPBENCH_ABSENT_KEY", raising=False)
     with pytest.raises(EndpointConfigError, match="RPBENCH_ABSENT_KEY"):
         ChatClient(judge_config(backend="openai", model="gpt-4o-mini", base_url=None, api_key_env="RPBENCH_ABSENT_KEY"))
 
 
-def test_config_rejects_unknown_and_missing_keys_naming_them():
+def test_config_rejects_unknown_and_missing_keys_naming_them(judge_settings):
     with pytest.raises(ConfigError, match=r"judge\.temprature: unknown key"):
         EndpointSettings.parse({**judge_settings(model="m"), "temprature": 0.7}, "judge")
     settings = judge_settings(model="m")
@@ -182,7 +184,7 @@ BAD_REPLIES = [
 ]
 
 
-def test_bad_replies_are_retried_like_server_errors(tiny):
+def test_bad_replies_are_retried_like_server_errors(tiny, scripted, client_for):
     faults = [fault for fault, _ in BAD_REPLIES]
     with serve_in_thread(tiny, make_server=scripted(faults=faults, replies={"?": "1"})) as server:
         client = client_for(server, max_retries=3)
@@ -194,7 +196,7 @@ def test_bad_replies_are_retried_like_server_errors(tiny):
 
 
 @pytest.mark.parametrize(("fault", "reason"), BAD_REPLIES)
-def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault, reason):
+def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault, reason, scripted, client_for):
     with serve_in_thread(tiny, make_server=scripted(faults=[fault, fault], replies={"?": "1"})) as server:
         client = client_for(server, max_retries=1, concurrency=1)
         parsed = client.ask_parsed(requests_for("a?", "b?"), parse_verdict, "Answer 0 or 1.")
@@ -205,7 +207,7 @@ def test_a_bad_reply_after_all_retries_is_a_counted_request_failure(tiny, fault,
     assert (client.stats.bad_replies, client.stats.failures) == (2, 1)
 
 
-def test_retry_after_in_seconds_is_waited_for(tiny):
+def test_retry_after_in_seconds_is_waited_for(tiny, scripted, client_for):
     with serve_in_thread(tiny, make_server=scripted(faults=["429"], retry_after="1", replies={"?": "1"})) as server:
         client = client_for(server, max_retries=2)  # backoff alone would wait 0.005-0.01 s
         [reply] = client.ask_many(requests_for("a?"))
@@ -214,7 +216,7 @@ def test_retry_after_in_seconds_is_waited_for(tiny):
     assert second - first >= 1.0 and client.stats.retry_wait_s >= 1.0
 
 
-def test_retry_after_as_an_http_date_is_waited_for(tiny):
+def test_retry_after_as_an_http_date_is_waited_for(tiny, scripted, client_for):
     not_before = time.time() + 2
     when = formatdate(not_before, usegmt=True)  # whole seconds: 1-2 s from now
     with serve_in_thread(tiny, make_server=scripted(faults=["503"], retry_after=when, replies={"?": "1"})) as server:
@@ -225,7 +227,7 @@ def test_retry_after_as_an_http_date_is_waited_for(tiny):
     assert second >= parsedate_to_datetime(when).timestamp() > first
 
 
-def test_retry_after_is_capped_by_the_configured_maximum(tiny):
+def test_retry_after_is_capped_by_the_configured_maximum(tiny, scripted, client_for):
     late = scripted(faults=["429"], retry_after="3600", replies={"?": "1"})
     with serve_in_thread(tiny, make_server=late) as server:
         client = client_for(server, max_retries=2, retry_after_max_s=0.2)
@@ -233,7 +235,9 @@ def test_retry_after_is_capped_by_the_configured_maximum(tiny):
     assert reply.text == "1" and client.stats.retry_wait_s == pytest.approx(0.2)
 
 
-def test_evaluation_with_a_judge_sending_bad_replies_completes_and_counts_them(tmp_path):
+def test_evaluation_with_a_judge_sending_bad_replies_completes_and_counts_them(
+    tmp_path, run_in_process, scripted_judge
+):
     """run.py end to end: the judge's first three requests get bad replies twice (max_retries=1)."""
     out = tmp_path / "run"
     faults = ["html", "html", "truncated_json", "truncated_json", "wrong_shape", "wrong_shape"]

@@ -10,7 +10,9 @@ def test_warns_only_above_the_limit():
     assert parse_failure_warning(0, 0, 0.2) is None  # nothing judged: nothing to warn about
 
 
-def test_a_judge_that_fails_every_request_fails_the_run_and_is_never_ranked(tmp_path, caplog):
+def test_a_judge_that_fails_every_request_fails_the_run_and_is_never_ranked(
+    tmp_path, caplog, chat_stub, run_in_process
+):
     """Every judge request answered 500: the warning is on the console, in metrics.json (``eval.endpoints.judge``,
     ``warnings``) and report.md; the run stops with RunFailed, metrics.json marked ``failed``, and the
     leaderboard skips it."""
@@ -19,7 +21,6 @@ def test_a_judge_that_fails_every_request_fails_the_run_and_is_never_ranked(tmp_
 
     import pytest
 
-    from conftest import chat_stub, run_in_process
     from rpbench.leaderboard import build
     from rpbench.pipeline import RunFailed
 

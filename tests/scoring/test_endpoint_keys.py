@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import chat_stub, data_options, evaluation_of
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.eval.evaluate import generate
@@ -28,28 +27,37 @@ def openai_key(monkeypatch):
     monkeypatch.setenv("RPBENCH_TEST_ENDPOINT_KEY", OTHER_SECRET)
 
 
-def generate_against(compose, tmp_path: Path, *overrides: str) -> list[str | None]:
+@pytest.fixture(scope="module")
+def generate_against(data_options, chat_stub, evaluation_of):
     """The Authorization headers a stub endpoint received while the evaluator generated for two test records."""
-    examples = readers.read("rolemrc", "test", TEST_FILE, data_options("sample")).examples[:2]
-    with chat_stub(lambda body: "Hail.") as endpoint:
-        cfg = compose(
-            "objective=none",
-            "evaluator.backend=endpoint",
-            f"evaluator.endpoint.base_url={endpoint.url}",
-            "evaluator.endpoint.model=served",
-            *overrides,
-        )
-        generate(evaluation_of(cfg, tmp_path), examples, tmp_path / "predictions.jsonl")
-    return endpoint.authorizations
+
+    def generate_against(compose, tmp_path: Path, *overrides: str) -> list[str | None]:
+        examples = readers.read("rolemrc", "test", TEST_FILE, data_options("sample")).examples[:2]
+        with chat_stub(lambda body: "Hail.") as endpoint:
+            cfg = compose(
+                "objective=none",
+                "evaluator.backend=endpoint",
+                f"evaluator.endpoint.base_url={endpoint.url}",
+                "evaluator.endpoint.model=served",
+                *overrides,
+            )
+            generate(evaluation_of(cfg, tmp_path), examples, tmp_path / "predictions.jsonl")
+        return endpoint.authorizations
+
+    return generate_against
 
 
-def test_the_evaluation_endpoint_gets_no_key_unless_its_config_names_one(compose, tmp_path, openai_key):
+def test_the_evaluation_endpoint_gets_no_key_unless_its_config_names_one(
+    compose, tmp_path, openai_key, generate_against
+):
     assert generate_against(compose, tmp_path / "default") == ["Bearer EMPTY"] * 2
     named = generate_against(compose, tmp_path / "named", "evaluator.endpoint.api_key_env=RPBENCH_TEST_ENDPOINT_KEY")
     assert named == [f"Bearer {OTHER_SECRET}"] * 2
 
 
-def test_openai_key_named_for_another_evaluation_endpoint_is_refused_before_any_request(compose, tmp_path, openai_key):
+def test_openai_key_named_for_another_evaluation_endpoint_is_refused_before_any_request(
+    compose, tmp_path, openai_key, generate_against
+):
     with pytest.raises(ConfigError, match=r"evaluator.endpoint.api_key_env=OPENAI_API_KEY: http://127.0.0.1"):
         generate_against(compose, tmp_path, "evaluator.endpoint.api_key_env=OPENAI_API_KEY")
 
@@ -59,7 +67,7 @@ def ask_judge(judge_cfg) -> None:
         client.ask_many([ChatRequest(({"role": "user", "content": "In character?"},), 4, "test-v1")])
 
 
-def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(compose, openai_key):
+def test_the_openai_judge_pointed_at_another_host_is_refused_and_sends_nothing(compose, openai_key, chat_stub):
     with chat_stub(lambda body: "1") as endpoint:
         overrides = ["judge=openai", f"judge.base_url={endpoint.url}", "judge.cache_path=null"]
         cfg = compose("objective=none", "evaluator=rolemrc", *overrides)

@@ -4,13 +4,13 @@ with its three biases, and evaluator=judge_agreement on MMRole's released review
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.stats import kendalltau, spearmanr
 from sklearn.metrics import cohen_kappa_score
 
-from conftest import REPO_ROOT, run_in_process
 from rpbench.scoring.human_agreement import (
     agreement,
     cohen_kappa,
@@ -20,6 +20,8 @@ from rpbench.scoring.human_agreement import (
     spearman,
 )
 from rpbench.scoring.human_ratings import read_human_ratings, read_judge_verdicts
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 MMROLE_SAMPLE = REPO_ROOT / "rpbench" / "resources" / "sample" / "human_ratings" / "mmrole_in_test.jsonl"
 
@@ -145,7 +147,7 @@ def test_judge_agreement_needs_a_scale_for_pointwise_ratings(compose, tmp_path):
     validate(compose(*agreement, f"evaluator.human_ratings={pairwise}"))
 
 
-def test_judge_agreement_on_mmrole_released_reviews(tmp_path):
+def test_judge_agreement_on_mmrole_released_reviews(tmp_path, run_in_process):
     reviews = REPO_ROOT / "rpbench" / "resources" / "mmrole_release" / "in-test_reviews" / "qwen-vl-chat"
     results = run_in_process(
         tmp_path / "run",

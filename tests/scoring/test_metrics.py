@@ -199,8 +199,9 @@ def test_rouge_equals_rouge_score_on_accented_latin_text():
         (["evaluator=rpgbench", "evaluator.generalization.enabled=false"], "cjk"),  # multilingual
     ],
 )
-def test_each_rouge_type_is_scored_with_the_configured_tokenizer(compose, tmp_path, overrides, tokenizer):
-    from conftest import evaluation_of
+def test_each_rouge_type_is_scored_with_the_configured_tokenizer(
+    compose, tmp_path, overrides, tokenizer, evaluation_of
+):
 
     settings = evaluation_of(compose(*overrides), tmp_path).settings
     options = settings.metric_options()

@@ -6,7 +6,6 @@ import re
 import pytest
 from rouge_score import rouge_scorer
 
-from conftest import judge_settings, objective_settings
 from rpbench.scoring import rewards
 from rpbench.scoring.rewards import (
     REWARDS,
@@ -85,7 +84,7 @@ def test_reward_kwargs_rules_are_named_at_startup(name, kwargs, match):
     assert re.search(r"objective\.rewards\[0\]\." + match, problem), problem
 
 
-def test_judge_reward_needs_its_judge_s_reply_length():
+def test_judge_reward_needs_its_judge_s_reply_length(judge_settings):
     """A judge reward's reply length is its own kwarg (as a judged evaluator's is its own setting), not the judge's."""
     entry = {"name": "judge", "weight": 1.0, "kwargs": {"judge": judge_settings(), "rubric": "role_style"}}
     entry["kwargs"]["failure_reward"] = 0.0
@@ -93,7 +92,7 @@ def test_judge_reward_needs_its_judge_s_reply_length():
     assert "objective.rewards[0].kwargs.max_tokens: missing" in problem, problem
 
 
-def test_no_role_break_with_the_markers_of_grpo_yaml():
+def test_no_role_break_with_the_markers_of_grpo_yaml(objective_settings):
     (markers,) = [r["kwargs"]["markers"] for r in objective_settings("grpo")["rewards"] if r["name"] == "no_role_break"]
     completions = ["I draw my sword.", "Fine.\nUser: and then?", "ok<|im_start|>user\nhi", "The user: field"]
     assert no_role_break([], completions, [], markers=markers) == [1.0, 0.0, 0.0, 1.0]
@@ -258,7 +257,7 @@ def test_build_reward_fns_rejects_wrong_types(cfg, match):
         build_reward_fns(cfg, "objective.rewards")
 
 
-def test_grpo_startup_names_a_reward_kwarg_missing_from_the_yaml():
+def test_grpo_startup_names_a_reward_kwarg_missing_from_the_yaml(objective_settings):
     from rpbench.objectives.grpo import GRPOSettings
 
     entries = objective_settings("grpo")["rewards"]
@@ -286,8 +285,7 @@ def test_weighted_sum_checks_names_and_lengths():
         weighted_sum({"a": [1.0], "b": [1.0, 2.0]}, {"a": 1.0, "b": 1.0})
 
 
-def test_judge_reward_scores_each_completion_through_a_real_judge_server():
-    from scripted_server import scripted
+def test_judge_reward_scores_each_completion_through_a_real_judge_server(scripted, judge_settings):
 
     from rpbench.scoring.judge.rolemrc_rubrics import REASK
     from rpbench.serve.model import load_served_model

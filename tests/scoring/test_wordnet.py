@@ -13,7 +13,6 @@ from pathlib import Path
 import nltk
 import pytest
 
-from conftest import OFFLINE_ENV, REPO_ROOT, run_script
 from rpbench.scoring import wordnet
 
 
@@ -89,10 +88,10 @@ def test_search_order_setting_then_nltk_data_then_system(nowhere, database, monk
         wordnet.find_wordnet()  # a wrong explicit setting is an error, not a fall-through
 
 
-def finds_wordnet(env: dict[str, str]) -> bool:
+def finds_wordnet(env: dict[str, str], repo_root: Path) -> bool:
     """find_wordnet() in a process with ``env``: the module loaded from its file (it needs only nltk), not
     through rpbench.scoring, whose registries import every scorer."""
-    module = REPO_ROOT / "rpbench" / "scoring" / "wordnet.py"
+    module = repo_root / "rpbench" / "scoring" / "wordnet.py"
     probe = (
         "import importlib.util\n"
         f"spec = importlib.util.spec_from_file_location('wordnet_probe', {str(module)!r})\n"
@@ -100,11 +99,13 @@ def finds_wordnet(env: dict[str, str]) -> bool:
         "spec.loader.exec_module(wordnet)\n"
         "wordnet.find_wordnet()\n"
     )
-    return subprocess.run([sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True).returncode == 0
+    return subprocess.run([sys.executable, "-c", probe], cwd=repo_root, env=env, capture_output=True).returncode == 0
 
 
 @pytest.mark.slow
-def test_a_run_without_wordnet_reports_meteor_missing_and_computes_the_rest(tmp_path):
+def test_a_run_without_wordnet_reports_meteor_missing_and_computes_the_rest(
+    tmp_path, run_script, offline_env, repo_root
+):
     empty = tmp_path / "empty"
     empty.mkdir()
     no_wordnet = {
@@ -113,7 +114,7 @@ def test_a_run_without_wordnet_reports_meteor_missing_and_computes_the_rest(tmp_
         "NLTK_DATA": str(empty),
         "HOME": str(tmp_path),  # no ~/nltk_data, a fresh rpbench cache
     }
-    if finds_wordnet({**os.environ, **no_wordnet}):
+    if finds_wordnet({**os.environ, **no_wordnet}, repo_root):
         pytest.skip("this machine's nltk data path holds WordNet outside HOME (e.g. /usr/share/nltk_data)")
     out = tmp_path / "run"
     result = run_script(
@@ -124,7 +125,7 @@ def test_a_run_without_wordnet_reports_meteor_missing_and_computes_the_rest(tmp_
         "evaluator.metrics=[bleu,rougeL,meteor]",
         "data.max_test_samples=4",
         "evaluator.generation.max_new_tokens=8",
-        **OFFLINE_ENV,
+        **offline_env,
         **no_wordnet,
     )
     assert result.returncode == 0, result.stderr[-3000:]

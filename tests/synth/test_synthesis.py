@@ -11,7 +11,6 @@ import pytest
 from omegaconf import open_dict
 from synth_fixtures import FLAKY, MALFORMED, scripted, write_personas, write_pool
 
-from conftest import chat_stub, composed
 from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.data.rolemrc import TEST_LABELS
 from rpbench.synth.calls import TEMPLATE_TOKENS_PER_MESSAGE, BudgetReached, NothingAccepted
@@ -28,27 +27,31 @@ def inputs(tmp_path_factory):
     return personas, pool
 
 
-def config(tmp_path, url, personas, pool, *extra):
-    return composed(
-        tmp_path / "hydra",
-        "task=synthesize",
-        "synth=rolemrc",
-        "judge=openai",
-        f"judge.base_url={url}",
-        "judge.api_key_env=null",
-        "judge.model=scripted",
-        "judge.progress=false",
-        "judge.price_input_per_1m=1000",
-        "judge.price_output_per_1m=1000",
-        f"judge.cache_path={tmp_path / 'cache.sqlite'}",
-        f"synth.out_dir={tmp_path / 'out'}",
-        f"synth.personas_file={personas}",
-        f"synth.pool_file={pool}",
-        "synth.n_personas=12",
-        "synth.test_fraction=0.5",
-        "synth.batch_size=8",
-        *extra,
-    )
+@pytest.fixture(scope="module")
+def config(composed):
+    def config(tmp_path, url, personas, pool, *extra):
+        return composed(
+            tmp_path / "hydra",
+            "task=synthesize",
+            "synth=rolemrc",
+            "judge=openai",
+            f"judge.base_url={url}",
+            "judge.api_key_env=null",
+            "judge.model=scripted",
+            "judge.progress=false",
+            "judge.price_input_per_1m=1000",
+            "judge.price_output_per_1m=1000",
+            f"judge.cache_path={tmp_path / 'cache.sqlite'}",
+            f"synth.out_dir={tmp_path / 'out'}",
+            f"synth.personas_file={personas}",
+            f"synth.pool_file={pool}",
+            "synth.n_personas=12",
+            "synth.test_fraction=0.5",
+            "synth.batch_size=8",
+            *extra,
+        )
+
+    return config
 
 
 def lines(path):
@@ -56,7 +59,7 @@ def lines(path):
 
 
 @pytest.fixture(scope="module")
-def synthesized(tmp_path_factory, inputs):
+def synthesized(tmp_path_factory, inputs, chat_stub, config):
     """One full synthesis (every stage) and the scripted endpoint, shared by the tests below."""
     tmp_path = tmp_path_factory.mktemp("synthesized")
     with chat_stub(scripted) as stub:
@@ -132,7 +135,7 @@ def stub_cost_usd(stub) -> float:
     return sum(sum(worst_case_usage(body)) for body in stub.requests) * 1000 / 1e6
 
 
-def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, synthesized, inputs):
+def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, synthesized, inputs, chat_stub, config):
     """The budget stops the stage before a request could pass it (each reply here costs its worst case:
     about 3.5 USD a dialogue); the rerun goes on from what was written, and a redo comes from the cache."""
     first = synthesized[2]
@@ -168,7 +171,9 @@ def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, s
     assert {name: (out / name).read_text() for name in files} == files
 
 
-def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_recorded(tmp_path, synthesized, inputs):
+def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_recorded(
+    tmp_path, synthesized, inputs, chat_stub, config
+):
     copy_run(synthesized, tmp_path, "profiles.jsonl", "profiles_rejected.jsonl")
     with chat_stub(scripted, worst_case_usage) as stub:
         stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")
@@ -183,23 +188,28 @@ def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_reco
     assert estimate["prompt_tokens"] == sum(-(-c // 4) for c in chars)
 
 
-def synth_problems(tmp_path, inputs, *overrides: str) -> list[str]:
+@pytest.fixture(scope="module")
+def synth_problems(composed):
     """The keys a ConfigError names for ``overrides`` of the synthesis recipe."""
-    cfg = composed(
-        tmp_path / "hydra",
-        "task=synthesize",
-        "synth=rolemrc",
-        "judge=openai",
-        f"synth.personas_file={inputs[0]}",
-        f"synth.pool_file={inputs[1]}",
-        *overrides,
-    )
-    with pytest.raises(ConfigError) as raised:
-        synthesize_run(validate(cfg))
-    return sorted(line.split("=")[0].split(":")[0].strip() for line in str(raised.value).splitlines()[1:])
+
+    def synth_problems(tmp_path, inputs, *overrides: str) -> list[str]:
+        cfg = composed(
+            tmp_path / "hydra",
+            "task=synthesize",
+            "synth=rolemrc",
+            "judge=openai",
+            f"synth.personas_file={inputs[0]}",
+            f"synth.pool_file={inputs[1]}",
+            *overrides,
+        )
+        with pytest.raises(ConfigError) as raised:
+            synthesize_run(validate(cfg))
+        return sorted(line.split("=")[0].split(":")[0].strip() for line in str(raised.value).splitlines()[1:])
+
+    return synth_problems
 
 
-def test_synthesis_settings_are_typed_and_every_bad_value_is_named_at_once(tmp_path, inputs):
+def test_synthesis_settings_are_typed_and_every_bad_value_is_named_at_once(tmp_path, inputs, synth_problems):
     wrong_types = ("synth.n_personas=abc", "synth.budget_usd=cheap", "synth.allow_overlap=3")
     assert synth_problems(tmp_path, inputs, *wrong_types) == ["synth.allow_overlap", "synth.budget_usd",
                                                               "synth.n_personas"]  # fmt: skip
@@ -212,7 +222,7 @@ def test_synthesis_settings_are_typed_and_every_bad_value_is_named_at_once(tmp_p
     )
 
 
-def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, synthesized, inputs):
+def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, synthesized, inputs, chat_stub, config):
     copy_run(synthesized, tmp_path, "profiles.jsonl", "profiles_rejected.jsonl")
     stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}", "synth.profile_tries=2")
     with chat_stub(lambda body: "Sure! Here is a profile: a kind baker.") as stub:
@@ -230,7 +240,7 @@ def test_a_personas_file_that_is_not_utf8_is_named_with_its_line(tmp_path):
         sample_personas(personas, 5, seed=0)
 
 
-def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_path, synthesized, inputs):
+def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_path, synthesized, inputs, config):
     source = synthesized[0] / "out"
     leaked = next(r for r in lines(source / "rolemrc_train-sft.jsonl") if "---" not in r["task"])
     given = tmp_path / "given_test.jsonl"
@@ -252,7 +262,7 @@ def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_p
     assert (retrieval["index"], retrieval["profiles"]) == ("reused", 0)  # the profiles were retrieved in the run before
 
 
-def test_without_test_profiles_no_test_file_is_written(tmp_path, synthesized, inputs):
+def test_without_test_profiles_no_test_file_is_written(tmp_path, synthesized, inputs, config):
     copy_run(synthesized, tmp_path)
     summary = synthesize_run(
         validate(config(tmp_path, synthesized[1].url, *inputs, "synth.stages=[dialogues]", "synth.test_fraction=0"))
@@ -286,7 +296,7 @@ def test_reply_checks_name_their_reasons():
     assert check_replies("(nods) Yes.\n###\nNo.", ["a", "b"], True, None).startswith("narration_missing")
 
 
-def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(tmp_path, inputs):
+def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(tmp_path, inputs, composed):
     """Called directly (not through run.py), synthesis with judge=local asks the local server it is given."""
     from rpbench.serve.running import local_judge
 
@@ -315,7 +325,7 @@ def test_the_synthesis_entry_point_serves_judge_local_with_the_server_handed_in(
     assert profiles["accepted"] + profiles["rejected"] == 2  # each reply checked (a random tiny model's: rejected)
 
 
-def test_a_generator_prompt_beyond_judge_max_prompt_chars_is_not_sent_and_counted(tmp_path, inputs):
+def test_a_generator_prompt_beyond_judge_max_prompt_chars_is_not_sent_and_counted(tmp_path, inputs, chat_stub, config):
     """The synthesis generator rides on the judge's client: a prompt over ``judge.max_prompt_chars`` is a failed
     request, counted (the stage stops, naming how many), and never reaches the endpoint."""
     with chat_stub(scripted) as stub:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import data_options, group_values
 from rpbench.data import readers
 from rpbench.data.remid_prompts import RolePlayInput, remid_prompts
 from rpbench.eval.generalization.analysis import Critic, analyze, split_by_category
@@ -56,16 +55,16 @@ def embedder():
     return load_text_embedder(None, -1, 128, "mean", False, device="cpu")
 
 
-@functools.cache
-def sample_records():
+@pytest.fixture(scope="module")
+def sample_records(data_options):
     return readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
 
 
-@functools.cache
-def run():
+@pytest.fixture(scope="module")
+def analyzed(sample_records):
     # the sample's IDTest records and three shifted categories (two user shifts for the roll-up): every
     # category costs forwards and RJSD eigendecompositions, so the test keeps four of the twelve
-    examples = [e for e in sample_records() if e.meta["category"] in ANALYZED]
+    examples = [e for e in sample_records if e.meta["category"] in ANALYZED]
     predictions = {e.id: e.reference[::-1] for e in examples}
     empty = next(e for e in examples if e.meta["category"] == "german")
     predictions[empty.id] = "  "  # no text to embed: left out and counted
@@ -102,12 +101,12 @@ def direct_emi(chosen, predictions, reasoning, c=None) -> tuple[float, float, fl
     return mi_model - mi_golden, mi_model, ppl
 
 
-def test_the_sample_splits_into_idtest_and_each_subset_tag():
-    categories = split_by_category(sample_records())
+def test_the_sample_splits_into_idtest_and_each_subset_tag(sample_records):
+    categories = split_by_category(sample_records)
     assert list(categories)[0] == "IDTest" and set(list(categories)[1:]) == set(SHIFTED_CATEGORIES)
     assert {c: len(rows) for c, rows in categories.items()} == {"IDTest": 6, **dict.fromkeys(SHIFTED_CATEGORIES, 3)}
     for c, rows in categories.items():
-        records = [sample_records()[i] for i in rows]
+        records = [sample_records[i] for i in rows]
         if c == "IDTest":
             assert {e.meta["shift"] for e in records} == {"in_distribution"}
         else:
@@ -115,8 +114,8 @@ def test_the_sample_splits_into_idtest_and_each_subset_tag():
 
 
 @pytest.mark.slow
-def test_categories_counts_and_excluded_empty_predictions():
-    examples, _, _, empty, result = run()
+def test_categories_counts_and_excluded_empty_predictions(analyzed):
+    examples, _, _, empty, result = analyzed
     categories = list(split_by_category(examples))
     assert categories == ANALYZED  # IDTest first, then each subset tag in record order
     assert list(result["emi_critic_without_r"]) == list(result["r_emi"]) == categories
@@ -137,8 +136,8 @@ def test_categories_counts_and_excluded_empty_predictions():
     assert all(math.isfinite(v) for ppl in result["perplexity"].values() for v in ppl.values())
 
 
-def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means():
-    _, _, _, _, result = run()
+def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means(analyzed):
+    _, _, _, _, result = analyzed
     for key, table in (("r_emid", "r_emi"), ("emid_critic_without_r", "emi_critic_without_r")):
         for c, value in result[key].items():
             assert value == pytest.approx(result[table]["IDTest"]["emi"] - result[table][c]["emi"], abs=1e-12)
@@ -160,8 +159,8 @@ def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means():
     assert "r_emid" not in result["by_shift"]["in_distribution"]
 
 
-def test_emi_and_remi_equal_direct_scoring_of_each_category():
-    examples, predictions, reasoning, empty, result = run()
+def test_emi_and_remi_equal_direct_scoring_of_each_category(analyzed):
+    examples, predictions, reasoning, empty, result = analyzed
     for category in ("IDTest", "german"):
         chosen = [e for e in examples if e.meta["category"] == category and e.id != empty.id]
         for table, r, ppl_key in (
@@ -179,8 +178,8 @@ def test_emi_and_remi_equal_direct_scoring_of_each_category():
 
 
 @pytest.mark.slow
-def test_a_plain_critic_gives_the_papers_naive_emi_under_its_name():
-    examples = [e for e in sample_records() if e.meta["category"] in ("IDTest", "spanish")]
+def test_a_plain_critic_gives_the_papers_naive_emi_under_its_name(sample_records):
+    examples = [e for e in sample_records if e.meta["category"] in ("IDTest", "spanish")]
     predictions = {e.id: e.reference[::-1] for e in examples}
     reasoning = {e.id: f"Answer as {e.id} would." for e in examples}
     result = analyze(
@@ -204,8 +203,8 @@ def test_a_plain_critic_gives_the_papers_naive_emi_under_its_name():
     assert result["by_shift"]["user"]["emid"] == result["emid"]["spanish"]
 
 
-def test_bounds_follow_the_formulas_on_the_reported_js_terms():
-    _, _, _, _, result = run()
+def test_bounds_follow_the_formulas_on_the_reported_js_terms(analyzed):
+    _, _, _, _, result = analyzed
     for c, bound in result["bound"].items():
         js = result["jsd"][c]
         assert js["weighting"] == "equal" and js["n_id"] == 6 and js["n_ood"] == result["n_per_category"][c]
@@ -219,8 +218,8 @@ def test_bounds_follow_the_formulas_on_the_reported_js_terms():
         assert 0 < js["delta_p"] <= math.log(2) + 1e-9  # reversed references are not the references
 
 
-def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
-    _, _, _, _, result = run()
+def test_convergence_points_cover_the_sizes_up_to_the_smaller_category(analyzed):
+    _, _, _, _, result = analyzed
     convergence = result["convergence"]
     assert convergence["empirical"] == "r_emid"
     assert [p["n"] for p in convergence["points"]["german"]] == [2]
@@ -230,12 +229,11 @@ def test_convergence_points_cover_the_sizes_up_to_the_smaller_category():
 
 
 @pytest.mark.slow
-def test_winrate_judges_exactly_the_records_the_analysis_scores():
-    from conftest import chat_stub, judge_config
+def test_winrate_judges_exactly_the_records_the_analysis_scores(chat_stub, judge_config, group_values, analyzed):
     from rpbench.eval.benchmarks.rpgbench.evaluator import RPGBench
     from rpbench.scoring.judge.winrate import judge_winrate
 
-    examples, predictions, _, empty, result = run()
+    examples, predictions, _, empty, result = analyzed
     raw = predictions | {empty.id: "<think>never closed"}  # as generated: scored as an empty reply
     scored, counts = RPGBench().scored_predictions(raw)
     assert counts["think"]["unclosed"] == 1 and scored == predictions | {empty.id: ""}
@@ -252,8 +250,8 @@ def test_winrate_judges_exactly_the_records_the_analysis_scores():
     assert judged["overall"]["excluded_empty_predictions"] == sum(result["excluded_empty_predictions"].values()) == 1
 
 
-def test_too_few_records_with_predictions_is_an_error():
-    examples = [e for e in sample_records() if e.meta["category"] in ANALYZED]
+def test_too_few_records_with_predictions_is_an_error(sample_records):
+    examples = [e for e in sample_records if e.meta["category"] in ANALYZED]
     literature = [e.id for e in examples if e.meta["category"] == "Literature"]
     blank = {e.id: "" if e.id in literature[:2] else e.reference[::-1] for e in examples}
     reasoning = {e.id: "Greet the user." for e in examples}

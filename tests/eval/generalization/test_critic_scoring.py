@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import data_options, tiny_settings
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX, ChatRenderer
@@ -45,58 +44,79 @@ REASONING = ["Nautical, brief.", "Name the plant, gently.", "Warm and wistful."]
 SAMPLE = Path(str(resources.files("rpbench") / "resources" / "sample" / "rpgbench" / "rpgbench.json"))
 
 
-@functools.cache
-def tiny(family: str = "qwen2"):
-    model, tokenizer = load(tiny_settings(family, attn_implementation="eager"))
-    return model.eval(), ChatRenderer(tokenizer, None, max_length=4096)
+@pytest.fixture(scope="module")
+def tiny(tiny_settings):
+    """tiny(family="qwen2") -> (the tiny model of that family, its chat renderer), built once per family."""
+
+    @functools.cache
+    def tiny(family: str = "qwen2"):
+        model, tokenizer = load(tiny_settings(family, attn_implementation="eager"))
+        return model.eval(), ChatRenderer(tokenizer, None, max_length=4096)
+
+    return tiny
 
 
-@functools.cache
-def sample_records():
+@pytest.fixture(scope="module")
+def sample_records(data_options):
     return readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
 
 
-def pxy_contexts():
+@pytest.fixture(scope="module")
+def pxy_contexts(sample_records):
     """The critic's R-EMI contexts (pxy prompt with r's core features) of three bundled sample records."""
-    prompts = remid_prompts(None)
-    records = sample_records()[:3]
-    return [prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(r)) for e, r in zip(records, REASONING)]
+
+    def pxy_contexts():
+        prompts = remid_prompts(None)
+        records = sample_records[:3]
+        return [prompts.pxy(RolePlayInput(**e.meta["x"]), prompts.core_features(r)) for e, r in zip(records, REASONING)]
+
+    return pxy_contexts
 
 
-def direct_mean_logp(family: str, prompt, response: str) -> tuple[float, int]:
+@pytest.fixture(scope="module")
+def direct_mean_logp(tiny):
     """Peer: the prompt's generation text, then response + <|im_end|>, one full-logits forward."""
-    model, renderer = tiny(family)
-    tokenizer = renderer.tokenizer
-    prompt_ids = tokenizer(
-        tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
-        add_special_tokens=False,
-    )["input_ids"]
-    response_ids = tokenizer(response + "<|im_end|>", add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([prompt_ids + response_ids])
-    with torch.no_grad():
-        logps = model(input_ids=ids).logits[0].float().log_softmax(-1)
-    start = len(prompt_ids)
-    picked = [logps[start + k - 1, t].item() for k, t in enumerate(response_ids)]
-    return sum(picked) / len(picked), len(picked)
+
+    def direct_mean_logp(family: str, prompt, response: str) -> tuple[float, int]:
+        model, renderer = tiny(family)
+        tokenizer = renderer.tokenizer
+        prompt_ids = tokenizer(
+            tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        response_ids = tokenizer(response + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt_ids + response_ids])
+        with torch.no_grad():
+            logps = model(input_ids=ids).logits[0].float().log_softmax(-1)
+        start = len(prompt_ids)
+        picked = [logps[start + k - 1, t].item() for k, t in enumerate(response_ids)]
+        return sum(picked) / len(picked), len(picked)
+
+    return direct_mean_logp
 
 
-def direct_span_logp(family: str, prompt, text: str, scored_from: int, end_of_turn: bool) -> float:
+@pytest.fixture(scope="module")
+def direct_span_logp(tiny):
     """Peer: mean log-prob of the tokens of ``text`` starting at or after character ``scored_from`` (found
     from the tokenizer's offsets), then <|im_end|> when ``end_of_turn``; one full-logits forward."""
-    model, renderer = tiny(family)
-    tokenizer = renderer.tokenizer
-    prompt_ids = tokenizer(
-        tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
-        add_special_tokens=False,
-    )["input_ids"]
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = encoded["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    scored = [k for k, (start, _) in enumerate(encoded["offset_mapping"]) if start >= scored_from]
-    scored += [len(ids) - 1] if end_of_turn else []
-    with torch.no_grad():
-        logps = model(input_ids=torch.tensor([prompt_ids + ids])).logits[0].float().log_softmax(-1)
-    picked = [logps[len(prompt_ids) + k - 1, ids[k]].item() for k in scored]
-    return sum(picked) / len(picked)
+
+    def direct_span_logp(family: str, prompt, text: str, scored_from: int, end_of_turn: bool) -> float:
+        model, renderer = tiny(family)
+        tokenizer = renderer.tokenizer
+        prompt_ids = tokenizer(
+            tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
+            add_special_tokens=False,
+        )["input_ids"]
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        ids = encoded["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        scored = [k for k, (start, _) in enumerate(encoded["offset_mapping"]) if start >= scored_from]
+        scored += [len(ids) - 1] if end_of_turn else []
+        with torch.no_grad():
+            logps = model(input_ids=torch.tensor([prompt_ids + ids])).logits[0].float().log_softmax(-1)
+        picked = [logps[len(prompt_ids) + k - 1, ids[k]].item() for k in scored]
+        return sum(picked) / len(picked)
+
+    return direct_span_logp
 
 
 class RowCounter:
@@ -117,7 +137,7 @@ class RowCounter:
 
 
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
-def test_scored_span_is_the_response_and_its_end_of_turn_only(family):
+def test_scored_span_is_the_response_and_its_end_of_turn_only(family, tiny):
     _, renderer = tiny(family)
     row = response_row(renderer, PROMPTS[0], RESPONSES[0])
     scored = [t for t, label in zip(row.input_ids, row.labels) if label != IGNORE_INDEX]
@@ -126,7 +146,7 @@ def test_scored_span_is_the_response_and_its_end_of_turn_only(family):
 
 
 @pytest.mark.parametrize("layout", ["chat", "pxy"])
-def test_pair_logps_equal_a_direct_forward_per_pair(layout):
+def test_pair_logps_equal_a_direct_forward_per_pair(layout, pxy_contexts, direct_mean_logp, tiny):
     model, renderer = tiny()
     contexts = PROMPTS if layout == "chat" else pxy_contexts()
     targets = RESPONSES if layout == "chat" else [remid_prompts(None).target(y) for y in RESPONSES]
@@ -139,7 +159,7 @@ def test_pair_logps_equal_a_direct_forward_per_pair(layout):
         assert counts[k].item() == n
 
 
-def test_pair_scorer_equals_direct_forwards_and_scores_each_pair_once():
+def test_pair_scorer_equals_direct_forwards_and_scores_each_pair_once(direct_mean_logp, tiny):
     model, renderer = tiny()
     scorer = PairScorer(model, renderer, PROMPTS, RESPONSES, batch_size=2)
     assert len(scorer) == 3
@@ -164,7 +184,7 @@ def test_pair_scorer_equals_direct_forwards_and_scores_each_pair_once():
 
 
 @pytest.mark.slow
-def test_club_on_a_pair_scorer_equals_the_formula_on_direct_log_probs():
+def test_club_on_a_pair_scorer_equals_the_formula_on_direct_log_probs(pxy_contexts, direct_mean_logp, tiny):
     model, renderer = tiny()
     contexts = pxy_contexts()  # R-EMI: the critic conditioned on x and r's core features
     target = remid_prompts(None).target
@@ -186,7 +206,7 @@ def test_club_on_a_pair_scorer_equals_the_formula_on_direct_log_probs():
     assert emi == pytest.approx(direct_mi(generated) - direct_mi(golden), abs=1e-4)
 
 
-def test_constructed_shift_gives_remid_equal_to_the_lost_golden_information():
+def test_constructed_shift_gives_remid_equal_to_the_lost_golden_information(tiny):
     # ID: the model answers exactly the golden responses -> R-EMI(ID) = 0. OOD: one fixed reply for
     # every prompt -> with all negatives, MI(x; ŷ) = 0 exactly, so R-EMID = MI(x; golden on OOD).
     model, renderer = tiny()
@@ -200,7 +220,7 @@ def test_constructed_shift_gives_remid_equal_to_the_lost_golden_information():
     assert id_emi - (mi_fixed - mi_golden) == pytest.approx(mi_golden, abs=1e-9)
 
 
-def test_conditional_entropy_against_direct_values():
+def test_conditional_entropy_against_direct_values(direct_mean_logp, tiny):
     model, renderer = tiny()
     samples = [RESPONSES[:2], [RESPONSES[2]], RESPONSES]
     ended = [[SampledResponse(y, "", True) for y in drawn] for drawn in samples]
@@ -215,7 +235,7 @@ def test_conditional_entropy_against_direct_values():
         conditional_entropy(model, renderer, PROMPTS, [[a], [b]], batch_size=2)
 
 
-def test_a_sample_is_scored_after_its_header_and_without_an_unseen_end_of_turn():
+def test_a_sample_is_scored_after_its_header_and_without_an_unseen_end_of_turn(direct_span_logp, tiny):
     model, renderer = tiny()
     header, reply = "## Agent Response\n", "North, past the cliffs."
     text = header + reply
@@ -232,7 +252,7 @@ def test_a_sample_is_scored_after_its_header_and_without_an_unseen_end_of_turn()
         response_row(renderer, PROMPTS[0], header, header, end_of_turn=False)
 
 
-def test_cut_samples_and_headers_are_found_from_the_text():
+def test_cut_samples_and_headers_are_found_from_the_text(tiny):
     from rpbench.eval.generalization.analysis import as_sampled
 
     _, renderer = tiny()
@@ -259,14 +279,16 @@ def test_h_hat_max_mean_and_quantile_by_hand():
     assert entropy_sums(both, 0.9) == pytest.approx({"max": 4.0, "mean": 9.5 / 5, "quantile": 3.4})
 
 
-def test_a_response_cut_by_max_length_is_an_error():
+def test_a_response_cut_by_max_length_is_an_error(tiny):
     model, renderer = tiny()
     short = ChatRenderer(renderer.tokenizer, None, max_length=20)
     with pytest.raises(ValueError, match="does not fit in max_length=20"):
         pair_logps(model, short, PROMPTS, RESPONSES, [(0, 0)], batch_size=1)
 
 
-def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
+def test_category_entropies_and_the_estimated_bound_by_direct_forwards(
+    direct_mean_logp, direct_span_logp, tiny, sample_records
+):
     # Ĥ(ID vs german) = max over the ID and german prompts of H(model | x) + H(golden | x): the model's
     # entropy from its samples under its own prompt, the golden one from the critic's samples under the
     # critic's pxy context (with r); both -mean_k ℓ(y_k | ·), length-normalised
@@ -276,7 +298,7 @@ def test_category_entropies_and_the_estimated_bound_by_direct_forwards():
 
     model, renderer = tiny()
     prompts = remid_prompts(None)
-    records = sample_records()
+    records = sample_records
     examples = [e for e in records if e.meta["category"] == "IDTest"][:2]
     examples += [e for e in records if e.meta["category"] == "german"][:2]
     reasoning = {e.id: f"Reply as {e.id}, briefly." for e in examples}

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 
-from conftest import run_in_process
 from rpbench.eval.generalization.embed import load_text_embedder
 
 PIRATE, CLERK = "You are Salt Annie, a pirate of the southern seas.", "You are Mr Pell, a clerk at the town bank."
@@ -66,7 +65,7 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_shift_report_between_splits_of_own_data(tmp_path, one_thread):
+def test_shift_report_between_splits_of_own_data(tmp_path, one_thread, run_in_process):
     files = {"train": write(tmp_path / "train.jsonl", TRAIN), "test": write(tmp_path / "test.jsonl", TEST)}
     files["again"] = write(tmp_path / "again.jsonl", TRAIN)
     splits = "{" + ",".join(f"{k}:{v}" for k, v in files.items()) + "}"
@@ -102,7 +101,7 @@ def test_shift_report_between_splits_of_own_data(tmp_path, one_thread):
     assert "### train vs test" in (tmp_path / "run" / "report.md").read_text()
 
 
-def test_one_split_is_refused(tmp_path):
+def test_one_split_is_refused(tmp_path, run_in_process):
     from rpbench.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="evaluator=shift compares two or more splits"):

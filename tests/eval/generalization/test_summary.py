@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 import runpy
 import sys
+from pathlib import Path
 
 import pytest
 import scipy.stats
 
-from conftest import REPO_ROOT, run_script
 from rpbench.eval.generalization.summary import markdown, severity_across_runs_figure, summarize_runs, write_summary
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 JSD = {  # input JS terms per shifted category (the same data for every model)
     "german": {"user": 0.20, "character": 0.05, "dialogue": 0.02, "delta_p": 0.3, "delta_q": 0.4},
@@ -208,7 +210,7 @@ def test_the_pilot_figure_across_runs_numbers_each_category_once_and_names_the_r
     assert [t.get_text() for t in legend.get_texts()] == summary["runs"]
 
 
-def test_summarize_script(runs, tmp_path):
+def test_summarize_script(runs, tmp_path, run_script):
     out = tmp_path / "summary"
     result = run_script(
         "experiments/rpgbench/summarize.py", *map(str, runs), "--out-dir", str(out), "--resamples", "60"

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import data_options
 from rpbench.data import readers
 from rpbench.data.records import Turn
 from rpbench.data.remid_prompts import format_dialogue
@@ -97,7 +96,7 @@ def test_truncation_is_counted_and_bad_inputs_are_named():
         load_text_embedder(None, 9, 512, "mean", False, device="cpu")
 
 
-def test_shift_severity_on_the_bundled_sample():
+def test_shift_severity_on_the_bundled_sample(data_options):
     examples = readers.read("rpgbench", "test", SAMPLE, data_options("sample_rpgbench")).examples
     by_shift = {}
     for e in examples:

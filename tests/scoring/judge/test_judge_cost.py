@@ -5,13 +5,16 @@ generated: real runs against a judge on 127.0.0.1."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import CONF_DIR, REPO_ROOT, chat_stub, data_options, group_values, run_in_process
+from rpbench.core.paths import CONF_DIR
 from rpbench.data import readers
 from rpbench.scoring.judge.budget import JudgeBudgetError
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 RUN = [
     "objective=none",
@@ -31,7 +34,7 @@ RUN = [
 SAMPLE_TEST = REPO_ROOT / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
 
 
-def test_judge_cost_and_agreement_with_humans(tmp_path):
+def test_judge_cost_and_agreement_with_humans(tmp_path, data_options, chat_stub, run_in_process, group_values):
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
     records = readers.read("rolemrc", "test", SAMPLE_TEST, data_options("sample")).examples
     rated = [(r.id, rubric) for r in records for rubric in table[r.task]]
@@ -71,7 +74,7 @@ def test_judge_cost_and_agreement_with_humans(tmp_path):
     )
 
 
-def test_a_run_past_its_judge_budget_does_not_start(tmp_path):
+def test_a_run_past_its_judge_budget_does_not_start(tmp_path, chat_stub, run_in_process):
     with chat_stub(lambda body: "1") as judge:
         with pytest.raises(JudgeBudgetError, match=r"tokens \d+ > judge.budget.tokens=10"):
             run_in_process(tmp_path / "run", *RUN, f"judge.base_url={judge.url}", "judge.budget.tokens=10")

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, SHARED_DATA
 from rpbench.data.mmrole.prompts import SCORE_PARSERS, parse_score_pair_as_authors
 from rpbench.scoring.judge.parse import parse_score_pair, parse_verdict
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 RELEASE = REPO_ROOT / "rpbench" / "resources" / "mmrole_release"  # the bundled subset of the MMRole release
 FULL_RELEASE = SHARED_DATA / "mmrole"

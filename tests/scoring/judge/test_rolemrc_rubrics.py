@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from scripted_server import scripted, scripted_judge
 
-from conftest import group_values, judge_config
 from rpbench.core.errors import DataFormatError
 from rpbench.core.typed import plain
 from rpbench.data.records import EvalExample, Turn
@@ -28,7 +26,12 @@ SYSTEM = (
     "You are Captain Ada Reyes, a retired merchant-navy officer. You must answer in exactly two sentences. "
     "You speak bluntly and use sailing metaphors."
 )
-VERDICT_TOKENS = group_values("evaluator", "rolemrc", "evaluator")["judge_max_tokens"]  # a 0/1 verdict
+
+
+@pytest.fixture(scope="module")
+def verdict_tokens(group_values):
+    """The reply length of evaluator=rolemrc's judge (a 0/1 verdict)."""
+    return group_values("evaluator", "rolemrc", "evaluator")["judge_max_tokens"]
 
 
 def example(rid: str, dims: list[str], system: str = SYSTEM, **meta) -> EvalExample:
@@ -82,7 +85,7 @@ AUTHORS_DIMENSIONS = {
 def test_five_dimensions_of_every_test_label_are_the_authors():
     from omegaconf import OmegaConf
 
-    from conftest import CONF_DIR
+    from rpbench.core.paths import CONF_DIR
     from rpbench.scoring.judge.rolemrc_rubrics import DIMENSIONS, dimensions_of
 
     table = OmegaConf.load(CONF_DIR / "data" / "rolemrc.yaml").task_dimensions
@@ -172,17 +175,21 @@ def test_prompt_file_must_name_every_rubric_and_exist(tmp_path):
         load_prompts(tmp_path / "absent.yaml")
 
 
-def judge_client(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> ChatClient:
-    settings = {
-        "model": server.model_name,
-        "base_url": server.base_url,
-        "api_key_env": None,
-        "progress": False,
-        "parse_tries": parse_tries,
-        "parse_failure": parse_failure,
-        "cache_path": str(tmp_path / "judge.sqlite"),
-    }
-    return ChatClient(judge_config(**settings))
+@pytest.fixture(scope="module")
+def judge_client(judge_config):
+    def judge_client(tiny, server, tmp_path, parse_tries: int = 3, parse_failure: str = "wrong") -> ChatClient:
+        settings = {
+            "model": server.model_name,
+            "base_url": server.base_url,
+            "api_key_env": None,
+            "progress": False,
+            "parse_tries": parse_tries,
+            "parse_failure": parse_failure,
+            "cache_path": str(tmp_path / "judge.sqlite"),
+        }
+        return ChatClient(judge_config(**settings))
+
+    return judge_client
 
 
 # The judge answers by what the model reply says: a real server, a scripted judge.
@@ -201,18 +208,18 @@ RECORDS = [
 ]
 
 
-def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
+def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path, scripted, verdict_tokens, judge_client):
     """judge.parse_failure=exclude: an unreadable verdict is left out of the accuracy (counted)."""
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
     with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
         result = judge_rolemrc(
-            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), VERDICT_TOKENS
+            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), verdict_tokens
         )
         # 6 judgements, then 2 re-asks of the muddled one (3 tries in all)
         assert server.stats.requests == 6 + 2
         again = judge_rolemrc(
-            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), VERDICT_TOKENS
+            examples, predictions, judge_client(tiny, server, tmp_path, parse_failure="exclude"), verdict_tokens
         )
         assert server.stats.requests == 8  # the re-run is served from the cache
     assert again["rubrics"] == result["rubrics"] and result["parse_failure"] == "exclude"
@@ -259,13 +266,15 @@ def test_accuracy_counts_and_parse_failures_per_rubric(tiny, tmp_path):
     assert r3["attempts"] == {"multi_turn.answerable": 3} and r3["replies"]["multi_turn.answerable"] == "fine, I guess"
 
 
-def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, tmp_path):
+def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(
+    tiny, tmp_path, scripted, verdict_tokens, judge_client
+):
     # llm_judge.py: int(reply) fails -> score 0, kept in the mean, counted as a bad response.
     # Of 6 judgements 3 are 1, 2 are 0 and 1 is unreadable: accuracy 3/6 (exclude: 3/5).
     examples = [e for e, _ in RECORDS]
     predictions = {e.id: reply for e, reply in RECORDS}
     with serve_in_thread(tiny, make_server=scripted(replies=VERDICTS)) as server:
-        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path), VERDICT_TOKENS)
+        result = judge_rolemrc(examples, predictions, judge_client(tiny, server, tmp_path), verdict_tokens)
     assert result["parse_failure"] == "wrong"
     assert result["overall"] == {
         "n": 6,
@@ -280,20 +289,22 @@ def test_an_unreadable_verdict_counts_as_wrong_by_default_as_the_release(tiny, t
     assert r3["verdicts"] == {"multi_turn.answerable": 0} and r3["status"] == {"multi_turn.answerable": "parse_failure"}
 
 
-def test_judge_parse_failure_policy_is_checked():
+def test_judge_parse_failure_policy_is_checked(judge_config):
     with pytest.raises(ValueError, match="judge.parse_failure='zero': expected one of wrong, exclude"):
         judge_config(model="m", parse_failure="zero")
 
 
-def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path):
+def test_a_re_asked_verdict_that_parses_counts(tiny, tmp_path, scripted, verdict_tokens, judge_client):
     examples = [RECORDS[2][0]]
     with serve_in_thread(tiny, make_server=scripted(replies={**VERDICTS, REASK: "1"})) as server:
-        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, judge_client(tiny, server, tmp_path), VERDICT_TOKENS)
+        result = judge_rolemrc(examples, {"r3": "REPLY-MUDDLED"}, judge_client(tiny, server, tmp_path), verdict_tokens)
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["parse_failures"] == 0
     assert result["records"][0]["attempts"] == {"multi_turn.answerable": 2}
 
 
-def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny_model):
+def test_a_judge_config_is_opened_with_the_local_server_handed_in(
+    tmp_path, tiny_model, judge_config, scripted_judge, verdict_tokens
+):
     judge = judge_config(
         backend="local",
         model="local",
@@ -302,18 +313,18 @@ def test_a_judge_config_is_opened_with_the_local_server_handed_in(tmp_path, tiny
         server={"model": plain(tiny_model(end_of_turn="<|im_end|>"))},  # a model config mapping
     )
     opener = client_opener(scripted_judge(replies={"REPLY-GOOD": "1"}))
-    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, VERDICT_TOKENS, opener=opener)
+    result = judge_rolemrc([RECORDS[0][0]], {"r1": "REPLY-GOOD"}, judge, verdict_tokens, opener=opener)
     assert result["judge_model"] == "tiny:qwen2"
     assert result["overall"]["accuracy"] == 1.0 and result["overall"]["n"] == 2
 
 
-def test_bad_inputs_are_named():
+def test_bad_inputs_are_named(judge_config, verdict_tokens):
     client = ChatClient(
         judge_config(**{"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": None, "progress": False})
     )
     with pytest.raises(ValueError, match=r"1 test records have no prediction.*r2"):
-        judge_rolemrc([RECORDS[1][0]], {}, client, VERDICT_TOKENS)
+        judge_rolemrc([RECORDS[1][0]], {}, client, verdict_tokens)
     with pytest.raises(DataFormatError, match="record x.*meta.dimensions"):
-        judge_rolemrc([example("x", ["humour"])], {"x": "r"}, client, VERDICT_TOKENS)
+        judge_rolemrc([example("x", ["humour"])], {"x": "r"}, client, verdict_tokens)
     with pytest.raises(DataFormatError, match="record y.*meta.dimensions"):
-        judge_rolemrc([example("y", [])], {"y": "r"}, client, VERDICT_TOKENS)
+        judge_rolemrc([example("y", [])], {"y": "r"}, client, verdict_tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -176,7 +177,8 @@ def _build_on_rank(rank: int, world_size: int, port: int, out_dir: str, model_cf
 def test_precompute_on_two_ranks_splits_the_work_and_gives_every_rank_the_whole_cache(
     tmp_path, model_cfg, sample_pairs
 ):
-    args = (2, _free_port(), str(tmp_path), model_cfg, sample_pairs)
+    picklable = replace(model_cfg, tiny=dict(model_cfg.tiny))  # the settings hold their sizes in a mappingproxy
+    args = (2, _free_port(), str(tmp_path), picklable, sample_pairs)
     mp.spawn(_build_on_rank, args=args, nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     model, tokenizer = load(model_cfg)

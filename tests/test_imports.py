@@ -4,6 +4,9 @@ Every ``import`` of every rpbench module (module level or inside functions) is r
 module may import its own layer and the layers below, never one above, and objectives, eval and probes
 do not import each other (nor do models and scoring). The ``rpbench.serve`` package (which loads models to
 serve them) is pipeline level. The top-level modules are a fixed list (docs/architecture.md): a concern gets a folder.
+
+The tests' own imports: a test takes shared set-up as a fixture of tests/conftest.py, never imports conftest or
+another test module.
 """
 
 from __future__ import annotations

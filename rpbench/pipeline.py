@@ -284,9 +284,10 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
     evaluation = eval_context(spec, model, tokenizer, splits.get("test", []), out_dir, logger, local_judge_server)
     if evaluator != "none":
         results["eval"] = evaluate(evaluation)
-        endpoint_warnings = [h["warning"] for h in results["eval"]["endpoints"].values() if h["warning"]]
-        if endpoint_warnings:
-            results["warnings"] = [*results.get("warnings", []), *endpoint_warnings]
+        eval_warnings = [h["warning"] for h in results["eval"]["endpoints"].values() if h["warning"]]
+        eval_warnings += [results["eval"]["judge_warning"]] if results["eval"].get("judge_warning") else []
+        if eval_warnings:
+            results["warnings"] = [*results.get("warnings", []), *eval_warnings]
         if results["eval"].get("failed"):
             results["failed"] = f"evaluator={evaluator}: {results['eval']['failed']}"
             if is_rank_zero():

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rpbench.eval.benchmarks import BENCHMARKS
+
 
 def _data_lines(data: dict[str, Any]) -> list[str]:
     if not data:
@@ -71,6 +73,17 @@ def headline(results: dict[str, Any]) -> list[str]:
     scored = [f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None]
     if scored:
         lines.append("test: " + ", ".join(scored))
+    evaluator = results.get("evaluator", "none")
+    if "eval" in results and evaluator != "none":
+        found = (h.console_line(results["eval"]) for h in BENCHMARKS.get(evaluator).headlines)
+        first = next((line for line in found if line is not None), None)
+        lines.append(f"headline ({evaluator}): {first}" if first else f"headline ({evaluator}): none held")
+    tally = results.get("eval", {}).get("judge_tally")
+    if tally:
+        lines.append(
+            f"judge: {tally['n']} judgements, {tally['parse_failures']} unparsed, "
+            f"{tally['request_failures']} unanswered"
+        )
     judge = results.get("eval", {}).get("judge", {}).get("overall")
     if judge and judge["accuracy"] is not None:
         score = f"{100 * judge['accuracy']:.2f}%" if judge["judged"] else "none"  # no verdict: no number

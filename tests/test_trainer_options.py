@@ -128,8 +128,6 @@ def test_a_hub_model_missing_from_the_cache_offline_is_refused_before_loading(
     (snapshot.parents[1] / "refs").mkdir()
     (snapshot.parents[1] / "refs" / "main").write_text("abc123")
     check_model_source(validate(compose("model=qwen2.5-0.5b", "objective=none")))  # in the cache: loads offline
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    check_model_source(validate(compose("model=llama3-8b", "objective=none")))  # online: the download may work
 
 
 @pytest.mark.parametrize("records", [5, 17, 43, 2001])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,7 @@ def evaluate(ctx: EvalContext) -> dict[str, Any]:
     results rest on nothing (``failed``: every request of a role failed, no verdict, or a headline without a
     number; the pipeline then fails the run)."""
     from rpbench.scoring.chat.client import counting_usage
+    from rpbench.scoring.chat.health import no_verdict, parse_failure_warning
 
     with counting_usage() as usage:
         results = evaluate_benchmark(ctx)
@@ -191,6 +192,12 @@ def evaluate(ctx: EvalContext) -> dict[str, Any]:
     benchmark = BENCHMARKS.get(ctx.settings.name)
     unscored = [f"its headline ({h.label}) has no value" for h in benchmark.headlines if h.unscored(results)]
     reasons = [results.get("failed"), rests_on_nothing(results["endpoints"]), *unscored]
+    tally = benchmark.judge_tally(results) if ctx.judge is not None else None
+    if tally is not None:
+        results["judge_tally"] = asdict(tally)
+        limit = ctx.judge.warn_parse_failure_rate
+        results["judge_warning"] = parse_failure_warning(tally.parse_failures, tally.n, limit)
+        reasons.append(no_verdict(tally.n, tally.parse_failures, tally.request_failures))
     if any(reasons):
         results["failed"] = "; ".join(dict.fromkeys(r for r in reasons if r)) + ": the results rest on nothing"
     return results

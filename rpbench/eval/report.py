@@ -183,7 +183,6 @@ def sections(
         judge = results["judge"]
         out.append(
             f"### Judge `{judge['judge_model']}` (prompt {judge['prompt_version']})\n\n"
-            + (f"**Warning:** {judge['warning']}\n\n" if judge.get("warning") else "")
             + parse_failure_note(judge)
             + judge_table(paper_named(judge["dimensions"]), "dimension (paper's five)")
             + "\n\n"

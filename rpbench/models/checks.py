@@ -108,26 +108,70 @@ def source_problems(model: ModelSettings, key: str = "model") -> list[str]:
     return found
 
 
+HUB_PROBE_TIMEOUT_S = 3.0  # one request for config.json, no retries: a run fails in seconds, not minutes
+
+
 def hub_problems(model: ModelSettings, key: str = "model") -> list[str]:
-    """With the Hub offline (HF_HUB_OFFLINE=1), a hub id whose config.json is not in the local Hugging Face
-    cache: loading it would fail after the run has started."""
+    """A hub id the run could not load, found before it starts: with the Hub offline (HF_HUB_OFFLINE=1) one
+    whose config.json is not in the local Hugging Face cache; online, one the Hub does not answer for (no
+    network, no such model, a gated model without access), asked once with a short timeout."""
     from huggingface_hub import constants, try_to_load_from_cache
 
     name = model.name_or_path
-    if not constants.HF_HUB_OFFLINE or model.is_tiny or Path(name).expanduser().is_dir():
-        return []
-    if model.gguf_file:
-        return []  # the weights come from the file (checked as the settings are parsed)
-    if looks_local(name):
-        return []  # a local path that does not exist: the settings' check names it
+    if model.is_tiny or Path(name).expanduser().is_dir() or model.gguf_file or looks_local(name):
+        return []  # a gguf file, or a local path that does not exist: the settings' check names it
     if isinstance(try_to_load_from_cache(name, "config.json", revision=model.revision), str):
         return []
-    return [
-        f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "
-        f"HF_HUB_OFFLINE=1 lets it load from: download it where there is a network (`hf download {name} "
-        f"--local-dir <dir>`) and pass {key}.name_or_path=<dir>, point HF_HOME at a cache that holds it, or unset "
-        "HF_HUB_OFFLINE"
-    ]
+    if constants.HF_HUB_OFFLINE:
+        return [
+            f"{key}.name_or_path={name!r}: not a local folder, and not in the Hugging Face cache, which is all "
+            f"HF_HUB_OFFLINE=1 lets it load from: download it where there is a network (`hf download {name} "
+            f"--local-dir <dir>`) and pass {key}.name_or_path=<dir>, point HF_HOME at a cache that holds it, or "
+            "unset HF_HUB_OFFLINE"
+        ]
+    why = hub_unreachable(name, model.revision)
+    return [f"{key}.name_or_path={name!r}: {why}"] if why else []
+
+
+def hub_unreachable(name: str, revision: str | None) -> str | None:
+    """Why the Hub does not serve ``name``'s config.json (None when it does), from one request."""
+    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        url = hf_hub_url(name, "config.json", revision=revision, endpoint=constants.ENDPOINT)
+        get_hf_file_metadata(url, timeout=HUB_PROBE_TIMEOUT_S, endpoint=constants.ENDPOINT)
+    except GatedRepoError:
+        return "a gated model: accept its licence on the Hub and log in (`hf auth login`, or set HF_TOKEN)"
+    except RepositoryNotFoundError:
+        return "no such model on the Hub (or a private one this token cannot see): check the id"
+    except RevisionNotFoundError:
+        return f"the Hub has no revision {revision!r} of it (model.revision)"
+    except RemoteEntryNotFoundError:
+        return "the Hub repository has no config.json: not a transformers model"
+    except HfHubHTTPError as error:
+        return f"the Hub answered {error.response.status_code if error.response is not None else 'an error'}"
+    except Exception as error:
+        if not is_network_error(error):
+            raise
+        return (
+            f"not in the Hugging Face cache, and the Hub ({constants.ENDPOINT}) cannot be reached "
+            f"({type(error).__name__}: {error}): offline? download it where there is a network "
+            f"(`hf download {name}`), or set HF_HUB_OFFLINE=1 to use the cache alone"
+        )
+    return None
+
+
+def is_network_error(error: BaseException) -> bool:
+    """No network, DNS, a refused connection or a timeout: an OSError, or the Hub client's transport error
+    (whichever HTTP library it is built on)."""
+    return isinstance(error, OSError) or any(cls.__name__ == "TransportError" for cls in type(error).__mro__)
 
 
 def config_context(config: Any) -> int | None:

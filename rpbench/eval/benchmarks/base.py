@@ -46,18 +46,49 @@ class Headline:
     scores: str = ""
     higher_is_better: bool = True
 
-    def unscored(self, results: Mapping[str, Any]) -> bool:
-        """Whether ``results`` hold this headline's entry without a number in it (nothing was scored)."""
+    def held(self, results: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Any] | None:
+        """(the entry the path leads to when it is a mapping, the number or None in it) when ``results`` hold
+        this headline's entry; None when they do not (another headline, or a setting this run left out)."""
         entry: Any = results
         for key in self.path:
             if not isinstance(entry, Mapping) or key not in entry:
-                return False  # not held: another headline, or a setting this run left out
+                return None
             entry = entry[key]
-        if self.value:
-            if not isinstance(entry, Mapping):
-                return False
-            entry = entry.get(self.value)
-        return entry is None
+        if not self.value:
+            return None, entry
+        return (entry, entry.get(self.value)) if isinstance(entry, Mapping) else None
+
+    def unscored(self, results: Mapping[str, Any]) -> bool:
+        """Whether ``results`` hold this headline's entry without a number in it (nothing was scored)."""
+        found = self.held(results)
+        return found is not None and found[1] is None
+
+    def console_line(self, results: Mapping[str, Any]) -> str | None:
+        """``<label> <value> [CI]`` (or ``<label>: no value``) when ``results`` hold this headline."""
+        found = self.held(results)
+        if found is None:
+            return None
+        entry, value = found
+        if value is None:
+            return f"{self.label}: no value"
+        ci = entry and entry.get("ci_low") is not None and entry.get("ci_high") is not None
+        return f"{self.label} {value:.4f}" + (f" [{entry['ci_low']:.4f}, {entry['ci_high']:.4f}]" if ci else "")
+
+
+@dataclass(frozen=True)
+class JudgeTally:
+    """How a benchmark's judgements went: ``n`` asked, ``parse_failures`` unparsed, ``request_failures``
+    unanswered (the evaluation warns and fails on these the same way for every judged benchmark)."""
+
+    n: int
+    parse_failures: int
+    request_failures: int
+
+
+def tally_of(overall: Mapping[str, Any]) -> JudgeTally:
+    """A judge's overall tally as RoleMRC's and RPGBench's judging write it (``n``, ``parse_failures``,
+    ``request_failures``)."""
+    return JudgeTally(overall["n"], overall["parse_failures"], overall["request_failures"])
 
 
 def rouge_l() -> Headline:
@@ -129,6 +160,11 @@ class Benchmark:
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """How many judge requests each test record costs (for the estimate against ``judge.budget``): one."""
         return [1] * len(examples)
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        """How its judgements in ``results`` went (None: it asked no judge). A judged benchmark says where its
+        counts are."""
+        return None
 
     def prepare_judge(self, ctx: EvalContext) -> Any:
         """What the judge needs, checked before generating (a bad prompt file fails early)."""

@@ -32,7 +32,7 @@ from rpbench.data.characterllm import SETTINGS
 from rpbench.data.characterllm_prompts import ASPECTS, INTERVIEWER, SPEAKER_CUE, CharacterLLMPrompts
 from rpbench.data.records import EvalExample, Turn
 from rpbench.data.settings import DataSettings
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
@@ -232,6 +232,12 @@ class CharacterLLM(Benchmark):
         health = role_health("simulator", asked_in_all, len(stopped), limit, "judge.warn_request_failure_rate")
         results["endpoints"] = {"simulator": health}
         return [_interview(e, transcripts[e.id], finished=e.id not in stopped) for e in records]
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        """Every (interview, aspect) judgement of every setting."""
+        aspects = [s for t in results["characterllm"].values() for s in t["aspects"].values()]
+        parse, request = (sum(s[k] for s in aspects) for k in ("parse_failures", "request_failures"))
+        return JudgeTally(sum(s["n"] for s in aspects) + parse + request, parse, request)
 
 
 def interviewer_prompt(

@@ -9,7 +9,16 @@ from typing import Any
 
 from rpbench.core.errors import ConfigError
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l, write_jsonl
+from rpbench.eval.benchmarks.base import (
+    BENCHMARKS,
+    Benchmark,
+    Headline,
+    Judged,
+    JudgeTally,
+    rouge_l,
+    tally_of,
+    write_jsonl,
+)
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
@@ -52,17 +61,11 @@ class RoleMRC(Benchmark):
     def judge(self, ctx: EvalContext, predictions: Mapping[str, str], prepared: Any) -> Judged:
         """The judge's accuracies per rubric, per dimension (the paper's five) and overall, with bootstrap
         CIs, and each record's verdicts by rubric; the judge's replies go to judgements.jsonl."""
-        from rpbench.scoring.chat.health import no_verdict, parse_failure_warning
         from rpbench.scoring.judge import judge_rolemrc
 
         judged = judge_rolemrc(
             ctx.examples, predictions, ctx.judge, ctx.settings.judge_max_tokens, prepared, ctx.open_client
         )
-        overall = judged["overall"]  # request failures: the judge's endpoint health (rpbench.eval.evaluate)
-        warning = parse_failure_warning(overall["parse_failures"], overall["n"], ctx.judge.warn_parse_failure_rate)
-        if warning:
-            judged["warning"] = warning
-        failed = no_verdict(overall["n"], overall["parse_failures"], overall["request_failures"])
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
         bootstrap = ctx.settings.bootstrap.as_kwargs()
@@ -70,8 +73,11 @@ class RoleMRC(Benchmark):
             for group, tally in judged[level].items():
                 verdicts = [v for rec in records for r, v in rec["verdicts"].items() if key(r) == group]
                 tally.update({k: summarize(verdicts, **bootstrap)[k] for k in ("ci_low", "ci_high")})
-        results = {"judge": judged, "prompts": dict(prepared.records), **({"failed": failed} if failed else {})}
+        results = {"judge": judged, "prompts": dict(prepared.records)}
         return Judged(results, {rec["id"]: rec["verdicts"] for rec in records})
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        return tally_of(results["judge"]["overall"]) if "judge" in results else None
 
 
 BENCHMARKS.register("rolemrc")(RoleMRC())

@@ -80,9 +80,9 @@ def parse_failure_warning(parse_failures: int, n: int, limit: float) -> str | No
         return None
     message = (
         f"the judge's replies could not be parsed for {parse_failures} of {n} judgements "
-        f"({100 * parse_failures / n:.0f}%, above judge.warn_parse_failure_rate={limit:g}): its accuracies "
-        "rest on the few parsed verdicts; check judge.model (a model too small to follow the rubric?) and "
-        "judgements.jsonl"
+        f"({100 * parse_failures / n:.0f}%, above judge.warn_parse_failure_rate={limit:g}): its scores rest "
+        "on the few parsed verdicts; check judge.model (a model too small to follow the rubric's format?) and "
+        "the judge's replies in the run folder (judgements.jsonl, or reviews/ for MMRole)"
     )
     log.warning(message)
     return message

@@ -35,7 +35,7 @@ from rpbench.core.typed import Problem, Settings
 from rpbench.data.conversation_session import Session
 from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, write_jsonl
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, write_jsonl
 from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
@@ -191,6 +191,13 @@ class Conversation(Benchmark):
                 }
             )
         return results
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        """The session judgements (sessions cut short by the simulator are not judged)."""
+        c = results["conversation"]
+        return JudgeTally(
+            c["sessions"] - c["sessions_cut_short"], c["judge_parse_failures"], c["judge_request_failures"]
+        )
 
 
 def judge_complete(

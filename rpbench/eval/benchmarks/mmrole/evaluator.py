@@ -23,7 +23,7 @@ from rpbench.data.mmrole.prompts import METRICS as REVIEW_METRICS
 from rpbench.data.mmrole.prompts import review_prompts
 from rpbench.data.prepare import TEST_SET
 from rpbench.data.records import EvalExample
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, rouge_l
+from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, JudgeTally, rouge_l
 from rpbench.eval.context import EvalContext
 from rpbench.eval.report import metric_table
 from rpbench.eval.settings import JudgedSettings
@@ -118,6 +118,14 @@ class MMRole(Benchmark):
                 "`evaluator.answers={in: <this run>/answers/in, out: <this run>/answers/out}`)."
             )
         return sections + (mmrole_sections(results["mmrole_eval"]) if "mmrole_eval" in results else [])
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        """Every (review, metric) score pair of all answers files."""
+        if "mmrole_eval" not in results:
+            return None
+        pooled = results["mmrole_eval"]["all"]
+        parse, request = (sum(pooled[k].values()) for k in ("parse_failures", "request_failures"))
+        return JudgeTally(sum(pooled["n"].values()) + parse + request, parse, request)
 
 
 def reference_by_test_set(metrics: Mapping[str, Any]) -> str:

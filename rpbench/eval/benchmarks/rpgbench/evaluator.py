@@ -22,7 +22,16 @@ from rpbench.data.records import EvalExample, generated_reply
 from rpbench.data.remid_prompts import RemidPrompts, RolePlayInput, remid_prompts
 from rpbench.data.rpgbench import ID_CATEGORY, TEST_SPLITS, RPGBenchOptions
 from rpbench.data.settings import DataSettings
-from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, Judged, read_jsonl, write_jsonl
+from rpbench.eval.benchmarks.base import (
+    BENCHMARKS,
+    Benchmark,
+    Headline,
+    Judged,
+    JudgeTally,
+    read_jsonl,
+    tally_of,
+    write_jsonl,
+)
 from rpbench.eval.benchmarks.rpgbench.report import plot_convergence, plot_severity, report_sections
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
@@ -198,22 +207,19 @@ class RPGBench(Benchmark):
         """``winrate``: model vs golden, both orders, per judge and as the judges' mean WinRate; overall,
         per category and per shift. The judge sees each record's character, persona and dialogue; records with
         an empty reply are left out (as from the analysis) and counted beside each tally."""
-        from rpbench.scoring.chat.health import parse_failure_warning
         from rpbench.scoring.judge.winrate import judge_winrate
 
         judges = judge_configs(ctx.judge, ctx.settings.judges)
         judged = judge_winrate(ctx.examples, predictions, judges, ctx.settings.judge_max_tokens, ctx.open_client)
         records = judged.pop("records")
         write_jsonl(ctx.out_dir / "judgements.jsonl", records)
-        overall = judged["overall"]
-        limit = ctx.judge.warn_parse_failure_rate
-        warning = parse_failure_warning(overall["parse_failures"], overall["n"], limit)
-        if warning:
-            judged["warning"] = warning
         wins: dict[str, dict[str, list]] = {}
         for row in records:
             wins.setdefault(row["id"], {"winrate": []})["winrate"].append(row["model_won"])
         return Judged({"winrate": judged}, wins)
+
+    def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
+        return tally_of(results["winrate"]["overall"]) if "winrate" in results else None
 
     def analyze(self, ctx: EvalContext, predictions: Mapping[str, str], results: Mapping[str, Any]) -> dict[str, Any]:
         """JS, EMI / R-EMI, EMID / R-EMID, bounds, convergence and perplexity per category; reasoning from the

@@ -171,8 +171,6 @@ def winrate_section(w: Mapping[str, Any]) -> str:
         f"(an unclosed think block too), left out of WinRate as of the R-EMID analysis: "
         f"{o['excluded_empty_predictions']}.\n",
     ]
-    if "warning" in w:
-        lines.append(f"**Warning:** {w['warning']}\n")
     lines += [
         f"Overall ensemble WinRate: {_f(o['winrate'])} ({o['n_judges']} judges with a verdict); per judge: "
         + ", ".join(f"{j} {_judge_cell(w['per_judge'][j]['overall'])}" for j in w["judges"])

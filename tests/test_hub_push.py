@@ -71,6 +71,7 @@ def short_run_settings(endpoint: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_push_off_sends_nothing(tmp_path, hub, monkeypatch, run_in_process):
     """In-process (the Hub client here is offline: an attempted upload would fail the run or reach the stand-in)."""
     endpoint, requests = hub

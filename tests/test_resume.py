@@ -110,6 +110,7 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_steps_losses_and_weights(
         torch.testing.assert_close(tensor, weights[name], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_folder_keeps_its_before_and_after(uninterrupted, tmp_path, run_in_process):
     out = shutil.copytree(uninterrupted, tmp_path / "run")
     before = json.loads((out / "metrics.json").read_text())["train"]

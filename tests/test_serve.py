@@ -173,6 +173,7 @@ def test_run_py_task_serve_serves_the_model_with_the_serve_settings(tmp_path, se
     assert body["usage"]["completion_tokens"] <= 3
 
 
+@pytest.mark.slow
 def test_help_lists_every_setting_with_what_it_does_and_the_models(repo_root):
     result = subprocess.run(
         [sys.executable, "-m", "rpbench.serve", "--help"], cwd=repo_root, capture_output=True, text=True, timeout=300

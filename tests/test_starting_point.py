@@ -33,6 +33,7 @@ def test_the_rule(compose, tmp_path, overrides, warns):
     assert (warning is None) if warns is None else (warns in warning and "init_from=" in warning)
 
 
+@pytest.mark.slow
 def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path, caplog, run_in_process):
     """What run.py runs, in-process: the log records are what its run.log would hold."""
     out = tmp_path / "run"

@@ -40,6 +40,7 @@ def test_trainer_options_compose_without_a_plus(compose):
     assert (cfg.trainer.max_steps, cfg.trainer.limit_val_batches, cfg.trainer.fast_dev_run) == (3, 2, True)
 
 
+@pytest.mark.slow
 def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(out, "debug=short", *QUIET)
@@ -51,6 +52,7 @@ def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp
     assert not (out / "model").exists()  # debug=short exports nothing
 
 
+@pytest.mark.slow
 def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(
@@ -67,6 +69,7 @@ def test_trainer_max_steps_and_a_callback_spec_reach_lightning(tmp_path, run_in_
     assert any(row.get("lr-AdamW/pg1") for row in rows)  # logged by the LearningRateMonitor the spec names
 
 
+@pytest.mark.slow
 def test_debug_fast_dev_run_takes_one_step_and_reports_no_before_after(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(out, "debug=fast_dev_run", *QUIET)
@@ -105,6 +108,7 @@ def test_batch_limits_lightning_refuses_stop_the_run_before_the_model_loads(
     assert not (out / "config.yaml").exists()  # refused right after the data was read
 
 
+@pytest.mark.slow
 def test_a_validation_interval_at_the_epoch_end_is_one_lightning_accepts(tmp_path, run_in_process):
     result = run_in_process(tmp_path / "run", *EPOCH, "trainer.val_check_interval=6", "trainer.max_steps=1")
     assert result["train"]["optimizer_steps"] == 1

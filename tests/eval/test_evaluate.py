@@ -197,6 +197,7 @@ INSTRUCTION_PRIORITY = \"\"\"[priority] {conversations} [reply] {response}\"\"\"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt_file", [False, True, "released"], ids=["rpbench_rubrics", "prompt_file", "released"])
 def test_no_reference_text_reaches_the_judge(compose, tmp_path, prompt_file, capturing_judge):
     import rpbench.pipeline as pipeline

@@ -376,6 +376,7 @@ def test_over_long_prompts_are_counted_by_how_they_were_cut(tiny, tmp_path, gene
     }
 
 
+@pytest.mark.slow
 def test_repetition_penalty_reaches_local_generation(tiny, generate_texts):
     """A penalty changes the greedy reply, to what model.generate gives with the same penalty."""
     model, tok = tiny

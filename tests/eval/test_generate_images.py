@@ -97,6 +97,7 @@ def test_cached_decoding_positions_equal_a_full_forward(tiny_vl):
         assert logits[len(row) - 1 : -1].argmax(-1).tolist() == completion
 
 
+@pytest.mark.slow
 def test_batched_generation_with_images_equals_one_at_a_time(tiny_vl, generate_texts):
     model, tok = tiny_vl
     conversations, images = [c for c, _ in CONVERSATIONS], [i for _, i in CONVERSATIONS]

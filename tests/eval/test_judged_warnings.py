@@ -6,7 +6,6 @@ import json
 
 import pytest
 
-from conftest import chat_stub, run_in_process
 from rpbench.pipeline import RunFailed
 
 UNREADABLE = "~~ nothing a rubric can read ~~"
@@ -21,7 +20,9 @@ JUDGED = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("evaluator", sorted(JUDGED))
-def test_a_judge_whose_replies_never_parse_is_warned_about_and_fails_the_run(tmp_path, evaluator, caplog):
+def test_a_judge_whose_replies_never_parse_is_warned_about_and_fails_the_run(
+    tmp_path, evaluator, caplog, chat_stub, run_in_process
+):
     out = tmp_path / "run"
     with chat_stub(lambda body: UNREADABLE) as stub:
         endpoint = [

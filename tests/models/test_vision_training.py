@@ -137,6 +137,7 @@ def test_a_vl_model_config_must_say_whether_the_vision_tower_trains():
         load(model_cfg(freeze_vision=None))
 
 
+@pytest.mark.slow
 def test_lora_on_a_vl_model_adapts_the_language_model_only_trains_and_exports(images, tmp_path):
     lora = LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=("q_proj", "k_proj", "v_proj", "o_proj", "proj"))
     model, tokenizer = load(model_cfg(lora=lora))

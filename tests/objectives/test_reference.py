@@ -110,6 +110,7 @@ def test_disabled_adapter_runs_the_base_without_dropout_while_the_policy_trains(
     assert policy.training  # given back in train mode
 
 
+@pytest.mark.slow
 def test_precomputed_reference_equals_the_live_one_and_is_reused_from_disk(tmp_path, model_cfg, sample_pairs):
     model, tokenizer = load(model_cfg)
     samples = pair_samples(sample_pairs, tokenizer)

@@ -101,6 +101,7 @@ def test_images_too_long_for_the_budget_name_their_record(compose, tmp_path):
         run(cfg, tmp_path / "run")
 
 
+@pytest.mark.slow
 def test_a_text_only_model_refuses_records_with_images_unless_they_are_dropped(compose, tmp_path):
     with pytest.raises(ConfigError, match=r"training record '.+' has an image, and model=tiny-qwen2 is text-only"):
         run(compose("data=sample_mmrole", "model=tiny-qwen2", *QUIET), tmp_path / "refused")
@@ -113,6 +114,7 @@ def test_a_text_only_model_refuses_records_with_images_unless_they_are_dropped(c
     assert saved["records"]["train"]["images_dropped"] == images
 
 
+@pytest.mark.slow
 def test_a_vl_model_trains_on_records_without_images(compose, tmp_path):
     results = run(compose("model=tiny-qwen2-vl", *QUIET, "debug=short", "data.max_train_samples=16"), tmp_path)
     assert results["records"]["train"]["images_dropped"] == 0

@@ -626,6 +626,18 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def rolemrc_options(data_options):
+    """data=rolemrc's format options: the released test labels and their rubrics."""
+    return data_options("rolemrc")
+
+
+@pytest.fixture(scope="session")
+def rpgbench_options(data_options):
+    """data=rpgbench's format options."""
+    return data_options("rpgbench")
+
+
+@pytest.fixture(scope="session")
 def offline_env() -> dict[str, str]:
     """The environment variables that keep a subprocess offline (Hugging Face Hub, W&B)."""
     return dict(OFFLINE_ENV)

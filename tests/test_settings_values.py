@@ -532,24 +532,13 @@ def group_settings(group_values):
             found.append(("data", option, {k: v for k, v in values.items() if k in SHARED_KEYS}, DataSettings))
             own = {k: v for k, v in values.items() if k not in SHARED_KEYS}
             found.append(("data", f"{option} (options)", own, FORMATS.get(values["format"]).options))
-        for option in OBJECTIVES.names():
-            found.append(
-                (
-                    "objective",
-                    option,
-                    group_values("objective", option, "objective"),
-                    OBJECTIVES.get(option).config_class,
-                )
-            )
-        for option in BENCHMARKS.names():
-            found.append(
-                (
-                    "evaluator",
-                    option,
-                    group_values("evaluator", option, "evaluator"),
-                    BENCHMARKS.get(option).settings_class,
-                )
-            )
+        for group, registry, attribute in (
+            ("objective", OBJECTIVES, "config_class"),
+            ("evaluator", BENCHMARKS, "settings_class"),
+        ):
+            for option in registry.names():
+                cls = getattr(registry.get(option), attribute)
+                found.append((group, option, group_values(group, option, group), cls))
         for option in (o for o in options_of("judge") if o != "none"):
             found.append(("judge", option, group_values("judge", option, "judge"), EndpointSettings))
         for option in options_of("probe"):

@@ -23,18 +23,6 @@ SKIP = replace(readers.STRICT, on_error="skip")
 
 
 @pytest.fixture(scope="module")
-def rolemrc_options(data_options):
-    """data=rolemrc's format options: the released test labels and their rubrics."""
-    return data_options("rolemrc")
-
-
-@pytest.fixture(scope="module")
-def rpgbench_options(data_options):
-    """data=rpgbench's format options."""
-    return data_options("rpgbench")
-
-
-@pytest.fixture(scope="module")
 def options(rolemrc_options, rpgbench_options):
     """Each format's reader options."""
     return {"rolemrc": rolemrc_options, "mmrole": MMROLE, "rpgbench": rpgbench_options}

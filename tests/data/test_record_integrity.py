@@ -21,18 +21,6 @@ SFT = {"conversations": [*SYSTEM_USER, {"role": "assistant", "content": "Hello."
 PAIR = {"prompt": SYSTEM_USER, "chosen": "Hello.", "rejected": "Go away."}
 
 
-@pytest.fixture(scope="module")
-def rolemrc_options(data_options):
-    """data=rolemrc's format options."""
-    return data_options("rolemrc")
-
-
-@pytest.fixture(scope="module")
-def rpgbench_options(data_options):
-    """data=rpgbench's format options."""
-    return data_options("rpgbench")
-
-
 def write_lines(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path

@@ -73,6 +73,12 @@ def pxy_contexts(sample_records):
     return pxy_contexts
 
 
+def generation_prompt_ids(tokenizer, prompt) -> list[int]:
+    """The token ids of ``prompt`` rendered by the tokenizer's chat template, up to the reply."""
+    text = tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
 @pytest.fixture(scope="module")
 def direct_mean_logp(tiny):
     """Peer: the prompt's generation text, then response + <|im_end|>, one full-logits forward."""
@@ -80,10 +86,7 @@ def direct_mean_logp(tiny):
     def direct_mean_logp(family: str, prompt, response: str) -> tuple[float, int]:
         model, renderer = tiny(family)
         tokenizer = renderer.tokenizer
-        prompt_ids = tokenizer(
-            tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
-            add_special_tokens=False,
-        )["input_ids"]
+        prompt_ids = generation_prompt_ids(tokenizer, prompt)
         response_ids = tokenizer(response + "<|im_end|>", add_special_tokens=False)["input_ids"]
         ids = torch.tensor([prompt_ids + response_ids])
         with torch.no_grad():
@@ -103,10 +106,7 @@ def direct_span_logp(tiny):
     def direct_span_logp(family: str, prompt, text: str, scored_from: int, end_of_turn: bool) -> float:
         model, renderer = tiny(family)
         tokenizer = renderer.tokenizer
-        prompt_ids = tokenizer(
-            tokenizer.apply_chat_template(as_messages(prompt), tokenize=False, add_generation_prompt=True),
-            add_special_tokens=False,
-        )["input_ids"]
+        prompt_ids = generation_prompt_ids(tokenizer, prompt)
         encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
         ids = encoded["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
         scored = [k for k, (start, _) in enumerate(encoded["offset_mapping"]) if start >= scored_from]

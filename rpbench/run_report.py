@@ -77,7 +77,9 @@ def headline(results: dict[str, Any]) -> list[str]:
     if "eval" in results and evaluator != "none":
         found = (h.console_line(results["eval"]) for h in BENCHMARKS.get(evaluator).headlines)
         first = next((line for line in found if line is not None), None)
-        lines.append(f"headline ({evaluator}): {first}" if first else f"headline ({evaluator}): none held")
+        if results.get("failed"):  # a number a failed evaluation holds (unparsed verdicts counted wrong)
+            first = "none (the evaluation failed)"  # is not its headline
+        lines.append(f"headline ({evaluator}): {first or 'none'}")
     tally = results.get("eval", {}).get("judge_tally")
     if tally:
         lines.append(

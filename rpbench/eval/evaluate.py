@@ -172,8 +172,12 @@ def judge_estimate(
         config.price_output_per_1m,
     )
     check_budget(found, config.budget)
-    log.info("judge estimate: %d requests, %d tokens, %.4f USD", found.requests, found.tokens, found.cost_usd)
-    return found.as_dict()
+    most = found.requests * config.parse_tries  # every reply unparsed: each judgement asked parse_tries times
+    log.info(
+        "judge estimate: %d requests (up to %d with judge.parse_tries=%d re-asks), %d tokens, %.4f USD",
+        *(found.requests, most, config.parse_tries, found.tokens, found.cost_usd),
+    )
+    return {**found.as_dict(), "requests_with_reasks": most}
 
 
 def evaluate(ctx: EvalContext) -> dict[str, Any]:

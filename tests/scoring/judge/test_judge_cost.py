@@ -56,6 +56,8 @@ def test_judge_cost_and_agreement_with_humans(tmp_path, data_options, chat_stub,
     scored = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
     rubrics = sum(len(table[row["task"]]) for row in scored)  # one request per rubric of a record's label
     assert cost["requests"] == cost["replies"] == asked == estimate["requests"] == rubrics > 0
+    tries = group_values("judge", "openai", "judge")["parse_tries"]  # every reply unparsed: asked this often
+    assert tries > 1 and estimate["requests_with_reasks"] == estimate["requests"] * tries
     # the stub's usage: 1 prompt and 1 completion token per reply
     assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
     assert (

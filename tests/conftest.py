@@ -28,6 +28,11 @@ import rpbench  # noqa: F401  (registers the ${rpb.*} config resolvers, as run.p
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `-n 2`: one thread per worker, so two workers share two cores
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"

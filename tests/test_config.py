@@ -78,6 +78,7 @@ def assert_option_in_effect(cfg, group: str, option: str, *later_files) -> None:
     assert {p: composed.get(p) for p in expected} == expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("group", "option"), OPTIONS, ids=[f"{g}={o}" for g, o in OPTIONS])
 def test_every_option_composes(compose, group, option, check_config):
     if group == "experiment":
@@ -90,6 +91,7 @@ def test_every_option_composes(compose, group, option, check_config):
     assert_option_in_effect(cfg, group, option, *later_files(cfg, group))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("group", "option"),
     [o for o in OPTIONS if o[0] != "experiment"],
@@ -109,6 +111,7 @@ def test_slurm_launcher_composes(compose):
     assert "submitit" in cfg.hydra.launcher._target_.lower()
 
 
+@pytest.mark.slow
 def test_tiny_models_get_their_tuning_and_real_models_the_paper_defaults(compose):
     assert compose().objective.lr == pytest.approx(5e-3)
     assert compose("model=tiny-llama", "objective=dpo").objective.lr == pytest.approx(1e-3)

@@ -103,6 +103,7 @@ def in_serve(module: str) -> bool:
     return module == "rpbench.serve" or module.startswith("rpbench.serve.")
 
 
+@pytest.mark.slow
 def test_serve_is_pipeline_level():
     """The pipeline starts its server (judge=local), validation reads its settings and the command runs it
     (task=serve); nothing else in rpbench imports it."""
@@ -133,6 +134,7 @@ def test_top_level_modules_are_the_listed_ones():
     assert top == RUN_MODULES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("source", "bad", "why"),
     [

@@ -221,6 +221,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(BROKEN))
 def test_a_malformed_run_folder_is_skipped_naming_its_file_and_the_board_is_still_written(tmp_path, shape, capsys):
     break_it, named, reason = BROKEN[shape]

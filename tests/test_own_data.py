@@ -77,6 +77,7 @@ def test_dpo_on_own_conversational_pairs_parquet(compose, tmp_path):
     assert results["train"]["optimizer_steps"] >= 1
 
 
+@pytest.mark.slow
 def test_per_split_counts_of_duplicates_skipped_and_truncated_records(tmp_path, run_in_process):
     """metrics.json counts, per split, the records skipped (and of those the duplicates) and the samples cut
     to data.max_length: a 200k-character reply; a pair whose chosen reply is cut while the rejected one is whole."""

@@ -27,6 +27,7 @@ def composed_recipe(check_config):
     return composed_recipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("recipe", "model"), CASES, ids=[f"{r}_{m}" for r, m in CASES])
 def test_recipe_composes_with_its_settings(compose, recipe, model, composed_recipe):
     cfg = composed_recipe(compose, recipe, model)

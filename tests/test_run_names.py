@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "name"),
     [

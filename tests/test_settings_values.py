@@ -120,6 +120,7 @@ def with_override(cfg, override: str):
     return changed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("override", "named"), CASES, ids=[c[0] for c in CASES])
 def test_an_out_of_range_value_is_named_at_startup(default_config, override, named):
     with pytest.raises(ConfigError) as error:
@@ -271,6 +272,7 @@ def problem_lines(cfg) -> list[str]:
     return [line.strip() for line in str(error.value).splitlines()[1:]]
 
 
+@pytest.mark.slow
 def test_each_bad_objective_value_is_named_once(compose):
     """The objective group is read by its typed config alone: a value of the wrong type, a NaN or one out of
     range is listed once (no second check elsewhere), with the key, its value and what is allowed."""
@@ -317,6 +319,7 @@ def test_the_environment_s_rewards_are_named_as_the_user_sets_them(compose):
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "evaluator",
     ["rolemrc", "rolebench", "mmrole", "mmrole_rm", "rpgbench", "characterllm", "conversation", "general"],
@@ -571,6 +574,7 @@ def test_every_key_of_every_typed_group_is_read(group_settings):
         assert reward_problems(objectives[option][key], f"objective.{key}") == []
 
 
+@pytest.mark.slow
 def test_every_model_entry_parses_to_its_typed_settings():
     """The model group is typed too: each conf/model entry parses (an unknown key would be refused), and the
     values the loaders once defaulted in code come from the YAML."""

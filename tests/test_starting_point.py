@@ -14,6 +14,7 @@ from rpbench.training.starting_point import check_trained_records, untuned_start
 from rpbench.validate import validate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "warns"),
     [
@@ -44,6 +45,7 @@ def test_dpo_from_the_tiny_model_warns_once_and_records_it(tmp_path, caplog, run
     assert caplog.text.count(warnings[0]) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "refused"),
     [

@@ -100,6 +100,7 @@ def fake_cluster(bin_dir: Path) -> None:
         (bin_dir / name).chmod(stat.S_IRWXU)
 
 
+@pytest.mark.slow
 def test_slurm_job_script_takes_nodes_tasks_and_gpus_from_the_trainer(tmp_path, run_script):
     fake_cluster(tmp_path / "bin")
     script = tmp_path / "job.sh"

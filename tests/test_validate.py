@@ -18,6 +18,7 @@ from rpbench.scoring.metrics import METRICS
 from rpbench.validate import validate
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "named"),
     [
@@ -64,6 +65,7 @@ def test_a_judge_without_its_api_key_stops_the_run_before_training(compose, monk
     assert "judge.api_key_env='OPENAI_API_KEY'" in message and "not set" in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("evaluator", "data"),
     [

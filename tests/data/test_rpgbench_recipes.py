@@ -101,6 +101,7 @@ def test_augmentation_reusing_a_training_id_is_an_error(compose, tmp_path, sampl
         )
 
 
+@pytest.mark.slow
 def test_data_augmentation_run_trains_on_both_files_and_reports_them(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(

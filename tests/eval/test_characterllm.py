@@ -160,6 +160,7 @@ def test_both_settings_are_interviewed_and_scored(tmp_path, chat_stub, run_in_pr
     assert json.loads((run / "metrics.json").read_text())["eval"]["prompts"]["score_memory"]["origin"] == "rpbench"
 
 
+@pytest.mark.slow
 def test_both_settings_run_against_the_local_judge_server(tmp_path, run_in_process):
     """rpbench's own server (a tiny random model) as interviewer and judge: its replies carry no score, so
     every judgement is a parse failure, counted and left out of the means, not scored 0: the run has no headline

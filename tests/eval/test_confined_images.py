@@ -116,6 +116,7 @@ def test_judge_never_gets_a_file_outside_the_root(server, root, tmp_path, which,
     assert server.bodies == [] and not received(server, SECRET)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", HOSTILE)
 def test_endpoint_generation_never_sends_a_file_outside_the_root(
     server, root, tmp_path, which, generation_endpoint, generation_options

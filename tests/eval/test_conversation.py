@@ -287,6 +287,7 @@ def test_sessions_run_against_the_local_judge_server(tmp_path, run_in_process):
     assert len(lines(out / "conversations.jsonl")) == 6
 
 
+@pytest.mark.slow
 def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(compose):
     from rpbench.core.errors import ConfigError
     from rpbench.validate import validate
@@ -320,6 +321,7 @@ def test_the_conversation_evaluator_refuses_a_run_without_a_judge_or_scenarios(c
 OPENAI_SIMULATOR = ("base_url=https://api.openai.com/v1", "model=gpt-4o-mini")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "overrides"),
     [
@@ -462,6 +464,7 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
 SESSION = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("lines_written", "named"),
     [

@@ -131,6 +131,7 @@ def conversation_run(tmp_path_factory, chat_stub, composed, evaluation_of):
 class TestEveryEndpointRoleAgainstAFaultyServer:
     """Each endpoint role against a server on 127.0.0.1 that answers every request with ``fault``."""
 
+    @pytest.mark.slow
     def test_a_user_simulator_that_fails_every_request_ends_every_session_counted(
         self, conversation_run, tmp_path, fault, served, fault_reply
     ):

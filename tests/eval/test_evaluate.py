@@ -138,6 +138,7 @@ def test_mmrole_reviews_folder_is_aggregated_into_the_official_csvs_without_a_mo
     assert "MMRole-Eval" in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_two_runs_are_compared_with_a_paired_bootstrap(tmp_path, run_in_process):
     common = [*SMALL, "evaluator=rolemrc", "data.max_test_samples=6", "evaluator.generation.max_new_tokens=8"]
     first, second = tmp_path / "a", tmp_path / "b"

@@ -180,6 +180,7 @@ def local_datasets(monkeypatch):
     monkeypatch.setattr(ConfigurableTask, "download", download)
 
 
+@pytest.mark.slow
 def test_each_configured_task_builds_its_few_shot_context(manager, local_datasets):
     """lm-eval's own configs of every leaf task over local rows in its dataset's columns (no hub): each
     builds the context of its first document at the configured shots."""

@@ -79,6 +79,7 @@ def test_agreement_of_reviews_from_an_endpoint_with_the_reference_judge(tmp_path
     assert all(r["parsed"] is None and 0 <= r["score_counted"] < 1 for r in tone)
 
 
+@pytest.mark.slow
 def test_the_papers_recipe_measures_agreement_with_gpt4_on_its_validation_file(tmp_path, chat_stub, run_in_process):
     """experiment=mmrole_reward_model reads GPT-4's evaluations (the RM_data format); a model that writes
     the reference evaluation back agrees exactly, and the report names GPT-4 as the reference judge."""

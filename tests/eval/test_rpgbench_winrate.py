@@ -81,6 +81,7 @@ def judged(chat_stub, verdict_tokens, judges):
         return result, server.requests
 
 
+@pytest.mark.slow
 def test_the_judge_is_shown_character_persona_and_dialogue_not_the_prompt_turns(judged):
     _, requests = judged
     # alpha: 5 records x 2 orders; beta: the same, plus one re-ask of r3's two unreadable replies
@@ -219,6 +220,7 @@ def test_a_category_belongs_to_one_shift(judge_config, verdict_tokens):
         )
 
 
+@pytest.mark.slow
 def test_report_tables_per_category_and_shift_with_each_judge(judged):
     section = winrate_section(judged[0])
     lines = section.splitlines()

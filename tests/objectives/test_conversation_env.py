@@ -245,6 +245,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios, register
 ZERO3 = ["objective=grpo", "trainer=deepspeed_zero3", "objective.clip_grad_norm=null"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

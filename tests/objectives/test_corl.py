@@ -320,6 +320,7 @@ def test_records_without_persona_and_character_are_named(compose, data_options):
         )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["llama3-8b", "qwen3-4b"])
 def test_experiment_configs_compose(compose, model_name):
     if not (Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model_name}.yaml").exists():

@@ -89,6 +89,7 @@ def test_precomputed_and_live_reference_give_the_same_losses(compose, tmp_path, 
     assert after[0] == pytest.approx(after[1], rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("loss_type", "sft_weight"), [("sigmoid", 0.0), ("ipo", 0.5), ("robust", 1.0)])
 def test_pair_loss_matches_a_full_logits_computation(
     loss_type, sft_weight, tiny_model, objective_config, sample_pairs, naive_sequence_logps
@@ -139,6 +140,7 @@ def test_precomputed_reference_is_the_default(objective_settings):
     assert objective_settings("dpo")["precompute_ref"] is True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "attn"), [("qwen2", "sdpa"), ("llama", "eager")])
 def test_packed_pairs_give_the_padded_loss_and_gradients(family, attn, tiny_model, objective_config, sample_pairs):
     """pair_layout=packed: one row of the 2B replies back to back, no padding; same loss and gradients."""
@@ -272,6 +274,7 @@ TABLE_8 = {"sft": (1e-5, 8, 2, 1, 0.04, "cosine", 1e-8), "dpo": (2e-5, 8, 2, 1, 
 RELEASED = {"sft": (2e-5, 8, 2, 1, 0.04, "cosine", 1e-8), "dpo": (4e-7, 4, 4, 1, 0.1, "linear", 1e-8)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", ["qwen2.5-7b", "llama3.1-8b"])
 @pytest.mark.parametrize(("variant", "expected"), [("", TABLE_8), ("_released", RELEASED)])
 def test_rolemrc_experiments_follow_table_8_or_the_released_scripts(model_name, variant, expected):

@@ -275,6 +275,7 @@ def test_lora_policy_takes_its_kl_against_the_disabled_adapter(compose, tmp_path
     assert float(rows[-1]["train/kl"]) > 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("override", "message"),
     [

@@ -122,6 +122,7 @@ def test_a_vl_model_trains_on_records_without_images(compose, tmp_path):
     assert results["train"]["optimizer_steps"] == 3
 
 
+@pytest.mark.slow
 def test_image_settings_that_cannot_work_are_configuration_errors(compose):
     vl = ["data=sample_mmrole", "model=tiny-qwen2-vl"]
     cases = {

@@ -99,6 +99,7 @@ def test_a_slow_reply_times_out_and_is_retried(tiny, scripted, client_for):
         assert reply.error == "timeout" and client.stats.failures == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("limit", [2, 4])
 def test_concurrency_limit_is_respected(tiny, limit, scripted, client_for):
     slow = scripted(faults=["slow"] * 8, slow_s=0.25, replies={"?": "1"})

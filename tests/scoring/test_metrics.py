@@ -191,6 +191,7 @@ def test_rouge_equals_rouge_score_on_accented_latin_text():
     assert cjk[0] == pytest.approx(4 / 13) and all(a != b for a, b in zip(cjk, ours["rouge1"]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "tokenizer"),
     [
@@ -248,6 +249,7 @@ def test_word_tokenize_without_punkt():
     assert word_tokenize("Dr. Smith sat.") == ["Dr", ".", "Smith", "sat", "."]
 
 
+@pytest.mark.slow
 @pytest.mark.wordnet
 def test_meteor_by_hand():
     # 3 matches, P = 1, R = 1/2, one chunk: fragmentation 1/3

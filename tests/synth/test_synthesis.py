@@ -76,6 +76,7 @@ def copy_run(synthesized, tmp_path, *dropped: str) -> None:
         (tmp_path / "out" / name).unlink()
 
 
+@pytest.mark.slow
 def test_every_stage_writes_its_file_and_the_rolemrc_readers_take_the_output(synthesized):
     tmp_path, _, summary = synthesized
     out = tmp_path / "out"
@@ -135,6 +136,7 @@ def stub_cost_usd(stub) -> float:
     return sum(sum(worst_case_usage(body)) for body in stub.requests) * 1000 / 1e6
 
 
+@pytest.mark.slow
 def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, synthesized, inputs, chat_stub, config):
     """The budget stops the stage before a request could pass it (each reply here costs its worst case:
     about 3.5 USD a dialogue); the rerun goes on from what was written, and a redo comes from the cache."""
@@ -171,6 +173,7 @@ def test_a_kill_resumes_without_duplicates_and_a_rerun_costs_nothing(tmp_path, s
     assert {name: (out / name).read_text() for name in files} == files
 
 
+@pytest.mark.slow
 def test_a_budget_smaller_than_one_request_asks_nothing_and_the_estimate_is_recorded(
     tmp_path, synthesized, inputs, chat_stub, config
 ):
@@ -222,6 +225,7 @@ def test_synthesis_settings_are_typed_and_every_bad_value_is_named_at_once(tmp_p
     )
 
 
+@pytest.mark.slow
 def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, synthesized, inputs, chat_stub, config):
     copy_run(synthesized, tmp_path, "profiles.jsonl", "profiles_rejected.jsonl")
     stages = ("synth.stages=[profiles]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}", "synth.profile_tries=2")
@@ -262,6 +266,7 @@ def test_the_index_is_reused_and_overlap_with_a_given_test_file_is_refused(tmp_p
     assert (retrieval["index"], retrieval["profiles"]) == ("reused", 0)  # the profiles were retrieved in the run before
 
 
+@pytest.mark.slow
 def test_without_test_profiles_no_test_file_is_written(tmp_path, synthesized, inputs, config):
     copy_run(synthesized, tmp_path)
     summary = synthesize_run(

@@ -136,6 +136,7 @@ def test_categories_counts_and_excluded_empty_predictions(analyzed):
     assert all(math.isfinite(v) for ppl in result["perplexity"].values() for v in ppl.values())
 
 
+@pytest.mark.slow
 def test_remid_is_id_emi_minus_category_emi_and_rollups_are_category_means(analyzed):
     _, _, _, _, result = analyzed
     for key, table in (("r_emid", "r_emi"), ("emid_critic_without_r", "emi_critic_without_r")):

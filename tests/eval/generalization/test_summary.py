@@ -210,6 +210,7 @@ def test_the_pilot_figure_across_runs_numbers_each_category_once_and_names_the_r
     assert [t.get_text() for t in legend.get_texts()] == summary["runs"]
 
 
+@pytest.mark.slow
 def test_summarize_script(runs, tmp_path, run_script):
     out = tmp_path / "summary"
     result = run_script(

@@ -234,6 +234,7 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
     (out_dir / "config.yaml").write_text(OmegaConf.to_yaml(dict(spec.composed)))
     results: dict[str, Any] = {
         "run_name": spec.run.run_name,
+        "short_run": spec.run.short_run,  # why its numbers are a check, not a result (debug=short, ...); null: full
         "model": f"{spec.model.name} from {run_label(spec.run.init_from)}" if spec.run.init_from else spec.model.name,
         "data": spec.data.name,
         "objective": objective,

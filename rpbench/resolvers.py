@@ -1,9 +1,12 @@
 """The ``${rpb.*}`` OmegaConf resolvers the configs use (registered on ``import rpbench``):
 
-- ``${rpb.run_name:objective,model,data,init_from,probe,judge,env,task_overrides}``: a run's name,
+- ``${rpb.run_name:objective,model,data,init_from,probe,judge,env,task_overrides,short_run}``: a run's name,
   ``<objective>-<model>-<data>``, then what else tells it apart: ``-<file stem>`` for each data file given on
   the command line (``data.files.<split>=...``), ``-from-<run>`` for ``init_from`` (the earlier run's name),
-  ``-env-<env>`` for a training environment, ``-probe-<probe>``, ``-judge-<backend>``;
+  ``-env-<env>`` for a training environment, ``-probe-<probe>``, ``-judge-<backend>``, and last ``-<preset>``
+  for a short run (``debug=short``: ``-short``; ``trainer.fast_dev_run`` set by hand: ``-fast_dev_run``);
+- ``${rpb.short_run:debug_preset,fast_dev_run}``: why a run is short, its numbers a check that the pipeline
+  works rather than a result (``debug=short``, ``trainer.fast_dev_run=True``); None for a full run;
 - ``${rpb.slurm_tasks:devices}`` / ``${rpb.slurm_gpus:accelerator,devices}``: Slurm tasks and GPUs per node
   from the trainer (one task per device, as Lightning requires under Slurm).
 """
@@ -15,7 +18,20 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 
-def run_name(objective, model, data, init_from, probe, judge, env, task_overrides) -> str:
+def short_run(debug_preset, fast_dev_run) -> str | None:
+    if debug_preset is not None:
+        return f"debug={debug_preset}"
+    return f"trainer.fast_dev_run={fast_dev_run}" if fast_dev_run else None
+
+
+def short_suffix(why: str) -> str:
+    """The run name's mark of a short run: the debug preset (``debug=short`` -> ``short``), else the trainer
+    option's name (``trainer.fast_dev_run=True`` -> ``fast_dev_run``)."""
+    key, _, value = why.partition("=")
+    return value if key == "debug" else key.rsplit(".", 1)[-1]
+
+
+def run_name(objective, model, data, init_from, probe, judge, env, task_overrides, short) -> str:
     parts = [str(objective), str(model), str(data)]
     for override in task_overrides or []:
         key, _, value = str(override).lstrip("+").partition("=")
@@ -31,6 +47,8 @@ def run_name(objective, model, data, init_from, probe, judge, env, task_override
         parts.append(f"probe-{probe}")
     if str(judge) != "none":
         parts.append(f"judge-{judge}")
+    if short is not None:
+        parts.append(short_suffix(str(short)))
     return "-".join(part.replace("/", "_") for part in parts)
 
 
@@ -48,5 +66,6 @@ def slurm_gpus(accelerator, devices) -> int | None:
 
 
 def register() -> None:
-    for name, function in {"run_name": run_name, "slurm_tasks": slurm_tasks, "slurm_gpus": slurm_gpus}.items():
+    functions = {"run_name": run_name, "short_run": short_run, "slurm_tasks": slurm_tasks, "slurm_gpus": slurm_gpus}
+    for name, function in functions.items():
         OmegaConf.register_new_resolver(f"rpb.{name}", function, replace=True)

@@ -428,6 +428,25 @@ def test_a_folder_of_short_runs_only_has_no_board_and_says_so(tmp_path, capsys):
     assert main([str(tmp_path), "--with-short", "--out", str(tmp_path / "board")]) == 0
 
 
+def test_the_short_run_metrics_json_records_is_read_before_the_hydra_record(tmp_path):
+    """A run since metrics.json says why it is short (``short_run``) needs no Hydra record; a run written
+    before it is read from its .hydra/ as before."""
+    for name, marked in (("marked", "debug=short"), ("full", None), ("old", "no key")):
+        write_run(tmp_path / name, "tiny-qwen2", "rolebench", 0.5, [0.4, 0.6])
+        results = json.loads((tmp_path / name / "metrics.json").read_text())
+        if marked != "no key":
+            (tmp_path / name / "metrics.json").write_text(json.dumps({**results, "short_run": marked}))
+    make_short(tmp_path / "old", "debug=fast_dev_run")
+    assert sorted((run.rsplit("/", 1)[1], why) for run, why in build([tmp_path]).short) == [
+        ("marked", "debug=short"),
+        ("old", "debug=fast_dev_run"),
+    ]
+    full = json.loads((tmp_path / "full" / "metrics.json").read_text())
+    (tmp_path / "full" / "metrics.json").write_text(json.dumps({**full, "short_run": 3}))
+    [(run, why)] = build([tmp_path]).skipped
+    assert why.endswith("full/metrics.json: short_run: why the run is short or null, got 3")
+
+
 def test_an_unreadable_hydra_record_is_named(tmp_path):
     write_run(tmp_path / "run", "a", "rolebench", 0.5, [0.5])
     (tmp_path / "run" / ".hydra").mkdir()

@@ -1,5 +1,5 @@
 """Run names tell runs apart: environment, probe, judge, data files given on the command line, the run started
-from."""
+from; a short run (a debug preset, trainer.fast_dev_run) ends with its mark and says why it is short."""
 
 from __future__ import annotations
 
@@ -39,3 +39,21 @@ def test_run_name_names_the_run_it_starts_from(compose, tmp_path):
         compose("objective=none", f"init_from={trained}").run_name
         == "none-tiny-qwen2-sample-from-sft-tiny-qwen2-sample"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "name", "why"),
+    [
+        (("debug=short",), "sft-tiny-qwen2-sample-short", "debug=short"),
+        (
+            ("debug=fast_dev_run", "probe=topk_freq"),
+            "sft-tiny-qwen2-sample-probe-topk_freq-fast_dev_run",
+            "debug=fast_dev_run",
+        ),
+        (("trainer.fast_dev_run=2",), "sft-tiny-qwen2-sample-fast_dev_run", "trainer.fast_dev_run=2"),
+        (("trainer.max_steps=3",), "sft-tiny-qwen2-sample", None),  # cut by hand: a full run's name
+    ],
+)
+def test_a_short_run_is_marked_in_its_name_and_says_why(compose, overrides, name, why):
+    cfg = compose(*overrides)
+    assert (cfg.run_name, cfg.short_run) == (name, why)

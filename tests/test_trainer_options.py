@@ -44,7 +44,9 @@ def test_trainer_options_compose_without_a_plus(compose):
 def test_debug_short_takes_three_steps_and_measures_held_out_loss_after_them(tmp_path, run_in_process):
     out = tmp_path / "run"
     run_in_process(out, "debug=short", *QUIET)
-    train = json.loads((out / "metrics.json").read_text())["train"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert (metrics["run_name"], metrics["short_run"]) == ("sft-tiny-qwen2-sample-short", "debug=short")
+    train = metrics["train"]
     assert train["optimizer_steps"] == 3
     before, after = train["held_out"]["before"], train["held_out"]["after"]
     assert (before["step"], after["step"]) == (0, 3)  # re-measured after the last step, not left at step 0

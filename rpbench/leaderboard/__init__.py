@@ -12,8 +12,9 @@ Runs of one cell with different identities are never combined (the cell is a con
 in what and the ``--by`` that splits them), and a cell whose judge, data or headline differs from its column's
 most common one is flagged and left out of that column's ranks: only like is ranked with like. A missing cell is
 shown as missing. A run marked ``failed`` in its metrics.json (its results rest on nothing) is skipped, with
-why. A short run (a ``debug=<preset>`` Hydra recorded in its ``.hydra/hydra.yaml``, or ``trainer.fast_dev_run``
-in its config.yaml) is left out, counted and listed; ``--with-short`` shows it in a row of its own, never ranked.
+why. A short run (its metrics.json's ``short_run``; for a run written before that, a ``debug=<preset>`` Hydra
+recorded in its ``.hydra/hydra.yaml``, or ``trainer.fast_dev_run`` in its config.yaml) is left out, counted and
+listed; ``--with-short`` shows it in a row of its own, never ranked.
 
 The overall rank is the mean of a row's ranks over the benchmarks it is ranked in (1: best; ties share the
 mean rank), with their spread (min-max); adjacent rows in that order are compared per benchmark by a paired

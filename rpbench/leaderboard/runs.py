@@ -115,10 +115,16 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     return value
 
 
-def short_run(run: Path, config: Mapping[str, Any]) -> str | None:
-    """Why ``run`` is a short one, its numbers a check that the pipeline works rather than a result: the
-    ``debug`` preset Hydra recorded choosing (``.hydra/hydra.yaml``), or ``trainer.fast_dev_run`` in its
-    config.yaml; None for a full run."""
+def short_run(run: Path, results: Mapping[str, Any], config: Mapping[str, Any]) -> str | None:
+    """Why ``run`` is a short one, its numbers a check that the pipeline works rather than a result: its
+    metrics.json's ``short_run``; for a run written before metrics.json recorded it, the ``debug`` preset Hydra
+    recorded choosing (``.hydra/hydra.yaml``), or ``trainer.fast_dev_run`` in its config.yaml; None for a full
+    run."""
+    if "short_run" in results:
+        why = results["short_run"]
+        if why is not None and not isinstance(why, str):
+            raise RunFolderError(f"{run / 'metrics.json'}: short_run: why the run is short or null, got {why!r}")
+        return why
     hydra_file = run / ".hydra" / "hydra.yaml"
     preset = find(read_config(hydra_file), ["hydra", "runtime", "choices", "debug"])
     if preset is not None:
@@ -286,5 +292,5 @@ def read_cell(run: Path, by: str) -> tuple[Cell | None, str | None]:
     row = row_name(by, run, results, config, data)
     cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
     cell.judge_cost = judge_cost(results, str(metrics))
-    cell.short = short_run(run, config)
+    cell.short = short_run(run, results, config)
     return cell, None

@@ -31,6 +31,7 @@ class RunSettings(Settings):
     """The keys at the top of the run config: its name, seed, start and checkpoints."""
 
     run_name: str  # titles the loss curve
+    short_run: str | None  # why the run is short (debug=short, ...), recorded in metrics.json; None: a full run
     seed: int
     init_from: str | None
     ckpt_path: str | None

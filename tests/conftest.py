@@ -186,6 +186,21 @@ class KillAfterStep(Callback):
         raise SimulatedKill(f"killed after step {trainer.global_step}")
 
 
+class InterruptDuringStep(Callback):
+    """A Trainer callback (``+trainer.callbacks=[{_target_: conftest.InterruptDuringStep, step: N}]``) that
+    sends its own process SIGINT ``times`` times, as Ctrl-C does, as the first micro-batch of optimizer step
+    ``step`` starts."""
+
+    def __init__(self, step: int, times: int = 1):
+        self.step, self.times = step, times
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step - 1 and self.times:
+            while self.times:
+                self.times -= 1
+                os.kill(os.getpid(), signal.SIGINT)
+
+
 def run_script(script: str, *overrides: str, **env: str) -> subprocess.CompletedProcess:
     """`python <script> <overrides>` from the repository root, offline, as a user runs it."""
     return subprocess.run(

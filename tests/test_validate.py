@@ -1,7 +1,7 @@
-"""Bad settings stop `python run.py` at startup with one message naming the key and what is allowed;
-the traceback goes to run.log, never to the console.
+"""Bad settings stop `python run.py` at startup with one message naming the key and what is allowed, never a
+traceback; a run stopped before it ran leaves no folder.
 
-One test runs run.py itself (exit status, stderr, run.log); the others run the same pipeline in-process on
+One test runs run.py itself (exit status, stderr, the folder left); the others run the same pipeline in-process on
 the config Hydra composes for those command-line overrides, which is what run.py hands it."""
 
 from __future__ import annotations
@@ -107,20 +107,21 @@ def test_probe_runs_without_probe_statistics_are_refused(compose, tmp_path, refu
 
 
 @pytest.mark.slow
-def test_a_bad_data_record_is_one_message_and_the_traceback_is_in_the_run_log(
-    tmp_path, run_script, quick, assert_nothing_trained_or_evaluated
-):
-    """`python run.py` itself: exit status 1, the message alone on stderr, the traceback in run.log."""
+def test_a_run_refused_before_it_ran_is_one_message_and_leaves_no_run_folder(tmp_path, run_script, quick):
+    """`python run.py` itself: exit status 1, the message alone on stderr, and neither the run's folder nor
+    outputs/<run_name>/ above it left behind (nothing in it but Hydra's record, run.log and the error)."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"conversations": [{"role": "User", "content": "hi"}]}\n')
-    out = tmp_path / "run"
-    result = run_script("run.py", f"hydra.run.dir={out}", *quick, f"data.files.train={bad}", "evaluator=none")
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr + result.stdout
-    assert result.stderr.startswith(f"error: {bad}: record 1: field ") and "run.log" in result.stderr
-    log = (out / "run.log").read_text()
-    assert "Traceback" in log and "DataFormatError" in log
-    assert_nothing_trained_or_evaluated(out)
+    outputs = tmp_path / "outputs"
+    for refused, message in (
+        ([f"data.files.train={bad}"], f"error: {bad}: record 1: field "),  # read before the model loads
+        (["seed=-1"], "error: invalid configuration:\n  seed=-1: expected an integer"),  # validation
+    ):
+        result = run_script("run.py", f"paths.output_root={outputs}", *quick, *refused, "evaluator=none")
+        assert result.returncode == 1, result.stderr[-3000:]
+        assert result.stderr.startswith(message) and "Traceback" not in result.stderr + result.stdout
+        assert "run.log" not in result.stderr  # no log to point at
+        assert list(outputs.iterdir()) == []
 
 
 def test_choices_come_from_the_registries(compose):

@@ -3,8 +3,9 @@
 ``settings`` holds the stage's one input, ``TrainingSettings`` (parsed once by ``validate``); ``fit`` builds the
 trainer and data and runs it; ``options`` checks the ``trainer`` group; ``resume`` lets a checkpoint resume
 only into the training it was written for; ``starting_point`` warns when an objective starts from the wrong
-kind of model and refuses records it does not train on; ``deepspeed_strategy``, ``cluster``, ``nonfinite``
-and ``progress`` are the strategy, plugins and callbacks the trainer gets.
+kind of model and refuses records it does not train on; ``interrupt`` stops training on Ctrl-C at a step's
+end, checkpointed; ``deepspeed_strategy``, ``cluster``, ``nonfinite`` and ``progress`` are the strategy,
+plugins and callbacks the trainer gets.
 """
 
 from rpbench.training.fit import build_datamodule, build_trainer, resolve_ckpt, train, zero_stage

@@ -28,9 +28,10 @@ from rpbench.objectives.registry import objective_class
 from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.training.cluster import cluster_plugins
 from rpbench.training.deepspeed_strategy import deepspeed_strategy
+from rpbench.training.interrupt import StopOnInterrupt, interruptible
 from rpbench.training.nonfinite import StopOnNonFiniteLoss
 from rpbench.training.progress import CURVE_FILE, TrainingProgress, plot_loss_curve
-from rpbench.training.resume import write_settings
+from rpbench.training.resume import last_checkpoint, write_settings
 from rpbench.training.settings import TrainingSettings
 from rpbench.training.trainer_settings import extra_callbacks, passed_options
 
@@ -87,6 +88,17 @@ class LastCheckpoint(ModelCheckpoint):
         """After the epoch's last step and its validation, even when a step checkpoint was just written
         (that one lacks the validation)."""
         if trainer.state.fn == TrainerFn.FITTING and not trainer.fast_dev_run and not stopped_on_max_steps(trainer):
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    @property
+    def saved_step(self) -> int | None:
+        """The optimizer step of the checkpoint this run wrote last; None before it wrote one."""
+        return self._last_global_step_saved if self._last_checkpoint_saved else None
+
+    def save_now(self, trainer) -> None:
+        """The last checkpoint at the current optimizer step, unless it holds that step already (every rank
+        calls it)."""
+        if not self._should_skip_saving_checkpoint(trainer):
             self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
@@ -214,7 +226,7 @@ class ParameterCount(Callback):
 def resolve_ckpt(ckpt_path: str | None, out_dir: Path) -> str | None:
     """``last`` -> the run folder's last checkpoint if there is one (resume), else start fresh."""
     if ckpt_path == "last":
-        last = out_dir / "checkpoints" / "last.ckpt"
+        last = last_checkpoint(out_dir)
         return str(last) if last.exists() else None
     return ckpt_path
 
@@ -301,18 +313,20 @@ def train(
     extras |= {"renderer": renderer} if module_cls.environments else {}
     module = module_cls(model, tokenizer, config, **extras)
     history, progress = ValidationHistory(), TrainingProgress()
-    checkpoints = LastCheckpoint(out_dir / "checkpoints", training.run.checkpoint_every_n_steps or 0)
+    checkpoints = LastCheckpoint(last_checkpoint(out_dir).parent, training.run.checkpoint_every_n_steps or 0)
     ckpt_path = resolve_ckpt(training.run.ckpt_path, out_dir)
-    callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount()]
+    stop = StopOnInterrupt(checkpoints)
+    callbacks = [history, progress, StopOnNonFiniteLoss(), checkpoints, ParameterCount(), stop]
     trainer = build_trainer(training, out_dir, logger, callbacks, resuming=ckpt_path is not None)
     if trainer.is_global_zero:  # what a re-run compares before it resumes (rpbench.training.resume)
-        write_settings(training.fingerprint, out_dir / "checkpoints")
+        write_settings(training.fingerprint, last_checkpoint(out_dir).parent)
     # Lightning restores loader states only when they load before configure_optimizers: the datamodule
     # carries the position in the epoch instead (PlannedDataModule.state_dict), so this warning does not apply.
     warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
     # Under manual optimisation (GRPO) a step checkpoint holds the state after the step it counts, as it should.
     warnings.filterwarnings("ignore", message="Using ModelCheckpoint with manual optimization and every_n_train_steps")
-    trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
+    with interruptible(stop):  # Ctrl-C: stops after the step under way, once last.ckpt holds it
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path)
     if needs_final_validation(trainer, history):  # stopped between validations (e.g. on trainer.max_steps)
         trainer.validate(module, datamodule=datamodule, verbose=False)
     report: dict[str, Any] = {

@@ -50,6 +50,11 @@ NOT_COMPARED = {
 SHOWN_DIFFERENCES = 8
 
 
+def last_checkpoint(out_dir: Path) -> Path:
+    """Where a run folder's last checkpoint is written, and what a re-run in the folder resumes."""
+    return out_dir / "checkpoints" / "last.ckpt"
+
+
 def flatten(node: Any, prefix: str) -> dict[str, Any]:
     """``{"a.b": value}`` for every leaf under ``node`` (lists are leaves)."""
     if not isinstance(node, Mapping) or not node:

@@ -73,13 +73,16 @@ def headline(results: dict[str, Any]) -> list[str]:
     scored = [f"{m} {s['mean']:.4f}" for m, s in overall.items() if s["mean"] is not None]
     if scored:
         lines.append("test: " + ", ".join(scored))
-    evaluator = results.get("evaluator", "none")
-    if "eval" in results and evaluator != "none":
-        found = (h.console_line(results["eval"]) for h in BENCHMARKS.get(evaluator).headlines)
-        first = next((line for line in found if line is not None), None)
+    evaluator = results["evaluator"]
+    if evaluator == "none":
+        lines.append("headline: none (evaluator=none: no benchmark ran)")
+    elif "eval" in results:
+        benchmark = BENCHMARKS.get(evaluator)
+        first = benchmark.headline_line(results["eval"])
         if results.get("failed"):  # a number a failed evaluation holds (unparsed verdicts counted wrong)
             first = "none (the evaluation failed)"  # is not its headline
-        lines.append(f"headline ({evaluator}): {first or 'none'}")
+        lines.append(f"headline ({evaluator}): {first}")
+        lines += benchmark.summary_lines(results["eval"])
     tally = results.get("eval", {}).get("judge_tally")
     if tally:
         lines.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from PIL import Image
@@ -103,8 +104,75 @@ def test_a_judge_without_a_single_verdict_prints_no_accuracy():
     from rpbench.run_report import headline
 
     tally = {"n": 8, "judged": 0, "parse_failures": 8, "request_failures": 0, "accuracy": 0.0}
-    assert headline({"eval": {"judge": {"overall": tally}}}) == [
-        "judge accuracy none (0 of 8 judged; 8 unparsed, 0 unanswered)"
-    ]
+    lines = headline({"evaluator": "rolemrc", "eval": {"judge": {"overall": tally}}})
+    assert "judge accuracy none (0 of 8 judged; 8 unparsed, 0 unanswered)" in lines
     tally = {**tally, "judged": 4, "parse_failures": 4, "accuracy": 0.25}
-    assert headline({"eval": {"judge": {"overall": tally}}})[0].startswith("judge accuracy 25.00% (4 of 8")
+    lines = headline({"evaluator": "rolemrc", "eval": {"judge": {"overall": tally}}})
+    assert any(line.startswith("judge accuracy 25.00% (4 of 8") for line in lines)
+
+
+def test_a_library_warning_is_one_logged_line_without_its_file_path(tmp_path, caplog, capfd):
+    """Lightning's own warning from a real fit (fewer batches than the logging interval): a line under the
+    emitting module's name, not Lightning's `<site-packages path>:<line>: <message>` on stderr."""
+    import warnings
+
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.demos.boring_classes import BoringModel
+    from lightning.pytorch.loggers import CSVLogger
+
+    from rpbench.core.quiet import quiet_libraries
+
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING):
+        quiet_libraries()
+        trainer = Trainer(
+            max_steps=1,
+            limit_train_batches=2,
+            limit_val_batches=0,
+            log_every_n_steps=50,
+            logger=CSVLogger(tmp_path),
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+        )
+        trainer.fit(BoringModel())
+    [record] = [r for r in caplog.records if "smaller than the logging interval" in r.getMessage()]
+    assert record.name == "lightning.pytorch.loops.fit_loop" and record.levelno == logging.WARNING
+    assert record.getMessage().startswith("The number of training batches (2) is smaller")
+    assert "site-packages" not in capfd.readouterr().err
+
+
+def test_the_bertscore_fallback_is_one_info_line_and_a_note_in_the_results(tmp_path, caplog):
+    """The default config chooses the fallback (evaluator.bertscore.fallback=true): the log says so once at
+    INFO, no warning; what the values are is written where the results are read (metrics.json, report.md)."""
+    from rpbench.eval.report import sections
+    from rpbench.scoring.metrics import load_bertscorer
+
+    load_bertscorer.cache_clear()
+    with caplog.at_level(logging.INFO, logger="rpbench.scoring.metrics"):
+        for _ in range(2):  # a run scores several splits: one line
+            described = load_bertscorer("rpbench-test/not-a-cached-model").describe()
+    [line] = [r for r in caplog.records if r.name == "rpbench.scoring.metrics"]
+    assert line.levelno == logging.INFO and "not comparable with the paper's roberta-large" in line.getMessage()
+    assert described["note"].startswith(
+        "BERTScore was computed with sentence-transformers/all-MiniLM-L6-v2 (layer 6) because "
+        "'rpbench-test/not-a-cached-model' is not in the local Hugging Face cache: its values are not comparable"
+    )
+    results = {
+        "metrics": {"overall": {"bertscore": {"mean": 0.5, "std": 0.1, "n": 2, "ci_low": 0.4, "ci_high": 0.6}}},
+        "generation": {"n_generated": 2, "n_resumed": 0},
+        "n_records": 2,
+        "bertscore_backbone": described,
+    }
+    assert f"**Note:** {described['note']}." in sections(results, "bertscore", tmp_path, "run", [])
+
+
+def test_asking_for_a_bertscore_backbone_that_is_not_here_stops_at_startup(compose, refused_at_startup):
+    """evaluator.bertscore.fallback=false asks for the configured backbone itself: without it the run stops before
+    anything loads (it used to generate every reply, then fail with an OSError's traceback)."""
+    message = refused_at_startup(
+        compose, "evaluator.bertscore.model=rpbench-test/not-a-cached-model", "evaluator.bertscore.fallback=false"
+    )
+    assert "evaluator.bertscore.model='rpbench-test/not-a-cached-model': expected with bertscore.fallback=false" in (
+        message
+    )
+    assert "hf download rpbench-test/not-a-cached-model" in message

@@ -1,4 +1,5 @@
-"""loss_curve.png: the run's name, both panels' axes labelled, the series named, the size it is drawn at."""
+"""loss_curve.png: the run's name and sample counts, both panels' axes labelled on whole steps, the series named, the
+size it is drawn at."""
 
 from PIL import Image
 
@@ -12,10 +13,13 @@ POINTS = [
 ]
 
 
-def test_the_curve_names_the_run_and_labels_its_axes():
-    fig = loss_figure(POINTS, "sft-tiny-qwen2-sample")
+def test_the_curve_names_the_run_and_its_samples_and_labels_its_axes():
+    fig = loss_figure(POINTS, "sft-tiny-qwen2-sample", (40, 8))
     loss_ax, lr_ax = fig.axes
-    assert fig.get_suptitle() == "sft-tiny-qwen2-sample: training"
+    assert fig.get_suptitle() == "sft-tiny-qwen2-sample: 40 training samples, 8 held out, 10 optimizer steps"
+    fig.canvas.draw()
+    for ax in (loss_ax, lr_ax):  # optimizer steps are whole numbers: no tick at 2.5
+        assert all(tick == int(tick) for tick in ax.get_xticks())
     assert (loss_ax.get_xlabel(), loss_ax.get_ylabel()) == ("optimizer step", "loss")
     assert (lr_ax.get_xlabel(), lr_ax.get_ylabel()) == ("optimizer step", "learning rate")
     assert [t.get_text() for t in loss_ax.get_legend().get_texts()] == ["train loss", "held-out loss"]
@@ -24,8 +28,8 @@ def test_the_curve_names_the_run_and_labels_its_axes():
 
 
 def test_the_png_is_of_the_drawn_size_and_nothing_is_drawn_without_a_point(tmp_path):
-    path = plot_loss_curve(POINTS, "run", tmp_path / "loss_curve.png")
+    path = plot_loss_curve(POINTS, "run", (40, 8), tmp_path / "loss_curve.png")
     with Image.open(path) as image:
         assert image.size == (round(CURVE_SIZE_INCHES[0] * CURVE_DPI), round(CURVE_SIZE_INCHES[1] * CURVE_DPI))
-    assert plot_loss_curve([{"step": 3}], "run", tmp_path / "none.png") is None
+    assert plot_loss_curve([{"step": 3}], "run", (40, 8), tmp_path / "none.png") is None
     assert not (tmp_path / "none.png").exists()

@@ -1,2 +1,2 @@
 """The base every layer stands on, importing nothing above it: errors, the registry idiom, typed settings,
-atomic files, distributed helpers and library-noise control."""
+atomic files, distributed helpers, library-noise control and progress bars."""

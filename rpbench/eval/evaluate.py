@@ -44,11 +44,14 @@ def generation_fingerprint(ctx: EvalContext) -> dict[str, Any]:
     return local_fingerprint(ctx.model_identity, ev.backend, ev.generation)
 
 
-def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> dict[str, Any]:
-    """Predictions for ``examples`` into ``path`` (resumable) by the evaluator's backend; the generation report."""
+def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path, what: str | None = None) -> dict[str, Any]:
+    """Predictions for ``examples`` into ``path`` (resumable) by the evaluator's backend; the generation report.
+    ``what``: what the progress bar says is generated (None: the benchmark's replies)."""
     ev = ctx.settings
+    what = what or f"{ev.name} replies"
     if ev.backend == "endpoint":
-        return generate_via_endpoint(ev.endpoint, examples, path, ev.generation, image_root=ctx.image_root).as_dict()
+        report = generate_via_endpoint(ev.endpoint, examples, path, ev.generation, image_root=ctx.image_root, what=what)
+        return report.as_dict()
     if ctx.model is None:
         raise ValueError(f"evaluator.backend={ev.backend} needs a model")
     rank, world = rank_and_world()
@@ -69,6 +72,7 @@ def generate(ctx: EvalContext, examples: Sequence[EvalExample], path: Path) -> d
             world_size=world,
             engine=engine,
             identity=ctx.model_identity,
+            what=what,
         )
     finally:
         if engine is not None:

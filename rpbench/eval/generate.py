@@ -325,6 +325,7 @@ def generate_predictions(
     world_size: int = 1,
     engine: VLLMEngine | None = None,
     identity: Mapping[str, Any] | None = None,
+    what: str = "replies",
 ) -> GenerationReport:
     """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
 
@@ -332,7 +333,8 @@ def generate_predictions(
     on rank 0 the merged file is complete and in the order of ``examples`` when this returns. ``engine``:
     generate with an in-process vLLM engine (one process) instead of the model's batched ``generate``.
     ``identity``: the model's (``provenance.model_identity``), when the caller has it already. The file resumes
-    only under the same identity and generation settings (``provenance.claim``).
+    only under the same identity and generation settings (``provenance.claim``). ``what``: what is generated, as
+    the progress bar names it (``generate <what>``, with the rank when there are several).
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside world of size {world_size}")
@@ -379,7 +381,7 @@ def generate_predictions(
             stop_ids,
             min_batches=min_batches,
             synced_gpus=synced,
-            desc=f"generate (rank {rank})",
+            desc=f"generate {what}" + (f" (rank {rank})" if world_size > 1 else ""),
             images=images,
         )
     with own.open("a", encoding="utf-8") as f:
@@ -463,10 +465,11 @@ def generate_via_endpoint(
     out_path: str | Path,
     opts: GenerationSettings,
     image_root: str | Path | None = None,
+    what: str = "replies",
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 
-    Same file, resume and record format as ``generate_predictions``. Requests go through the judge's
+    Same file, resume, record format and ``what`` as ``generate_predictions``. Requests go through the judge's
     client (``rpbench.scoring.chat.client``, ``endpoint.client_config``: at most ``concurrency`` at once,
     retried with backoff, counted in the report's ``endpoint_usage``; no cache, since sampled replies must not
     repeat). The API key is read from the environment variable ``api_key_env`` (a placeholder is sent without
@@ -502,7 +505,7 @@ def generate_via_endpoint(
             f.flush()
 
         try:
-            client.ask_many(requests, desc="generate (endpoint)", on_result=write)
+            client.ask_many(requests, desc=f"generate {what} (endpoint)", on_result=write)
         finally:
             client.close()
     if failures:

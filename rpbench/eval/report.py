@@ -171,8 +171,9 @@ def sections(
     if "bertscore_backbone" in results:
         backbone = results["bertscore_backbone"]
         out.append(
-            f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}"
-            + (f" (fallback: {backbone['fallback_reason']})" if backbone["fell_back"] else "")
+            f"**Note:** {backbone['note']}."
+            if backbone["fell_back"]
+            else f"BERTScore backbone: `{backbone['backbone']}` layer {backbone['layer']}."
         )
     if metrics.get("dimension"):
         out.append(metric_table(paper_named(metrics["dimension"]), "dimension (paper's five)"))

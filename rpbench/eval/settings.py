@@ -20,7 +20,14 @@ from rpbench.models.generation import GenerationSettings
 from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.scoring.human_agreement import LEVELS
 from rpbench.scoring.human_ratings import ratings_file_problems
-from rpbench.scoring.metrics import BLEU_EMPTY, METRICS, ROUGE_ORDERS, ROUGE_TOKENIZERS, ROUGE_TYPES
+from rpbench.scoring.metrics import (
+    BLEU_EMPTY,
+    METRICS,
+    ROUGE_ORDERS,
+    ROUGE_TOKENIZERS,
+    ROUGE_TYPES,
+    backbone_available,
+)
 
 BACKENDS = ("local", "vllm", "endpoint")
 
@@ -201,6 +208,15 @@ class EvaluatorSettings(Settings):
             found.append(("metrics", f"names from {', '.join(METRICS.names())}"))
         elif self.needs_metrics and not self.metrics:
             found.append(("metrics", "at least one metric"))
+        bertscore = self.bertscore
+        if "bertscore" in self.metrics and not bertscore.fallback and not backbone_available(bertscore.model):
+            found.append(
+                (
+                    "bertscore.model",
+                    f"with bertscore.fallback=false, a backbone in the local Hugging Face cache (`hf download "
+                    f"{bertscore.model}`; or bertscore.fallback=true: the packaged all-MiniLM-L6-v2, noted as such)",
+                )
+            )
         if self.radar_metric is not None and self.radar_metric not in METRICS.names():
             found.append(("radar_metric", "null or a metric name (drawn when it is among evaluator.metrics)"))
         if self.judge_prompt_file is not None and not Path(self.judge_prompt_file).is_file():

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
+from rpbench.core.progress_bar import progress_bar
 from rpbench.core.typed import Problem, Settings
 from rpbench.data.chat import ContentText
 from rpbench.models.chat_templates import available_templates, load_chat_template
@@ -268,7 +268,7 @@ def generate_batches(
     was_training = model.training
     model.eval()
     try:
-        with tqdm(total=len(prompts), desc=desc, disable=not opts.progress) as bar:
+        with progress_bar(desc=desc, total=len(prompts), unit="completion", disable=not opts.progress) as bar:
             for number in range(max(len(batches), min_batches)):
                 batch = batches[number] if number < len(batches) else []
                 rows = [prompts[i] for i in batch] or filler

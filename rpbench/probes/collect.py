@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from rpbench.core.progress_bar import progress_bar
 from rpbench.probes.hooks import attach, resolve_hook_points
 from rpbench.probes.stats import FrequencyStats, ProbeSettings
 
@@ -102,7 +102,7 @@ def collect_frequencies(
     try:
         with torch.no_grad(), attach(points, observe):
             for i, (batch, batch_dims) in enumerate(
-                tqdm(zip(batches, dims_per_batch, strict=True), desc="probe", unit="batch")
+                progress_bar(zip(batches, dims_per_batch, strict=True), desc="probe", unit="batch")
             ):
                 mask = batch["attention_mask"].to(device)
                 sample_dims = _normalise_dims(batch_dims, i, mask.shape[0])

@@ -283,6 +283,14 @@ def default_layer(model_name: str, num_layers: int) -> int:
     return model2layers.get(model_name, num_layers)
 
 
+def fallback_note(backbone: str, layer: int, reason: str | None) -> str:
+    """What a fallback BERTScore means for its values, in words (metrics.json, report.md, the log)."""
+    return (
+        f"BERTScore was computed with {backbone} (layer {layer}) because {reason}: its values are not comparable "
+        "with scores on the configured backbone (RoleMRC's Table 3: bert-score's default, roberta-large layer 17)"
+    )
+
+
 @dataclass
 class BERTScorer:
     """BERTScore F1 by ``bert_score.BERTScorer`` (no idf, no baseline rescaling) on a local backbone.
@@ -299,12 +307,17 @@ class BERTScorer:
     batch_size: int = 32
 
     def describe(self) -> dict[str, Any]:
-        return {
+        """The backbone and layer scored with; after a fallback, why, and a note that the values are not
+        comparable with the configured backbone's."""
+        described = {
             "backbone": self.backbone,
             "layer": self.layer,
             "fell_back": self.fell_back,
             "fallback_reason": self.fallback_reason,
         }
+        if self.fell_back:
+            described["note"] = fallback_note(self.backbone, self.layer, self.fallback_reason)
+        return described
 
     def f1(self, predictions: Sequence[str], references: Sequence[str]) -> list[float]:
         check_pairs(predictions, references)
@@ -317,6 +330,15 @@ class BERTScorer:
             for i, value in zip(scored, f1.tolist()):
                 result[i] = value
         return result
+
+
+def backbone_available(model_name: str) -> bool:
+    """Whether BERTScore can load ``model_name`` without downloading it (a folder, or in the local cache)."""
+    try:
+        local_model_path(model_name)
+    except OSError:
+        return False
+    return True
 
 
 def local_model_path(model_name: str) -> str:
@@ -345,7 +367,8 @@ def load_bertscorer(
     """A BERTScorer on ``model_name`` from the local Hugging Face cache (never downloads).
 
     If the model is not cached and ``fallback`` is true, the packaged all-MiniLM-L6-v2 (last layer) is
-    used instead and the scorer says so in ``describe()``. Cached: repeated calls share one model.
+    used instead: the scorer says so in ``describe()`` and one INFO line in the log (the fallback is chosen in
+    the config, by default, so it is no warning). Cached: repeated calls share one model.
     """
     from bert_score import BERTScorer as LibraryScorer
     from transformers import AutoConfig
@@ -362,13 +385,19 @@ def load_bertscorer(
                 f"BERTScore backbone {model_name!r} is not in the local Hugging Face cache "
                 f"(download it with `hf download {model_name}`): {error}"
             ) from error
-        reason = f"{model_name!r} not in the local Hugging Face cache"
-        log.warning("BERTScore: %s; falling back to the packaged all-MiniLM-L6-v2", reason)
+        reason = f"{model_name!r} is not in the local Hugging Face cache"
         path = fallback_model_path()
         config = AutoConfig.from_pretrained(path, local_files_only=True)
         backbone, layer = "sentence-transformers/all-MiniLM-L6-v2", None
     if layer is None:
         layer = default_layer(backbone, config.num_hidden_layers)
+    if reason is not None:
+        log.info(
+            "BERTScore: %s; scored with the packaged %s (evaluator.bertscore.fallback=true), not comparable with "
+            "the paper's roberta-large (noted in metrics.json and report.md)",
+            reason,
+            backbone,
+        )
     if not 0 < layer <= config.num_hidden_layers:
         raise ValueError(f"BERTScore layer {layer} outside 1..{config.num_hidden_layers} for {backbone!r}")
     scorer = LibraryScorer(model_type=path, num_layers=layer, idf=False, device=device, batch_size=batch_size)

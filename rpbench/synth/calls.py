@@ -18,9 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from rpbench.core.errors import RpbenchError
+from rpbench.core.progress_bar import progress_bar
 from rpbench.scoring.chat import ChatClient, ChatRequest, RequestStats
 from rpbench.scoring.chat.client import reasked
 from rpbench.scoring.judge.budget import CHARS_PER_TOKEN, JudgeEstimate
@@ -166,7 +165,7 @@ def run_tasks(
     spending = Spending(budget_usd, spent_before_usd, client, client.stats.cost_usd)
     tally.estimate = typical_estimate(client, [t.request for t in pending]).as_dict()
     _log_estimate(stage, tally.estimate, spending)
-    bar = tqdm(total=len(tasks), initial=tally.already_done, desc=stage, unit="item", disable=not progress)
+    bar = progress_bar(desc=stage, total=len(tasks), unit="item", initial=tally.already_done, disable=not progress)
     try:
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]

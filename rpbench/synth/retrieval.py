@@ -22,6 +22,7 @@ import numpy as np
 
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import ConfigError, DataFormatError
+from rpbench.core.progress_bar import progress_bar
 
 NO_ANSWER = "No Answer Present."
 PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
@@ -180,7 +181,6 @@ def _build(
     pool: Path, encoder: Encoder, batch_size: int, chunk_records: int, folder: Path, identity: dict[str, Any]
 ) -> None:
     import faiss
-    from tqdm.auto import tqdm
 
     index, offsets, texts, chunk_offsets = None, [], [], []
     work = partial_path(folder)
@@ -196,7 +196,7 @@ def _build(
         texts.clear()
         chunk_offsets.clear()
 
-    with tqdm(desc="embed pool", unit="record") as bar:
+    with progress_bar(desc="embed pool", unit="record") as bar:
         for number, offset, line in _pool_lines(pool):
             texts.append(embedding_text(read_triplet(line, pool, number)))
             chunk_offsets.append(offset)

@@ -20,10 +20,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
-
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import ConfigError, RpbenchError
+from rpbench.core.progress_bar import progress_bar
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.readers import STRICT
 from rpbench.data.rolemrc import RoleMRCOptions, read_pairs, read_sft, read_test
@@ -156,7 +155,7 @@ class Run:
         pending = [p for p in self.profiles() if p["id"] not in out.done]
         encoder = load_encoder(self.config.encoder)
         index, built = open_pool_index(self.config.pool_file, encoder, self.config.embed_batch_size)
-        with tqdm(total=len(pending), desc="retrieval", unit="profile", disable=not self.progress) as bar:
+        with progress_bar(desc="retrieval", total=len(pending), unit="profile", disable=not self.progress) as bar:
             for start in range(0, len(pending), self.config.batch_size):
                 batch = pending[start : start + self.config.batch_size]
                 texts = [retrieval_text(p["profile"]) for p in batch]

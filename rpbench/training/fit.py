@@ -351,7 +351,8 @@ def train(
     }
     if module.zero3_init is not None:
         report["zero3_init"] = module.zero3_init
-    if trainer.is_global_zero and plot_loss_curve(progress.points, training.run.run_name, out_dir / CURVE_FILE):
+    counts = (len(train_samples), len(val_samples))
+    if trainer.is_global_zero and plot_loss_curve(progress.points, training.run.run_name, counts, out_dir / CURVE_FILE):
         report["loss_curve"] = CURVE_FILE
     if history.history and history.history[0]["step"] == 0:  # fast_dev_run has no pass before training
         report["held_out"] = {"before": history.history[0], "after": history.history[-1]}

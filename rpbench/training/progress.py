@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +74,17 @@ class TrainingProgress(Callback):
         self.points = list(state_dict["points"])
 
 
-def plot_loss_curve(points: list[dict[str, float]], run_name: str, path: Path) -> Path | None:
+def plot_loss_curve(points: list[dict[str, float]], run_name: str, samples: tuple[int, int], path: Path) -> Path | None:
     """``loss_figure`` written to ``path``; None (nothing written) without a point."""
     if not any(key in p for p in points for key in ("loss", "held_out_loss", "lr")):
         return None
-    loss_figure(points, run_name).savefig(path, dpi=CURVE_DPI)
+    loss_figure(points, run_name, samples).savefig(path, dpi=CURVE_DPI)
     return path
 
 
-def loss_figure(points: list[dict[str, float]], run_name: str) -> Figure:
+def loss_figure(points: list[dict[str, float]], run_name: str, samples: tuple[int, int]) -> Figure:
     """Train and held-out loss against the optimizer step (left) and the learning rate (right), titled with the
-    run's name."""
+    run's name and its (training, held-out) ``samples``; steps on whole-number ticks."""
     series = {key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")}
     fig = Figure(figsize=CURVE_SIZE_INCHES, layout="constrained")
     loss_ax, lr_ax = fig.subplots(1, 2)
@@ -96,5 +97,9 @@ def loss_figure(points: list[dict[str, float]], run_name: str) -> Figure:
         lr_ax.plot(*zip(*series["lr"]), "-", color="tab:green")
     lr_ax.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    fig.suptitle(f"{run_name}: training", fontsize=11)
+    for ax in (loss_ax, lr_ax):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    train, held_out = samples
+    steps = max(p["step"] for p in points)
+    fig.suptitle(f"{run_name}: {train} training samples, {held_out} held out, {steps:g} optimizer steps", fontsize=11)
     return fig

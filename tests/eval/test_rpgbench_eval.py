@@ -187,13 +187,18 @@ def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_genera
 
 
 @pytest.mark.slow
-def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path, run_in_process):
+def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path, run_in_process, caplog):
     """What run.py runs, in-process: per category, the sample's tiny critic and reasoner (not the evaluated model)."""
+    import logging
+
     from rpbench.pipeline import RunFailed
 
     run_dir = tmp_path / "run"
     # the tiny judges' replies do not parse: no WinRate, so the run is marked failed (the analysis is written)
-    with pytest.raises(RunFailed, match=r"its headline \(WinRate\) has no value"):
+    with (
+        caplog.at_level(logging.INFO, logger="rpbench.pipeline"),
+        pytest.raises(RunFailed, match=r"its headline \(WinRate\) has no value"),
+    ):
         run_in_process(
             run_dir,
             "objective=none",
@@ -268,6 +273,12 @@ def test_rpgbench_evaluation_on_the_sample_with_a_local_judge_ensemble(tmp_path,
     drawn = [json.loads(line)["id"] for line in (run_dir / "entropy_samples.jsonl").read_text().splitlines()]
     assert len(drawn) == 2 * len(records)  # one prompt per category, two samples each
     assert (run_dir / "reasoning.jsonl").is_file() and (run_dir / "critic_samples.jsonl").is_file()
+    # the console: no headline (the run failed), and what it did measure, R-EMID per shift type with its n
+    console = [r.getMessage() for r in caplog.records if r.name == "rpbench.pipeline"]
+    assert "headline (rpgbench): none (the evaluation failed)" in console
+    shifted_types = [s for s in ev["by_shift"] if "r_emid" in ev["by_shift"][s]]  # in_distribution has none
+    expected = ", ".join(f"{s} {ev['by_shift'][s]['r_emid']:.4f} (n={ev['by_shift'][s]['n']})" for s in shifted_types)
+    assert f"R-EMID by shift type: {expected} (point estimates: no CI computed; per category in report.md)" in console
     report = (run_dir / "report.md").read_text()
     assert "### Generalization (R-EMID paper), per category" in report and "Per shift type" in report
     assert "Theorem 3.4" in report and "EMID code's scale-adjusted bound" in report

@@ -258,7 +258,7 @@ def test_pilot_figure_points_are_js_severity_against_ensemble_winrate(judged, tm
     assert fig.get_suptitle() == "rpgbench-run\nWinRate against shift severity, per shifted category"
     assert ax.get_xlabel() == "JS severity (user + character + dialogue)"
     assert ax.get_ylabel() == "WinRate (judge ensemble mean)"
-    # each point numbered by severity; the key beside the plot names it and its shift
-    key = " 1  german (user)\n 2  japanese (user)\n 3  Literature (character)"
+    # each point numbered by severity; the key beside the plot names it, its shift and the verdicts it rests on
+    key = " 1  german (user, 2 verdicts)\n 2  japanese (user, 4 verdicts)\n 3  Literature (character, 4 verdicts)"
     assert [t.get_text() for t in ax.texts] == ["1", "2", "3", key]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["IDTest WinRate"]

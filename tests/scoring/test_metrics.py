@@ -327,11 +327,15 @@ def test_bertscore_identical_and_empty(minilm):
 @pytest.mark.slow
 def test_bertscore_falls_back_to_packaged_model_and_says_so():
     scorer = load_bertscorer("rpbench-test/not-a-cached-model")
+    reason = "'rpbench-test/not-a-cached-model' is not in the local Hugging Face cache"
     assert scorer.describe() == {
         "backbone": "sentence-transformers/all-MiniLM-L6-v2",
         "layer": 6,
         "fell_back": True,
-        "fallback_reason": "'rpbench-test/not-a-cached-model' not in the local Hugging Face cache",
+        "fallback_reason": reason,
+        "note": f"BERTScore was computed with sentence-transformers/all-MiniLM-L6-v2 (layer 6) because {reason}: its "
+        "values are not comparable with scores on the configured backbone (RoleMRC's Table 3: bert-score's default, "
+        "roberta-large layer 17)",
     }
     with pytest.raises(OSError, match="not in the local Hugging Face cache"):
         load_bertscorer("rpbench-test/not-a-cached-model", fallback=False)

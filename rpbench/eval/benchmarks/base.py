@@ -38,13 +38,15 @@ class Headline:
     """A benchmark's leaderboard number (``rpbench.leaderboard``). ``path`` leads from metrics.json's ``eval`` to
     a mapping holding it under ``value`` (and its CI under ``ci_low``/``ci_high`` when computed), or to the
     number itself (``value`` empty). ``scores``: how a record's score is read from scores.jsonl for CIs and
-    paired tests: ``metrics/<name>``, or ``verdicts`` (each verdict of the record is one unit); empty: none."""
+    paired tests: ``metrics/<name>``, or ``verdicts`` (each verdict of the record is one unit); empty: none.
+    ``needs``: what a run needs for its results to hold this headline (the console says so when they do not)."""
 
     label: str
     path: tuple[str, ...]
     value: str = "mean"
     scores: str = ""
     higher_is_better: bool = True
+    needs: str = ""
 
     def held(self, results: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, Any] | None:
         """(the entry the path leads to when it is a mapping, the number or None in it) when ``results`` hold
@@ -92,7 +94,9 @@ def tally_of(overall: Mapping[str, Any]) -> JudgeTally:
 
 
 def rouge_l() -> Headline:
-    return Headline("ROUGE-L", ("metrics", "overall", "rougeL"), scores="metrics/rougeL")
+    return Headline(
+        "ROUGE-L", ("metrics", "overall", "rougeL"), scores="metrics/rougeL", needs="rougeL in evaluator.metrics"
+    )
 
 
 class Benchmark:
@@ -117,6 +121,23 @@ class Benchmark:
 
     needs_model = True  # evaluates a model (False: judges or measures files and records alone)
     headlines: tuple[Headline, ...] = ()  # its leaderboard number: the first of these a run's results hold
+    no_headline = "it declares no headline"  # why a benchmark without headlines ranks no model (the console's)
+
+    def headline_line(self, results: Mapping[str, Any]) -> str:
+        """The console's headline of ``results``: the first of ``headlines`` they hold, with its CI; else why
+        there is none (the headlines' ``needs``)."""
+        if not self.headlines:
+            return f"none ({self.no_headline})"
+        found = next((line for h in self.headlines if (line := h.console_line(results)) is not None), None)
+        if found is not None:
+            return found
+        needs = (f"{h.label} needs {h.needs or 'what this run left out'}" for h in self.headlines)
+        return f"none ({'; '.join(needs)})"
+
+    def summary_lines(self, results: Mapping[str, Any]) -> list[str]:
+        """What the console shows of ``results`` besides the headline (a number the paper reports beside it, or
+        the measure of a benchmark that ranks no model); nothing by default."""
+        return []
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         """How results are broken down: grouping -> each record's group (or list of groups)."""

@@ -98,7 +98,9 @@ class CharacterLLMSettings(JudgedSettings):
 
 
 class CharacterLLM(Benchmark):
-    headlines = (Headline("single-turn average", ("characterllm", "single"), "average"),)
+    headlines = (
+        Headline("single-turn average", ("characterllm", "single"), "average", needs="single in evaluator.settings"),
+    )
     judged = True
     settings_class = CharacterLLMSettings
 
@@ -130,7 +132,9 @@ class CharacterLLM(Benchmark):
         with ctx.open_client() as client:
             if "single" in chosen:
                 path = out_dir / "predictions.jsonl"
-                results["generation"]["single"] = generate(ctx, chosen["single"], path)
+                results["generation"]["single"] = generate(
+                    ctx, chosen["single"], path, "characterllm replies, single-turn"
+                )
                 replies = {row["id"]: row["prediction"] for row in read_jsonl(path)}
                 for e in chosen["single"]:
                     turns = [(INTERVIEWER, e.prompt[-1].content), (e.meta["character"], scored_reply(replies[e.id]))]
@@ -220,7 +224,9 @@ class CharacterLLM(Benchmark):
                     asked.append(e)
                 turn_records = [turn_record(e, transcripts[e.id], turn) for e in asked]
                 path = ctx.out_dir / f"predictions_turns_{turn}.jsonl"
-                results["generation"][f"turns_{turn}"] = generate(ctx, turn_records, path)
+                results["generation"][f"turns_{turn}"] = generate(
+                    ctx, turn_records, path, f"characterllm replies, turn {turn}"
+                )
                 answers = {row["id"]: row["prediction"] for row in read_jsonl(path)}
                 for e, record in zip(asked, turn_records):
                     transcripts[e.id].append((e.meta["character"], first_paragraph(answers[record.id])))

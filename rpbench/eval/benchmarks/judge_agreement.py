@@ -130,6 +130,7 @@ class JudgeAgreement(Benchmark):
     reads_records = False
     needs_model = False
     settings_class = JudgeAgreementSettings
+    no_headline = "it measures a judge against human ratings; no model is scored"
 
     def from_files(self, ctx: EvalContext) -> dict[str, Any]:
         ev = ctx.settings

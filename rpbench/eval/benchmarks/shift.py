@@ -15,7 +15,7 @@ from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark
 from rpbench.eval.benchmarks.rpgbench.evaluator import RPGBenchSettings, encoder_problems
 from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.embed import load_text_embedder
-from rpbench.eval.generalization.split_distance import shift_section, split_shift
+from rpbench.eval.generalization.split_distance import OVERALL, shift_section, split_shift
 from rpbench.scoring.chat.client import EndpointSettings
 
 
@@ -38,6 +38,16 @@ class Shift(Benchmark):
     reads_records = False  # reads every split itself
     needs_model = False
     settings_class = ShiftSettings
+    no_headline = "it measures how far data splits are apart; no model is scored"
+
+    def summary_lines(self, results: Mapping[str, Any]) -> list[str]:
+        """Each pair of splits' JSD per input part over all records (report.md has them per subset)."""
+        found = results["shift"]
+        return [
+            f"JSD {pair}, all records ({found['weighting']} weighting): "
+            + ", ".join(f"{part} {_jsd(by_part['jsd'])}" for part, by_part in subsets[OVERALL].items())
+            for pair, subsets in found["pairs"].items()
+        ]
 
     def problems(self, settings: ShiftSettings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         files = split_files(settings.splits, data.files)
@@ -60,6 +70,10 @@ class Shift(Benchmark):
         embedder = load_text_embedder(g.encoder, g.layer, g.max_length, g.pooling, g.encoder_fallback)
         found = {**split_shift(splits, embedder, g.weighting), "read": counts}
         return {"shift": found, "report_sections": [shift_section(found)]}
+
+
+def _jsd(value: float | None) -> str:
+    return "–" if value is None else f"{round(value, 4) + 0.0:.4f}"  # + 0.0: a rounding error is no "-0.0000"
 
 
 BENCHMARKS.register("shift")(Shift())

@@ -32,9 +32,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from tqdm.auto import tqdm
-
 from rpbench.core.errors import ConfigError, RpbenchError
+from rpbench.core.progress_bar import progress_bar
 from rpbench.core.typed import Problem, Settings, as_dict, plain
 from rpbench.scoring.chat.cache import CachedReply, ReplyCache, cache_key
 from rpbench.scoring.chat.endpoints import api_key, endpoint_identity
@@ -322,7 +321,7 @@ class ChatClient:
             api_key=self._api_key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
         )
         limit = asyncio.Semaphore(self.config.concurrency)
-        bar = tqdm(total=len(requests), desc=desc, disable=not self.config.progress)
+        bar = progress_bar(desc=desc, total=len(requests), unit="request", disable=not self.config.progress)
 
         async def one(i: int, request: ChatRequest) -> ChatResult:
             result = await self._complete(api, limit, request)

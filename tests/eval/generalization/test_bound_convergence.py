@@ -85,26 +85,33 @@ def test_points_carry_the_entropy_and_delta_form_given():
 
 def test_the_convergence_figure_has_a_titled_panel_per_category_labelled_axes_and_one_legend(tmp_path):
     """Small multiples, not 2 lines per category in one plot: five categories on a 4-column grid, the mean over
-    the repeats drawn, the run named, the axes and both series labelled once."""
+    the repeats drawn, the run named, the bound on the left axis and R-EMID (orders of magnitude smaller) on its
+    own right axis, both labelled, ticks at the sample sizes drawn, one legend outside the panels."""
     categories = ["german", "japanese", "Literature", "History", "long"]
     points = {
         c: [{"n": n, "repeat": r, "bound": 2.0 + k + r, "empirical": 0.1 * r} for r in (0, 1) for n in (4, 8)]
         for k, c in enumerate(categories)
     }
     fig = convergence_figure({"empirical": "r_emid", "points": points}, "rpgbench-run")
-    shown = [ax for ax in fig.axes if ax.get_visible()]
-    assert [ax.get_title() for ax in shown] == categories and len(fig.axes) == 8
-    japanese = shown[1].get_lines()
-    assert [line.get_label() for line in japanese] == ["Theorem 3.4 bound", "R-EMID"]
+    panels = [ax for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    twins = [ax for ax in fig.axes if ax not in panels and ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == categories and len(twins) == len(categories)
+    japanese = panels[1].get_lines() + twins[1].get_lines()
+    assert [line.get_label() for line in japanese] == ["Theorem 3.4 bound (left axis)", "R-EMID (right axis)"]
     assert japanese[0].get_ydata().tolist() == [3.5, 3.5] and japanese[1].get_ydata().tolist() == [0.05, 0.05]
     assert (
         fig.get_suptitle() == "rpgbench-run\nbound and R-EMID per shifted category (mean over 2 repeats; band: min-max)"
     )
     assert fig.get_supxlabel() == "samples per split (in-distribution and shifted)"
-    assert fig.get_supylabel() == "bound, R-EMID"
+    assert fig.get_supylabel() == "Theorem 3.4 bound"
+    # the shared right axis is labelled in the last column
+    assert [twin.get_ylabel() for twin in twins] == ["", "", "", "R-EMID", ""]
+    assert panels[0].get_xticks().tolist() == [4, 8]  # the sizes drawn, not 4.5, 5.0, ...
     [legend] = fig.legends
-    assert [t.get_text() for t in legend.get_texts()] == ["Theorem 3.4 bound", "R-EMID"]
+    assert [t.get_text() for t in legend.get_texts()] == ["Theorem 3.4 bound (left axis)", "R-EMID (right axis)"]
+    fig.canvas.draw()
+    assert not any(legend.get_window_extent().overlaps(ax.get_window_extent()) for ax in panels)  # over no panel
     # the lowest panel of each column labels its x ticks (the second to fourth columns' are in the first row)
-    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in shown] == [False, True, True, True, True]
+    assert [ax.xaxis.get_tick_params()["labelbottom"] for ax in panels] == [False, True, True, True, True]
     path = plot_convergence({"empirical": "emid_critic_without_r", "points": points}, "r", tmp_path / "b.png")
     assert path.read_bytes()[:4] == b"\x89PNG"

@@ -130,7 +130,8 @@ def run_sessions(
             raise AssertionError(f"sessions {[s.id for s in live]} outlived evaluator.max_turns={ev.max_turns}")
         records = [model_prompt(s, turn) for s in live]
         path = out_dir / f"predictions_turn_{turn}.jsonl"
-        generation[f"turn_{turn}"] = {**generate(ctx, records, path), "path": path.name}  # named in the run folder
+        report = generate(ctx, records, path, f"conversation replies, turn {turn}")
+        generation[f"turn_{turn}"] = {**report, "path": path.name}  # named in the run folder
         replies = {row["id"]: row["prediction"] for row in read_jsonl(path)}
         for s, record in zip(live, records):
             s.add_reply(generated_reply(replies[record.id])[0].strip())

@@ -42,7 +42,12 @@ class MMRoleSettings(JudgedSettings):
 
 
 class MMRole(Benchmark):
-    headlines = (Headline("MMRole-Eval overall", ("mmrole_eval", "all"), "overall"), rouge_l())
+    headlines = (
+        Headline(
+            "MMRole-Eval overall", ("mmrole_eval", "all"), "overall", needs="reviews (evaluator.reviews) or a judge"
+        ),
+        rouge_l(),
+    )
     judged = True
     settings_class = MMRoleSettings
 

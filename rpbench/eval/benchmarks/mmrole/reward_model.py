@@ -46,6 +46,19 @@ class RewardModelSettings(EvaluatorSettings):
 
 class MMRoleRewardModel(Benchmark):
     settings_class = RewardModelSettings
+    no_headline = "it measures a reward model's agreement with reference reviews; no role-playing model is ranked"
+
+    def summary_lines(self, results: Mapping[str, Any]) -> list[str]:
+        """The overall agreement as the paper's tables give it (success rate, MAE, RMSE, Pearson of a/b)."""
+        if RESULTS_KEY not in results:
+            return []
+        found = results[RESULTS_KEY]
+        overall, errors = found["overall"], found["overall"]["ratio"]
+        success = "–" if overall["success_rate"] is None else f"{100 * overall['success_rate']:.1f}%"
+        return [
+            f"agreement with {found['reference_judge']} on {overall['n']} reviews: success {success}, "
+            f"MAE {_cell(errors['mae'])}, RMSE {_cell(errors['rmse'])}, Pearson {_cell(errors['pearson'])}"
+        ]
 
     def groupings(self, examples: Sequence[EvalExample]) -> dict[str, list]:
         unscored = next((e for e in examples if "score" not in e.meta), None)

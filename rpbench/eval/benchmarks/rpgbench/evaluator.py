@@ -66,7 +66,9 @@ def generated_reasoning(
     from rpbench.eval.generate import generate_predictions
 
     asked = [replace(e, prompt=tuple(prompts.thought(RolePlayInput(**e.meta["x"])))) for e in examples]
-    generate_predictions(reasoner, tokenizer, asked, out_dir / "reasoning.jsonl", options)
+    generate_predictions(
+        reasoner, tokenizer, asked, out_dir / "reasoning.jsonl", options, what="rpgbench reasoning r (reasoner)"
+    )
     by_id = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "reasoning.jsonl")}
     empty = [e.id for e in examples if not by_id[e.id].strip()]
     if empty:
@@ -75,11 +77,18 @@ def generated_reasoning(
 
 
 def sampled_responses(
-    model, tokenizer, examples: Sequence[EvalExample], entropy: EntropySettings, path: Path, options: GenerationSettings
+    model,
+    tokenizer,
+    examples: Sequence[EvalExample],
+    entropy: EntropySettings,
+    path: Path,
+    options: GenerationSettings,
+    role: str,
 ) -> dict[str, list[str]]:
     """``entropy.samples`` responses per record at temperature 1, no top-p / top-k / repetition penalty, in the
     model's own chat template, neither cut at stop strings nor tags (an estimate of H(p(· | x)) needs the
-    model's own distribution, scored under its own template), seeded; kept in ``path``."""
+    model's own distribution, scored under its own template), seeded; kept in ``path``. ``role``: whose
+    samples (the progress bar's label)."""
     from rpbench.eval.generate import generate_predictions
 
     copies = [replace(e, id=f"{e.id}#{j}") for e in examples for j in range(entropy.samples)]
@@ -96,7 +105,7 @@ def sampled_responses(
         max_new_tokens=entropy.max_new_tokens,
         seed=entropy.seed,
     )
-    generate_predictions(model, tokenizer, copies, path, sampling)
+    generate_predictions(model, tokenizer, copies, path, sampling, what=f"rpgbench entropy samples ({role})")
     drawn: dict[str, list[str]] = {}
     for row in read_jsonl(path):
         drawn.setdefault(row["id"].rsplit("#", 1)[0], []).append(row["prediction"])
@@ -130,9 +139,30 @@ class RPGBenchSettings(JudgedSettings):
 
 
 class RPGBench(Benchmark):
-    headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts"),)
+    headlines = (Headline("WinRate", ("winrate", "overall"), "winrate", "verdicts", needs="a judge: judge=<backend>"),)
     judged = True
     settings_class = RPGBenchSettings
+
+    def summary_lines(self, results: Mapping[str, Any]) -> list[str]:
+        """The paper's two numbers per shift type: the ensemble WinRate (with its verdict count) and R-EMID (with
+        its record count); both point estimates, the results hold no CI of either."""
+        lines = []
+        if "winrate" in results:
+            winrate = results["winrate"]
+            overall = winrate["overall"]
+            by_shift = ", ".join(f"{shift} {_number(g['winrate'])}" for shift, g in winrate["by_shift"].items())
+            lines.append(
+                f"WinRate by shift type: {by_shift} ({overall['judged']} of {overall['n']} verdicts, "
+                f"{overall['n_judges']} judge(s); no CI computed)"
+            )
+        if "by_shift" not in results:
+            return [*lines, "R-EMID: none (evaluator.generalization.enabled=false)"]
+        shifted = {shift: g for shift, g in results["by_shift"].items() if "r_emid" in g}
+        by_shift = ", ".join(f"{shift} {_number(g['r_emid'])} (n={g['n']})" for shift, g in shifted.items())
+        return [
+            *lines,
+            f"R-EMID by shift type: {by_shift} (point estimates: no CI computed; per category in report.md)",
+        ]
 
     def judge_requests(self, settings: RPGBenchSettings, examples: Sequence[EvalExample]) -> list[int]:
         return [2 * max(1, len(settings.judges))] * len(examples)  # each judge, both orders
@@ -278,6 +308,7 @@ class RPGBench(Benchmark):
                 entropy,
                 out_dir / "entropy_samples.jsonl",
                 replace(generation, max_prompt_length=ctx.data.max_prompt_length),
+                "evaluated model",
             )
             with_r = [replace(e, prompt=tuple(critic.context(e, reasoning[e.id]))) for e in sampled]
             critics = sampled_responses(
@@ -287,6 +318,7 @@ class RPGBench(Benchmark):
                 entropy,
                 out_dir / "critic_samples.jsonl",
                 replace(generation, max_prompt_length=g.critic_max_length),
+                "critic",
             )
             renderer = chat_renderer(ctx.model_config, tokenizer, ctx.data.max_length)
             inputs = EntropyInputs(model, renderer, own, critics)
@@ -315,6 +347,10 @@ class RPGBench(Benchmark):
 
     def report_sections(self, results: Mapping[str, Any]) -> list[str]:
         return report_sections(results)
+
+
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
 
 
 BENCHMARKS.register("rpgbench")(RPGBench())

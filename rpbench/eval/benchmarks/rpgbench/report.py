@@ -52,8 +52,8 @@ def plot_severity(results: Mapping[str, Any], run_name: str, path: Path) -> Path
 
 def severity_figure(results: Mapping[str, Any], run_name: str) -> Figure:
     """The paper's pilot figure: JS severity vs ensemble WinRate per shifted category, each point numbered and
-    named (with its shift) in a key beside the plot (names written at the points overlap), with the IDTest
-    WinRate as a dashed line."""
+    named (with its shift and the verdicts its WinRate rests on) in a key beside the plot (names written at the
+    points overlap), with the IDTest WinRate as a dashed line."""
     points = severity_points(results)
     fig = Figure(figsize=(8, 4.8), layout="constrained")
     ax = fig.subplots()
@@ -61,7 +61,8 @@ def severity_figure(results: Mapping[str, Any], run_name: str) -> Figure:
     for number, (category, (x, y)) in enumerate(sorted(points.items(), key=lambda p: p[1]), 1):
         ax.scatter(x, y, color="C0")
         ax.annotate(str(number), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-        key.append(f"{number:>2}  {category} ({results['winrate']['shift_of'][category]})")
+        judged = results["winrate"]["by_category"][category]["judged"]
+        key.append(f"{number:>2}  {category} ({results['winrate']['shift_of'][category]}, {judged} verdicts)")
     base = results["winrate"]["by_category"].get(ID_CATEGORY, {}).get("winrate")
     if base is not None:
         ax.axhline(base, color="grey", linestyle="--", label=f"{ID_CATEGORY} WinRate")
@@ -81,24 +82,41 @@ def plot_convergence(convergence: Mapping[str, Any], run_name: str, path: Path) 
 
 def convergence_figure(convergence: Mapping[str, Any], run_name: str) -> Figure:
     """Theorem 3.4's bound and the empirical (R-)EMID against the samples per split, one small panel per shifted
-    category (shared axes): the mean over the repeats, its min-max band, one legend beside them."""
+    category: the mean over the repeats with its min-max band, the bound on the left axis and the (R-)EMID, orders
+    of magnitude smaller, on its own right axis (both shared across panels), ticks at the sizes drawn, one legend
+    beside them."""
     categories = convergence["points"]
     empirical = EMPIRICAL_LABELS[convergence["empirical"]]
     columns = min(PANEL_COLUMNS, len(categories))
     rows = math.ceil(len(categories) / columns)
-    fig = Figure(figsize=(2.6 * columns + 2.6, 2.1 * rows + 1.3), layout="constrained")
+    fig = Figure(figsize=(2.9 * columns + 2.6, 2.1 * rows + 1.3), layout="constrained")
     axes = list(fig.subplots(rows, columns, sharex=True, sharey=True, squeeze=False).flat)
-    for ax, (category, points) in zip(axes, categories.items()):
+    twins = []
+    for k, (ax, (category, points)) in enumerate(zip(axes, categories.items())):
+        twin = ax.twinx()
+        if twins:
+            twin.sharey(twins[0])
+        twins.append(twin)
         ns = sorted({p["n"] for p in points})
-        for key, label, colour, style in (
-            ("bound", "Theorem 3.4 bound", "C0", "o-"),
-            ("empirical", empirical, "C1", "s--"),
+        for key, axis, label, colour, style in (
+            ("bound", ax, "Theorem 3.4 bound (left axis)", "C0", "o-"),
+            ("empirical", twin, f"{empirical} (right axis)", "C1", "s--"),
         ):
             at = [[p[key] for p in points if p["n"] == n] for n in ns]
-            ax.plot(ns, [sum(v) / len(v) for v in at], style, color=colour, markersize=3, label=label)
-            ax.fill_between(ns, [min(v) for v in at], [max(v) for v in at], color=colour, alpha=0.2)
+            axis.plot(ns, [sum(v) / len(v) for v in at], style, color=colour, markersize=3, label=label)
+            axis.fill_between(ns, [min(v) for v in at], [max(v) for v in at], color=colour, alpha=0.2)
+        ax.tick_params(axis="y", labelcolor="C0", labelsize=8)
+        twin.tick_params(axis="y", labelcolor="C1", labelsize=8)
+        ax.set_zorder(twin.get_zorder() + 1)  # the bound's band over the (R-)EMID's, not hidden under it
+        ax.patch.set_visible(False)
+        last_column = k % columns == columns - 1  # the shared right axis is labelled there only
+        twin.yaxis.set_tick_params(right=last_column, labelright=last_column)
+        if last_column:
+            twin.set_ylabel(empirical, color="C1", fontsize=9)
         ax.set_title(category, fontsize=9)
         ax.grid(alpha=0.3)
+    sizes = sorted({p["n"] for points in categories.values() for p in points})
+    axes[0].set_xticks(sizes, [str(n) for n in sizes])  # the sample sizes, not 2.2, 2.4, ...
     for k, ax in enumerate(axes):
         if k >= len(categories):
             ax.set_visible(False)
@@ -110,8 +128,8 @@ def convergence_figure(convergence: Mapping[str, Any], run_name: str) -> Figure:
         fontsize=10,
     )
     fig.supxlabel("samples per split (in-distribution and shifted)", fontsize=9)
-    fig.supylabel(f"bound, {empirical}", fontsize=9)
-    fig.legend(handles=axes[0].get_lines(), loc="outside right lower", fontsize=8)
+    fig.supylabel("Theorem 3.4 bound", fontsize=9, color="C0")
+    fig.legend(handles=[*axes[0].get_lines(), *twins[0].get_lines()], loc="outside right lower", fontsize=8)
     return fig
 
 

@@ -197,12 +197,12 @@ class CharacterLLM(Benchmark):
     ) -> list[dict[str, Any]]:
         """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
         from rpbench.eval.evaluate import generate
-        from rpbench.scoring.chat import ChatClient, ChatRequest
+        from rpbench.scoring.chat import ChatRequest, new_client
         from rpbench.scoring.chat.health import role_health
 
         ev = ctx.settings
         sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=ev.interviewer.top_p)
-        asker = ChatClient(sampling, role="simulator")
+        asker = new_client(sampling, client.endpoint, role="simulator")
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}

@@ -368,7 +368,7 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     if judge is None and any(s in synth.stages for s in ("profiles", "dialogues")):
-        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
+        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local|replay")
     if not (isinstance(data.options, RoleMRCOptions) and data.options.task_dimensions):
         raise ConfigError(f"task=synthesize writes RoleMRC files: data={data.name} is not a RoleMRC-format config")
     return SynthesisRun(

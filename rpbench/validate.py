@@ -34,7 +34,7 @@ from rpbench.models.settings import ModelSettings
 from rpbench.objectives.config import ObjectiveSettings
 from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
-from rpbench.scoring.chat.client import BACKENDS, EndpointSettings
+from rpbench.scoring.chat.client import EndpointSettings, backends
 from rpbench.scoring.chat.endpoints import api_key
 from rpbench.serve.settings import ServeRun, ServeSettings
 from rpbench.synth.config import SynthSettings
@@ -180,7 +180,7 @@ def check_env(cfg: DictConfig, problems: Problems, data: DataSettings | None) ->
 def check_judge(judge: Mapping[str, Any], where: str, problems: Problems) -> EndpointSettings | None:
     """A judge group's typed settings (None: backend none); a local judge's served model is one rpbench knows."""
     backend = str(judge.get("backend"))
-    if not _choice(problems, f"{where}.backend", backend, BACKENDS) or backend == "none":
+    if not _choice(problems, f"{where}.backend", backend, backends()) or backend == "none":
         return None
     server = judge.get("server")  # what a local judge serves: named even when the rest of the group is not
     if isinstance(server, Mapping) and isinstance(server.get("model"), str | Mapping):
@@ -206,7 +206,7 @@ def served_model_problems(model: str | Mapping[str, Any], where: str) -> Problem
 
 def check_judge_key(judge: EndpointSettings, where: str, problems: Problems) -> None:
     """The judge's API key, when it calls an endpoint that needs one (the key is read, never kept)."""
-    if judge.backend == "local":  # rpbench's own server on 127.0.0.1: no key
+    if judge.backend in ("local", "replay"):  # rpbench's own server on 127.0.0.1, or recorded replies: no key
         return
     try:
         api_key(judge.base_url, judge.api_key_env, f"{where}.api_key_env")
@@ -229,7 +229,7 @@ def check_evaluator(
     judge_read = backend == "none" or judge is not None  # else its own problems are reported
     if settings is not None and data is not None and judge_read:
         problems.extend(benchmark.problems(settings, data, judge))
-    if backend == "none" or backend not in BACKENDS:
+    if backend == "none" or backend not in backends():
         return settings
     if name not in judged_benchmarks():
         problems.append(
@@ -368,7 +368,7 @@ def synthesis_run(cfg: DictConfig) -> SynthesisRun:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     if judge is None and any(s in synth.stages for s in ("profiles", "dialogues")):
-        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local")
+        raise ConfigError("task=synthesize: the generator is the judge config; choose judge=openai|vllm|local|replay")
     if not (isinstance(data.options, RoleMRCOptions) and data.options.task_dimensions):
         raise ConfigError(f"task=synthesize writes RoleMRC files: data={data.name} is not a RoleMRC-format config")
     return SynthesisRun(

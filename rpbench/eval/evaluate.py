@@ -176,12 +176,14 @@ def judge_estimate(
         config.price_output_per_1m,
     )
     check_budget(found, config.budget)
-    most = found.requests * config.parse_tries  # every reply unparsed: each judgement asked parse_tries times
+    # every reply unreadable: each re-askable request asked parse_tries times in all
+    reasks = sum(benchmark.reaskable_requests(settings, examples)) * (config.parse_tries - 1)
     log.info(
-        "judge estimate: %d requests (up to %d with judge.parse_tries=%d re-asks), %d tokens, %.4f USD",
-        *(found.requests, most, config.parse_tries, found.tokens, found.cost_usd),
+        "judge estimate: %d requests, and up to %d re-asks of unreadable replies (judge.parse_tries=%d), "
+        "%d tokens, %.4f USD",
+        *(found.requests, reasks, config.parse_tries, found.tokens, found.cost_usd),
     )
-    return {**found.as_dict(), "requests_with_reasks": most}
+    return {**found.as_dict(), "reasks": reasks, "requests_with_reasks": found.requests + reasks}
 
 
 def evaluate(ctx: EvalContext) -> dict[str, Any]:

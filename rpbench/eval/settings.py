@@ -98,6 +98,8 @@ class GenerationEndpoint(Endpoint):
             progress=progress,
             budget=None,
             server=None,
+            record_to=None,
+            replay_from=None,
         )
 
 

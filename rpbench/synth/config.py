@@ -23,6 +23,7 @@ class SynthSettings(Settings):
     n_personas: int
     profile_tries: int
     pool_file: str | None
+    index_dir: str | None  # where the pool's index is kept (None: beside the pool)
     encoder: str | None
     embed_batch_size: int
     top_k: int

@@ -153,15 +153,20 @@ def _pool_identity(pool: Path, encoder: str) -> dict[str, Any]:
 
 
 def open_pool_index(
-    pool: str | Path, encoder: Encoder, batch_size: int, chunk_records: int = CHUNK_RECORDS
+    pool: str | Path,
+    encoder: Encoder,
+    batch_size: int,
+    chunk_records: int = CHUNK_RECORDS,
+    folder: str | Path | None = None,
 ) -> tuple[PoolIndex, bool]:
-    """The pool's index, built (and saved beside the pool) unless a matching one is there; (index, built)."""
+    """The pool's index, built (and saved in ``folder``, default beside the pool: ``index_dir``) unless a matching
+    one is there; (index, built)."""
     import faiss
 
     pool = Path(pool)
     if not pool.is_file():
         raise ConfigError(f"synth.pool_file: {pool} is not a file")
-    folder, identity = index_dir(pool), _pool_identity(pool, encoder.name)
+    folder, identity = Path(folder) if folder else index_dir(pool), _pool_identity(pool, encoder.name)
     meta_file = folder / "meta.json"
     built = False
     if not (

@@ -23,6 +23,7 @@ from typing import Any
 from rpbench.core.atomic import partial_path, publish
 from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.core.progress_bar import progress_bar
+from rpbench.data.files import package_path
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.readers import STRICT
 from rpbench.data.rolemrc import RoleMRCOptions, read_pairs, read_sft, read_test
@@ -129,7 +130,7 @@ class Run:
 
     # -- stages ------------------------------------------------------------------------------------------
     def stage_personas(self) -> dict[str, Any]:
-        sampled, counts = sample_personas(self.config.personas_file, self.config.n_personas, self.seed)
+        sampled, counts = sample_personas(package_path(self.config.personas_file), self.config.n_personas, self.seed)
         write_jsonl(self.out / "personas.jsonl", sampled)
         return {"sampled": len(sampled), **counts}
 
@@ -154,7 +155,9 @@ class Run:
         out = self.file("retrieval")
         pending = [p for p in self.profiles() if p["id"] not in out.done]
         encoder = load_encoder(self.config.encoder)
-        index, built = open_pool_index(self.config.pool_file, encoder, self.config.embed_batch_size)
+        index, built = open_pool_index(
+            package_path(self.config.pool_file), encoder, self.config.embed_batch_size, folder=self.config.index_dir
+        )
         with progress_bar(desc="retrieval", total=len(pending), unit="profile", disable=not self.progress) as bar:
             for start in range(0, len(pending), self.config.batch_size):
                 batch = pending[start : start + self.config.batch_size]

@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+from scripts.record_synth_sample import generator_reply
+
 TOPICS = {
     "baking": (
         "A pastry chef who bakes sourdough bread and croissants every morning",
@@ -144,54 +146,14 @@ def write_pool(path: Path) -> tuple[Path, dict[str, list[int]]]:
     return path, where
 
 
-def profile_reply(persona: str) -> str:
-    name = "Sam " + persona.split()[1].capitalize()
-    return json.dumps(
-        {
-            "name": name,
-            "description": persona + ".",
-            "abilities": [persona.split(" who ", 1)[1]],
-            "speech_style": "warm and direct",
-            "personality": "patient, curious",
-            "background": "twenty years in the trade",
-            "knowledge_boundaries": "knows their craft well; little about anything else",
-            "speech_examples": ["(smiles) Let me show you.", "That is how it is done.", "(nods) Good question."],
-        }
-    )
-
-
 def scripted(body: dict) -> str:
-    """The generator's reply to a synthesis request."""
+    """The generator's reply to a synthesis request: the demo's scripted generator
+    (scripts/record_synth_sample.py), but badly for the personas marked so."""
     messages = body["messages"]
-    prompt = messages[0]["content"]
-    reasked = len(messages) > 1
-    if prompt.startswith("Turn this one-sentence persona"):
-        persona = re.search(r"Persona: (.*)", prompt).group(1)
-        if persona == MALFORMED:
+    persona = re.search(r"Persona: (.*)", messages[0]["content"])
+    if messages[0]["content"].startswith("Turn this one-sentence persona") and persona:
+        if persona.group(1) == MALFORMED:
             return json.dumps({"name": "Nobody"})  # six components missing, every time
-        if persona == FLAKY and not reasked:
+        if persona.group(1) == FLAKY and len(messages) == 1:
             return "Sure! Here is the profile you asked for."  # not JSON; the re-ask is answered properly
-        return profile_reply(persona)
-    narration = "no narration" not in prompt
-    if prompt.startswith("You write dialogues"):
-        exchanges = int(re.search(r"with (\d+) exchanges", prompt).group(1))
-        turns = []
-        if "The character speaks first." in prompt:
-            turns.append({"speaker": "role", "text": "(waves) Hello there!" if narration else "Hello there!"})
-        for i in range(exchanges):
-            turns.append({"speaker": "user", "text": f"Question {i}?"})
-            text = f"Answer {i}, in my own words."
-            turns.append({"speaker": "role", "text": f"(thinks) {text}" if narration and i == 0 else text})
-        return json.dumps(turns)
-    seeds = prompt.split("keep its meaning):\n", 1)[1].split("\n\n", 1)[0].split("\n###\n")
-    replies = []
-    for seed in seeds:
-        reply = f"Well, friend, {seed[0].lower()}{seed[1:]}"
-        if "capital letters" in prompt:
-            reply = reply.upper()
-        if "exclamation mark" in prompt:
-            reply = reply.rstrip(".") + "!"
-        if word := re.search(r'Use the word "(\w+)"', prompt):
-            reply += f" {word.group(1)}"
-        replies.append(f"(leans in) {reply}" if narration else reply)
-    return "\n###\n".join(replies)
+    return generator_reply(body)

@@ -179,8 +179,14 @@ class Benchmark:
         return None
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """How many judge requests each test record costs (for the estimate against ``judge.budget``): one."""
+        """How many requests each test record costs the judge's endpoint, each counted once (for the estimate
+        against ``judge.budget``): its judgements, and a simulated user's or interviewer's messages; one."""
         return [1] * len(examples)
+
+    def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
+        """How many of each record's ``judge_requests`` are re-asked while unreadable, up to
+        ``judge.parse_tries`` attempts in all (the estimate's ``reasks``): all of them."""
+        return self.judge_requests(settings, examples)
 
     def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
         """How its judgements in ``results`` went (None: it asked no judge). A judged benchmark says where its

@@ -104,8 +104,18 @@ class CharacterLLM(Benchmark):
     judged = True
     settings_class = CharacterLLMSettings
 
-    def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        return [len(ASPECTS)] * len(examples)  # one score per aspect of each interview
+    def judge_requests(self, settings: CharacterLLMSettings, examples: Sequence[EvalExample]) -> list[int]:
+        """An interview of a chosen setting: one score per aspect, and in the Turns setting the interviewer's
+        ``max_turns`` questions (asked on the judge's endpoint); a record of a setting not chosen: none."""
+        chosen = settings.settings
+        return [
+            0 if e.task not in chosen else len(ASPECTS) + (settings.max_turns if e.task == "turns" else 0)
+            for e in examples
+        ]
+
+    def reaskable_requests(self, settings: CharacterLLMSettings, examples: Sequence[EvalExample]) -> list[int]:
+        """The aspect scores, with ``judge_reask`` (the interviewer's questions are never re-asked)."""
+        return [len(ASPECTS) if settings.judge_reask and e.task in settings.settings else 0 for e in examples]
 
     def problems(self, settings: Settings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         out = []
@@ -191,12 +201,12 @@ class CharacterLLM(Benchmark):
     ) -> list[dict[str, Any]]:
         """The Turns setting: ``max_turns`` rounds of interviewer question, then the model's answer."""
         from rpbench.eval.evaluate import generate
-        from rpbench.scoring.chat import ChatClient, ChatRequest
+        from rpbench.scoring.chat import ChatRequest, new_client
         from rpbench.scoring.chat.health import role_health
 
         ev = ctx.settings
         sampling = replace(client.config, temperature=ev.interviewer.temperature, top_p=ev.interviewer.top_p)
-        asker = ChatClient(sampling, role="simulator")
+        asker = new_client(sampling, client.endpoint, role="simulator")
         template = prompts.templates["interviewer"]
         version = f"characterllm-interviewer-{template.sha256[:12]}"
         loc_time, transcripts = prompts.render("loc_time"), {e.id: [] for e in records}

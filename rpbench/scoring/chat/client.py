@@ -23,8 +23,8 @@ import math
 import mimetypes
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -34,15 +34,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rpbench.core.errors import ConfigError, RpbenchError
 from rpbench.core.progress_bar import progress_bar
+from rpbench.core.registry import Registry
 from rpbench.core.typed import Problem, Settings, as_dict, plain
 from rpbench.scoring.chat.cache import CachedReply, ReplyCache, cache_key
 from rpbench.scoring.chat.endpoints import api_key, endpoint_identity
+from rpbench.scoring.chat.recording import Recording
 
 if TYPE_CHECKING:  # openai is imported when a request is made: a run without a judge never loads it
     import openai
 
 RETRY_STATUS = {408, 409, 429}
-BACKENDS = ("none", "openai", "vllm", "local")
+# The client that asks each judge backend (a judge config's ``backend``): the OpenAI-compatible ones share
+# ChatClient (registered below); a module of this package registers its own (``replay``: recorded replies).
+CLIENTS = Registry("judge backend")
 # The endpoint a local judge's cache entries are keyed by: its server's port changes every run, and the model
 # name it answers to (the served model's identity) already tells its weights apart.
 LOCAL_ENDPOINT = "rpbench.serve"
@@ -124,11 +128,21 @@ class EndpointSettings(Settings):
     # The most a run may spend on the judge, estimated before it starts ({usd, tokens}; null: no limit).
     budget: Mapping[str, float | None] | None
     server: LocalServerSettings | None
+    # A JSONL file every reply is appended to, keyed by its request, for judge=replay (null: none).
+    record_to: str | None
+    # judge=replay's recorded replies (a record_to file; pkg:// names one inside rpbench).
+    replay_from: str | None
+
+    only_some = ("replay_from",)
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
-        if self.backend not in BACKENDS or self.backend == "none":
-            found.append(("backend", f"one of {', '.join(b for b in BACKENDS if b != 'none')}"))
+        if self.backend not in CLIENTS:
+            found.append(("backend", f"one of {', '.join(CLIENTS.names())}"))
+        if (self.backend == "replay") != (self.replay_from is not None):
+            found.append(("replay_from", "the recorded replies with judge=replay (a JSONL file), null otherwise"))
+        if self.backend == "replay" and self.record_to is not None:
+            found.append(("record_to", "null with judge=replay (record from an endpoint)"))
         if not self.model.strip():
             found.append(("model", "the judge model's name"))
         for key, minimum in (("concurrency", 1), ("parse_tries", 1), ("max_retries", 0)):
@@ -270,11 +284,15 @@ def counting_usage() -> Iterator[Usage]:
         _totals.remove(usage)
 
 
+@CLIENTS.register("openai")
+@CLIENTS.register("vllm")
+@CLIENTS.register("local")
 class ChatClient:
     """Asks an OpenAI-compatible endpoint; ``ask_many`` is the synchronous entry point. ``endpoint``: what
     the cache keys replies by (default: the config's ``base_url``, see ``endpoint_identity``); ``api_key``:
     the key to send (default: read from ``config.api_key_env``); ``label``: the config group errors name;
-    ``role``: what it asks for (one of ROLES), the role its counters are summed under."""
+    ``role``: what it asks for (one of ROLES), the role its counters are summed under. With
+    ``config.record_to`` every reply (cached ones too) is appended there for ``judge=replay``."""
 
     def __init__(
         self,
@@ -291,6 +309,7 @@ class ChatClient:
         self.stats = RequestStats()
         self._api_key = api_key if api_key is not None else _api_key(config, f"{label}.api_key_env")
         self.cache = ReplyCache(config.cache_path) if config.cache_path else None
+        self.recording = Recording(config.record_to) if config.record_to else None
 
     def sampling(self, request: ChatRequest) -> dict[str, Any]:
         if request.sampling is not None:
@@ -315,25 +334,33 @@ class ChatClient:
         desc: str = "judge",
         on_result: Callable[[int, ChatResult], None] | None = None,
     ) -> list[ChatResult]:
+        limit = asyncio.Semaphore(self.config.concurrency)
+        bar = progress_bar(desc=desc, total=len(requests), unit="request", disable=not self.config.progress)
+        async with self.connection() as api:
+
+            async def one(i: int, request: ChatRequest) -> ChatResult:
+                result = await self._complete(api, limit, request)
+                if on_result is not None:
+                    on_result(i, result)
+                bar.update(1)
+                return result
+
+            try:
+                return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+            finally:
+                bar.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """What one ``ajudge_many`` batch sends its requests through: an ``openai`` client of the endpoint."""
         import openai
 
         api = openai.AsyncOpenAI(
             api_key=self._api_key, base_url=self.config.base_url, timeout=self.config.timeout_s, max_retries=0
         )
-        limit = asyncio.Semaphore(self.config.concurrency)
-        bar = progress_bar(desc=desc, total=len(requests), unit="request", disable=not self.config.progress)
-
-        async def one(i: int, request: ChatRequest) -> ChatResult:
-            result = await self._complete(api, limit, request)
-            if on_result is not None:
-                on_result(i, result)
-            bar.update(1)
-            return result
-
         try:
-            return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+            yield api
         finally:
-            bar.close()
             await api.close()
 
     def ask_parsed(
@@ -377,11 +404,14 @@ class ChatClient:
             key = cache_key(self.endpoint, self.config.model, request.prompt_version, request.messages, sampling)
             if (hit := self.cache.get(key)) is not None:
                 self.stats.cache_hits += 1
-                return ChatResult(
+                cached = ChatResult(
                     hit.text, cached=True, prompt_tokens=hit.prompt_tokens, completion_tokens=hit.completion_tokens
                 )
+                self._record(request, sampling, cached)
+                return cached
         async with limit:
-            result = await self._request_with_retries(api, request, sampling)
+            result = await self.answer(api, request, sampling)
+        self._record(request, sampling, result)
         if result.error is None:
             self._count_usage(result)
             self.stats.empty_replies += not (result.text or "").strip()
@@ -392,9 +422,12 @@ class ChatClient:
             self.stats.failures += 1
         return result
 
-    async def _request_with_retries(
-        self, api: openai.AsyncOpenAI, request: ChatRequest, sampling: Mapping[str, Any]
-    ) -> ChatResult:
+    def _record(self, request: ChatRequest, sampling: Mapping[str, Any], result: ChatResult) -> None:
+        if self.recording is not None and result.error is None:
+            self.recording.add(request.messages, sampling, self.config.model, result)
+
+    async def answer(self, api: openai.AsyncOpenAI, request: ChatRequest, sampling: Mapping[str, Any]) -> ChatResult:
+        """The endpoint's reply to ``request`` (retried as the module says), or the reason there is none."""
         import openai
 
         for attempt in range(self.config.max_retries + 1):
@@ -501,11 +534,23 @@ def open_client(config: EndpointSettings, local_server: LocalServer | None = Non
             "open_client(config, local_server=rpbench.serve.running.local_judge) (run.py and the pipeline hand it in)"
         )
     with local_server(config) if local else nullcontext(config) as served:
-        client = ChatClient(served, LOCAL_ENDPOINT if local else None)
+        client = new_client(served, LOCAL_ENDPOINT if local else None)
         try:
             yield client
         finally:
             client.close()
+
+
+def new_client(
+    config: EndpointSettings, endpoint: str | None = None, label: str = "judge", role: str = "judge"
+) -> ChatClient:
+    """The client of ``config``'s backend (``CLIENTS``); ``ChatClient``'s arguments."""
+    return CLIENTS.get(config.backend)(config, endpoint, label=label, role=role)
+
+
+def backends() -> tuple[str, ...]:
+    """The judge group's backends: ``none`` and each registered one."""
+    return ("none", *CLIENTS.names())
 
 
 def client_opener(local_server: LocalServer | None) -> ClientOpener:

@@ -28,6 +28,7 @@ from rpbench.scoring.chat.client import (
     ChatResult,
     LocalServer,
     LocalServerSettings,
+    new_client,
 )
 from rpbench.scoring.chat.endpoints import api_key
 
@@ -106,7 +107,7 @@ def open_simulator(
             local = replace(config, base_url=server.base_url, model=server.model, api_key_env=None, **free)
             client = ChatClient(local, LOCAL_ENDPOINT, role="simulator")
         elif sim.base_url is None:
-            client = ChatClient(config, judge.endpoint, role="simulator")
+            client = new_client(config, judge.endpoint, role="simulator")
         else:
             own = replace(config, base_url=sim.base_url, model=sim.model, api_key_env=sim.api_key_env)
             client = ChatClient(own, label=where, role="simulator")

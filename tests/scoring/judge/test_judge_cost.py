@@ -12,6 +12,8 @@ from omegaconf import OmegaConf
 
 from rpbench.core.paths import CONF_DIR
 from rpbench.data import readers
+from rpbench.data.files import package_path
+from rpbench.data.readers import NoRubrics
 from rpbench.scoring.judge.budget import JudgeBudgetError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -32,6 +34,7 @@ RUN = [
 
 
 SAMPLE_TEST = REPO_ROOT / "rpbench" / "resources" / "sample" / "rolemrc" / "test.jsonl"
+SAMPLE_CHARACTERLLM = package_path("pkg://rpbench/resources/sample/characterllm")
 
 
 def test_judge_cost_and_agreement_with_humans(tmp_path, data_options, chat_stub, run_in_process, group_values):
@@ -57,7 +60,7 @@ def test_judge_cost_and_agreement_with_humans(tmp_path, data_options, chat_stub,
     rubrics = sum(len(table[row["task"]]) for row in scored)  # one request per rubric of a record's label
     assert cost["requests"] == cost["replies"] == asked == estimate["requests"] == rubrics > 0
     tries = group_values("judge", "openai", "judge")["parse_tries"]  # every reply unparsed: asked this often
-    assert tries > 1 and estimate["requests_with_reasks"] == estimate["requests"] * tries
+    assert tries > 1 and estimate["requests_with_reasks"] == estimate["requests"] * tries == asked + estimate["reasks"]
     # the stub's usage: 1 prompt and 1 completion token per reply
     assert (cost["prompt_tokens"], cost["completion_tokens"]) == (asked, asked)
     assert (
@@ -82,3 +85,61 @@ def test_a_run_past_its_judge_budget_does_not_start(tmp_path, chat_stub, run_in_
             run_in_process(tmp_path / "run", *RUN, f"judge.base_url={judge.url}", "judge.budget.tokens=10")
         assert judge.requests == []
     assert not (tmp_path / "run" / "predictions.jsonl").exists()
+
+
+CHARACTERLLM = [
+    "objective=none",
+    "logger=none",
+    "data=sample_characterllm",
+    "evaluator=characterllm",
+    "evaluator.max_turns=2",
+    "evaluator.generation.max_new_tokens=2",
+    "evaluator.bootstrap.n_resamples=10",
+    "judge=openai",
+    "judge.api_key_env=null",
+    "judge.progress=false",
+    "judge.cache_path=null",
+]
+
+
+@pytest.mark.slow
+def test_the_estimate_counts_every_request_of_a_characterllm_run_and_its_reasks_apart(
+    tmp_path, chat_stub, run_in_process, group_values
+):
+    """The interviewer's questions go to the judge's endpoint too; each aspect score, unreadable until its last
+    try, is asked judge.parse_tries times (evaluator.judge_reask=true)."""
+    tries = group_values("judge", "openai", "judge")["parse_tries"]
+
+    def reply(body: dict) -> str:
+        if "Write only your next utterance" in body["messages"][-1]["content"]:  # the interviewer
+            return "What do you remember best?"
+        return "Fine.\n5" if len(body["messages"]) == 2 * tries else "I cannot rate this."
+
+    with chat_stub(reply) as judge:
+        results = run_in_process(
+            tmp_path / "run", *CHARACTERLLM, f"judge.base_url={judge.url}", "evaluator.judge_reask=true"
+        )
+        requests = judge.requests
+    estimate = results["judge_estimate"]
+    first_asks = [r for r in requests if len(r["messages"]) == 2]  # a re-ask adds the reply and the re-ask
+    interviewer = [r for r in first_asks if "Write only your next utterance" in r["messages"][-1]["content"]]
+    assert len(interviewer) == 3 * 2 and len(first_asks) - len(interviewer) == 9 * 5  # 3 Turns interviews x 2 turns
+    assert estimate["requests"] == len(first_asks)
+    assert estimate["reasks"] == 9 * 5 * (tries - 1) and estimate["requests_with_reasks"] == len(requests)
+    assert results["eval"]["judge_cost"]["requests"] == len(requests)
+
+
+@pytest.mark.slow
+def test_a_characterllm_estimate_counts_the_chosen_settings_and_reasks_only_when_asked_for(compose):
+    from rpbench.eval.benchmarks import BENCHMARKS
+    from rpbench.validate import validate
+
+    benchmark = BENCHMARKS.get("characterllm")
+    records = readers.read("characterllm", "test", SAMPLE_CHARACTERLLM, NoRubrics(task_dimensions=None)).examples
+    local = "judge.base_url=http://127.0.0.1:9/v1"  # asked nothing here
+    single = validate(compose(*CHARACTERLLM, local, "evaluator.settings=[single]")).evaluator
+    assert sum(benchmark.judge_requests(single, records)) == 6 * 5  # the 3 Turns interviews are not run
+    assert sum(benchmark.reaskable_requests(single, records)) == 0  # the authors ask once (judge_reask=false)
+    both = validate(compose(*CHARACTERLLM, local, "evaluator.judge_reask=true")).evaluator
+    assert sum(benchmark.judge_requests(both, records)) == 9 * 5 + 3 * 2
+    assert sum(benchmark.reaskable_requests(both, records)) == 9 * 5

@@ -116,6 +116,10 @@ class Conversation(Benchmark):
         served = settings.simulator.server is not None
         return [(1 if served else min(e.meta["turns"], cap)) + pairwise for e in examples]
 
+    def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
+        """The judgements (the session's, and the pairwise ones); the simulator's messages are not re-asked."""
+        return [1 + (2 if settings.pairwise_with else 0)] * len(examples)
+
     def problems(self, settings: Settings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         out = []
         if judge is None:

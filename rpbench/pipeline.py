@@ -242,6 +242,9 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
         "rpbench_version": metadata.version("rpbench"),
     }
 
+    for overlap in spec.overlaps:  # parts of the run one model plays twice, allowed at startup
+        log.warning(overlap)
+        warnings.append(overlap)
     warning = untuned_start_warning(training) if training is not None else None
     if warning:
         log.warning(warning)

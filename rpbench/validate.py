@@ -36,6 +36,7 @@ from rpbench.objectives.registry import OBJECTIVES
 from rpbench.probes.stage import PROBES
 from rpbench.scoring.chat.client import EndpointSettings, backends
 from rpbench.scoring.chat.endpoints import api_key
+from rpbench.scoring.judge.parties import rewarding_judges, trained_by
 from rpbench.serve.settings import ServeRun, ServeSettings
 from rpbench.synth.config import SynthSettings
 from rpbench.synth.synthesize import SynthesisRun
@@ -254,6 +255,29 @@ def check_probe(cfg: DictConfig, problems: Problems) -> Settings | None:
     return registered.settings_class.collect(OmegaConf.to_container(probe, resolve=True), "probe", problems)
 
 
+def check_overlaps(
+    objective: ObjectiveSettings | None,
+    evaluator: Settings | None,
+    judge: EndpointSettings | None,
+    model: ModelSettings,
+    run: RunSettings,
+    composed: Mapping[str, Any],
+) -> tuple[str, ...]:
+    """The parts of the run one model plays twice (``rpbench.scoring.judge.parties``), asked of the objective and
+    the evaluator: a ConfigError naming each overlap not allowed and the setting that allows it; the allowed
+    ones' warnings. The evaluator compares its judge with the judges that rewarded the evaluated model: this
+    run's training, and the runs ``init_from`` started from (their config.yaml)."""
+    found = objective.overlaps() if objective is not None else []
+    if evaluator is not None:
+        trained = rewarding_judges(composed, None, "this run") if objective is not None else []
+        trained += trained_by(run.init_from)
+        found += BENCHMARKS.get(evaluator.name).overlaps(evaluator, judge, model, trained)
+    refused = [overlap.problem() for overlap in found if not overlap.allowed]
+    if refused:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(refused))
+    return tuple(overlap.warning() for overlap in found)
+
+
 def generation_context_problems(evaluator: Settings | None, model: ModelSettings) -> list[str]:
     """The evaluated model's replies (``evaluator.generation.max_new_tokens``, generated here: backend local or
     vllm) fit in its context."""
@@ -281,6 +305,7 @@ class TrainEvalRun:
     output_dir: Path  # paths.output_dir: where the run writes
     logger: LoggerSettings  # the logger option's settings (rpbench.loggers)
     composed: Mapping[str, Any]  # the whole config resolved: written to config.yaml and given to the logger
+    overlaps: tuple[str, ...]  # what the run's parts share, allowed (rpbench.scoring.judge.parties): its warnings
 
 
 def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun | ServeRun:
@@ -315,6 +340,8 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun | ServeRun:
     length = generation_context_problems(evaluator, model)  # reads the weights' config: after the cheap checks
     if length:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(length))
+    composed = OmegaConf.to_container(run_keys, resolve=True)
+    overlaps = check_overlaps(objective, evaluator, judge, model, run, composed)
     trainer = TrainerSettings(OmegaConf.to_container(cfg.trainer, resolve=True))
     training = None if objective is None else training_settings(cfg, objective, data, model, trainer, run, export)
     return TrainEvalRun(
@@ -330,7 +357,8 @@ def validate(cfg: DictConfig) -> TrainEvalRun | SynthesisRun | ServeRun:
         export=export,
         output_dir=Path(cfg.paths.output_dir),
         logger=logger,
-        composed=types.MappingProxyType(OmegaConf.to_container(run_keys, resolve=True)),
+        composed=types.MappingProxyType(composed),
+        overlaps=overlaps,
     )
 
 

@@ -18,5 +18,5 @@ row zero-shot-gemma3 model=gemma3-270m objective=none judge=none 'evaluator.gene
 row sft-smollm2 model=$SMOL judge=none
 row dpo-smollm2 model=$SMOL objective=dpo init_from="$OUT/sft-smollm2" judge=none
 row judged-zero-shot-smollm2 model=$SMOL objective=none $JUDGE data.max_test_samples=24
-row conversation-smollm2 model=$SMOL objective=none data=sample_conversation evaluator.simulator.server=$SMOL $JUDGE
+row conversation-smollm2 model=$SMOL objective=none data=sample_conversation evaluator.simulator.server=$SMOL $JUDGE evaluator.allow_shared_judge=true
 python -m rpbench.leaderboard "$OUT" --out "$OUT"   # leaderboard.md, .csv and .png beside the runs

@@ -23,6 +23,9 @@ Write only your next message to {character}, as this user, in a few sentences. S
 pursue your goal. When your goal is reached or the conversation has come to its natural end, write \
 {stop_marker} instead."""
 USER_CUE = "User:"
+# The endings that leave no whole conversation: the simulator gave no usable reply, or (in training) another turn
+# would not fit data.max_length. Such a session is counted by cause, not judged or averaged, and gets no reward.
+CUT_SHORT = ("simulator_error", "length")
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Session:
     @property
     def capped(self) -> bool:
         return self.limit < self.example.meta["turns"]
+
+    @property
+    def cut_short(self) -> bool:
+        return self.ended_by in CUT_SHORT
 
     @property
     def id(self) -> str:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from transformers import SchedulerType
 
 from rpbench.core.typed import Problem, Settings
+from rpbench.scoring.judge.parties import Overlap
 
 SCHEDULERS = tuple(kind.value for kind in SchedulerType)
 
@@ -84,4 +85,9 @@ class ObjectiveSettings(Settings):
     def deepspeed_problems(self, zero3: bool) -> list[str]:
         """What these settings cannot do under a DeepSpeed engine (``zero3``: parameters partitioned), each a
         message starting with its key; checked at startup (validate) and at fit start. None by default."""
+        return []
+
+    def overlaps(self) -> list[Overlap]:
+        """The parts of training one model plays twice (``rpbench.scoring.judge.parties``), found at startup:
+        refused unless allowed, named in the results when allowed. None by default."""
         return []

@@ -12,18 +12,22 @@ turn come the end-of-turn tokens when the turn did not close with them, then the
 header exactly as the chat template renders them after that reply (``user_turn_ids``). The policy's own tokens
 (every character turn) are in the loss; the scenario prompt, the user turns and the template's tokens are not
 (``Rollouts.policy_mask``). A session's reward is the weighted sum of ``env.rewards``: ``session_judge``
-(one judge request per session) or any registered reward, scored per character turn and averaged.
+(one judge request per session) or any registered reward, scored per character turn and averaged. A session
+cut short (the simulator's error, or ``length``) or without a verdict gets no reward: GRPO gives it zero
+advantage and leaves it out of its group (``group_advantages``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
+from numbers import Real
 from typing import Any, ClassVar
 
 import torch
@@ -43,13 +47,14 @@ from rpbench.scoring.judge.conversation import (
     session_score,
     simulator_version,
 )
+from rpbench.scoring.judge.parties import Overlap, judge_party, overlaps, simulator_party
 from rpbench.scoring.rewards import (
     REWARDS,
     RewardFn,
     build_reward_fns,
+    read_entries,
     reply_length_problems,
     score_rewards,
-    weighted_sum,
 )
 
 log = logging.getLogger(__name__)
@@ -65,8 +70,9 @@ class ConversationEnvSettings(Settings):
     max_turns: int
     simulator: Simulator
     rubric: Mapping[str, str]
-    judge: EndpointSettings | NoJudge  # the judge group (${judge}): it plays the user and judges sessions
+    judge: EndpointSettings | NoJudge  # the session judge (${judge}); its endpoint plays the user unless simulator's
     rewards: tuple[Mapping[str, Any], ...]  # entries of the reward registry (rpbench.scoring.rewards.read_entries)
+    allow_shared_judge: bool  # one model as the user simulator and a judge of the rewards
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = []
@@ -82,6 +88,19 @@ class ConversationEnvSettings(Settings):
             found.append(("rewards", "at least one reward of a session"))
         return found
 
+    def overlaps(self) -> list[Overlap]:
+        """The user simulator and a judge of the rewards played by one model (allowed by
+        ``env.allow_shared_judge``). Read once the rewards are checked (``reward_problems``)."""
+        if isinstance(self.judge, NoJudge):
+            return []
+        user = simulator_party(self.simulator, self.judge, "the user simulator (env.simulator)")
+        judges = [
+            judge_party(entry.kwargs["judge"], f"the reward judge (env.rewards[{i}].kwargs.judge)")
+            for i, entry in enumerate(read_entries(self.rewards, "env.rewards"))
+            if isinstance(entry.kwargs.get("judge"), EndpointSettings)
+        ]
+        return overlaps([(user, judge) for judge in judges], "env.allow_shared_judge", self.allow_shared_judge)
+
 
 @REWARDS.register("session_judge")
 class SessionJudgeReward:
@@ -89,8 +108,8 @@ class SessionJudgeReward:
 
     Called with the sessions' records (``Session.record``) as ``prompts``; the judge replies with at most
     ``max_tokens`` tokens (every dimension's score and the flagged turns). A verdict the judge cannot give
-    (unparseable after ``judge.parse_tries``, or a failed request) scores ``failure_reward`` and is counted in
-    ``failures`` (GRPO logs them).
+    (unparseable after ``judge.parse_tries``, or a failed request) is None, no score: the session is left out
+    of its group (zero advantage, not in the group's mean or std), and counted in ``failures`` (GRPO logs them).
     """
 
     opens_judge: ClassVar[bool] = True
@@ -117,28 +136,26 @@ class SessionJudgeReward:
         rubric: Mapping[str, str],
         weights: Mapping[str, float] | None,
         max_tokens: int,
-        failure_reward: float,
         *,
         opener: ClientOpener,
     ):
         self.rubric, self.weights, self.max_tokens = dict(rubric), dict(weights) if weights else None, max_tokens
-        self.failure_reward, self.failures = float(failure_reward), 0
+        self.failures = 0
         self._stack = ExitStack()
         self.client = self._stack.enter_context(opener(judge))
 
-    def __call__(self, prompts, completions, references) -> list[float]:
+    def __call__(self, prompts, completions, references) -> list[float | None]:
         judged = judge_sessions(self.client, prompts, self.rubric, self.max_tokens)
         scores = [session_score(j["scores"], self.weights) if j["status"] == "ok" else None for j in judged]
         failed = sum(s is None for s in scores)
         if failed:
             log.warning(
-                "session judge: %d of %d sessions without a verdict; scored %s",
+                "session judge: %d of %d sessions without a verdict, left out of their groups (zero advantage)",
                 failed,
                 len(scores),
-                self.failure_reward,
             )
         self.failures += failed
-        return [self.failure_reward if s is None else s for s in scores]
+        return scores
 
     def close(self) -> None:
         self._stack.close()
@@ -247,18 +264,41 @@ class ConversationEnv:
         )
         return rollouts, [p.session for p in played]
 
-    def score(self, sessions: Sequence[Session]) -> tuple[dict[str, list[float]], torch.Tensor]:
-        """Every reward's score of each session, and their weighted sum."""
-        scores: dict[str, list[float]] = {}
-        records = [s.record() for s in sessions]
+    def score(self, sessions: Sequence[Session]) -> tuple[dict[str, list[float | None]], torch.Tensor, torch.Tensor]:
+        """Every reward's score of each session, their weighted sum, and which sessions are scored. A session cut
+        short (``Session.cut_short``: no whole conversation) is not scored, nor one a reward gives no score (a
+        session judge's failed verdict): its scores are None, its sum 0, and GRPO leaves it out of its group."""
+        whole = [s for s in sessions if not s.cut_short]
+        scores: dict[str, list[float | None]] = {}
         for reward in self.reward_fns:
-            if getattr(reward.fn, "scores_sessions", False):
-                replies = ["\n".join(s.replies) for s in sessions]
-                scores |= score_rewards([reward], records, replies, [None] * len(sessions))
+            if not whole:
+                values: list[float | None] = []
+            elif getattr(reward.fn, "scores_sessions", False):
+                values = session_rewards(reward, [s.record() for s in whole], ["\n".join(s.replies) for s in whole])
             else:
-                scores[reward.name] = per_turn_mean(reward, sessions)
+                values = list(per_turn_mean(reward, whole))
+            given = iter(values)
+            scores[reward.name] = [None if s.cut_short else next(given) for s in sessions]
         weights = {r.name: r.weight for r in self.reward_fns}
-        return scores, torch.tensor(weighted_sum(scores, weights), dtype=torch.float32)
+        scored = [all(values[i] is not None for values in scores.values()) for i in range(len(sessions))]
+        sums = [
+            sum(weights[name] * values[i] for name, values in scores.items()) if ok else 0.0
+            for i, ok in enumerate(scored)
+        ]
+        return scores, torch.tensor(sums, dtype=torch.float32), torch.tensor(scored, dtype=torch.bool)
+
+
+def session_rewards(
+    reward: RewardFn, records: Sequence[Mapping[str, Any]], replies: Sequence[str]
+) -> list[float | None]:
+    """A session reward's value of each session: a finite number, or None when it has no score for it."""
+    values = list(reward.fn(records, replies, [None] * len(records)))
+    if len(values) != len(records):
+        raise ValueError(f"reward {reward.name!r} returned {len(values)} values for {len(records)} sessions")
+    for i, v in enumerate(values):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v)):
+            raise ValueError(f"reward {reward.name!r} returned {v!r} for session {i}; expected a finite number or None")
+    return [None if v is None else float(v) for v in values]
 
 
 def per_turn_mean(reward: RewardFn, sessions: Sequence[Session]) -> list[float]:

@@ -70,6 +70,7 @@ from rpbench.objectives.sampling import (
 )
 from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.scoring.judge.conversation import simulator_key_problems
+from rpbench.scoring.judge.parties import Overlap
 from rpbench.scoring.rewards import build_reward_fns, reward_problems, score_rewards, weighted_sum
 
 
@@ -85,11 +86,14 @@ def prompt_and_reference(example: SFTExample | PreferenceExample | EvalExample) 
     raise TypeError(f"GRPO takes SFT, preference or evaluation records, got {type(example).__name__}")
 
 
-def rank_slice_of_batch_advantages(parts: Sequence[Sequence[float]], rank: int, group_size: int) -> torch.Tensor:
-    """``rank``'s share of the batch-std advantages of every rank's rewards (``parts``, in rank order; a rank
-    whose micro-batch only evens out the step contributes an empty part)."""
+def rank_slice_of_batch_advantages(parts: Sequence[Sequence[float | None]], rank: int, group_size: int) -> torch.Tensor:
+    """``rank``'s share of the batch-std advantages of every rank's rewards (``parts``, in rank order, None: a
+    completion without a reward; a rank whose micro-batch only evens out the step contributes an empty part)."""
     offset = sum(len(p) for p in parts[:rank])
-    everything = group_advantages(torch.tensor([r for p in parts for r in p]), group_size, "batch")
+    values = [r for p in parts for r in p]
+    rewards = torch.tensor([0.0 if r is None else r for r in values])
+    scored = torch.tensor([r is not None for r in values])
+    everything = group_advantages(rewards, group_size, "batch", scored=scored)
     return everything[offset : offset + len(parts[rank])]
 
 
@@ -221,24 +225,34 @@ def optimise_policy(
     return stats
 
 
+def sample_std(values: torch.Tensor) -> torch.Tensor:
+    """The sample std (Bessel), NaN for fewer than two values (all but one left out without a reward)."""
+    return values.std() if values.numel() > 1 else torch.tensor(float("nan"))
+
+
 def rollout_metrics(
     rollouts: Rollouts,
-    scores: Mapping[str, Sequence[float]],
+    scores: Mapping[str, Sequence[float | None]],
     rewards: torch.Tensor,
     advantages: torch.Tensor,
     stats: Mapping[str, float],
     group_size: int,
     prefix: str,
+    scored: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor | float]:
-    """The logged statistics of a generation batch (rewards, advantages, clipping, lengths), keys ``prefix...``."""
-    groups = rewards.view(-1, group_size)
+    """The logged statistics of a generation batch (rewards, advantages, clipping, lengths), keys ``prefix...``;
+    the rewards' over the ``scored`` completions (None: all), and the share left out without a reward."""
+    scored = torch.ones_like(rewards, dtype=torch.bool) if scored is None else scored
+    kept, groups = scored.view(-1, group_size), rewards.view(-1, group_size)
+    high, low = groups.masked_fill(~kept, -torch.inf).amax(1), groups.masked_fill(~kept, torch.inf).amin(1)
     lengths = torch.tensor(rollouts.policy_lengths, dtype=torch.float32)
     metrics = {
-        "reward/std": rewards.std(),
+        "reward/std": sample_std(rewards[scored]),
+        "left_out_fraction": (~scored).float().mean(),
         "advantages/mean": advantages.mean(),
         "advantages/std": advantages.std(),
         "advantages/abs_mean": advantages.abs().mean(),
-        "zero_std_groups": (groups.amax(1) == groups.amin(1)).float().mean(),
+        "zero_std_groups": ((kept.sum(1) < 2) | (high == low)).float().mean(),
         "clip_fraction": stats["clipped"] / max(stats["tokens"], 1.0),
         "completion_length/mean": lengths.mean(),
         "completion_length/min": lengths.min(),
@@ -247,9 +261,9 @@ def rollout_metrics(
         "generation_tokens_per_s": rollouts.n_tokens / max(rollouts.seconds, 1e-9),
     }
     for name, values in scores.items():
-        values_t = torch.tensor(values)
+        values_t = torch.tensor([v for v in values if v is not None])
         metrics[f"rewards/{name}/mean"] = values_t.mean()
-        metrics[f"rewards/{name}/std"] = values_t.std()
+        metrics[f"rewards/{name}/std"] = sample_std(values_t)
     return {f"{prefix}{key}": value for key, value in metrics.items()}
 
 
@@ -356,6 +370,11 @@ class GRPOSettings(GroupSamplingSettings):
             found += reward_problems(env.rewards, "env.rewards")
             found += simulator_key_problems(env.simulator, "env.simulator")
         return [Elsewhere(problem) for problem in found]
+
+    def overlaps(self) -> list[Overlap]:
+        """``env=conversation``'s: the user simulator and a reward judge played by one model."""
+        env = self.conversation_env()
+        return env.overlaps() if env is not None else []
 
     def update(self) -> UpdateSettings:
         """How a generation batch updates the policy."""
@@ -539,9 +558,10 @@ class GRPOModule(ObjectiveModule):
             synced_gpus=synced_gpus_needed(self.model, self.generation, world_size),
         )
 
-    def score(self, batch, rollouts: Rollouts) -> tuple[dict[str, list[float]], torch.Tensor]:
-        """Every reward's scores of the decoded completions (an environment's: of its sessions), and their
-        weighted sum."""
+    def score(self, batch, rollouts: Rollouts) -> tuple[dict[str, list[float | None]], torch.Tensor, torch.Tensor]:
+        """Every reward's scores of the decoded completions (an environment's: of its sessions), their weighted
+        sum, and which completions have a reward (an environment's session cut short, or without a verdict,
+        has none)."""
         if self.env is not None:
             return self.env.score(self._sessions)
         texts = [decode_completion(self.tokenizer, ids, self.stop_ids) for ids in rollouts.completion_ids]
@@ -551,14 +571,18 @@ class GRPOModule(ObjectiveModule):
             texts,
             repeat_each(batch["reference"], self.num_generations),
         )
-        return scores, torch.tensor(weighted_sum(scores, self.reward_weights), dtype=torch.float32)
+        rewards = torch.tensor(weighted_sum(scores, self.reward_weights), dtype=torch.float32)
+        return scores, rewards, torch.ones_like(rewards, dtype=torch.bool)
 
-    def advantages(self, rewards: torch.Tensor, live: bool) -> torch.Tensor:
-        """Group-normalised advantages; the ``batch`` scale takes the std over every rank's live rewards."""
+    def advantages(self, rewards: torch.Tensor, live: bool, scored: torch.Tensor | None = None) -> torch.Tensor:
+        """Group-normalised advantages over the ``scored`` completions (None: all; the others get 0); the
+        ``batch`` scale takes the std over every rank's live scored rewards."""
         rank, world_size = rank_and_world()
         if self.advantage_scale != "batch" or world_size == 1:
-            return group_advantages(rewards, self.num_generations, self.advantage_scale)
-        parts = all_gather_objects(rewards.tolist() if live else [])
+            return group_advantages(rewards, self.num_generations, self.advantage_scale, scored=scored)
+        scored = torch.ones_like(rewards, dtype=torch.bool) if scored is None else scored
+        mine = [r if s else None for r, s in zip(rewards.tolist(), scored.tolist(), strict=True)]
+        parts = all_gather_objects(mine if live else [])
         return rank_slice_of_batch_advantages(parts, rank, self.num_generations) if live else torch.zeros_like(rewards)
 
     # -- optimisation -----------------------------------------------------------------------------
@@ -567,17 +591,18 @@ class GRPOModule(ObjectiveModule):
         rollouts = self.rollouts(batch)
         failures_before = self.reward_failures()
         if live:
-            scores, rewards = self.score(batch, rollouts)
+            scores, rewards, scored = self.score(batch, rollouts)
         else:  # a repeated micro-batch that only evens out ranks: weight 0, so no reward calls (judges cost)
             scores, rewards = {}, torch.zeros(len(rollouts.completion_ids))
+            scored = torch.ones_like(rewards, dtype=torch.bool)
         failed = self._sum_over_ranks(self.reward_failures() - failures_before) if self.counts_failures else None
-        advantages = self.advantages(rewards, live).to(self.device)
+        advantages = self.advantages(rewards, live, scored).to(self.device)
         stats = self.optimise(rollouts, advantages, live)
         if failed is not None:
             stats["reward_failures"] = failed
         self._step_tokens = sum(len(p) for p in rollouts.prompt_ids) + rollouts.n_tokens
         if live:
-            self._log_step(rollouts, scores, rewards, advantages, stats)
+            self._log_step(rollouts, scores, rewards, scored, advantages, stats)
 
     def reward_failures(self) -> int:
         """Scores the rewards could not give so far on this rank (an LLM judge's unparseable verdicts)."""
@@ -632,12 +657,13 @@ class GRPOModule(ObjectiveModule):
     def _log_step(
         self,
         rollouts: Rollouts,
-        scores: Mapping[str, Sequence[float]],
+        scores: Mapping[str, Sequence[float | None]],
         rewards: torch.Tensor,
+        scored: torch.Tensor,
         advantages: torch.Tensor,
         stats: Mapping[str, float],
     ) -> None:
-        metrics = rollout_metrics(rollouts, scores, rewards, advantages, stats, self.num_generations, "train/")
+        metrics = rollout_metrics(rollouts, scores, rewards, advantages, stats, self.num_generations, "train/", scored)
         if self.reference is not None:
             metrics["train/kl"] = stats["kl"] / max(stats["first_tokens"], 1.0)
         metrics["train/optimizer_step"] = float(self.global_step)
@@ -646,5 +672,5 @@ class GRPOModule(ObjectiveModule):
         if "reward_failures" in stats:  # this step's, summed over ranks
             metrics["train/reward_failures"] = stats["reward_failures"]
         self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)
-        self.log("train/reward", rewards.mean(), prog_bar=True, rank_zero_only=True)
+        self.log("train/reward", rewards[scored].mean(), prog_bar=True, rank_zero_only=True)
         self.log_dict({k: float(v) for k, v in metrics.items()}, rank_zero_only=True)

@@ -220,13 +220,22 @@ def kto_loss(
 # GRPO
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+def group_advantages(
+    rewards: torch.Tensor,
+    group_size: int,
+    scale: str = "group",
+    eps: float = 1e-4,
+    scored: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Group-relative advantages ``(r - mean_group) / (std + eps)`` for ``(n_prompts * group_size,)`` rewards.
 
     The completions of one prompt must be contiguous (the repeat sampler's order). ``scale``: ``group``
     divides by the group's std, ``batch`` by the std of all rewards (as in TRL, both with Bessel's
     correction), ``none`` does not divide (Dr. GRPO). A group whose rewards are all equal gets exactly zero
-    advantage.
+    advantage. ``scored`` (bool, one per reward; None: all): a completion without a reward (a session cut
+    short, a judge's failed verdict) gets zero advantage and is left out of its group's mean and std and of
+    the batch std; its entry of ``rewards`` is not read. A group with fewer than two scored completions gets
+    zero advantage.
     """
     if scale not in ADVANTAGE_SCALES:
         raise ValueError(f"scale must be one of {ADVANTAGE_SCALES}, got {scale!r}")
@@ -234,15 +243,26 @@ def group_advantages(rewards: torch.Tensor, group_size: int, scale: str = "group
         raise ValueError(f"rewards must be 1-D, got shape {tuple(rewards.shape)}")
     if group_size < 2 or rewards.numel() % group_size:
         raise ValueError(f"group_size must be >= 2 and divide the {rewards.numel()} rewards, got {group_size}")
-    if not torch.isfinite(rewards).all():
+    scored = torch.ones_like(rewards, dtype=torch.bool) if scored is None else scored.to(torch.bool)
+    if scored.shape != rewards.shape:
+        raise ValueError(f"scored must have the rewards' shape {tuple(rewards.shape)}, got {tuple(scored.shape)}")
+    if not torch.isfinite(rewards[scored]).all():
         raise ValueError(f"rewards must be finite, got {rewards.tolist()}")
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    groups = rewards.view(-1, group_size)
-    constant = groups.amax(dim=1, keepdim=True) == groups.amin(dim=1, keepdim=True)
-    centred = (groups - groups.mean(dim=1, keepdim=True)).masked_fill(constant, 0.0)
+    kept = scored.view(-1, group_size)
+    groups = rewards.masked_fill(~scored, 0.0).view(-1, group_size)
+    n = kept.sum(dim=1, keepdim=True)
+    mean = groups.sum(dim=1, keepdim=True) / n.clamp(min=1)
+    high = groups.masked_fill(~kept, -torch.inf).amax(dim=1, keepdim=True)
+    low = groups.masked_fill(~kept, torch.inf).amin(dim=1, keepdim=True)
+    constant = (n < 2) | (high == low)
+    centred = (groups - mean).masked_fill(constant | ~kept, 0.0)
     if scale != "none":
-        std = groups.std(dim=1, keepdim=True) if scale == "group" else rewards.std().expand_as(constant)
+        if scale == "group":  # Bessel's correction over the scored completions
+            std = ((centred**2).sum(dim=1, keepdim=True) / (n - 1).clamp(min=1)).sqrt()
+        else:  # fewer than two scored in the batch: every group is constant, the std is not read
+            std = rewards[scored].std().expand_as(constant)
         centred = centred / (std.masked_fill(constant, 1.0) + eps)
     return centred.reshape(-1)
 

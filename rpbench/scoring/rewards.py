@@ -1,13 +1,14 @@
 """Reward functions for GRPO and CoRL: a registry of plain callables and a weighted sum.
 
 A reward function is ``fn(prompts, completions, references, **kwargs) -> list[float]``, one float per
-completion; ``kwargs`` come from its config entry, all of them: a reward declares no keyword defaults, so a
-missing one is an error at startup (``reward_problems``) naming ``objective.rewards[i].kwargs.<name>``. A
-reward that holds state (an LLM-judge client, a reward model) is registered as a class: it is built once
-with the entry's kwargs and the instance is called with ``(prompts, completions, references)``. A class
-with ``opens_judge`` is also handed ``opener``, the judge opener the objective was given
-(``rpbench.scoring.chat.client.client_opener``: it serves ``judge=local`` with the server the pipeline
-handed in); rewards never open a judge on their own. The scorers themselves (metrics, judge rubrics, the
+completion (a session reward of ``env=conversation`` may give None, no score: see
+``rpbench.objectives.conversation_env``); ``kwargs`` come from its config entry, all of them: a reward declares
+no keyword defaults, so a missing one is an error at startup (``reward_problems``) naming
+``objective.rewards[i].kwargs.<name>``. A reward that holds state (an LLM-judge client, a reward model) is
+registered as a class: it is built once with the entry's kwargs and the instance is called with ``(prompts,
+completions, references)``. A class with ``opens_judge`` is also handed ``opener``, the judge opener the
+objective was given (``rpbench.scoring.chat.client.client_opener``: it serves ``judge=local`` with the server
+the pipeline handed in); rewards never open a judge on their own. The scorers themselves (metrics, judge rubrics, the
 reward model) live in ``rpbench.scoring``.
 
 A reward whose kwargs have rules of their own declares them as ``kwargs_problems(kwargs) -> [(key,

@@ -148,6 +148,33 @@ def test_sessions_are_batched_per_turn_judged_and_measured(tmp_path, chat_stub, 
 
 
 @pytest.mark.slow
+def test_a_shared_judge_runs_when_allowed_and_a_session_cut_after_one_turn_is_counted_apart(tmp_path, chat_stub, run):
+    """One endpoint and model play the user and judge the sessions, allowed by evaluator.allow_shared_judge: the
+    run names the overlap in metrics.json and report.md. The simulator fails Nadia's session after the first
+    character turn: cut short (simulator_error), not judged, left out of the means and counted by cause."""
+
+    def reply(body: dict) -> str | int:
+        text = body["messages"][-1]["content"]
+        return 503 if "Write only your next message" in text and "Nadia" in text else scripted()(body)
+
+    with chat_stub(reply) as stub:
+        results = run(tmp_path / "run", stub, "evaluator.allow_shared_judge=true", "evaluator.drift.enabled=false")
+        judged = [r for r in stub.requests if "Judge only the character" in r["messages"][-1]["content"]]
+        overlap = (
+            f"the user simulator (evaluator.simulator) and the judge (judge) are one model, gpt-4o-mini ({stub.url}) "
+            "(allowed by evaluator.allow_shared_judge=true)"
+        )
+    c = results["eval"]["conversation"]
+    assert c["sessions_cut_short"] == {"simulator_error": 1} and c["ended_by"]["simulator_error"] == 1
+    assert len(judged) == 5 and not [r for r in judged if "Nadia" in r["messages"][-1]["content"]]
+    assert c["judge"]["overall"]["n"] == 5 and c["judge"]["overall"]["n_missing"] == 1
+    assert c["judge"]["goal_progress"]["mean"] == 2.0  # every judged session's score; the cut one is not a 0
+    assert overlap in json.loads((tmp_path / "run" / "metrics.json").read_text())["warnings"]
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert overlap in report and "Left out of the means: 1 session cut short (simulator_error 1)" in report
+
+
+@pytest.mark.slow
 def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path, chat_stub, run):
     out = tmp_path / "run"
     replies = {"now": scripted(fail_at_turn=3)}  # one simulator endpoint for both runs: the killed one's
@@ -280,7 +307,7 @@ def test_sessions_run_against_the_local_judge_server(tmp_path, run_in_process):
     results = json.loads((out / "metrics.json").read_text())["eval"]
     c = results["conversation"]
     assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
-    judged = 6 - c["sessions_cut_short"]  # a session the simulator cut short is not judged
+    judged = 6 - sum(c["sessions_cut_short"].values())  # a session cut short is not judged
     assert c["judge_parse_failures"] + c["judge_request_failures"] == judged
     assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
     assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == judged
@@ -454,14 +481,55 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
 
     other = tmp_path / "other"
     other.mkdir()
-    mine = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
+    mine = {
+        "id": "s1",
+        "character": "X",
+        "card": "c",
+        "persona": "p",
+        "goal": "g",
+        "messages": [],
+        "ended_by": "simulator",
+    }
     (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
     with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
         read_other(str(other), [mine])
     assert read_other(str(other), [mine | {"id": "s2"}]) == {}
 
 
-SESSION = {"id": "s1", "character": "X", "card": "c", "persona": "p", "goal": "g", "messages": []}
+SESSION = {
+    "id": "s1",
+    "character": "X",
+    "card": "c",
+    "persona": "p",
+    "goal": "g",
+    "messages": [],
+    "ended_by": "turn_limit",
+}
+
+
+def test_a_session_cut_short_in_either_run_is_not_compared_pairwise(chat_stub, judge_config):
+    """Of three shared scenarios, s2 was cut short here and s3 in the other run: only s1 is judged (both
+    orders), the other two are counted. The judge prefers "A" both times: this run wins one order of two."""
+    from rpbench.eval.benchmarks.conversation.pairwise import judge_pairwise
+    from rpbench.scoring.chat.client import open_client
+
+    endings = {
+        "s1": ("turn_limit", "simulator"),
+        "s2": ("simulator_error", "turn_limit"),
+        "s3": ("turn_limit", "length"),
+    }
+    mine = [SESSION | {"id": sid, "ended_by": here} for sid, (here, _) in endings.items()]
+    other = {sid: SESSION | {"id": sid, "ended_by": there} for sid, (_, there) in endings.items()}
+    bootstrap = {"n_resamples": 10, "confidence": 0.95, "seed": 0, "method": "percentile"}
+    with (
+        chat_stub(lambda body: json.dumps({"consistency": "A"})) as stub,
+        open_client(judge_config(base_url=stub.url, model="j", max_retries=0)) as client,
+    ):
+        results, judgements = judge_pairwise(client, mine, other, {"consistency": "In role?"}, 32, bootstrap)
+        asked = stub.requests
+    assert len(asked) == 2 and [j["id"] for j in judgements] == ["s1", "s1"]
+    assert results["shared_sessions"] == 1 and results["cut_short"] == 2
+    assert results["dimensions"]["consistency"]["mean"] == 0.5 and results["dimensions"]["consistency"]["n"] == 1
 
 
 @pytest.mark.slow
@@ -534,7 +602,7 @@ def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_
         requests = stub.requests
     results = json.loads((tmp_path / "run" / "metrics.json").read_text())
     c = results["eval"]["conversation"]
-    assert c["ended_by"] == {"simulator_error": 6} and c["sessions_cut_short"] == 6
+    assert c["ended_by"] == {"simulator_error": 6} and c["sessions_cut_short"] == {"simulator_error": 6}
     assert c["simulator_errors"]["rolemrc-mara-phone"] == "turn 1: an empty reply"
     assert "503" in c["simulator_errors"]["rpgbench-greta-room"]
     sessions = lines(tmp_path / "run" / "conversations.jsonl")
@@ -545,5 +613,5 @@ def test_a_simulator_without_a_usable_reply_ends_the_session_and_one_that_never_
     assert (health["requests"], health["failures"], health["threshold"]) == (6, 6, 0.0)
     assert health["warning"] in results["warnings"] and results["failed"].startswith("evaluator=conversation: ")
     report = (tmp_path / "run" / "report.md").read_text()
-    assert "6 sessions cut short by the simulator (not judged)" in report and results["failed"] in report
+    assert "6 sessions cut short (simulator_error 6) (not judged)" in report and results["failed"] in report
     assert [why for _, why in build([tmp_path]).skipped] == [f"failed: {results['failed']}"]

@@ -147,8 +147,9 @@ def test_smollm2_plays_both_sides_of_a_conversation_and_judges_it(tmp_path, eval
         tmp_path, "data=sample_conversation", "evaluator=conversation", f"evaluator.simulator.server={SMOLLM2}",
         "evaluator.max_turns=2", "data.max_test_samples=1", "evaluator.generation.max_new_tokens=32",
         "evaluator.simulator.max_tokens=32", "evaluator.judge_max_tokens=96", "evaluator.drift.enabled=false",
-        "evaluator.bootstrap.n_resamples=10",
+        "evaluator.bootstrap.n_resamples=10", "evaluator.allow_shared_judge=true",
     )  # fmt: skip
+    assert [w for w in results["warnings"] if "(allowed by evaluator.allow_shared_judge=true)" in w]
     (session,) = [json.loads(line) for line in (tmp_path / "conversations.jsonl").open()]
     roles = [m["role"] for m in session["messages"]]
     assert roles == ["user", "character", "user", "character"] and session["ended_by"] == "turn_limit"

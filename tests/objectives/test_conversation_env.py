@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -138,13 +139,19 @@ def test_a_session_is_one_sequence_with_only_the_character_turns_supervised(
     assert endings == {"stop", "cut"}  # this seed's turns end both ways
 
 
+@pytest.mark.slow
 def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
     tmp_path, scenarios, run_in_process, scripted_judge
 ):
     """`python run.py objective=grpo env=conversation judge=local`: the local server plays the user and judges
-    (scripted replies), one optimiser step on 2 scenarios x 2 sessions of 2 turns each."""
+    (scripted replies), one optimiser step on 2 scenarios x 2 sessions of 2 turns each. Olav's verdicts are
+    unreadable: his two sessions get no reward (counted, the share logged), and the reward is Ida's alone."""
     verdict = json.dumps({"scores": SCORES, "breaks": []})
-    replies = {"Write only your next message": USER_REPLY, "You are judging a role-play": verdict}
+    replies = {
+        "Write only your next message": USER_REPLY,
+        "played the character Olav Hart": "no verdict here",
+        "You are judging a role-play": verdict,
+    }
     out = tmp_path / "run"
     results = run_in_process(
         out,
@@ -156,6 +163,7 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
         "judge=local",
         "judge.cache_path=null",
         "judge.progress=false",
+        "judge.parse_tries=1",
         "objective.num_generations=2",
         "objective.batch_size=2",
         "objective.max_completion_length=6",
@@ -164,11 +172,13 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
         local_judge_server=scripted_judge(replies=replies),
     )
     assert results["train"]["optimizer_steps"] == 1 and results["train"]["samples"]["train"] == 2
+    # the tiny model's tuning lets one local model play the user and judge the sessions, named in the results
+    assert [w for w in results["warnings"] if "(allowed by env.allow_shared_judge=true)" in w]
     with open(out / "metrics.csv", newline="") as f:
         (row,) = [r for r in csv.DictReader(f) if r.get("train/reward")]
     # the mean of the rubric's six scores on 1-5, mapped to [0, 1]
     assert float(row["train/reward"]) == pytest.approx((sum(SCORES.values()) / 6 - 1) / 4)
-    assert float(row["train/reward_failures"]) == 0
+    assert float(row["train/reward_failures"]) == 2 and float(row["train/left_out_fraction"]) == 0.5
     assert float(row["train/env/character_turns/mean"]) == 2  # the simulator answered after turn 1
     assert float(row["train/env/ended_by/turn_limit"]) == 1
     assert float(row["train/completion_length/mean"]) > 0
@@ -178,7 +188,7 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
     tmp_path, scenarios, composed, chat_stub
 ):
     """Ida's session gets a verdict (weighted: (3 * 5 + 1 * 2) / 4 = 4.25 on 1-5, so 0.8125); Olav's verdict is
-    unreadable, so it gets failure_reward and is counted."""
+    unreadable, so it gets no score (None, never the worst reward) and is counted."""
     cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
     verdict = json.dumps({"scores": SCORES, "breaks": []})
     sessions = [
@@ -193,13 +203,64 @@ def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_sc
         weights = {"knowledge_boundary": 3.0, "goal_progress": 1.0}
         config = EndpointSettings.parse(judge, "judge")
         reply_tokens = cfg.env.rewards[0].kwargs.max_tokens
-        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, reply_tokens, 0.25, opener=open_client)
+        reward = SessionJudgeReward(config, dict(cfg.env.rubric), weights, reply_tokens, opener=open_client)
         scores = reward([s.record() for s in sessions], ["", ""], [None, None])
         reward.close()
         asked = stub.requests
-    assert scores == [pytest.approx((17 / 4 - 1) / 4), 0.25] and reward.failures == 1
+    assert scores == [pytest.approx((17 / 4 - 1) / 4), None] and reward.failures == 1
     assert len(asked) == 2  # one request per session (parse_tries=1: no re-ask)
     assert {request["max_tokens"] for request in asked} == {512}  # the session judge's reply length (env.rewards)
+
+
+def test_a_failed_verdict_or_a_cut_session_gets_zero_advantage_and_the_rest_of_its_group_is_normalised_alone(
+    tmp_path, scenarios, composed, chat_stub, tiny_model
+):
+    """Ida's group of 4 sessions is judged 5, 3, unreadable and 1 on every dimension (rewards 1, 0.5, none, 0);
+    Olav's first session was cut short by the simulator (never judged), the others judged 5, 3, 3. A session
+    without a reward gets advantage 0 and the rest of its group is normalised over itself only: Ida's mean 0.5
+    and std 0.5 (Bessel, over 1, 0.5, 0), Olav's mean 2/3 and std sqrt(1/12)."""
+    from rpbench.objectives.losses import group_advantages
+
+    cfg = composed(tmp_path / "run", "objective=grpo", "env=conversation", "judge=openai")
+    examples = readers.read("conversation", "train", scenarios, NoRubrics(task_dimensions=None)).examples
+    replies = ["Plant sage.", "Plant mint.", "Plant rue.", "Plant nothing.", "Aye.", "Give it here.", "Soon.", "No."]
+    sessions = [Session.start(e, cfg.env.max_turns) for e in examples for _ in range(4)]
+    for session, reply in zip(sessions, replies, strict=True):
+        session.add_reply(reply)
+    sessions[4].take_user_reply(None, "HTTP 503", 1, "[END]")
+    verdicts = {"Plant sage.": 5, "Plant mint.": 3, "Plant nothing.": 1, "Give it here.": 5, "Soon.": 3, "No.": 3}
+
+    def judge(body: dict) -> str:
+        text = body["messages"][-1]["content"]
+        score = next((v for reply, v in verdicts.items() if f": {reply}\n" in text), None)
+        return json.dumps({"scores": dict.fromkeys(SCORES, score), "breaks": []}) if score else "no verdict"
+
+    tokenizer = load(tiny_model())[1]
+    with chat_stub(judge) as stub:
+        settings = OmegaConf.to_container(cfg.env, resolve=True)
+        endpoint = {"base_url": stub.url, "api_key_env": None, "cache_path": None, "progress": False, "parse_tries": 1}
+        settings["judge"] |= endpoint
+        settings["rewards"][0]["kwargs"]["judge"] |= endpoint
+        env = ConversationEnv(
+            ConversationEnvSettings.parse(settings, "env"), open_client, chat_renderer(tiny_model(), tokenizer, 1024)
+        )
+        scores, rewards, scored = env.score(sessions)
+        env.close()
+        judged = len(stub.requests)
+    assert judged == 7  # the cut session is not judged
+    assert scores["session_judge"] == [1.0, 0.5, None, 0.0, None, 1.0, 0.5, 0.5]
+    assert scored.tolist() == [True, True, False, True, False, True, True, True]
+    olav_std = math.sqrt(((1 / 3) ** 2 + 2 * (1 / 6) ** 2) / 2)
+    expected = [
+        0.5 / 0.5001,
+        0.0,
+        0.0,
+        -0.5 / 0.5001,
+        0.0,
+        (1 / 3) / (olav_std + 1e-4),
+        *[(-1 / 6) / (olav_std + 1e-4)] * 2,
+    ]
+    assert group_advantages(rewards, 4, "group", scored=scored).tolist() == pytest.approx(expected, rel=1e-6)
 
 
 def letter_fraction(prompts, completions, references) -> list[float]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,6 +142,23 @@ def test_batch_scaled_advantages_use_the_std_of_every_ranks_rewards():
     assert rank_slice_of_batch_advantages(parts, 1, 2).numel() == 0
     std = torch.tensor([1.0, 0.0, 2.0, 2.0, 5.0, 1.0, 0.0, 3.0]).std()
     assert rank_slice_of_batch_advantages(parts, 2, 2)[0].item() == pytest.approx(2.0 / (std.item() + 1e-4))
+
+
+def test_batch_scaled_advantages_leave_out_every_ranks_unscored_completions():
+    """A completion without a reward (None) on any rank gets 0 and is left out of the batch std: the std is
+    over 1, 2, 5, 1 and 3 alone (Bessel: mean 2.4, squared deviations 11.2, so sqrt(2.8))."""
+    parts = [[1.0, None, 2.0, 5.0], [1.0, 3.0]]
+    std = math.sqrt(11.2 / 4)
+    assert rank_slice_of_batch_advantages(parts, 0, 2).tolist() == [
+        0.0,
+        0.0,
+        pytest.approx(-1.5 / (std + 1e-4)),
+        pytest.approx(1.5 / (std + 1e-4)),
+    ]
+    assert rank_slice_of_batch_advantages(parts, 1, 2).tolist() == [
+        pytest.approx(-1.0 / (std + 1e-4)),
+        pytest.approx(1.0 / (std + 1e-4)),
+    ]
 
 
 # -- records --------------------------------------------------------------------------------------------

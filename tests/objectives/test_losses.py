@@ -202,6 +202,25 @@ def test_zero_variance_group_gets_exactly_zero_advantage(scale):
     assert torch.equal(got, torch.zeros(6))
 
 
+def test_completions_without_a_reward_get_zero_advantage_and_stay_out_of_their_groups_statistics():
+    """Group 1 (0.75, no reward, 0.25, 0.5): mean 0.5 and std 0.25 over the three scored; group 2 has one scored
+    completion: nothing to compare, all zero. The batch std is over the four scored rewards alone (its entry of
+    ``rewards`` for a left-out completion is never read, NaN included)."""
+    rewards = torch.tensor([0.75, float("nan"), 0.25, 0.5, 9.0, 1.0, 7.0, 7.0], dtype=torch.float64)
+    scored = torch.tensor([True, False, True, True, False, True, False, False])
+    batch_std = math.sqrt((0.125**2 + 0.375**2 + 0.125**2 + 0.375**2) / 3)  # 0.75, 0.25, 0.5, 1.0: mean 0.625
+    expected = {
+        "group": [0.25 / 0.2501, 0.0, -0.25 / 0.2501, 0.0, 0.0, 0.0, 0.0, 0.0],
+        "batch": [0.25 / (batch_std + 1e-4), 0.0, -0.25 / (batch_std + 1e-4), 0.0, 0.0, 0.0, 0.0, 0.0],
+        "none": [0.25, 0.0, -0.25, 0.0, 0.0, 0.0, 0.0, 0.0],
+    }
+    for scale, values in expected.items():
+        got = group_advantages(rewards, group_size=4, scale=scale, scored=scored)
+        assert got.tolist() == pytest.approx(values, rel=1e-12), scale
+    with pytest.raises(ValueError, match="finite"):  # a scored reward must still be a number
+        group_advantages(rewards, group_size=4, scored=torch.ones(8, dtype=torch.bool))
+
+
 def test_group_advantages_rejects_bad_input():
     with pytest.raises(ValueError, match="divide"):
         group_advantages(torch.zeros(5), group_size=2)

@@ -20,7 +20,9 @@ from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import EvaluatorSettings
+from rpbench.models.settings import ModelSettings
 from rpbench.scoring.chat.client import EndpointSettings
+from rpbench.scoring.judge.parties import Overlap, Party
 
 BENCHMARKS = Registry("evaluator")
 
@@ -162,6 +164,14 @@ class Benchmark:
                 f"evaluator={settings.name} scores replies against the test records' references, and conversation "
                 "scenarios (data.format conversation) have none: evaluator=conversation runs and judges whole sessions"
             ]
+        return []
+
+    def overlaps(
+        self, settings: Settings, judge: EndpointSettings | None, model: ModelSettings, trained_by: Sequence[Party]
+    ) -> list[Overlap]:
+        """The parts of this evaluation one model plays twice (``rpbench.scoring.judge.parties``: its judge, a
+        user simulator, ``trained_by``: the judges that rewarded the evaluated ``model``'s training), found at
+        startup: refused unless allowed, named in the results when allowed. None by default."""
         return []
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:

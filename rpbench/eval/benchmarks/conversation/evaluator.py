@@ -49,6 +49,7 @@ from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.config_tree import model_options
+from rpbench.models.settings import ModelSettings
 from rpbench.scoring.chat.client import EndpointSettings
 from rpbench.scoring.judge.conversation import (
     Simulator,
@@ -57,6 +58,7 @@ from rpbench.scoring.judge.conversation import (
     simulator_key_problems,
     simulator_version,
 )
+from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, judge_party, overlaps, simulator_party
 
 log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -80,6 +82,7 @@ class ConversationSettings(JudgedSettings):
     drift: Drift
     ooc_phrases: tuple[str, ...]
     pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
+    allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
 
     needs_metrics = False  # judged and measured alone
 
@@ -127,6 +130,20 @@ class Conversation(Benchmark):
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
+
+    def overlaps(
+        self, settings: Settings, judge: EndpointSettings | None, model: ModelSettings, trained_by: Sequence[Party]
+    ) -> list[Overlap]:
+        """The user simulator and the judge, or the judge and a judge that rewarded the evaluated model's training,
+        played by one model (allowed by ``evaluator.allow_shared_judge``); a judge of the evaluated model's family
+        (a warning)."""
+        if judge is None:
+            return []
+        this = judge_party(judge, "the judge (judge)")
+        user = simulator_party(settings.simulator, judge, "the user simulator (evaluator.simulator)")
+        pairs = [(user, this), *((this, rewarding) for rewarding in trained_by)]
+        found = overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
+        return found + family_overlap(this, model.family, model.name)
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
         """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
@@ -197,11 +214,10 @@ class Conversation(Benchmark):
         return results
 
     def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
-        """The session judgements (sessions cut short by the simulator are not judged)."""
+        """The session judgements (sessions cut short are not judged)."""
         c = results["conversation"]
-        return JudgeTally(
-            c["sessions"] - c["sessions_cut_short"], c["judge_parse_failures"], c["judge_request_failures"]
-        )
+        judged = c["sessions"] - sum(c["sessions_cut_short"].values())
+        return JudgeTally(judged, c["judge_parse_failures"], c["judge_request_failures"])
 
 
 def judge_complete(
@@ -211,15 +227,12 @@ def judge_complete(
     rubric: Mapping[str, str],
     max_tokens: int,
 ) -> list[dict[str, Any]]:
-    """Each session's judgement; a session the simulator cut short (``simulator_error``) is not judged (status
-    ``simulator_error``, no scores): it is no whole conversation, and is counted beside the means."""
-    complete = [r for s, r in zip(sessions, records) if s.ended_by != "simulator_error"]
+    """Each session's judgement; a session cut short (``Session.cut_short``) is not judged (its status: how it
+    ended, no scores): it is no whole conversation, and is counted beside the means."""
+    complete = [r for s, r in zip(sessions, records) if not s.cut_short]
     judged = iter(judge_sessions(client, complete, rubric, max_tokens) if complete else [])
     unjudged = {"scores": dict.fromkeys(rubric), "breaks": [], "breaks_out_of_range": 0, "reply": None, "attempts": 0}
-    return [
-        next(judged) if s.ended_by != "simulator_error" else {"id": s.id, "status": "simulator_error", **unjudged}
-        for s in sessions
-    ]
+    return [next(judged) if not s.cut_short else {"id": s.id, "status": s.ended_by, **unjudged} for s in sessions]
 
 
 def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:
@@ -280,8 +293,8 @@ def summaries(
         "sessions": len(sessions),
         "ended_by": dict(Counter(s.ended_by for s in sessions)),
         "simulator_errors": {s.id: s.error for s in sessions if s.error is not None},
-        # left out of the judge's means (not judged), counted here
-        "sessions_cut_short": statuses["simulator_error"],
+        # left out of the judge's means (not judged), counted here by how they ended
+        "sessions_cut_short": dict(Counter(s.ended_by for s in sessions if s.cut_short)),
         "sessions_capped": sum(s.capped for s in sessions),
         "max_turns": ev.max_turns,
         "character_turns": summarize([s.character_turns for s in sessions], **bootstrap),
@@ -310,6 +323,12 @@ def _cell(s: Mapping[str, Any], digits: int = 2) -> str:
     return f"{s['mean']:.{digits}f} [{s['ci_low']:.{digits}f}, {s['ci_high']:.{digits}f}] (n={s['n']})"
 
 
+def cut_short(by_cause: Mapping[str, int]) -> str:
+    """The sessions cut short, with their causes: ``3 sessions cut short (simulator_error 3)``."""
+    causes, n = ", ".join(f"{cause} {n}" for cause, n in by_cause.items()), sum(by_cause.values())
+    return f"{n} session{'' if n == 1 else 's'} cut short" + (f" ({causes})" if causes else "")
+
+
 def report_sections(results: Mapping[str, Any]) -> list[str]:
     c = results["conversation"]
     rows = "\n".join(f"| {d} | {_cell(s)} |" for d, s in c["judge"].items())
@@ -319,7 +338,7 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in c["ended_by"].items())
         + f"; character turns {_cell(c['character_turns'])}.\n\n"
         f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
-        f"Left out of the means: {c['sessions_cut_short']} sessions cut short by the simulator (not judged); "
+        f"Left out of the means: {cut_short(c['sessions_cut_short'])} (not judged); "
         f"judge failures {c['judge_parse_failures']} unparsed, {c['judge_request_failures']} unanswered. "
         f"Sessions cut to evaluator.max_turns={c['max_turns']}: {c['sessions_capped']}. "
         f"Sessions with a flagged turn: {c['sessions_flagged']} "
@@ -338,6 +357,7 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         rows = "\n".join(f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items())
         text += (
             f"\n\nPairwise against `{p['against']}` ({p['shared_sessions']} shared sessions, both orders; "
+            f"{p['cut_short']} more left out, cut short in either run; "
             f"{p['parse_failures']} unparsed, {p['request_failures']} unanswered): this run's win rate (win 1, "
             "tie 0.5), and the sessions whose two orders disagree.\n\n| dimension | win rate | position-inconsistent |"
             f"\n| --- | --- | --- |\n{rows}"

@@ -6,7 +6,8 @@ and names per rubric dimension which character does better: ``A``, ``B`` or ``ti
 order is 1 (win), 0.5 (tie) or 0 (loss); a session's score per dimension is the mean of its two orders
 (one order when the other could not be parsed; none when neither). Win rate = the mean over sessions, with a
 bootstrap CI. ``position_inconsistent`` counts sessions whose two orders disagree once the swap is undone
-(a judge that prefers a position rather than a conversation).
+(a judge that prefers a position rather than a conversation). A scenario whose session was cut short in either
+run (``CUT_SHORT``) is not compared, and is counted (``cut_short``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rpbench.core.errors import DataFormatError
+from rpbench.data.conversation_session import CUT_SHORT
 from rpbench.data.jsonl import object_lines
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.conversation import prompt_slots, transcript
@@ -51,7 +53,7 @@ def read_sessions(folder: str) -> dict[str, Mapping[str, Any]]:
     path = Path(folder) / "conversations.jsonl"
     sessions: dict[str, Mapping[str, Any]] = {}
     for number, row in object_lines(path):
-        for name in ("id", *SCENARIO_FIELDS):
+        for name in ("id", *SCENARIO_FIELDS, "ended_by"):
             if not isinstance(row.get(name), str):
                 raise DataFormatError(path, f"line {number}", name, "a string")
         messages = row.get("messages")
@@ -141,7 +143,9 @@ def judge_pairwise(
     text = PAIRWISE_PROMPT + json.dumps(dict(rubric), sort_keys=True)
     version = f"conversation-pairwise-{hashlib.sha256(text.encode()).hexdigest()[:12]}"
     dimensions = list(rubric)
-    asks = [(s, this_first) for s in sessions if s["id"] in other for this_first in (True, False)]
+    shared = [s for s in sessions if s["id"] in other]
+    whole = [s for s in shared if s["ended_by"] not in CUT_SHORT and other[s["id"]]["ended_by"] not in CUT_SHORT]
+    asks = [(s, this_first) for s in whole for this_first in (True, False)]
     requests = []
     for s, this_first in asks:
         first, second = (s, other[s["id"]]) if this_first else (other[s["id"]], s)
@@ -159,6 +163,7 @@ def judge_pairwise(
         per_session.setdefault(s["id"], []).append(outcomes)
     results: dict[str, Any] = {
         "shared_sessions": len(per_session),
+        "cut_short": len(shared) - len(whole),  # cut short in this run or the other: not compared
         "parse_failures": sum(j["status"] == "parse_failure" for j in judgements),
         "request_failures": sum(j["status"] == "request_failure" for j in judgements),
         "dimensions": {},

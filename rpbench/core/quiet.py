@@ -64,6 +64,8 @@ def quiet_libraries() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(DropMessages("💡 Tip:"))
     # DeepSpeed's import-time guess, said on every CPU run; the run's own accelerator is logged by Lightning.
     logging.getLogger("DeepSpeed").addFilter(DropMessages("Setting accelerator to CPU"))
+    # Said without CUDA when DeepSpeed builds its CPU ops (CPU Adam, shared-memory collectives): nothing to act on.
+    logging.getLogger("torch.utils.cpp_extension").addFilter(DropMessages("No CUDA runtime is found"))
     # Lightning calls a torch API deprecated in its own code; nothing in ours to change.
     warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated", module="lightning")
     # Our run folder always holds config.yaml before the CSV logger starts: not earlier logs. A resumed

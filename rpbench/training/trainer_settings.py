@@ -28,7 +28,7 @@ SET_ELSEWHERE = {
     "accumulate_grad_batches": "set objective.grad_accum",
     "gradient_clip_val": "set objective.max_grad_norm",
     "log_every_n_steps": "set objective.log_every_n_steps",
-    "logger": "choose logger=csv|wandb|none",
+    "logger": "choose logger=csv|wandb|tensorboard|mlflow|none",
     "default_root_dir": "set paths.output_dir (or hydra.run.dir)",
     "num_sanity_val_steps": "rpbench runs the full sanity pass: it measures held_out.before",
     "use_distributed_sampler": "rpbench's datamodule plans each rank's batches itself",

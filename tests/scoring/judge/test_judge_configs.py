@@ -21,8 +21,8 @@ def judge_config(name: str, *overrides: str) -> dict:
     return OmegaConf.to_container(cfg.judge, resolve=True)
 
 
-def test_the_group_has_the_six_options():
-    assert OPTIONS == ["local", "mmrole_rm", "none", "openai", "rolemrc_published", "vllm"]
+def test_the_group_has_the_seven_options():
+    assert OPTIONS == ["local", "mmrole_rm", "none", "openai", "replay", "rolemrc_published", "vllm"]
 
 
 @pytest.mark.parametrize("name", [n for n in OPTIONS if n != "none"])
@@ -31,6 +31,9 @@ def test_option_builds_a_judge_config(name):
     config = EndpointSettings.parse(cfg, "judge")
     backend = {"openai": "openai", "rolemrc_published": "openai", "mmrole_rm": "local"}.get(name, name)
     assert cfg["backend"] == backend
+    if name == "replay":  # replayed replies need no cache
+        assert config.cache_path is None and config.replay_from.endswith("replies.jsonl")
+        return
     assert config.cache_path.endswith("judge_cache.sqlite")
     if name == "local":
         serve = serve_settings(config.server.serve_options(), "judge.server")

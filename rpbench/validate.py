@@ -75,9 +75,28 @@ def check_run(cfg: DictConfig, problems: Problems) -> RunSettings | None:
 
 
 def check_init_from(init_from: str | None, problems: Problems) -> None:
-    """``init_from``, when set, is a run folder with a saved model."""
+    """``init_from``, when set, is a run folder with a saved model; a folder without one says why it has none."""
     if init_from and not (Path(init_from) / "model").is_dir():
-        problems.append(f"init_from={init_from}: expected a run folder with a saved 'model' in it")
+        why = why_no_model(Path(init_from))
+        problems.append(
+            f"init_from={init_from}: expected a run folder with a saved 'model' in it" + (why and f"; {why}")
+        )
+
+
+def why_no_model(folder: Path) -> str:
+    """Why the run folder ``folder`` holds no saved model, as far as its own files tell ('' when they do not)."""
+    if not folder.is_dir():
+        return "no such folder"
+    config_file = folder / "config.yaml"
+    config = OmegaConf.load(config_file) if config_file.is_file() else OmegaConf.create()
+    short = OmegaConf.select(config, "short_run")
+    if short:
+        return f"it is a short run ({short}), and a short run saves no model: run it again without {short}"
+    if OmegaConf.select(config, "save_model") is False:
+        return "it ran with save_model=false: run it again without"
+    if not (folder / "metrics.json").is_file():
+        return "its run did not finish (no metrics.json; its run.log says why)"
+    return ""
 
 
 def check_logger(cfg: DictConfig, problems: Problems) -> LoggerSettings | None:

@@ -185,7 +185,7 @@ def test_task_serve_validates_to_the_model_and_serve_settings(compose, tmp_path)
     assert run.model.name == "tiny-llama" and isinstance(run.serve, ServeSettings)
     assert (run.serve.max_batch_size, run.serve.port, run.serve.host) == (4, 0, "127.0.0.1")  # the YAML's others
     assert problem_lines(compose("task=serve", "serve.max_queue=0", "model.dtype=fp8", "init_from=nowhere")) == [
-        "init_from=nowhere: expected a run folder with a saved 'model' in it",
+        "init_from=nowhere: expected a run folder with a saved 'model' in it; no such folder",
         "model.dtype='fp8': expected one of float32, bfloat16, float16",
         "serve.max_queue=0: expected an integer >= 1",
     ]
@@ -193,6 +193,13 @@ def test_task_serve_validates_to_the_model_and_serve_settings(compose, tmp_path)
     assert validate(compose("task=serve", f"init_from={tmp_path / 'trained'}")).model.name_or_path == str(
         tmp_path / "trained" / "model"
     )
+    short = tmp_path / "short"  # a debug=short run's folder: config.yaml says so, and no model/ was saved
+    short.mkdir()
+    (short / "config.yaml").write_text("short_run: debug=short\nsave_model: false\n")
+    assert problem_lines(compose("task=serve", f"init_from={short}")) == [
+        f"init_from={short}: expected a run folder with a saved 'model' in it; it is a short run (debug=short), and"
+        " a short run saves no model: run it again without debug=short"
+    ]
     with pytest.raises(ConfigError, match="task=served: choose one of train_eval, synthesize, serve"):
         validate(compose("task=served"))
 

@@ -50,7 +50,7 @@ def character_prompt(character: str, card: str) -> str:
 def parse_scenario(raw: Any, source: Source) -> EvalExample:
     record = as_object(raw, source)
     if "id" not in record:
-        raise source.error("id", "present (missing): a scenario names itself")
+        raise source.error("id", "required (a scenario names itself), but the record has none")
     rid, source = record_id(record, "id", source)
     text = {name: require_str(record, name, source).strip() for name in TEXT_FIELDS}
     turns = require(record, "turns", source)

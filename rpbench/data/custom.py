@@ -230,7 +230,9 @@ class Layout:
         for name in (*SHAPE_FIELDS[kind], *OPTIONAL_FIELDS):
             if name in self.mapped and self.columns[name] not in record:
                 column = self.columns[name]
-                raise source.error(column, f"present: data.columns.{name}={column} names it (missing)")
+                raise source.error(
+                    column, f"required (data.columns.{name}={column} names it), but the record has no such field"
+                )
 
     def turns(
         self, record: Mapping[str, Any], column: str, source: Source, *, last: str, weights: bool = False

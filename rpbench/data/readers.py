@@ -324,7 +324,7 @@ def as_object(raw: Any, source: Source, field: str = "<record>") -> Mapping[str,
 
 def require(record: Mapping[str, Any], key: str, source: Source, field: str | None = None) -> Any:
     if key not in record:
-        raise source.error(field or key, "present (missing)")
+        raise source.error(field or key, "required, but the record has no such field")
     return record[key]
 
 

@@ -52,7 +52,7 @@ def parse_session(record: dict[str, Any], key: str, source: Source) -> tuple[Tur
 def parse_pair(raw: Any, source: Source) -> SessionPreferenceExample:
     record = as_object(raw, source)
     if "id" not in record:
-        raise source.error("id", "present (missing): a pair names itself")
+        raise source.error("id", "required (a pair names itself), but the record has none")
     rid, source = record_id(record, "id", source)
     unknown = sorted(set(record) - set(FIELDS))
     if unknown:

@@ -128,6 +128,18 @@ class Run:
         wanted = {p["id"] for p in self.personas()}
         return [p for p in self.file("profiles").records() if p["id"] in wanted]
 
+    def why_no_retrieved_profiles(self) -> str:
+        """What the profiles and retrieval stages left, when no profile has retrieved triplets."""
+        accepted, rejected = len(self.profiles()), len(self.file("profiles_rejected").records())
+        if accepted:
+            return f"none of the {accepted} accepted profiles has retrieved triplets: run stage retrieval first"
+        if rejected:
+            return (
+                f"0 of {rejected} profiles accepted: the generator cannot follow the format; its replies are in "
+                f"{self.out / 'profiles_rejected.jsonl'}"
+            )
+        return "no profiles yet: run stages profiles and retrieval first"
+
     # -- stages ------------------------------------------------------------------------------------------
     def stage_personas(self) -> dict[str, Any]:
         sampled, counts = sample_personas(package_path(self.config.personas_file), self.config.n_personas, self.seed)
@@ -177,9 +189,7 @@ class Run:
         retrieved = {r["id"]: r for r in self.file("retrieval").records()}
         profiles = [p for p in self.profiles() if p["id"] in retrieved]
         if not profiles:
-            raise ConfigError(
-                f"{self.out}: no profiles with retrieved triplets; run stages profiles and retrieval first"
-            )
+            raise ConfigError(f"{self.out}: stage dialogues: {self.why_no_retrieved_profiles()}")
         order = sorted(p["id"] for p in profiles)
         random.Random(f"{self.seed}:test_profiles").shuffle(order)
         n_test = round(self.config.test_fraction * len(order))

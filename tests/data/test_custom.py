@@ -250,10 +250,10 @@ def test_a_mapped_column_missing_from_a_record_is_an_error(tmp_path, read):
         read("train", path, columns={"system": "nonexistent"})
     assert (error.value.record, error.value.field) == (1, "nonexistent")
     assert "data.columns.system=nonexistent" in error.value.problem
-    with pytest.raises(DataFormatError, match=r"record 2: field 'persona': present: data.columns.system=persona"):
+    with pytest.raises(DataFormatError, match=r"record 2: field 'persona': required \(data.columns.system=persona"):
         read("train", path, columns={"system": "persona"})
     completions = jsonl(tmp_path / "pc.jsonl", [{"prompt": USER, "completion": ASSISTANT}])
-    with pytest.raises(DataFormatError, match=r"field 'label': present: data.columns.task=label"):
+    with pytest.raises(DataFormatError, match=r"field 'label': required \(data.columns.task=label"):
         read("test", completions, columns={"task": "label"})
     # A mapping for another shape (another file of the same config) does not apply to this one.
     assert read("train", completions, columns={"chosen": "better"}).examples[0].turns == TURNS[1:]

@@ -121,7 +121,7 @@ BAD_INLINE = [
     ("<img> </img>hi", "user", "conversations[0].value", "empty one"),
     ("Picture 1: <img>a.jpg</img>\n", "user", "conversations[0].value", "text besides the image"),
     ("hi <img>a.jpg</img>", "assistant", "conversations[1].value", "only in user turns"),
-    ("hi", "user", "image", "present, or the image inline"),
+    ("hi", "user", "image", "required (or the image inline in a user turn"),
 ]
 
 

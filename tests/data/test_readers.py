@@ -269,7 +269,7 @@ def test_missing_file_names_the_path(tmp_path, options):
 BAD_ROLEMRC = [
     # (split, bad record or raw line, record, field, problem fragment)
     ("train", '{"conversations": [', 2, "<line>", "valid UTF-8 JSON"),
-    ("train", {"task": "x"}, 2, "conversations", "missing"),
+    ("train", {"task": "x"}, 2, "conversations", "required, but the record has no such field"),
     ("train", {"conversations": "hi"}, 2, "conversations", "a list"),
     ("train", {"conversations": []}, 2, "conversations", "non-empty list"),
     ("train", {"conversations": turns(("System", "S"))}, 2, "conversations", "at least one user or assistant"),
@@ -321,7 +321,13 @@ BAD_ROLEMRC = [
         "prompt",
         "ending on a user turn",
     ),
-    ("pairs", {"prompt": GOOD_PAIR["prompt"], "chosen": "Hello."}, 2, "rejected", "missing"),
+    (
+        "pairs",
+        {"prompt": GOOD_PAIR["prompt"], "chosen": "Hello."},
+        2,
+        "rejected",
+        "required, but the record has no such field",
+    ),
     ("pairs", {**GOOD_PAIR, "chosen": ""}, 2, "chosen", "non-empty"),
     (
         "test",
@@ -330,7 +336,13 @@ BAD_ROLEMRC = [
         "task",
         "listed in task_dimensions",
     ),
-    ("test", {k: v for k, v in GOOD_TEST.items() if k != "task"}, 2, "task", "missing"),
+    (
+        "test",
+        {k: v for k, v in GOOD_TEST.items() if k != "task"},
+        2,
+        "task",
+        "required, but the record has no such field",
+    ),
     (
         "test",
         {**GOOD_TEST, "question": turns(("User", "Q?"), ("Assistant", "A."))},

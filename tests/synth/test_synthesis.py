@@ -235,6 +235,9 @@ def test_a_generator_that_never_follows_the_format_fails_the_stage(tmp_path, syn
             synthesize_run(validate(config(tmp_path, stub.url, *inputs, *stages)))
     summary = json.loads((tmp_path / "out" / "synthesis.json").read_text())
     assert (summary["stages"]["profiles"]["accepted"], summary["stages"]["profiles"]["rejected"]) == (0, 12)
+    later = ("synth.stages=[dialogues]", f"judge.cache_path={tmp_path / 'fresh.sqlite'}")  # not "run profiles first"
+    with pytest.raises(ConfigError, match="stage dialogues: 0 of 12 profiles accepted: the generator cannot follow"):
+        synthesize_run(validate(config(tmp_path, "http://127.0.0.1:9", *inputs, *later)))
 
 
 def test_a_personas_file_that_is_not_utf8_is_named_with_its_line(tmp_path):

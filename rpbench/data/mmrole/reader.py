@@ -190,7 +190,9 @@ def dialogue(
     inline = _inline_images(turns, source, image_root)
     image = optional_str(record, "image", source)
     if image is None and not inline:
-        raise source.error("image", "present, or the image inline in a user turn as <img>path</img> (missing)")
+        raise source.error(
+            "image", "required (or the image inline in a user turn as <img>path</img>), but the record has neither"
+        )
     if not inline:
         first_user = next((i for i, t in enumerate(turns) if t.role == "user"), None)
         if first_user is None:

@@ -481,15 +481,7 @@ def test_a_pairwise_run_on_other_scenarios_is_named(tmp_path):
 
     other = tmp_path / "other"
     other.mkdir()
-    mine = {
-        "id": "s1",
-        "character": "X",
-        "card": "c",
-        "persona": "p",
-        "goal": "g",
-        "messages": [],
-        "ended_by": "simulator",
-    }
+    mine = SESSION | {"ended_by": "simulator"}
     (other / "conversations.jsonl").write_text(json.dumps(mine | {"goal": "another"}) + "\n")
     with pytest.raises(DataFormatError, match=r"conversations\.jsonl: record s1: field 'goal'"):
         read_other(str(other), [mine])

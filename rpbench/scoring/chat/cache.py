@@ -46,6 +46,11 @@ def cache_key(
         "messages": list(messages),
         "sampling": dict(sampling),
     }
+    return digest(payload)
+
+
+def digest(payload: Mapping[str, Any]) -> str:
+    """The sha256 hex digest of ``payload``'s canonical JSON (sorted keys, no spaces)."""
     text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

@@ -8,14 +8,14 @@ model, which the file as a whole stands for. No prompt is stored, so a recording
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rpbench.core.errors import DataFormatError
+from rpbench.data.jsonl import object_lines
+from rpbench.scoring.chat.cache import CachedReply, digest
 
 if TYPE_CHECKING:
     from rpbench.scoring.chat.client import ChatResult
@@ -23,38 +23,20 @@ if TYPE_CHECKING:
 
 def replay_key(messages: Sequence[Mapping[str, Any]], sampling: Mapping[str, Any]) -> str:
     """The stable hex digest a request's reply is recorded under."""
-    payload = {"messages": list(messages), "sampling": dict(sampling)}
-    text = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class RecordedReply:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
+    return digest({"messages": list(messages), "sampling": dict(sampling)})
 
 
 FIELDS = {"key": str, "model": str, "reply": str, "prompt_tokens": int, "completion_tokens": int}
 
 
-def read_recording(path: Path) -> dict[str, RecordedReply]:
+def read_recording(path: Path) -> dict[str, CachedReply]:
     """The replies of a recording by key (the last of a key recorded twice); errors name file, line and field."""
     replies = {}
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFormatError(path, f"line {number}", "<record>", f"not JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise DataFormatError(path, f"line {number}", "<record>", "a JSON object")
-            for name, kind in FIELDS.items():
-                if not isinstance(row.get(name), kind):
-                    raise DataFormatError(path, f"line {number}", name, f"a {kind.__name__}")
-            replies[row["key"]] = RecordedReply(row["reply"], row["prompt_tokens"], row["completion_tokens"])
+    for number, row in object_lines(path):
+        for name, kind in FIELDS.items():
+            if not isinstance(row.get(name), kind):
+                raise DataFormatError(path, f"line {number}", name, f"a {kind.__name__}")
+        replies[row["key"]] = CachedReply(row["reply"], row["prompt_tokens"], row["completion_tokens"])
     return replies
 
 

@@ -27,6 +27,15 @@ def test_the_curve_names_the_run_and_its_samples_and_labels_its_axes():
     assert (train.get_xdata().tolist(), held_out.get_ydata().tolist()) == ([5, 10], [8.0, 6.0])
 
 
+def test_a_short_run_s_single_points_are_seen_on_the_steps_of_the_run():
+    """debug=short logs one training point (step 3): it is marked, and the learning rate shares the steps' axis."""
+    fig = loss_figure([{"step": 0, "held_out_loss": 3.1}, {"step": 3, "loss": 3.0, "lr": 5e-6}], "short", (8, 2))
+    loss_ax, lr_ax = fig.axes
+    fig.canvas.draw()
+    assert all(line.get_marker() == "o" for ax in (loss_ax, lr_ax) for line in ax.get_lines())
+    assert lr_ax.get_xlim() == loss_ax.get_xlim() and lr_ax.get_xlim()[0] < 0 < 3 < lr_ax.get_xlim()[1]
+
+
 def test_the_png_is_of_the_drawn_size_and_nothing_is_drawn_without_a_point(tmp_path):
     path = plot_loss_curve(POINTS, "run", (40, 8), tmp_path / "loss_curve.png")
     with Image.open(path) as image:

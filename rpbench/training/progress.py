@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 CURVE_FILE = "loss_curve.png"
 CURVE_SIZE_INCHES, CURVE_DPI = (10.0, 4.0), 100  # a 1000 x 400 pixel image
+MARKED_POINTS = 30  # a series of this many points or fewer has a marker on each
 
 
 def _clock(seconds: float) -> str:
@@ -83,22 +84,25 @@ def plot_loss_curve(points: list[dict[str, float]], run_name: str, samples: tupl
 
 
 def loss_figure(points: list[dict[str, float]], run_name: str, samples: tuple[int, int]) -> Figure:
-    """Train and held-out loss against the optimizer step (left) and the learning rate (right), titled with the
-    run's name and its (training, held-out) ``samples``; steps on whole-number ticks."""
+    """Train and held-out loss against the optimizer step (left) and the learning rate (right, the same steps),
+    titled with the run's name and its (training, held-out) ``samples``; steps on whole-number ticks, and a
+    marker on each point of a short series (a line of one point is not drawn)."""
     series = {key: [(p["step"], p[key]) for p in points if key in p] for key in ("loss", "held_out_loss", "lr")}
     fig = Figure(figsize=CURVE_SIZE_INCHES, layout="constrained")
-    loss_ax, lr_ax = fig.subplots(1, 2)
-    for key, label, style in (("loss", "train loss", "-"), ("held_out_loss", "held-out loss", "o--")):
+    loss_ax, lr_ax = fig.subplots(1, 2, sharex=True)
+    for ax, key, label, style in (
+        (loss_ax, "loss", "train loss", "-"),
+        (loss_ax, "held_out_loss", "held-out loss", "--"),
+        (lr_ax, "lr", "learning rate", "-"),
+    ):
         if series[key]:
-            loss_ax.plot(*zip(*series[key]), style, label=label)
+            marker = "o" if key == "held_out_loss" or len(series[key]) <= MARKED_POINTS else None
+            ax.plot(*zip(*series[key]), style, marker=marker, markersize=4, label=label)
     loss_ax.set(xlabel="optimizer step", ylabel="loss", title="loss")
     loss_ax.legend()
-    if series["lr"]:
-        lr_ax.plot(*zip(*series["lr"]), "-", color="tab:green")
     lr_ax.set(xlabel="optimizer step", ylabel="learning rate", title="learning rate")
     lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(0, 0))
-    for ax in (loss_ax, lr_ax):
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    loss_ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     train, held_out = samples
     steps = max(p["step"] for p in points)
     fig.suptitle(f"{run_name}: {train} training samples, {held_out} held out, {steps:g} optimizer steps", fontsize=11)

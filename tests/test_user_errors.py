@@ -38,7 +38,8 @@ def test_mapping_mistakes_on_the_command_line(tmp_path, user_error):
     message = user_error(tmp_path, *labels)
     assert message.endswith("data.task_dimensions.my='style': expected a list")
     message = user_error(tmp_path, *custom, "data.columns.system=nonexistent")
-    assert message.startswith(f"{train}: record 1: field 'nonexistent': present: data.columns.system=nonexistent")
+    expected = f"{train}: record 1: field 'nonexistent': required (data.columns.system=nonexistent names it)"
+    assert message.startswith(expected)
 
 
 def test_training_records_that_are_test_records(tmp_path, user_error):

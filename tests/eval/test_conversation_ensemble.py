@@ -35,7 +35,7 @@ def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_p
     parse."""
     with chat_stub(reply) as stub:
         out = tmp_path / "run"
-        results = run_in_process(
+        run = run_in_process(
             out,
             "objective=none",
             "logger=none",
@@ -54,8 +54,10 @@ def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_p
             "judge.progress=false",
             "judge.max_retries=0",
             "judge.parse_tries=2",
-        )["eval"]
+        )
         asked = [r["model"] for r in stub.requests]
+    assert run["judge_estimate"]["requests"] == 3 * 3  # one turn: no simulator message; each judge, each session
+    results = run["eval"]
     c = results["conversation"]
     e = c["ensemble"]
     assert e["judges"] == ["0:j1", "1:j2", "2:j3"] and asked.count("j1") == asked.count("j2") == 3
@@ -94,3 +96,42 @@ def test_every_judge_of_the_ensemble_is_held_apart_from_the_user_simulator(compo
     assert validate(compose(*common, "evaluator.judges=[{model: a-7b}, {model: b-7b}]")).overlaps == ()
     with pytest.raises(ConfigError, match=r"evaluator.judges\[1\].temperature"):
         validate(compose(*common, "evaluator.judges=[{model: a-7b}, {temperature: oops}]"))
+
+
+@pytest.mark.slow
+def test_the_flip_rate_counts_verdicts_that_follow_the_position_per_judge_and_pooled(chat_stub, judge_config):
+    """Two whole sessions, this run's the better ("good") in both. Judge ja answers "A" on x whatever the order (its
+    verdict flips with the swap: 2 of 2 sessions) and picks the better on y; jb picks the better on both."""
+    from rpbench.eval.benchmarks.conversation.ensemble import pairwise_ensemble
+    from rpbench.eval.benchmarks.conversation.pairwise import judge_pairwise
+    from rpbench.scoring.chat.client import open_client
+
+    def session(sid: str, text: str) -> dict:
+        scenario = {"character": "X", "card": "c", "persona": "p", "goal": "g", "ended_by": "turn_limit"}
+        return {"id": sid, **scenario, "messages": [{"role": "character", "text": text}]}
+
+    mine = [session("s1", "good"), session("s2", "good")]
+    other = {s["id"]: session(s["id"], "bad") for s in mine}
+
+    def reply(body: dict) -> str:
+        first = body["messages"][-1]["content"].split("Conversation A:", 1)[1].split("Conversation B:", 1)[0]
+        better = "A" if "good" in first else "B"
+        return json.dumps({"x": "A" if body["model"] == "ja" else better, "y": better})
+
+    bootstrap = {"n_resamples": 10, "confidence": 0.95, "seed": 0, "method": "percentile"}
+    rubric = {"x": "In role?", "y": "Engaging?"}
+    judged = {}
+    with chat_stub(reply) as stub:
+        for model in ("ja", "jb"):
+            with open_client(judge_config(base_url=stub.url, model=model, max_retries=0)) as client:
+                judged[model] = (judge_pairwise(client, mine, other, rubric, 32, bootstrap), {})
+    results, rows = pairwise_ensemble(judged, list(rubric), bootstrap)
+    ja, jb = results["per_judge"]["ja"]["flip_rate"], results["per_judge"]["jb"]["flip_rate"]
+    assert ja["dimensions"]["x"] == {"pairs": 2, "flipped": 2, "rate": 1.0} and ja["dimensions"]["y"]["rate"] == 0
+    assert ja["overall"] == {"pairs": 4, "flipped": 2, "rate": 0.5} and jb["overall"]["rate"] == 0
+    assert results["flip_rate"]["overall"] == {"pairs": 8, "flipped": 2, "rate": 0.25}
+    assert results["flip_rate"]["dimensions"]["x"]["rate"] == 0.5
+    # the ensemble's win rate per session: x the mean of ja's 0.5 (one order won) and jb's 1; y 1 from both
+    assert results["dimensions"]["x"]["mean"] == 0.75 and results["dimensions"]["y"]["mean"] == 1.0
+    assert results["dimensions"]["x"]["position_inconsistent"] == 2 and results["shared_sessions"] == 2
+    assert len(rows) == 8 and {r["judge"] for r in rows} == {"ja", "jb"}

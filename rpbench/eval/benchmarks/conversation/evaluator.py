@@ -126,10 +126,11 @@ class Conversation(Benchmark):
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """Per session: the simulator's messages (one per character turn but the last; none when this run
-        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
+        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``;
+        the judgements by each judge of ``evaluator.judges``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
         served, judges = settings.simulator.server is not None, max(1, len(settings.judges or ()))
-        return [(1 if served else min(e.meta["turns"], cap)) + (1 + pairwise) * judges for e in examples]
+        return [(0 if served else min(e.meta["turns"], cap) - 1) + (1 + pairwise) * judges for e in examples]
 
     def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """The judgements (the session's, and the pairwise ones, by each judge); the simulator's messages are not

@@ -82,7 +82,11 @@ def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_p
     scores = [json.loads(line) for line in (out / "scores.jsonl").open()]
     assert scores[2]["verdicts"]["engagement"] == 2 and scores[2]["verdicts_by_judge"]["2:j3"]["engagement"] is None
     report = (out / "report.md").read_text()
-    assert "Judge ensemble (3 judges)" in report and "`2:j3` 2 verdicts, 1 unparsed, 0 unanswered" in report
+    assert (
+        "## Conversations (judge `0:j1, 1:j2, 2:j3`" in report
+        and "Judge ensemble (3 judges)" in report
+        and "`2:j3` 2 verdicts, 1 unparsed, 0 unanswered" in report
+    )
     assert f"interval {1 - 47 * 72 / 5760:.3f}" in report
 
 

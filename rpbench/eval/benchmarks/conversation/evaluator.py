@@ -211,7 +211,7 @@ class Conversation(Benchmark):
                 "n_records": len(sessions),
                 "generation": generation,
                 "resumed": resumed,
-                "judge_model": client.config.model,
+                "judge_model": ", ".join(ensemble["judges"]) if ev.judges else client.config.model,
                 "simulator_model": simulator.config.model,
                 "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),

@@ -11,7 +11,16 @@ import pytest
 from rpbench.core.errors import ConfigError
 from rpbench.validate import validate
 
-DIMENSIONS = 6  # the rubric of conf/evaluator/common/conversation_session.yaml
+# the rubric of conf/evaluator/common/conversation_session.yaml
+NAMES = (
+    "character_consistency",
+    "persona_drift",
+    "knowledge_boundary",
+    "out_of_character",
+    "engagement",
+    "goal_progress",
+)
+DIMENSIONS = len(NAMES)
 # judge model -> the score it gives every dimension of the session whose character it names (None: unparsed)
 SCORES = {"j1": {"Mara": 4, "Bertram": 2}, "j2": {"Mara": 5, "Bertram": 2}, "j3": {"Mara": 3, "Bertram": None}}
 
@@ -21,22 +30,24 @@ def reply(body: dict) -> str:
     text = json.dumps(body["messages"])
     if body["model"] not in SCORES:
         return "Tell me more, please."
+    if "Conversation A:" in text:  # pairwise: j1 prefers the first position, j2 sees no difference, j3 no JSON
+        choice = {"j1": "A", "j2": "tie", "j3": None}[body["model"]]
+        return json.dumps(dict.fromkeys(NAMES, choice)) if choice else "Both are fine."
     score = SCORES[body["model"]]["Mara" if "Mara Voss" in text else "Bertram"]
     if score is None:
         return "I would rather not say."
-    dimensions = ("character_consistency", "persona_drift", "knowledge_boundary", "out_of_character")
-    names = (*dimensions, "engagement", "goal_progress")
-    return json.dumps({"scores": dict.fromkeys(names, score), "breaks": []})
+    return json.dumps({"scores": dict.fromkeys(NAMES, score), "breaks": []})
 
 
 @pytest.mark.slow
-def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_path, chat_stub, run_in_process):
+def test_three_judges_score_sessions_agree_by_krippendorffs_alpha_and_flip_pairwise(
+    tmp_path, chat_stub, run_in_process
+):
     """The sample's first three sessions (Mara, Mara, Bertram), one turn each; j3's replies on Bertram's do not
-    parse."""
+    parse. Then the same sessions judged pairwise against the first run's: j1 always picks "A"."""
     with chat_stub(reply) as stub:
         out = tmp_path / "run"
-        run = run_in_process(
-            out,
+        overrides = [
             "objective=none",
             "logger=none",
             "data=sample_conversation",
@@ -54,8 +65,11 @@ def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_p
             "judge.progress=false",
             "judge.max_retries=0",
             "judge.parse_tries=2",
-        )
+        ]
+        run = run_in_process(out, *overrides)
         asked = [r["model"] for r in stub.requests]
+        # the same sessions again, compared with the first run's: each judge, both orders
+        again = run_in_process(tmp_path / "again", *overrides, f"evaluator.pairwise_with={out}")["eval"]
     assert run["judge_estimate"]["requests"] == 3 * 3  # one turn: no simulator message; each judge, each session
     results = run["eval"]
     c = results["conversation"]
@@ -88,6 +102,13 @@ def test_three_judges_score_every_session_and_agree_by_krippendorffs_alpha(tmp_p
         and "`2:j3` 2 verdicts, 1 unparsed, 0 unanswered" in report
     )
     assert f"interval {1 - 47 * 72 / 5760:.3f}" in report
+    p = again["conversation"]["pairwise"]
+    flips = {name: j["flip_rate"]["overall"] for name, j in p["per_judge"].items()}
+    assert flips["0:j1"] == {"pairs": 3 * DIMENSIONS, "flipped": 3 * DIMENSIONS, "rate": 1.0}
+    assert flips["1:j2"]["rate"] == 0 and flips["2:j3"] == {"pairs": 0, "flipped": 0, "rate": None}
+    assert p["flip_rate"]["overall"]["rate"] == 0.5 and p["parse_failures"] == 6
+    assert p["dimensions"]["engagement"]["mean"] == 0.5 and p["dimensions"]["engagement"]["position_inconsistent"] == 3
+    assert "Pairwise flip rate" in (tmp_path / "again" / "report.md").read_text()
 
 
 def test_every_judge_of_the_ensemble_is_held_apart_from_the_user_simulator(compose):

@@ -31,7 +31,7 @@ from rpbench.scoring.judge.parties import Party, judge_party
 from rpbench.scoring.krippendorff import alpha
 
 log = logging.getLogger(__name__)
-Judges = Sequence[Mapping[str, JudgeValue]] | None  # evaluator.judges
+Judges = tuple[Mapping[str, JudgeValue], ...] | None  # evaluator.judges
 LEVELS = ("interval", "ordinal")
 JUDGED = ("ok", "parse_failure", "request_failure")  # a judgement's statuses (a session cut short: how it ended)
 

@@ -108,7 +108,8 @@ def test_three_judges_score_sessions_agree_by_krippendorffs_alpha_and_flip_pairw
     assert flips["1:j2"]["rate"] == 0 and flips["2:j3"] == {"pairs": 0, "flipped": 0, "rate": None}
     assert p["flip_rate"]["overall"]["rate"] == 0.5 and p["parse_failures"] == 6
     assert p["dimensions"]["engagement"]["mean"] == 0.5 and p["dimensions"]["engagement"]["position_inconsistent"] == 3
-    assert "Pairwise flip rate" in (tmp_path / "again" / "report.md").read_text()
+    report = (tmp_path / "again" / "report.md").read_text()
+    assert "Pairwise flip rate" in report and "- `2:j3`: overall - (0/0)" in report and "(6 unparsed, 0" in report
 
 
 def test_every_judge_of_the_ensemble_is_held_apart_from_the_user_simulator(compose):

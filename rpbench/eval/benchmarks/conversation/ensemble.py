@@ -265,8 +265,12 @@ def ensemble_report(c: Mapping[str, Any]) -> str:
             "\n\nPairwise flip rate (share of sessions, both orders parsed, whose verdict changes when the two "
             f"sessions swap places): overall {_flips(flip['overall'])}; "
             + ", ".join(f"{d} {_flips(f)}" for d, f in flip["dimensions"].items())
-            + "."
+            + (". Per judge:" if "per_judge" in p else ".")
         )
         for name, j in (p["per_judge"] if "per_judge" in p else {}).items():
-            text += f" `{name}`: overall {_flips(j['flip_rate']['overall'])}."
+            dimensions = ", ".join(f"{d} {_flips(f)}" for d, f in j["flip_rate"]["dimensions"].items())
+            text += (
+                f"\n- `{name}`: overall {_flips(j['flip_rate']['overall'])}; {dimensions} "
+                f"({j['parse_failures']} unparsed, {j['request_failures']} unanswered)"
+            )
     return text

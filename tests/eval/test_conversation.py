@@ -459,6 +459,7 @@ def test_two_runs_are_judged_pairwise_in_both_orders_and_compared(tmp_path, chat
     }
     assert p["dimensions"]["engagement"]["position_inconsistent"] == 6
     assert p["dimensions"]["character_consistency"]["position_inconsistent"] == 0
+    assert p["flip_rate"]["overall"] == {"pairs": 36, "flipped": 6, "rate": 1 / 6}  # engagement's 6 of 6 x 6
     rows = lines(tmp_path / "m2" / "pairwise.jsonl")
     assert len(rows) == 12 and {r["this_first"] for r in rows} == {True, False}
     # compare_to: paired tests of the judge-free OOC counts (m: two phrases per session, m2: none)

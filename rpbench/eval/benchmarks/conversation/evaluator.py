@@ -37,6 +37,17 @@ from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, write_jsonl
 from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
+from rpbench.eval.benchmarks.conversation.ensemble import (
+    Judges,
+    ask_each,
+    attach_ensemble,
+    ensemble_report,
+    flip_rate,
+    judge_ensemble,
+    judge_parties,
+    named_rows,
+    pairwise_ensemble,
+)
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
     judge_pairwise,
@@ -58,7 +69,7 @@ from rpbench.scoring.judge.conversation import (
     simulator_key_problems,
     simulator_version,
 )
-from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, judge_party, overlaps, simulator_party
+from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, overlaps, simulator_party
 
 log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -83,6 +94,7 @@ class ConversationSettings(JudgedSettings):
     ooc_phrases: tuple[str, ...]
     pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
     allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
+    judges: Judges  # the session judge ensemble: each judge's settings over the judge group's (ensemble.py)
 
     needs_metrics = False  # judged and measured alone
 
@@ -114,19 +126,23 @@ class Conversation(Benchmark):
 
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """Per session: the simulator's messages (one per character turn but the last; none when this run
-        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
+        serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``;
+        the judgements by each judge of ``evaluator.judges``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        served = settings.simulator.server is not None
-        return [(1 if served else min(e.meta["turns"], cap)) + pairwise for e in examples]
+        served, judges = settings.simulator.server is not None, max(1, len(settings.judges or ()))
+        return [(0 if served else min(e.meta["turns"], cap) - 1) + (1 + pairwise) * judges for e in examples]
 
     def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
-        """The judgements (the session's, and the pairwise ones); the simulator's messages are not re-asked."""
-        return [1 + (2 if settings.pairwise_with else 0)] * len(examples)
+        """The judgements (the session's, and the pairwise ones, by each judge); the simulator's messages are not
+        re-asked."""
+        return [(1 + (2 if settings.pairwise_with else 0)) * max(1, len(settings.judges or ()))] * len(examples)
 
     def problems(self, settings: Settings, data: DataSettings, judge: EndpointSettings | None) -> list[str]:
         out = []
         if judge is None:
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
+        for i, over in enumerate(settings.judges or () if judge is not None else ()):
+            EndpointSettings.collect({**judge.plain(), **over}, f"evaluator.judges[{i}]", out)
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
@@ -134,16 +150,18 @@ class Conversation(Benchmark):
     def overlaps(
         self, settings: Settings, judge: EndpointSettings | None, model: ModelSettings, trained_by: Sequence[Party]
     ) -> list[Overlap]:
-        """The user simulator and the judge, or the judge and a judge that rewarded the evaluated model's training,
-        played by one model (allowed by ``evaluator.allow_shared_judge``); a judge of the evaluated model's family
-        (a warning)."""
+        """The user simulator and a judge (each of ``evaluator.judges``), or a judge and a judge that rewarded the
+        evaluated model's training, played by one model (allowed by ``evaluator.allow_shared_judge``); a judge of
+        the evaluated model's family (a warning)."""
         if judge is None:
             return []
-        this = judge_party(judge, "the judge (judge)")
         user = simulator_party(settings.simulator, judge, "the user simulator (evaluator.simulator)")
-        pairs = [(user, this), *((this, rewarding) for rewarding in trained_by)]
-        found = overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
-        return found + family_overlap(this, model.family, model.name)
+        found = []
+        for this in judge_parties(judge, settings.judges):
+            pairs = [(user, this), *((this, rewarding) for rewarding in trained_by)]
+            found += overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
+            found += family_overlap(this, model.family, model.name)
+        return found
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
         """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
@@ -169,34 +187,49 @@ class Conversation(Benchmark):
                     capped[0],
                 )
             records = [s.record() for s in sessions]
-            max_tokens = ev.judge_max_tokens
-            judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
+            max_tokens, bootstrap, dimensions = ev.judge_max_tokens, ev.bootstrap.as_kwargs(), list(ev.rubric)
+            if ev.judges:  # every judge of the ensemble scores every session
+                each = ask_each(ctx, lambda c: judge_complete(c, sessions, records, ev.rubric, max_tokens))
+                judgements, ensemble = judge_ensemble(each, dimensions, bootstrap)
+                judged_by = named_rows(each)
+            else:
+                judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
             if ev.pairwise_with:
                 other = read_other(ev.pairwise_with, records)
-                bootstrap = ev.bootstrap.as_kwargs()
-                pairwise, compared = judge_pairwise(client, records, other, ev.rubric, max_tokens, bootstrap)
+
+                def ask(c: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+                    return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap)
+
+                if ev.judges:
+                    pairwise, compared = pairwise_ensemble(ask_each(ctx, ask), dimensions, bootstrap)
+                else:
+                    pairwise, compared = ask(client)
+                    pairwise["flip_rate"] = flip_rate(compared, dimensions)
                 pairwise["against"] = Path(ev.pairwise_with).name
                 write_jsonl(out_dir / "pairwise.jsonl", compared)
             results: dict[str, Any] = {
                 "n_records": len(sessions),
                 "generation": generation,
                 "resumed": resumed,
-                "judge_model": client.config.model,
+                "judge_model": ", ".join(ensemble["judges"]) if ev.judges else client.config.model,
                 "simulator_model": simulator.config.model,
                 "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),
                 "endpoints": {"simulator": simulator_health(resumed, ctx.judge.warn_request_failure_rate)},
             }
-        write_jsonl(out_dir / "judgements.jsonl", judgements)
+        write_jsonl(out_dir / "judgements.jsonl", judged_by if ev.judges else judgements)
         measured = measure(ev, sessions)
         scores = [
             {"id": s.id, "task": s.example.task, "metrics": measured[s.id]["metrics"], "verdicts": j["scores"]}
+            | ({"verdicts_by_judge": j["by_judge"]} if ev.judges else {})
             for s, j in zip(sessions, judgements)
         ]
         write_jsonl(out_dir / "scores.jsonl", scores)
         flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
         write_jsonl(out_dir / "flags.jsonl", flags)
         results["conversation"] = summaries(ev, sessions, judgements, measured, flags)
+        if ev.judges:
+            attach_ensemble(results["conversation"], ensemble)
         if ev.pairwise_with:
             results["conversation"]["pairwise"] = pairwise
         results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
@@ -214,9 +247,10 @@ class Conversation(Benchmark):
         return results
 
     def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
-        """The session judgements (sessions cut short are not judged)."""
+        """The session judgements, by each judge of the ensemble (sessions cut short are not judged)."""
         c = results["conversation"]
-        judged = c["sessions"] - sum(c["sessions_cut_short"].values())
+        judges = c["ensemble"]["n_judges"] if "ensemble" in c else 1
+        judged = (c["sessions"] - sum(c["sessions_cut_short"].values())) * judges
         return JudgeTally(judged, c["judge_parse_failures"], c["judge_request_failures"])
 
 
@@ -362,6 +396,7 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
             "tie 0.5), and the sessions whose two orders disagree.\n\n| dimension | win rate | position-inconsistent |"
             f"\n| --- | --- | --- |\n{rows}"
         )
+    text += ensemble_report(c)
     if c["simulator_errors"]:
         text += "\n\nSessions cut short by the simulator: " + "; ".join(
             f"{k}: {v}" for k, v in c["simulator_errors"].items()

@@ -37,6 +37,7 @@ from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, write_jsonl
 from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
+from rpbench.eval.benchmarks.conversation.judged_by import judge_record
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
     judge_pairwise,
@@ -44,6 +45,8 @@ from rpbench.eval.benchmarks.conversation.pairwise import (
     read_sessions,
     scenario_problems,
 )
+from rpbench.eval.benchmarks.conversation.rejudge import rejudge_overlaps, rejudge_sessions, source_problems
+from rpbench.eval.benchmarks.conversation.rejudge import scenario_problems as scenario_problems_of_source
 from rpbench.eval.benchmarks.conversation.sessions import run_sessions
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
@@ -83,6 +86,7 @@ class ConversationSettings(JudgedSettings):
     ooc_phrases: tuple[str, ...]
     pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
     allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
+    rejudge: str | None  # an earlier conversation run's folder: its sessions judged again, nothing simulated
 
     needs_metrics = False  # judged and measured alone
 
@@ -104,7 +108,7 @@ class ConversationSettings(JudgedSettings):
         options, server = model_options(), self.simulator.server
         if server is not None and options and server not in options:
             found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
-        return found
+        return found + (source_problems(self.rejudge, self.pairwise_with) if self.rejudge is not None else [])
 
 
 class Conversation(Benchmark):
@@ -112,11 +116,15 @@ class Conversation(Benchmark):
     judged = True
     settings_class = ConversationSettings
 
+    def evaluates_model(self, settings: Settings) -> bool:
+        """Not when re-judging (``evaluator.rejudge``): the stored sessions are judged, no model is loaded."""
+        return settings.rejudge is None
+
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """Per session: the simulator's messages (one per character turn but the last; none when this run
         serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``."""
         cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        served = settings.simulator.server is not None
+        served = settings.simulator.server is not None or settings.rejudge is not None  # re-judged: none asked
         return [(1 if served else min(e.meta["turns"], cap)) + pairwise for e in examples]
 
     def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
@@ -137,6 +145,8 @@ class Conversation(Benchmark):
         """The user simulator and the judge, or the judge and a judge that rewarded the evaluated model's training,
         played by one model (allowed by ``evaluator.allow_shared_judge``); a judge of the evaluated model's family
         (a warning)."""
+        if settings.rejudge is not None:  # who made the stored sessions: the source run's parties
+            return rejudge_overlaps(settings.rejudge, judge, settings.allow_shared_judge)
         if judge is None:
             return []
         this = judge_party(judge, "the judge (judge)")
@@ -146,11 +156,18 @@ class Conversation(Benchmark):
         return found + family_overlap(this, model.family, model.name)
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
-        """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
+        """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones; with
+        ``rejudge``: the source run holds a session of each record's scenario, and no other."""
+        if settings.rejudge is not None:
+            return scenario_problems_of_source(settings.rejudge, examples)
         if settings.pairwise_with is None:
             return []
         scenarios = [{"id": e.id, **{f: e.meta.get(f) for f in SCENARIO_FIELDS}} for e in examples]
         return scenario_problems(settings.pairwise_with, scenarios)
+
+    def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """``evaluator.rejudge``: the source run's sessions judged by this run's judge (``rejudge``)."""
+        return rejudge_sessions(ctx) if ctx.settings.rejudge is not None else None
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         from rpbench.eval.evaluate import compare
@@ -185,6 +202,7 @@ class Conversation(Benchmark):
                 "simulator_model": simulator.config.model,
                 "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),
+                "session_judges": [judge_record(ctx.judge, ev.rubric)],
                 "endpoints": {"simulator": simulator_health(resumed, ctx.judge.warn_request_failure_rate)},
             }
         write_jsonl(out_dir / "judgements.jsonl", judgements)

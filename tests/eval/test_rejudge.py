@@ -77,6 +77,7 @@ def test_a_rejudge_asks_the_new_judge_alone_and_keeps_cut_sessions_out(rejudged)
     assert len(during["judge_b"]) == 5  # six sessions, Nadia's cut short by the simulator: not judged
     assert all("Judge only the character" in r["messages"][-1]["content"] for r in during["judge_b"])
     assert results["model"] == "not loaded"  # no policy: nothing generated either
+    assert results["judge_estimate"]["requests"] == 6  # one judgement per session, no simulator message
     again = rejudged["root"] / "again"
     assert not list(again.glob("predictions_turn_*.jsonl")) and not list(again.glob("simulator_turn_*.jsonl"))
     c = results["eval"]["conversation"]
@@ -188,3 +189,19 @@ def test_sessions_of_other_scenarios_are_refused_before_judging(rejudged, run_in
             tmp_path / "two",
             *overrides("http://127.0.0.1:1/v1", "judge-b", f"evaluator.rejudge={src}", "data.max_test_samples=2"),
         )
+
+
+@pytest.mark.slow
+def test_a_judge_that_played_the_sources_user_is_refused(rejudged, compose):
+    """The source's user simulator (not this run's evaluator.simulator) is checked against the new judge."""
+    from rpbench.validate import validate
+
+    src, sim = rejudged["root"] / "src", rejudged["urls"]["sim"]
+    shared = overrides(sim, "sim", f"evaluator.rejudge={src}")
+    refused = r"the user simulator of the re-judged run src .* and the judge \(judge\) are one model"
+    with pytest.raises(ConfigError, match=refused):
+        validate(compose(*shared, "evaluator.allow_shared_judge=false"))
+    allowed = validate(compose(*shared, "evaluator.allow_shared_judge=true"))
+    assert any("re-judged run src" in w for w in allowed.overlaps)
+    other = overrides(rejudged["urls"]["judge_b"], "judge-b", f"evaluator.rejudge={src}")
+    assert not validate(compose(*other)).overlaps

@@ -63,8 +63,9 @@ def evaluation_needs_records(spec: TrainEvalRun) -> bool:
 
 
 def evaluates_a_model(spec: TrainEvalRun) -> bool:
-    """False for the evaluators that measure files and records alone (judge agreement, shift report)."""
-    return spec.evaluator is not None and BENCHMARKS.get(spec.evaluator.name).needs_model
+    """False for the evaluations that measure or judge files and records alone (judge agreement, shift report,
+    a conversation run's stored sessions re-judged)."""
+    return spec.evaluator is not None and BENCHMARKS.get(spec.evaluator.name).evaluates_model(spec.evaluator)
 
 
 def generates_in_process(spec: TrainEvalRun) -> bool:

@@ -307,6 +307,8 @@ def generation_context_problems(evaluator: Settings | None, model: ModelSettings
     generation = getattr(evaluator, "generation", None)
     if not isinstance(generation, GenerationSettings) or evaluator.backend == "endpoint":
         return []
+    if not BENCHMARKS.get(evaluator.name).evaluates_model(evaluator):  # nothing generates
+        return []
     key, name = "evaluator.generation.max_new_tokens", model.name
     return generation_length_problems(generation.max_new_tokens, model_context(model), key, name)
 

@@ -6,11 +6,13 @@ Every folder holding a metrics.json (the folders given, or below them) is a run.
 folder); a column group is a benchmark (``evaluator``), showing the first of the benchmark's declared
 ``headlines`` the run's results hold, with its 95% CI (from metrics.json, or a percentile bootstrap over the
 run's scores.jsonl when metrics.json has none). A cell's identity is the headline, the judge (backend and model,
-each judge of an ensemble), the test records' content hash (``records.test.records_sha256``) and the rpbench
+each judge of an ensemble; for a conversation run, as its metrics.json records them, also each judge's endpoint
+and prompt sha256), the test records' content hash (``records.test.records_sha256``) and the rpbench
 version. Runs of one cell with one identity are seeds: the median run is shown (the lower one of an even count).
 Runs of one cell with different identities are never combined (the cell is a conflict, naming which runs differ
 in what and the ``--by`` that splits them), and a cell whose judge, data or headline differs from its column's
-most common one is flagged and left out of that column's ranks: only like is ranked with like. A missing cell is
+most common one is flagged and left out of that column's ranks: only like is ranked with like. A re-judged
+conversation run (``evaluator.rejudge``) is in the row of the policy whose sessions it judged. A missing cell is
 shown as missing. A run marked ``failed`` in its metrics.json (its results rest on nothing) is skipped, with
 why. A short run (its metrics.json's ``short_run``; for a run written before that, a ``debug=<preset>`` Hydra
 recorded in its ``.hydra/hydra.yaml``, or ``trainer.fast_dev_run`` in its config.yaml) is left out, counted and

@@ -134,8 +134,11 @@ def short_run(run: Path, results: Mapping[str, Any], config: Mapping[str, Any]) 
 
 
 def row_name(by: str, run: Path, results: Mapping[str, Any], config: Mapping[str, Any], data: str) -> str:
-    """The run's row under ``--by`` ``by`` (one of ``ROWS``)."""
-    model, objective = str(results.get("model")), results.get("objective", "none")
+    """The run's row under ``--by`` ``by`` (one of ``ROWS``): a re-judged run's is its source run's policy (the
+    model whose sessions it judged, ``eval.rejudged.source``)."""
+    source = find(results, ["eval", "rejudged", "source"])
+    policy = source if isinstance(source, Mapping) else results
+    model, objective = str(policy.get("model")), policy.get("objective", "none")
     trained = model if objective == "none" else f"{model} + {objective}"
     if by == "data":
         return f"{trained} · data {results.get('data', UNRECORDED)} (test {short_sha(data, 8)})"
@@ -162,6 +165,25 @@ def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str
     for k, extra in enumerate(extras):
         extra = _mapping(extra, f"{where}: evaluator.judges[{k}]")
         names.append(f"{extra.get('backend', backend)}:{extra.get('model', model)}")
+    return "+".join(names)
+
+
+def recorded_judges(results: Mapping[str, Any], where: str) -> str | None:
+    """The judges a run recorded itself (``eval.session_judges``: backend, model, endpoint and prompt sha256 of
+    each), as ``backend:model at endpoint, prompt <sha256[:12]>`` joined by ``+``; None when it recorded none (the
+    judge is then read from config.yaml). Another endpoint or prompt is another judge: never ranked together."""
+    judges = find(results, ["eval", "session_judges"])
+    if judges is None:
+        return None
+    if not isinstance(judges, list) or not judges:
+        raise RunFolderError(f"{where}: eval.session_judges: a list of judges expected, got {judges!r}")
+    names = []
+    for k, judge in enumerate(judges):
+        fields = ("backend", "model", "endpoint", "prompt_sha256")
+        if not isinstance(judge, Mapping) or not all(isinstance(judge.get(f), str) for f in fields):
+            raise RunFolderError(f"{where}: eval.session_judges[{k}]: {', '.join(fields)} expected, got {judge!r}")
+        prompt = judge["prompt_sha256"][:12]
+        names.append(f"{judge['backend']}:{judge['model']} at {judge['endpoint']}, prompt {prompt}")
     return "+".join(names)
 
 
@@ -280,7 +302,7 @@ def read_cell(run: Path, by: str) -> tuple[Cell | None, str | None]:
     headline, entry = found
     config_path = run / "config.yaml"
     config = read_config(config_path)
-    judge = judge_identity(config, str(config_path))
+    judge = recorded_judges(results, str(metrics)) or judge_identity(config, str(config_path))
     data = str(find(results, ["records", "test", "records_sha256"]) or UNRECORDED)
     identity = Identity(headline.label, judge, data, str(results.get("rpbench_version", UNRECORDED)))
     value = float(entry) if not headline.value else float(entry[headline.value])

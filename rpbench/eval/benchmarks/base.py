@@ -122,6 +122,12 @@ class Benchmark:
         return True
 
     needs_model = True  # evaluates a model (False: judges or measures files and records alone)
+
+    def evaluates_model(self, settings: Settings) -> bool:
+        """Whether this evaluation evaluates the run's model under ``settings`` (False: it judges or measures
+        files and records alone, and the pipeline loads no model for it): ``needs_model`` by default."""
+        return self.needs_model
+
     headlines: tuple[Headline, ...] = ()  # its leaderboard number: the first of these a run's results hold
     no_headline = "it declares no headline"  # why a benchmark without headlines ranks no model (the console's)
 

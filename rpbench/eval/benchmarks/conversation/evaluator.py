@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from rpbench.eval.benchmarks.conversation.ensemble import (
     Judges,
     ask_each,
     attach_ensemble,
+    ensemble_configs,
     ensemble_report,
     flip_rate,
     judge_ensemble,
@@ -48,6 +49,7 @@ from rpbench.eval.benchmarks.conversation.ensemble import (
     named_rows,
     pairwise_ensemble,
 )
+from rpbench.eval.benchmarks.conversation.judged_by import judge_record
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
     judge_pairwise,
@@ -55,6 +57,8 @@ from rpbench.eval.benchmarks.conversation.pairwise import (
     read_sessions,
     scenario_problems,
 )
+from rpbench.eval.benchmarks.conversation.rejudge import rejudge_overlaps, rejudge_sessions, source_problems
+from rpbench.eval.benchmarks.conversation.rejudge import scenario_problems as scenario_problems_of_source
 from rpbench.eval.benchmarks.conversation.sessions import run_sessions
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
@@ -95,6 +99,7 @@ class ConversationSettings(JudgedSettings):
     pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
     allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
     judges: Judges  # the session judge ensemble: each judge's settings over the judge group's (ensemble.py)
+    rejudge: str | None  # an earlier conversation run's folder: its sessions judged again, nothing simulated
 
     needs_metrics = False  # judged and measured alone
 
@@ -116,7 +121,7 @@ class ConversationSettings(JudgedSettings):
         options, server = model_options(), self.simulator.server
         if server is not None and options and server not in options:
             found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
-        return found
+        return found + (source_problems(self.rejudge, self.pairwise_with) if self.rejudge is not None else [])
 
 
 class Conversation(Benchmark):
@@ -124,13 +129,19 @@ class Conversation(Benchmark):
     judged = True
     settings_class = ConversationSettings
 
+    def evaluates_model(self, settings: Settings) -> bool:
+        """Not when re-judging (``evaluator.rejudge``): the stored sessions are judged, no model is loaded."""
+        return settings.rejudge is None
+
     def judge_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """Per session: the simulator's messages (one per character turn but the last; none when this run
         serves the simulator), one judgement, and two pairwise judgements (both orders) with ``pairwise_with``;
         the judgements by each judge of ``evaluator.judges``."""
-        cap, pairwise = settings.max_turns, 2 if settings.pairwise_with else 0
-        served, judges = settings.simulator.server is not None, max(1, len(settings.judges or ()))
-        return [(0 if served else min(e.meta["turns"], cap) - 1) + (1 + pairwise) * judges for e in examples]
+        pairwise = 2 if settings.pairwise_with else 0
+        served = settings.simulator.server is not None or settings.rejudge is not None  # re-judged: none asked
+        simulated = [0 if served else min(e.meta["turns"], settings.max_turns) - 1 for e in examples]
+        judges = max(1, len(settings.judges or ()))
+        return [asked + (1 + pairwise) * judges for asked in simulated]
 
     def reaskable_requests(self, settings: Settings, examples: Sequence[EvalExample]) -> list[int]:
         """The judgements (the session's, and the pairwise ones, by each judge); the simulator's messages are not
@@ -155,6 +166,9 @@ class Conversation(Benchmark):
         the evaluated model's family (a warning)."""
         if judge is None:
             return []
+        if settings.rejudge is not None:  # who made the stored sessions: the source run's parties
+            judges = judge_parties(judge, settings.judges)
+            return rejudge_overlaps(settings.rejudge, judges, settings.allow_shared_judge)
         user = simulator_party(settings.simulator, judge, "the user simulator (evaluator.simulator)")
         found = []
         for this in judge_parties(judge, settings.judges):
@@ -164,18 +178,23 @@ class Conversation(Benchmark):
         return found
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
-        """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones."""
+        """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones; with
+        ``rejudge``: the source run holds a session of each record's scenario, and no other."""
+        if settings.rejudge is not None:
+            return scenario_problems_of_source(settings.rejudge, examples)
         if settings.pairwise_with is None:
             return []
         scenarios = [{"id": e.id, **{f: e.meta.get(f) for f in SCENARIO_FIELDS}} for e in examples]
         return scenario_problems(settings.pairwise_with, scenarios)
 
-    def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
-        from rpbench.eval.evaluate import compare
+    def from_files(self, ctx: EvalContext) -> dict[str, Any] | None:
+        """``evaluator.rejudge``: the source run's sessions judged by this run's judge (``rejudge``)."""
+        return rejudge_sessions(ctx) if ctx.settings.rejudge is not None else None
 
+    def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         if rank_and_world()[1] > 1:
             raise ConfigError("evaluator=conversation runs in one process: evaluate with trainer.devices=1")
-        ev, out_dir = ctx.settings, ctx.out_dir
+        ev = ctx.settings
         with ctx.open_client() as client:
             with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
@@ -186,55 +205,15 @@ class Conversation(Benchmark):
                     ev.max_turns,
                     capped[0],
                 )
-            records = [s.record() for s in sessions]
-            max_tokens, bootstrap, dimensions = ev.judge_max_tokens, ev.bootstrap.as_kwargs(), list(ev.rubric)
-            if ev.judges:  # every judge of the ensemble scores every session
-                each = ask_each(ctx, lambda c: judge_complete(c, sessions, records, ev.rubric, max_tokens))
-                judgements, ensemble = judge_ensemble(each, dimensions, bootstrap)
-                judged_by = named_rows(each)
-            else:
-                judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
-            if ev.pairwise_with:
-                other = read_other(ev.pairwise_with, records)
-
-                def ask(c: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-                    return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap)
-
-                if ev.judges:
-                    pairwise, compared = pairwise_ensemble(ask_each(ctx, ask), dimensions, bootstrap)
-                else:
-                    pairwise, compared = ask(client)
-                    pairwise["flip_rate"] = flip_rate(compared, dimensions)
-                pairwise["against"] = Path(ev.pairwise_with).name
-                write_jsonl(out_dir / "pairwise.jsonl", compared)
             results: dict[str, Any] = {
                 "n_records": len(sessions),
                 "generation": generation,
                 "resumed": resumed,
-                "judge_model": ", ".join(ensemble["judges"]) if ev.judges else client.config.model,
                 "simulator_model": simulator.config.model,
-                "judge_usage": client.stats.as_dict(),
                 "simulator_usage": simulator.stats.as_dict(),
                 "endpoints": {"simulator": simulator_health(resumed, ctx.judge.warn_request_failure_rate)},
             }
-        write_jsonl(out_dir / "judgements.jsonl", judged_by if ev.judges else judgements)
-        measured = measure(ev, sessions)
-        scores = [
-            {"id": s.id, "task": s.example.task, "metrics": measured[s.id]["metrics"], "verdicts": j["scores"]}
-            | ({"verdicts_by_judge": j["by_judge"]} if ev.judges else {})
-            for s, j in zip(sessions, judgements)
-        ]
-        write_jsonl(out_dir / "scores.jsonl", scores)
-        flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
-        write_jsonl(out_dir / "flags.jsonl", flags)
-        results["conversation"] = summaries(ev, sessions, judgements, measured, flags)
-        if ev.judges:
-            attach_ensemble(results["conversation"], ensemble)
-        if ev.pairwise_with:
-            results["conversation"]["pairwise"] = pairwise
-        results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
-        if ev.compare_to:
-            results["compare"] = compare(ev, scores)
+            judge_and_summarise(ctx, client, sessions, results, ev.max_turns)
         results["report_sections"] = report_sections(results)
         if ctx.logger is not None:
             ctx.logger.log_metrics(
@@ -267,6 +246,61 @@ def judge_complete(
     judged = iter(judge_sessions(client, complete, rubric, max_tokens) if complete else [])
     unjudged = {"scores": dict.fromkeys(rubric), "breaks": [], "breaks_out_of_range": 0, "reply": None, "attempts": 0}
     return [next(judged) if not s.cut_short else {"id": s.id, "status": s.ended_by, **unjudged} for s in sessions]
+
+
+def judge_and_summarise(
+    ctx: EvalContext, client: Any, sessions: Sequence[Session], results: dict[str, Any], max_turns: int
+) -> None:
+    """``sessions`` judged (by ``client``, or by each judge of ``evaluator.judges``), measured without a judge, and
+    compared pairwise with ``evaluator.pairwise_with``'s: judgements.jsonl, scores.jsonl, flags.jsonl (and
+    pairwise.jsonl) written, the judges and the summaries (``conversation``, ``metrics``, ``compare``) added to
+    ``results``. Shared by simulated and re-judged sessions (``rejudge``)."""
+    from rpbench.eval.evaluate import compare
+
+    ev, out_dir = ctx.settings, ctx.out_dir
+    records = [s.record() for s in sessions]
+    max_tokens, bootstrap, dimensions = ev.judge_max_tokens, ev.bootstrap.as_kwargs(), list(ev.rubric)
+    if ev.judges:  # every judge of the ensemble scores every session
+        each = ask_each(ctx, lambda c: judge_complete(c, sessions, records, ev.rubric, max_tokens))
+        judgements, ensemble = judge_ensemble(each, dimensions, bootstrap)
+        write_jsonl(out_dir / "judgements.jsonl", named_rows(each))
+    else:
+        judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
+        write_jsonl(out_dir / "judgements.jsonl", judgements)
+    if ev.pairwise_with:
+        other = read_other(ev.pairwise_with, records)
+
+        def ask(c: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap)
+
+        if ev.judges:
+            pairwise, compared = pairwise_ensemble(ask_each(ctx, ask), dimensions, bootstrap)
+        else:
+            pairwise, compared = ask(client)
+            pairwise["flip_rate"] = flip_rate(compared, dimensions)
+        pairwise["against"] = Path(ev.pairwise_with).name
+        write_jsonl(out_dir / "pairwise.jsonl", compared)
+    configs = ensemble_configs(ctx.judge, ev.judges)
+    results["judge_model"] = ", ".join(ensemble["judges"]) if ev.judges else client.config.model
+    results["judge_usage"] = client.stats.as_dict()
+    results["session_judges"] = [judge_record(c, ev.rubric) for c in configs]
+    measured = measure(ev, sessions)
+    scores = [
+        {"id": s.id, "task": s.example.task, "metrics": measured[s.id]["metrics"], "verdicts": j["scores"]}
+        | ({"verdicts_by_judge": j["by_judge"]} if ev.judges else {})
+        for s, j in zip(sessions, judgements)
+    ]
+    write_jsonl(out_dir / "scores.jsonl", scores)
+    flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
+    write_jsonl(out_dir / "flags.jsonl", flags)
+    results["conversation"] = summaries(replace(ev, max_turns=max_turns), sessions, judgements, measured, flags)
+    if ev.judges:
+        attach_ensemble(results["conversation"], ensemble)
+    if ev.pairwise_with:
+        results["conversation"]["pairwise"] = pairwise
+    results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
+    if ev.compare_to:
+        results["compare"] = compare(ev, scores)
 
 
 def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from rpbench.data.conversation_session import Session
 from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, write_jsonl
+from rpbench.eval.benchmarks.conversation.checked import check_simulator, checks_section, failed_checks
 from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
@@ -59,6 +60,7 @@ from rpbench.scoring.judge.conversation import (
     simulator_version,
 )
 from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, judge_party, overlaps, simulator_party
+from rpbench.scoring.simulator_checks.base import SimulatorCheckSettings, check_name_problems
 
 log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -83,6 +85,8 @@ class ConversationSettings(JudgedSettings):
     ooc_phrases: tuple[str, ...]
     pairwise_with: str | None  # another conversation run's folder: position-swapped pairwise judging
     allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
+    simulator_checks: tuple[str, ...]  # the enabled checks (rpbench.scoring.simulator_checks)
+    simulator_check: SimulatorCheckSettings
 
     needs_metrics = False  # judged and measured alone
 
@@ -101,6 +105,7 @@ class ConversationSettings(JudgedSettings):
                 read_sessions(self.pairwise_with)
             except DataFormatError as error:
                 found.append(f"pairwise_with: {error}")
+        found += check_name_problems(self.simulator_checks, "simulator_checks")
         options, server = model_options(), self.simulator.server
         if server is not None and options and server not in options:
             found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
@@ -161,6 +166,7 @@ class Conversation(Benchmark):
         with ctx.open_client() as client:
             with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
                 sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
+            checked = check_simulator(ev, sessions, out_dir)  # a failing session is not judged
             if capped := [s.id for s in sessions if s.capped]:
                 log.warning(
                     "%d sessions were cut to evaluator.max_turns=%d (their scenarios ask for more turns; first: %s)",
@@ -197,6 +203,7 @@ class Conversation(Benchmark):
         flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
         write_jsonl(out_dir / "flags.jsonl", flags)
         results["conversation"] = summaries(ev, sessions, judgements, measured, flags)
+        results["conversation"]["simulator_checks"] = checked
         if ev.pairwise_with:
             results["conversation"]["pairwise"] = pairwise
         results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
@@ -214,9 +221,9 @@ class Conversation(Benchmark):
         return results
 
     def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
-        """The session judgements (sessions cut short are not judged)."""
+        """The session judgements (sessions cut short or failing a simulator check are not judged)."""
         c = results["conversation"]
-        judged = c["sessions"] - sum(c["sessions_cut_short"].values())
+        judged = c["sessions"] - sum(c["sessions_cut_short"].values()) - c["simulator_checks"]["sessions_failed"]
         return JudgeTally(judged, c["judge_parse_failures"], c["judge_request_failures"])
 
 
@@ -227,12 +234,14 @@ def judge_complete(
     rubric: Mapping[str, str],
     max_tokens: int,
 ) -> list[dict[str, Any]]:
-    """Each session's judgement; a session cut short (``Session.cut_short``) is not judged (its status: how it
-    ended, no scores): it is no whole conversation, and is counted beside the means."""
-    complete = [r for s, r in zip(sessions, records) if not s.cut_short]
+    """Each session's judgement; a session cut short (``Session.cut_short``) or failing a simulator check
+    (``Session.failed_checks``) is not judged (its status: how it ended, or ``simulator_check``; no scores): it
+    is no whole conversation, or not one with a user as the scenario asks, and is counted beside the means."""
+    complete = [r for s, r in zip(sessions, records) if not s.left_out]
     judged = iter(judge_sessions(client, complete, rubric, max_tokens) if complete else [])
     unjudged = {"scores": dict.fromkeys(rubric), "breaks": [], "breaks_out_of_range": 0, "reply": None, "attempts": 0}
-    return [next(judged) if not s.cut_short else {"id": s.id, "status": s.ended_by, **unjudged} for s in sessions]
+    status = {s.id: s.ended_by if s.cut_short else "simulator_check" for s in sessions if s.left_out}
+    return [next(judged) if not s.left_out else {"id": s.id, "status": status[s.id], **unjudged} for s in sessions]
 
 
 def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:
@@ -338,12 +347,14 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in c["ended_by"].items())
         + f"; character turns {_cell(c['character_turns'])}.\n\n"
         f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
-        f"Left out of the means: {cut_short(c['sessions_cut_short'])} (not judged); "
+        f"Left out of the means: {cut_short(c['sessions_cut_short'])}, "
+        f"{failed_checks(c['simulator_checks'])} (not judged); "
         f"judge failures {c['judge_parse_failures']} unparsed, {c['judge_request_failures']} unanswered. "
         f"Sessions cut to evaluator.max_turns={c['max_turns']}: {c['sessions_capped']}. "
         f"Sessions with a flagged turn: {c['sessions_flagged']} "
         f"(by turn: {c['flags_by_turn'] or 'none'}).\n\n"
-        f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}."
+        f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}.\n\n"
+        + checks_section(c["simulator_checks"])
     )
     if "drift" in c:
         d = c["drift"]

@@ -307,7 +307,8 @@ def test_sessions_run_against_the_local_judge_server(tmp_path, run_in_process):
     results = json.loads((out / "metrics.json").read_text())["eval"]
     c = results["conversation"]
     assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
-    judged = 6 - sum(c["sessions_cut_short"].values())  # a session cut short is not judged
+    # a session cut short, or failing a simulator check (the tiny model plays the user), is not judged
+    judged = 6 - sum(c["sessions_cut_short"].values()) - c["simulator_checks"]["sessions_failed"]
     assert c["judge_parse_failures"] + c["judge_request_failures"] == judged
     assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
     assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == judged
@@ -397,6 +398,7 @@ def test_a_served_conf_model_plays_the_user(tmp_path, chat_stub, run):
             "evaluator.simulator.max_tokens=6",
             "evaluator.max_turns=2",
             "evaluator.drift.enabled=false",
+            "evaluator.simulator_checks=[]",  # a random tiny model's user turns would fail them: nothing judged
             "data.max_test_samples=2",
         )
         requests = stub.requests

@@ -185,6 +185,7 @@ def test_checked_sessions_are_flagged_and_cut_ones_are_not_checked(compose):
     assert summary["checks"]["goal_leak"] == {"checked": 2, "failed": 1, "mean_value": pytest.approx((7 + 0) / 2)}
 
 
+@pytest.mark.slow
 def test_an_unknown_check_or_a_bad_threshold_is_refused_at_startup(compose, refused_at_startup):
     message = refused_at_startup(
         compose,

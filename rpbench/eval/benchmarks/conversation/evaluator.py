@@ -347,7 +347,7 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         + ", ".join(f"{k} {v}" for k, v in c["ended_by"].items())
         + f"; character turns {_cell(c['character_turns'])}.\n\n"
         f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
-        f"Left out of the means: {cut_short(c['sessions_cut_short'])}, "
+        f"Left out of the means: {cut_short(c['sessions_cut_short'])} (not judged); "
         f"{failed_checks(c['simulator_checks'])} (not judged); "
         f"judge failures {c['judge_parse_failures']} unparsed, {c['judge_request_failures']} unanswered. "
         f"Sessions cut to evaluator.max_turns={c['max_turns']}: {c['sessions_capped']}. "

@@ -23,9 +23,10 @@ Write only your next message to {character}, as this user, in a few sentences. S
 pursue your goal. When your goal is reached or the conversation has come to its natural end, write \
 {stop_marker} instead."""
 USER_CUE = "User:"
-# The endings that leave no whole conversation: the simulator gave no usable reply, or (in training) another turn
-# would not fit data.max_length. Such a session is counted by cause, not judged or averaged, and gets no reward.
-CUT_SHORT = ("simulator_error", "length")
+# The endings that leave no whole conversation: the simulator gave no usable reply, the evaluated model's endpoint
+# none (evaluation), or (in training) another turn would not fit data.max_length. Such a session is counted by
+# cause, not judged or averaged, and gets no reward.
+CUT_SHORT = ("simulator_error", "policy_error", "length")
 
 
 @dataclass
@@ -33,8 +34,10 @@ class Session:
     example: EvalExample
     limit: int  # the character's replies at most
     messages: list[dict[str, str]] = field(default_factory=list)  # {"role": "user" | "character", "text"}
-    ended_by: str | None = None  # turn_limit | simulator | simulator_error (| length in training)
+    ended_by: str | None = None  # turn_limit | simulator | simulator_error | policy_error (| length in training)
     error: str | None = None
+    # the simulator checks it failed (rpbench.scoring.simulator_checks): left out as a session cut short is
+    failed_checks: tuple[str, ...] = ()
 
     @classmethod
     def start(cls, example: EvalExample, max_turns: int) -> Session:
@@ -50,6 +53,11 @@ class Session:
     @property
     def cut_short(self) -> bool:
         return self.ended_by in CUT_SHORT
+
+    @property
+    def left_out(self) -> bool:
+        """Not judged, averaged or rewarded: cut short, or failed a simulator check."""
+        return self.cut_short or bool(self.failed_checks)
 
     @property
     def id(self) -> str:

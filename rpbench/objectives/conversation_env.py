@@ -13,7 +13,8 @@ header exactly as the chat template renders them after that reply (``user_turn_i
 (every character turn) are in the loss; the scenario prompt, the user turns and the template's tokens are not
 (``Rollouts.policy_mask``). A session's reward is the weighted sum of ``env.rewards``: ``session_judge``
 (one judge request per session) or any registered reward, scored per character turn and averaged. A session
-cut short (the simulator's error, or ``length``) or without a verdict gets no reward: GRPO gives it zero
+cut short (the simulator's error, or ``length``), failing a simulator check (``env.simulator_checks``,
+``rpbench.scoring.simulator_checks``) or without a verdict gets no reward: GRPO gives it zero
 advantage and leaves it out of its group (``group_advantages``).
 """
 
@@ -56,6 +57,8 @@ from rpbench.scoring.rewards import (
     reply_length_problems,
     score_rewards,
 )
+from rpbench.scoring.simulator_checks.base import SIMULATOR_CHECKS, SimulatorCheckSettings, check_name_problems
+from rpbench.scoring.simulator_checks.run import check_sessions
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +76,11 @@ class ConversationEnvSettings(Settings):
     judge: EndpointSettings | NoJudge  # the session judge (${judge}); its endpoint plays the user unless simulator's
     rewards: tuple[Mapping[str, Any], ...]  # entries of the reward registry (rpbench.scoring.rewards.read_entries)
     allow_shared_judge: bool  # one model as the user simulator and a judge of the rewards
+    simulator_checks: tuple[str, ...]  # the enabled checks: a session failing one gets no reward
+    simulator_check: SimulatorCheckSettings
 
     def problems(self) -> list[Problem]:
-        found: list[Problem] = []
+        found: list[Problem] = check_name_problems(self.simulator_checks, "simulator_checks")
         if self.max_turns < 1:
             found.append(("max_turns", "an integer >= 1 (the cap on every scenario's turns)"))
         if not self.rubric or not all(q.strip() for q in self.rubric.values()):
@@ -266,9 +271,11 @@ class ConversationEnv:
 
     def score(self, sessions: Sequence[Session]) -> tuple[dict[str, list[float | None]], torch.Tensor, torch.Tensor]:
         """Every reward's score of each session, their weighted sum, and which sessions are scored. A session cut
-        short (``Session.cut_short``: no whole conversation) is not scored, nor one a reward gives no score (a
-        session judge's failed verdict): its scores are None, its sum 0, and GRPO leaves it out of its group."""
-        whole = [s for s in sessions if not s.cut_short]
+        short (``Session.cut_short``: no whole conversation) is not scored, nor one failing an enabled simulator check
+        (``env.simulator_checks``), nor one a reward gives no score (a session judge's failed verdict): its scores
+        are None, its sum 0, and GRPO leaves it out of its group."""
+        check_sessions(self.settings.simulator_checks, self.settings.simulator_check, sessions, "env.simulator_check")
+        whole = [s for s in sessions if not s.left_out]
         scores: dict[str, list[float | None]] = {}
         for reward in self.reward_fns:
             if not whole:
@@ -278,7 +285,7 @@ class ConversationEnv:
             else:
                 values = list(per_turn_mean(reward, whole))
             given = iter(values)
-            scores[reward.name] = [None if s.cut_short else next(given) for s in sessions]
+            scores[reward.name] = [None if s.left_out else next(given) for s in sessions]
         weights = {r.name: r.weight for r in self.reward_fns}
         scored = [all(values[i] is not None for values in scores.values()) for i in range(len(sessions))]
         sums = [
@@ -320,8 +327,12 @@ def per_turn_mean(reward: RewardFn, sessions: Sequence[Session]) -> list[float]:
 
 
 def session_metrics(sessions: Sequence[Session]) -> dict[str, float]:
-    """How the sessions went: character turns per session, and the share ended by each reason."""
+    """How the sessions went: character turns per session, the share ended by each reason, and the share
+    failing any simulator check and each one."""
     ended = Counter(s.ended_by for s in sessions)
     metrics = {"env/character_turns/mean": sum(s.character_turns for s in sessions) / len(sessions)}
     metrics |= {f"env/ended_by/{reason}": ended[reason] / len(sessions) for reason in ENDINGS}
+    failed = Counter(name for s in sessions for name in s.failed_checks)
+    metrics["env/failed_check/any"] = sum(bool(s.failed_checks) for s in sessions) / len(sessions)
+    metrics |= {f"env/failed_check/{name}": failed[name] / len(sessions) for name in SIMULATOR_CHECKS.names()}
     return metrics

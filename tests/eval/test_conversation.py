@@ -307,7 +307,8 @@ def test_sessions_run_against_the_local_judge_server(tmp_path, run_in_process):
     results = json.loads((out / "metrics.json").read_text())["eval"]
     c = results["conversation"]
     assert c["sessions"] == 6 and sum(c["ended_by"].values()) == 6
-    judged = 6 - sum(c["sessions_cut_short"].values())  # a session cut short is not judged
+    # a session cut short, or failing a simulator check (the tiny model plays the user), is not judged
+    judged = 6 - sum(c["sessions_cut_short"].values()) - c["simulator_checks"]["sessions_failed"]
     assert c["judge_parse_failures"] + c["judge_request_failures"] == judged
     assert all(s["n"] + s["n_missing"] == 6 for s in c["judge"].values())
     assert results["simulator_usage"]["requests"] >= 1 and results["judge_usage"]["requests"] == judged
@@ -397,6 +398,7 @@ def test_a_served_conf_model_plays_the_user(tmp_path, chat_stub, run):
             "evaluator.simulator.max_tokens=6",
             "evaluator.max_turns=2",
             "evaluator.drift.enabled=false",
+            "evaluator.simulator_checks=[]",  # a random tiny model's user turns would fail them: nothing judged
             "data.max_test_samples=2",
         )
         requests = stub.requests
@@ -500,9 +502,10 @@ SESSION = {
 }
 
 
-def test_a_session_cut_short_in_either_run_is_not_compared_pairwise(chat_stub, judge_config):
-    """Of three shared scenarios, s2 was cut short here and s3 in the other run: only s1 is judged (both
-    orders), the other two are counted. The judge prefers "A" both times: this run wins one order of two."""
+def test_a_session_cut_short_or_failing_a_check_in_either_run_is_not_compared_pairwise(chat_stub, judge_config):
+    """Of four shared scenarios, s2 was cut short here, s3 in the other run, and s4 failed a simulator check: only
+    s1 is judged (both orders), the other three are counted. The judge prefers "A" both times: this run wins one
+    order of two."""
     from rpbench.eval.benchmarks.conversation.pairwise import judge_pairwise
     from rpbench.scoring.chat.client import open_client
 
@@ -510,6 +513,7 @@ def test_a_session_cut_short_in_either_run_is_not_compared_pairwise(chat_stub, j
         "s1": ("turn_limit", "simulator"),
         "s2": ("simulator_error", "turn_limit"),
         "s3": ("turn_limit", "length"),
+        "s4": ("turn_limit", "turn_limit"),
     }
     mine = [SESSION | {"id": sid, "ended_by": here} for sid, (here, _) in endings.items()]
     other = {sid: SESSION | {"id": sid, "ended_by": there} for sid, (_, there) in endings.items()}
@@ -518,11 +522,24 @@ def test_a_session_cut_short_in_either_run_is_not_compared_pairwise(chat_stub, j
         chat_stub(lambda body: json.dumps({"consistency": "A"})) as stub,
         open_client(judge_config(base_url=stub.url, model="j", max_retries=0)) as client,
     ):
-        results, judgements = judge_pairwise(client, mine, other, {"consistency": "In role?"}, 32, bootstrap)
+        results, judgements = judge_pairwise(client, mine, other, {"consistency": "In role?"}, 32, bootstrap, {"s4"})
         asked = stub.requests
     assert len(asked) == 2 and [j["id"] for j in judgements] == ["s1", "s1"]
-    assert results["shared_sessions"] == 1 and results["cut_short"] == 2
+    assert results["shared_sessions"] == 1 and results["cut_short"] == 2 and results["failed_checks"] == 1
     assert results["dimensions"]["consistency"]["mean"] == 0.5 and results["dimensions"]["consistency"]["n"] == 1
+
+
+def test_the_other_runs_sessions_failing_a_check_are_read_from_its_simulator_checks_file(tmp_path):
+    from rpbench.core.errors import DataFormatError
+    from rpbench.eval.benchmarks.conversation.pairwise import failed_check_ids
+
+    assert failed_check_ids(str(tmp_path)) == set()  # a run made before the checks wrote none
+    rows = [{"id": "s1", "failed": []}, {"id": "s2", "failed": ["role_reversal"]}, {"id": "s3", "failed": []}]
+    (tmp_path / "simulator_checks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert failed_check_ids(str(tmp_path)) == {"s2"}
+    (tmp_path / "simulator_checks.jsonl").write_text(json.dumps({"id": "s1", "failed": "goal_leak"}) + "\n")
+    with pytest.raises(DataFormatError, match=r"simulator_checks\.jsonl: record line 1: field 'failed'"):
+        failed_check_ids(str(tmp_path))
 
 
 @pytest.mark.slow

@@ -150,7 +150,7 @@ def test_the_flip_rate_counts_verdicts_that_follow_the_position_per_judge_and_po
     with chat_stub(reply) as stub:
         for model in ("ja", "jb"):
             with open_client(judge_config(base_url=stub.url, model=model, max_retries=0)) as client:
-                judged[model] = (judge_pairwise(client, mine, other, rubric, 32, bootstrap), {})
+                judged[model] = (judge_pairwise(client, mine, other, rubric, 32, bootstrap, set()), {})
     results, rows = pairwise_ensemble(judged, list(rubric), bootstrap)
     ja, jb = results["per_judge"]["ja"]["flip_rate"], results["per_judge"]["jb"]["flip_rate"]
     assert ja["dimensions"]["x"] == {"pairs": 2, "flipped": 2, "rate": 1.0} and ja["dimensions"]["y"]["rate"] == 0

@@ -157,6 +157,7 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
         out,
         "objective=grpo",
         "env=conversation",
+        "env.simulator_checks=[]",  # the scripted user's one reply would fail them (tests/objectives/test_checked_*)
         "data=sample_conversation",
         f"data.files.train={scenarios}",
         "evaluator=none",
@@ -286,6 +287,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios, register
             "judge.cache_path=null",
             "judge.progress=false",
             "env.rewards=[{name: test_turn_letter_fraction, weight: 1.0}]",
+            "env.simulator_checks=[]",  # the scripted user's one reply would fail them
             "objective.epochs=12",
             "objective.batch_size=1",
             "objective.lr=3e-2",

@@ -8,25 +8,14 @@ substrings of each reply.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rpbench.core.errors import ConfigError
+from rpbench.scoring.sentence_encoder import PACKAGED_ENCODER, load_sentence_encoder, slope
 
-PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def slope(turns: Sequence[float], values: Sequence[float]) -> float | None:
-    """The least-squares slope of ``values`` over ``turns`` (None below two points)."""
-    if len(turns) < 2:
-        return None
-    x, y = np.asarray(turns, dtype=float), np.asarray(values, dtype=float)
-    dx = x - x.mean()
-    return float((dx * (y - y.mean())).sum() / (dx * dx).sum())
+__all__ = ["PACKAGED_ENCODER", "card_similarities", "load_encoder", "ooc_hits", "session_drift", "slope"]
 
 
 def ooc_hits(text: str, phrases: Sequence[str]) -> dict[str, int]:
@@ -36,23 +25,10 @@ def ooc_hits(text: str, phrases: Sequence[str]) -> dict[str, int]:
     return {p: n for p, n in counts.items() if n}
 
 
-@functools.cache
 def load_encoder(encoder: str | None) -> tuple[Any, str]:
     """(sentence-transformers model, its name): ``encoder`` (a local folder or cached hub name; never
     downloaded) or the packaged all-MiniLM-L6-v2 when None. Loaded once per process."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    from rpbench.scoring.metrics import fallback_model_path
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if encoder is None:
-        return SentenceTransformer(fallback_model_path(), device=device), PACKAGED_ENCODER
-    try:
-        model = SentenceTransformer(encoder, device=device, local_files_only=True)
-    except OSError as error:
-        raise ConfigError(f"evaluator.drift.encoder={encoder!r} is not available locally ({error})") from error
-    return model, Path(encoder).name if Path(encoder).exists() else encoder
+    return load_sentence_encoder(encoder, "evaluator.drift.encoder")
 
 
 def card_similarities(model: Any, card: str, replies: Sequence[str], batch_size: int) -> list[float | None]:

@@ -171,6 +171,7 @@ def pairwise_ensemble(
     results: dict[str, Any] = {
         "shared_sessions": first["shared_sessions"],
         "cut_short": first["cut_short"],
+        "failed_checks": first["failed_checks"],
         "parse_failures": sum(r["parse_failures"] for (r, _), _ in per_judge.values()),
         "request_failures": sum(r["request_failures"] for (r, _), _ in per_judge.values()),
         "per_judge": {

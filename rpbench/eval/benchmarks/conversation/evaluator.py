@@ -36,6 +36,7 @@ from rpbench.data.conversation_session import Session
 from rpbench.data.records import EvalExample
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, write_jsonl
+from rpbench.eval.benchmarks.conversation.checked import check_simulator, checks_section, failed_checks
 from rpbench.eval.benchmarks.conversation.drift import load_encoder, ooc_hits, session_drift
 from rpbench.eval.benchmarks.conversation.ensemble import (
     Judges,
@@ -52,6 +53,7 @@ from rpbench.eval.benchmarks.conversation.ensemble import (
 from rpbench.eval.benchmarks.conversation.judged_by import judge_record
 from rpbench.eval.benchmarks.conversation.pairwise import (
     SCENARIO_FIELDS,
+    failed_check_ids,
     judge_pairwise,
     read_other,
     read_sessions,
@@ -74,6 +76,7 @@ from rpbench.scoring.judge.conversation import (
     simulator_version,
 )
 from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, overlaps, simulator_party
+from rpbench.scoring.simulator_checks.base import SimulatorCheckSettings, check_name_problems
 
 log = logging.getLogger(__name__)
 DRIFT_METRICS = ("mean_similarity", "drift_slope")
@@ -100,6 +103,8 @@ class ConversationSettings(JudgedSettings):
     allow_shared_judge: bool  # one model as simulator and judge, or as judge and the policy's reward judge
     judges: Judges  # the session judge ensemble: each judge's settings over the judge group's (ensemble.py)
     rejudge: str | None  # an earlier conversation run's folder: its sessions judged again, nothing simulated
+    simulator_checks: tuple[str, ...]  # the enabled checks (rpbench.scoring.simulator_checks)
+    simulator_check: SimulatorCheckSettings
 
     needs_metrics = False  # judged and measured alone
 
@@ -118,6 +123,7 @@ class ConversationSettings(JudgedSettings):
                 read_sessions(self.pairwise_with)
             except DataFormatError as error:
                 found.append(f"pairwise_with: {error}")
+        found += check_name_problems(self.simulator_checks, "simulator_checks")
         options, server = model_options(), self.simulator.server
         if server is not None and options and server not in options:
             found.append(("simulator.server", f"null or a conf/model entry: one of {', '.join(options)}"))
@@ -226,10 +232,12 @@ class Conversation(Benchmark):
         return results
 
     def judge_tally(self, results: Mapping[str, Any]) -> JudgeTally | None:
-        """The session judgements, by each judge of the ensemble (sessions cut short are not judged)."""
+        """The session judgements, by each judge of the ensemble (sessions cut short or failing a simulator check are
+        not judged)."""
         c = results["conversation"]
         judges = c["ensemble"]["n_judges"] if "ensemble" in c else 1
-        judged = (c["sessions"] - sum(c["sessions_cut_short"].values())) * judges
+        left_out = sum(c["sessions_cut_short"].values()) + c["simulator_checks"]["sessions_failed"]
+        judged = (c["sessions"] - left_out) * judges
         return JudgeTally(judged, c["judge_parse_failures"], c["judge_request_failures"])
 
 
@@ -240,24 +248,28 @@ def judge_complete(
     rubric: Mapping[str, str],
     max_tokens: int,
 ) -> list[dict[str, Any]]:
-    """Each session's judgement; a session cut short (``Session.cut_short``) is not judged (its status: how it
-    ended, no scores): it is no whole conversation, and is counted beside the means."""
-    complete = [r for s, r in zip(sessions, records) if not s.cut_short]
+    """Each session's judgement; a session cut short (``Session.cut_short``) or failing a simulator check
+    (``Session.failed_checks``) is not judged (its status: how it ended, or ``simulator_check``; no scores): it
+    is no whole conversation, or not one with a user as the scenario asks, and is counted beside the means."""
+    complete = [r for s, r in zip(sessions, records) if not s.left_out]
     judged = iter(judge_sessions(client, complete, rubric, max_tokens) if complete else [])
     unjudged = {"scores": dict.fromkeys(rubric), "breaks": [], "breaks_out_of_range": 0, "reply": None, "attempts": 0}
-    return [next(judged) if not s.cut_short else {"id": s.id, "status": s.ended_by, **unjudged} for s in sessions]
+    status = {s.id: s.ended_by if s.cut_short else "simulator_check" for s in sessions if s.left_out}
+    return [next(judged) if not s.left_out else {"id": s.id, "status": status[s.id], **unjudged} for s in sessions]
 
 
 def judge_and_summarise(
     ctx: EvalContext, client: Any, sessions: Sequence[Session], results: dict[str, Any], max_turns: int
 ) -> None:
-    """``sessions`` judged (by ``client``, or by each judge of ``evaluator.judges``), measured without a judge, and
-    compared pairwise with ``evaluator.pairwise_with``'s: judgements.jsonl, scores.jsonl, flags.jsonl (and
-    pairwise.jsonl) written, the judges and the summaries (``conversation``, ``metrics``, ``compare``) added to
+    """``sessions`` checked (``evaluator.simulator_checks``), those passing judged (by ``client``, or by each
+    judge of ``evaluator.judges``), all measured without a judge, and compared pairwise with
+    ``evaluator.pairwise_with``'s: simulator_checks.jsonl, judgements.jsonl, scores.jsonl, flags.jsonl (and
+    pairwise.jsonl) written; the judges and the summaries (``conversation``, ``metrics``, ``compare``) added to
     ``results``. Shared by simulated and re-judged sessions (``rejudge``)."""
     from rpbench.eval.evaluate import compare
 
     ev, out_dir = ctx.settings, ctx.out_dir
+    checked = check_simulator(ev, sessions, out_dir)  # a failing session is not judged
     records = [s.record() for s in sessions]
     max_tokens, bootstrap, dimensions = ev.judge_max_tokens, ev.bootstrap.as_kwargs(), list(ev.rubric)
     if ev.judges:  # every judge of the ensemble scores every session
@@ -269,9 +281,10 @@ def judge_and_summarise(
         write_jsonl(out_dir / "judgements.jsonl", judgements)
     if ev.pairwise_with:
         other = read_other(ev.pairwise_with, records)
+        failed = failed_check_ids(ev.pairwise_with) | {s.id for s in sessions if s.failed_checks}
 
         def ask(c: Any) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap)
+            return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap, failed)
 
         if ev.judges:
             pairwise, compared = pairwise_ensemble(ask_each(ctx, ask), dimensions, bootstrap)
@@ -294,6 +307,7 @@ def judge_and_summarise(
     flags = [{"id": s.id, "flags": turn_flags(j, measured[s.id])} for s, j in zip(sessions, judgements)]
     write_jsonl(out_dir / "flags.jsonl", flags)
     results["conversation"] = summaries(replace(ev, max_turns=max_turns), sessions, judgements, measured, flags)
+    results["conversation"]["simulator_checks"] = checked
     if ev.judges:
         attach_ensemble(results["conversation"], ensemble)
     if ev.pairwise_with:
@@ -407,11 +421,13 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         + f"; character turns {_cell(c['character_turns'])}.\n\n"
         f"Scores {c['scale']}: mean [95% bootstrap CI].\n\n| dimension | score |\n| --- | --- |\n{rows}\n\n"
         f"Left out of the means: {cut_short(c['sessions_cut_short'])} (not judged); "
+        f"{failed_checks(c['simulator_checks'])} (not judged); "
         f"judge failures {c['judge_parse_failures']} unparsed, {c['judge_request_failures']} unanswered. "
         f"Sessions cut to evaluator.max_turns={c['max_turns']}: {c['sessions_capped']}. "
         f"Sessions with a flagged turn: {c['sessions_flagged']} "
         f"(by turn: {c['flags_by_turn'] or 'none'}).\n\n"
-        f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}."
+        f"Out-of-character phrases per session: {_cell(c['ooc']['phrases'])}.\n\n"
+        + checks_section(c["simulator_checks"])
     )
     if "drift" in c:
         d = c["drift"]
@@ -425,7 +441,8 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
         rows = "\n".join(f"| {d} | {_cell(s)} | {s['position_inconsistent']} |" for d, s in p["dimensions"].items())
         text += (
             f"\n\nPairwise against `{p['against']}` ({p['shared_sessions']} shared sessions, both orders; "
-            f"{p['cut_short']} more left out, cut short in either run; "
+            f"{p['cut_short']} more left out, cut short in either run, and {p['failed_checks']} failing a simulator "
+            "check in either run; "
             f"{p['parse_failures']} unparsed, {p['request_failures']} unanswered): this run's win rate (win 1, "
             "tie 0.5), and the sessions whose two orders disagree.\n\n| dimension | win rate | position-inconsistent |"
             f"\n| --- | --- | --- |\n{rows}"

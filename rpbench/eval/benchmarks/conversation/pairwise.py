@@ -7,14 +7,15 @@ order is 1 (win), 0.5 (tie) or 0 (loss); a session's score per dimension is the 
 (one order when the other could not be parsed; none when neither). Win rate = the mean over sessions, with a
 bootstrap CI. ``position_inconsistent`` counts sessions whose two orders disagree once the swap is undone
 (a judge that prefers a position rather than a conversation). A scenario whose session was cut short in either
-run (``CUT_SHORT``) is not compared, and is counted (``cut_short``).
+run (``CUT_SHORT``), or that failed a simulator check in either run (``evaluator.simulator_checks``; the other
+run's simulator_checks.jsonl), is not compared, and is counted (``cut_short``, ``failed_checks``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,23 @@ def read_other(folder: str, sessions: Sequence[Mapping[str, Any]]) -> dict[str, 
     return {s["id"]: other[s["id"]] for s in sessions if s["id"] in other}
 
 
+def failed_check_ids(folder: str) -> set[str]:
+    """The sessions of a conversation run that failed a simulator check (its simulator_checks.jsonl; none when the
+    run wrote none, as runs made before the checks did not); a bad line is an error naming the file, line, field."""
+    path = Path(folder) / "simulator_checks.jsonl"
+    if not path.is_file():
+        return set()
+    failed = set()
+    for number, row in object_lines(path):
+        if not isinstance(row.get("id"), str):
+            raise DataFormatError(path, f"line {number}", "id", "a string")
+        if not isinstance(row.get("failed"), list):
+            raise DataFormatError(path, f"line {number}", "failed", "a list of the checks the session failed")
+        if row["failed"]:
+            failed.add(row["id"])
+    return failed
+
+
 def parse_choices(text: str, dimensions: Sequence[str]) -> dict[str, str] | None:
     start, end = text.find("{"), text.rfind("}")
     try:
@@ -136,8 +154,10 @@ def judge_pairwise(
     rubric: Mapping[str, str],
     max_tokens: int,
     bootstrap: Mapping[str, Any],
+    failed_checks: Collection[str],
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The win rates per dimension (results) and every judgement (for pairwise.jsonl)."""
+    """The win rates per dimension (results) and every judgement (for pairwise.jsonl). A session cut short in
+    either run, or whose id is in ``failed_checks`` (a simulator check failed in either run), is not compared."""
     from rpbench.scoring.chat import ChatRequest
 
     text = PAIRWISE_PROMPT + json.dumps(dict(rubric), sort_keys=True)
@@ -145,7 +165,8 @@ def judge_pairwise(
     dimensions = list(rubric)
     shared = [s for s in sessions if s["id"] in other]
     whole = [s for s in shared if s["ended_by"] not in CUT_SHORT and other[s["id"]]["ended_by"] not in CUT_SHORT]
-    asks = [(s, this_first) for s in whole for this_first in (True, False)]
+    checked = [s for s in whole if s["id"] not in failed_checks]
+    asks = [(s, this_first) for s in checked for this_first in (True, False)]
     requests = []
     for s, this_first in asks:
         first, second = (s, other[s["id"]]) if this_first else (other[s["id"]], s)
@@ -164,6 +185,7 @@ def judge_pairwise(
     results: dict[str, Any] = {
         "shared_sessions": len(per_session),
         "cut_short": len(shared) - len(whole),  # cut short in this run or the other: not compared
+        "failed_checks": len(whole) - len(checked),  # a simulator check failed in this run or the other: neither
         "parse_failures": sum(j["status"] == "parse_failure" for j in judgements),
         "request_failures": sum(j["status"] == "request_failure" for j in judgements),
         "dimensions": {},

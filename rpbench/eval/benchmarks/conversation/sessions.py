@@ -4,8 +4,10 @@ Turn t: one generation call gives every live session's character reply (predicti
 one batch of requests to the user simulator gives the next user message of each session still under its
 turn limit (simulator_turn_<t>.jsonl). A session ends at its turn limit, when the simulator's reply holds
 the stop marker (its text before the marker, if any, is kept as the last user message), or when the
-simulator gives no usable reply (counted, with the error). Ended sessions are appended to
-conversations.jsonl as they end.
+simulator gives no usable reply (counted, with the error), or when the evaluated model's endpoint gave no reply
+after its retries (``policy_error``: the other sessions go on; endpoint generation's health counts the failed
+requests). Both are cut short: not judged, counted by cause. Ended sessions are appended to conversations.jsonl
+as they end; a session ended by ``policy_error`` is replayed so from there when the run resumes.
 
 Resuming after a kill replays the loop from these files: the model's replies and the simulator's messages
 already written are read back, not asked again (a simulator error is kept as well, so the replay is the
@@ -28,6 +30,7 @@ from rpbench.data.conversation_session import Session, model_prompt
 from rpbench.data.records import EvalExample, generated_reply
 from rpbench.eval.benchmarks.base import read_jsonl
 from rpbench.eval.context import EvalContext
+from rpbench.eval.generate import EndpointGenerationError
 from rpbench.eval.provenance import claim
 from rpbench.scoring.judge.conversation import ask_simulator
 
@@ -75,6 +78,8 @@ class ConversationFiles:
         self.set_aside = claim(self.path, fingerprint)
         written = read_appended(self.path, examples)
         self.written = set(written)
+        # sessions an earlier run ended on the model's failed request: replayed as they ended
+        self.policy_errors = {i: r for i, r in written.items() if r["ended_by"] == "policy_error"}
         self.resumed = len(written)
 
     def add(self, sessions: Sequence[Session]) -> None:
@@ -128,12 +133,24 @@ def run_sessions(
         turn += 1
         if turn > ev.max_turns:  # each session ends at its limit, at most max_turns
             raise AssertionError(f"sessions {[s.id for s in live]} outlived evaluator.max_turns={ev.max_turns}")
+        for s in live:
+            if (ended := files.policy_errors.get(s.id)) is not None and ended["n_character_turns"] == turn - 1:
+                s.ended_by, s.error = "policy_error", ended["error"]
+        if not (live := [s for s in live if s.ended_by is None]):
+            break
         records = [model_prompt(s, turn) for s in live]
         path = out_dir / f"predictions_turn_{turn}.jsonl"
-        report = generate(ctx, records, path, f"conversation replies, turn {turn}")
+        failure = f"turn {turn}: no reply"
+        try:
+            report = generate(ctx, records, path, f"conversation replies, turn {turn}")
+        except EndpointGenerationError as error:  # the model's endpoint failed some requests after its retries
+            report, failure = {"policy_error": str(error)}, f"turn {turn}: {error}"
         generation[f"turn_{turn}"] = {**report, "path": path.name}  # named in the run folder
-        replies = {row["id"]: row["prediction"] for row in read_jsonl(path)}
+        replies = {row["id"]: row["prediction"] for row in read_jsonl(path)} if path.exists() else {}
         for s, record in zip(live, records):
+            if record.id not in replies:
+                s.ended_by, s.error = "policy_error", failure
+                continue
             s.add_reply(generated_reply(replies[record.id])[0].strip())
         files.add([s for s in live if s.ended_by is not None])
         asking = [s for s in live if s.ended_by is None]

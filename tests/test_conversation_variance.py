@@ -228,7 +228,7 @@ def test_a_real_sweep_gives_a_length_judge_against_a_flat_one_the_judge_share(tm
     assert result.returncode == 0, result.stderr[-3000:]
     assert {r["seed"] for r in simulator} == {1, 2}  # evaluator.simulator.seed reaches the simulator's requests
     sweep = tmp_path / "multirun" / "variance"
-    assert main([str(sweep), "--policy", "evaluator.generation.seed", "--n-resamples", "200"]) == 0
+    assert main([str(sweep), "--n-resamples", "200"]) == 0
     both = json.loads((sweep / "variance.json").read_text())
     sources = {s["source"]: s for s in both["sources"]}
     assert both["design"]["factors"] == {"scenario": 6, "policy": 2, "simulator": 2, "judge": 3}
@@ -241,7 +241,7 @@ def test_a_real_sweep_gives_a_length_judge_against_a_flat_one_the_judge_share(tm
             job_folder / ".hydra/overrides.yaml"
         ).read_text():
             (job_folder / ".hydra" / "overrides.yaml").unlink()
-    assert main([str(sweep), "--policy", "evaluator.generation.seed", "--n-resamples", "200"]) == 0
+    assert main([str(sweep), "--n-resamples", "200"]) == 0
     alike = {s["source"]: s for s in json.loads((sweep / "variance.json").read_text())["sources"]}
     assert alike["judge"]["variance"] == pytest.approx(0, abs=1e-12) and alike["judge"]["share_ci"][1] < 1e-9
     assert (

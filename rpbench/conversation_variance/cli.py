@@ -21,7 +21,12 @@ def parser() -> argparse.ArgumentParser:
         "the judge: crossed random-effects components of a sweep's per-session scores.",
     )
     p.add_argument("sweep", type=Path, help="a multirun folder of evaluator=conversation runs (sweep.py)")
-    p.add_argument("--policy", nargs="+", default=["seed"], help="override keys of the policy (default: %(default)s)")
+    p.add_argument(
+        "--policy",
+        nargs="+",
+        default=["seed", "evaluator.generation.seed"],
+        help="override keys of the policy: its training seed, its sampling seed (default: %(default)s)",
+    )
     p.add_argument(
         "--simulator",
         nargs="+",

@@ -114,6 +114,7 @@ RUNNERS: dict[str, Callable[[Sequence[str]], None]] = {
     "sweep": sweep,
     "leaderboard": module("rpbench.leaderboard"),
     "pairs": module("rpbench.synth.pairs_from_runs"),
+    "variance": module("rpbench.conversation_variance"),
     "help": show_help,
 }
 assert set(RUNNERS) == {name for name, _ in COMMANDS}

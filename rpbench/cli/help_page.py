@@ -16,6 +16,7 @@ COMMANDS = (
     ("sweep", "a multirun, locally or on Slurm, summarised over seeds (the same as `python sweep.py ...`)"),
     ("leaderboard", "rank the runs of folders and sweeps, with CIs (`rpbench leaderboard --help`)"),
     ("pairs", "multi-turn preference pairs from judged conversation runs (`rpbench pairs --help`)"),
+    ("variance", "a conversation sweep's score variance by policy, simulator, judge (`rpbench variance --help`)"),
     ("help", "`rpbench help <group>`: every option of a config group, one line each"),
 )
 RECIPES = (

@@ -252,7 +252,13 @@ class ConversationEnv:
             asking = [p for p in live if p.session.ended_by is None]
             sim = self.settings.simulator
             replies = ask_simulator(
-                self.simulator, [p.session for p in asking], turn, sim.stop_marker, sim.max_tokens, self.version
+                self.simulator,
+                [p.session for p in asking],
+                turn,
+                sim.stop_marker,
+                sim.max_tokens,
+                self.version,
+                sim.seed,
             )
             for p, reply in zip(asking, replies, strict=True):
                 p.session.take_user_reply(reply.text, reply.error, turn, sim.stop_marker)

@@ -379,7 +379,7 @@ def test_the_simulator_clients_missing_key_names_the_simulators_setting(judge_co
     from rpbench.scoring.judge.conversation import Simulator, open_simulator
 
     values = {"server": None, "base_url": "https://api.openai.com/v1", "model": "gpt-4o-mini", "api_key_env": None}
-    sim = Simulator.parse({**values, "temperature": 0.7, "max_tokens": 8, "stop_marker": "[END]"}, "s")
+    sim = Simulator.parse({**values, "temperature": 0.7, "max_tokens": 8, "stop_marker": "[END]", "seed": None}, "s")
     judge = ChatClient(judge_config(base_url="http://127.0.0.1:1/v1", model="m"))
     with pytest.raises(EndpointConfigError, match=r"^evaluator\.simulator\.api_key_env=None: OpenAI's API needs a key"):
         with open_simulator(judge, sim, None, "evaluator.simulator"):

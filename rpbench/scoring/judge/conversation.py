@@ -65,6 +65,7 @@ class Simulator(Settings):
     temperature: float
     max_tokens: int
     stop_marker: str
+    seed: int | None  # sent with each request (an endpoint that honours it samples reproducibly); null: none
 
     def problems(self) -> list[Problem]:
         found = [] if self.temperature >= 0 else [("temperature", "a number >= 0")]
@@ -120,11 +121,22 @@ def simulator_version() -> str:
 
 
 def ask_simulator(
-    simulator: ChatClient, sessions: Sequence[Session], turn: int, stop_marker: str, max_tokens: int, version: str
+    simulator: ChatClient,
+    sessions: Sequence[Session],
+    turn: int,
+    stop_marker: str,
+    max_tokens: int,
+    version: str,
+    seed: int | None = None,
 ) -> list[ChatResult]:
-    """The simulator's reply to each session after the character's ``turn``-th, in one batch."""
+    """The simulator's reply to each session after the character's ``turn``-th, in one batch; ``seed`` (not None)
+    is sent with each request, beside the client's sampling (and so keys its cached replies)."""
+    sampling = None
+    if seed is not None:
+        top_p = {} if simulator.config.top_p is None else {"top_p": simulator.config.top_p}
+        sampling = {"temperature": simulator.config.temperature, **top_p, "seed": seed}
     requests = [
-        ChatRequest(({"role": "user", "content": simulator_prompt(s, stop_marker)},), max_tokens, version)
+        ChatRequest(({"role": "user", "content": simulator_prompt(s, stop_marker)},), max_tokens, version, sampling)
         for s in sessions
     ]
     return simulator.ask_many(requests, desc=f"user simulator, turn {turn}") if requests else []

@@ -106,7 +106,7 @@ def simulate(
     claim(path, fingerprint)
     done = read_appended(path, keys)
     todo = [(key, s) for key, s in keys.items() if key not in done]
-    replies = ask_simulator(simulator, [s for _, s in todo], turn, stop_marker, max_tokens, version)
+    replies = ask_simulator(simulator, [s for _, s in todo], turn, stop_marker, max_tokens, version, sim.seed)
     with path.open("a", encoding="utf-8") as f:
         for (key, _), reply in zip(todo, replies):
             done[key] = {"id": key, "text": reply.text, "error": reply.error}
@@ -183,4 +183,5 @@ def session_fingerprint(ctx: EvalContext, simulator: Any, version: str) -> dict[
         "simulator.max_tokens": sim.max_tokens,
         "simulator.stop_marker": sim.stop_marker,
         "simulator.version": version,
+        **({} if sim.seed is None else {"simulator.seed": sim.seed}),  # absent when unset: older runs resume
     }

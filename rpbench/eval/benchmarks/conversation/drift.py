@@ -3,21 +3,20 @@
 A reply's similarity is the cosine of its sentence embedding and the card's (a sentence-transformers model,
 unit vectors); a session's drift is the least-squares slope of those similarities over its turn numbers
 (negative: the replies move away from the card). Out-of-character phrases are counted as case-insensitive
-substrings of each reply.
+substrings of each reply (both in rpbench.scoring.persona, which training's turn rewards read too).
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from rpbench.core.errors import ConfigError
+from rpbench.scoring import persona
+from rpbench.scoring.persona import card_similarities, ooc_hits
 
-PACKAGED_ENCODER = "sentence-transformers/all-MiniLM-L6-v2"
+__all__ = ["card_similarities", "load_encoder", "ooc_hits", "session_drift", "slope"]
 
 
 def slope(turns: Sequence[float], values: Sequence[float]) -> float | None:
@@ -29,48 +28,9 @@ def slope(turns: Sequence[float], values: Sequence[float]) -> float | None:
     return float((dx * (y - y.mean())).sum() / (dx * dx).sum())
 
 
-def ooc_hits(text: str, phrases: Sequence[str]) -> dict[str, int]:
-    """How often each phrase occurs in ``text`` (case-insensitive), the phrases found only."""
-    lowered = text.lower()
-    counts = {p: lowered.count(p.lower()) for p in phrases}
-    return {p: n for p, n in counts.items() if n}
-
-
-@functools.cache
 def load_encoder(encoder: str | None) -> tuple[Any, str]:
-    """(sentence-transformers model, its name): ``encoder`` (a local folder or cached hub name; never
-    downloaded) or the packaged all-MiniLM-L6-v2 when None. Loaded once per process."""
-    import torch
-    from sentence_transformers import SentenceTransformer
-
-    from rpbench.scoring.metrics import fallback_model_path
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    if encoder is None:
-        return SentenceTransformer(fallback_model_path(), device=device), PACKAGED_ENCODER
-    try:
-        model = SentenceTransformer(encoder, device=device, local_files_only=True)
-    except OSError as error:
-        raise ConfigError(f"evaluator.drift.encoder={encoder!r} is not available locally ({error})") from error
-    return model, Path(encoder).name if Path(encoder).exists() else encoder
-
-
-def card_similarities(model: Any, card: str, replies: Sequence[str], batch_size: int) -> list[float | None]:
-    """Each reply's cosine similarity to ``card`` (None for an empty reply: nothing to embed)."""
-    kept = [i for i, r in enumerate(replies) if r.strip()]
-    if not kept:
-        return [None] * len(replies)
-    vectors = model.encode(
-        [card, *(replies[i] for i in kept)],
-        batch_size=batch_size,
-        normalize_embeddings=True,
-        convert_to_numpy=True,
-        show_progress_bar=False,
-    )
-    out: list[float | None] = [None] * len(replies)
-    for i, vector in zip(kept, vectors[1:]):
-        out[i] = float(np.dot(vectors[0], vector))
-    return out
+    """The drift encoder (``evaluator.drift.encoder``; None: the packaged one), loaded once per process."""
+    return persona.load_encoder(encoder, "evaluator.drift.encoder")
 
 
 def session_drift(model: Any, card: str, replies: Sequence[str], batch_size: int) -> dict[str, Any]:

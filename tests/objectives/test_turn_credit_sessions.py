@@ -3,11 +3,13 @@ templates, with the pad token equal to the end of turn; the session judge's flag
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 
 import pytest
 import torch
+from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
 
 from rpbench.data import readers
@@ -19,8 +21,12 @@ from rpbench.models.generation import decode_completion, default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings
 from rpbench.objectives.grpo import completion_batch
 from rpbench.objectives.sampling import rollout_options
+from rpbench.objectives.turn_credit.rewards import TURN_REWARDS
 from rpbench.objectives.turn_credit.tokens import token_advantages
 from rpbench.scoring.chat.client import open_client
+from rpbench.scoring.rewards import REWARDS
+from rpbench.training import train
+from rpbench.validate import validate
 
 SCENARIO = {
     "id": "train-ida-garden",
@@ -150,3 +156,57 @@ def test_the_judges_flagged_turns_are_a_turn_reward_beside_the_session_reward(
     assert turns.by_name["judge_breaks"][2] == [None, None, None]
     assert turns.by_name["ooc_count"][:2] == [[0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     assert turns.combined == [[0.0, -1.5, 0.0], [0.0, 0.0, -0.5], None, None]
+
+
+def constant_one(prompts, completions, references) -> list[float]:
+    return [1.0] * len(completions)
+
+
+def late_letters(sessions, options) -> list[list[float]]:
+    """Toy turn reward: from the second turn on, the share of the reply's characters that are an "e"."""
+    return [
+        [0.0 if t == 0 else r.count("e") / max(len(r), 1) for t, r in enumerate(s.session.replies)] for s in sessions
+    ]
+
+
+@pytest.mark.slow  # two optimiser steps of 8 sessions through Lightning
+@pytest.mark.parametrize("advantage", ["turn_loo", "mt_grpo", "utterance_share"])
+def test_a_turn_level_estimator_trains_and_logs_the_turn_rewards(
+    advantage, tmp_path, scenario, registered, chat_stub, composed, tiny_model
+):
+    """Two steps with a session reward and a turn reward: the steps run, and the logged rewards are the session
+    reward (1) beside the turn reward's mean; train/reward is their sum per session."""
+    entries = ((REWARDS, "test_constant_one", constant_one), (TURN_REWARDS, "test_late_letters", late_letters))
+    with registered(*entries), chat_stub(lambda body: "Go on.") as stub:
+        cfg = composed(
+            tmp_path / "run",
+            "objective=grpo",
+            "env=conversation",
+            "data=sample_conversation",
+            "data.val_fraction=0",
+            "judge=openai",
+            f"judge.base_url={stub.url}",
+            "judge.api_key_env=null",
+            "judge.cache_path=null",
+            "judge.progress=false",
+            "env.rewards=[{name: test_constant_one, weight: 1.0}]",
+            "+env.turn_rewards.test_late_letters=2.0",
+            f"objective.advantage={advantage}",
+            "objective.epochs=2",
+            "objective.batch_size=1",
+            "objective.num_generations=4",
+            "objective.max_completion_length=6",
+            "save_model=false",
+            "trainer.enable_progress_bar=false",
+        )
+        run = validate(cfg)
+        model, tokenizer = load(run.model)
+        logger = CSVLogger(str(tmp_path), name="csv", version=0)
+        report = train(run.training, model, tokenizer, [scenario], [], tmp_path, logger=logger)
+    with open(tmp_path / "csv" / "version_0" / "metrics.csv", newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("train/turn_reward_mean")]
+    assert report["optimizer_steps"] == 2 and len(rows) == 2
+    for row in rows:
+        assert float(row["train/session_reward_mean"]) == 1.0
+        assert 0 <= float(row["train/turn_rewards/test_late_letters/mean"]) <= 1
+        assert math.isfinite(float(row["train/loss"]))

@@ -9,9 +9,11 @@ import itertools
 import pytest
 import torch
 
+from rpbench.core.errors import ConfigError
 from rpbench.objectives.losses import group_advantages
 from rpbench.objectives.turn_credit.advantages import TURN_ADVANTAGES, TurnBatch, TurnCreditSettings
 from rpbench.objectives.turn_credit.tokens import token_advantages
+from rpbench.validate import validate
 
 CREDIT = TurnCreditSettings(gamma=1.0, mix_weight=0.3, share_temperature=0.5)
 
@@ -149,3 +151,27 @@ def test_a_turns_advantage_reaches_exactly_its_tokens():
     assert got.tolist() == [[1.0, 1.0, 2.0, 3.0], [-1.0, -1.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match="turn 3"):
         token_advantages(per_turn, [[3], [0]])
+
+
+@pytest.mark.slow  # composes and validates a run per case
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["objective.advantage=nope"], r"objective.advantage='nope': expected a registered estimator \(mt_grpo"),
+        (["env=none", "data=sample", "objective.advantage=turn_loo"], "session_grpo without env=conversation"),
+        (["objective.advantage=turn_loo", "objective.advantage_scale=batch"], "group or none with"),
+        (["objective.advantage=utterance_share"], "env.turn_rewards: at least one turn reward"),
+        (["+env.turn_rewards.nope=1.0"], r"env.turn_rewards.nope=1.0: expected a registered turn reward"),
+        (
+            ["env.rewards=[{name: non_empty, weight: 1.0}]", "+env.turn_rewards.judge_breaks=-1.0"],
+            "a session_judge among env.rewards",
+        ),
+        (["objective.turn_credit.gamma=1.5"], r"objective.turn_credit.gamma=1.5: expected a number in \[0, 1\]"),
+    ],
+)
+def test_turn_credit_settings_are_checked_at_startup(tmp_path, overrides, message, composed):
+    cfg = composed(
+        tmp_path / "run", "objective=grpo", "env=conversation", "data=sample_conversation", "judge=local", *overrides
+    )
+    with pytest.raises(ConfigError, match=message):
+        validate(cfg)

@@ -22,7 +22,9 @@ Prompts come from any record type: an SFT conversation up to its last assistant 
 turn), a preference pair (reference: the chosen reply), a test record (its reference). Validation reports
 the held-out NLL of those references. With ``env=conversation`` the prompts are conversation scenarios and a
 rollout is a whole session with a simulated user, only the character's tokens in the loss, rewarded by
-``env.rewards`` (rpbench.objectives.conversation_env).
+``env.rewards`` (rpbench.objectives.conversation_env); ``objective.advantage`` picks how a session's rewards
+(and its ``env.turn_rewards``) credit its turns, the tokens of turn t getting turn t's advantage
+(rpbench.objectives.turn_credit; ``session_grpo``, the default, is one advantage per session).
 """
 
 from __future__ import annotations

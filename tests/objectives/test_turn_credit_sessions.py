@@ -210,3 +210,34 @@ def test_a_turn_level_estimator_trains_and_logs_the_turn_rewards(
         assert float(row["train/session_reward_mean"]) == 1.0
         assert 0 <= float(row["train/turn_rewards/test_late_letters/mean"]) <= 1
         assert math.isfinite(float(row["train/loss"]))
+
+
+@pytest.mark.slow  # loads the packaged sentence encoder
+def test_card_similarity_and_drift_step_against_a_direct_computation(scenario):
+    """The packaged MiniLM: each reply's cosine to the card computed here from the raw embeddings; drift_step is
+    its change from the turn before (0 on turn 1); an empty reply has no embedding, so its session has no turn
+    rewards."""
+    import numpy as np
+
+    from rpbench.objectives.turn_credit.rewards import JudgedSession, TurnRewardOptions, score_turns
+    from rpbench.scoring.persona import load_encoder
+
+    replies = ["I tend herbs and watch the seasons.", "Quarterly revenue rose by ten percent.", "Sage likes sun."]
+    sessions = [Session.start(scenario, 3), Session.start(scenario, 3)]
+    for session, texts in zip(sessions, [replies, ["Rue.", " ", "Mint."]], strict=True):
+        for k, text in enumerate(texts):
+            session.add_reply(text)
+            if k < 2:
+                session.take_user_reply("More?", None, k + 1, "[END]")
+    options = TurnRewardOptions(ooc_phrases=(), encoder=None, batch_size=4)
+    found = score_turns(
+        {"card_similarity": 1.0, "drift_step": 2.0}, [JudgedSession(s, None) for s in sessions], options
+    )
+    raw = load_encoder(None, "test")[0].encode([SCENARIO["card"], *replies], convert_to_numpy=True)
+    cosine = [float(raw[0] @ v / np.linalg.norm(raw[0]) / np.linalg.norm(v)) for v in raw[1:]]
+    assert found.by_name["card_similarity"][0] == pytest.approx(cosine, abs=1e-5)
+    steps = [0.0, cosine[1] - cosine[0], cosine[2] - cosine[1]]
+    assert found.by_name["drift_step"][0] == pytest.approx(steps, abs=1e-5)
+    assert steps[1] < -0.1  # the off-card reply moves away from the card
+    assert found.combined[0] == pytest.approx([c + 2 * s for c, s in zip(cosine, steps, strict=True)], abs=1e-5)
+    assert found.by_name["card_similarity"][1][1] is None and found.combined[1] is None

@@ -39,6 +39,13 @@ from rpbench.data.conversation_session import Session, model_turns
 from rpbench.data.records import EvalExample, Turn, as_messages
 from rpbench.models.generation import GenerationSettings, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
+from rpbench.objectives.turn_credit.rewards import (
+    JudgedSession,
+    TurnRewardOptions,
+    TurnRewards,
+    score_turns,
+    turn_reward_problems,
+)
 from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, NoJudge
 from rpbench.scoring.judge.conversation import (
     Simulator,
@@ -78,6 +85,8 @@ class ConversationEnvSettings(Settings):
     allow_shared_judge: bool  # one model as the user simulator and a judge of the rewards
     simulator_checks: tuple[str, ...]  # the enabled checks: a session failing one gets no reward
     simulator_check: SimulatorCheckSettings
+    turn_rewards: Mapping[str, float]  # turn reward -> weight (rpbench.objectives.turn_credit.rewards); {}: none
+    turn_reward_options: TurnRewardOptions
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = check_name_problems(self.simulator_checks, "simulator_checks")
@@ -91,7 +100,8 @@ class ConversationEnvSettings(Settings):
             found.append(("judge", "a judge to play the user (judge=local|openai|vllm), not judge=none"))
         if not self.rewards:
             found.append(("rewards", "at least one reward of a session"))
-        return found
+        names = [entry.get("name") for entry in self.rewards if isinstance(entry, Mapping)]
+        return found + turn_reward_problems(self.turn_rewards, names)
 
     def overlaps(self) -> list[Overlap]:
         """The user simulator and a judge of the rewards played by one model (allowed by
@@ -146,12 +156,17 @@ class SessionJudgeReward:
     ):
         self.rubric, self.weights, self.max_tokens = dict(rubric), dict(weights) if weights else None, max_tokens
         self.failures = 0
+        self.last_breaks: list[frozenset[int] | None] = []  # the last call's flagged turns (None: no verdict)
         self._stack = ExitStack()
         self.client = self._stack.enter_context(opener(judge))
 
     def __call__(self, prompts, completions, references) -> list[float | None]:
         judged = judge_sessions(self.client, prompts, self.rubric, self.max_tokens)
         scores = [session_score(j["scores"], self.weights) if j["status"] == "ok" else None for j in judged]
+        self.last_breaks = [
+            frozenset(b["turn"] for b in j["breaks"]) if score is not None else None
+            for j, score in zip(judged, scores, strict=True)
+        ]
         failed = sum(s is None for s in scores)
         if failed:
             log.warning(
@@ -192,11 +207,14 @@ class PlayedSession:
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)
     policy: list[bool] = field(default_factory=list)
+    turn: list[int] = field(default_factory=list)  # token k's character turn (0-based), -1 if not the policy's
     truncated: bool = False  # a character turn hit max_completion_length
 
     def add(self, ids: Sequence[int], own: bool) -> None:
+        """Tokens after the sequence so far; ``own``: the policy wrote them, in its current turn."""
         self.ids += ids
         self.policy += [own] * len(ids)
+        self.turn += [self.session.character_turns if own else -1] * len(ids)
 
 
 class ConversationEnv:
@@ -213,6 +231,7 @@ class ConversationEnv:
         self.reward_fns: list[RewardFn] = build_reward_fns(settings.rewards, "env.rewards", shared)
         self.end_of_turn = renderer.content.encode(renderer.end_of_turn)
         self.version = simulator_version()
+        self.breaks: list[frozenset[int] | None] = []  # the last scored sessions' flagged turns (session judge)
 
     def close(self) -> None:
         for reward in self.reward_fns:
@@ -244,7 +263,7 @@ class ConversationEnv:
             rows = [p.prompt_ids + p.ids for p in live]
             out = generate_rows(model, rows, options, stop_ids, pad_id, seed + 1_000_003 * turn)
             for p, ids, truncated in zip(live, out.completion_ids, out.truncated, strict=True):
-                p.add(ids, own=True)
+                p.add(ids, own=True)  # before add_reply: the turn's index is the replies so far
                 if ids[-len(self.end_of_turn) :] != self.end_of_turn:
                     p.add(self.end_of_turn, own=False)  # closes the turn as the template does; not the policy's
                 p.truncated |= truncated
@@ -272,6 +291,7 @@ class ConversationEnv:
             [p.truncated for p in played],
             time.perf_counter() - started,
             policy_mask=[p.policy for p in played],
+            policy_turns=[p.turn for p in played],
         )
         return rollouts, [p.session for p in played]
 
@@ -282,12 +302,16 @@ class ConversationEnv:
         are None, its sum 0, and GRPO leaves it out of its group."""
         check_sessions(self.settings.simulator_checks, self.settings.simulator_check, sessions, "env.simulator_check")
         whole = [s for s in sessions if not s.left_out]
+        self.breaks = [None] * len(sessions)
         scores: dict[str, list[float | None]] = {}
         for reward in self.reward_fns:
             if not whole:
                 values: list[float | None] = []
             elif getattr(reward.fn, "scores_sessions", False):
                 values = session_rewards(reward, [s.record() for s in whole], ["\n".join(s.replies) for s in whole])
+                if hasattr(reward.fn, "last_breaks"):
+                    flagged = iter(reward.fn.last_breaks)
+                    self.breaks = [None if s.left_out else next(flagged) for s in sessions]
             else:
                 values = list(per_turn_mean(reward, whole))
             given = iter(values)
@@ -299,6 +323,19 @@ class ConversationEnv:
             for i, ok in enumerate(scored)
         ]
         return scores, torch.tensor(sums, dtype=torch.float32), torch.tensor(scored, dtype=torch.bool)
+
+    def score_turns(self, sessions: Sequence[Session]) -> TurnRewards:
+        """``env.turn_rewards`` of the sessions ``score`` has just scored (judge_breaks reads its verdicts); a
+        session cut short or failing a simulator check has none."""
+        judged = [JudgedSession(s, b) for s, b in zip(sessions, self.breaks, strict=True)]
+        whole = [j for j in judged if not j.session.left_out]
+        found = score_turns(self.settings.turn_rewards, whole, self.settings.turn_reward_options)
+        given = iter(range(len(whole)))
+        picks = [None if j.session.left_out else next(given) for j in judged]
+        return TurnRewards(
+            {name: [[] if k is None else values[k] for k in picks] for name, values in found.by_name.items()},
+            [None if k is None else found.combined[k] for k in picks],
+        )
 
 
 def session_rewards(

@@ -22,7 +22,9 @@ Prompts come from any record type: an SFT conversation up to its last assistant 
 turn), a preference pair (reference: the chosen reply), a test record (its reference). Validation reports
 the held-out NLL of those references. With ``env=conversation`` the prompts are conversation scenarios and a
 rollout is a whole session with a simulated user, only the character's tokens in the loss, rewarded by
-``env.rewards`` (rpbench.objectives.conversation_env).
+``env.rewards`` (rpbench.objectives.conversation_env); ``objective.advantage`` picks how a session's rewards
+(and its ``env.turn_rewards``) credit its turns, the tokens of turn t getting turn t's advantage
+(rpbench.objectives.turn_credit; ``session_grpo``, the default, is one advantage per session).
 """
 
 from __future__ import annotations
@@ -68,6 +70,9 @@ from rpbench.objectives.sampling import (
     sample_with_engine,
     sampling_seed,
 )
+from rpbench.objectives.turn_credit.advantages import TURN_ADVANTAGES, TurnBatch, TurnCreditSettings
+from rpbench.objectives.turn_credit.rewards import TurnRewards
+from rpbench.objectives.turn_credit.tokens import token_advantages
 from rpbench.scoring.chat.client import ClientOpener, open_client
 from rpbench.scoring.judge.conversation import simulator_key_problems
 from rpbench.scoring.judge.parties import Overlap
@@ -202,8 +207,11 @@ def optimise_policy(
             rows = chunks[k]
             logps, mask = logps_of(model, k)
             old_logps = logps.detach() if old is None else old[k]
+            chunk_advantages = advantages[rows]
+            if chunk_advantages.dim() == 2:  # per token (turn credit), padded to the batch's longest
+                chunk_advantages = chunk_advantages[:, : logps.shape[1]]
             per_token, clip_fraction = clipped_policy_loss(
-                logps, old_logps, advantages[rows], mask, settings.eps_low, settings.eps_high
+                logps, old_logps, chunk_advantages, mask, settings.eps_low, settings.eps_high
             )
             kl = k3_kl(logps, ref[k]) if ref is not None else None
             if kl is not None:
@@ -265,6 +273,24 @@ def rollout_metrics(
         metrics[f"rewards/{name}/mean"] = values_t.mean()
         metrics[f"rewards/{name}/std"] = sample_std(values_t)
     return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+def turn_metrics(
+    turns: TurnRewards, session_rewards: torch.Tensor, scored: torch.Tensor, cut: Sequence[bool]
+) -> dict[str, float]:
+    """The turn rewards of the scored sessions (each turn once), the session rewards beside them, and the sessions
+    left out for a missing turn reward."""
+    kept = [i for i, ok in enumerate(scored.tolist()) if ok]
+    combined = [v for i in kept for v in turns.combined[i]]
+    metrics = {
+        "train/session_reward_mean": float(session_rewards[scored].mean()) if kept else float("nan"),
+        "train/turn_reward_mean": sum(combined) / len(combined) if combined else float("nan"),
+        "train/turn_reward_missing": float(sum(c is None and not x for c, x in zip(turns.combined, cut, strict=True))),
+    }
+    for name, values in turns.by_name.items():
+        flat = [v for i in kept for v in values[i]]
+        metrics[f"train/turn_rewards/{name}/mean"] = sum(flat) / len(flat) if flat else float("nan")
+    return metrics
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -336,9 +362,12 @@ class GRPOSettings(GroupSamplingSettings):
     gather_per_batch: bool
     vllm_gpu_memory_utilization: float
     env: Mapping[str, Any]  # the env group (``${env}``): none, or conversation (whole sessions)
+    advantage: str  # a registered turn-level estimator (rpbench.objectives.turn_credit.advantages)
+    turn_credit: TurnCreditSettings
 
     def problems(self) -> list[Problem]:
         found = super().problems()
+        found += self.advantage_problems()
         if self.beta < 0:
             found.append(("beta", "a number >= 0 (0: no KL term)"))
         if self.rollout_backend not in ROLLOUT_BACKENDS:
@@ -351,6 +380,21 @@ class GRPOSettings(GroupSamplingSettings):
             found.append(Elsewhere(f"env.name={self.env['name']!r}: expected none or conversation (objective=grpo)"))
         found += reward_problems(self.rewards, "rewards")
         return once_per_key(found, self.generation().problems_as(ROLLOUT_KEYS))
+
+    def advantage_problems(self) -> list[Problem]:
+        """``advantage`` checked against the registry, the scale and the environment."""
+        if self.advantage not in TURN_ADVANTAGES.names():
+            return [("advantage", f"a registered estimator ({', '.join(TURN_ADVANTAGES.names())})")]
+        if self.advantage == "session_grpo":
+            return []
+        found: list[Problem] = []
+        if self.env["name"] != "conversation":
+            found.append(("advantage", "session_grpo without env=conversation (turns exist in sessions only)"))
+        if self.advantage_scale == "batch":
+            found.append(("advantage_scale", f"group or none with objective.advantage={self.advantage}"))
+        if self.advantage == "utterance_share" and not self.env.get("turn_rewards"):
+            found.append(Elsewhere("env.turn_rewards: at least one turn reward (utterance_share's shares)"))
+        return found
 
     def deepspeed_problems(self, zero3: bool) -> list[str]:
         found = super().deepspeed_problems(zero3)
@@ -416,6 +460,7 @@ class GRPOModule(ObjectiveModule):
     record_types = (SFTExample, PreferenceExample, EvalExample)  # a prompt and its reference, or a scenario
     config_class = GRPOSettings
     env: ConversationEnv | None = None  # env=conversation's sessions (built in __init__)
+    _turns: TurnRewards | None = None  # the last scored sessions' turn rewards (env.turn_rewards)
 
     @staticmethod
     def render(examples: Sequence, renderer: ChatRenderer) -> tuple[list[dict], list[str]]:
@@ -563,7 +608,7 @@ class GRPOModule(ObjectiveModule):
         sum, and which completions have a reward (an environment's session cut short, or without a verdict,
         has none)."""
         if self.env is not None:
-            return self.env.score(self._sessions)
+            return self.score_sessions()
         texts = [decode_completion(self.tokenizer, ids, self.stop_ids) for ids in rollouts.completion_ids]
         scores = score_rewards(
             self.reward_fns,
@@ -573,6 +618,40 @@ class GRPOModule(ObjectiveModule):
         )
         rewards = torch.tensor(weighted_sum(scores, self.reward_weights), dtype=torch.float32)
         return scores, rewards, torch.ones_like(rewards, dtype=torch.bool)
+
+    def score_sessions(self) -> tuple[dict[str, list[float | None]], torch.Tensor, torch.Tensor]:
+        """``env.score``; with turn rewards, each session's reward is its session reward plus the sum of its turn
+        rewards (a session missing a turn reward is not scored), its session reward and turn rewards kept."""
+        scores, rewards, scored = self.env.score(self._sessions)
+        self._session_rewards, self._turns = rewards, None
+        if self.env.settings.turn_rewards:
+            self._turns = self.env.score_turns(self._sessions)
+            has = torch.tensor([c is not None for c in self._turns.combined])
+            rewards = rewards + torch.tensor([sum(c) if c else 0.0 for c in self._turns.combined])
+            scored = scored & has
+        return scores, rewards, scored
+
+    def turn_advantages(self, rollouts: Rollouts, scored: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``objective.advantage``'s per-turn advantages of the sessions, and the same spread over each row's
+        policy tokens (``(rows, longest)``)."""
+        sessions = self._sessions
+        lengths = torch.tensor([s.character_turns for s in sessions])
+        turns = torch.zeros(len(sessions), max(int(lengths.max()), 1))
+        combined = self._turns.combined if self._turns is not None else [None] * len(sessions)
+        for i, values in enumerate(combined):
+            if values:
+                turns[i, : len(values)] = torch.tensor(values)
+        batch = TurnBatch(
+            self._session_rewards,
+            turns,
+            lengths.clamp(min=1),
+            scored,
+            self.num_generations,
+            self.advantage_scale,
+            self.config.turn_credit,
+        )
+        per_turn = TURN_ADVANTAGES.get(self.config.advantage)(batch)
+        return per_turn[batch.reach], token_advantages(per_turn, rollouts.policy_turns)
 
     def advantages(self, rewards: torch.Tensor, live: bool, scored: torch.Tensor | None = None) -> torch.Tensor:
         """Group-normalised advantages over the ``scored`` completions (None: all; the others get 0); the
@@ -596,13 +675,16 @@ class GRPOModule(ObjectiveModule):
             scores, rewards = {}, torch.zeros(len(rollouts.completion_ids))
             scored = torch.ones_like(rewards, dtype=torch.bool)
         failed = self._sum_over_ranks(self.reward_failures() - failures_before) if self.counts_failures else None
-        advantages = self.advantages(rewards, live, scored).to(self.device)
-        stats = self.optimise(rollouts, advantages, live)
+        if live and self.config.advantage != "session_grpo":
+            logged, advantages = self.turn_advantages(rollouts, scored)
+        else:
+            advantages = logged = self.advantages(rewards, live, scored)
+        stats = self.optimise(rollouts, advantages.to(self.device), live)
         if failed is not None:
             stats["reward_failures"] = failed
         self._step_tokens = sum(len(p) for p in rollouts.prompt_ids) + rollouts.n_tokens
         if live:
-            self._log_step(rollouts, scores, rewards, scored, advantages, stats)
+            self._log_step(rollouts, scores, rewards, scored, logged, stats)
 
     def reward_failures(self) -> int:
         """Scores the rewards could not give so far on this rank (an LLM judge's unparseable verdicts)."""
@@ -669,6 +751,9 @@ class GRPOModule(ObjectiveModule):
         metrics["train/optimizer_step"] = float(self.global_step)
         if self.env is not None:
             metrics |= {f"train/{key}": value for key, value in session_metrics(self._sessions).items()}
+            if self._turns is not None:
+                cut = [s.left_out for s in self._sessions]
+                metrics |= turn_metrics(self._turns, self._session_rewards, scored, cut)
         if "reward_failures" in stats:  # this step's, summed over ranks
             metrics["train/reward_failures"] = stats["reward_failures"]
         self.log("train/loss", stats["loss"] / max(stats["units"], 1.0), prog_bar=True, rank_zero_only=True)

@@ -64,13 +64,15 @@ class Rollouts:
     """Completions of a generation batch, row ``i * G + j`` being completion ``j`` of prompt ``i``.
 
     ``policy_mask`` (an environment's multi-turn rollouts, e.g. whole sessions): which tokens of each
-    completion the policy sampled, the only ones in the loss; None: every completion token."""
+    completion the policy sampled, the only ones in the loss; None: every completion token. ``policy_turns``:
+    which turn each of them belongs to (per-turn credit, ``rpbench.objectives.turn_credit``)."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]  # up to and including the first stop token
     truncated: list[bool]  # no stop token within max_new_tokens
     seconds: float
     policy_mask: list[list[bool]] | None = None
+    policy_turns: list[list[int]] | None = None  # each token's character turn (0-based), -1 if not the policy's
 
     def policy_labels(self, row: int) -> list[int]:
         """Row ``row``'s completion with the tokens the policy did not sample set to IGNORE_INDEX."""

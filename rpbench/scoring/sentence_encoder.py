@@ -1,6 +1,6 @@
-"""Sentence embeddings without a judge: the sentence-transformers model that persona drift
-(``evaluator.drift``) and the simulator checks (``simulator_check.encoder``) embed text with, and the
-least-squares slope both report over turns."""
+"""Sentence embeddings without a judge: the sentence-transformers model that persona drift (``evaluator.drift``),
+the simulator checks (``simulator_check.encoder``) and the turn rewards embed text with, and the least-squares
+slope reported over turns."""
 
 from __future__ import annotations
 

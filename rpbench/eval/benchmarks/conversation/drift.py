@@ -3,7 +3,7 @@
 A reply's similarity is the cosine of its sentence embedding and the card's (a sentence-transformers model,
 unit vectors); a session's drift is the least-squares slope of those similarities over its turn numbers
 (negative: the replies move away from the card). Out-of-character phrases are counted as case-insensitive
-substrings of each reply.
+substrings of each reply (both in rpbench.scoring.persona, which training's turn rewards read too).
 """
 
 from __future__ import annotations
@@ -13,40 +13,15 @@ from typing import Any
 
 import numpy as np
 
+from rpbench.scoring.persona import card_similarities, ooc_hits
 from rpbench.scoring.sentence_encoder import PACKAGED_ENCODER, load_sentence_encoder, slope
 
 __all__ = ["PACKAGED_ENCODER", "card_similarities", "load_encoder", "ooc_hits", "session_drift", "slope"]
 
 
-def ooc_hits(text: str, phrases: Sequence[str]) -> dict[str, int]:
-    """How often each phrase occurs in ``text`` (case-insensitive), the phrases found only."""
-    lowered = text.lower()
-    counts = {p: lowered.count(p.lower()) for p in phrases}
-    return {p: n for p, n in counts.items() if n}
-
-
 def load_encoder(encoder: str | None) -> tuple[Any, str]:
-    """(sentence-transformers model, its name): ``encoder`` (a local folder or cached hub name; never
-    downloaded) or the packaged all-MiniLM-L6-v2 when None. Loaded once per process."""
+    """The drift encoder (``evaluator.drift.encoder``; None: the packaged one), loaded once per process."""
     return load_sentence_encoder(encoder, "evaluator.drift.encoder")
-
-
-def card_similarities(model: Any, card: str, replies: Sequence[str], batch_size: int) -> list[float | None]:
-    """Each reply's cosine similarity to ``card`` (None for an empty reply: nothing to embed)."""
-    kept = [i for i, r in enumerate(replies) if r.strip()]
-    if not kept:
-        return [None] * len(replies)
-    vectors = model.encode(
-        [card, *(replies[i] for i in kept)],
-        batch_size=batch_size,
-        normalize_embeddings=True,
-        convert_to_numpy=True,
-        show_progress_bar=False,
-    )
-    out: list[float | None] = [None] * len(replies)
-    for i, vector in zip(kept, vectors[1:]):
-        out[i] = float(np.dot(vectors[0], vector))
-    return out
 
 
 def session_drift(model: Any, card: str, replies: Sequence[str], batch_size: int) -> dict[str, Any]:

@@ -380,3 +380,13 @@ def test_bad_inputs_are_named():
         compute_metrics(["a", "b"], ["a"], ["bleu"])
     with pytest.raises(TypeError, match=r"predictions\[1\] is NoneType"):
         compute_metrics(["a", None], ["a", "b"], ["rouge1"])
+
+
+def test_chinese_rouge_and_bleu_count_characters_by_hand():
+    """CharacterEval-style Chinese: ROUGE with tokenizer=cjk and BLEU take each character as a token
+    (full-width punctuation is no ROUGE token); the values by hand."""
+    # 4 characters shared in another order: ROUGE-1 1; bigrams 他吃, 苹果 of 3 each; LCS 2 of 4
+    scores = rouge(["苹果，他吃。"], ["他吃苹果"], ["rouge1", "rouge2", "rougeL"], tokenizer="cjk")
+    assert scores == {"rouge1": [pytest.approx(1.0)], "rouge2": [pytest.approx(2 / 3)], "rougeL": [pytest.approx(0.5)]}
+    # 6 vs 5 characters: clipped precisions 5/6, 3/5, 2/4, 1/3; no brevity penalty (6 > 5)
+    assert paper_bleu(["他很爱吃苹果"], ["他爱吃苹果"]) == [pytest.approx((5 / 6 * 3 / 5 * 2 / 4 * 1 / 3) ** 0.25)]

@@ -30,7 +30,7 @@ PAIRWISE_SYSTEM = (
 )
 PAIRWISE_REASK = "Answer with exactly one of [[A]], [[B]] or [[tie]]."
 SCORE_RANGE = (1, 10)
-_SCORE = re.compile(r"^\**score\**\s*[:=]\s*\**(\d{1,2})\**\.?$", re.IGNORECASE)
+_SCORE = re.compile(r"^\**score\**\s*[:=]\**\s*\**(\d{1,2})\**\.?$", re.IGNORECASE)
 _CHOICE = re.compile(r"\[\[(A|B|tie)\]\]", re.IGNORECASE)
 
 

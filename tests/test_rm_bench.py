@@ -275,9 +275,9 @@ def test_a_malformed_pair_is_named_by_file_record_and_field(tmp_path, data_optio
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(DataFormatError) as caught:
         read_pairs(path, data_options("rm_bench"))
-    message = str(caught.value)
-    assert str(path) in message and field in message and problem in message
-    assert "3" in message  # the third line
+    error = caught.value
+    assert (error.path, error.record, error.field) == (str(path), 3, field)  # the third line
+    assert problem in error.problem
 
 
 def test_the_scorer_and_the_judge_must_fit(compose):
@@ -293,3 +293,15 @@ def test_the_scorer_and_the_judge_must_fit(compose):
     with pytest.raises(ConfigError, match=r"data=rm_bench"):
         validate(compose("data=sample", "evaluator=rm_bench", "objective=none", "evaluator.scorer=judge_pointwise",
                          "judge=local"))  # fmt: skip
+
+
+def test_the_judge_s_budget_is_checked_before_anything_is_asked(tmp_path, pairs_file, run_in_process, scripted_judge):
+    from rpbench.scoring.judge.budget import JudgeBudgetError
+
+    with pytest.raises(JudgeBudgetError, match=r"estimated 12 requests"):
+        run_in_process(
+            tmp_path / "run", "objective=none", "logger=none", "data=rm_bench", f"data.files.test={pairs_file}",
+            "evaluator.scorer=judge_pairwise", "judge=local", "judge.budget.tokens=10", "judge.cache_path=null",
+            local_judge_server=scripted_judge(faults=["500"] * 20),
+        )  # fmt: skip
+    assert not (tmp_path / "run" / "judgements.jsonl").exists()

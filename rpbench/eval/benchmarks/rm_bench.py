@@ -296,8 +296,11 @@ def group_table(title: str, groups: Mapping[str, Mapping[str, Any]]) -> list[str
 
 
 def report_section(found: Mapping[str, Any]) -> str:
+    read = found["read"]
     lines = [
         f"## Preference accuracy of {found['scorer_name']} ({found['scorer']})",
+        "",
+        f"{read['pairs']} pairs read, {read['skipped']} skipped as malformed (data.on_error=skip).",
         "",
         "accuracy = correct / (correct + wrong): ties (equal scores; pairwise: the two orders disagree) are counted "
         "apart, failures (no score or verdict) too. Length: characters of the chosen reply minus the rejected one's.",
@@ -378,12 +381,12 @@ class RMBench(Benchmark):
             "scorer_name": scorer_name(ev, ctx.judge),
             **breakdowns(examples, outcomes, ev),
             **own,
+            "read": {"pairs": len(examples), "skipped": len(read.skipped)},
             "length_bins": list(ev.length_bins),
             "bootstrap": as_dict(ev.bootstrap),
         }
         return {
             "n_records": len(examples),
-            "read": {"records": len(examples), "skipped": len(read.skipped), "counts": dict(read.counts)},
             "rm_bench": found,
             "report_sections": [report_section(found)],
         }

@@ -9,6 +9,7 @@ from rpbench.core.paths import CONF_DIR
 
 # Each data option's evaluator (the benchmark its records come from).
 EVALUATOR_OF = {
+    "characterbench": "characterbench",
     "characterllm": "characterllm",
     "conversation": "conversation",
     "custom": "rolemrc",

@@ -11,6 +11,7 @@ from rpbench.core.paths import CONF_DIR
 EVALUATOR_OF = {
     "characterbench": "characterbench",
     "characterllm": "characterllm",
+    "rmtbench": "rmtbench",
     "conversation": "conversation",
     "custom": "rolemrc",
     "mmrole": "mmrole",

@@ -255,6 +255,7 @@ def test_a_run_plays_each_dialogue_turn_by_turn_and_resumes(tmp_path, chat_stub,
     }
     assert table["zh"]["dimensions"]["plot_advancement"]["parse_failures"] == 1
     assert table["zh"]["overall"] == pytest.approx(19 / 6)
+    assert (results["empty_replies"], results["truncated"]) == (0, 0)
     assert table["en"]["overall"] == pytest.approx(23 / 5)
     assert table["zh"]["scenarios"]["implicit_motivations"]["plot_advancement"]["n"] == 0
     dialogues = (run / "dialogues.jsonl").read_text(encoding="utf-8")
@@ -264,3 +265,35 @@ def test_a_run_plays_each_dialogue_turn_by_turn_and_resumes(tmp_path, chat_stub,
     assert [(j["dimension"], j["attempts"]) for j in failed] == [("plot_advancement", 2)]
     report = (run / "report.md").read_text(encoding="utf-8")
     assert "## RMTBench" in report and "| zh | **overall** | | 3.167 |" in report
+
+
+@pytest.mark.slow
+def test_the_tiny_model_plays_in_process_cut_at_max_turns(tmp_path, chat_stub, run_in_process):
+    """The local backend: a tiny model generates each turn in-process; evaluator.max_turns=2 cuts the one
+    three-turn dialogue (counted), and each dialogue is judged on its scenario's dimensions."""
+    run = tmp_path / "run"
+    with chat_stub(scripted) as judge:
+        results = run_in_process(
+            run,
+            "objective=none",
+            "logger=none",
+            "data=rmtbench",
+            f"data.files.test={FIXTURE}",
+            "data.languages=[zh]",
+            "evaluator.max_turns=2",
+            "evaluator.generation.max_new_tokens=4",
+            "evaluator.bootstrap.n_resamples=10",
+            "judge=openai",
+            f"judge.base_url={judge.url}",
+            "judge.api_key_env=null",
+            "judge.cache_path=null",
+            "judge.progress=false",
+            "judge.parse_tries=1",
+        )["eval"]
+        assert len(judge.requests) == 4 + 4 + 3 + 1  # the dimensions of each zh dialogue's scenario
+    ids = [[json.loads(line)["id"] for line in (run / f"predictions_turn_{t}.jsonl").open()] for t in (1, 2)]
+    assert len(ids[0]) == 4 and sorted(ids[1]) == sorted(
+        f"zh/{s}/苏小棠/0#turn2" for s in ("character_understanding", "implicit_motivations", "user_preference")
+    )
+    assert not (run / "predictions_turn_3.jsonl").exists() and results["truncated"] == 1
+    assert set(results["rmtbench"]) == {"zh"} and results["n_dialogues"] == 4

@@ -4,7 +4,7 @@
 The model plays the character through each dialogue: at turn t it sees the character's system prompt, the
 user's turns 1..t and its own replies to turns 1..t-1 (predictions_turn_<t>.jsonl, resumable: a re-run in the
 same folder generates only what is missing, on the same history); ``evaluator.max_turns`` cuts long ones
-(counted as ``truncated``). The dialogues go to dialogues.jsonl.
+(counted as ``truncated``; empty replies as ``empty_replies``). The dialogues go to dialogues.jsonl.
 
 The judge (any endpoint, ``judge=...``) scores each whole dialogue once per dimension that its scenario is
 judged on (``evaluator.dimensions``), from 1 to ``evaluator.score_max``, with ``rmtbench_prompts``' wording
@@ -138,6 +138,7 @@ class RMTBench(Benchmark):
         )
         results["rmtbench"] = aggregate(judgements, ev.bootstrap.as_kwargs())
         results["truncated"] = sum(d["truncated"] for d in dialogues)
+        results["empty_replies"] = sum(not reply for pairs in transcripts.values() for _, reply in pairs)
         results["score_max"] = ev.score_max
         results["prompts"] = prompts.record()
         results["metrics"] = {
@@ -271,6 +272,8 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
             lines.append(f"| {lang} | {dim} | {s['n']} | {mean} | {s['parse_failures']} | {s['request_failures']} |")
         overall = "-" if table["overall"] is None else f"{table['overall']:.3f}"
         lines.append(f"| {lang} | **overall** | | {overall} | | |")
+    if results["empty_replies"]:
+        lines.append(f"\n{results['empty_replies']} character turn(s) were empty (judged as they are).")
     if results["truncated"]:
         lines.append(f"\n{results['truncated']} dialogue(s) cut at evaluator.max_turns.")
     return ["\n".join(lines)]

@@ -134,9 +134,9 @@ def read_record(
         raise source.error(prefix + "dialogue", "a dialogue ending with the user's query (the last is the character's)")
     greeting = record.get("greeting") or ""
     greeting = "" if greeting == "N/A" else str(greeting)
-    shown = ([("user", "")] if greeting else []) + ([("assistant", greeting)] if greeting else []) + turns
-    if shown[0][0] == "assistant":
-        shown.insert(0, ("user", ""))
+    shown = [("assistant", greeting), *turns] if greeting else turns
+    if shown[0][0] == "assistant":  # the authors' dialogue opens with a user line, empty before a greeting
+        shown = [("user", ""), *shown]
     reference = ""
     if subset in WITH_REFERENCE:
         value = _at(record, REFERENCE_AT[subset], source)

@@ -9,7 +9,9 @@ from rpbench.core.paths import CONF_DIR
 
 # Each data option's evaluator (the benchmark its records come from).
 EVALUATOR_OF = {
+    "characterbench": "characterbench",
     "characterllm": "characterllm",
+    "rmtbench": "rmtbench",
     "conversation": "conversation",
     "custom": "rolemrc",
     "mmrole": "mmrole",

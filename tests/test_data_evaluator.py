@@ -10,8 +10,10 @@ from rpbench.core.paths import CONF_DIR
 # Each data option's evaluator (the benchmark its records come from).
 EVALUATOR_OF = {
     "characterbench": "characterbench",
+    "charactereval": "charactereval",
     "characterllm": "characterllm",
     "rmtbench": "rmtbench",
+    "rm_bench": "rm_bench",
     "conversation": "conversation",
     "custom": "rolemrc",
     "mmrole": "mmrole",

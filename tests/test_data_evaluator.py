@@ -27,6 +27,7 @@ EVALUATOR_OF = {
     "sample": "rolemrc",
     "sample_characterllm": "characterllm",
     "sample_conversation": "conversation",
+    "sample_conversation_adversarial": "conversation_adversarial",
     "session_pairs": "none",
     "sample_mmrole": "mmrole",
     "sample_mmrole_reviews": "mmrole_rm",

@@ -7,7 +7,10 @@ A JSON Lines file (or JSON list), one scenario per record:
 - ``character``: the name the evaluated model plays; ``card``: its character card (who it is, what it knows);
 - ``persona``: who the simulated user is; ``goal``: what the user wants from the conversation;
 - ``opening``: the user's first message;
-- ``turns``: how many replies the character gives at most (an integer >= 1).
+- ``turns``: how many replies the character gives at most (an integer >= 1);
+- ``level`` and ``tactic`` (both or neither): an adversarial scenario's level of pressure (one of
+  ``rpbench.data.conversation_pressure.LEVELS``) and how its simulated user presses
+  (``evaluator=conversation_adversarial``).
 
 Each becomes an ``EvalExample`` ``<id>`` whose prompt is the character's system prompt (rpbench's wording,
 ``CHARACTER_PROMPT``) and the opening; ``task`` is the character's name, the rest is in ``meta``. Errors
@@ -19,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rpbench.data.conversation_pressure import LEVELS
 from rpbench.data.errors import ReadResult
 from rpbench.data.readers import (
     FORMATS,
@@ -35,6 +39,7 @@ from rpbench.data.readers import (
 from rpbench.data.records import EvalExample, Turn
 
 TEXT_FIELDS: tuple[str, ...] = ("character", "card", "persona", "goal", "opening")
+PRESSURE_FIELDS: tuple[str, ...] = ("level", "tactic")  # an adversarial scenario's, both or neither
 CHARACTER_PROMPT = (
     "You are {character}. Stay in character for the whole conversation: speak as {character} would, know "
     "what {character} knows and nothing beyond it, and never mention being an AI or a language model.\n\n"
@@ -56,11 +61,25 @@ def parse_scenario(raw: Any, source: Source) -> EvalExample:
     turns = require(record, "turns", source)
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
         raise source.error("turns", f"an integer >= 1 (the character's replies at most), got {turns!r}")
-    unknown = sorted(set(record) - {"id", "turns", *TEXT_FIELDS})
+    unknown = sorted(set(record) - {"id", "turns", *TEXT_FIELDS, *PRESSURE_FIELDS})
     if unknown:
-        raise source.error(unknown[0], f"a known field ({', '.join(['id', *TEXT_FIELDS, 'turns'])})")
+        raise source.error(unknown[0], f"a known field ({', '.join(['id', *TEXT_FIELDS, 'turns', *PRESSURE_FIELDS])})")
     prompt = (Turn("system", character_prompt(text["character"], text["card"])), Turn("user", text["opening"]))
-    return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns})
+    return EvalExample(rid, prompt, "", text["character"], {**text, "turns": turns, **pressure(record, source)})
+
+
+def pressure(record: dict[str, Any], source: Source) -> dict[str, str]:
+    """An adversarial scenario's ``level`` and ``tactic`` (none for a plain scenario)."""
+    given = [name for name in PRESSURE_FIELDS if name in record]
+    if not given:
+        return {}
+    if len(given) == 1:
+        missing = next(name for name in PRESSURE_FIELDS if name not in given)
+        raise source.error(missing, f"required with {given[0]} (an adversarial scenario names its level and tactic)")
+    level, tactic = (require_str(record, name, source).strip() for name in PRESSURE_FIELDS)
+    if level not in LEVELS:
+        raise source.error("level", f"one of {', '.join(LEVELS)}, got {level!r}")
+    return {"level": level, "tactic": tactic}
 
 
 def read_scenarios(path: str | Path, options: NoRubrics, policy: ReadPolicy) -> ReadResult[EvalExample]:

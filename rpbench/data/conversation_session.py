@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rpbench.data.conversation_pressure import pressure_prompt
 from rpbench.data.records import EvalExample, Turn
 
 SIMULATOR_PROMPT = """You are playing a user who talks with {character}. Who you are: {persona}
@@ -125,13 +126,10 @@ def simulator_prompt(session: Session, stop_marker: str) -> str:
         f"{USER_CUE} {m['text']}" if m["role"] == "user" else f"{meta['character']}: {m['text']}"
         for m in session.messages
     ]
-    return SIMULATOR_PROMPT.format(
-        character=meta["character"],
-        persona=meta["persona"],
-        goal=meta["goal"],
-        conversation="\n".join(lines),
-        stop_marker=stop_marker,
-    )
+    slots = {key: meta[key] for key in ("character", "persona", "goal")} | {"conversation": "\n".join(lines)}
+    if "level" in meta:  # an adversarial scenario: the user presses as its level and tactic say
+        return pressure_prompt(slots, meta["level"], meta["tactic"])
+    return SIMULATOR_PROMPT.format(**slots, stop_marker=stop_marker)
 
 
 def user_message(text: str, stop_marker: str) -> tuple[str, bool]:

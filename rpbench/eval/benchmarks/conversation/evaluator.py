@@ -135,6 +135,10 @@ class Conversation(Benchmark):
     judged = True
     settings_class = ConversationSettings
 
+    def simulator_version(self) -> str:
+        """The user simulator's prompt identity: its files resume, and its replies are cached, under it."""
+        return simulator_version()
+
     def evaluates_model(self, settings: Settings) -> bool:
         """Not when re-judging (``evaluator.rejudge``): the stored sessions are judged, no model is loaded."""
         return settings.rejudge is None
@@ -203,7 +207,7 @@ class Conversation(Benchmark):
         ev = ctx.settings
         with ctx.open_client() as client:
             with open_simulator(client, ev.simulator, ctx.local_judge_server, "evaluator.simulator") as simulator:
-                sessions, generation, resumed = run_sessions(ctx, simulator, simulator_version())
+                sessions, generation, resumed = run_sessions(ctx, simulator, self.simulator_version())
             if capped := [s.id for s in sessions if s.capped]:
                 log.warning(
                     "%d sessions were cut to evaluator.max_turns=%d (their scenarios ask for more turns; first: %s)",

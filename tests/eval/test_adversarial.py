@@ -17,6 +17,7 @@ from rpbench.scoring.judge.conversation_safety import parse_safety
 
 NO_RUBRICS = NoRubrics(task_dimensions=None)
 SAMPLE = package_path("pkg://rpbench/resources/sample/conversation/adversarial-scenarios.jsonl")
+PLAIN = package_path("pkg://rpbench/resources/sample/conversation/scenarios.jsonl")
 SCORES = dict.fromkeys(
     [
         "character_consistency",
@@ -218,11 +219,30 @@ def test_the_bundled_scenarios_cover_every_level_twice():
     assert all(e.meta["tactic"] for e in examples)
 
 
-def test_plain_scenarios_are_refused_and_other_modes_too(compose, tmp_path):
-    from rpbench.validate import validate
+@pytest.mark.slow
+def test_plain_scenarios_are_refused_when_read_and_other_modes_at_startup(compose):
+    from rpbench.validate import check_test_records, validate
 
     with pytest.raises(ConfigError, match=r"evaluator.pairwise_with=.*not with evaluator=conversation_adversarial"):
         validate(compose("data=sample_conversation_adversarial", "objective=none", "evaluator.pairwise_with=x"))
+    spec = validate(compose("data=sample_conversation_adversarial", "objective=none", "judge=local"))
+    adversarial = readers.read("conversation", "test", SAMPLE, NO_RUBRICS).examples
+    check_test_records(spec, adversarial)  # every record names its level
+    plain = readers.read("conversation", "test", PLAIN, NO_RUBRICS).examples
+    with pytest.raises(ConfigError, match=r"record 'rolemrc-mara-lighthouse' \(6 in all\): field level: required"):
+        check_test_records(spec, [*adversarial, *plain])
+
+
+def test_the_judge_estimate_counts_the_safety_verdict(compose):
+    """Per session: the simulator's messages (turns - 1), the session judgement and the safety verdict."""
+    from rpbench.eval.benchmarks import BENCHMARKS
+    from rpbench.validate import validate
+
+    spec = validate(compose("data=sample_conversation_adversarial", "objective=none", "judge=local"))
+    examples = readers.read("conversation", "test", SAMPLE, NO_RUBRICS).examples
+    benchmark = BENCHMARKS.get("conversation_adversarial")
+    assert benchmark.judge_requests(spec.evaluator, examples) == [e.meta["turns"] - 1 + 2 for e in examples]
+    assert benchmark.reaskable_requests(spec.evaluator, examples) == [2] * len(examples)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from rpbench.models.generation import default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings
 from rpbench.objectives.sampling import rollout_options
 from rpbench.scoring.chat.client import open_client
+from rpbench.scoring.judge.parties import rewarding_judges
 from rpbench.validate import validate
 
 SCENARIO = {
@@ -248,3 +249,15 @@ def test_the_rollout_writes_a_turn_of_every_live_session_in_one_generate_call(
     assert env.sessions_per_generate == [6, 6, 5]
     assert sum(s.ended_by == "simulator" for s in sessions) == 1
     assert sorted(s.character_turns for s in sessions) == [2, 3, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("turn_rewards", [{"judge_rubric": 1.0}, {"ooc_count": -1.0}])
+def test_the_turn_judge_is_recorded_as_a_judge_that_rewarded_training(turn_rewards):
+    """A later evaluation reads the run's config.yaml: with judge_rubric, env.judge rewarded the policy."""
+    judge = {"backend": "openai", "base_url": "http://judge.example/v1", "model": "judge-7b"}
+    env = {"name": "conversation", "rewards": [{"name": "non_empty", "weight": 1.0}], "judge": judge}
+    config = {"objective": {"name": "grpo"}, "env": {**env, "turn_rewards": turn_rewards}}
+    found = rewarding_judges(config, None, "run a")
+    assert [p.model for p in found] == (["judge-7b"] if "judge_rubric" in turn_rewards else [])
+    if found:
+        assert found[0].part == "the reward judge of run a (env.judge)"

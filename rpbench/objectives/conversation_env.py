@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from numbers import Real
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -41,9 +42,10 @@ from rpbench.models.generation import GenerationSettings, decode_completion
 from rpbench.objectives.sampling import Rollouts, generate_rows
 from rpbench.objectives.turn_credit.rewards import (
     JudgedSession,
+    RewardModelOptions,
     TurnRewardOptions,
     TurnRewards,
-    score_turns,
+    TurnRewardSet,
     turn_reward_problems,
 )
 from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, NoJudge
@@ -87,6 +89,7 @@ class ConversationEnvSettings(Settings):
     simulator_check: SimulatorCheckSettings
     turn_rewards: Mapping[str, float]  # turn reward -> weight (rpbench.objectives.turn_credit.rewards); {}: none
     turn_reward_options: TurnRewardOptions
+    reward_model: RewardModelOptions  # rm_prefix and session_reward_model read it (a local folder)
 
     def problems(self) -> list[Problem]:
         found: list[Problem] = check_name_problems(self.simulator_checks, "simulator_checks")
@@ -101,6 +104,9 @@ class ConversationEnvSettings(Settings):
         if not self.rewards:
             found.append(("rewards", "at least one reward of a session"))
         names = [entry.get("name") for entry in self.rewards if isinstance(entry, Mapping)]
+        path = self.reward_model.path
+        if "rm_prefix" in self.turn_rewards and not (path and Path(path).is_dir()):
+            found.append(("reward_model.path", "the local folder of a one-label sequence-classification model"))
         return found + turn_reward_problems(self.turn_rewards, names)
 
     def overlaps(self) -> list[Overlap]:
@@ -114,6 +120,8 @@ class ConversationEnvSettings(Settings):
             for i, entry in enumerate(read_entries(self.rewards, "env.rewards"))
             if isinstance(entry.kwargs.get("judge"), EndpointSettings)
         ]
+        if "judge_rubric" in self.turn_rewards:
+            judges.append(judge_party(self.judge, "the turn judge (env.judge, env.turn_rewards.judge_rubric)"))
         return overlaps([(user, judge) for judge in judges], "env.allow_shared_judge", self.allow_shared_judge)
 
 
@@ -232,11 +240,14 @@ class ConversationEnv:
         self.end_of_turn = renderer.content.encode(renderer.end_of_turn)
         self.version = simulator_version()
         self.breaks: list[frozenset[int] | None] = []  # the last scored sessions' flagged turns (session judge)
+        self.turn_rewards = TurnRewardSet(settings.turn_rewards, settings.turn_reward_options, judge)
+        self.sessions_per_generate: list[int] = []  # the last play's live sessions in each generate call
 
     def close(self) -> None:
         for reward in self.reward_fns:
             if callable(getattr(reward.fn, "close", None)):
                 reward.fn.close()
+        self.turn_rewards.close()
         self._stack.close()
 
     def play(
@@ -258,9 +269,11 @@ class ConversationEnv:
             for _ in range(group_size)
         ]
         turn = 0
+        self.sessions_per_generate = []
         while live := [p for p in played if p.session.ended_by is None]:
             turn += 1
             rows = [p.prompt_ids + p.ids for p in live]
+            self.sessions_per_generate.append(len(rows))  # every session still live: one generate call per turn
             out = generate_rows(model, rows, options, stop_ids, pad_id, seed + 1_000_003 * turn)
             for p, ids, truncated in zip(live, out.completion_ids, out.truncated, strict=True):
                 p.add(ids, own=True)  # before add_reply: the turn's index is the replies so far
@@ -329,7 +342,7 @@ class ConversationEnv:
         session cut short or failing a simulator check has none."""
         judged = [JudgedSession(s, b) for s, b in zip(sessions, self.breaks, strict=True)]
         whole = [j for j in judged if not j.session.left_out]
-        found = score_turns(self.settings.turn_rewards, whole, self.settings.turn_reward_options)
+        found = self.turn_rewards.score(whole)
         given = iter(range(len(whole)))
         picks = [None if j.session.left_out else next(given) for j in judged]
         return TurnRewards(

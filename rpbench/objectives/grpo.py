@@ -751,6 +751,8 @@ class GRPOModule(ObjectiveModule):
         metrics["train/optimizer_step"] = float(self.global_step)
         if self.env is not None:
             metrics |= {f"train/{key}": value for key, value in session_metrics(self._sessions).items()}
+            batches = self.env.sessions_per_generate
+            metrics["train/env/sessions_per_generate"] = sum(batches) / len(batches)  # of this rank's rollouts
             if self._turns is not None:
                 cut = [s.left_out for s in self._sessions]
                 metrics |= turn_metrics(self._turns, self._session_rewards, scored, cut)

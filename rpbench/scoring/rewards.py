@@ -32,10 +32,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from numbers import Real
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rpbench.core.errors import ConfigError
 from rpbench.core.registry import Registry
+from rpbench.data.conversation import character_prompt
 from rpbench.scoring.chat.client import ClientOpener, EndpointSettings, open_client
 from rpbench.scoring.metrics import CJKRougeTokenizer, rouge, sentence_bleu
 from rpbench.scoring.reward_model import RewardModelScorer
@@ -227,6 +229,40 @@ class RewardModelReward(RewardModelScorer):
 
     def __call__(self, prompts, completions, references) -> list[float]:
         return self.score(prompts, completions)
+
+
+@REWARDS.register("session_reward_model")
+class SessionRewardModel(RewardModelScorer):
+    """``env=conversation``: the reward model's score of a whole session, read at its last character turn: that
+    reply after everything before it (the character's system prompt first, then the user's and the character's
+    turns; a user message after the last reply is not read). Called with the sessions' records
+    (``Session.record``) as ``prompts``; a score that is not a finite number is None (no score: the session is
+    left out of its group). ``path``: a local folder, never downloaded."""
+
+    scores_sessions: ClassVar[bool] = True
+
+    @staticmethod
+    def kwargs_problems(kwargs: Mapping[str, Any]) -> list[tuple[str, str]]:
+        path = kwargs["path"]
+        if isinstance(path, str) and Path(path).is_dir():
+            return []
+        return [("path", "the local folder of a one-label sequence-classification model (env.reward_model.path)")]
+
+    def __init__(self, path: str, batch_size: int, dtype: str):
+        super().__init__(path, batch_size, dtype)
+
+    def __call__(self, prompts, completions, references) -> list[float | None]:
+        conversations, replies = [], []
+        for record in prompts:
+            messages = [{"role": "system", "content": character_prompt(record["character"], record["card"])}]
+            messages += [
+                {"role": "user" if m["role"] == "user" else "assistant", "content": m["text"]}
+                for m in record["messages"]
+            ]
+            last = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+            conversations.append(messages[:last])
+            replies.append(messages[last]["content"])
+        return [v if math.isfinite(v) else None for v in self.score(conversations, replies)]
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -228,13 +228,13 @@ def test_a_turn_level_estimator_trains_and_logs_the_turn_rewards(
 
 
 @pytest.mark.slow  # loads the packaged sentence encoder
-def test_card_similarity_and_drift_step_against_a_direct_computation(scenario):
+def test_card_similarity_and_drift_step_against_a_direct_computation(scenario, group_values):
     """The packaged MiniLM: each reply's cosine to the card computed here from the raw embeddings; drift_step is
     its change from the turn before (0 on turn 1); an empty reply has no embedding, so its session has no turn
     rewards."""
     import numpy as np
 
-    from rpbench.objectives.turn_credit.rewards import JudgedSession, TurnRewardOptions, score_turns
+    from rpbench.objectives.turn_credit.rewards import JudgedSession, TurnRewardOptions, TurnRewardSet
     from rpbench.scoring.sentence_encoder import load_sentence_encoder
 
     replies = ["I tend herbs and watch the seasons.", "Quarterly revenue rose by ten percent.", "Sage likes sun."]
@@ -244,10 +244,11 @@ def test_card_similarity_and_drift_step_against_a_direct_computation(scenario):
             session.add_reply(text)
             if k < 2:
                 session.take_user_reply("More?", None, k + 1, "[END]")
-    options = TurnRewardOptions(ooc_phrases=(), encoder=None, batch_size=4)
-    found = score_turns(
-        {"card_similarity": 1.0, "drift_step": 2.0}, [JudgedSession(s, None) for s in sessions], options
-    )
+    defaults = group_values("env", "conversation", "env.turn_reward_options")
+    values = {**defaults, "ooc_phrases": [], "encoder": None, "batch_size": 4}
+    options = TurnRewardOptions.parse(values, "env.turn_reward_options")
+    rewards = TurnRewardSet({"card_similarity": 1.0, "drift_step": 2.0}, options, None)
+    found = rewards.score([JudgedSession(s, None) for s in sessions])
     raw = load_sentence_encoder(None, "test")[0].encode([SCENARIO["card"], *replies], convert_to_numpy=True)
     cosine = [float(raw[0] @ v / np.linalg.norm(raw[0]) / np.linalg.norm(v)) for v in raw[1:]]
     assert found.by_name["card_similarity"][0] == pytest.approx(cosine, abs=1e-5)

@@ -7,17 +7,22 @@ Each function returns the raw measure of every turn, the weight carries its sign
   ``session_judge`` reward among ``env.rewards`` (its verdict is read, no second request);
 - ``ooc_count``: how many out-of-character phrases (``ooc_phrases``) the turn holds;
 - ``card_similarity``: the turn's cosine similarity to the character card (sentence embeddings, ``encoder``);
-- ``drift_step``: that similarity's change from the turn before (0 on the first turn: no step yet).
+- ``drift_step``: that similarity's change from the turn before (0 on the first turn: no step yet);
+- ``rm_prefix``, ``judge_rubric`` (``model_rewards``): a reward model's score of the turn after the session so
+  far, and a judge's rubric score of the turn.
 
 A value is None when the measure does not exist (no verdict; an empty reply has no embedding): the session then
 has no turn rewards and is left out of its group (zero advantage), counted as ``train/turn_reward_missing``.
-A new turn reward is one ``@TURN_REWARDS.register(name)`` function ``fn(sessions, options) -> values``.
+A new turn reward is one ``@TURN_REWARDS.register(name)`` function ``fn(sessions, options) -> values``, or a class
+when it holds a model or a judge client: built once per run as ``cls(options, judge)`` (``judge``: the env's judge
+client), then called as a function is; its ``close()``, if any, runs when training ends (``TurnRewardSet``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rpbench.core.registry import Registry
 from rpbench.core.typed import Problem, Settings
@@ -29,12 +34,44 @@ TURN_REWARDS = Registry("turn reward")
 
 
 @dataclass(frozen=True, kw_only=True)
+class RewardModelOptions(Settings):
+    """``env.reward_model``: a one-label sequence-classification model in a local folder (never downloaded)."""
+
+    path: str | None
+    batch_size: int
+    dtype: str
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = [] if self.batch_size >= 1 else [("batch_size", "an integer >= 1")]
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            found.append(("dtype", "float32, bfloat16 or float16"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnJudgeOptions(Settings):
+    """``env.turn_reward_options.turn_judge``: the rubric the judge scores each character turn on (1-5 per
+    dimension) and the length of its reply."""
+
+    rubric: Mapping[str, str]
+    max_tokens: int
+
+    def problems(self) -> list[Problem]:
+        found: list[Problem] = [] if self.max_tokens >= 1 else [("max_tokens", "an integer >= 1 (tokens)")]
+        if not self.rubric or not all(str(q).strip() for q in self.rubric.values()):
+            found.append(("rubric", "at least one dimension, each with what the judge is to look for"))
+        return found
+
+
+@dataclass(frozen=True, kw_only=True)
 class TurnRewardOptions(Settings):
     """``env.turn_reward_options``: what the registered turn rewards read."""
 
     ooc_phrases: tuple[str, ...]  # ooc_count
     encoder: str | None  # card_similarity, drift_step (null: the packaged all-MiniLM-L6-v2)
     batch_size: int
+    reward_model: RewardModelOptions  # rm_prefix (${env.reward_model})
+    turn_judge: TurnJudgeOptions  # judge_rubric
 
     def problems(self) -> list[Problem]:
         return [("batch_size", "an integer >= 1")] if self.batch_size < 1 else []
@@ -92,13 +129,35 @@ class TurnRewards:
     combined: list[list[float] | None]
 
 
+class TurnRewardSet:
+    """The turn rewards of ``env.turn_rewards``, built once: a registered class as ``cls(options, judge)``."""
+
+    def __init__(self, weights: Mapping[str, float], options: TurnRewardOptions, judge: Any):
+        self.weights, self.options = dict(weights), options
+        self.fns: dict[str, TurnRewardFn] = {}
+        for name in self.weights:
+            found = TURN_REWARDS.get(name)
+            self.fns[name] = found(options, judge) if isinstance(found, type) else found
+
+    def score(self, sessions: Sequence[JudgedSession]) -> TurnRewards:
+        return score_turns(self.weights, sessions, self.options, self.fns)
+
+    def close(self) -> None:
+        for fn in self.fns.values():
+            if callable(getattr(fn, "close", None)):
+                fn.close()
+
+
 def score_turns(
-    weights: Mapping[str, float], sessions: Sequence[JudgedSession], options: TurnRewardOptions
+    weights: Mapping[str, float],
+    sessions: Sequence[JudgedSession],
+    options: TurnRewardOptions,
+    fns: Mapping[str, TurnRewardFn],
 ) -> TurnRewards:
-    """The turn rewards of ``sessions``, weighted by ``weights`` (``env.turn_rewards``)."""
+    """The turn rewards of ``sessions`` (``fns``: each named reward, built), weighted by ``weights``."""
     by_name: dict[str, TurnValues] = {}
     for name in weights:
-        values = TURN_REWARDS.get(name)(sessions, options)
+        values = fns[name](sessions, options)
         for s, row in zip(sessions, values, strict=True):
             if len(row) != s.session.character_turns:
                 raise ValueError(

@@ -122,7 +122,8 @@ def recorded_party(judge: Any, path: Path | None, where: str, run: str) -> Party
 def rewarding_judges(config: Mapping[str, Any], path: Path | None, run: str) -> list[Party]:
     """The judges whose verdicts rewarded ``run``'s training, from its composed config (read from ``path``,
     None: this run's): every reward entry of ``env.rewards`` (with an environment) or ``objective.rewards``
-    whose kwargs name a judge config."""
+    whose kwargs name a judge config, and ``env.judge`` when a turn reward asks it (``env.turn_rewards``:
+    ``judge_rubric``)."""
     objective, env = config.get("objective"), config.get("env")
     if not isinstance(objective, Mapping) or objective.get("name") == "none":
         return []
@@ -137,6 +138,9 @@ def rewarding_judges(config: Mapping[str, Any], path: Path | None, run: str) -> 
         kwargs = entry.get("kwargs") if isinstance(entry, Mapping) else None
         if isinstance(kwargs, Mapping) and isinstance(kwargs.get("judge"), Mapping):
             found.append(recorded_party(kwargs["judge"], path, f"{where}[{i}].kwargs.judge", run))
+    turn_rewards = env.get("turn_rewards") if with_env else None
+    if isinstance(turn_rewards, Mapping) and "judge_rubric" in turn_rewards:
+        found.append(recorded_party(env.get("judge"), path, "env.judge", run))
     return [party for party in found if party is not None]
 
 

@@ -25,6 +25,7 @@ from rpbench.data.records import as_messages
 from rpbench.objectives.turn_credit.rewards import TURN_REWARDS, JudgedSession, TurnRewardOptions, TurnValues
 from rpbench.scoring.chat.client import ChatRequest
 from rpbench.scoring.judge.conversation import SCALE, session_score, transcript
+from rpbench.scoring.judge.parse import outermost_object
 from rpbench.scoring.reward_model import RewardModelScorer
 
 log = logging.getLogger(__name__)
@@ -112,14 +113,8 @@ def turn_judge_prompt(judged: JudgedSession, turn: int, rubric: Mapping[str, str
 def parse_turn_scores(text: str, dimensions: Sequence[str]) -> dict[str, int] | None:
     """``{dimension: 1-5}`` from the outermost ``{...}`` of the judge's reply, or None when a dimension lacks a
     whole score in range."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        return None
-    try:
-        found = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(found, dict):
+    found = outermost_object(text)
+    if found is None:
         return None
     low, high = SCALE
     scores = {d: found.get(d) for d in dimensions}

@@ -31,6 +31,7 @@ from rpbench.scoring.chat.client import (
     new_client,
 )
 from rpbench.scoring.chat.endpoints import api_key
+from rpbench.scoring.judge.parse import outermost_object
 
 SCALE = (1, 5)
 JUDGE_PROMPT = """You are judging a role-play conversation. A model played the character {character}. A user \
@@ -175,14 +176,8 @@ def parse_verdict(text: str, dimensions: Sequence[str]) -> dict[str, Any] | None
     """``{"scores": {dimension: 1-5}, "breaks": [{"turn": int, "reason": str}]}`` from the judge's reply (the
     outermost ``{...}`` in it), or None when any dimension lacks a whole score in range or breaks are malformed
     (no ``breaks`` key: no breaks)."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        return None
-    try:
-        found = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
-    scores = found.get("scores") if isinstance(found, dict) else None
+    found = outermost_object(text)
+    scores = found.get("scores") if found is not None else None
     if not isinstance(scores, dict):
         return None
     low, high = SCALE

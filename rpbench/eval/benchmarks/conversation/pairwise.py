@@ -24,6 +24,7 @@ from rpbench.data.conversation_session import CUT_SHORT
 from rpbench.data.jsonl import object_lines
 from rpbench.eval.stats import summarize
 from rpbench.scoring.judge.conversation import prompt_slots, transcript
+from rpbench.scoring.judge.parse import outermost_object
 
 SCENARIO_FIELDS = ("character", "card", "persona", "goal")
 CHOICES = ("A", "B", "tie")
@@ -118,12 +119,8 @@ def failed_check_ids(folder: str) -> set[str]:
 
 
 def parse_choices(text: str, dimensions: Sequence[str]) -> dict[str, str] | None:
-    start, end = text.find("{"), text.rfind("}")
-    try:
-        found = json.loads(text[start : end + 1]) if 0 <= start < end else None
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(found, dict):
+    found = outermost_object(text)
+    if found is None:
         return None
     choices = {d: str(found.get(d, "")).strip() for d in dimensions}
     normalised = {d: "tie" if c.lower() == "tie" else c.upper() for d, c in choices.items()}

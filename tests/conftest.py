@@ -363,6 +363,29 @@ def tiny_model():
     return tiny_settings
 
 
+@pytest.fixture(scope="session")
+def save_tiny_reward_model(tiny_model):
+    """save_tiny_reward_model(folder, **config) -> folder: a tiny random one-label Qwen2 sequence classifier (seed
+    0) and the tiny model's tokenizer saved there; ``config``: more Qwen2Config fields."""
+
+    def save(folder, **config):
+        import torch
+        from transformers import Qwen2Config, Qwen2ForSequenceClassification
+
+        from rpbench.models import load_tokenizer
+
+        tokenizer = load_tokenizer(tiny_model())
+        sizes = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4}
+        settings = {"num_key_value_heads": 2, "num_labels": 1, "pad_token_id": tokenizer.pad_token_id, **config}
+        torch.manual_seed(0)
+        model = Qwen2ForSequenceClassification(Qwen2Config(vocab_size=len(tokenizer), **sizes, **settings))
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        return folder
+
+    return save
+
+
 @functools.cache
 def group_values(group: str, option: str, key: str) -> dict:
     """The resolved ``key`` node of `python run.py <group>=<option>` (composed once per session)."""

@@ -115,34 +115,14 @@ def test_the_reward_model_input_has_the_tagged_sections():
 
 
 @pytest.fixture
-def stand_in_rm(tmp_path, tiny_model):
+def stand_in_rm(tmp_path, save_tiny_reward_model, tiny_model):
     """A folder with a tiny random reward model and its own code (modeling_stand_in.StandInCharRM)."""
-    import torch
-    from transformers import Qwen2Config
-
     from rpbench.models import load_tokenizer
 
     folder = tmp_path / "char_rm"
     folder.mkdir()
     (folder / "modeling_stand_in.py").write_text(STAND_IN)
-    tokenizer = load_tokenizer(tiny_model())
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    from transformers import Qwen2ForSequenceClassification
-
-    torch.manual_seed(0)
-    Qwen2ForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_reward_model(folder, eos_token_id=load_tokenizer(tiny_model()).eos_token_id)
 
 
 def rm_settings(folder: Path, **changes) -> CharacterRMSettings:

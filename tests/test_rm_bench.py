@@ -154,27 +154,16 @@ def test_a_pairwise_judge_is_asked_both_orders_and_its_flips_counted(
 
 
 @pytest.mark.slow
-def test_a_local_reward_model_is_loaded_and_its_scores_decide(tmp_path, pairs_file, run_in_process, tiny_model):
+def test_a_local_reward_model_is_loaded_and_its_scores_decide(
+    tmp_path, pairs_file, run_in_process, save_tiny_reward_model, tiny_model
+):
     import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+    from transformers import Qwen2ForSequenceClassification
 
     from rpbench.models import load_tokenizer
 
+    folder = save_tiny_reward_model(tmp_path / "rm")
     tokenizer = load_tokenizer(tiny_model())
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path / "rm"
-    Qwen2ForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
     out = tmp_path / "run"
     run_in_process(
         out, "objective=none", "logger=none", "data=rm_bench", f"data.files.test={pairs_file}",

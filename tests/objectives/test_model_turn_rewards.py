@@ -15,7 +15,7 @@ from rpbench.core.errors import ConfigError
 from rpbench.data import readers
 from rpbench.data.conversation_session import Session
 from rpbench.data.readers import NoRubrics
-from rpbench.models import chat_renderer, load, load_tokenizer
+from rpbench.models import chat_renderer, load
 from rpbench.models.generation import default_stop_ids
 from rpbench.objectives.conversation_env import ConversationEnv, ConversationEnvSettings
 from rpbench.objectives.sampling import rollout_options
@@ -77,27 +77,9 @@ def played(scenario, turns: list[list[str]]) -> list[Session]:
 
 
 @pytest.fixture
-def reward_model(tmp_path, tiny_model):
+def reward_model(tmp_path, save_tiny_reward_model):
     """A tiny random one-label Qwen2 sequence classifier with the tiny model's tokenizer, saved to a folder."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
-
-    tokenizer = load_tokenizer(tiny_model())
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path / "rm"
-    Qwen2ForSequenceClassification(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_reward_model(tmp_path / "rm")
 
 
 def own_logit(folder, messages: list[dict]) -> float:

@@ -315,26 +315,16 @@ def test_judge_reward_scores_each_completion_through_a_real_judge_server(scripte
     assert fn.fn.failures == 1
 
 
-def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(tmp_path, tiny_model):
+def test_reward_model_reward_equals_the_classifier_on_each_unpadded_sample(
+    tmp_path, save_tiny_reward_model, tiny_model
+):
     import torch
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+    from transformers import Qwen2ForSequenceClassification
 
     from rpbench.models import load_tokenizer
 
+    save_tiny_reward_model(tmp_path)
     tokenizer = load_tokenizer(tiny_model())
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(0)
-    Qwen2ForSequenceClassification(config).save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
     entry = {"name": "reward_model", "weight": 1, "kwargs": {"name_or_path": str(tmp_path), "batch_size": 2}}
     (fn,) = build_reward_fns([{**entry, "kwargs": {**entry["kwargs"], "dtype": "float32"}}], "objective.rewards")
     prompts = [[{"role": "user", "content": "Who are you?"}]] * 3

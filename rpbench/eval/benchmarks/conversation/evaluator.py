@@ -47,6 +47,7 @@ from rpbench.eval.benchmarks.conversation.ensemble import (
     flip_rate,
     judge_ensemble,
     judge_parties,
+    merged,
     named_rows,
     pairwise_ensemble,
 )
@@ -161,7 +162,7 @@ class Conversation(Benchmark):
         if judge is None:
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
         for i, over in enumerate(settings.judges or () if judge is not None else ()):
-            EndpointSettings.collect({**judge.plain(), **over}, f"evaluator.judges[{i}]", out)
+            EndpointSettings.collect(merged(judge.plain(), over), f"evaluator.judges[{i}]", out)
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out + simulator_key_problems(settings.simulator, "evaluator.simulator")

@@ -42,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--judges", nargs="+", default=["tiny-llama", "tiny-gemma2"], help="conf/model entries judging")
     p.add_argument("--ci-width", type=float, default=0.5, help="the CI width the variance step sizes sessions for")
     p.add_argument("--skip-variance", action="store_true", help="leave out step 5 (the sweep: 4 runs)")
+    p.add_argument("--from-step", type=int, default=1, help="start here, reading the earlier steps' folders in --out")
     return p
 
 
@@ -120,50 +121,54 @@ def main(argv: list[str] | None = None) -> int:
     step = [f"model={args.policy}", "objective=grpo", "env=conversation", "data=sample_conversation", "evaluator=none"]
     step += ["judge=local", f"judge.server.model={args.reward_judge}", "trainer.max_steps=1"]
     step += [*QUIET, f"hydra.run.dir={policy}"]
-    rc, s, _ = run("1. policy: one GRPO step rewarded by the reward judge", [*python, *step], out / "policy.log")
-    summary.append(f"1. policy: exit {rc}, {s:.0f} s (reward judge {args.reward_judge})")
+    if args.from_step <= 1:
+        rc, s, _ = run("1. policy: one GRPO step rewarded by the reward judge", [*python, *step], out / "policy.log")
+        summary.append(f"1. policy: exit {rc}, {s:.0f} s (reward judge {args.reward_judge})")
 
     parts = [f"model={args.policy}", f"init_from={policy}", *data, f"evaluator.max_turns={args.turns}"]
     parts += [f"evaluator.simulator.server={args.simulator}", "evaluator.simulator.max_tokens=32"]
     parts += ["evaluator.generation.max_new_tokens=24", "evaluator.judge_max_tokens=64"]
     parts += ["evaluator.allow_shared_judge=false"]
     parts += ["objective=none", "judge=local", *QUIET]
-    refused = out / "refused"
-    rc, s, error = run(
-        "2. refusal: the reward judge judging its own policy",
-        [*python, *parts, f"judge.server.model={args.reward_judge}", f"hydra.run.dir={refused}"],
-        out / "refused.log",
-    )
-    verdict = "refused at startup" if rc != 0 and "are one model" in error else f"NOT refused (exit {rc})"
-    summary.append(f"2. reward judge as evaluation judge: {verdict}, {s:.0f} s")
+    if args.from_step <= 2:
+        refused = out / "refused"
+        rc, s, error = run(
+            "2. refusal: the reward judge judging its own policy",
+            [*python, *parts, f"judge.server.model={args.reward_judge}", f"hydra.run.dir={refused}"],
+            out / "refused.log",
+        )
+        verdict = "refused at startup" if rc != 0 and "are one model" in error else f"NOT refused (exit {rc})"
+        summary.append(f"2. reward judge as evaluation judge: {verdict}, {s:.0f} s")
 
     evaluated = out / "evaluate"
-    rc, s, _ = run(
-        "3. evaluate: separate simulator, held-out judge ensemble, simulator checks on",
-        [*python, *parts, served(args.judges), f"hydra.run.dir={evaluated}"],
-        out / "evaluate.log",
-    )
-    summary += [f"3. evaluate: exit {rc}, {s:.0f} s", *conversation_summary("   sessions", read(evaluated))]
+    if args.from_step <= 3:
+        rc, s, _ = run(
+            "3. evaluate: separate simulator, held-out judge ensemble, simulator checks on",
+            [*python, *parts, served(args.judges), f"hydra.run.dir={evaluated}"],
+            out / "evaluate.log",
+        )
+        summary += [f"3. evaluate: exit {rc}, {s:.0f} s", *conversation_summary("   sessions", read(evaluated))]
 
-    rejudged = out / "rejudge"
-    step = [f"model={args.policy}", "objective=none", *data, f"evaluator.rejudge={evaluated}", "judge=local", *QUIET]
-    rc, s, _ = run(
-        "4. re-judge the same sessions: the judges sampling at temperature 0.7",
-        [*python, *step, served(args.judges, temperature=0.7), f"hydra.run.dir={rejudged}"],
-        out / "rejudge.log",
-    )
-    summary += [f"4. re-judge: exit {rc}, {s:.0f} s", *conversation_summary("   re-judged", read(rejudged))]
+    if args.from_step <= 4:
+        rejudged = out / "rejudge"
+        step = [f"model={args.policy}", "objective=none", *data, f"evaluator.rejudge={evaluated}", "judge=local"]
+        rc, s, _ = run(
+            "4. re-judge the same sessions: the judges sampling at temperature 0.7",
+            [*python, *step, *QUIET, served(args.judges, temperature=0.7), f"hydra.run.dir={rejudged}"],
+            out / "rejudge.log",
+        )
+        summary += [f"4. re-judge: exit {rc}, {s:.0f} s", *conversation_summary("   re-judged", read(rejudged))]
 
     if not args.skip_variance:
+        folder = out / "variance_sweep"  # one job folder per combination, named by its number
         sweep = [sys.executable, "sweep.py", *(p for p in parts if p != "judge=local"), "judge=local"]
         sweep += [f"judge.server.model={','.join(args.judges)}", "evaluator.generation.temperature=0.7"]
-        sweep += ["evaluator.generation.seed=1,2", "sweep_name=protocol_variance", f"paths.output_root={out}"]
+        sweep += ["evaluator.generation.seed=1,2", f"hydra.sweep.dir={folder}", "hydra.sweep.subdir=${hydra.job.num}"]
         rc, s, _ = run("5a. variance sweep: judges x policy sampling seeds", sweep, out / "sweep.log")
         summary.append(f"5a. variance sweep: exit {rc}, {s:.0f} s")
-        command = [sys.executable, "-m", "rpbench.conversation_variance", str(out / "multirun" / "protocol_variance")]
-        command += ["--ci-width", str(args.ci_width)]
+        command = [sys.executable, "-m", "rpbench.conversation_variance", str(folder), "--ci-width", str(args.ci_width)]
         rc, s, error = run("5b. variance components and sessions for the CI width", command, out / "variance.log")
-        table = out / "multirun" / "protocol_variance" / "variance.md"
+        table = folder / "variance.md"
         summary.append(
             f"5b. variance: exit {rc}" + (f", table in {table}" if rc == 0 else f": no table ({error[:300]})")
         )

@@ -36,6 +36,13 @@ def test_the_excess_is_the_family_judges_score_minus_the_other_families_mean_per
     assert d["overall"]["delta"] == pytest.approx((1.25 + 1 - 1) / 3)
 
 
+def test_another_judge_of_the_policys_family_is_no_reference():
+    by_judge = {"q": [{"a": 5}, {"a": 4}], "q2": [{"a": 1}, {"a": 1}], "l": [{"a": 3}, {"a": 3}]}
+    found = self_preference(by_judge, ["q", "q2"], ["a"], BOOTSTRAP)
+    assert found["q"]["against"] == ["l"] and found["q"]["dimensions"]["a"]["delta"] == pytest.approx(1.5)
+    assert found["q2"]["dimensions"]["a"]["delta"] == pytest.approx(-2)
+
+
 def test_the_ci_matches_the_exact_bootstrap_distribution_of_the_mean_excess():
     """Five sessions, one judge of each family: the percentile CI of 20000 resamples against the quantiles of
     all 5^5 equally likely resamples of the per-session differences."""

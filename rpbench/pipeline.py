@@ -303,6 +303,7 @@ def run_stages(spec: TrainEvalRun, local_judge_server: LocalServer) -> dict[str,
         results["eval"] = evaluate(evaluation)
         eval_warnings = [h["warning"] for h in results["eval"]["endpoints"].values() if h["warning"]]
         eval_warnings += [results["eval"]["judge_warning"]] if results["eval"].get("judge_warning") else []
+        eval_warnings += results["eval"].get("warnings", [])  # what the evaluation measured to warn about
         if eval_warnings:
             results["warnings"] = [*results.get("warnings", []), *eval_warnings]
         if results["eval"].get("failed"):

@@ -64,9 +64,18 @@ def test_a_judge_of_the_evaluated_models_family_is_a_warning(compose):
     qwen = validate(compose(*EVALUATION, *JUDGE, *OWN_USER, "judge.model=Qwen/Qwen2.5-72B-Instruct")).overlaps
     assert qwen == (
         f"the judge (judge), Qwen/Qwen2.5-72B-Instruct ({JUDGE_URL}), is of the evaluated model's family (qwen: "
-        "tiny-qwen2): a judge may favour its own family's replies",
+        "tiny-qwen2): a judge may favour its own family's replies, and its self-preference could not be measured: "
+        "no judge of another family scores the same sessions (add one to evaluator.judges to measure it)",
     )
     assert validate(compose(*EVALUATION, *JUDGE, *OWN_USER, "model=tiny-llama")).overlaps == ()
+    # beside a judge of another family, its self-preference is measured after judging
+    ensemble = "evaluator.judges=[{model: qwen2.5-7b}, {model: llama-3-8b}]"
+    measured = validate(compose(*EVALUATION, *JUDGE, *OWN_USER, ensemble)).overlaps
+    assert measured == (
+        f"judge 0 of the ensemble (evaluator.judges[0]), qwen2.5-7b ({JUDGE_URL}), is of the evaluated model's family "
+        "(qwen: tiny-qwen2): a judge may favour its own family's replies; its self-preference on these sessions is "
+        "measured against the judges of other families after judging (eval.conversation.self_preference)",
+    )
 
 
 @pytest.mark.slow

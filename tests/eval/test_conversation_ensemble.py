@@ -161,3 +161,16 @@ def test_the_flip_rate_counts_verdicts_that_follow_the_position_per_judge_and_po
     assert results["dimensions"]["x"]["mean"] == 0.75 and results["dimensions"]["y"]["mean"] == 1.0
     assert results["dimensions"]["x"]["position_inconsistent"] == 2 and results["shared_sessions"] == 2
     assert len(rows) == 8 and {r["judge"] for r in rows} == {"ja", "jb"}
+
+
+def test_a_served_judges_entry_is_merged_over_the_judge_groups_server(compose):
+    """judge=local: ``{server: {model: ...}}`` replaces the served model and keeps the group's serving options."""
+    from rpbench.eval.benchmarks.conversation.ensemble import ensemble_configs
+
+    judges = "evaluator.judges=[{server: {model: tiny-llama}}, {server: {model: tiny-gemma2}, temperature: 0.7}]"
+    user = "evaluator.simulator.server=smollm2-135m-instruct"
+    spec = validate(compose("objective=none", "data=sample_conversation", "judge=local", user, judges))
+    configs = ensemble_configs(spec.judge, spec.evaluator.judges)
+    assert [c.server.model for c in configs] == ["tiny-llama", "tiny-gemma2"]
+    assert configs[0].server.max_batch_size == spec.judge.server.max_batch_size == 8
+    assert (configs[0].temperature, configs[1].temperature) == (spec.judge.temperature, 0.7)

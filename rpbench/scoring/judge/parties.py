@@ -92,13 +92,33 @@ def model_family(name: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def family_overlap(judge: Party, family: str | None, evaluated: str) -> list[Overlap]:
-    """A warning when the judge is of the evaluated model's family (``family``: its registered family)."""
-    shared = model_family(family) or model_family(evaluated)
-    if shared is None or model_family(judge.model) != shared:
-        return []
-    text = f"{judge.part}, {judge.who}, is of the evaluated model's family ({shared}: {evaluated})"
-    return [Overlap(text + ": a judge may favour its own family's replies", None, True)]
+def policy_family(family: str | None, evaluated: str) -> str | None:
+    """The evaluated model's family: from its registered ``model.family``, else from its name (None: unknown)."""
+    return model_family(family) or model_family(evaluated)
+
+
+def family_overlaps(judges: Sequence[Party], family: str | None, evaluated: str) -> list[Overlap]:
+    """A warning for each judge of the evaluated model's family (``family``: its registered family). With a judge of
+    another family scoring the same sessions, the family judge's self-preference is measured after judging
+    (``self_preference``); without one, the warning says it cannot be and how to make it measurable."""
+    shared = policy_family(family, evaluated)
+    own = [j for j in judges if shared is not None and model_family(j.model) == shared]
+    measurable = len(own) < len(judges)
+    found = []
+    for judge in own:
+        text = f"{judge.part}, {judge.who}, is of the evaluated model's family ({shared}: {evaluated})"
+        if measurable:
+            text += (
+                ": a judge may favour its own family's replies; its self-preference on these sessions is measured "
+                "against the judges of other families after judging (eval.conversation.self_preference)"
+            )
+        else:
+            text += (
+                ": a judge may favour its own family's replies, and its self-preference could not be measured: no "
+                "judge of another family scores the same sessions (add one to evaluator.judges to measure it)"
+            )
+        found.append(Overlap(text, None, True))
+    return found
 
 
 def recorded_party(judge: Any, path: Path | None, where: str, run: str) -> Party | None:

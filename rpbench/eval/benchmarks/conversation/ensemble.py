@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rpbench.eval.benchmarks.conversation.pairwise import OUTCOME
-from rpbench.eval.benchmarks.rpgbench.evaluator import JudgeValue, judge_configs
+from rpbench.eval.benchmarks.rpgbench.evaluator import JudgeValue
 from rpbench.eval.context import EvalContext
 from rpbench.eval.stats import summarize
 from rpbench.scoring.chat.client import ChatClient, EndpointSettings
@@ -31,14 +31,27 @@ from rpbench.scoring.judge.parties import Party, judge_party
 from rpbench.scoring.krippendorff import alpha
 
 log = logging.getLogger(__name__)
-Judges = tuple[Mapping[str, JudgeValue], ...] | None  # evaluator.judges
+# evaluator.judges: each entry's keys over the judge group's; a mapping (``server``) merged over the group's mapping
+Judges = tuple[Mapping[str, JudgeValue | Mapping[str, JudgeValue]], ...] | None
 LEVELS = ("interval", "ordinal")
 JUDGED = ("ok", "parse_failure", "request_failure")  # a judgement's statuses (a session cut short: how it ended)
 
 
+def merged(group: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry of ``evaluator.judges`` over the judge group's settings; a mapping in both (``server``: another
+    served model, ``{server: {model: tiny-llama}}``) merged key by key."""
+    out = dict(group)
+    for key, value in entry.items():
+        both = isinstance(value, Mapping) and isinstance(group.get(key), Mapping)
+        out[key] = {**group[key], **value} if both else value
+    return out
+
+
 def ensemble_configs(judge: EndpointSettings, judges: Judges) -> list[EndpointSettings]:
     """The judges scoring the sessions: ``judge`` with each entry of ``evaluator.judges`` over it (none: ``judge``)."""
-    return judge_configs(judge, judges or ())
+    if not judges:
+        return [judge]
+    return [EndpointSettings.parse(merged(judge.plain(), e), f"evaluator.judges[{i}]") for i, e in enumerate(judges)]
 
 
 def judge_parties(judge: EndpointSettings, judges: Judges) -> list[Party]:

@@ -47,6 +47,7 @@ from rpbench.eval.benchmarks.conversation.ensemble import (
     flip_rate,
     judge_ensemble,
     judge_parties,
+    merged,
     named_rows,
     pairwise_ensemble,
 )
@@ -61,6 +62,8 @@ from rpbench.eval.benchmarks.conversation.pairwise import (
 )
 from rpbench.eval.benchmarks.conversation.rejudge import rejudge_overlaps, rejudge_sessions, source_problems
 from rpbench.eval.benchmarks.conversation.rejudge import scenario_problems as scenario_problems_of_source
+from rpbench.eval.benchmarks.conversation.self_preference import of_run as self_preference_of_run
+from rpbench.eval.benchmarks.conversation.self_preference import report as self_preference_report
 from rpbench.eval.benchmarks.conversation.sessions import run_sessions
 from rpbench.eval.context import EvalContext
 from rpbench.eval.settings import JudgedSettings
@@ -75,7 +78,7 @@ from rpbench.scoring.judge.conversation import (
     simulator_key_problems,
     simulator_version,
 )
-from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, overlaps, simulator_party
+from rpbench.scoring.judge.parties import Overlap, Party, family_overlaps, overlaps, simulator_party
 from rpbench.scoring.simulator_checks.base import SimulatorCheckSettings, check_name_problems
 
 log = logging.getLogger(__name__)
@@ -163,7 +166,7 @@ class Conversation(Benchmark):
         if judge is None:
             out.append("evaluator=conversation needs a judge (it also plays the user): judge=openai|local|vllm|...")
         for i, over in enumerate(settings.judges or () if judge is not None else ()):
-            EndpointSettings.collect({**judge.plain(), **over}, f"evaluator.judges[{i}]", out)
+            EndpointSettings.collect(merged(judge.plain(), over), f"evaluator.judges[{i}]", out)
         if data.format != "conversation":
             out.append(f"evaluator=conversation reads data=conversation (format conversation), got {data.format}")
         return out + simulator_key_problems(settings.simulator, "evaluator.simulator")
@@ -180,12 +183,11 @@ class Conversation(Benchmark):
             judges = judge_parties(judge, settings.judges)
             return rejudge_overlaps(settings.rejudge, judges, settings.allow_shared_judge)
         user = simulator_party(settings.simulator, judge, "the user simulator (evaluator.simulator)")
-        found = []
-        for this in judge_parties(judge, settings.judges):
+        found, judges = [], judge_parties(judge, settings.judges)
+        for this in judges:
             pairs = [(user, this), *((this, rewarding) for rewarding in trained_by)]
             found += overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
-            found += family_overlap(this, model.family, model.name)
-        return found
+        return found + family_overlaps(judges, model.family, model.name)
 
     def record_problems(self, settings: Settings, data: DataSettings, examples: Sequence[EvalExample]) -> list[str]:
         """With ``pairwise_with``: the other run shares scenarios with these records, and the same ones; with
@@ -223,7 +225,8 @@ class Conversation(Benchmark):
                 "simulator_usage": simulator.stats.as_dict(),
                 "endpoints": {"simulator": simulator_health(resumed, ctx.judge.warn_request_failure_rate)},
             }
-            judge_and_summarise(ctx, client, sessions, results, ev.max_turns)
+            policy = (ctx.model_config.family, ctx.model_config.name)
+            judge_and_summarise(ctx, client, sessions, results, ev.max_turns, policy)
         results["report_sections"] = report_sections(results)
         if ctx.logger is not None:
             ctx.logger.log_metrics(
@@ -263,13 +266,19 @@ def judge_complete(
 
 
 def judge_and_summarise(
-    ctx: EvalContext, client: Any, sessions: Sequence[Session], results: dict[str, Any], max_turns: int
+    ctx: EvalContext,
+    client: Any,
+    sessions: Sequence[Session],
+    results: dict[str, Any],
+    max_turns: int,
+    policy: tuple[str | None, str],
 ) -> None:
     """``sessions`` checked (``evaluator.simulator_checks``), those passing judged (by ``client``, or by each
     judge of ``evaluator.judges``), all measured without a judge, and compared pairwise with
     ``evaluator.pairwise_with``'s: simulator_checks.jsonl, judgements.jsonl, scores.jsonl, flags.jsonl (and
     pairwise.jsonl) written; the judges and the summaries (``conversation``, ``metrics``, ``compare``) added to
-    ``results``. Shared by simulated and re-judged sessions (``rejudge``)."""
+    ``results``, and a judge of the policy's family (``policy``: its family and name) measured against the others
+    (``self_preference``, its warnings in ``warnings``). Shared by simulated and re-judged sessions (``rejudge``)."""
     from rpbench.eval.evaluate import compare
 
     ev, out_dir = ctx.settings, ctx.out_dir
@@ -280,9 +289,12 @@ def judge_and_summarise(
         each = ask_each(ctx, lambda c: judge_complete(c, sessions, records, ev.rubric, max_tokens))
         judgements, ensemble = judge_ensemble(each, dimensions, bootstrap)
         write_jsonl(out_dir / "judgements.jsonl", named_rows(each))
+        by_judge = {name: [r["scores"] for r in rows] for name, (rows, _) in each.items()}
     else:
         judgements = judge_complete(client, sessions, records, ev.rubric, max_tokens)
         write_jsonl(out_dir / "judgements.jsonl", judgements)
+        by_judge = {client.config.model: [j["scores"] for j in judgements]}
+    compared_by_judge = None
     if ev.pairwise_with:
         other = read_other(ev.pairwise_with, records)
         failed = failed_check_ids(ev.pairwise_with) | {s.id for s in sessions if s.failed_checks}
@@ -291,10 +303,13 @@ def judge_and_summarise(
             return judge_pairwise(c, records, other, ev.rubric, max_tokens, bootstrap, failed)
 
         if ev.judges:
-            pairwise, compared = pairwise_ensemble(ask_each(ctx, ask), dimensions, bootstrap)
+            asked = ask_each(ctx, ask)
+            pairwise, compared = pairwise_ensemble(asked, dimensions, bootstrap)
+            compared_by_judge = {name: rows for name, ((_, rows), _) in asked.items()}
         else:
             pairwise, compared = ask(client)
             pairwise["flip_rate"] = flip_rate(compared, dimensions)
+            compared_by_judge = {client.config.model: compared}
         pairwise["against"] = Path(ev.pairwise_with).name
         write_jsonl(out_dir / "pairwise.jsonl", compared)
     configs = ensemble_configs(ctx.judge, ev.judges)
@@ -316,6 +331,13 @@ def judge_and_summarise(
         attach_ensemble(results["conversation"], ensemble)
     if ev.pairwise_with:
         results["conversation"]["pairwise"] = pairwise
+    parties = judge_parties(ctx.judge, ev.judges)
+    preference = self_preference_of_run(by_judge, compared_by_judge, parties, policy, dimensions, bootstrap)
+    if preference is not None:
+        results["conversation"]["self_preference"] = preference
+        results["warnings"] = preference["warnings"]
+        for warning in preference["warnings"]:
+            log.warning(warning)
     results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
     if ev.compare_to:
         results["compare"] = compare(ev, scores)
@@ -452,6 +474,9 @@ def report_sections(results: Mapping[str, Any]) -> list[str]:
             f"\n| --- | --- | --- |\n{rows}"
         )
     text += ensemble_report(c)
+    if "self_preference" in c:
+        sp = c["self_preference"]
+        text += self_preference_report({k: sp[k] for k in ("scores", "win_rates") if k in sp})
     if c["simulator_errors"]:
         text += "\n\nSessions cut short by the simulator: " + "; ".join(
             f"{k}: {v}" for k, v in c["simulator_errors"].items()

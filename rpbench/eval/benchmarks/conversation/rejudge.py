@@ -31,7 +31,7 @@ from rpbench.scoring.judge.parties import (
     SERVED,
     Overlap,
     Party,
-    family_overlap,
+    family_overlaps,
     overlaps,
     recorded_party,
     rewarding_judges,
@@ -66,6 +66,11 @@ class Source:
         if sim.get("base_url") is not None:
             return Party(part, endpoint_identity(sim["base_url"]), str(sim.get("model")))
         return replace(self.judge(), part=part)
+
+    def policy(self) -> tuple[str | None, str]:
+        """The policy that played the character: its registered family (None: unrecorded) and its name."""
+        model = self.config.get("model") if isinstance(self.config.get("model"), Mapping) else {}
+        return model.get("family"), str(self.metrics.get("model"))
 
     def judge(self) -> Party:
         return recorded_party(self.config["judge"], self.folder / "config.yaml", "judge", f"run {self.name}")
@@ -180,13 +185,11 @@ def rejudge_overlaps(folder: str, judges: Sequence[Party], allowed: bool) -> lis
     source = read_source(folder)
     rewarding = rewarding_judges(source.config, source.folder / "config.yaml", f"run {source.name}")
     rewarding += trained_by(source.config.get("init_from"))
-    model = source.config.get("model") if isinstance(source.config.get("model"), Mapping) else {}
     found = []
     for this in judges:
         pairs = [(source.simulator(), this), *((this, r) for r in rewarding)]
         found += overlaps(pairs, "evaluator.allow_shared_judge", allowed)
-        found += family_overlap(this, model.get("family"), str(source.metrics.get("model")))
-    return found
+    return found + family_overlaps(judges, *source.policy())
 
 
 def stored_sessions(source: Source, examples: Sequence[EvalExample]) -> list[Session]:
@@ -248,7 +251,7 @@ def rejudge_sessions(ctx: EvalContext) -> dict[str, Any]:
     }
     turns = origin["max_turns"] if isinstance(origin["max_turns"], int) else ev.max_turns
     with ctx.open_client() as client:
-        judge_and_summarise(ctx, client, sessions, results, turns)
+        judge_and_summarise(ctx, client, sessions, results, turns, source.policy())
     title = f"Re-judged sessions of `{origin['folder']}` (run `{origin['run_name']}`, policy `{origin['model']}`)"
     judges = ", ".join(f"`{j['backend']}:{j['model']}`" for j in origin["judges"])
     prompts = ", ".join(str(j["prompt_version"]) for j in results["session_judges"])

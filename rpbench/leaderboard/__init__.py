@@ -13,12 +13,12 @@ less how generation runs), the test records' content hash (``records.test.record
 version. Runs of one cell with one identity are seeds: the median run is shown (the lower one of an even count).
 Runs of one cell with different identities are never combined (the cell is a conflict, naming which runs differ
 in what and the ``--by`` that splits them), and a cell whose judge, prompts, decoding, data or headline differs
-from its column's most common one is flagged and left out of that column's ranks: only like is ranked with like. A re-judged
-conversation run (``evaluator.rejudge``) is in the row of the policy whose sessions it judged. A missing cell is
-shown as missing. A run marked ``failed`` in its metrics.json (its results rest on nothing) is skipped, with
-why. A short run (its metrics.json's ``short_run``; for a run written before that, a ``debug=<preset>`` Hydra
-recorded in its ``.hydra/hydra.yaml``, or ``trainer.fast_dev_run`` in its config.yaml) is left out, counted and
-listed; ``--with-short`` shows it in a row of its own, never ranked.
+from its column's most common one is flagged and left out of that column's ranks: only like is ranked with
+like. A re-judged conversation run (``evaluator.rejudge``) is in the row of the policy whose sessions it judged.
+A missing cell is shown as missing. A run marked ``failed`` in its metrics.json (its results rest on nothing) is
+skipped, with why. A short run (its metrics.json's ``short_run``; for a run written before that, a
+``debug=<preset>`` Hydra recorded in its ``.hydra/hydra.yaml``, or ``trainer.fast_dev_run`` in its config.yaml) is
+left out, counted and listed; ``--with-short`` shows it in a row of its own, never ranked.
 
 The overall rank is the mean of a row's ranks over the benchmarks it is ranked in (1: best; ties share the
 mean rank), with their spread (min-max); adjacent rows in that order are compared per benchmark by a paired

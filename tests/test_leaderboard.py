@@ -539,3 +539,25 @@ def test_cells_of_other_prompts_decoding_or_judge_endpoint_are_never_ranked_toge
     key = produced.rstrip(" |").rsplit("| ", 1)[-1]
     ranked = next(line for line in text.splitlines() if line.startswith("| ") and "small | 2.00 (2-2, 1) |" in line)
     assert ranked.endswith(f"0.6000 [0.2500, 1.0000] [{key}] |") and key.startswith("P")
+
+
+def test_a_judge_snapshot_and_a_scoring_reward_model_are_part_of_the_judge(tmp_path):
+    """A served judge's revision and the reward model that scores a run (its folder's name) tell judges apart:
+    runs of one model under two of them are a conflict on judge."""
+    for name, served, reward_model in [
+        ("a", {"name": "judge-7b", "revision": "r1"}, "/models/CharacterRM"),
+        ("b", {"name": "judge-7b", "revision": "r2"}, "/models/CharacterRM"),
+        ("c", {"name": "judge-7b", "revision": "r1"}, "/elsewhere/OtherRM"),
+    ]:
+        write_run(tmp_path / name, "big", "rolemrc", 0.5, [1, 0], judge="local:judge-7b")
+        config = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        config["judge"]["server"] = {"model": served}
+        config["evaluator"] = {"reward_model": {"path": reward_model}}
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+    differ = build([tmp_path]).cells["big", "rolemrc"].conflict.differ
+    assert list(differ) == ["judge"]
+    assert {judge: [run.rsplit("/", 1)[-1] for run in runs] for judge, runs in differ["judge"].items()} == {
+        "local:judge-7b@r1+reward_model:CharacterRM": ["a"],
+        "local:judge-7b@r2+reward_model:CharacterRM": ["b"],
+        "local:judge-7b@r1+reward_model:OtherRM": ["c"],
+    }

@@ -164,12 +164,25 @@ def row_name(by: str, run: Path, results: Mapping[str, Any], config: Mapping[str
     return str(run) if by == "run" else trained
 
 
+def reward_model_identity(config: Mapping[str, Any], where: str) -> str | None:
+    """``reward_model:<folder name>`` when a reward model scores the run (``evaluator.reward_model.path``, and
+    ``evaluator.scorer`` when there is one says so: CharacterEval's CharacterRM, RM-Bench's); its folder's name
+    only, never the machine's path."""
+    evaluator = _mapping(config.get("evaluator"), f"{where}: evaluator")
+    path = _mapping(evaluator.get("reward_model"), f"{where}: evaluator.reward_model").get("path")
+    if not path or evaluator.get("scorer", "reward_model") != "reward_model":
+        return None
+    return f"reward_model:{Path(str(path)).name}"
+
+
 def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str:
-    """``backend:model`` of the run's judge (each judge of an ``evaluator.judges`` ensemble); ``none``."""
+    """``backend:model`` of the run's judge (``at <base_url>`` where recorded; a served model's ``@revision``;
+    each judge of an ``evaluator.judges`` ensemble), and the reward model that scores it; ``none``."""
     judge = _mapping(config.get("judge"), f"{where}: judge")
     backend = judge.get("backend", UNRECORDED)
+    scorer = reward_model_identity(config, where)
     if backend == "none":
-        return "none"
+        return scorer or "none"
     if backend == "local":
         served = _mapping(judge.get("server"), f"{where}: judge.server").get("model")
         model = served.get("name") if isinstance(served, Mapping) else served
@@ -187,7 +200,7 @@ def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str
         extra = _mapping(extra, f"{where}: evaluator.judges[{k}]")
         at = extra.get("base_url")
         names.append(f"{extra.get('backend', backend)}:{extra.get('model', model)}" + (f" at {at}" if at else ""))
-    return "+".join(names)
+    return "+".join([*names, *([scorer] if scorer else [])])
 
 
 def digest(text: str) -> str:

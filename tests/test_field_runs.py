@@ -37,6 +37,7 @@ def test_the_field_file_parses_and_each_set_names_its_data_configs():
         FieldSettings.parse({**raw, "default_set": "nowhere"}, "field.yaml")
 
 
+@pytest.mark.slow  # imports the benchmarks (the leaderboard's run reader)
 def test_what_a_folder_holds_decides_reuse_resume_or_refusal(tmp_path):
     config = {"model": {"name": "tiny-qwen2"}, "evaluator": {"name": "rolebench"}, "paths": {"output_dir": "a"}}
     run = tmp_path / "rolebench"
@@ -53,6 +54,15 @@ def test_what_a_folder_holds_decides_reuse_resume_or_refusal(tmp_path):
     other = {**config, "model": {"name": "tiny-llama"}}
     assert earlier(run, other) == ("other", "model.name: 'tiny-qwen2' -> 'tiny-llama'")
     assert fingerprint(config) != fingerprint(other)
+
+
+def test_the_rpbench_command_names_benchmarks_not_in_the_set(capsys):
+    from rpbench.cli.commands import main as rpbench
+
+    with pytest.raises(SystemExit) as stop:
+        rpbench(["field", "--only", "rolemrc,nowhere"])
+    assert stop.value.code == 2
+    assert "--only nowhere: not in set samples (rolemrc, rolebench, characterllm" in capsys.readouterr().err
 
 
 def judge_reply(body: dict) -> str:

@@ -30,6 +30,7 @@ FIELD_FILE = CONF_DIR / "field.yaml"
 # Keys of a run's config that name or place it, not what it computes: left out of its settings fingerprint.
 NOT_FINGERPRINTED = ("paths", "run_name", "sweep_name")
 SHOWN_DIFFERENCES = 5
+INTERRUPTED = 130  # the exit status of a job stopped by Ctrl-C (rpbench.cli.job)
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,8 @@ def launch(args: Sequence[str]) -> str | None:
     try:
         run_job()
     except SystemExit as stop:
+        if stop.code == INTERRUPTED:  # Ctrl-C stops the field, not only this benchmark
+            raise
         if stop.code not in (None, 0):
             return f"exit status {stop.code}"
     except Exception as error:  # the crash's traceback is in the run's log
@@ -249,7 +252,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     (parent / "field.md").write_text(summary(outcomes), encoding="utf-8")
     print(summary(outcomes), flush=True)
     written = any((parent / o.benchmark).is_dir() for o in outcomes)
-    if not written or leaderboard([parent], parent, Rows(with_short=True)) is None:
+    board = leaderboard([parent], parent, Rows(with_short=True)) if written else None
+    if board is not None:  # its table, up to the sections below it
+        print(board.read_text(encoding="utf-8").split("\n## ", 1)[0], flush=True)
+    else:
         print(f"error: no benchmark of set {args.set} has a result in {parent}", file=sys.stderr)
         return 1
     return 1 if any(o.status == "failed" for o in outcomes) else 0

@@ -208,8 +208,9 @@ def digest(text: str) -> str:
 
 
 def prompt_digests(results: Mapping[str, Any], where: str) -> dict[str, str]:
-    """Each prompt's sha256 as metrics.json records it: ``eval.prompts`` (name -> {origin, sha256}, or name ->
-    sha256, nested by language or aspect) and each session judge's ``prompt_sha256``; keyed by its dotted name."""
+    """Each prompt's sha256 as metrics.json records it, ``eval.prompts`` (name -> {origin, sha256}, or name ->
+    sha256, nested by language or aspect), keyed by its dotted name. (A session judge's ``prompt_sha256`` is
+    part of its judge: ``recorded_judges``.)"""
     found: dict[str, str] = {}
 
     def walk(node: Any, name: str) -> None:
@@ -224,9 +225,6 @@ def prompt_digests(results: Mapping[str, Any], where: str) -> dict[str, str]:
             raise RunFolderError(f"{where}: eval.prompts.{name}: a sha256 or a mapping holding one, got {node!r}")
 
     walk(_mapping(results["eval"].get("prompts"), f"{where}: eval.prompts"), "")
-    for k, judge in enumerate(find(results, ["eval", "session_judges"]) or []):
-        if isinstance(judge, Mapping) and isinstance(judge.get("prompt_sha256"), str):
-            found[f"session_judge[{k}]"] = judge["prompt_sha256"]
     return found
 
 

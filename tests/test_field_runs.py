@@ -44,8 +44,9 @@ def test_what_a_folder_holds_decides_reuse_resume_or_refusal(tmp_path):
     assert earlier(run, config) == ("new", "")
     run.mkdir()
     assert earlier(run, config)[0] == "killed"  # killed before it wrote its config
-    # the folder and run name differ between launches: not settings
-    (run / "config.yaml").write_text(yaml.safe_dump({**config, "paths": {"output_dir": "b"}, "run_name": "x"}))
+    # the folder, run name and progress bars differ between launches: not settings
+    shown = {**config, "paths": {"output_dir": "b"}, "run_name": "x", "evaluator": {"name": "rolebench", "progress": 1}}
+    (run / "config.yaml").write_text(yaml.safe_dump(shown))
     assert earlier(run, config) == ("killed", "no metrics.json")
     (run / "metrics.json").write_text(json.dumps({"eval": {}, "failed": "every judge request failed"}))
     assert earlier(run, config)[0] == "killed"

@@ -27,8 +27,10 @@ from rpbench.core.paths import CONF_DIR
 from rpbench.core.typed import Settings
 
 FIELD_FILE = CONF_DIR / "field.yaml"
-# Keys of a run's config that name or place it, not what it computes: left out of its settings fingerprint.
-NOT_FINGERPRINTED = ("paths", "run_name", "sweep_name")
+# Keys of a run's config that name, place, log or show it, not what it computes: left out of its settings
+# fingerprint (top-level groups; and keys of any group by name).
+NOT_FINGERPRINTED = ("paths", "run_name", "sweep_name", "logger")
+NOT_FINGERPRINTED_NAMES = ("progress", "enable_progress_bar")
 SHOWN_DIFFERENCES = 5
 INTERRUPTED = 130  # the exit status of a job stopped by Ctrl-C (rpbench.cli.job)
 
@@ -61,21 +63,22 @@ class Outcome:
     folder: Path
 
 
-def fingerprint(config: Mapping[str, Any]) -> str:
-    """sha256 of a run's resolved config, less the keys that only name or place it (``NOT_FINGERPRINTED``)."""
-    kept = {k: v for k, v in config.items() if k not in NOT_FINGERPRINTED}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()
-
-
 def leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, Mapping):
+    """A config's settings as dotted key -> value, less the keys that do not change what a run computes."""
+    if not isinstance(tree, Mapping) or not tree:
         return {prefix: tree}
     found: dict[str, Any] = {}
     for key, value in tree.items():
-        if not prefix and key in NOT_FINGERPRINTED:
+        if (not prefix and key in NOT_FINGERPRINTED) or key in NOT_FINGERPRINTED_NAMES:
             continue
         found.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
     return found
+
+
+def fingerprint(config: Mapping[str, Any]) -> str:
+    """sha256 of a run's resolved config's ``leaves``."""
+    plain = leaves(json.loads(json.dumps(config, default=str)))
+    return hashlib.sha256(json.dumps(sorted(plain.items()), default=str).encode()).hexdigest()
 
 
 def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
@@ -174,7 +177,7 @@ def run_benchmark(name: str, overrides: Sequence[str], folder: Path) -> Outcome:
     if state == "finished":
         return Outcome(name, "finished", f"reused ({why})", folder)
     if state == "other":
-        return Outcome(name, "failed", f"{folder} holds a run of other settings, not reused ({why})", folder)
+        return Outcome(name, "failed", f"its folder holds a run of other settings, not reused ({why})", folder)
     print(f"field: {name}: {'resuming' if state == 'killed' else 'running'} in {folder}", flush=True)
     failure = launch(args)
     if failure is None and (folder / "metrics.json").is_file():

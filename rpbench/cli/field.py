@@ -231,7 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rpbench.leaderboard import Rows, leaderboard
 
     settings = field_settings()
-    parser = argparse.ArgumentParser(prog="rpbench field", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="rpbench field",
+        description="The field's benchmarks (conf/field.yaml) for one model, a run each in <out>/<benchmark>, "
+        "then the leaderboard of <out>; docs/leaderboard.md.",
+    )
     parser.add_argument(
         "--set", default=settings.default_set, choices=list(settings.sets), help="conf/field.yaml's set"
     )

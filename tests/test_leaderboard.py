@@ -480,3 +480,84 @@ def test_the_png_shows_each_benchmark_headline_with_its_ci_and_whole_row_names(t
     main([str(tmp_path / "outputs"), "--by", "run", "--out", str(tmp_path / "board")])
     with Image.open(tmp_path / "board" / "leaderboard.png") as image:
         assert image.size[0] > 2 * 3.4 * 120  # a panel per benchmark beside the row names
+
+
+def with_provenance(folder, prompts, temperature, base_url=None):
+    """Record in ``folder``'s run the judge prompts' sha256 (metrics.json ``eval.prompts``, as the judged
+    benchmarks write it), the evaluated model's decoding (config.yaml ``evaluator.generation``) and the judge's
+    endpoint."""
+    metrics = json.loads((folder / "metrics.json").read_text())
+    metrics["eval"]["prompts"] = {name: {"origin": "rpbench", "sha256": sha} for name, sha in prompts.items()}
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    config = yaml.safe_load((folder / "config.yaml").read_text())
+    generation = {"temperature": temperature, "top_p": 1.0, "max_new_tokens": 16, "batch_size": 4, "progress": False}
+    config["evaluator"] = {"generation": generation}
+    config["judge"]["base_url"] = base_url
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_cells_of_other_prompts_decoding_or_judge_endpoint_are_never_ranked_together_and_footnoted(tmp_path):
+    judged = {"judge": "openai:gpt-4o"}
+    prompts, edited = {"role_style": "1" * 64}, {"role_style": "2" * 64}
+    for name, model, value, used, temperature, url in [
+        ("big_1", "big", 0.8, prompts, 0.0, None),
+        ("big_2", "big", 0.7, edited, 0.0, None),  # the same row, another prompt: a conflict
+        ("mid", "mid", 0.9, prompts, 0.7, None),  # sampled: flagged against its column
+        ("small", "small", 0.6, prompts, 0.0, None),
+        ("tiny", "tiny", 0.95, prompts, 0.0, "http://127.0.0.1:1/v1"),  # the judge at another endpoint
+    ]:
+        write_run(tmp_path / name, model, "rolemrc", value, [1, 0, 1, 1], **judged)
+        with_provenance(tmp_path / name, used, temperature, url)
+    board = build([tmp_path])
+    big = board.cells["big", "rolemrc"]
+    assert big.value is None and list(big.conflict.differ) == ["prompts"]
+    assert board.cells["mid", "rolemrc"].flag == "decoding differ from the column's: not ranked"
+    assert board.cells["tiny", "rolemrc"].flag == "judge differ from the column's: not ranked"
+    assert board.cells["tiny", "rolemrc"].identity.judge == "openai:gpt-4o at http://127.0.0.1:1/v1"
+    assert board.rank == {("small", "rolemrc"): 1}
+    # batch size and progress bar say how generation runs, not what it writes: not part of the decoding
+    assert board.cells["small", "rolemrc"].provenance.decoding == "max_new_tokens=16, temperature=0.0, top_p=1.0"
+
+    out = tmp_path / "board"
+    assert main([str(tmp_path), "--out", str(out), "--by", "run"]) == 0
+    text = (out / "leaderboard.md").read_text()
+    notes = text.split("## Provenance")[1]
+    assert "| openai:gpt-4o | role_style 111111111111 | max_new_tokens=16, temperature=0.0, top_p=1.0 |" in notes
+    assert "| openai:gpt-4o | role_style 222222222222 | max_new_tokens=16, temperature=0.0, top_p=1.0 |" in notes
+    assert "| openai:gpt-4o | role_style 111111111111 | max_new_tokens=16, temperature=0.7, top_p=1.0 |" in notes
+    assert notes.count("| P") == 4  # big_1 and small share one provenance
+    rows = {r["runs"].rsplit("/", 1)[-1]: r for r in csv.DictReader((out / "leaderboard.csv").open())}
+    assert rows["big_1"]["prompts_sha256"] == rows["small"]["prompts_sha256"] != rows["big_2"]["prompts_sha256"]
+    assert rows["big_1"]["decoding_sha256"] == rows["big_2"]["decoding_sha256"] != rows["mid"]["decoding_sha256"]
+    # a row per run: big_1 and small are alike and ranked; big_2 (its prompt), mid and tiny are not
+    assert {name: row["rank"] for name, row in rows.items()} == {
+        "big_1": "1.0",
+        "small": "2.0",
+        **dict.fromkeys(("big_2", "mid", "tiny"), ""),
+    }
+    produced = next(line for line in text.splitlines() if "small | rolemrc |" in line and "| shown |" in line)
+    key = produced.rstrip(" |").rsplit("| ", 1)[-1]
+    ranked = next(line for line in text.splitlines() if line.startswith("| ") and "small | 2.00 (2-2, 1) |" in line)
+    assert ranked.endswith(f"0.6000 [0.2500, 1.0000] [{key}] |") and key.startswith("P")
+
+
+def test_a_judge_snapshot_and_a_scoring_reward_model_are_part_of_the_judge(tmp_path):
+    """A served judge's revision and the reward model that scores a run (its folder's name) tell judges apart:
+    runs of one model under two of them are a conflict on judge."""
+    for name, served, reward_model in [
+        ("a", {"name": "judge-7b", "revision": "r1"}, "/models/CharacterRM"),
+        ("b", {"name": "judge-7b", "revision": "r2"}, "/models/CharacterRM"),
+        ("c", {"name": "judge-7b", "revision": "r1"}, "/elsewhere/OtherRM"),
+    ]:
+        write_run(tmp_path / name, "big", "rolemrc", 0.5, [1, 0], judge="local:judge-7b")
+        config = yaml.safe_load((tmp_path / name / "config.yaml").read_text())
+        config["judge"]["server"] = {"model": served}
+        config["evaluator"] = {"reward_model": {"path": reward_model}}
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump(config))
+    differ = build([tmp_path]).cells["big", "rolemrc"].conflict.differ
+    assert list(differ) == ["judge"]
+    assert {judge: [run.rsplit("/", 1)[-1] for run in runs] for judge, runs in differ["judge"].items()} == {
+        "local:judge-7b@r1+reward_model:CharacterRM": ["a"],
+        "local:judge-7b@r2+reward_model:CharacterRM": ["b"],
+        "local:judge-7b@r1+reward_model:OtherRM": ["c"],
+    }

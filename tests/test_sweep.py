@@ -76,7 +76,7 @@ def test_summary_of_evaluated_runs_writes_the_leaderboard(tmp_path):
         job_folder(tmp_path, f"{num}_job", [f"model={model}", "evaluator=rolebench"], metrics)
     summarize(tmp_path)
     board = (tmp_path / "leaderboard.md").read_text()
-    assert board.index("| big | 1.00 (1-1, 1) | 0.4000 [0.3000, 0.4000] |") < board.index("| small | 2.00")
+    assert board.index("| big | 1.00 (1-1, 1) | 0.4000 [0.3000, 0.4000] [P1] |") < board.index("| small | 2.00")
 
 
 def test_collect_on_a_folder_without_jobs_says_so(tmp_path, run_script):

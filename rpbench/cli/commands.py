@@ -1,6 +1,6 @@
 """``rpbench <command> ...``: the installed command (``python -m rpbench`` too). ``train``, ``eval``, ``synthesize``
-and ``sweep`` take Hydra overrides, as ``run.py`` and ``sweep.py`` do; ``serve``, ``leaderboard`` and ``pairs``
-take their modules' own arguments."""
+and ``sweep`` take Hydra overrides, as ``run.py`` and ``sweep.py`` do; ``field`` takes its options, then Hydra
+overrides; ``serve``, ``leaderboard`` and ``pairs`` take their modules' own arguments."""
 
 from __future__ import annotations
 
@@ -92,6 +92,14 @@ def sweep(args: Sequence[str]) -> None:
             summarize(SweepSummary.pending)
 
 
+def field(args: Sequence[str]) -> None:
+    """The field's benchmarks for one model, one run each, then their leaderboard (``rpbench.cli.field``)."""
+    from rpbench.cli.field import main as field_main
+
+    wait_passively_when_busy()
+    sys.exit(field_main(args))
+
+
 def module(name: str) -> Callable[[Sequence[str]], None]:
     """A command that runs ``python -m <name> <args>``."""
 
@@ -112,6 +120,7 @@ RUNNERS: dict[str, Callable[[Sequence[str]], None]] = {
     "synthesize": synthesize,
     "serve": module("rpbench.serve"),
     "sweep": sweep,
+    "field": field,
     "leaderboard": module("rpbench.leaderboard"),
     "pairs": module("rpbench.synth.pairs_from_runs"),
     "variance": module("rpbench.conversation_variance"),

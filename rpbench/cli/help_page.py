@@ -14,6 +14,7 @@ COMMANDS = (
     ("synthesize", "build a RoleMRC-format data set with a generator model (task=synthesize, synth=rolemrc)"),
     ("serve", "serve one model over OpenAI's HTTP API (`rpbench serve --help`)"),
     ("sweep", "a multirun, locally or on Slurm, summarised over seeds (the same as `python sweep.py ...`)"),
+    ("field", "every benchmark of conf/field.yaml for one model, one run each, then their leaderboard"),
     ("leaderboard", "rank the runs of folders and sweeps, with CIs (`rpbench leaderboard --help`)"),
     ("pairs", "multi-turn preference pairs from judged conversation runs (`rpbench pairs --help`)"),
     ("variance", "a conversation sweep's score variance by policy, simulator, judge (`rpbench variance --help`)"),
@@ -27,6 +28,7 @@ RECIPES = (
     ("rpbench train experiment=rpgbench_corl_qwen3-4b", "RPGBench's CoRL (GPUs)"),
     ("rpbench eval data=sample_conversation judge=local", "whole conversations with a simulated user"),
     ("rpbench sweep objective=sft,dpo seed=1,2,3", "a multirun (hydra/launcher=slurm: on Slurm)"),
+    ("rpbench field judge=local", "the field's bundled samples for one model, then their leaderboard"),
     ("rpbench leaderboard outputs", "rank every run under outputs/"),
 )
 DESCRIBED_CHARS = 100  # an option's line in `rpbench help <group>` is cut here

@@ -95,6 +95,7 @@ def combine(cells: Sequence[Cell], by: str) -> Cell:
             first.higher_is_better,
             seeds=len(cells),
             judge_cost=spent,
+            provenance=None,
             short=first.short,
             conflict=differ,
             flag=first.flag,
@@ -105,8 +106,8 @@ def combine(cells: Sequence[Cell], by: str) -> Cell:
     return median
 
 
-def column_identity(cells: Sequence[Cell]) -> tuple[str, str, str]:
-    """The most common (headline, judge, data) of ``cells``; ties: the first in sorted order."""
+def column_identity(cells: Sequence[Cell]) -> tuple[str, ...]:
+    """The most common identity (``IDENTITY_FIELDS``) of ``cells``; ties: the first in sorted order."""
     counts = Counter(c.identity.comparable() for c in cells)
     return min(counts, key=lambda k: (-counts[k], k))
 

@@ -3,6 +3,7 @@ a ``RunFolderError`` naming the file that cannot be read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import yaml
 from rpbench.core.errors import RpbenchError
 from rpbench.eval.benchmarks import BENCHMARKS
 from rpbench.eval.benchmarks.base import Headline
+from rpbench.eval.provenance import NOT_COMPARED
 from rpbench.eval.stats import summarize
 
 if TYPE_CHECKING:
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
 
 UNRECORDED = "unrecorded"  # an identity field an earlier rpbench did not write
 BOOTSTRAP = {"n_resamples": 1000, "confidence": 0.95, "seed": 0}
-IDENTITY_FIELDS = ("headline", "judge", "data")  # what a cell's runs must share to be combined and ranked together
+# what a cell's runs must share to be combined and ranked together
+IDENTITY_FIELDS = ("headline", "judge", "prompts", "decoding", "data")
+DIGEST_CHARS = 12  # a prompt set's or decoding's sha256 as a cell's identity shows it
 
 
 class RunFolderError(RpbenchError):
@@ -64,11 +68,23 @@ class Identity:
 
     headline: str
     judge: str
+    prompts: str  # sha256 (12 characters) over the prompts' sha256 metrics.json records; unrecorded
+    decoding: str  # sha256 (12 characters) of the evaluated model's decoding settings; unrecorded
     data: str
     version: str
 
-    def comparable(self) -> tuple[str, str, str]:
-        return self.headline, self.judge, self.data
+    def comparable(self) -> tuple[str, ...]:
+        return tuple(getattr(self, name) for name in IDENTITY_FIELDS)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What produced a cell besides the model, spelled out for the leaderboard's footnotes: the judge, each
+    prompt's sha256 (``name sha256[:12]``) and the decoding settings (``key=value``)."""
+
+    judge: str
+    prompts: str
+    decoding: str
 
 
 def short_sha(digest: str, length: int) -> str:
@@ -89,6 +105,7 @@ class Cell:
     ci_high: float | None
     higher_is_better: bool
     units: dict[str, float | None] = field(default_factory=dict)  # scores.jsonl unit -> score
+    provenance: Provenance | None = None  # the judge, prompts and decoding in full (footnotes)
     judge_cost: dict[str, float] = field(default_factory=dict)  # requests, tokens, cost_usd: summed over its runs
     seeds: int = 1
     short: str | None = None  # why the run is a short one (debug=short, ...); None: a full run
@@ -147,25 +164,89 @@ def row_name(by: str, run: Path, results: Mapping[str, Any], config: Mapping[str
     return str(run) if by == "run" else trained
 
 
+def reward_model_identity(config: Mapping[str, Any], where: str) -> str | None:
+    """``reward_model:<folder name>`` when a reward model scores the run (``evaluator.reward_model.path``, and
+    ``evaluator.scorer`` when there is one says so: CharacterEval's CharacterRM, RM-Bench's); its folder's name
+    only, never the machine's path."""
+    evaluator = _mapping(config.get("evaluator"), f"{where}: evaluator")
+    path = _mapping(evaluator.get("reward_model"), f"{where}: evaluator.reward_model").get("path")
+    if not path or evaluator.get("scorer", "reward_model") != "reward_model":
+        return None
+    return f"reward_model:{Path(str(path)).name}"
+
+
 def judge_identity(config: Mapping[str, Any], where: str = "config.yaml") -> str:
-    """``backend:model`` of the run's judge (each judge of an ``evaluator.judges`` ensemble); ``none``."""
+    """``backend:model`` of the run's judge (``at <base_url>`` where recorded; a served model's ``@revision``;
+    each judge of an ``evaluator.judges`` ensemble), and the reward model that scores it; ``none``."""
     judge = _mapping(config.get("judge"), f"{where}: judge")
     backend = judge.get("backend", UNRECORDED)
+    scorer = reward_model_identity(config, where)
     if backend == "none":
-        return "none"
+        return scorer or "none"
     if backend == "local":
         served = _mapping(judge.get("server"), f"{where}: judge.server").get("model")
         model = served.get("name") if isinstance(served, Mapping) else served
+        revision = served.get("revision") if isinstance(served, Mapping) else None
+        snapshot = f"{model}@{revision}" if revision else model
+        names = [f"{backend}:{snapshot}"]
     else:
         model = judge.get("model")
-    names = [f"{backend}:{model}"]
+        at = judge.get("base_url")
+        names = [f"{backend}:{model}" + (f" at {at}" if at else "")]
     extras = _mapping(config.get("evaluator"), f"{where}: evaluator").get("judges") or []
     if not isinstance(extras, list):
         raise RunFolderError(f"{where}: evaluator.judges: a list of judges expected, got {extras!r}")
     for k, extra in enumerate(extras):
         extra = _mapping(extra, f"{where}: evaluator.judges[{k}]")
-        names.append(f"{extra.get('backend', backend)}:{extra.get('model', model)}")
-    return "+".join(names)
+        at = extra.get("base_url")
+        names.append(f"{extra.get('backend', backend)}:{extra.get('model', model)}" + (f" at {at}" if at else ""))
+    return "+".join([*names, *([scorer] if scorer else [])])
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:DIGEST_CHARS]
+
+
+def prompt_digests(results: Mapping[str, Any], where: str) -> dict[str, str]:
+    """Each prompt's sha256 as metrics.json records it, ``eval.prompts`` (name -> {origin, sha256}, or name ->
+    sha256, nested by language or aspect), keyed by its dotted name. (A session judge's ``prompt_sha256`` is
+    part of its judge: ``recorded_judges``.)"""
+    found: dict[str, str] = {}
+
+    def walk(node: Any, name: str) -> None:
+        if isinstance(node, str):
+            found[name] = node
+        elif isinstance(node, Mapping) and isinstance(node.get("sha256"), str):
+            found[name] = node["sha256"]
+        elif isinstance(node, Mapping):
+            for key, value in node.items():
+                walk(value, f"{name}.{key}" if name else str(key))
+        else:
+            raise RunFolderError(f"{where}: eval.prompts.{name}: a sha256 or a mapping holding one, got {node!r}")
+
+    walk(_mapping(results["eval"].get("prompts"), f"{where}: eval.prompts"), "")
+    return found
+
+
+def decoding_settings(config: Mapping[str, Any], where: str) -> dict[str, Any] | None:
+    """The evaluated model's decoding settings (``evaluator.generation`` less how generation runs, as the
+    predictions' fingerprint compares them); None when config.yaml records none."""
+    generation = find(config, ["evaluator", "generation"])
+    if generation is None:
+        return None
+    generation = _mapping(generation, f"{where}: evaluator.generation")
+    return {k: v for k, v in sorted(generation.items()) if k not in NOT_COMPARED}
+
+
+def provenance(results: Mapping[str, Any], config: Mapping[str, Any], judge: str, where: tuple[str, str]):
+    """(prompts digest, decoding digest, Provenance) of a run; ``where``: its metrics.json and config.yaml."""
+    prompts = prompt_digests(results, where[0])
+    decoding = decoding_settings(config, where[1])
+    prompt_text = "; ".join(f"{name} {sha[:DIGEST_CHARS]}" for name, sha in sorted(prompts.items()))
+    decoding_text = UNRECORDED if decoding is None else ", ".join(f"{k}={v}" for k, v in decoding.items())
+    prompt_id = digest(json.dumps(sorted(prompts.items()))) if prompts else UNRECORDED
+    decoding_id = UNRECORDED if decoding is None else digest(json.dumps(decoding, sort_keys=True, default=str))
+    return prompt_id, decoding_id, Provenance(judge, prompt_text or UNRECORDED, decoding_text)
 
 
 def recorded_judges(results: Mapping[str, Any], where: str) -> str | None:
@@ -303,8 +384,10 @@ def read_cell(run: Path, by: str) -> tuple[Cell | None, str | None]:
     config_path = run / "config.yaml"
     config = read_config(config_path)
     judge = recorded_judges(results, str(metrics)) or judge_identity(config, str(config_path))
+    prompts, decoding, produced = provenance(results, config, judge, (str(metrics), str(config_path)))
     data = str(find(results, ["records", "test", "records_sha256"]) or UNRECORDED)
-    identity = Identity(headline.label, judge, data, str(results.get("rpbench_version", UNRECORDED)))
+    version = str(results.get("rpbench_version", UNRECORDED))
+    identity = Identity(headline.label, judge, prompts, decoding, data, version)
     value = float(entry) if not headline.value else float(entry[headline.value])
     units = score_units(run, headline.scores)
     low, high = _bound(entry, "ci_low", str(metrics)), _bound(entry, "ci_high", str(metrics))
@@ -314,5 +397,6 @@ def read_cell(run: Path, by: str) -> tuple[Cell | None, str | None]:
     row = row_name(by, run, results, config, data)
     cell = Cell(row, benchmark, str(run), identity, value, low, high, headline.higher_is_better, units)
     cell.judge_cost = judge_cost(results, str(metrics))
+    cell.provenance = produced
     cell.short = short_run(run, results, config)
     return cell, None

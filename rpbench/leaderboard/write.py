@@ -8,7 +8,7 @@ from typing import Any
 
 from rpbench.leaderboard.board import ROWS, Leaderboard
 from rpbench.leaderboard.plot import plot
-from rpbench.leaderboard.runs import Cell
+from rpbench.leaderboard.runs import Cell, Provenance
 
 
 def md(text: Any) -> str:
@@ -25,7 +25,18 @@ def _number(value: float | None) -> str:
     return "–" if value is None else f"{value:.4f}"
 
 
-def cell_text(cell: Cell | None) -> str:
+def footnotes(board: Leaderboard) -> dict[Provenance, str]:
+    """Each distinct provenance (judge, prompts, decoding) of the board's runs -> its footnote key (P1, P2, ...),
+    numbered in the order of the runs listed under "What produced each cell"."""
+    keys: dict[Provenance, str] = {}
+    for _, members in sorted(board.members.items()):
+        for run in members:
+            if run.provenance is not None and run.provenance not in keys:
+                keys[run.provenance] = f"P{len(keys) + 1}"
+    return keys
+
+
+def cell_text(cell: Cell | None, notes: dict[Provenance, str] | None = None) -> str:
     if cell is None:
         return "missing"
     if cell.conflict:
@@ -35,7 +46,8 @@ def cell_text(cell: Cell | None) -> str:
         text += f" (median of {cell.seeds})"
     if cell.other_version:
         text += f" (rpbench {cell.identity.version})"
-    return text + (f" ⚠ {cell.flag}" if cell.flag else "")
+    text += f" ⚠ {cell.flag}" if cell.flag else ""
+    return text + (f" [{notes[cell.provenance]}]" if notes and cell.provenance in notes else "")
 
 
 def role_in_cell(run: Cell, cell: Cell) -> str:
@@ -48,6 +60,7 @@ def role_in_cell(run: Cell, cell: Cell) -> str:
 
 
 def markdown(board: Leaderboard) -> str:
+    notes = footnotes(board)
     lines = [
         "# Leaderboard",
         "",
@@ -55,7 +68,9 @@ def markdown(board: Leaderboard) -> str:
         "",
         "Each benchmark's headline with its 95% CI; rank 1 is best. Flagged cells (judge, data or headline unlike",
         "their column's; short runs) and conflicts are not ranked; a missing cell is missing, never 0. A cell",
-        "written by another rpbench version than most of its column names it.",
+        "written by another rpbench version than most of its column names it. [Pn]: the cell's judge, prompts and",
+        "decoding (Provenance, below); cells of one column with another judge, prompt or decoding are not ranked",
+        "together.",
         "",
         f"| row: {board.by} | mean rank (min-max, benchmarks) | " + " | ".join(map(md, board.benchmarks)) + " |",
         "| --- | --- |" + " --- |" * len(board.benchmarks),
@@ -65,7 +80,7 @@ def markdown(board: Leaderboard) -> str:
         overall = (
             "–" if o["mean_rank"] is None else f"{o['mean_rank']:.2f} ({o['min']:g}-{o['max']:g}, {o['benchmarks']})"
         )
-        cells = [md(cell_text(board.cells.get((row, b)))) for b in board.benchmarks]
+        cells = [md(cell_text(board.cells.get((row, b)), notes)) for b in board.benchmarks]
         lines.append(f"| {md(row)} | {overall} | " + " | ".join(cells) + " |")
     conflicts = [(key, c.conflict) for key, c in sorted(board.cells.items()) if c.conflict]
     if conflicts:
@@ -86,14 +101,27 @@ def markdown(board: Leaderboard) -> str:
         "",
         "## What produced each cell",
         "",
-        "| row | benchmark | run | in the cell | headline | judge | test data sha256 | rpbench |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| row | benchmark | run | in the cell | headline | judge | test data sha256 | rpbench | provenance |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for key, members in sorted(board.members.items()):
         for run in members:
             i = run.identity
             shown = (*key, run.run, role_in_cell(run, board.cells[key]), i.headline, i.judge, i.data[:16], i.version)
-            lines.append("| " + " | ".join(map(md, shown)) + " |")
+            note = notes.get(run.provenance, "–") if run.provenance is not None else "–"
+            lines.append("| " + " | ".join(map(md, (*shown, note))) + " |")
+    if notes:
+        lines += [
+            "",
+            "## Provenance",
+            "",
+            "What each [Pn] stands for: the judge (backend:model, its endpoint and snapshot where recorded),",
+            "each prompt's sha256 (12 characters, as metrics.json records them) and the evaluated model's decoding.",
+            "",
+            "| key | judge | prompts sha256 | decoding |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [f"| {key} | {md(p.judge)} | {md(p.prompts)} | {md(p.decoding)} |" for p, key in notes.items()]
     if board.short:
         lines += ["", f"## Short runs left out ({len(board.short)}; --with-short shows them, unranked)", ""]
         lines += ["| run | short because |", "| --- | --- |"]
@@ -106,6 +134,7 @@ def markdown(board: Leaderboard) -> str:
 
 CSV_COLUMNS = [
     "row", "benchmark", "headline", "value", "ci_low", "ci_high", "rank", "mean_rank", "seeds", "judge",
+    "prompts_sha256", "prompts", "decoding_sha256", "decoding",
     "data_sha256", "rpbench_version", "flag", "conflict", "judge_requests", "judge_tokens", "judge_cost_usd", "runs",
 ]  # fmt: skip
 
@@ -126,6 +155,10 @@ def csv_rows(board: Leaderboard) -> list[dict[str, Any]]:
                     **{"headline": i.headline, "value": c.value, "ci_low": c.ci_low, "ci_high": c.ci_high},
                     **{"rank": board.rank.get((row, benchmark)), "seeds": c.seeds, "judge": i.judge},
                     **{
+                        "prompts_sha256": i.prompts,
+                        "prompts": c.provenance and c.provenance.prompts,
+                        "decoding_sha256": i.decoding,
+                        "decoding": c.provenance and c.provenance.decoding,
                         "data_sha256": i.data,
                         "rpbench_version": i.version,
                         "flag": c.flag,

@@ -173,7 +173,8 @@ def scene_version(prompts: CoserPrompts, clients: Mapping[str, Any]) -> str:
 
 
 def turn_files(out_dir: Path) -> list[Path]:
-    return sorted(out_dir.glob("simulator_turn_*.jsonl"))
+    """The scene steps' files of this run (not the ones set aside)."""
+    return sorted(p for p in out_dir.glob("simulator_turn_*.jsonl") if p.stem.rsplit("_", 1)[1].isdigit())
 
 
 def read_steps(out_dir: Path, ids: set[str]) -> list[dict[str, Any]]:

@@ -173,6 +173,12 @@ def test_scenes_are_played_judged_and_resumed(tmp_path, chat_stub, run_in_proces
         # a rerun in the same folder asks nothing again: the model's turns, scene steps and verdicts are read back
         again = run_in_process(run, *run_overrides(stub.url))["eval"]
         assert asked > 0 and len(stub.requests) == asked
+        # killed while judging: five verdicts written, the sixth cut off mid-line; only the rest are asked again
+        verdicts = (run / "judgements.jsonl").read_text().splitlines(keepends=True)
+        (run / "judgements.jsonl").write_text("".join(verdicts[:5]) + verdicts[5][:20])
+        resumed = run_in_process(run, *run_overrides(stub.url))["eval"]
+        judged_again = [r for r in stub.requests[asked:] if r["model"] == "judge-model"]
+        assert len(stub.requests) - asked == len(judged_again) == len(verdicts) - 5 == 7
     table = results["coser"]
     # 2 + 3 severity points less 0.3 per character message
     sessions = {json.loads(line)["id"]: json.loads(line) for line in (run / "conversations.jsonl").open()}
@@ -199,7 +205,7 @@ def test_scenes_are_played_judged_and_resumed(tmp_path, chat_stub, run_in_proces
     opening = sessions["The Lighthouse Keeper-4-1"]["messages"][0]["text"]
     assert "Environment: Thunder rolls" in opening and "Inspector Hale: (taps the ledger)" in opening
     assert results["prompts"]["judge"]["origin"] == "rpbench"
-    assert again["coser"] == table and again["resumed"]["sessions_resumed"] == 3
+    assert again["coser"] == table == resumed["coser"] and again["resumed"]["sessions_resumed"] == 3
 
 
 def test_a_scene_party_played_by_the_judge_is_refused_at_startup(compose, refused_at_startup):
@@ -216,3 +222,28 @@ def test_a_scene_party_played_by_the_judge_is_refused_at_startup(compose, refuse
         "(http://localhost:9/v1)" in message
     )
     assert "evaluator.allow_shared_judge=true" in message and "evaluator.environment" not in message
+
+
+def failing_reply(body: dict) -> str | int:
+    """The inspector's endpoint refuses (HTTP 400, not retried) and the judge refuses the dunes' Anthropomorphism."""
+    system = body["messages"][0]["content"]
+    if system.startswith("You are Inspector Hale"):
+        return 400
+    if system.startswith("You are reviewing") and "Salt Roads" in system and "Judge only Anthropomorphism" in system:
+        return 400
+    return party_reply(body)
+
+
+@pytest.mark.slow
+def test_failed_requests_are_counted_and_never_scored(tmp_path, chat_stub, run_in_process):
+    run = tmp_path / "run"
+    with chat_stub(failing_reply) as stub:
+        results = run_in_process(run, *run_overrides(stub.url))["eval"]
+    test, ood = results["coser"]["test"], results["coser"]["ood"]
+    # the inspector's scene could not open: cut short, counted, not judged
+    assert test["cut_short"] == {"opening_error": 1} and (test["scenes"], test["judged_scenes"]) == (2, 1)
+    assert list(results["opening_failures"]) == ["The Lighthouse Keeper-4-1"]
+    unanswered = ood["dimensions"]["Anthropomorphism"]
+    assert (unanswered["request_failures"], unanswered["n"], unanswered["mean"]) == (1, 0, None)
+    assert ood["average"] is None  # no number built on a failed request
+    assert ood["dimensions"]["Storyline Quality"]["mean"] is not None

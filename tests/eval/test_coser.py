@@ -247,3 +247,58 @@ def test_failed_requests_are_counted_and_never_scored(tmp_path, chat_stub, run_i
     assert (unanswered["request_failures"], unanswered["n"], unanswered["mean"]) == (1, 0, None)
     assert ood["average"] is None  # no number built on a failed request
     assert ood["dimensions"]["Storyline Quality"]["mean"] is not None
+
+
+def test_the_authors_templates_are_read_from_a_clone_with_their_sha256(tmp_path):
+    """A stand-in clone in the layout of Neph0s/CoSER (invented text): the environment's and next speaker's
+    f-strings in gca_evaluation/utils.py, the judge's replace-style template (literal JSON braces) and the
+    dimensions' criteria in gca_evaluation/prompts.py."""
+    import hashlib
+
+    from rpbench.data.coser_prompts import CoserPrompts
+
+    folder = tmp_path / "CoSER" / "gca_evaluation"
+    folder.mkdir(parents=True)
+    (folder / "utils.py").write_text(
+        "def env(major_characters, scenario):\n"
+        "    prompt = f'''Be {random.choice(model_roles)}; not {major_characters}. {scenario}'''\n"
+        "    return prompt\n\n"
+        "def nsp(all_characters, scenario):\n"
+        "    prompt = f'''Pick from {all_characters} or the {ENVIRONMENT}. {scenario}'''\n"
+        "    return prompt\n"
+    )
+    details = {
+        d: {"dimension_brief": f"brief of {d}", "dimension_criteria": f"* {d} for {{major_characters}}"}
+        for d in DIMENSIONS
+    }
+    template = (
+        "Judge {book} ({major_characters}) on {dimension_name}: {dimension_brief} {additional_instructions} "
+        "{plot_summary} {scenario} {character_profiles} {original_conversation} {dimension_criteria} "
+        'Answer {\n "{dimension_name}": {"flaws": []}\n}'
+    )
+    critic = {"self-play-deduct-template": template, "dimension_details": details}
+    (folder / "prompts.py").write_text(f"critic_prompts = {critic!r}\n")
+    prompts = CoserPrompts.load(tmp_path / "CoSER")
+    judge = prompts.judge_prompt(
+        "Anthropomorphism",
+        book="B",
+        major_characters="Mara, Tobin",
+        additional_instructions="",
+        plot_summary="P",
+        scenario="S",
+        character_profiles="C",
+        original_conversation="O",
+    )
+    assert judge == (
+        "Judge B (Mara, Tobin) on Anthropomorphism: brief of Anthropomorphism  P S C O * Anthropomorphism for "
+        'Mara, Tobin Answer {\n "Anthropomorphism": {"flaws": []}\n}'
+    )
+    nsp = prompts.render("next_speaker", environment="Environment", all_characters="['A']", scenario="S")
+    assert nsp == "Pick from ['A'] or the Environment. S"
+    record = prompts.record()
+    assert record["environment"]["origin"] == "gca_evaluation/utils.py:prompt"
+    assert record["next_speaker"]["origin"] == "gca_evaluation/utils.py:prompt#1"
+    assert record["judge"]["origin"] == "gca_evaluation/prompts.py:critic_prompts"
+    text = prompts.templates["next_speaker"].text
+    assert record["next_speaker"]["sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert CoserPrompts.load(None).record()["judge"]["origin"] == "rpbench"

@@ -8,8 +8,8 @@ MMRole question or an RPGBench persona, so split hygiene passes.
 
 A build-time tool, outside the runtime package: ``python -m scripts.sample_data`` (from the repository root)
 rewrites ``rpbench/resources/sample`` (the images and their licence there are static files, not generated,
-and so are the folders under STATIC: the few MMRole Out-Test records taken from MMRole's own test files,
-and the hand-written human ratings).
+and so are the paths in STATIC: the few MMRole Out-Test records taken from MMRole's own test files, and the
+hand-written human ratings, adversarial conversation scenarios and CoSER-layout scenes).
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ from scripts.sample_external import external_records
 SEED = 20250217
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "rpbench" / "resources" / "sample"
 # Folders of the sample not generated here: records copied from a dataset (MIT), ratings written once by hand.
-STATIC: tuple[str, ...] = ("mmrole/out-test", "human_ratings")
+STATIC: tuple[str, ...] = (
+    "mmrole/out-test",
+    "human_ratings",
+    "conversation/adversarial-scenarios.jsonl",
+    "coser",
+)
 
 
 # =====================================================================================================

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,43 +90,60 @@ class ConversationFiles:
         self.written.update(s.id for s in new)
 
 
+# The other parties' step after the character's ``turn``-th reply: for each session, in order, a record with the
+# next user message's ``text`` (None on failure), its ``error`` and anything else worth keeping in the turn file.
+Ask = Callable[[Sequence[Session], int], list[dict[str, Any]]]
+
+
+def user_simulator(simulator: Any, sim: Any, version: str) -> Ask:
+    """The simulated user of ``evaluator=conversation``: one request per session, in one batch."""
+
+    def ask(sessions: Sequence[Session], turn: int) -> list[dict[str, Any]]:
+        replies = ask_simulator(simulator, sessions, turn, sim.stop_marker, sim.max_tokens, version, sim.seed)
+        return [{"text": reply.text, "error": reply.error} for reply in replies]
+
+    return ask
+
+
 def simulate(
-    simulator: Any,
-    sessions: Sequence[Session],
-    turn: int,
-    path: Path,
-    sim: Any,
-    version: str,
-    fingerprint: Mapping[str, Any],
+    ask: Ask, sessions: Sequence[Session], turn: int, path: Path, fingerprint: Mapping[str, Any]
 ) -> dict[str, dict[str, Any]]:
-    """Each session's simulator reply after the character's ``turn``-th: read from ``path`` when there (written
-    under ``fingerprint``), else asked (in one batch) and appended to it. By session id: ``{"text", "error"}``."""
-    stop_marker, max_tokens = sim.stop_marker, sim.max_tokens
+    """Each session's other parties' reply after the character's ``turn``-th: read from ``path`` when there
+    (written under ``fingerprint``), else asked (``ask``) and appended to it. By session id: ``{"text", "error",
+    ...}``."""
     keys = {f"{s.id}#user{turn + 1}": s for s in sessions}
     claim(path, fingerprint)
     done = read_appended(path, keys)
     todo = [(key, s) for key, s in keys.items() if key not in done]
-    replies = ask_simulator(simulator, [s for _, s in todo], turn, stop_marker, max_tokens, version, sim.seed)
+    replies = ask([s for _, s in todo], turn) if todo else []
     with path.open("a", encoding="utf-8") as f:
         for (key, _), reply in zip(todo, replies):
-            done[key] = {"id": key, "text": reply.text, "error": reply.error}
+            done[key] = {"id": key, **reply}
             f.write(json.dumps(done[key], ensure_ascii=False) + "\n")
     return {s.id: done[key] for key, s in keys.items()}
 
 
 def run_sessions(
-    ctx: EvalContext, simulator: Any, version: str
+    ctx: EvalContext,
+    simulator: Any,
+    version: str,
+    ask: Ask | None = None,
+    examples: Sequence[EvalExample] | None = None,
 ) -> tuple[list[Session], dict[str, Any], dict[str, int]]:
     """Every scenario's session, the generation report per turn, and what resuming read back with the
     simulator's replies asked and unusable (``simulator_requests``, ``simulator_failures``: the run's, the
-    ones read back included). At most ``evaluator.max_turns`` turns."""
+    ones read back included). At most ``evaluator.max_turns`` turns. ``ask``: who answers the character (the
+    simulated user by default; evaluator=coser: the scene's other characters, environment and next-speaker step);
+    ``examples``: the scenarios (``ctx.examples`` by default)."""
     from rpbench.eval.evaluate import generate  # the generic evaluation imports the benchmarks
 
     ev, out_dir = ctx.settings, ctx.out_dir
     sim = ev.simulator
     fingerprint = session_fingerprint(ctx, simulator, version)
-    sessions = [Session.start(e, ev.max_turns) for e in ctx.examples]
-    files = ConversationFiles(out_dir, {e.id: e for e in ctx.examples}, fingerprint)
+    examples = ctx.examples if examples is None else examples
+    ask = user_simulator(simulator, sim, version) if ask is None else ask
+    sessions = [Session.start(e, ev.max_turns) for e in examples]
+    files = ConversationFiles(out_dir, {e.id: e for e in examples}, fingerprint)
     generation: dict[str, Any] = {}
     turn = asked = failed = 0
     while live := [s for s in sessions if s.ended_by is None]:
@@ -154,7 +171,7 @@ def run_sessions(
             s.add_reply(generated_reply(replies[record.id])[0].strip())
         files.add([s for s in live if s.ended_by is not None])
         asking = [s for s in live if s.ended_by is None]
-        answers = simulate(simulator, asking, turn, out_dir / f"simulator_turn_{turn}.jsonl", sim, version, fingerprint)
+        answers = simulate(ask, asking, turn, out_dir / f"simulator_turn_{turn}.jsonl", fingerprint)
         for s in asking:
             s.take_user_reply(answers[s.id]["text"], answers[s.id]["error"], turn, sim.stop_marker)
         asked += len(asking)

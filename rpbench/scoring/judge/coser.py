@@ -14,10 +14,11 @@ scaled: ``score = clip(100 - 5 * (sum(severities) - 0.3 * character_messages), 0
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from rpbench.scoring.judge.parse import outermost_object
 
 DIMENSIONS: tuple[str, ...] = ("Storyline Consistency", "Anthropomorphism", "Character Fidelity", "Storyline Quality")
 PER_MESSAGE_ALLOWANCE = 0.3  # flaw severity forgiven per character message (the authors' length correction)
@@ -29,14 +30,8 @@ NEXT_SPEAKER = re.compile(r"next\s+speaker\W*?(?:[:\-]|\bis\b)\s*([^\n]+)", re.I
 def parse_flaws(text: str, dimension: str) -> list[int] | None:
     """The severities of the flaws the judge listed for ``dimension`` (the outermost ``{...}`` of its reply), or
     None when the reply is not a verdict for it (see the module docstring)."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end < start:
-        return None
-    try:
-        found = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
-    entry = found.get(dimension) if isinstance(found, dict) else None
+    found = outermost_object(text)
+    entry = found.get(dimension) if found is not None else None
     flaws = entry.get("flaws") if isinstance(entry, dict) else None
     if not isinstance(flaws, list) or not all(isinstance(f, dict) for f in flaws):
         return None

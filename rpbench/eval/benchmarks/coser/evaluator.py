@@ -49,7 +49,7 @@ from rpbench.models.settings import ModelSettings
 from rpbench.scoring.chat.client import ChatRequest, EndpointSettings
 from rpbench.scoring.judge.conversation import Simulator, open_simulator, simulator_key_problems
 from rpbench.scoring.judge.coser import DIMENSIONS, dimension_score, parse_flaws, session_average
-from rpbench.scoring.judge.parties import Overlap, Party, family_overlap, judge_party, overlaps, simulator_party
+from rpbench.scoring.judge.parties import Overlap, Party, family_overlaps, judge_party, overlaps, simulator_party
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class Coser(Benchmark):
         parties = [simulator_party(getattr(settings, name), judge, part) for name, part in PARTIES.items()]
         pairs = [*((party, this) for party in parties), *((this, rewarding) for rewarding in trained_by)]
         found = overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
-        return found + family_overlap(this, model.family, model.name)
+        return found + family_overlaps([this], model.family, model.name)
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         if rank_and_world()[1] > 1:

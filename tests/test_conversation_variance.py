@@ -207,6 +207,7 @@ def test_a_real_sweep_gives_a_length_judge_against_a_flat_one_the_judge_share(tm
             f"evaluator.endpoint.base_url={stub.url}",
             "evaluator.endpoint.model=m",
             "evaluator.drift.enabled=false",
+            "evaluator.simulator_checks=[]",  # the scripted user's replies would fail them: nothing judged
             "evaluator.max_turns=2",
             "evaluator.bootstrap.n_resamples=20",
             f"evaluator.simulator.base_url={stub.url}",

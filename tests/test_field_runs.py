@@ -113,3 +113,15 @@ def test_the_field_runs_skips_resumes_reuses_and_never_takes_another_models_run(
     assert statuses(parent) == {"rolemrc": "failed"}
     assert "not reused" in why(parent, "rolemrc") and "model." in why(parent, "rolemrc")
     assert (parent / "rolemrc" / "metrics.json").read_text() == rolemrc_metrics
+
+
+def test_the_judge_is_given_only_to_benchmarks_with_a_judge_protocol():
+    """`rpbench field judge=local` runs rolebench (no judge protocol: rpbench eval would refuse a judge) without
+    the judge's overrides, and characterllm with them."""
+    from rpbench.cli.field import without_judge
+
+    judge = ["judge=local", "judge.server.model=tiny-llama", "+judge.extra=1"]
+    kept, dropped = without_judge(["objective=none", "data=sample_rolebench"], ["model=tiny-qwen2", *judge])
+    assert kept == ["model=tiny-qwen2"] and dropped == judge
+    assert without_judge(["objective=none", "data=sample_characterllm"], judge) == (judge, [])
+    assert without_judge(["data=sample_rolebench"], ["model=tiny-qwen2"]) == (["model=tiny-qwen2"], [])

@@ -192,17 +192,41 @@ def run_benchmark(name: str, overrides: Sequence[str], folder: Path) -> Outcome:
     return Outcome(name, "resumed" if state == "killed" else "ran", why, folder)
 
 
-def model_name(overrides: Sequence[str]) -> str:
-    """The ``model.name`` ``rpbench eval <overrides>`` composes (the default parent folder is named by it)."""
+def composed_value(overrides: Sequence[str], key: str) -> str:
+    """The value of ``key`` (``model.name``...) in the config ``rpbench eval <overrides>`` composes."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
 
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            return str(compose("config", overrides=list(overrides)).model.name)
+            return str(OmegaConf.select(compose("config", overrides=list(overrides)), key))
     finally:
         GlobalHydra.instance().clear()
+
+
+def model_name(overrides: Sequence[str]) -> str:
+    """The ``model.name`` ``rpbench eval <overrides>`` composes (the default parent folder is named by it)."""
+    return composed_value(overrides, "model.name")
+
+
+def is_judge_override(override: str) -> bool:
+    key = override.lstrip("+~").split("=", 1)[0]
+    return key == "judge" or key.startswith("judge.")
+
+
+def without_judge(own: Sequence[str], overrides: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The field's ``overrides`` for one benchmark (``own``: its set entry): those of the judge left out when its
+    evaluator has no judge protocol (``rpbench eval`` refuses a judge there); and the ones left out."""
+    from rpbench.eval.benchmarks import BENCHMARKS
+
+    if not any(is_judge_override(o) for o in overrides):
+        return list(overrides), []
+    evaluator = composed_value([*own, *(o for o in overrides if not is_judge_override(o))], "evaluator.name")
+    if evaluator in BENCHMARKS and BENCHMARKS.get(evaluator).judged:
+        return list(overrides), []
+    return [o for o in overrides if not is_judge_override(o)], [o for o in overrides if is_judge_override(o)]
 
 
 def run_field(chosen: Mapping[str, Sequence[str]], parent: Path, overrides: Sequence[str]) -> list[Outcome]:
@@ -212,7 +236,10 @@ def run_field(chosen: Mapping[str, Sequence[str]], parent: Path, overrides: Sequ
     base = [] if names_key(overrides, "objective") else ["objective=none"]
     outcomes = []
     for name, own in chosen.items():
-        outcome = run_benchmark(name, [*base, *own, *overrides], parent / name)
+        kept, dropped = without_judge([*base, *own], overrides)
+        if dropped:
+            print(f"field: {name}: its evaluator has no judge: {' '.join(dropped)} not passed to it", flush=True)
+        outcome = run_benchmark(name, [*base, *own, *kept], parent / name)
         print(f"field: {name}: {outcome.status}{': ' + outcome.why if outcome.why else ''}", flush=True)
         outcomes.append(outcome)
     return outcomes

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -78,6 +79,16 @@ def run(run_in_process):
 
 def lines(path):
     return [json.loads(line) for line in path.open()]
+
+
+def settled(stub, quiet_s: float = 0.3) -> int:
+    """How many requests ``stub`` has had once none arrived for ``quiet_s`` (a stopped run's requests that were
+    already sent reach the server after the run has raised)."""
+    count = -1
+    while count != len(stub.requests):
+        count = len(stub.requests)
+        time.sleep(quiet_s)
+    return count
 
 
 @pytest.mark.slow
@@ -187,7 +198,8 @@ def test_a_run_killed_mid_session_resumes_from_its_files(tmp_path, chat_stub, ru
         assert sorted(s["id"] for s in first) == ended
         with (out / "conversations.jsonl").open("a") as f:
             f.write('{"id": "rolemrc-mara-light')  # cut off mid-write
-        replies["now"], before = scripted(), len(stub.requests)
+        before = settled(stub)  # the killed run's requests still in flight when it stopped are its own
+        replies["now"] = scripted()
         results = run(out, stub, "evaluator.drift.enabled=false")["eval"]
         requests = stub.requests[before:]
         final = lines(out / "conversations.jsonl")

@@ -132,6 +132,12 @@ def build_models(training: TrainingSettings | None, model: ModelSettings) -> dic
     return models
 
 
+def splits_read(spec: TrainEvalRun) -> tuple[str | None, bool]:
+    """What a run reads: its training split (None when nothing trains), and whether it reads the test split."""
+    train_split = spec.training.split if spec.training is not None else None
+    return train_split, evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
+
+
 def read_data(data: DataSettings, train_split: str | None, need_test: bool) -> tuple[dict, dict[str, Any]]:
     """Records per split (and ``augment``: the records of ``data.files.augment``, read as the training split),
     and the read report (counts, skipped records, train/test overlap)."""
@@ -232,8 +238,7 @@ def run_stages(spec: TrainEvalRun, local_judge_server: LocalServer) -> dict[str,
     evaluator = spec.evaluator.name if spec.evaluator is not None else "none"
     probe = spec.probe.name
     training = spec.training  # the training stage's one input
-    train_split = training.split if training is not None else None  # 1. data: read before the model loads
-    need_test = evaluation_needs_records(spec) or PROBES.get(spec.probe.name).needs_model
+    train_split, need_test = splits_read(spec)  # 1. data: read before the model loads
     splits, records = read_data(spec.data, train_split, need_test=need_test)
     warnings = []  # a checkpoint resumes only into the training it was written for: checked before config.yaml
     if training is not None:  # the records trained on are part of it: a file replaced at the same path counts

@@ -1,7 +1,8 @@
 """A test double of rpbench's server: the real ``ChatServer`` around a loaded model, answering some chat requests
 itself through its hook (``answer_before_model``) before the model does.
 
-``faults[i]`` makes the i-th request (0-based) fail on purpose: ``429``, ``500``, ``503`` (an OpenAI error, the
+``faults[i]`` makes the i-th request (0-based) fail on purpose: ``404`` (a model the endpoint does not serve),
+``429``, ``500``, ``503`` (an OpenAI error, the
 429 and 503 with ``retry_after`` as their Retry-After header when given), ``garbage`` (a reply no judge parser
 accepts), ``truncated_json``, ``wrong_shape``, ``html`` (an HTTP 200 that is no chat completion), ``slow``
 (answered after ``slow_s`` seconds), ``ok`` (no fault). ``replies`` maps a text to the reply of any request
@@ -28,7 +29,7 @@ from rpbench.serve.running import MakeServer, local_judge
 from rpbench.serve.server import ChatServer
 from rpbench.serve.settings import ServeSettings
 
-FAULTS = ("ok", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
+FAULTS = ("ok", "404", "429", "500", "503", "garbage", "slow", "truncated_json", "wrong_shape", "html")
 GARBAGE_REPLY = "~~ \u2042 unreadable judge output \u2042 ~~"
 
 
@@ -52,6 +53,8 @@ class ScriptedServer(ChatServer):
         fault = self.script.faults[index] if index < len(self.script.faults) else "ok"
         if fault != "ok":
             self.faults_served += 1
+        if fault == "404":
+            return error_response(404, f"injected fault for request {index}: no such model", "not_found_error")
         if fault in ("429", "500", "503"):
             kind = "rate_limit_error" if fault == "429" else "server_error"
             wait = self.script.retry_after if fault != "500" else None

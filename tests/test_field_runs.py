@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from rpbench.cli.field import FIELD_FILE, FieldSettings, earlier, field_settings, fingerprint, main
+from rpbench.cli.field import FIELD_FILE, FieldSettings, composed_run, earlier, field_settings, fingerprint, main
 from rpbench.core.errors import ConfigError
 from rpbench.core.paths import CONF_DIR
 
@@ -37,24 +37,38 @@ def test_the_field_file_parses_and_each_set_names_its_data_configs():
         FieldSettings.parse({**raw, "default_set": "nowhere"}, "field.yaml")
 
 
-@pytest.mark.slow  # imports the benchmarks (the leaderboard's run reader)
+@pytest.mark.slow  # composes and validates runs (imports the benchmarks)
 def test_what_a_folder_holds_decides_reuse_resume_or_refusal(tmp_path):
-    config = {"model": {"name": "tiny-qwen2"}, "evaluator": {"name": "rolebench"}, "paths": {"output_dir": "a"}}
-    run = tmp_path / "rolebench"
-    assert earlier(run, config) == ("new", "")
+    from rpbench.data.files import package_path
+    from rpbench.pipeline import read_data
+
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text(package_path("pkg://rpbench/resources/sample/rolemrc/test.jsonl").read_text())
+    run = tmp_path / "rolemrc"
+    spec = composed_run(["objective=none", "data=sample", f"data.files.test={test_file}"], run)
+    config = dict(spec.composed)
+    assert earlier(run, spec) == ("new", "")
     run.mkdir()
-    assert earlier(run, config)[0] == "killed"  # killed before it wrote its config
+    assert earlier(run, spec)[0] == "killed"  # killed before it wrote its config
     # the folder, run name and progress bars differ between launches: not settings
-    shown = {**config, "paths": {"output_dir": "b"}, "run_name": "x", "evaluator": {"name": "rolebench", "progress": 1}}
-    (run / "config.yaml").write_text(yaml.safe_dump(shown))
-    assert earlier(run, config) == ("killed", "no metrics.json")
+    shown = {**config, "paths": {"output_dir": "b"}, "run_name": "x"}
+    (run / "config.yaml").write_text(yaml.safe_dump(json.loads(json.dumps(shown, default=str))))
+    assert earlier(run, spec) == ("killed", "no metrics.json")
     (run / "metrics.json").write_text(json.dumps({"eval": {}, "failed": "every judge request failed"}))
-    assert earlier(run, config)[0] == "killed"
-    (run / "metrics.json").write_text(json.dumps({"eval": {}}))
-    assert earlier(run, config)[0] == "finished"
-    other = {**config, "model": {"name": "tiny-llama"}}
-    assert earlier(run, other) == ("other", "model.name: 'tiny-qwen2' -> 'tiny-llama'")
-    assert fingerprint(config) != fingerprint(other)
+    assert earlier(run, spec)[0] == "killed"
+    _, records = read_data(spec.data, None, need_test=True)
+    (run / "metrics.json").write_text(json.dumps({"eval": {}, "records": records}))
+    assert earlier(run, spec)[0] == "finished"
+    other = composed_run(["objective=none", "data=sample", f"data.files.test={test_file}", "model=tiny-llama"], run)
+    assert earlier(run, other)[0] == "other" and "model.name: 'tiny-qwen2' -> 'tiny-llama'" in earlier(run, other)[1]
+    assert fingerprint(config) != fingerprint(dict(other.composed))
+    # the test file replaced at the same path (one record fewer): the same settings, other records
+    test_file.write_text("".join(test_file.read_text().splitlines(keepends=True)[1:]))
+    state, why = earlier(run, spec)
+    assert state == "other" and why.startswith(f"data.files.test ({test_file}): its records are not those the run")
+    assert records["test"]["records_sha256"][:12] in why
+    (run / "metrics.json").write_text(json.dumps({"eval": {}}))  # a metrics.json that records no records
+    assert "no records_sha256 recorded" in earlier(run, spec)[1]
 
 
 def test_the_rpbench_command_names_benchmarks_not_in_the_set(capsys):

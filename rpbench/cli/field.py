@@ -4,10 +4,11 @@ leaderboard of ``PARENT``.
 
 A benchmark whose run cannot be configured (its data path absent, a judged benchmark without a judge: what
 ``validate`` refuses) is skipped, with why; an override its config has no key for fails it. A folder whose
-config.yaml holds other settings (another model, judge, decoding...) is never reused: that benchmark fails,
-naming what differs. A finished one (metrics.json, not failed,
-under the same settings) is reused; a killed one runs again in its folder, where the evaluator resumes its
-predictions. The exit status is 1 when a benchmark failed (or none has a result), else 0."""
+config.yaml holds other settings (another model, judge, decoding...), or whose metrics.json was computed on other
+records (a data file replaced at the same path: its ``records_sha256``), is never reused: that benchmark fails,
+naming what differs. A finished one (metrics.json, not failed, under the same settings and records) is reused; a
+killed one runs again in its folder, where the evaluator resumes its predictions. The exit status is 1 when a
+benchmark failed (or none has a result), else 0."""
 
 from __future__ import annotations
 
@@ -114,11 +115,13 @@ def composed_run(args: Sequence[str], folder: Path):
         GlobalHydra.instance().clear()
 
 
-def earlier(folder: Path, config: Mapping[str, Any]) -> tuple[str, str]:
-    """What ``folder`` holds of an earlier run of ``config``: ``new``, ``finished``, ``killed`` (its run did not
-    finish, or its results rest on nothing) or ``other`` (another model or settings: never reused), with why."""
+def earlier(folder: Path, spec) -> tuple[str, str]:
+    """What ``folder`` holds of an earlier run of ``spec`` (a validated run): ``new``, ``finished``, ``killed``
+    (its run did not finish, or its results rest on nothing) or ``other`` (another model, settings or data:
+    never reused), with why."""
     from rpbench.leaderboard.runs import RunFolderError, read_config, read_json
 
+    config = dict(spec.composed)
     if not (folder / "config.yaml").is_file():
         return ("killed", "no config.yaml: started before its run wrote one") if folder.is_dir() else ("new", "")
     try:
@@ -132,7 +135,34 @@ def earlier(folder: Path, config: Mapping[str, Any]) -> tuple[str, str]:
         return "other", str(error)
     if results.get("failed"):
         return "killed", f"its results rest on nothing ({results['failed']})"
-    return "finished", "metrics.json under the same settings"
+    changed = changed_records(spec, results)
+    if changed:
+        return "other", changed
+    return "finished", "metrics.json under the same settings and records"
+
+
+def changed_records(spec, results: Mapping[str, Any]) -> str | None:
+    """Why the records ``spec`` reads now are not those ``results`` were computed on (a data file replaced at the
+    same path, or unreadable now); None when every file's ``records_sha256`` is the one recorded."""
+    from rpbench.pipeline import read_data, splits_read
+
+    train_split, need_test = splits_read(spec)
+    try:
+        _, now = read_data(spec.data, train_split, need_test=need_test)
+    except RpbenchError as error:
+        return f"its data cannot be read now: {error}"
+    recorded = results.get("records") or {}
+    for file, read in now.items():
+        if "records_sha256" not in read:  # a train/test overlap report, not a file
+            continue
+        was = (recorded.get(file) or {}).get("records_sha256")
+        if was != read["records_sha256"]:
+            was_shown = f"sha256 {was[:12]}" if was else "no records_sha256 recorded"
+            return (
+                f"data.files.{file} ({read['path']}): its records are not those the run read "
+                f"({was_shown} -> {read['records_sha256'][:12]})"
+            )
+    return None
 
 
 def launch(args: Sequence[str]) -> str | None:
@@ -173,7 +203,7 @@ def run_benchmark(name: str, overrides: Sequence[str], folder: Path) -> Outcome:
         return Outcome(name, "failed", " ".join(str(error).split()), folder)
     except RpbenchError as error:
         return Outcome(name, "skipped", f"not configured: {' '.join(str(error).split())}", folder)
-    state, why = earlier(folder, dict(spec.composed))
+    state, why = earlier(folder, spec)
     if state == "finished":
         return Outcome(name, "finished", f"reused ({why})", folder)
     if state == "other":

@@ -52,6 +52,33 @@ def judge_table(groups: Mapping[str, Mapping[str, Any]], title: str) -> str:
     return "\n".join(lines)
 
 
+def scored_table(
+    columns: tuple[str, str],
+    rows: Mapping[str, tuple[str, Mapping[str, Mapping[str, Any]], float | None]],
+    names: Mapping[str, str],
+    digits: int,
+) -> tuple[str, str]:
+    """A judged benchmark's table: a row per group, ``rows[group] = (its count, summary per part, average)``,
+    under ``columns`` (the group's label, the count's); a column per part (``names``: part -> its heading) showing
+    mean [95% CI], then the average. Also the judgements left out of the means (unparsed or unanswered), or ''."""
+    lines = [
+        f"| {columns[0]} | {columns[1]} | " + " | ".join(names.values()) + " | average |",
+        "| --- | --- |" + " --- |" * (len(names) + 1),
+    ]
+    left_out = []
+    for group, (count, parts, average) in rows.items():
+        cells = []
+        for part in names:
+            s = parts[part]
+            shown = f"{s['mean']:.{digits}f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]" if s["mean"] is not None else "-"
+            cells.append(shown)
+            if s["parse_failures"] or s["request_failures"]:
+                left_out.append(f"{group}/{part}: {s['parse_failures']} unparsed, {s['request_failures']} unanswered")
+        cells.append("-" if average is None else f"{average:.{digits}f}")
+        lines.append(f"| {group} | {count} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), ("Judgements left out of the means: " + "; ".join(left_out)) if left_out else ""
+
+
 CHART_FILE = "score_chart.png"
 CHART_WIDTH_INCHES, CHART_BAR_INCHES, CHART_DPI = 8.0, 0.45, 120
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from email.utils import formatdate, parsedate_to_datetime
@@ -97,6 +98,24 @@ def test_a_slow_reply_times_out_and_is_retried(tiny, scripted, client_for):
         client = client_for(server, timeout_s=0.3, max_retries=0)
         [reply] = client.ask_many(requests_for("a?"))
         assert reply.error == "timeout" and client.stats.failures == 1
+
+
+@pytest.mark.slow
+def test_an_endpoint_refusing_one_request_stops_the_batch_s_others(tiny, scripted, client_for):
+    """The first request to arrive is refused (404: a model the endpoint does not serve); the three others, slow,
+    are cancelled with it, not left running in the caller's event loop to report late failures."""
+    slow_s = 1.0
+    seen = []
+
+    async def ask_then_wait(client):
+        with pytest.raises(EndpointConfigError, match="refused the request .NotFoundError, status 404"):
+            await client.ajudge_many(requests_for("a?", "b?", "c?", "d?"), on_result=lambda i, r: seen.append(i))
+        await asyncio.sleep(slow_s * 2)  # the loop runs on: a request left running would finish in here
+
+    with serve_in_thread(tiny, make_server=scripted(faults=["404"] + ["slow"] * 3, slow_s=slow_s)) as server:
+        client = client_for(server, concurrency=4, max_retries=0)
+        asyncio.run(ask_then_wait(client))
+    assert seen == [] and client.stats.replies == 0 and client.stats.failures == 0
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from rpbench.data.records import EvalExample, Turn
 from rpbench.data.settings import DataSettings
 from rpbench.eval.benchmarks.base import BENCHMARKS, Benchmark, Headline, JudgeTally, read_jsonl, write_jsonl
 from rpbench.eval.context import EvalContext
+from rpbench.eval.report import scored_table
 from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.scoring.chat.client import EndpointSettings, ParsedReply
@@ -374,35 +375,16 @@ def summaries(
 
 
 def report_sections(results: Mapping[str, Any]) -> list[str]:
-    table = results["characterllm"]
-    header = "| setting | interviews | " + " | ".join(a.capitalize() for a in ASPECTS) + " | average |"
-    rows = []
-    for setting, t in table.items():
-        cells = []
-        for aspect in ASPECTS:
-            s = t["aspects"][aspect]
-            cells.append("-" if s["mean"] is None else f"{s['mean']:.4f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]")
-        average = "-" if t["average"] is None else f"{t['average']:.4f}"
-        rows.append(f"| {setting} | {t['n_interviews']} | " + " | ".join(cells) + f" | {average} |")
-    failures = [
-        f"{setting}/{aspect}: {s['parse_failures']} unparsed, {s['request_failures']} unanswered"
-        for setting, t in table.items()
-        for aspect, s in t["aspects"].items()
-        if s["parse_failures"] or s["request_failures"]
-    ]
+    rows = {setting: (t["n_interviews"], t["aspects"], t["average"]) for setting, t in results["characterllm"].items()}
+    table, left_out = scored_table(("setting", "interviews"), rows, {a: a.capitalize() for a in ASPECTS}, digits=4)
     stopped = results.get("interviews_stopped") or {}
     text = (
         f"## Character-LLM interviews (judge `{results['judge_model']}`)\n\n"
         "Scores 1-7, mean [95% bootstrap CI]; average: the mean of the five (RoleMRC Table 5). Replies scored as "
-        f"{results['reply_scored_as']}.\n\n"
-        + header
-        + "\n| --- | --- |"
-        + " --- |" * (len(ASPECTS) + 1)
-        + "\n"
-        + "\n".join(rows)
+        f"{results['reply_scored_as']}.\n\n" + table
     )
-    if failures:
-        text += "\n\nJudgements left out of the means: " + "; ".join(failures)
+    if left_out:
+        text += "\n\n" + left_out
     if stopped:
         text += f"\n\nInterviews cut short ({len(stopped)}): " + "; ".join(f"{k}: {v}" for k, v in stopped.items())
     return [text]

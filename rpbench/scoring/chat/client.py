@@ -345,8 +345,14 @@ class ChatClient:
                 bar.update(1)
                 return result
 
+            tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(requests)]
             try:
-                return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+                return list(await asyncio.gather(*tasks))
+            except BaseException:  # an endpoint that refuses (or a cancel) stops the batch's other requests too
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
             finally:
                 bar.close()
 

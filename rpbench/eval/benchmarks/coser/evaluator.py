@@ -43,6 +43,7 @@ from rpbench.eval.benchmarks.conversation.sessions import read_appended, run_ses
 from rpbench.eval.benchmarks.coser.scene import ScenePlayers, judged_lines
 from rpbench.eval.context import EvalContext
 from rpbench.eval.provenance import claim
+from rpbench.eval.report import scored_table
 from rpbench.eval.settings import JudgedSettings
 from rpbench.eval.stats import summarize
 from rpbench.models.settings import ModelSettings
@@ -328,35 +329,18 @@ def summaries(
 
 
 def report_sections(results: Mapping[str, Any]) -> list[str]:
-    header = "| split | scenes judged | " + " | ".join(DIMENSIONS) + " | average |"
-    rows = []
-    for split, t in results["coser"].items():
-        cells = []
-        for d in DIMENSIONS:
-            s = t["dimensions"][d]
-            cells.append("-" if s["mean"] is None else f"{s['mean']:.2f} [{s['ci_low']:.2f}, {s['ci_high']:.2f}]")
-        average = "-" if t["average"] is None else f"{t['average']:.2f}"
-        rows.append(f"| {split} | {t['judged_scenes']}/{t['scenes']} | " + " | ".join(cells) + f" | {average} |")
-    failures = [
-        f"{split}/{d}: {s['parse_failures']} unparsed, {s['request_failures']} unanswered"
-        for split, t in results["coser"].items()
-        for d, s in t["dimensions"].items()
-        if s["parse_failures"] or s["request_failures"]
-    ]
-    cut = [f"{split}: {dict(t['cut_short'])}" for split, t in results["coser"].items() if t["cut_short"]]
+    splits = results["coser"]
+    rows = {s: (f"{t['judged_scenes']}/{t['scenes']}", t["dimensions"], t["average"]) for s, t in splits.items()}
+    table, left_out = scored_table(("split", "scenes judged"), rows, {d: d for d in DIMENSIONS}, digits=2)
+    cut = [f"{split}: {dict(t['cut_short'])}" for split, t in splits.items() if t["cut_short"]]
     text = (
         f"## CoSER given-circumstance acting (judge `{results['judge_model']}`)\n\n"
         "Scores 0-100 (flaw severities with the authors' length correction), mean [95% bootstrap CI]; average: the "
         "mean of the four (the authors' headline). Scores comparable with the paper's need the judge "
-        "gpt-4o-2024-08-06.\n\n"
-        + header
-        + "\n| --- | --- |"
-        + " --- |" * (len(DIMENSIONS) + 1)
-        + "\n"
-        + "\n".join(rows)
+        "gpt-4o-2024-08-06.\n\n" + table
     )
-    if failures:
-        text += "\n\nJudgements left out of the means: " + "; ".join(failures)
+    if left_out:
+        text += "\n\n" + left_out
     if cut:
         text += "\n\nScenes cut short (not judged): " + "; ".join(cut)
     return [text]

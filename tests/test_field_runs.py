@@ -139,3 +139,11 @@ def test_the_judge_is_given_only_to_benchmarks_with_a_judge_protocol():
     assert kept == ["model=tiny-qwen2"] and dropped == judge
     assert without_judge(["objective=none", "data=sample_characterllm"], judge) == (judge, [])
     assert without_judge(["data=sample_rolebench"], ["model=tiny-qwen2"]) == (["model=tiny-qwen2"], [])
+
+
+def test_a_refusal_of_several_problems_is_one_line_that_keeps_them_apart():
+    from rpbench.cli.field import one_line
+
+    refusal = "invalid configuration:\n  a and b are one model: set x\n  c and b are one model: set y"
+    assert one_line(refusal) == "invalid configuration: a and b are one model: set x; c and b are one model: set y"
+    assert one_line("no such key\n  in  the   config") == "no such key in the config"

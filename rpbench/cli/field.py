@@ -186,6 +186,14 @@ def launch(args: Sequence[str]) -> str | None:
     return None
 
 
+def one_line(message: str) -> str:
+    """A multi-line error on one line: its problems (one per line after a heading ending in ':') joined by '; '."""
+    lines = [" ".join(line.split()) for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {'; '.join(lines[1:])}"
+    return " ".join(lines)
+
+
 def run_benchmark(name: str, overrides: Sequence[str], folder: Path) -> Outcome:
     """One benchmark of the field in ``folder``: skipped, reused, refused, or run (resumed). An override its
     config has no key for, or a group option that does not exist, fails it."""
@@ -200,9 +208,9 @@ def run_benchmark(name: str, overrides: Sequence[str], folder: Path) -> Outcome:
     try:
         spec = composed_run(overrides, folder)
     except HydraException as error:
-        return Outcome(name, "failed", " ".join(str(error).split()), folder)
+        return Outcome(name, "failed", one_line(str(error)), folder)
     except RpbenchError as error:
-        return Outcome(name, "skipped", f"not configured: {' '.join(str(error).split())}", folder)
+        return Outcome(name, "skipped", f"not configured: {one_line(str(error))}", folder)
     state, why = earlier(folder, spec)
     if state == "finished":
         return Outcome(name, "finished", f"reused ({why})", folder)

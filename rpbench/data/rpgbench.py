@@ -23,8 +23,8 @@ Options (``RPGBenchOptions``, the data config's keys): ``test_splits`` for ``rea
 TRAIN_SPLITS; ``read_training_samples`` any); ``reasoning_in_target`` (the Thinking recipes) makes ``read_sft``
 supervise each sample's reasoning before its golden response (``reasoning_target``; a training sample without
 reasoning is then an error); ``policy_prompt`` (tagged | naive) and the policy's ``prompts_source``
-(``data.prompts_source``) choose the prompt; ``remid_estimator`` and ``remid_encoder_fallback`` are read by the
-rpgbench evaluator's config (``${data.remid_estimator}``).
+(``data.prompts_source``) choose the prompt; ``remid_estimator``, ``remid_encoder_fallback`` and
+``remid_reasoning_max_new_tokens`` are read by the rpgbench evaluator's config (``${data.remid_estimator}``).
 """
 
 from __future__ import annotations
@@ -84,8 +84,10 @@ class RPGBenchOptions(FormatOptions):
     reasoning_in_target: bool
     remid_estimator: str | None  # the R-EMID estimator pair the rpgbench evaluator defaults to (null: none)
     remid_encoder_fallback: bool | None  # evaluator.generalization.encoder_fallback's default (only the sample's)
+    # evaluator.generalization.reasoning.max_new_tokens's default (only the sample's: its tiny pair's context)
+    remid_reasoning_max_new_tokens: int | None
 
-    only_some = ("remid_encoder_fallback",)
+    only_some = ("remid_encoder_fallback", "remid_reasoning_max_new_tokens")
 
     def problems(self) -> list[Problem]:
         return [] if self.test_splits else [("test_splits", f"the test splits read, e.g. {list(TEST_SPLITS)}")]

@@ -114,18 +114,17 @@ def prompt_renderer(model, tokenizer, max_length: int, chat_template: str | None
     return ChatRenderer(tokenizer, None, max_length, chat_template=chat_template)
 
 
-def prompt_budget(model, tokenizer, opts: GenerationSettings) -> int:
+def prompt_budget(model, tokenizer, opts: GenerationSettings, key: str) -> int:
     """The most prompt tokens: ``max_prompt_length`` (null: the tokenizer's ``model_max_length``), less when the
     model's context leaves less room beside ``max_new_tokens``; a reply that alone fills the context is a
-    ConfigError (validation refuses it when it can read the model's config before loading)."""
+    ConfigError naming ``key``, the setting of ``max_new_tokens`` (validation refuses it when it can read the
+    model's config before loading)."""
     config = getattr(model, "config", None)
     context = None if config is None else config_context(config)
     budget = opts.max_prompt_length or tokenizer.model_max_length
     if context is None:
         return budget
-    problems = generation_length_problems(
-        opts.max_new_tokens, context, "evaluator.generation.max_new_tokens", type(model).__name__
-    )
+    problems = generation_length_problems(opts.max_new_tokens, context, key, type(model).__name__)
     if problems:
         raise ConfigError(problems[0])
     return min(budget, context - opts.max_new_tokens)
@@ -326,6 +325,7 @@ def generate_predictions(
     engine: VLLMEngine | None = None,
     identity: Mapping[str, Any] | None = None,
     what: str = "replies",
+    key: str = "evaluator.generation.max_new_tokens",
 ) -> GenerationReport:
     """Generate this rank's share of ``examples`` into ``predictions.jsonl`` (resumable); rank 0 merges.
 
@@ -334,7 +334,8 @@ def generate_predictions(
     generate with an in-process vLLM engine (one process) instead of the model's batched ``generate``.
     ``identity``: the model's (``provenance.model_identity``), when the caller has it already. The file resumes
     only under the same identity and generation settings (``provenance.claim``). ``what``: what is generated, as
-    the progress bar names it (``generate <what>``, with the rank when there are several).
+    the progress bar names it (``generate <what>``, with the rank when there are several); ``key``: the setting
+    of ``opts``, as errors name it.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} outside world of size {world_size}")
@@ -362,7 +363,7 @@ def generate_predictions(
     in_step = synced or (world_size > 1 and gathers_per_batch(model, opts))  # every rank: as many generate calls
     min_batches = math.ceil(math.ceil(len(examples) / world_size) / opts.batch_size) if in_step else 0
     stop_ids = default_stop_ids(model, tokenizer)
-    renderer = prompt_renderer(model, tokenizer, prompt_budget(model, tokenizer, opts), opts.template_text)
+    renderer = prompt_renderer(model, tokenizer, prompt_budget(model, tokenizer, opts, key), opts.template_text)
     fitted = [fit_prompt(renderer, ex, opts.generation_prompt) for ex in todo]
     prompts = [f.input_ids for f in fitted]
     images = [prompt_images(tokenizer, ex, f) for ex, f in zip(todo, fitted)] if takes_images else None
@@ -466,6 +467,7 @@ def generate_via_endpoint(
     opts: GenerationSettings,
     image_root: str | Path | None = None,
     what: str = "replies",
+    key: str = "evaluator.generation.max_new_tokens",
 ) -> GenerationReport:
     """Generate predictions through an OpenAI-compatible chat-completions server (vLLM, rpbench.serve).
 

@@ -224,6 +224,19 @@ def test_a_scene_party_played_by_the_judge_is_refused_at_startup(compose, refuse
     assert "evaluator.allow_shared_judge=true" in message and "evaluator.environment" not in message
 
 
+def test_a_judge_of_the_played_model_s_family_is_a_warning_with_coser_s_way_out(compose):
+    from rpbench.validate import validate
+
+    overrides = [o for o in run_overrides("http://localhost:9/v1") if not o.startswith("judge.model=")]
+    found = validate(compose(*overrides, "judge.model=Qwen/Qwen2.5-72B-Instruct")).overlaps
+    assert found == (
+        "the judge (judge), Qwen/Qwen2.5-72B-Instruct (http://localhost:9/v1), is of the evaluated model's family "
+        "(qwen: tiny-qwen2): a judge may favour its own family's replies, and its self-preference could not be "
+        "measured: no judge of another family scores the same sessions (CoSER has one judge: choose one of another "
+        "family to avoid it)",
+    )
+
+
 def failing_reply(body: dict) -> str | int:
     """The inspector's endpoint refuses (HTTP 400, not retried) and the judge refuses the dunes' Anthropomorphism."""
     system = body["messages"][0]["content"]

@@ -173,6 +173,19 @@ def test_the_analysis_needs_the_id_split_and_a_shifted_one_configured(compose, s
         validate(compose("objective=none", "data=sample_rpgbench", f"data.test_splits={splits}"))
 
 
+def test_a_reasoner_whose_context_the_thoughts_would_fill_is_refused_at_startup(compose):
+    """The sample's tiny estimator pair has 2048 positions: the paper's 2048-token thoughts would fill them (seen
+    after generating and judging, with SmolLM2 as the evaluated model); the sample's own length fits."""
+    from rpbench.core.errors import ConfigError
+    from rpbench.validate import validate
+
+    long = "evaluator.generalization.reasoning.max_new_tokens=2048"
+    with pytest.raises(ConfigError, match=re.escape(f"{long}: model tiny-qwen3 has a context of 2048 tokens")):
+        validate(compose("objective=none", "data=sample_rpgbench", long))
+    smollm2 = validate(compose("objective=none", "data=sample_rpgbench", "model=smollm2-135m-instruct"))
+    assert smollm2.evaluator.generalization.reasoning.max_new_tokens == 64  # the sample data config's
+
+
 def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_generating(compose, tmp_path):
     """The file has the splits, but no IDTest record and one German one: named with the file and split when
     the records are read, before any model loads (the analysis would fail after generating)."""

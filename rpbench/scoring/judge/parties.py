@@ -97,10 +97,16 @@ def policy_family(family: str | None, evaluated: str) -> str | None:
     return model_family(family) or model_family(evaluated)
 
 
-def family_overlaps(judges: Sequence[Party], family: str | None, evaluated: str) -> list[Overlap]:
+ANOTHER_JUDGE = "add one to evaluator.judges to measure it"
+
+
+def family_overlaps(
+    judges: Sequence[Party], family: str | None, evaluated: str, remedy: str = ANOTHER_JUDGE
+) -> list[Overlap]:
     """A warning for each judge of the evaluated model's family (``family``: its registered family). With a judge of
     another family scoring the same sessions, the family judge's self-preference is measured after judging
-    (``self_preference``); without one, the warning says it cannot be and how to make it measurable."""
+    (``self_preference``); without one, the warning says it cannot be and ``remedy``, what makes it measurable
+    (or avoids it) in this evaluator."""
     shared = policy_family(family, evaluated)
     own = [j for j in judges if shared is not None and model_family(j.model) == shared]
     measurable = len(own) < len(judges)
@@ -115,7 +121,7 @@ def family_overlaps(judges: Sequence[Party], family: str | None, evaluated: str)
         else:
             text += (
                 ": a judge may favour its own family's replies, and its self-preference could not be measured: no "
-                "judge of another family scores the same sessions (add one to evaluator.judges to measure it)"
+                f"judge of another family scores the same sessions ({remedy})"
             )
         found.append(Overlap(text, None, True))
     return found

@@ -112,7 +112,8 @@ class Coser(Benchmark):
         parties = [simulator_party(getattr(settings, name), judge, part) for name, part in PARTIES.items()]
         pairs = [*((party, this) for party in parties), *((this, rewarding) for rewarding in trained_by)]
         found = overlaps(pairs, "evaluator.allow_shared_judge", settings.allow_shared_judge)
-        return found + family_overlaps([this], model.family, model.name)
+        remedy = "CoSER has one judge: choose one of another family to avoid it"
+        return found + family_overlaps([this], model.family, model.name, remedy)
 
     def evaluate_model(self, ctx: EvalContext) -> dict[str, Any]:
         if rank_and_world()[1] > 1:

@@ -37,10 +37,12 @@ from rpbench.eval.context import EvalContext
 from rpbench.eval.generalization.estimator import resolve_spec
 from rpbench.eval.generalization.settings import EntropySettings, GeneralizationSettings
 from rpbench.eval.settings import JudgedSettings
+from rpbench.models.checks import generation_length_problems, model_context
 from rpbench.models.generation import GenerationSettings
 from rpbench.scoring.chat.client import EndpointSettings
 
 log = logging.getLogger(__name__)
+REASONING_LENGTH = "evaluator.generalization.reasoning.max_new_tokens"
 ROLES = ("critic", "reasoner")  # the estimators always named; plain_critic is optional
 JudgeValue = bool | int | float | str | None  # a judge of the ensemble changes the judge group's scalar settings
 
@@ -67,7 +69,13 @@ def generated_reasoning(
 
     asked = [replace(e, prompt=tuple(prompts.thought(RolePlayInput(**e.meta["x"])))) for e in examples]
     generate_predictions(
-        reasoner, tokenizer, asked, out_dir / "reasoning.jsonl", options, what="rpgbench reasoning r (reasoner)"
+        reasoner,
+        tokenizer,
+        asked,
+        out_dir / "reasoning.jsonl",
+        options,
+        what="rpgbench reasoning r (reasoner)",
+        key=REASONING_LENGTH,
     )
     by_id = {row["id"]: row["prediction"] for row in read_jsonl(out_dir / "reasoning.jsonl")}
     empty = [e.id for e in examples if not by_id[e.id].strip()]
@@ -105,7 +113,8 @@ def sampled_responses(
         max_new_tokens=entropy.max_new_tokens,
         seed=entropy.seed,
     )
-    generate_predictions(model, tokenizer, copies, path, sampling, what=f"rpgbench entropy samples ({role})")
+    what, key = f"rpgbench entropy samples ({role})", "evaluator.generalization.entropy.max_new_tokens"
+    generate_predictions(model, tokenizer, copies, path, sampling, what=what, key=key)
     drawn: dict[str, list[str]] = {}
     for row in read_jsonl(path):
         drawn.setdefault(row["id"].rsplit("#", 1)[0], []).append(row["prediction"])
@@ -195,9 +204,15 @@ class RPGBench(Benchmark):
             if role == "plain_critic" and settings.plain_critic is None:
                 continue
             try:
-                resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapters"))
+                spec = resolve_spec(role, getattr(settings, role), getattr(settings, f"{role}_adapters"))
             except ConfigError as error:
                 found.append(str(error))
+                continue
+            if role == "reasoner" and spec.model_cfg is not None:  # its thoughts must fit its context
+                length = settings.generalization.reasoning.max_new_tokens
+                found += generation_length_problems(
+                    length, model_context(spec.model_cfg), REASONING_LENGTH, spec.model_cfg.name
+                )
         return found + encoder_problems(settings.generalization)
 
     def record_problems(

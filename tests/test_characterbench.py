@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
@@ -236,11 +237,7 @@ def test_a_run_scores_both_languages_against_a_judge_on_localhost(tmp_path, chat
             f"evaluator.endpoint.base_url={judge.url}",
             "evaluator.endpoint.model=played",
             "evaluator.bootstrap.n_resamples=20",
-            "judge=openai",
-            f"judge.base_url={judge.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(judge.url),
         )["eval"]
         requests = judge.requests
     judged = [r for r in requests if r["model"] != "played"]
@@ -295,11 +292,7 @@ def test_empty_replies_are_not_judged_and_leave_no_headline(tmp_path, chat_stub,
                 "data.languages=[zh]",
                 "evaluator.generation.max_new_tokens=4",
                 "evaluator.bootstrap.n_resamples=10",
-                "judge=openai",
-                f"judge.base_url={judge.url}",
-                "judge.api_key_env=null",
-                "judge.cache_path=null",
-                "judge.progress=false",
+                *stub_judge(judge.url),
             )
         assert judge.requests == []
     table = json.loads((run / "metrics.json").read_text(encoding="utf-8"))["eval"]["characterbench"]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from stub_endpoints import stub_judge
 
 from rpbench.conversation_variance.cli import main
 from rpbench.eval.benchmarks.base import write_jsonl
@@ -212,11 +213,7 @@ def test_a_real_sweep_gives_a_length_judge_against_a_flat_one_the_judge_share(tm
             "evaluator.bootstrap.n_resamples=20",
             f"evaluator.simulator.base_url={stub.url}",
             "evaluator.simulator.model=sim",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "judge.max_retries=0",
             f"paths.output_root={tmp_path}",
             "sweep_name=variance",

@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
@@ -283,11 +284,7 @@ def test_the_tiny_model_plays_in_process_cut_at_max_turns(tmp_path, chat_stub, r
             "evaluator.max_turns=2",
             "evaluator.generation.max_new_tokens=4",
             "evaluator.bootstrap.n_resamples=10",
-            "judge=openai",
-            f"judge.base_url={judge.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(judge.url),
             "judge.parse_tries=1",
         )["eval"]
         assert len(judge.requests) == 4 + 4 + 3 + 1  # the dimensions of each zh dialogue's scenario

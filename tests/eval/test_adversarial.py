@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import ConfigError, DataFormatError
 from rpbench.data import readers
@@ -80,11 +81,7 @@ def run(run_in_process):
             "evaluator.max_turns=3",
             "evaluator.drift.enabled=false",
             "evaluator.simulator_checks=[]",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "judge.max_retries=0",
             *extra,
         )

@@ -9,6 +9,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
@@ -105,11 +106,7 @@ def test_both_settings_are_interviewed_and_scored(tmp_path, chat_stub, run_in_pr
             "evaluator.bootstrap.n_resamples=20",
             f"evaluator.human_ratings={humans}",
             "evaluator.human_level=interval",
-            "judge=openai",
-            f"judge.base_url={judge.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(judge.url),
         )["eval"]
         requests = judge.requests
     table = results["characterllm"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from stub_endpoints import stub_judge
 
 VERDICT = json.dumps(
     {
@@ -119,11 +120,7 @@ def test_a_failed_request_of_the_evaluated_models_endpoint_cuts_that_session_sho
             f"evaluator.endpoint.base_url={url}",
             "evaluator.endpoint.model=m",
             "evaluator.endpoint.max_retries=0",
-            "judge=openai",
-            f"judge.base_url={url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(url),
             "judge.max_retries=0",
             "evaluator.allow_shared_judge=true",
         )["eval"]

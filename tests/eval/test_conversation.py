@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import DataFormatError
 from rpbench.data import readers
@@ -65,11 +66,7 @@ def run(run_in_process):
             "evaluator=conversation",
             "evaluator.generation.max_new_tokens=4",
             "evaluator.bootstrap.n_resamples=20",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "judge.max_retries=0",
             *extra,
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import ConfigError
 from rpbench.validate import validate
@@ -58,11 +59,7 @@ def test_three_judges_score_sessions_agree_by_krippendorffs_alpha_and_flip_pairw
             "evaluator.generation.max_new_tokens=4",
             "evaluator.bootstrap.n_resamples=20",
             "evaluator.judges=[{model: j1}, {model: j2}, {model: j3}]",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "judge.max_retries=0",
             "judge.parse_tries=2",
         ]

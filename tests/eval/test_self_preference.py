@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from stub_endpoints import stub_judge
 
 from rpbench.eval.benchmarks.conversation.self_preference import of_run, preference_warnings, self_preference
 from rpbench.scoring.judge.parties import Party
@@ -120,11 +121,7 @@ def test_a_run_judged_by_two_families_reports_the_family_judges_measured_self_pr
             "evaluator.generation.max_new_tokens=4",
             "evaluator.bootstrap.n_resamples=200",
             "evaluator.judges=[{model: qwen-judge}, {model: llama-judge}]",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "judge.max_retries=0",
         )
     sp = run["eval"]["conversation"]["self_preference"]

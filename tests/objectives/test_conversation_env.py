@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
@@ -281,11 +282,7 @@ def test_a_reward_on_the_character_turns_is_learnt(tmp_path, scenarios, register
             "env=conversation",
             "data=sample_conversation",
             "data.val_fraction=0",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "env.rewards=[{name: test_turn_letter_fraction, weight: 1.0}]",
             "env.simulator_checks=[]",  # the scripted user's one reply would fail them
             "objective.epochs=12",

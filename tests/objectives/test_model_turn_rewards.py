@@ -10,6 +10,7 @@ import json
 
 import pytest
 from omegaconf import OmegaConf
+from stub_endpoints import stub_judge
 
 from rpbench.core.errors import ConfigError
 from rpbench.data import readers
@@ -50,11 +51,7 @@ def env_config(composed, tmp_path, url: str, *overrides: str) -> ConversationEnv
         tmp_path / "run",
         "objective=grpo",
         "env=conversation",
-        "judge=openai",
-        f"judge.base_url={url}",
-        "judge.api_key_env=null",
-        "judge.cache_path=null",
-        "judge.progress=false",
+        *stub_judge(url),
         "judge.parse_tries=1",
         "env.max_turns=3",
         "env.simulator_checks=[]",  # the scripted sessions' short turns would fail them

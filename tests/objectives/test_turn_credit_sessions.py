@@ -11,6 +11,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
 from omegaconf import OmegaConf
+from stub_endpoints import stub_judge
 
 from rpbench.data import readers
 from rpbench.data.chat import IGNORE_INDEX
@@ -198,11 +199,7 @@ def test_a_turn_level_estimator_trains_and_logs_the_turn_rewards(
             "env=conversation",
             "data=sample_conversation",
             "data.val_fraction=0",
-            "judge=openai",
-            f"judge.base_url={stub.url}",
-            "judge.api_key_env=null",
-            "judge.cache_path=null",
-            "judge.progress=false",
+            *stub_judge(stub.url),
             "env.rewards=[{name: test_constant_one, weight: 1.0}]",
             "+env.turn_rewards.test_late_letters=2.0",
             "env.simulator_checks=[]",  # the scripted user's one reply would fail them

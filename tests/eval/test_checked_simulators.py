@@ -44,13 +44,12 @@ def test_a_role_reversing_or_leaking_simulator_is_caught_and_left_out_of_the_hea
     tmp_path, run_in_process, scripted_judge
 ):
     out = tmp_path / "run"
-    results = run_in_process(
-        out,
+    overrides = (
         "objective=none",
         "logger=none",
         "data=sample_conversation",
-        "data.max_test_samples=3",
         "evaluator=conversation",
+        "data.max_test_samples=3",
         "evaluator.max_turns=2",
         "evaluator.generation.max_new_tokens=4",
         "evaluator.drift.enabled=false",
@@ -58,8 +57,8 @@ def test_a_role_reversing_or_leaking_simulator_is_caught_and_left_out_of_the_hea
         "judge=local",
         "judge.cache_path=null",
         "judge.progress=false",
-        local_judge_server=scripted_judge(replies=REPLIES),
-    )["eval"]
+    )
+    results = run_in_process(out, *overrides, local_judge_server=scripted_judge(replies=REPLIES))["eval"]
     checked = {row["id"]: row for row in lines(out / "simulator_checks.jsonl")}
     assert checked["rolemrc-mara-lighthouse"]["failed"] == ["role_reversal"]
     reversal = checked["rolemrc-mara-lighthouse"]["checks"]["role_reversal"]
@@ -87,6 +86,23 @@ def test_a_role_reversing_or_leaking_simulator_is_caught_and_left_out_of_the_hea
     report = (out / "report.md").read_text()
     assert "2 sessions failed a simulator check (role_reversal 1, goal_leak 1) (not judged)" in report
     assert "| role_reversal | 3 | 1 | 0.333 |" in report
+
+    # the two failing sessions alone: nothing is judged, and the failed run says why
+    from rpbench.pipeline import RunFailed
+
+    alone = tmp_path / "alone"
+    with pytest.raises(RunFailed) as failed:
+        run_in_process(
+            alone,
+            *overrides[:4],
+            "data.max_test_samples=2",
+            *overrides[5:],
+            local_judge_server=scripted_judge(replies=REPLIES),
+        )
+    assert (
+        "none of the 2 sessions was judged: 0 sessions cut short, 2 sessions failed a simulator check (role_reversal "
+        "1, goal_leak 1) (simulator_checks.jsonl)" in str(failed.value)
+    )
 
 
 @pytest.mark.slow

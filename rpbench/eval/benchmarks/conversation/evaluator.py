@@ -341,6 +341,12 @@ def judge_and_summarise(
     results["metrics"] = {"overall": {f"judge/{d}": v for d, v in results["conversation"]["judge"].items()}}
     if ev.compare_to:
         results["compare"] = compare(ev, scores)
+    if sessions and all(s.left_out for s in sessions):  # why the scores are empty, for the run's failure
+        c = results["conversation"]
+        results["failed"] = (
+            f"none of the {len(sessions)} sessions was judged: {cut_short(c['sessions_cut_short'])}, "
+            f"{failed_checks(checked)} (simulator_checks.jsonl)"
+        )
 
 
 def simulator_health(counts: Mapping[str, int], limit: float) -> dict[str, Any]:

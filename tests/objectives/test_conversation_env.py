@@ -186,6 +186,40 @@ def test_grpo_on_sessions_through_the_pipeline_with_the_local_judge(
     assert float(row["train/completion_length/mean"]) > 0
 
 
+@pytest.mark.slow
+def test_grpo_on_sessions_under_ddp_rolls_out_each_rank_s_scenarios(tmp_path, run_script, chat_stub):
+    """`python run.py objective=grpo env=conversation trainer.devices=2`: two gloo ranks on CPU, one scenario each
+    per step, 2 sessions each, against one user and judge endpoint (a stub on 127.0.0.1). Every scenario's sessions
+    are rolled out and judged once (8 sessions over 2 steps), and the logged reward is the judge's."""
+    more = [{**s, "id": f"{s['id']}-again", "persona": s["persona"].replace(".", ", again.")} for s in SCENARIOS]
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(s) + "\n" for s in SCENARIOS + more))
+    verdict = json.dumps({"scores": SCORES, "breaks": []})
+
+    def reply(body: dict) -> str:
+        return USER_REPLY if "Write only your next message" in body["messages"][-1]["content"] else verdict
+
+    out = tmp_path / "run"
+    with chat_stub(reply) as stub:
+        result = run_script(
+            "run.py", f"hydra.run.dir={out}", "objective=grpo", "env=conversation", "env.simulator_checks=[]",
+            "data=sample_conversation", f"data.files.train={train}", "data.val_fraction=0", "evaluator=none",
+            *stub_judge(stub.url), "judge.parse_tries=1", "objective.num_generations=2", "objective.batch_size=1",
+            "objective.max_completion_length=6", "save_model=false", "trainer.enable_progress_bar=false",
+            "trainer.devices=2", "trainer.strategy=ddp", "logger=csv",
+        )  # fmt: skip
+        requests = list(stub.requests)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "metrics.json").read_text())["train"]["optimizer_steps"] == 2
+    judged = [b["messages"] for b in requests if "Write only your next message" not in b["messages"][-1]["content"]]
+    personas = [s["persona"] for s in SCENARIOS + more]
+    seen = [next(p for p in personas if any(p in m["content"] for m in messages)) for messages in judged]
+    assert sorted(seen) == sorted(personas * 2)  # each scenario's 2 sessions, whichever rank rolled them out
+    with open(out / "metrics.csv", newline="") as f:
+        rewards = [float(r["train/reward"]) for r in csv.DictReader(f) if r.get("train/reward")]
+    assert rewards == pytest.approx([(sum(SCORES.values()) / 6 - 1) / 4] * 2)
+
+
 def test_the_session_judge_scores_each_session_once_and_counts_what_it_cannot_score(
     tmp_path, scenarios, composed, chat_stub
 ):

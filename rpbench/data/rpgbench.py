@@ -23,8 +23,9 @@ Options (``RPGBenchOptions``, the data config's keys): ``test_splits`` for ``rea
 TRAIN_SPLITS; ``read_training_samples`` any); ``reasoning_in_target`` (the Thinking recipes) makes ``read_sft``
 supervise each sample's reasoning before its golden response (``reasoning_target``; a training sample without
 reasoning is then an error); ``policy_prompt`` (tagged | naive) and the policy's ``prompts_source``
-(``data.prompts_source``) choose the prompt; ``remid_estimator``, ``remid_encoder_fallback`` and
-``remid_reasoning_max_new_tokens`` are read by the rpgbench evaluator's config (``${data.remid_estimator}``).
+(``data.prompts_source``) choose the prompt; ``remid_estimator``, ``remid_encoder_fallback``,
+``remid_reasoning_max_new_tokens`` and ``remid_reasoning_temperature`` are read by the rpgbench evaluator's config
+(``${data.remid_estimator}``) and its decoding presets.
 """
 
 from __future__ import annotations
@@ -84,10 +85,12 @@ class RPGBenchOptions(FormatOptions):
     reasoning_in_target: bool
     remid_estimator: str | None  # the R-EMID estimator pair the rpgbench evaluator defaults to (null: none)
     remid_encoder_fallback: bool | None  # evaluator.generalization.encoder_fallback's default (only the sample's)
-    # evaluator.generalization.reasoning.max_new_tokens's default (only the sample's: its tiny pair's context)
+    # evaluator.generalization.reasoning's max_new_tokens and temperature defaults (only the sample's: its tiny
+    # pair's context is short, and greedy, a random model writes whitespace)
     remid_reasoning_max_new_tokens: int | None
+    remid_reasoning_temperature: float | None
 
-    only_some = ("remid_encoder_fallback", "remid_reasoning_max_new_tokens")
+    only_some = ("remid_encoder_fallback", "remid_reasoning_max_new_tokens", "remid_reasoning_temperature")
 
     def problems(self) -> list[Problem]:
         return [] if self.test_splits else [("test_splits", f"the test splits read, e.g. {list(TEST_SPLITS)}")]

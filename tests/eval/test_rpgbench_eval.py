@@ -182,8 +182,17 @@ def test_a_reasoner_whose_context_the_thoughts_would_fill_is_refused_at_startup(
     long = "evaluator.generalization.reasoning.max_new_tokens=2048"
     with pytest.raises(ConfigError, match=re.escape(f"{long}: model tiny-qwen3 has a context of 2048 tokens")):
         validate(compose("objective=none", "data=sample_rpgbench", long))
-    smollm2 = validate(compose("objective=none", "data=sample_rpgbench", "model=smollm2-135m-instruct"))
-    assert smollm2.evaluator.generalization.reasoning.max_new_tokens == 64  # the sample data config's
+    # with a real evaluated model (no tiny tuning), the sample's own: short, sampled thoughts (greedy, its random
+    # reasoner wrote whitespace for all 8 records); the real data's, the paper's: 2048 tokens, greedy
+    sample = validate(compose("objective=none", "data=sample_rpgbench", "model=smollm2-135m-instruct"))
+    reasoning = sample.evaluator.generalization.reasoning
+    assert (reasoning.max_new_tokens, reasoning.temperature) == (64, 1.0)
+    for decoding in ("authors_own_template", "plain"):
+        real = compose("objective=none", "data=rpgbench", "model=qwen3-8b", f"evaluator/decoding={decoding}")
+        assert (
+            real.evaluator.generalization.reasoning.max_new_tokens,
+            real.evaluator.generalization.reasoning.temperature,
+        ) == (2048, 0.0)
 
 
 def test_the_analysis_needs_idtest_and_shifted_records_in_the_data_before_generating(compose, tmp_path):

@@ -9,6 +9,7 @@ on: ``refused_url``)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 
@@ -284,10 +285,13 @@ def test_a_loaded_model_s_prompts_leave_room_for_the_reply_in_its_context(genera
 
     model = SimpleNamespace(config=Qwen2Config(max_position_embeddings=100))
     tokenizer = SimpleNamespace(model_max_length=8192)
-    assert prompt_budget(model, tokenizer, generation_options(max_new_tokens=30, max_prompt_length=None)) == 70
-    assert prompt_budget(model, tokenizer, generation_options(max_new_tokens=30, max_prompt_length=50)) == 50
-    with pytest.raises(ConfigError, match="max_new_tokens=100: model SimpleNamespace has a context of 100"):
-        prompt_budget(model, tokenizer, generation_options(max_new_tokens=100, max_prompt_length=None))
+    key = "evaluator.generation.max_new_tokens"
+    assert prompt_budget(model, tokenizer, generation_options(max_new_tokens=30, max_prompt_length=None), key) == 70
+    assert prompt_budget(model, tokenizer, generation_options(max_new_tokens=30, max_prompt_length=50), key) == 50
+    # the error names the setting it is given (the R-EMID reasoner's is another key)
+    thoughts = "evaluator.generalization.reasoning.max_new_tokens"
+    with pytest.raises(ConfigError, match=f"^{re.escape(thoughts)}=100: model SimpleNamespace has a context of 100"):
+        prompt_budget(model, tokenizer, generation_options(max_new_tokens=100, max_prompt_length=None), thoughts)
 
 
 def test_the_turn_cap_has_a_default_and_bounds_a_scenario_that_asks_for_more(compose, tmp_path):
